@@ -1,0 +1,144 @@
+# outbox-relay - build, test and tooling.
+#
+#   make            bin/outbox-relay, bin/outboxctl, lib/liboutbox.a
+#   make test       unit tests, then integration tests against throwaway servers
+#   make asan       the same tests built with AddressSanitizer + UBSan
+#   make valgrind   the same tests under valgrind (leaks are errors)
+#   make demo       a throwaway stack, producers, the relay, a consumer
+#   make bench      the benchmark
+#   make deps       install the Debian packages this needs (as root)
+#   make format / analyze / clean
+
+PKGS      := libpq librabbitmq hiredis uuid
+TEST_PKGS := cmocka
+
+# BUILD holds objects and test binaries; BIN and LIB the products.
+BUILD ?= build
+BIN   ?= bin
+LIB   ?= lib
+
+CC       ?= cc
+OPT      ?= -O2 -g
+SAN      ?=
+WARNINGS := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wformat=2 -Wwrite-strings -Wno-format-nonliteral -Werror
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+
+CPPFLAGS += -D_GNU_SOURCE -Isrc $(PKG_CFLAGS)
+CFLAGS   += $(WARNINGS) $(OPT) $(SAN) -pthread -MMD -MP
+LDFLAGS  += $(SAN)
+LDLIBS   += $(PKG_LIBS) -pthread -lm
+
+LIB_SRC   := $(sort $(wildcard src/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+RELAY_SRC := $(filter-out relay/outboxctl.c,$(sort $(wildcard relay/*.c)))
+RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
+CTL_OBJ   := $(BUILD)/relay/outboxctl.o
+
+UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+INTEG_SRC  := $(sort $(wildcard tests/integration/test_*.c))
+INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
+INTEG_HELPERS := $(filter-out $(INTEG_SRC),$(sort $(wildcard tests/integration/*.c)))
+INTEG_HELPER_OBJ := $(INTEG_HELPERS:%.c=$(BUILD)/%.o)
+TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
+TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
+
+PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a
+
+.PHONY: all test unit integration test-binaries asan valgrind demo bench soak fuzz deps \
+        format analyze clean check-deps
+
+all: check-deps $(PRODUCTS)
+
+check-deps:
+	@pkg-config --exists $(PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; \
+	    echo "or install: $$(tests/harness/deps.sh --list)"; exit 2; }
+
+$(LIB)/liboutbox.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BIN)/outbox-relay: $(RELAY_OBJ) $(LIB)/liboutbox.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(RELAY_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
+
+$(BIN)/outboxctl: $(CTL_OBJ) $(LIB)/liboutbox.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Itests/integration $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(LDLIBS)
+
+.SECONDARY:
+
+test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(TOOL_BIN)
+
+# `make test` installs missing packages first when run as root.
+test:
+	tests/harness/deps.sh
+	$(MAKE) test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh
+
+unit: test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh unit
+
+integration: test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh integration
+
+ASAN_VARS := BUILD=build-asan BIN=build-asan/bin LIB=build-asan/lib OPT="-O1 -g" \
+             SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+asan:
+	tests/harness/deps.sh
+	$(MAKE) $(ASAN_VARS) test-binaries
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 $(ASAN_VARS) tests/run.sh
+
+VALGRIND_VARS := BUILD=build-valgrind BIN=build-valgrind/bin LIB=build-valgrind/lib OPT="-O0 -g"
+valgrind:
+	tests/harness/deps.sh
+	$(MAKE) $(VALGRIND_VARS) test-binaries
+	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
+	    $(VALGRIND_VARS) tests/run.sh
+
+demo:
+	tests/harness/deps.sh
+	$(MAKE) all test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) tests/demo.sh
+
+bench:
+	tests/harness/deps.sh
+	$(MAKE) OPT="-O2" all test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
+
+deps:
+	tests/harness/deps.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+analyze:
+	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
+	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay tests
+
+clean:
+	rm -rf build build-asan build-valgrind bin lib
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

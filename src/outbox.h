@@ -1,0 +1,226 @@
+/*
+ * outbox.h - the public API of liboutbox: a transactional outbox in PostgreSQL.
+ *
+ * Producers call outbox_enqueue() on their own PGconn inside their own open
+ * transaction, so the outbox row commits or rolls back with the business data.
+ *
+ * Workers (the relay, or plain in-database workers) open an outbox_store and
+ * run the lease protocol against outbox.job:
+ *
+ *   claim    lock up to N ready rows with FOR UPDATE SKIP LOCKED in one short
+ *            statement, mark them running, set worker + lease, and bump
+ *            attempts, which is the generation of this claim
+ *   extend   push the lease of rows still owned
+ *   complete mark owned rows succeeded
+ *   fail     give owned rows back with a backoff delay, or make them dead
+ *   release  give owned rows back at once without spending an attempt
+ *   reap     recover rows whose lease expired (any worker's)
+ *   cleanup  delete succeeded rows older than a retention
+ *
+ * Every write of an owned row is fenced by worker id + generation + an
+ * unexpired lease: a worker that lost its lease changes nothing, and the
+ * rows it no longer owns are reported back as "lease lost", never as done.
+ *
+ * Rules: functions return 0 on success and -1 on failure, filling the
+ * caller's struct outbox_error. The library never prints and never exits.
+ * Every *_free(NULL) is a no-op. An outbox_store is not thread-safe: use one
+ * per thread.
+ */
+#ifndef OUTBOX_H
+#define OUTBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+/*
+ * Error codes. Transient ones are worth retrying after a backoff; fatal ones
+ * are not (bad input, missing schema, misconfiguration).
+ */
+enum outbox_error_code {
+    OUTBOX_OK = 0,
+    OUTBOX_ERR_CONNECTION, /* transient: server unreachable, connection lost */
+    OUTBOX_ERR_TIMEOUT,    /* transient: an operation ran out of time */
+    OUTBOX_ERR_BUSY,       /* transient: serialization failure, deadlock, lock timeout */
+    OUTBOX_ERR_BROKER,     /* transient: the broker refused or failed a request */
+    OUTBOX_ERR_INVALID,    /* fatal: bad argument or value */
+    OUTBOX_ERR_CONFIG,     /* fatal: bad configuration */
+    OUTBOX_ERR_SCHEMA,     /* fatal: outbox schema missing or too old */
+    OUTBOX_ERR_STATE,      /* fatal: called in the wrong state (e.g. no open transaction) */
+    OUTBOX_ERR_CONSTRAINT, /* fatal: the database rejected the row (SQLSTATE class 23) */
+    OUTBOX_ERR_INTERNAL,   /* fatal: out of memory or a broken invariant */
+};
+
+#define OUTBOX_ERROR_MESSAGE_MAX 512
+
+/* A caller-owned error: code, SQLSTATE when the database gave one, message. */
+struct outbox_error {
+    enum outbox_error_code code;
+    char sqlstate[6];
+    char message[OUTBOX_ERROR_MESSAGE_MAX];
+};
+
+/* True when retrying the failed operation later can succeed. */
+bool outbox_error_is_transient(const struct outbox_error *err);
+
+/* A short lowercase name of the code, e.g. "connection". */
+const char *outbox_error_code_name(enum outbox_error_code code);
+
+/* Resets err to OUTBOX_OK with an empty message. */
+void outbox_error_clear(struct outbox_error *err);
+
+/* ---- producer side ----------------------------------------------------- */
+
+/*
+ * What to enqueue. queue and payload_json are required; every other field
+ * has the default of outbox.enqueue() when left zero/NULL (priority 0,
+ * run at now, max_attempts 10, headers {}).
+ */
+struct outbox_message {
+    const char *queue;           /* 1-200 chars of [A-Za-z0-9._:-] */
+    const char *payload_json;    /* any JSON value */
+    const char *idempotency_key; /* NULL: none; else unique per queue */
+    const char *headers_json;    /* NULL: {}; else an object of string values */
+    const char *ordering_key;    /* NULL: none */
+    int32_t priority;            /* higher is claimed first */
+    int32_t max_attempts;        /* 0: default 10 */
+    double delay_seconds;        /* run_at = now() + delay; 0: now */
+};
+
+/*
+ * Inserts one outbox row through outbox.enqueue() on the caller's
+ * connection, which must be inside an open transaction (never opened or
+ * committed here). Stores the new job id, or with an idempotency key already
+ * present in that queue, the existing job id, in *job_id.
+ */
+int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
+                   struct outbox_error *err);
+
+/* ---- worker side ------------------------------------------------------- */
+
+typedef struct outbox_store outbox_store;
+
+/*
+ * Connects to database_url (a libpq URI or conninfo) as worker_id, checks
+ * that the outbox schema is present, and prepares the protocol statements.
+ * Returns NULL and fills err on failure.
+ */
+outbox_store *outbox_store_connect(const char *database_url, const char *worker_id,
+                                   struct outbox_error *err);
+void outbox_store_free(outbox_store *store);
+
+/* The underlying connection, e.g. for LISTEN and poll() on its socket. */
+PGconn *outbox_store_conn(outbox_store *store);
+const char *outbox_store_worker_id(const outbox_store *store);
+
+/*
+ * Wait until a notification arrives on channel outbox_job, the socket
+ * reports an error, or timeout_ms passes. Starts listening on first use.
+ * Stores whether something was notified in *notified.
+ */
+int outbox_store_wait(outbox_store *store, int timeout_ms, bool *notified,
+                      struct outbox_error *err);
+
+/* One claimed row. Strings point into the batch and live as long as it. */
+struct outbox_job {
+    int64_t job_id;
+    int32_t generation; /* attempts after this claim; fences every later write */
+    int32_t max_attempts;
+    const char *queue;
+    const char *payload; /* JSON text */
+    size_t payload_len;
+    const char *headers;      /* JSON object text, string values */
+    const char *ordering_key; /* NULL when none */
+    double created_at;        /* epoch seconds, with fraction */
+};
+
+/* Claimed rows in ascending job_id order. */
+struct outbox_batch {
+    struct outbox_job *jobs;
+    size_t count;
+    void *storage; /* owned result; private */
+};
+
+/*
+ * Claims up to limit ready rows (run_at reached) of the given queues, or of
+ * every queue when queue_count is 0, preferring higher priority, then earlier
+ * run_at, then lower job_id. Sets a lease of lease_seconds. Rows with an
+ * ordering key are claimed only when no earlier row of that key in that queue
+ * is ready or running. On success batch holds 0..limit rows; free it with
+ * outbox_batch_release_memory().
+ */
+int outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
+                 int lease_seconds, struct outbox_batch *batch, struct outbox_error *err);
+void outbox_batch_release_memory(struct outbox_batch *batch);
+
+/* A reference to an owned row: id + the generation returned by claim. */
+struct outbox_lease {
+    int64_t job_id;
+    int32_t generation;
+};
+
+/*
+ * Each of the fenced writes below handles a whole set of rows in one round
+ * trip and sets done[i] to true for rows it changed. done[i] false means the
+ * lease was lost (expired and reaped, re-claimed, or the row is gone): the
+ * caller no longer owns it and must not treat it as done. The count of rows
+ * changed is returned in *changed when changed is not NULL.
+ */
+int outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                  int lease_seconds, bool *done, size_t *changed, struct outbox_error *err);
+int outbox_complete(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                    bool *done, size_t *changed, struct outbox_error *err);
+
+/* Why one row failed, for outbox_fail(). */
+struct outbox_failure {
+    int64_t job_id;
+    int32_t generation;
+    const char *error;    /* kept in last_error */
+    double retry_seconds; /* delay before the row is ready again */
+    bool permanent;       /* dead now, whatever attempts remain */
+};
+
+/*
+ * Gives failed rows back: ready again after retry_seconds, or dead (with
+ * finished_at) when attempts reached max_attempts or the failure is
+ * permanent. dead[i] tells which rows became dead; it may be NULL.
+ */
+int outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t count,
+                bool *done, bool *dead, size_t *changed, struct outbox_error *err);
+
+/* Gives owned rows back, ready now, without spending their attempt. */
+int outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                   bool *done, size_t *changed, struct outbox_error *err);
+
+/* Counts of one reap pass. */
+struct outbox_reap_result {
+    size_t ready; /* expired rows given back for another attempt */
+    size_t dead;  /* expired rows that had no attempt left */
+};
+
+/*
+ * Recovers at most limit running rows whose lease expired: ready again
+ * after retry_seconds, or dead when their attempts are spent. Safe to run
+ * from many workers at once (SKIP LOCKED).
+ */
+int outbox_reap(outbox_store *store, int limit, double retry_seconds,
+                struct outbox_reap_result *result, struct outbox_error *err);
+
+/*
+ * Deletes at most limit succeeded rows finished more than
+ * retention_seconds ago. Call again while *deleted == limit.
+ */
+int outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t *deleted,
+                   struct outbox_error *err);
+
+/*
+ * The retry delay after the given attempt failed: base * 2^(attempt-1),
+ * capped, then scaled by a jitter factor in [0.5, 1.0] drawn from random01
+ * (a value in [0, 1)). Pure; the caller supplies the randomness.
+ */
+double outbox_backoff_seconds(int attempt, double base_seconds, double cap_seconds,
+                              double random01);
+
+#endif

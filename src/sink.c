@@ -1,0 +1,140 @@
+/*
+ * sink.c - the common part of every sink: options, dispatch by scheme.
+ */
+#include "sink_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* strdup that maps NULL to "". */
+static char *
+copy_or_empty(const char *text)
+{
+    return strdup(text != NULL ? text : "");
+}
+
+sink *
+sink_new(const struct sink_options *options, struct outbox_error *err)
+{
+    sink *s = calloc(1, sizeof(*s));
+
+    if (s == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->options = *options;
+    s->options.url = copy_or_empty(options->url);
+    s->options.exchange = copy_or_empty(options->exchange);
+    s->options.stream_prefix = copy_or_empty(options->stream_prefix);
+    s->display_url = url_redact(options->url);
+    if (s->options.url == NULL || s->options.exchange == NULL ||
+        s->options.stream_prefix == NULL || s->display_url == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    if (s->options.connect_timeout_ms <= 0)
+        s->options.connect_timeout_ms = 5000;
+    if (s->options.io_timeout_ms <= 0)
+        s->options.io_timeout_ms = 10000;
+    if (url_parse(options->url, &s->url, err) != 0)
+        goto fail;
+    s->ops = s->url.scheme == URL_REDIS ? &sink_redis_ops : &sink_amqp_ops;
+    if (s->ops->init(s, err) != 0)
+        goto fail;
+    return s;
+
+fail:
+    sink_free(s);
+    return NULL;
+}
+
+void
+sink_free(sink *s)
+{
+    if (s == NULL)
+        return;
+    if (s->ops != NULL && s->impl != NULL) {
+        if (s->connected)
+            s->ops->disconnect(s);
+        s->ops->destroy(s);
+    }
+    url_clear(&s->url);
+    free((char *)s->options.url);
+    free((char *)s->options.exchange);
+    free((char *)s->options.stream_prefix);
+    free(s->display_url);
+    free(s);
+}
+
+const char *
+sink_kind(const sink *s)
+{
+    return s->ops->kind;
+}
+
+const char *
+sink_display_url(const sink *s)
+{
+    return s->display_url;
+}
+
+int
+sink_connect(sink *s, struct outbox_error *err)
+{
+    if (s->connected)
+        return 0;
+    return s->ops->connect(s, err);
+}
+
+bool
+sink_is_connected(const sink *s)
+{
+    return s->connected;
+}
+
+int
+sink_publish(sink *s, const struct sink_message *messages, size_t count,
+             struct sink_outcome *outcomes, struct outbox_error *err)
+{
+    if (!s->connected) {
+        for (size_t i = 0; i < count; i++)
+            sink_outcome_set(&outcomes[i], SINK_FAILED, "%s broker not connected", s->ops->kind);
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
+                                s->ops->kind);
+    }
+    return s->ops->publish(s, messages, count, outcomes, err);
+}
+
+int
+sink_idle(sink *s, struct outbox_error *err)
+{
+    if (!s->connected)
+        return 0;
+    return s->ops->idle(s, err);
+}
+
+void
+sink_disconnect(sink *s)
+{
+    if (s->connected)
+        s->ops->disconnect(s);
+    s->connected = false;
+}
+
+void
+sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format, ...)
+{
+    outcome->status = status;
+    outcome->reason[0] = '\0';
+    if (format != NULL) {
+        va_list ap;
+
+        va_start(ap, format);
+        vsnprintf(outcome->reason, sizeof(outcome->reason), format, ap);
+        va_end(ap);
+    }
+}

@@ -1,0 +1,109 @@
+/*
+ * sink.h - one small interface in front of every broker.
+ *
+ * The relay loop publishes a batch of claimed rows through a sink and gets
+ * back, per message, whether the broker durably accepted it. The loop never
+ * knows which broker it talks to: sink_new() picks the implementation by
+ * the URL scheme (amqp://, amqps://, redis://).
+ *
+ * Rules:
+ * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
+ *   publisher confirm without basic.return; Redis append reply, or the
+ *   dedup record of an earlier append). Anything unknown is a failure, so a
+ *   row is never marked succeeded on a guess.
+ * - A failure of one message (unroutable, nack, too large, a reply error)
+ *   fails that message only; the rest of the batch goes on.
+ * - When the connection breaks, sink_publish() fails every message it could
+ *   not confirm, returns -1 with a transient error, and the sink is left
+ *   disconnected; the next sink_connect() reconnects.
+ * - A sink is used by one thread at a time.
+ */
+#ifndef OUTBOX_SINK_H
+#define OUTBOX_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox.h"
+
+/* Options common to every sink; each sink reads the ones it understands. */
+struct sink_options {
+    const char *url;           /* broker URL, with password: never log it */
+    const char *exchange;      /* AMQP exchange, "" for the default exchange */
+    const char *stream_prefix; /* Redis stream key = prefix + queue */
+    int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
+    int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
+    int connect_timeout_ms;    /* connect and handshake */
+    int io_timeout_ms;         /* one publish round (confirms, replies) */
+    int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
+    bool tls_verify;           /* amqps: verify the peer (default true) */
+};
+
+/* One message to publish, built from a claimed row. */
+struct sink_message {
+    int64_t job_id;      /* message id */
+    int32_t attempt;     /* the claim generation, sent as x-outbox-attempt / attempt */
+    const char *queue;   /* routing key / stream suffix */
+    const char *payload; /* JSON text, the body */
+    size_t payload_len;
+    const char *headers; /* JSON object of string values */
+    double created_at;   /* epoch seconds */
+};
+
+/* What happened to one message. */
+enum sink_status {
+    SINK_ACCEPTED = 0, /* the broker has it durably */
+    SINK_FAILED,       /* not published; worth retrying later */
+    SINK_REJECTED,     /* not published and never will be as is (e.g. too large) */
+};
+
+#define SINK_REASON_MAX 256
+
+struct sink_outcome {
+    enum sink_status status;
+    char reason[SINK_REASON_MAX]; /* lowercase, for last_error; empty when accepted */
+};
+
+typedef struct sink sink;
+
+/*
+ * Validates the options (scheme, URL shape) without connecting. Returns
+ * NULL and fills err (OUTBOX_ERR_CONFIG) on a bad URL or option.
+ */
+sink *sink_new(const struct sink_options *options, struct outbox_error *err);
+void sink_free(sink *s);
+
+/* "amqp" or "redis", for logs and metrics labels. */
+const char *sink_kind(const sink *s);
+
+/* The URL with any password replaced by "***", for logs. */
+const char *sink_display_url(const sink *s);
+
+/*
+ * Connects (or reconnects) and authenticates. A no-op when connected.
+ * Authentication or a missing vhost/db is OUTBOX_ERR_CONFIG; an unreachable
+ * broker is OUTBOX_ERR_CONNECTION.
+ */
+int sink_connect(sink *s, struct outbox_error *err);
+bool sink_is_connected(const sink *s);
+
+/*
+ * Publishes count messages and waits (bounded by io_timeout_ms) until the
+ * broker has answered for each. outcomes[i] is always filled for every i,
+ * also when -1 is returned (connection lost: the unconfirmed ones are
+ * SINK_FAILED).
+ */
+int sink_publish(sink *s, const struct sink_message *messages, size_t count,
+                 struct sink_outcome *outcomes, struct outbox_error *err);
+
+/*
+ * Keeps an idle connection alive (AMQP heartbeats, closed channels). Call
+ * at least every few seconds while idle. Returns -1 when the connection
+ * was found broken.
+ */
+int sink_idle(sink *s, struct outbox_error *err);
+
+/* Closes the connection politely; the sink can connect again later. */
+void sink_disconnect(sink *s);
+
+#endif

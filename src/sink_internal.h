@@ -1,0 +1,43 @@
+/*
+ * sink_internal.h - what a broker implementation provides to sink.c.
+ *
+ * sink.c owns the common part (options, display URL, dispatch); each
+ * implementation (sink_amqp.c, sink_redis.c) fills a sink_ops table and keeps
+ * its own state behind s->impl. Only sink*.c include this header.
+ */
+#ifndef OUTBOX_SINK_INTERNAL_H
+#define OUTBOX_SINK_INTERNAL_H
+
+#include "sink.h"
+#include "url.h"
+
+struct sink_ops {
+    const char *kind;
+    /* Allocates s->impl from s->url and s->options; no I/O. */
+    int (*init)(sink *s, struct outbox_error *err);
+    int (*connect)(sink *s, struct outbox_error *err);
+    int (*publish)(sink *s, const struct sink_message *messages, size_t count,
+                   struct sink_outcome *outcomes, struct outbox_error *err);
+    int (*idle)(sink *s, struct outbox_error *err);
+    void (*disconnect)(sink *s);
+    /* Frees s->impl (after disconnect). */
+    void (*destroy)(sink *s);
+};
+
+struct sink {
+    const struct sink_ops *ops;
+    struct sink_options options; /* strings are owned copies */
+    struct broker_url url;       /* parsed options.url */
+    char *display_url;           /* password redacted */
+    bool connected;
+    void *impl;
+};
+
+extern const struct sink_ops sink_amqp_ops;
+extern const struct sink_ops sink_redis_ops;
+
+/* Fills one outcome; reason is formatted like printf, may be NULL. */
+void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,
+                      ...) __attribute__((format(printf, 3, 4)));
+
+#endif
