@@ -21,6 +21,10 @@
  * unexpired lease: a worker that lost its lease changes nothing, and the
  * rows it no longer owns are reported back as "lease lost", never as done.
  *
+ * The store's session runs with synchronous_commit off: a claim or mark lost
+ * in a database crash can only cause another publish, which at-least-once
+ * delivery allows. Producers' business commits are unaffected.
+ *
  * Rules: functions return 0 on success and -1 on failure, filling the
  * caller's struct outbox_error. The library never prints and never exits.
  * Every *_free(NULL) is a no-op. An outbox_store is not thread-safe: use one
@@ -114,6 +118,13 @@ void outbox_store_free(outbox_store *store);
 /* The underlying connection, e.g. for LISTEN and poll() on its socket. */
 PGconn *outbox_store_conn(outbox_store *store);
 const char *outbox_store_worker_id(const outbox_store *store);
+
+/*
+ * Ordering-key policy for claims: false (default) lets a dead head stop
+ * blocking its key; true keeps the key blocked until an operator retries or
+ * removes the dead row.
+ */
+void outbox_store_set_block_on_dead_head(outbox_store *store, bool block);
 
 /*
  * Wait until a notification arrives on channel outbox_job, the socket

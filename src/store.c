@@ -1,0 +1,797 @@
+/*
+ * store.c - the worker side of the outbox protocol, and outbox_enqueue().
+ *
+ * Every statement is prepared once per connection and takes bound
+ * parameters only. Each call is one statement in autocommit, so every
+ * claim, extend, complete, fail, release, reap and cleanup is its own short
+ * READ COMMITTED transaction and no row lock outlives the call.
+ *
+ * Fenced writes (extend, complete, fail, release) first lock the named rows
+ * in a MATERIALIZED CTE, then update only those still owned: state running,
+ * same worker, same generation, lease in the future, checked with
+ * clock_timestamp() after the lock is held, so time spent waiting for the
+ * lock never counts in the owner's favour. Rows not returned are "lease lost".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <poll.h>
+
+#include "error.h"
+#include "outbox.h"
+
+struct outbox_store {
+    PGconn *conn;
+    char *worker_id;
+    bool listening;
+    bool block_on_dead_head; /* ordering: a dead head keeps its key blocked */
+};
+
+/* ---- SQL: the only place that knows the worker protocol's statements ---- */
+
+/*
+ * The claim. The candidate scan follows job_ready_idx (or job_ready_queue_idx
+ * with a queue filter) and stops after $2 unlocked rows; SKIP LOCKED passes
+ * over rows another claim is taking right now. A row with an ordering key is
+ * a candidate only when no earlier row of its key is unfinished: that earlier
+ * row is still 'ready' in this statement's snapshot even while another relay
+ * holds it locked and uncommitted, so a key never has two rows in flight.
+ */
+#define CLAIM_CANDIDATES(queue_filter)                                                             \
+    "WITH candidate AS MATERIALIZED ("                                                             \
+    " SELECT c.job_id FROM outbox.job AS c"                                                        \
+    " WHERE c.state = 'ready' AND c.run_at <= statement_timestamp()" queue_filter                  \
+    "   AND (c.ordering_key IS NULL OR NOT EXISTS ("                                               \
+    "     SELECT 1 FROM outbox.job AS e"                                                           \
+    "     WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key AND e.job_id < c.job_id"     \
+    "       AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead'))))"                  \
+    " ORDER BY c.priority DESC, c.run_at, c.job_id"                                                \
+    " LIMIT $2"                                                                                    \
+    " FOR UPDATE SKIP LOCKED)"                                                                     \
+    " UPDATE outbox.job AS j"                                                                      \
+    " SET state = 'running', attempts = j.attempts + 1, worker_id = $1,"                           \
+    "     lease_until = clock_timestamp() + make_interval(secs => $3)"                             \
+    " FROM candidate WHERE j.job_id = candidate.job_id"                                            \
+    " RETURNING j.job_id, j.attempts, j.max_attempts, j.queue, j.payload::text,"                   \
+    "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8"
+
+static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("");
+static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(" AND c.queue = ANY ($5::text[])");
+
+/* Locks the rows named by the input lease arrays, in job_id order to avoid deadlocks. */
+#define LOCK_OWNED(input)                                                                          \
+    "WITH input AS (SELECT * FROM " input "),"                                                     \
+    " owned AS MATERIALIZED ("                                                                     \
+    "  SELECT j.job_id FROM outbox.job AS j JOIN input USING (job_id)"                             \
+    "  ORDER BY j.job_id FOR UPDATE OF j)"
+
+/* The ownership check, evaluated on the locked, latest row version. */
+#define STILL_OWNED                                                                                \
+    " WHERE j.job_id = input.job_id AND j.job_id IN (SELECT job_id FROM owned)"                    \
+    "   AND j.state = 'running' AND j.worker_id = $1 AND j.attempts = input.generation"            \
+    "   AND j.lease_until > clock_timestamp()"
+
+#define LEASE_INPUT "unnest($2::bigint[], $3::int[]) AS l(job_id, generation)"
+
+static const char SQL_EXTEND[] =
+    LOCK_OWNED(LEASE_INPUT) " UPDATE outbox.job AS j"
+                            " SET lease_until = clock_timestamp() + make_interval(secs => $4)"
+                            " FROM input" STILL_OWNED " RETURNING j.job_id";
+
+static const char SQL_COMPLETE[] =
+    LOCK_OWNED(LEASE_INPUT) " UPDATE outbox.job AS j"
+                            " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
+                            "     finished_at = clock_timestamp()"
+                            " FROM input" STILL_OWNED " RETURNING j.job_id";
+
+/* A release hands back the attempt it took, so a clean stop costs no retry budget. */
+static const char SQL_RELEASE[] =
+    LOCK_OWNED(LEASE_INPUT) " UPDATE outbox.job AS j"
+                            " SET state = 'ready', attempts = j.attempts - 1, worker_id = NULL,"
+                            "     lease_until = NULL"
+                            " FROM input" STILL_OWNED " RETURNING j.job_id";
+
+#define GIVES_UP "(input.permanent OR j.attempts >= j.max_attempts)"
+
+static const char SQL_FAIL[] = LOCK_OWNED(
+    "unnest($2::bigint[], $3::int[], $4::text[], $5::float8[], $6::bool[])"
+    " AS f(job_id, generation, error, retry_seconds, permanent)") " UPDATE outbox.job AS j"
+    " SET state = CASE WHEN " GIVES_UP " THEN 'dead' ELSE 'ready' END,"
+    "     run_at = CASE WHEN " GIVES_UP " THEN j.run_at"
+    "              ELSE clock_timestamp() + make_interval(secs => input.retry_seconds) END,"
+    "     finished_at = CASE WHEN " GIVES_UP " THEN clock_timestamp() END,"
+    "     worker_id = NULL, lease_until = NULL, last_error = input.error"
+    " FROM input" STILL_OWNED " RETURNING j.job_id, j.state = 'dead'";
+
+/* Expired leases, oldest first; SKIP LOCKED lets many reapers share the work. */
+static const char SQL_REAP[] =
+    "WITH overdue AS MATERIALIZED ("
+    " SELECT job_id FROM outbox.job"
+    " WHERE state = 'running' AND lease_until <= statement_timestamp()"
+    " ORDER BY lease_until, job_id LIMIT $1 FOR UPDATE SKIP LOCKED)"
+    " UPDATE outbox.job AS j"
+    " SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,"
+    "     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at"
+    "              ELSE clock_timestamp() + make_interval(secs => $2) END,"
+    "     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,"
+    "     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || ')',"
+    "     worker_id = NULL, lease_until = NULL"
+    " FROM overdue WHERE j.job_id = overdue.job_id"
+    " RETURNING j.state = 'dead'";
+
+static const char SQL_CLEANUP[] =
+    "WITH old AS MATERIALIZED ("
+    " SELECT job_id FROM outbox.job"
+    " WHERE state = 'succeeded' AND finished_at < clock_timestamp() - make_interval(secs => $1)"
+    " ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.job AS j USING old WHERE j.job_id = old.job_id";
+
+static const char SQL_ENQUEUE[] =
+    "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
+    " now() + make_interval(secs => $6), $7, $8)";
+
+static const struct statement {
+    const char *name;
+    const char *sql;
+} STATEMENTS[] = {
+    {"outbox_claim_all", SQL_CLAIM_ALL}, {"outbox_claim_queues", SQL_CLAIM_QUEUES},
+    {"outbox_extend", SQL_EXTEND},       {"outbox_complete", SQL_COMPLETE},
+    {"outbox_release", SQL_RELEASE},     {"outbox_fail", SQL_FAIL},
+    {"outbox_reap", SQL_REAP},           {"outbox_cleanup", SQL_CLEANUP},
+};
+
+/* ---- growable text buffer for array literals ----------------------------- */
+
+struct text {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool failed;
+};
+
+/* Makes room for extra more bytes plus a NUL; sets failed on OOM. */
+static bool
+text_reserve(struct text *t, size_t extra)
+{
+    if (t->failed)
+        return false;
+    if (t->len + extra + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        char *data;
+
+        while (cap < t->len + extra + 1)
+            cap *= 2;
+        data = realloc(t->data, cap);
+        if (data == NULL) {
+            t->failed = true;
+            return false;
+        }
+        t->data = data;
+        t->cap = cap;
+    }
+    return true;
+}
+
+static void
+text_append(struct text *t, const char *s, size_t len)
+{
+    if (!text_reserve(t, len))
+        return;
+    memcpy(t->data + t->len, s, len);
+    t->len += len;
+    t->data[t->len] = '\0';
+}
+
+static void
+text_printf(struct text *t, const char *format, long long value)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), format, value);
+
+    text_append(t, buf, (size_t)n);
+}
+
+/* Appends s as one double-quoted element of a PostgreSQL array literal. */
+static void
+text_append_array_string(struct text *t, const char *s)
+{
+    text_append(t, "\"", 1);
+    for (; s != NULL && *s != '\0'; s++) {
+        if (*s == '"' || *s == '\\')
+            text_append(t, "\\", 1);
+        text_append(t, s, 1);
+    }
+    text_append(t, "\"", 1);
+}
+
+/* Builds "{a,b,c}" and "{g1,g2,g3}" from a lease set. */
+static void
+lease_arrays(const struct outbox_lease *leases, size_t count, struct text *ids,
+             struct text *generations)
+{
+    text_append(ids, "{", 1);
+    text_append(generations, "{", 1);
+    for (size_t i = 0; i < count; i++) {
+        text_printf(ids, i ? ",%lld" : "%lld", (long long)leases[i].job_id);
+        text_printf(generations, i ? ",%lld" : "%lld", (long long)leases[i].generation);
+    }
+    text_append(ids, "}", 1);
+    text_append(generations, "}", 1);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Index of job_id in an id-sorted position table, for marking done[]. */
+struct position {
+    int64_t job_id;
+    size_t index;
+};
+
+static int
+compare_position(const void *a, const void *b)
+{
+    const struct position *x = a, *y = b;
+
+    return (x->job_id > y->job_id) - (x->job_id < y->job_id);
+}
+
+/*
+ * Sets done[i] for every row whose job_id the result returned (column 0),
+ * and dead[i] from column 1 when dead is not NULL. Returns rows matched.
+ */
+static size_t
+mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool *done,
+              bool *dead, struct outbox_error *err, int *failed)
+{
+    struct position *positions = malloc(count * sizeof(*positions));
+    int rows = PQntuples(result);
+    size_t matched = 0;
+
+    *failed = 0;
+    if (positions == NULL) {
+        *failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return 0;
+    }
+    for (size_t i = 0; i < count; i++) {
+        positions[i].job_id = job_ids[i];
+        positions[i].index = i;
+        if (done != NULL)
+            done[i] = false;
+        if (dead != NULL)
+            dead[i] = false;
+    }
+    qsort(positions, count, sizeof(*positions), compare_position);
+    for (int r = 0; r < rows; r++) {
+        struct position key = {.job_id = strtoll(PQgetvalue(result, r, 0), NULL, 10)};
+        struct position *found =
+            bsearch(&key, positions, count, sizeof(*positions), compare_position);
+
+        if (found == NULL)
+            continue;
+        matched++;
+        if (done != NULL)
+            done[found->index] = true;
+        if (dead != NULL && PQnfields(result) > 1)
+            dead[found->index] = PQgetvalue(result, r, 1)[0] == 't';
+    }
+    free(positions);
+    return matched;
+}
+
+/* Runs a prepared statement, checking for the expected result status. */
+static PGresult *
+run_prepared(outbox_store *store, const char *name, int nparams, const char *const *values,
+             ExecStatusType expected, const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexecPrepared(store->conn, name, nparams, values, NULL, NULL, 0);
+
+    if (PQresultStatus(result) != expected) {
+        outbox_error_from_pg(err, store->conn, result, context);
+        PQclear(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* ---- connection ------------------------------------------------------------ */
+
+outbox_store *
+outbox_store_connect(const char *database_url, const char *worker_id, struct outbox_error *err)
+{
+    /*
+     * Defaults come before dbname so the URL's own settings win. Keepalives
+     * notice a dead server between claims; the statement timeout keeps a
+     * stuck lock from freezing the loop.
+     */
+    const char *keywords[] = {"fallback_application_name",
+                              "connect_timeout",
+                              "keepalives",
+                              "keepalives_idle",
+                              "keepalives_interval",
+                              "keepalives_count",
+                              "dbname",
+                              NULL};
+    const char *values[] = {"outbox-relay", "10", "1", "30", "10", "3", database_url, NULL};
+    outbox_store *store;
+    PGresult *result = NULL;
+
+    if (database_url == NULL || worker_id == NULL || worker_id[0] == '\0') {
+        outbox_error_set(err, OUTBOX_ERR_INVALID, "database URL and worker id are required");
+        return NULL;
+    }
+    store = calloc(1, sizeof(*store));
+    if (store == NULL || (store->worker_id = strdup(worker_id)) == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    store->conn = PQconnectdbParams(keywords, values, 1);
+    if (store->conn == NULL || PQstatus(store->conn) != CONNECTION_OK) {
+        outbox_error_from_pg(err, store->conn, NULL, "unable to connect to the database");
+        /* a refused password is not worth retrying */
+        if (store->conn != NULL && strstr(PQerrorMessage(store->conn), "authentication") != NULL)
+            err->code = OUTBOX_ERR_CONFIG;
+        goto fail;
+    }
+
+    /*
+     * The relay's own commits (claim, mark) may be lost in a database crash
+     * without losing a message: a lost claim or mark only leads to another
+     * publish, which at-least-once delivery allows. Business commits, made
+     * on the producers' connections, stay durable.
+     */
+    result = PQexec(store->conn, "SET synchronous_commit = off; SET statement_timeout = '30s';"
+                                 " SET lock_timeout = '10s';"
+                                 " SET default_transaction_isolation = 'read committed';"
+                                 " SELECT to_regclass('outbox.job') IS NOT NULL");
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        outbox_error_from_pg(err, store->conn, result, "unable to set up the database session");
+        goto fail;
+    }
+    if (PQgetvalue(result, 0, 0)[0] != 't') {
+        outbox_error_set(err, OUTBOX_ERR_SCHEMA,
+                         "table 'outbox.job' not found: run 'outboxctl migrate' first");
+        goto fail;
+    }
+    PQclear(result);
+    result = NULL;
+
+    for (size_t i = 0; i < sizeof(STATEMENTS) / sizeof(STATEMENTS[0]); i++) {
+        result = PQprepare(store->conn, STATEMENTS[i].name, STATEMENTS[i].sql, 0, NULL);
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            char context[96];
+
+            snprintf(context, sizeof(context), "unable to prepare '%s'", STATEMENTS[i].name);
+            outbox_error_from_pg(err, store->conn, result, context);
+            if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
+                err->code = OUTBOX_ERR_SCHEMA; /* an old or altered schema */
+            goto fail;
+        }
+        PQclear(result);
+        result = NULL;
+    }
+    return store;
+
+fail:
+    PQclear(result);
+    outbox_store_free(store);
+    return NULL;
+}
+
+void
+outbox_store_free(outbox_store *store)
+{
+    if (store == NULL)
+        return;
+    PQfinish(store->conn);
+    free(store->worker_id);
+    free(store);
+}
+
+PGconn *
+outbox_store_conn(outbox_store *store)
+{
+    return store->conn;
+}
+
+const char *
+outbox_store_worker_id(const outbox_store *store)
+{
+    return store->worker_id;
+}
+
+void
+outbox_store_set_block_on_dead_head(outbox_store *store, bool block)
+{
+    store->block_on_dead_head = block;
+}
+
+int
+outbox_store_wait(outbox_store *store, int timeout_ms, bool *notified, struct outbox_error *err)
+{
+    struct pollfd pfd;
+    PGnotify *notify;
+    int ready;
+
+    *notified = false;
+    if (!store->listening) {
+        PGresult *result = PQexec(store->conn, "LISTEN outbox_job");
+
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            outbox_error_from_pg(err, store->conn, result, "unable to listen on 'outbox_job'");
+            PQclear(result);
+            return -1;
+        }
+        PQclear(result);
+        store->listening = true;
+    }
+
+    /* a notification may already have arrived with an earlier result */
+    while ((notify = PQnotifies(store->conn)) != NULL) {
+        *notified = true;
+        PQfreemem(notify);
+    }
+    if (*notified || timeout_ms <= 0)
+        return 0;
+
+    pfd.fd = PQsocket(store->conn);
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    if (pfd.fd < 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "database connection is closed");
+    ready = poll(&pfd, 1, timeout_ms);
+    if (ready <= 0)
+        return 0; /* timeout, or a signal: the caller checks its flags */
+    if (!PQconsumeInput(store->conn))
+        return outbox_error_from_pg(err, store->conn, NULL, "database connection lost");
+    while ((notify = PQnotifies(store->conn)) != NULL) {
+        *notified = true;
+        PQfreemem(notify);
+    }
+    return 0;
+}
+
+/* ---- claim ----------------------------------------------------------------- */
+
+static int
+compare_job(const void *a, const void *b)
+{
+    const struct outbox_job *x = a, *y = b;
+
+    return (x->job_id > y->job_id) - (x->job_id < y->job_id);
+}
+
+int
+outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
+             int lease_seconds, struct outbox_batch *batch, struct outbox_error *err)
+{
+    char limit_text[16], lease_text[16];
+    struct text queue_array = {0};
+    const char *values[5];
+    PGresult *result;
+    int rows;
+
+    memset(batch, 0, sizeof(*batch));
+    if (limit <= 0 || lease_seconds <= 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "claim limit and lease must be positive");
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    snprintf(lease_text, sizeof(lease_text), "%d", lease_seconds);
+    values[0] = store->worker_id;
+    values[1] = limit_text;
+    values[2] = lease_text;
+    values[3] = store->block_on_dead_head ? "true" : "false";
+    if (queue_count > 0) {
+        text_append(&queue_array, "{", 1);
+        for (size_t i = 0; i < queue_count; i++) {
+            if (i > 0)
+                text_append(&queue_array, ",", 1);
+            text_append_array_string(&queue_array, queues[i]);
+        }
+        text_append(&queue_array, "}", 1);
+        if (queue_array.failed) {
+            free(queue_array.data);
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        }
+        values[4] = queue_array.data;
+    }
+    result = run_prepared(store, queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all",
+                          queue_count > 0 ? 5 : 4, values, PGRES_TUPLES_OK,
+                          "unable to claim jobs from 'outbox.job'", err);
+    free(queue_array.data);
+    if (result == NULL)
+        return -1;
+
+    rows = PQntuples(result);
+    if (rows == 0) {
+        PQclear(result);
+        return 0;
+    }
+    batch->jobs = calloc((size_t)rows, sizeof(*batch->jobs));
+    if (batch->jobs == NULL) {
+        /* the rows stay claimed until their lease expires and the reaper frees them */
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    for (int r = 0; r < rows; r++) {
+        struct outbox_job *job = &batch->jobs[r];
+
+        job->job_id = strtoll(PQgetvalue(result, r, 0), NULL, 10);
+        job->generation = (int32_t)strtol(PQgetvalue(result, r, 1), NULL, 10);
+        job->max_attempts = (int32_t)strtol(PQgetvalue(result, r, 2), NULL, 10);
+        job->queue = PQgetvalue(result, r, 3);
+        job->payload = PQgetvalue(result, r, 4);
+        job->payload_len = (size_t)PQgetlength(result, r, 4);
+        job->headers = PQgetvalue(result, r, 5);
+        job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
+        job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
+    }
+    qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
+    batch->count = (size_t)rows;
+    batch->storage = result;
+    return 0;
+}
+
+void
+outbox_batch_release_memory(struct outbox_batch *batch)
+{
+    if (batch == NULL)
+        return;
+    PQclear(batch->storage);
+    free(batch->jobs);
+    memset(batch, 0, sizeof(*batch));
+}
+
+/* ---- fenced writes --------------------------------------------------------- */
+
+/* Runs one of the lease-set statements (extend, complete, release). */
+static int
+fenced_lease_write(outbox_store *store, const char *statement, const char *context,
+                   const struct outbox_lease *leases, size_t count, const char *extra_param,
+                   bool *done, size_t *changed, struct outbox_error *err)
+{
+    struct text ids = {0}, generations = {0};
+    int64_t *job_ids = NULL;
+    PGresult *result = NULL;
+    const char *values[4];
+    size_t matched = 0;
+    int failed = 0;
+
+    if (changed != NULL)
+        *changed = 0;
+    if (count == 0)
+        return 0;
+    lease_arrays(leases, count, &ids, &generations);
+    job_ids = malloc(count * sizeof(*job_ids));
+    if (ids.failed || generations.failed || job_ids == NULL) {
+        failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < count; i++)
+        job_ids[i] = leases[i].job_id;
+    values[0] = store->worker_id;
+    values[1] = ids.data;
+    values[2] = generations.data;
+    values[3] = extra_param;
+    result = run_prepared(store, statement, extra_param ? 4 : 3, values, PGRES_TUPLES_OK, context,
+                          err);
+    if (result == NULL) {
+        failed = -1;
+        goto cleanup;
+    }
+    matched = mark_returned(result, job_ids, count, done, NULL, err, &failed);
+    if (changed != NULL)
+        *changed = matched;
+
+cleanup:
+    PQclear(result);
+    free(ids.data);
+    free(generations.data);
+    free(job_ids);
+    return failed;
+}
+
+int
+outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t count,
+              int lease_seconds, bool *done, size_t *changed, struct outbox_error *err)
+{
+    char lease_text[16];
+
+    if (lease_seconds <= 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "lease must be positive");
+    snprintf(lease_text, sizeof(lease_text), "%d", lease_seconds);
+    return fenced_lease_write(store, "outbox_extend", "unable to extend leases", leases, count,
+                              lease_text, done, changed, err);
+}
+
+int
+outbox_complete(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
+                size_t *changed, struct outbox_error *err)
+{
+    return fenced_lease_write(store, "outbox_complete", "unable to mark jobs succeeded", leases,
+                              count, NULL, done, changed, err);
+}
+
+int
+outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
+               size_t *changed, struct outbox_error *err)
+{
+    return fenced_lease_write(store, "outbox_release", "unable to release jobs", leases, count,
+                              NULL, done, changed, err);
+}
+
+int
+outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t count, bool *done,
+            bool *dead, size_t *changed, struct outbox_error *err)
+{
+    struct text ids = {0}, generations = {0}, errors = {0}, delays = {0}, permanent = {0};
+    int64_t *job_ids = NULL;
+    PGresult *result = NULL;
+    const char *values[6];
+    size_t matched;
+    int failed = 0;
+
+    if (changed != NULL)
+        *changed = 0;
+    if (count == 0)
+        return 0;
+    job_ids = malloc(count * sizeof(*job_ids));
+    if (job_ids == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    text_append(&ids, "{", 1);
+    text_append(&generations, "{", 1);
+    text_append(&errors, "{", 1);
+    text_append(&delays, "{", 1);
+    text_append(&permanent, "{", 1);
+    for (size_t i = 0; i < count; i++) {
+        char delay[32];
+        const char *comma = i ? "," : "";
+
+        job_ids[i] = failures[i].job_id;
+        text_printf(&ids, i ? ",%lld" : "%lld", (long long)failures[i].job_id);
+        text_printf(&generations, i ? ",%lld" : "%lld", (long long)failures[i].generation);
+        text_append(&errors, comma, strlen(comma));
+        text_append_array_string(&errors, failures[i].error ? failures[i].error : "");
+        snprintf(delay, sizeof(delay), "%s%.3f", comma,
+                 failures[i].retry_seconds > 0 ? failures[i].retry_seconds : 0.0);
+        text_append(&delays, delay, strlen(delay));
+        text_append(&permanent, comma, strlen(comma));
+        text_append(&permanent, failures[i].permanent ? "t" : "f", 1);
+    }
+    text_append(&ids, "}", 1);
+    text_append(&generations, "}", 1);
+    text_append(&errors, "}", 1);
+    text_append(&delays, "}", 1);
+    text_append(&permanent, "}", 1);
+    if (ids.failed || generations.failed || errors.failed || delays.failed || permanent.failed) {
+        failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto cleanup;
+    }
+    values[0] = store->worker_id;
+    values[1] = ids.data;
+    values[2] = generations.data;
+    values[3] = errors.data;
+    values[4] = delays.data;
+    values[5] = permanent.data;
+    result = run_prepared(store, "outbox_fail", 6, values, PGRES_TUPLES_OK,
+                          "unable to record failed jobs", err);
+    if (result == NULL) {
+        failed = -1;
+        goto cleanup;
+    }
+    matched = mark_returned(result, job_ids, count, done, dead, err, &failed);
+    if (changed != NULL)
+        *changed = matched;
+
+cleanup:
+    PQclear(result);
+    free(ids.data);
+    free(generations.data);
+    free(errors.data);
+    free(delays.data);
+    free(permanent.data);
+    free(job_ids);
+    return failed;
+}
+
+/* ---- maintenance ----------------------------------------------------------- */
+
+int
+outbox_reap(outbox_store *store, int limit, double retry_seconds, struct outbox_reap_result *out,
+            struct outbox_error *err)
+{
+    char limit_text[16], delay_text[32];
+    const char *values[2] = {limit_text, delay_text};
+    PGresult *result;
+
+    memset(out, 0, sizeof(*out));
+    if (limit <= 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "reap limit must be positive");
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    snprintf(delay_text, sizeof(delay_text), "%.3f", retry_seconds > 0 ? retry_seconds : 0.0);
+    result = run_prepared(store, "outbox_reap", 2, values, PGRES_TUPLES_OK,
+                          "unable to reap expired leases", err);
+    if (result == NULL)
+        return -1;
+    for (int r = 0; r < PQntuples(result); r++) {
+        if (PQgetvalue(result, r, 0)[0] == 't')
+            out->dead++;
+        else
+            out->ready++;
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t *deleted,
+               struct outbox_error *err)
+{
+    char retention_text[32], limit_text[16];
+    const char *values[2] = {retention_text, limit_text};
+    PGresult *result;
+
+    *deleted = 0;
+    if (limit <= 0 || retention_seconds < 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "cleanup limit must be positive and retention not negative");
+    snprintf(retention_text, sizeof(retention_text), "%.3f", retention_seconds);
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    result = run_prepared(store, "outbox_cleanup", 2, values, PGRES_COMMAND_OK,
+                          "unable to delete old succeeded jobs", err);
+    if (result == NULL)
+        return -1;
+    *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+/* ---- producer side --------------------------------------------------------- */
+
+int
+outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
+               struct outbox_error *err)
+{
+    char priority[16], delay[32], max_attempts[16];
+    const char *values[8];
+    PGresult *result;
+
+    if (conn == NULL || message == NULL || message->queue == NULL ||
+        message->payload_json == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
+    switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+        break;
+    case PQTRANS_INERROR:
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to enqueue: the transaction is aborted");
+    default:
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to enqueue: no open transaction on the connection"
+                                " (BEGIN first, so the row commits with your data)");
+    }
+    snprintf(priority, sizeof(priority), "%d", (int)message->priority);
+    snprintf(delay, sizeof(delay), "%.6f", message->delay_seconds);
+    snprintf(max_attempts, sizeof(max_attempts), "%d",
+             message->max_attempts > 0 ? (int)message->max_attempts : 10);
+    values[0] = message->queue;
+    values[1] = message->payload_json;
+    values[2] = message->idempotency_key;
+    values[3] = message->headers_json;
+    values[4] = priority;
+    values[5] = delay;
+    values[6] = max_attempts;
+    values[7] = message->ordering_key;
+    result = PQexecParams(conn, SQL_ENQUEUE, 8, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        char context[300];
+
+        snprintf(context, sizeof(context), "unable to enqueue to '%.200s'", message->queue);
+        outbox_error_from_pg(err, conn, result, context);
+        PQclear(result);
+        return -1;
+    }
+    *job_id = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
+    PQclear(result);
+    return 0;
+}

@@ -1,0 +1,723 @@
+/*
+ * test_store.c - the worker protocol against a real PostgreSQL: enqueue,
+ * claim, extend, complete, fail, release, reap, cleanup, ordering keys.
+ *
+ * Each test runs on a fresh database cloned from the migrated template.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "outbox.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn; /* the producer's / inspector's connection */
+    outbox_store *a;
+    outbox_store *b;
+};
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct outbox_error err;
+
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->a = outbox_store_connect(f->url, "worker-a", &err);
+    assert_non_null(f->a);
+    f->b = outbox_store_connect(f->url, "worker-b", &err);
+    assert_non_null(f->b);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    outbox_store_free(f->a);
+    outbox_store_free(f->b);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Enqueues one committed row and returns its id. */
+static int64_t
+enqueue_committed(PGconn *conn, const struct outbox_message *message)
+{
+    struct outbox_error err;
+    int64_t id = 0;
+
+    harness_exec(conn, "BEGIN");
+    if (outbox_enqueue(conn, message, &id, &err) != 0)
+        fail_msg("enqueue: %s", err.message);
+    harness_exec(conn, "COMMIT");
+    return id;
+}
+
+static int64_t
+enqueue_simple(PGconn *conn, const char *queue, const char *payload)
+{
+    struct outbox_message message = {.queue = queue, .payload_json = payload};
+
+    return enqueue_committed(conn, &message);
+}
+
+/* The state of one row, read from the database. */
+static char *
+row_state(PGconn *conn, int64_t job_id)
+{
+    char sql[128];
+    PGresult *result;
+    char *state;
+
+    snprintf(sql, sizeof(sql), "SELECT state FROM outbox.job WHERE job_id = %lld",
+             (long long)job_id);
+    result = PQexec(conn, sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    state = strdup(PQntuples(result) ? PQgetvalue(result, 0, 0) : "gone");
+    PQclear(result);
+    return state;
+}
+
+static void
+assert_state(PGconn *conn, int64_t job_id, const char *expected)
+{
+    char *state = row_state(conn, job_id);
+
+    assert_string_equal(state, expected);
+    free(state);
+}
+
+static void
+test_enqueue_needs_a_transaction_and_rolls_back(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "orders", .payload_json = "{\"n\":1}"};
+    struct outbox_error err;
+    int64_t id = 0;
+
+    assert_int_equal(outbox_enqueue(f->conn, &message, &id, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_STATE);
+
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue(f->conn, &message, &id, &err), 0);
+    assert_true(id > 0);
+    harness_exec(f->conn, "ROLLBACK");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
+
+    id = enqueue_committed(f->conn, &message);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 1);
+    assert_state(f->conn, id, "ready");
+}
+
+static void
+test_enqueue_is_idempotent_on_key(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {
+        .queue = "invoices", .payload_json = "{}", .idempotency_key = "invoice:1842:send"};
+    int64_t first = enqueue_committed(f->conn, &message);
+    int64_t again = enqueue_committed(f->conn, &message);
+
+    assert_int_equal(first, again);
+    message.queue = "receipts";
+    assert_int_not_equal(enqueue_committed(f->conn, &message), first);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 2);
+}
+
+static void
+test_enqueue_rejects_bad_input(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "bad queue", .payload_json = "{}"};
+    struct outbox_error err;
+    int64_t id;
+
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue(f->conn, &message, &id, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    assert_non_null(strstr(err.message, "invalid outbox queue name"));
+    harness_exec(f->conn, "ROLLBACK");
+
+    message.queue = "ok";
+    message.headers_json = "{\"n\": 1}";
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue(f->conn, &message, &id, &err), -1);
+    assert_non_null(strstr(err.message, "string values"));
+    harness_exec(f->conn, "ROLLBACK");
+}
+
+static void
+test_claim_then_complete(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "orders",
+                                     .payload_json = "{\"order\": 1842}",
+                                     .headers_json = "{\"trace\": \"abc\"}",
+                                     .max_attempts = 5};
+    int64_t id = enqueue_committed(f->conn, &message);
+    struct outbox_batch batch;
+    struct outbox_error err;
+    struct outbox_lease lease;
+    bool done = false;
+    size_t changed = 0;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].job_id, id);
+    assert_int_equal(batch.jobs[0].generation, 1);
+    assert_int_equal(batch.jobs[0].max_attempts, 5);
+    assert_string_equal(batch.jobs[0].queue, "orders");
+    assert_string_equal(batch.jobs[0].payload, "{\"order\": 1842}");
+    assert_string_equal(batch.jobs[0].headers, "{\"trace\": \"abc\"}");
+    assert_null(batch.jobs[0].ordering_key);
+    assert_true(batch.jobs[0].created_at > 1.7e9);
+    assert_state(f->conn, id, "running");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE worker_id = 'worker-a'"
+                                               " AND lease_until > now() + interval '50 s'"),
+                     1);
+
+    /* a running row is not claimable by anyone else */
+    {
+        struct outbox_batch other;
+
+        assert_int_equal(outbox_claim(f->b, NULL, 0, 10, 60, &other, &err), 0);
+        assert_int_equal(other.count, 0);
+        outbox_batch_release_memory(&other);
+    }
+
+    lease.job_id = id;
+    lease.generation = batch.jobs[0].generation;
+    outbox_batch_release_memory(&batch);
+    /* another worker cannot complete it */
+    assert_int_equal(outbox_complete(f->b, &lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(changed, 0);
+    assert_state(f->conn, id, "running");
+
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(changed, 1);
+    assert_state(f->conn, id, "succeeded");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE finished_at IS NOT NULL"
+                                               " AND worker_id IS NULL"),
+                     1);
+    /* completing twice is not a success */
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+}
+
+static void
+test_claim_order_and_queue_filter(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message low = {.queue = "a", .payload_json = "1"};
+    struct outbox_message high = {.queue = "a", .payload_json = "2", .priority = 5};
+    struct outbox_message later = {.queue = "a", .payload_json = "3", .delay_seconds = 3600};
+    struct outbox_message other = {.queue = "b", .payload_json = "4"};
+    const char *queues[] = {"a"};
+    int64_t low_id = enqueue_committed(f->conn, &low);
+    int64_t high_id = enqueue_committed(f->conn, &high);
+    int64_t other_id;
+    struct outbox_batch batch;
+    struct outbox_error err;
+
+    enqueue_committed(f->conn, &later);
+    other_id = enqueue_committed(f->conn, &other);
+
+    /* priority first; a row whose run_at is in the future is not claimed */
+    assert_int_equal(outbox_claim(f->a, queues, 1, 1, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].job_id, high_id);
+    outbox_batch_release_memory(&batch);
+    assert_int_equal(outbox_claim(f->a, queues, 1, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].job_id, low_id);
+    outbox_batch_release_memory(&batch);
+
+    /* queue b was left alone, and the all-queues claim finds it */
+    assert_state(f->conn, other_id, "ready");
+    assert_int_equal(outbox_claim(f->b, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].job_id, other_id);
+    outbox_batch_release_memory(&batch);
+}
+
+/* Moves the lease of a row into the past, as if its worker stalled. */
+static void
+expire_lease(PGconn *conn, int64_t job_id)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql),
+             "UPDATE outbox.job SET lease_until = now() - interval '1 second' WHERE job_id = %lld",
+             (long long)job_id);
+    harness_exec(conn, sql);
+}
+
+static void
+test_expired_lease_is_fenced_reaped_and_reclaimed(void **state)
+{
+    struct fixture *f = *state;
+    int64_t id = enqueue_simple(f->conn, "orders", "{}");
+    struct outbox_batch batch;
+    struct outbox_reap_result reaped;
+    struct outbox_error err;
+    struct outbox_lease old_lease, new_lease;
+    struct outbox_failure failure;
+    bool done;
+    size_t changed;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    old_lease = (struct outbox_lease){.job_id = id, .generation = batch.jobs[0].generation};
+    outbox_batch_release_memory(&batch);
+
+    /* expired but not yet reaped: the owner can no longer complete or extend */
+    expire_lease(f->conn, id);
+    assert_int_equal(outbox_complete(f->a, &old_lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(outbox_extend(f->a, &old_lease, 1, 60, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_state(f->conn, id, "running");
+
+    assert_int_equal(outbox_reap(f->b, 100, 0, &reaped, &err), 0);
+    assert_int_equal(reaped.ready, 1);
+    assert_int_equal(reaped.dead, 0);
+    assert_state(f->conn, id, "ready");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE last_error LIKE 'lease expired%'"),
+                     1);
+
+    assert_int_equal(outbox_claim(f->b, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].generation, 2);
+    new_lease = (struct outbox_lease){.job_id = id, .generation = 2};
+    outbox_batch_release_memory(&batch);
+
+    /* the stale worker changes nothing, whatever it tries */
+    assert_int_equal(outbox_complete(f->a, &old_lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(outbox_extend(f->a, &old_lease, 1, 60, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(outbox_release(f->a, &old_lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    failure = (struct outbox_failure){.job_id = id, .generation = 1, .error = "stale"};
+    assert_int_equal(outbox_fail(f->a, &failure, 1, &done, NULL, &changed, &err), 0);
+    assert_false(done);
+    /* even with the right generation number, another worker id is not the owner */
+    assert_int_equal(outbox_complete(f->a, &new_lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_state(f->conn, id, "running");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE worker_id = 'worker-b' AND attempts = 2"),
+                     1);
+
+    assert_int_equal(outbox_extend(f->b, &new_lease, 1, 120, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE lease_until > now() + interval '100 s'"),
+                     1);
+    assert_int_equal(outbox_complete(f->b, &new_lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_state(f->conn, id, "succeeded");
+}
+
+static void
+test_reap_kills_rows_without_attempts_left(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "q", .payload_json = "{}", .max_attempts = 1};
+    int64_t id = enqueue_committed(f->conn, &message);
+    struct outbox_batch batch;
+    struct outbox_reap_result reaped;
+    struct outbox_error err;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    outbox_batch_release_memory(&batch);
+    expire_lease(f->conn, id);
+    assert_int_equal(outbox_reap(f->a, 100, 0, &reaped, &err), 0);
+    assert_int_equal(reaped.dead, 1);
+    assert_state(f->conn, id, "dead");
+}
+
+static void
+test_failures_retry_then_die_with_last_error(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "q", .payload_json = "{}", .max_attempts = 3};
+    int64_t id = enqueue_committed(f->conn, &message);
+    struct outbox_error err;
+
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        struct outbox_batch batch;
+        struct outbox_failure failure;
+        char reason[32];
+        bool done = false, dead = false;
+        size_t changed;
+
+        assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+        assert_int_equal(batch.count, 1);
+        assert_int_equal(batch.jobs[0].generation, attempt);
+        snprintf(reason, sizeof(reason), "boom %d", attempt);
+        failure = (struct outbox_failure){
+            .job_id = id, .generation = attempt, .error = reason, .retry_seconds = 0};
+        outbox_batch_release_memory(&batch);
+        assert_int_equal(outbox_fail(f->a, &failure, 1, &done, &dead, &changed, &err), 0);
+        assert_true(done);
+        assert_int_equal(dead, attempt == 3);
+    }
+    assert_state(f->conn, id, "dead");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE last_error = 'boom 3'"
+                                               " AND finished_at IS NOT NULL AND attempts = 3"),
+                     1);
+}
+
+static void
+test_fail_backs_off_and_permanent_is_dead(void **state)
+{
+    struct fixture *f = *state;
+    int64_t first = enqueue_simple(f->conn, "q", "1");
+    int64_t second = enqueue_simple(f->conn, "q", "2");
+    struct outbox_batch batch;
+    struct outbox_failure failures[2];
+    struct outbox_error err;
+    bool done[2], dead[2];
+    size_t changed;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 2);
+    failures[0] = (struct outbox_failure){.job_id = first,
+                                          .generation = 1,
+                                          .error = "quote \" and \\ backslash, {braces}",
+                                          .retry_seconds = 3600};
+    failures[1] = (struct outbox_failure){
+        .job_id = second, .generation = 1, .error = "too large", .permanent = true};
+    outbox_batch_release_memory(&batch);
+    assert_int_equal(outbox_fail(f->a, failures, 2, done, dead, &changed, &err), 0);
+    assert_int_equal(changed, 2);
+    assert_false(dead[0]);
+    assert_true(dead[1]);
+    assert_state(f->conn, first, "ready");
+    assert_state(f->conn, second, "dead");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE run_at > now() + interval '3000 s'"
+                                               " AND last_error = 'quote \" and \\ backslash,"
+                                               " {braces}'"),
+                     1);
+    /* backing off: not claimable now */
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 0);
+    outbox_batch_release_memory(&batch);
+}
+
+static void
+test_release_keeps_the_attempt(void **state)
+{
+    struct fixture *f = *state;
+    int64_t id = enqueue_simple(f->conn, "q", "{}");
+    struct outbox_batch batch;
+    struct outbox_lease lease;
+    struct outbox_error err;
+    bool done;
+    size_t changed;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    lease = (struct outbox_lease){.job_id = id, .generation = batch.jobs[0].generation};
+    outbox_batch_release_memory(&batch);
+    assert_int_equal(outbox_release(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_state(f->conn, id, "ready");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT attempts FROM outbox.job"), 0);
+    /* at once claimable again, with generation 1 */
+    assert_int_equal(outbox_claim(f->b, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].generation, 1);
+    outbox_batch_release_memory(&batch);
+}
+
+#define CONCURRENT_ROWS 20000
+#define CLAIMERS 4
+
+struct claimer {
+    const char *url;
+    char worker[16];
+    int64_t *ids;
+    size_t count;
+    int generation_errors;
+    int failures;
+};
+
+static void *
+claimer_run(void *arg)
+{
+    struct claimer *c = arg;
+    struct outbox_error err;
+    outbox_store *store = outbox_store_connect(c->url, c->worker, &err);
+
+    if (store == NULL) {
+        c->failures++;
+        return NULL;
+    }
+    c->ids = calloc(CONCURRENT_ROWS, sizeof(*c->ids));
+    for (int round = 0; round < CONCURRENT_ROWS; round++) {
+        struct outbox_batch batch;
+        struct outbox_lease leases[100];
+        bool done[100];
+        size_t changed;
+
+        if (outbox_claim(store, NULL, 0, 100, 60, &batch, &err) != 0) {
+            c->failures++;
+            break;
+        }
+        if (batch.count == 0) {
+            outbox_batch_release_memory(&batch);
+            break;
+        }
+        for (size_t i = 0; i < batch.count; i++) {
+            c->ids[c->count++] = batch.jobs[i].job_id;
+            if (batch.jobs[i].generation != 1)
+                c->generation_errors++;
+            leases[i] = (struct outbox_lease){batch.jobs[i].job_id, batch.jobs[i].generation};
+        }
+        if (outbox_complete(store, leases, batch.count, done, &changed, &err) != 0 ||
+            changed != batch.count)
+            c->failures++;
+        outbox_batch_release_memory(&batch);
+    }
+    outbox_store_free(store);
+    return NULL;
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+static void
+test_concurrent_claimers_get_disjoint_rows(void **state)
+{
+    struct fixture *f = *state;
+    struct claimer claimers[CLAIMERS];
+    pthread_t threads[CLAIMERS];
+    int64_t *all = malloc(CONCURRENT_ROWS * sizeof(*all));
+    size_t total = 0;
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload)"
+                          " SELECT 'bulk', jsonb_build_object('n', g)"
+                          " FROM generate_series(1, 20000) AS g");
+    for (int i = 0; i < CLAIMERS; i++) {
+        claimers[i] = (struct claimer){.url = f->url};
+        snprintf(claimers[i].worker, sizeof(claimers[i].worker), "claimer-%d", i);
+        assert_int_equal(pthread_create(&threads[i], NULL, claimer_run, &claimers[i]), 0);
+    }
+    for (int i = 0; i < CLAIMERS; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(claimers[i].failures, 0);
+        assert_int_equal(claimers[i].generation_errors, 0);
+        assert_true(claimers[i].count > 0); /* SKIP LOCKED lets every claimer make progress */
+        assert_true(total + claimers[i].count <= CONCURRENT_ROWS);
+        memcpy(all + total, claimers[i].ids, claimers[i].count * sizeof(*all));
+        total += claimers[i].count;
+        free(claimers[i].ids);
+    }
+    assert_int_equal(total, CONCURRENT_ROWS);
+    qsort(all, total, sizeof(*all), compare_id);
+    for (size_t i = 1; i < total; i++)
+        assert_true(all[i] != all[i - 1]);
+    free(all);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 1"),
+                     CONCURRENT_ROWS);
+}
+
+static void
+test_cleanup_removes_only_old_succeeded_rows(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_error err;
+    size_t deleted, total = 0;
+
+    harness_exec(f->conn,
+                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                 " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
+                 " FROM generate_series(1, 250);"
+                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                 " SELECT 'q', '{}', 'succeeded', now() - interval '10 minutes'"
+                 " FROM generate_series(1, 5);"
+                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                 " SELECT 'q', '{}', 'dead', now() - interval '2 hours'"
+                 " FROM generate_series(1, 5);"
+                 "INSERT INTO outbox.job (queue, payload) SELECT 'q', '{}'"
+                 " FROM generate_series(1, 5)");
+    do {
+        assert_int_equal(outbox_cleanup(f->a, 3600, 100, &deleted, &err), 0);
+        total += deleted;
+    } while (deleted == 100);
+    assert_int_equal(total, 250);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 15);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     5);
+}
+
+/* Claims everything claimable now and returns how many rows, recording ids. */
+static size_t
+claim_ids(outbox_store *store, int64_t *ids, size_t max)
+{
+    struct outbox_batch batch;
+    struct outbox_error err;
+    size_t n;
+
+    assert_int_equal(outbox_claim(store, NULL, 0, (int)max, 60, &batch, &err), 0);
+    n = batch.count;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = batch.jobs[i].job_id;
+    outbox_batch_release_memory(&batch);
+    return n;
+}
+
+static void
+test_ordering_key_one_at_a_time(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message k1 = {.queue = "q", .payload_json = "{}", .ordering_key = "order-1"};
+    struct outbox_message k2 = {.queue = "q", .payload_json = "{}", .ordering_key = "order-2"};
+    struct outbox_message same_key_other_queue = {
+        .queue = "r", .payload_json = "{}", .ordering_key = "order-1"};
+    int64_t a1 = enqueue_committed(f->conn, &k1);
+    int64_t a2 = enqueue_committed(f->conn, &k1);
+    int64_t b1 = enqueue_committed(f->conn, &k2);
+    int64_t c1 = enqueue_committed(f->conn, &same_key_other_queue);
+    int64_t free_row = enqueue_simple(f->conn, "q", "{}");
+    int64_t ids[10];
+    struct outbox_lease lease;
+    struct outbox_failure failure;
+    struct outbox_error err;
+    bool done;
+    size_t changed;
+
+    /* heads of each key, plus the unkeyed row; never a2 while a1 is unfinished */
+    assert_int_equal(claim_ids(f->a, ids, 10), 4);
+    assert_int_equal(ids[0], a1);
+    assert_int_equal(ids[1], b1);
+    assert_int_equal(ids[2], c1);
+    assert_int_equal(ids[3], free_row);
+    assert_int_equal(claim_ids(f->b, ids, 10), 0);
+
+    /* a retrying head blocks its key */
+    failure = (struct outbox_failure){.job_id = a1, .generation = 1, .error = "x"};
+    assert_int_equal(outbox_fail(f->a, &failure, 1, &done, NULL, &changed, &err), 0);
+    assert_int_equal(claim_ids(f->b, ids, 10), 1); /* a1 itself, retry delay 0 */
+    assert_int_equal(ids[0], a1);
+    lease = (struct outbox_lease){.job_id = a1, .generation = 2};
+    assert_int_equal(outbox_complete(f->b, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(claim_ids(f->b, ids, 10), 1);
+    assert_int_equal(ids[0], a2);
+}
+
+static void
+test_ordering_dead_head_policy(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message k1 = {.queue = "q", .payload_json = "{}", .ordering_key = "k"};
+    int64_t head = enqueue_committed(f->conn, &k1);
+    int64_t next = enqueue_committed(f->conn, &k1);
+    int64_t ids[10];
+    struct outbox_failure failure;
+    struct outbox_error err;
+    bool done, dead;
+    size_t changed;
+
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    failure = (struct outbox_failure){
+        .job_id = head, .generation = 1, .error = "poison", .permanent = true};
+    assert_int_equal(outbox_fail(f->a, &failure, 1, &done, &dead, &changed, &err), 0);
+    assert_true(dead);
+
+    outbox_store_set_block_on_dead_head(f->b, true);
+    assert_int_equal(claim_ids(f->b, ids, 10), 0);
+    outbox_store_set_block_on_dead_head(f->b, false);
+    assert_int_equal(claim_ids(f->b, ids, 10), 1);
+    assert_int_equal(ids[0], next);
+}
+
+static void
+test_connect_without_schema_is_a_clear_error(void **state)
+{
+    char *url = harness_database_new_empty();
+    struct outbox_error err;
+    outbox_store *store = outbox_store_connect(url, "w", &err);
+
+    (void)state;
+    assert_null(store);
+    assert_int_equal(err.code, OUTBOX_ERR_SCHEMA);
+    assert_non_null(strstr(err.message, "outboxctl migrate"));
+    harness_database_drop(url);
+}
+
+static void
+test_connect_refused_is_transient(void **state)
+{
+    struct outbox_error err;
+    outbox_store *store = outbox_store_connect(
+        "postgresql://nobody:hunter2@127.0.0.1:1/x?connect_timeout=2", "w", &err);
+
+    (void)state;
+    assert_null(store);
+    assert_int_equal(err.code, OUTBOX_ERR_CONNECTION);
+    assert_true(outbox_error_is_transient(&err));
+    assert_null(strstr(err.message, "hunter2"));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_enqueue_needs_a_transaction_and_rolls_back, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_is_idempotent_on_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_rejects_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expired_lease_is_fenced_reaped_and_reclaimed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_reap_kills_rows_without_attempts_left, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_failures_retry_then_die_with_last_error, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fail_backs_off_and_permanent_is_dead, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_release_keeps_the_attempt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_claimers_get_disjoint_rows, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cleanup_removes_only_old_succeeded_rows, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ordering_key_one_at_a_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ordering_dead_head_policy, setup, teardown),
+        cmocka_unit_test(test_connect_without_schema_is_a_clear_error),
+        cmocka_unit_test(test_connect_refused_is_transient),
+    };
+
+    return cmocka_run_group_tests_name("store", tests, NULL, NULL);
+}
