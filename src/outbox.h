@@ -226,6 +226,35 @@ int outbox_reap(outbox_store *store, int limit, double retry_seconds,
 int outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t *deleted,
                    struct outbox_error *err);
 
+/* ---- observation --------------------------------------------------------- */
+
+/* The ready backlog of one queue, from outbox_sample_backlog(). */
+struct outbox_backlog {
+    const char *queue;
+    int64_t ready;             /* rows ready now (run_at reached) */
+    double oldest_ready_age;   /* seconds since the oldest of them became ready */
+};
+
+/*
+ * Calls each(arg, &backlog) for every queue with ready rows. One index-only
+ * scan of the ready index: cheap enough to run every few seconds.
+ */
+int outbox_sample_backlog(outbox_store *store,
+                          void (*each)(void *arg, const struct outbox_backlog *backlog),
+                          void *arg, struct outbox_error *err);
+
+/* The oldest open transaction other than ours, which holds back vacuum. */
+struct outbox_horizon {
+    bool found;
+    double age_seconds;
+    int pid;
+    char application[64];
+    char state[32];
+};
+
+int outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon,
+                          struct outbox_error *err);
+
 /*
  * The retry delay after the given attempt failed: base * 2^(attempt-1),
  * capped, then scaled by a jitter factor in [0.5, 1.0] drawn from random01

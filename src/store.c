@@ -131,6 +131,18 @@ static const char SQL_ENQUEUE[] =
     "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
     " now() + make_interval(secs => $6), $7, $8)";
 
+static const char SQL_BACKLOG[] =
+    "SELECT queue, count(*), extract(epoch FROM now() - min(run_at))::float8"
+    " FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue";
+
+static const char SQL_HORIZON[] =
+    "SELECT extract(epoch FROM now() - xact_start)::float8, pid,"
+    " left(coalesce(application_name, ''), 63), left(coalesce(state, ''), 31)"
+    " FROM pg_stat_activity"
+    " WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+    "   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"
+    " ORDER BY xact_start LIMIT 1";
+
 static const struct statement {
     const char *name;
     const char *sql;
@@ -139,6 +151,7 @@ static const struct statement {
     {"outbox_extend", SQL_EXTEND},       {"outbox_complete", SQL_COMPLETE},
     {"outbox_release", SQL_RELEASE},     {"outbox_fail", SQL_FAIL},
     {"outbox_reap", SQL_REAP},           {"outbox_cleanup", SQL_CLEANUP},
+    {"outbox_backlog", SQL_BACKLOG},     {"outbox_horizon", SQL_HORIZON},
 };
 
 /* ---- growable text buffer for array literals ----------------------------- */
@@ -742,6 +755,53 @@ outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t 
     if (result == NULL)
         return -1;
     *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+/* ---- observation ----------------------------------------------------------- */
+
+int
+outbox_sample_backlog(outbox_store *store,
+                      void (*each)(void *arg, const struct outbox_backlog *backlog), void *arg,
+                      struct outbox_error *err)
+{
+    PGresult *result = run_prepared(store, "outbox_backlog", 0, NULL, PGRES_TUPLES_OK,
+                                    "unable to sample the backlog", err);
+
+    if (result == NULL)
+        return -1;
+    for (int r = 0; r < PQntuples(result); r++) {
+        struct outbox_backlog backlog = {
+            .queue = PQgetvalue(result, r, 0),
+            .ready = strtoll(PQgetvalue(result, r, 1), NULL, 10),
+            .oldest_ready_age = strtod(PQgetvalue(result, r, 2), NULL),
+        };
+
+        each(arg, &backlog);
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon,
+                      struct outbox_error *err)
+{
+    PGresult *result = run_prepared(store, "outbox_horizon", 0, NULL, PGRES_TUPLES_OK,
+                                    "unable to sample open transactions", err);
+
+    memset(horizon, 0, sizeof(*horizon));
+    if (result == NULL)
+        return -1;
+    if (PQntuples(result) > 0) {
+        horizon->found = true;
+        horizon->age_seconds = strtod(PQgetvalue(result, 0, 0), NULL);
+        horizon->pid = (int)strtol(PQgetvalue(result, 0, 1), NULL, 10);
+        snprintf(horizon->application, sizeof(horizon->application), "%s",
+                 PQgetvalue(result, 0, 2));
+        snprintf(horizon->state, sizeof(horizon->state), "%s", PQgetvalue(result, 0, 3));
+    }
     PQclear(result);
     return 0;
 }

@@ -1,0 +1,49 @@
+/*
+ * relay.h - the relay daemon's pipelines.
+ *
+ * A relay runs config->concurrency pipelines, each a thread with its own
+ * database connection (an outbox_store) and its own broker connection (a
+ * sink). A pipeline loops: claim a batch, publish it, mark what the broker
+ * confirmed succeeded and fail the rest with a backoff, then claim again at
+ * once while there is work, or wait (LISTEN + adaptive polling) when there
+ * is none. Pipeline 0 also reaps expired leases, deletes old succeeded rows
+ * and samples the backlog for the metrics.
+ *
+ * Stopping: relay_stop() makes every pipeline finish the batch in flight
+ * and return; nothing claimed is left behind running. The caller (main)
+ * owns signals.
+ */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include "config.h"
+#include "metrics.h"
+
+typedef struct relay relay;
+
+/* Validates what can be checked offline; NULL with err on failure. */
+relay *relay_new(const struct relay_config *config, metrics *m, struct outbox_error *err);
+void relay_free(relay *r);
+
+/*
+ * --check: connect to the database (schema present) and the broker
+ * (authenticated), then disconnect. 0, or -1 with err.
+ */
+int relay_check(relay *r, struct outbox_error *err);
+
+/* Starts the pipelines. */
+int relay_start(relay *r, struct outbox_error *err);
+
+/* Asks the pipelines to stop after their batch in flight; async-safe to call twice. */
+void relay_stop(relay *r);
+
+/* True once every pipeline has returned (after relay_stop, --once, or a fatal error). */
+bool relay_finished(relay *r);
+
+/*
+ * Joins the pipelines. Returns 0 after a clean stop, -1 with err when a
+ * pipeline stopped on a fatal error.
+ */
+int relay_join(relay *r, struct outbox_error *err);
+
+#endif

@@ -1,0 +1,418 @@
+/*
+ * config.c - the option table, parsing and --help.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "url.h"
+
+/* How an option's text becomes a value. */
+enum option_kind {
+    KIND_STRING,   /* char * */
+    KIND_LIST,     /* comma-separated queue names */
+    KIND_INT,      /* int within [min, max] */
+    KIND_INT64,    /* int64_t within [min, max] */
+    KIND_SECONDS,  /* duration into double seconds, [min, max] */
+    KIND_MILLIS,   /* duration into int milliseconds (int or int64 by field size) */
+    KIND_FLAG,     /* bool, no argument on the command line */
+    KIND_CHOICE,   /* one of the words in choices */
+};
+
+struct option_spec {
+    const char *name;   /* without the leading "--" */
+    const char *metavar;
+    enum option_kind kind;
+    size_t offset;      /* field in struct relay_config */
+    size_t size;        /* field size, for KIND_MILLIS */
+    const char *fallback; /* default as text, parsed like user input; NULL: none */
+    double min;
+    double max;
+    const char *choices; /* KIND_CHOICE: "a|b" */
+    const char *help;
+};
+
+#define FIELD(f) offsetof(struct relay_config, f), sizeof(((struct relay_config *)0)->f)
+
+static const struct option_spec OPTIONS[] = {
+    {"database-url", "URL", KIND_STRING, FIELD(database_url), NULL, 0, 0, NULL,
+     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required"},
+    {"broker", "URL", KIND_STRING, FIELD(broker_url), NULL, 0, 0, NULL,
+     "amqp://user:pass@host:port/vhost, amqps://..., or redis://[:pass@]host:port[/db]; required"},
+    {"queues", "A,B", KIND_LIST, FIELD(queues), NULL, 0, 0, NULL,
+     "publish only these queues (default: every queue)"},
+    {"exchange", "NAME", KIND_STRING, FIELD(exchange), "", 0, 0, NULL,
+     "AMQP exchange; the routing key is the row's queue (default: the default exchange)"},
+    {"stream-prefix", "P", KIND_STRING, FIELD(stream_prefix), "", 0, 0, NULL,
+     "Redis stream key = P + queue"},
+    {"batch-size", "N", KIND_INT, FIELD(batch_size), "500", 1, 10000, NULL,
+     "rows claimed per claim"},
+    {"lease", "SECONDS", KIND_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
+     "lease length; rows of a relay that dies are retried after it"},
+    {"concurrency", "N", KIND_INT, FIELD(concurrency), "2", 1, 64, NULL,
+     "parallel claim/publish pipelines, each with its own connections"},
+    {"metrics-addr", "HOST:PORT", KIND_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
+     "serve /metrics and /healthz here; 'off' disables"},
+    {"once", NULL, KIND_FLAG, FIELD(once), NULL, 0, 0, NULL,
+     "reap, publish until nothing is claimable now, then exit 0"},
+    {"check", NULL, KIND_FLAG, FIELD(check), NULL, 0, 0, NULL,
+     "validate the configuration, connect to both ends, print 'configuration OK'"},
+    {"poll-interval", "DURATION", KIND_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
+     "longest wait between claims while idle (a new row is seen within about this)"},
+    {"retry-base", "DURATION", KIND_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
+     "first retry delay after a failed publish; doubles per attempt, with jitter"},
+    {"retry-max", "DURATION", KIND_SECONDS, FIELD(retry_max_seconds), "5m", 0, 604800, NULL,
+     "longest retry delay"},
+    {"retention", "DURATION", KIND_SECONDS, FIELD(retention_seconds), "24h", 0, 31536000, NULL,
+     "delete succeeded rows older than this; 0 keeps them"},
+    {"dedup-window", "DURATION", KIND_MILLIS, FIELD(dedup_window_ms), "24h", 1, 31536000000.0,
+     NULL, "Redis: a job is appended at most once per stream within this window"},
+    {"stream-maxlen", "N", KIND_INT64, FIELD(stream_maxlen), "0", 0, 1e15, NULL,
+     "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims"},
+    {"max-message-bytes", "N", KIND_INT64, FIELD(max_message_bytes), "134217728", 1, 2147483647,
+     NULL, "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)"},
+    {"ordering-dead-policy", "skip|block", KIND_CHOICE, FIELD(block_on_dead_head), "skip", 0, 0,
+     "skip|block", "whether a dead row stops later rows of its ordering key"},
+    {"tls-verify", "yes|no", KIND_CHOICE, FIELD(tls_verify), "yes", 0, 0, "no|yes",
+     "amqps: verify the broker's certificate and host name"},
+    {"log-level", "LEVEL", KIND_CHOICE, FIELD(log_level), "info", 0, 0, "debug|info|warn|error",
+     "least severe level logged"},
+    {"log-format", "text|json", KIND_CHOICE, FIELD(log_format), "text", 0, 0, "text|json",
+     "log line format"},
+    {"horizon-warning", "DURATION", KIND_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
+     31536000, NULL, "warn when an open transaction holds back vacuum longer than this"},
+    {"help", NULL, KIND_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit"},
+    {"version", NULL, KIND_FLAG, FIELD(version), NULL, 0, 0, NULL, "print the version and exit"},
+};
+
+#define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
+
+double
+config_parse_duration(const char *text)
+{
+    static const struct {
+        const char *suffix;
+        double seconds;
+    } UNITS[] = {{"ms", 0.001}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"", 1}};
+    char *end;
+    double value;
+
+    if (text == NULL || !isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    value = strtod(text, &end);
+    if (errno != 0 || end == text || !isfinite(value))
+        return -1;
+    for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++)
+        if (strcmp(end, UNITS[i].suffix) == 0)
+            return value * UNITS[i].seconds;
+    return -1;
+}
+
+/* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */
+static void
+env_name(const struct option_spec *spec, char *out, size_t size)
+{
+    size_t n = (size_t)snprintf(out, size, "OUTBOX_");
+
+    for (const char *p = spec->name; *p != '\0' && n + 1 < size; p++)
+        out[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    out[n] = '\0';
+}
+
+/* Frees one option's current value. */
+static void
+clear_value(struct relay_config *config, const struct option_spec *spec)
+{
+    char *base = (char *)config + spec->offset;
+
+    if (spec->kind == KIND_STRING) {
+        free(*(char **)base);
+        *(char **)base = NULL;
+    } else if (spec->kind == KIND_LIST) {
+        char **list = *(char ***)base;
+
+        for (size_t i = 0; list != NULL && list[i] != NULL; i++)
+            free(list[i]);
+        free(list);
+        *(char ***)base = NULL;
+        config->queue_count = 0;
+    }
+}
+
+/* A queue name as the schema allows it: 1-200 of [A-Za-z0-9._:-]. */
+static bool
+queue_name_valid(const char *name, size_t len)
+{
+    if (len == 0 || len > 200)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+
+        if (!isalnum((unsigned char)c) && c != '.' && c != '_' && c != ':' && c != '-')
+            return false;
+    }
+    return true;
+}
+
+/* Sets one option from text; `source` names it in errors ("--lease" or "OUTBOX_LEASE"). */
+static int
+set_value(struct relay_config *config, const struct option_spec *spec, const char *text,
+          const char *source, struct outbox_error *err)
+{
+    char *base = (char *)config + spec->offset;
+    char *end;
+
+    switch (spec->kind) {
+    case KIND_STRING: {
+        char *copy = strdup(text);
+
+        if (copy == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        clear_value(config, spec);
+        *(char **)base = copy;
+        return 0;
+    }
+    case KIND_LIST: {
+        size_t count = 0, i = 0;
+        char **list;
+        const char *p = text;
+
+        clear_value(config, spec);
+        for (const char *q = text; *q != '\0'; q++)
+            count += *q == ',';
+        list = calloc(count + 2, sizeof(*list));
+        if (list == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        *(char ***)base = list;
+        for (;;) {
+            size_t len = strcspn(p, ",");
+
+            if (!queue_name_valid(p, len))
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                        "%s: invalid queue name '%.*s' (1-200 characters of"
+                                        " A-Z a-z 0-9 . _ : -)",
+                                        source, (int)(len > 60 ? 60 : len), p);
+            list[i] = strndup(p, len);
+            if (list[i] == NULL)
+                return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+            config->queue_count = ++i;
+            if (p[len] == '\0')
+                break;
+            p += len + 1;
+        }
+        return 0;
+    }
+    case KIND_INT:
+    case KIND_INT64: {
+        long long value;
+
+        errno = 0;
+        value = strtoll(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "%s: expected a whole number from %.0f to %.0f, got '%.40s'",
+                                    source, spec->min, spec->max, text);
+        if (spec->kind == KIND_INT)
+            *(int *)base = (int)value;
+        else
+            *(int64_t *)base = value;
+        return 0;
+    }
+    case KIND_SECONDS:
+    case KIND_MILLIS: {
+        double seconds = config_parse_duration(text);
+        double value = spec->kind == KIND_MILLIS ? seconds * 1000 : seconds;
+
+        if (seconds < 0 || value < spec->min || value > spec->max)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
+                                    " within range, got '%.40s'",
+                                    source, text);
+        if (spec->kind == KIND_SECONDS)
+            *(double *)base = value;
+        else if (spec->size == sizeof(int64_t))
+            *(int64_t *)base = (int64_t)llround(value);
+        else
+            *(int *)base = (int)lround(value);
+        return 0;
+    }
+    case KIND_FLAG:
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
+            strcmp(text, "on") == 0)
+            *(bool *)base = true;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 ||
+                 strcmp(text, "no") == 0 || strcmp(text, "off") == 0 || text[0] == '\0')
+            *(bool *)base = false;
+        else
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "%s: expected true or false, got '%.40s'", source, text);
+        return 0;
+    case KIND_CHOICE: {
+        const char *choices = spec->choices;
+        int index = 0;
+
+        for (const char *p = choices;; index++) {
+            size_t len = strcspn(p, "|");
+
+            if (strlen(text) == len && strncmp(p, text, len) == 0)
+                break;
+            if (p[len] == '\0')
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                        "%s: expected one of %s, got '%.40s'", source, choices,
+                                        text);
+            p += len + 1;
+        }
+        /* choices map to their index: a bool field takes "no|yes"-style pairs */
+        if (spec->size == sizeof(bool))
+            *(bool *)base = index == 1;
+        else
+            *(int *)base = index;
+        return 0;
+    }
+    }
+    return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unknown option kind");
+}
+
+static const struct option_spec *
+find_option(const char *name, size_t len)
+{
+    for (size_t i = 0; i < OPTION_COUNT; i++)
+        if (strlen(OPTIONS[i].name) == len && strncmp(OPTIONS[i].name, name, len) == 0)
+            return &OPTIONS[i];
+    return NULL;
+}
+
+int
+config_parse(struct relay_config *config, int argc, char *const *argv, struct outbox_error *err)
+{
+    char source[64];
+
+    memset(config, 0, sizeof(*config));
+
+    /* defaults, then the environment, then the command line */
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        if (OPTIONS[i].fallback != NULL &&
+            set_value(config, &OPTIONS[i], OPTIONS[i].fallback, OPTIONS[i].name, err) != 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        const char *value;
+
+        env_name(&OPTIONS[i], source, sizeof(source));
+        value = getenv(source);
+        if (value != NULL && set_value(config, &OPTIONS[i], value, source, err) != 0)
+            goto fail;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *name, *value = NULL;
+        const struct option_spec *spec;
+        size_t len;
+
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unexpected argument '%.60s' (options start"
+                             " with --; see --help)", arg);
+            goto fail;
+        }
+        name = arg + 2;
+        len = strcspn(name, "=");
+        if (name[len] == '=')
+            value = name + len + 1;
+        spec = find_option(name, len);
+        if (spec == NULL) {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%.*s' (see --help)",
+                             (int)(len > 60 ? 60 : len), name);
+            goto fail;
+        }
+        snprintf(source, sizeof(source), "--%s", spec->name);
+        if (spec->kind == KIND_FLAG) {
+            if (value == NULL)
+                value = "true";
+        } else if (value == NULL) {
+            if (i + 1 >= argc) {
+                outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s needs a value (%s)", source,
+                                 spec->metavar);
+                goto fail;
+            }
+            value = argv[++i];
+        }
+        if (set_value(config, spec, value, source, err) != 0)
+            goto fail;
+    }
+    if (config->help || config->version)
+        return 0;
+
+    if (config->database_url == NULL || config->database_url[0] == '\0') {
+        outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                         "--database-url is required (or OUTBOX_DATABASE_URL)");
+        goto fail;
+    }
+    if (config->broker_url == NULL || config->broker_url[0] == '\0') {
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker is required (or OUTBOX_BROKER)");
+        goto fail;
+    }
+    {
+        struct broker_url url;
+        struct outbox_error url_err;
+
+        if (url_parse(config->broker_url, &url, &url_err) != 0) {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s", url_err.message);
+            goto fail;
+        }
+        url_clear(&url);
+    }
+    if (config->retry_max_seconds < config->retry_base_seconds) {
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--retry-max must not be below --retry-base");
+        goto fail;
+    }
+    if (config->once && config->check) {
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--once and --check exclude each other");
+        goto fail;
+    }
+    return 0;
+
+fail:
+    config_clear(config);
+    return -1;
+}
+
+void
+config_clear(struct relay_config *config)
+{
+    if (config == NULL)
+        return;
+    for (size_t i = 0; i < OPTION_COUNT; i++)
+        clear_value(config, &OPTIONS[i]);
+    memset(config, 0, sizeof(*config));
+}
+
+void
+config_usage(FILE *out)
+{
+    fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
+          "\n"
+          "Publishes committed rows of outbox.job to RabbitMQ or Redis Streams.\n"
+          "Every option can also be set as OUTBOX_<NAME> in the environment\n"
+          "(--batch-size as OUTBOX_BATCH_SIZE); the command line wins.\n"
+          "\n"
+          "options:\n",
+          out);
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        const struct option_spec *spec = &OPTIONS[i];
+        char left[64];
+
+        snprintf(left, sizeof(left), "--%s%s%s", spec->name, spec->metavar ? " " : "",
+                 spec->metavar ? spec->metavar : "");
+        fprintf(out, "  %-30s %s", left, spec->help);
+        if (spec->fallback != NULL && spec->fallback[0] != '\0' && spec->kind != KIND_FLAG)
+            fprintf(out, " [%s]", spec->fallback);
+        fputc('\n', out);
+    }
+    fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
+}
