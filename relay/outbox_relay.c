@@ -40,7 +40,7 @@ main(int argc, char **argv)
     int signals_seen = 0;
 
     signal(SIGPIPE, SIG_IGN);
-    if (config_parse(&config, argc, argv, &err) != 0) {
+    if (config_parse(&config, argc, (const char *const *)argv, &err) != 0) {
         fprintf(stderr, "outbox-relay: %s\n", err.message);
         return EXIT_USAGE;
     }

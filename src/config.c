@@ -290,7 +290,8 @@ find_option(const char *name, size_t len)
 }
 
 int
-config_parse(struct relay_config *config, int argc, char *const *argv, struct outbox_error *err)
+config_parse(struct relay_config *config, int argc, const char *const *argv,
+             struct outbox_error *err)
 {
     char source[64];
 

@@ -63,7 +63,7 @@ struct relay_config {
  * Fills config from argv (argv[0] is skipped) and the environment.
  * Returns 0, or -1 with OUTBOX_ERR_CONFIG and a one-line message.
  */
-int config_parse(struct relay_config *config, int argc, char *const *argv,
+int config_parse(struct relay_config *config, int argc, const char *const *argv,
                  struct outbox_error *err);
 void config_clear(struct relay_config *config);
 

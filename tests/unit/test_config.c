@@ -1,0 +1,191 @@
+/*
+ * test_config.c - relay options: defaults, environment, precedence, errors.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#define BASE "--database-url", "postgresql://db/app", "--broker", "amqp://u:secret@mq/"
+
+static int
+parse(struct relay_config *config, struct outbox_error *err, int argc, const char *const *argv)
+{
+    return config_parse(config, argc, argv, err);
+}
+
+#define PARSE(config, err, ...)                                                                    \
+    parse(config, err, (int)(sizeof((const char *const[]){"relay", __VA_ARGS__}) / sizeof(char *)),      \
+          (const char *const[]){"relay", __VA_ARGS__})
+
+static int
+clean_env(void **state)
+{
+    (void)state;
+    unsetenv("OUTBOX_DATABASE_URL");
+    unsetenv("OUTBOX_BROKER");
+    unsetenv("OUTBOX_BATCH_SIZE");
+    unsetenv("OUTBOX_ONCE");
+    unsetenv("OUTBOX_QUEUES");
+    return 0;
+}
+
+static void
+test_defaults(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(PARSE(&c, &err, BASE), 0);
+    assert_string_equal(c.database_url, "postgresql://db/app");
+    assert_int_equal(c.batch_size, 500);
+    assert_int_equal(c.lease_seconds, 60);
+    assert_int_equal(c.concurrency, 2);
+    assert_string_equal(c.metrics_addr, "127.0.0.1:9187");
+    assert_string_equal(c.exchange, "");
+    assert_null(c.queues);
+    assert_false(c.once);
+    assert_int_equal(c.poll_interval_ms, 100);
+    assert_int_equal(c.dedup_window_ms, 24LL * 3600 * 1000);
+    assert_true(c.tls_verify);
+    assert_false(c.block_on_dead_head);
+    assert_int_equal(c.log_level, CONFIG_LOG_INFO);
+    config_clear(&c);
+}
+
+static void
+test_environment_and_precedence(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    setenv("OUTBOX_DATABASE_URL", "postgresql://env/db", 1);
+    setenv("OUTBOX_BROKER", "redis://localhost", 1);
+    setenv("OUTBOX_BATCH_SIZE", "50", 1);
+    setenv("OUTBOX_ONCE", "true", 1);
+    setenv("OUTBOX_QUEUES", "a,b.c", 1);
+    assert_int_equal(PARSE(&c, &err, "--batch-size", "70"), 0);
+    assert_string_equal(c.database_url, "postgresql://env/db");
+    assert_int_equal(c.batch_size, 70); /* the command line wins */
+    assert_true(c.once);
+    assert_int_equal(c.queue_count, 2);
+    assert_string_equal(c.queues[0], "a");
+    assert_string_equal(c.queues[1], "b.c");
+    assert_null(c.queues[2]);
+    config_clear(&c);
+    clean_env(NULL);
+}
+
+static void
+test_forms(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(PARSE(&c, &err, BASE, "--lease=30", "--retention", "7d", "--poll-interval",
+                           "250ms", "--ordering-dead-policy", "block", "--log-format", "json",
+                           "--check"),
+                     0);
+    assert_int_equal(c.lease_seconds, 30);
+    assert_float_equal(c.retention_seconds, 7 * 86400.0, 0.001);
+    assert_int_equal(c.poll_interval_ms, 250);
+    assert_true(c.block_on_dead_head);
+    assert_int_equal(c.log_format, CONFIG_LOG_JSON);
+    assert_true(c.check);
+    config_clear(&c);
+}
+
+/* The parse must fail with a message that contains expected and no password. */
+static void
+assert_error(int rc, const struct outbox_error *err, const char *expected)
+{
+    assert_int_equal(rc, -1);
+    assert_int_equal(err->code, OUTBOX_ERR_CONFIG);
+    if (strstr(err->message, expected) == NULL)
+        fail_msg("message '%s' lacks '%s'", err->message, expected);
+    assert_null(strstr(err->message, "secret"));
+    assert_null(strchr(err->message, '\n'));
+}
+
+static void
+test_errors_name_the_option(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    assert_error(PARSE(&c, &err, "--broker", "amqp://h/"), &err, "--database-url is required");
+    assert_error(PARSE(&c, &err, "--database-url", "x"), &err, "--broker is required");
+    assert_error(PARSE(&c, &err, BASE, "--batch-size", "0"), &err, "--batch-size");
+    assert_error(PARSE(&c, &err, BASE, "--batch-size", "12x"), &err, "--batch-size");
+    assert_error(PARSE(&c, &err, BASE, "--lease"), &err, "--lease needs a value");
+    assert_error(PARSE(&c, &err, BASE, "--bogus", "1"), &err, "unknown option '--bogus'");
+    assert_error(PARSE(&c, &err, BASE, "stray"), &err, "unexpected argument 'stray'");
+    assert_error(PARSE(&c, &err, BASE, "--queues", "a,,b"), &err, "--queues");
+    assert_error(PARSE(&c, &err, BASE, "--queues", "with space"), &err, "invalid queue name");
+    assert_error(PARSE(&c, &err, BASE, "--retention", "soon"), &err, "--retention");
+    assert_error(PARSE(&c, &err, BASE, "--log-format", "xml"), &err, "text|json");
+    assert_error(PARSE(&c, &err, "--database-url", "x", "--broker", "kafka://u:secret@h"), &err,
+                 "--broker: unknown broker URL scheme");
+    assert_error(PARSE(&c, &err, "--database-url", "x", "--broker", "amqp://u:secret@h:0/"),
+                 &err, "--broker");
+    setenv("OUTBOX_BATCH_SIZE", "many", 1);
+    assert_error(PARSE(&c, &err, BASE), &err, "OUTBOX_BATCH_SIZE");
+    clean_env(NULL);
+}
+
+static void
+test_durations(void **state)
+{
+    (void)state;
+    assert_float_equal(config_parse_duration("90s"), 90, 1e-9);
+    assert_float_equal(config_parse_duration("15m"), 900, 1e-9);
+    assert_float_equal(config_parse_duration("24h"), 86400, 1e-9);
+    assert_float_equal(config_parse_duration("250ms"), 0.25, 1e-9);
+    assert_float_equal(config_parse_duration("12"), 12, 1e-9);
+    assert_true(config_parse_duration("") < 0);
+    assert_true(config_parse_duration("-1s") < 0);
+    assert_true(config_parse_duration("5 s") < 0);
+    assert_true(config_parse_duration("5w") < 0);
+    assert_true(config_parse_duration("inf") < 0);
+}
+
+static void
+test_help_lists_every_option(void **state)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+
+    (void)state;
+    config_usage(out);
+    fclose(out);
+    assert_non_null(strstr(text, "--database-url URL"));
+    assert_non_null(strstr(text, "--metrics-addr HOST:PORT"));
+    assert_non_null(strstr(text, "OUTBOX_<NAME>"));
+    assert_non_null(strstr(text, "[500]"));
+    free(text);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults, clean_env),
+        cmocka_unit_test_setup(test_environment_and_precedence, clean_env),
+        cmocka_unit_test_setup(test_forms, clean_env),
+        cmocka_unit_test_setup(test_errors_name_the_option, clean_env),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_help_lists_every_option),
+    };
+
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
