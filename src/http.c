@@ -183,20 +183,20 @@ route(struct http_server *s, int fd, int64_t deadline, const char *path, bool he
                          head_only);
             return;
         }
-        respond(s, fd, deadline, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL,
-                text, len, head_only);
+        respond(s, fd, deadline, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, text,
+                len, head_only);
         free(text);
     } else if (strcmp(path, "/healthz") == 0) {
         bool healthy = metrics_health(s->metrics, reason, sizeof(reason), NULL);
 
         snprintf(body, sizeof(body), "%s\n", reason);
-        respond_text(s, fd, deadline, healthy ? 200 : 503,
-                     healthy ? "OK" : "Service Unavailable", body, head_only);
+        respond_text(s, fd, deadline, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable",
+                     body, head_only);
     } else if (strcmp(path, "/readyz") == 0) {
         metrics_health(s->metrics, reason, sizeof(reason), &ready);
         snprintf(body, sizeof(body), "%s\n", ready ? "ready" : reason);
-        respond_text(s, fd, deadline, ready ? 200 : 503, ready ? "OK" : "Service Unavailable",
-                     body, head_only);
+        respond_text(s, fd, deadline, ready ? 200 : 503, ready ? "OK" : "Service Unavailable", body,
+                     head_only);
     } else {
         respond_text(s, fd, deadline, 404, "Not Found", "not found\n", head_only);
     }
@@ -242,9 +242,8 @@ serve_connection(struct http_server *s, int fd)
     method = strtok_r(request, " ", &save);
     target = strtok_r(NULL, " ", &save);
     version = strtok_r(NULL, " ", &save);
-    if (method == NULL || target == NULL || version == NULL ||
-        strtok_r(NULL, " ", &save) != NULL || strncmp(version, "HTTP/1.", 7) != 0 ||
-        target[0] != '/') {
+    if (method == NULL || target == NULL || version == NULL || strtok_r(NULL, " ", &save) != NULL ||
+        strncmp(version, "HTTP/1.", 7) != 0 || target[0] != '/') {
         respond_text(s, fd, deadline, 400, "Bad Request", "bad request\n", false);
         return;
     }
@@ -335,8 +334,7 @@ listen_on(const struct http_addr *addr, int *listen_fd, int *port, struct outbox
     for (ai = list; ai != NULL; ai = ai->ai_next) {
         int one = 1;
 
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) {
             saved_errno = errno;
             continue;
@@ -382,8 +380,7 @@ http_server_start(const struct http_addr *addr, struct metrics *m, struct http_s
     if (listen_on(addr, &s->listen_fd, &s->port, err) < 0)
         goto fail;
     if (pipe2(s->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to create a pipe: %s",
-                         strerror(errno));
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to create a pipe: %s", strerror(errno));
         goto fail;
     }
     /* The thread inherits a full signal mask, so signals reach the relay's threads. */

@@ -50,8 +50,8 @@ struct http_server;
  * resolved or bound (e.g. the port is taken), OUTBOX_ERR_INVALID when addr
  * is "off", OUTBOX_ERR_INTERNAL when a thread or pipe cannot be made.
  */
-int http_server_start(const struct http_addr *addr, struct metrics *m,
-                      struct http_server **server, struct outbox_error *err);
+int http_server_start(const struct http_addr *addr, struct metrics *m, struct http_server **server,
+                      struct outbox_error *err);
 
 /* The port actually bound (useful after binding port 0). */
 int http_server_port(const struct http_server *server);

@@ -119,8 +119,8 @@ line_put_hex_escape(struct line *l, unsigned char c, const char *prefix)
 static bool
 is_key_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-' || c == ':';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-' || c == ':';
 }
 
 /*
@@ -562,8 +562,8 @@ log_event(enum log_level level, const char *msg, const char *fields_format, ...)
 }
 
 void
-log_event_limited(const char *key, enum log_level level, const char *msg,
-                  const char *fields_format, ...)
+log_event_limited(const char *key, enum log_level level, const char *msg, const char *fields_format,
+                  ...)
 {
     va_list ap;
 

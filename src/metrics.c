@@ -390,8 +390,7 @@ out_puts(struct out *o, const char *s)
     out_append(o, s, strlen(s));
 }
 
-static void __attribute__((format(printf, 2, 3)))
-out_printf(struct out *o, const char *format, ...)
+static void __attribute__((format(printf, 2, 3))) out_printf(struct out *o, const char *format, ...)
 {
     char buf[256];
     va_list ap;
@@ -444,7 +443,7 @@ out_labels(struct out *o, const struct metrics *m, const char *key, const char *
             out_puts(o, ",");
         out_puts(o, key);
         out_puts(o, "=\"");
-        out_label_value(o, value);
+        out_label_value(o, value ? value : "");
         out_puts(o, "\"");
     }
     out_puts(o, "}");
@@ -464,7 +463,8 @@ out_header(struct out *o, const char *name, const char *help, const char *type)
     out_puts(o, "\n");
 }
 
-/* A sample value: integers exactly, others with enough digits, specials as Prometheus spells them. */
+/* A sample value: integers exactly, others with enough digits, specials as Prometheus spells them.
+ */
 static void
 out_double(struct out *o, double v)
 {

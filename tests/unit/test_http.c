@@ -60,9 +60,11 @@ http_exchange(int port, const char *request)
     while ((n = recv(fd, response + len, cap - len - 1, 0)) > 0) {
         len += (size_t)n;
         if (cap - len < 1024) {
+            char *grown = realloc(response, cap * 2);
+
+            assert_non_null(grown);
+            response = grown;
             cap *= 2;
-            response = realloc(response, cap);
-            assert_non_null(response);
         }
     }
     response[len] = '\0';
@@ -139,8 +141,8 @@ test_metrics_endpoint(void **state)
     assert_int_equal(status_of(response), 200);
     assert_non_null(strstr(response, "\r\nContent-Type: text/plain; version=0.0.4"));
     assert_string_equal(body_of(response), expected);
-    assert_non_null(
-        strstr(body_of(response), "outbox_rows_published_total{broker=\"redis\",queue=\"orders\"} 42\n"));
+    assert_non_null(strstr(body_of(response),
+                           "outbox_rows_published_total{broker=\"redis\",queue=\"orders\"} 42\n"));
     free(response);
     free(expected);
 
@@ -279,8 +281,9 @@ test_taken_port_fails_clearly(void **state)
 static void
 test_addr_parse(void **state)
 {
-    static const char *const bad[] = {"", "localhost", "127.0.0.1:", "127.0.0.1:http",
-                                      "127.0.0.1:65536", "::1:9187", "[::1]9187", "host:123456"};
+    static const char *const bad[] = {
+        "",         "localhost", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:65536",
+        "::1:9187", "[::1]9187", "host:123456"};
     struct http_addr addr;
     struct outbox_error err;
 

@@ -291,14 +291,22 @@ render_and_parse(struct metrics *m)
 }
 
 static const char *const expected_families[] = {
-    "outbox_rows_claimed_total",     "outbox_rows_published_total",
-    "outbox_rows_completed_total",   "outbox_rows_failed_total",
-    "outbox_rows_dead_total",        "outbox_rows_reaped_total",
-    "outbox_rows_released_total",    "outbox_lease_lost_total",
-    "outbox_claims_total",           "outbox_reconnects_total",
-    "outbox_rows_in_flight",         "outbox_ready_rows",
-    "outbox_oldest_ready_age_seconds", "outbox_up",
-    "outbox_publish_duration_seconds", "outbox_commit_to_publish_seconds",
+    "outbox_rows_claimed_total",
+    "outbox_rows_published_total",
+    "outbox_rows_completed_total",
+    "outbox_rows_failed_total",
+    "outbox_rows_dead_total",
+    "outbox_rows_reaped_total",
+    "outbox_rows_released_total",
+    "outbox_lease_lost_total",
+    "outbox_claims_total",
+    "outbox_reconnects_total",
+    "outbox_rows_in_flight",
+    "outbox_ready_rows",
+    "outbox_oldest_ready_age_seconds",
+    "outbox_up",
+    "outbox_publish_duration_seconds",
+    "outbox_commit_to_publish_seconds",
 };
 
 static void
@@ -511,8 +519,7 @@ test_concurrent_updates(void **state)
     render_and_parse(m);
     assert_true(value_of(&exposition, "outbox_rows_published_total", "queue", "odd") == 2000);
     assert_true(value_of(&exposition, "outbox_rows_published_total", "queue", "even") == 2000);
-    assert_true(value_of(&exposition, "outbox_publish_duration_seconds_count", NULL, NULL) ==
-                4000);
+    assert_true(value_of(&exposition, "outbox_publish_duration_seconds_count", NULL, NULL) == 4000);
     assert_true(value_of(&exposition, "outbox_rows_in_flight", NULL, NULL) == 4000);
     metrics_free(m);
 }
@@ -521,12 +528,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_registry_is_valid),
-        cmocka_unit_test(test_counts_add_up),
-        cmocka_unit_test(test_label_escaping),
-        cmocka_unit_test(test_health),
-        cmocka_unit_test(test_null_is_ignored),
-        cmocka_unit_test(test_concurrent_updates),
+        cmocka_unit_test(test_empty_registry_is_valid), cmocka_unit_test(test_counts_add_up),
+        cmocka_unit_test(test_label_escaping),          cmocka_unit_test(test_health),
+        cmocka_unit_test(test_null_is_ignored),         cmocka_unit_test(test_concurrent_updates),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
