@@ -1,0 +1,580 @@
+/*
+ * metrics.c - fixed metric families, health state, Prometheus text rendering.
+ */
+#include "metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const double bucket_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                       0.25,  0.5,    1,     2.5,  5,     10};
+static const char *const bucket_labels[] = {"0.001", "0.0025", "0.005", "0.01", "0.025",
+                                            "0.05",  "0.1",    "0.25",  "0.5",  "1",
+                                            "2.5",   "5",      "10"};
+#define BUCKET_COUNT (sizeof(bucket_bounds) / sizeof(bucket_bounds[0]))
+
+/* Name and help text of a family, indexed by the matching enum. */
+struct family_info {
+    const char *name;
+    const char *help;
+};
+
+static const struct family_info queue_counter_info[METRICS_QUEUE_COUNTER_COUNT] = {
+    {"outbox_rows_claimed_total", "Rows claimed from the outbox."},
+    {"outbox_rows_published_total", "Rows acknowledged by the broker."},
+    {"outbox_rows_completed_total", "Rows marked succeeded after publishing."},
+    {"outbox_rows_failed_total", "Failed publish attempts given back for a retry."},
+    {"outbox_rows_dead_total", "Rows that ran out of attempts and became dead."},
+};
+
+static const struct family_info counter_info[METRICS_COUNTER_COUNT] = {
+    {"outbox_rows_reaped_total", "Rows whose expired lease was reaped."},
+    {"outbox_rows_released_total", "Rows given back without spending an attempt."},
+    {"outbox_lease_lost_total", "Rows whose lease was lost before they were marked done."},
+    {"outbox_claims_total", "Claim statements run."},
+};
+
+static const struct family_info histogram_info[METRICS_HISTOGRAM_COUNT] = {
+    {"outbox_publish_duration_seconds", "Duration of one batch publish round."},
+    {"outbox_commit_to_publish_seconds",
+     "Time from a row's created_at to the broker's acknowledgement."},
+};
+
+static const char *const target_names[METRICS_TARGET_COUNT] = {"database", "broker"};
+
+/* The series of one queue; created on first use, kept sorted by name. */
+struct queue_series {
+    char *name;
+    uint64_t counters[METRICS_QUEUE_COUNTER_COUNT];
+    int64_t ready_rows;
+    double oldest_ready_age_seconds;
+};
+
+/* Non-cumulative bucket counts; the last slot counts observations above the top bound. */
+struct histogram {
+    uint64_t buckets[BUCKET_COUNT + 1];
+    uint64_t count;
+    double sum;
+};
+
+struct metrics {
+    pthread_mutex_t lock;
+    char *broker; /* constant label value, or NULL */
+    double (*now)(void *context);
+    void *now_context;
+
+    struct queue_series *queues;
+    size_t queue_count;
+    size_t queue_capacity;
+
+    uint64_t counters[METRICS_COUNTER_COUNT];
+    uint64_t reconnects[METRICS_TARGET_COUNT];
+    bool up[METRICS_TARGET_COUNT];
+    int64_t in_flight;
+    struct histogram histograms[METRICS_HISTOGRAM_COUNT];
+
+    bool loop_turned; /* false until the first metrics_loop_turned() */
+    double last_loop_turn;
+};
+
+/* A growable output buffer; `failed` records an allocation failure. */
+struct out {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool failed;
+};
+
+static double
+monotonic_seconds(void *context)
+{
+    struct timespec ts;
+
+    (void)context;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct metrics *
+metrics_new(const char *broker)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+
+    if (m == NULL)
+        return NULL;
+    if (broker != NULL && (m->broker = strdup(broker)) == NULL) {
+        free(m);
+        return NULL;
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    m->now = monotonic_seconds;
+    return m;
+}
+
+void
+metrics_free(struct metrics *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->queue_count; i++)
+        free(m->queues[i].name);
+    free(m->queues);
+    free(m->broker);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+void
+metrics_set_clock(struct metrics *m, double (*now)(void *context), void *context)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->now = now ? now : monotonic_seconds;
+    m->now_context = now ? context : NULL;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/*
+ * Finds or creates the series of queue; caller holds the lock. NULL when
+ * out of memory (the update is then dropped: metrics never fail the relay).
+ */
+static struct queue_series *
+queue_series_get(struct metrics *m, const char *queue)
+{
+    size_t low = 0, high = m->queue_count;
+    struct queue_series *series;
+
+    if (queue == NULL)
+        queue = "";
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        int cmp = strcmp(m->queues[mid].name, queue);
+
+        if (cmp == 0)
+            return &m->queues[mid];
+        if (cmp < 0)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    if (m->queue_count == m->queue_capacity) {
+        size_t capacity = m->queue_capacity ? m->queue_capacity * 2 : 8;
+        struct queue_series *grown = realloc(m->queues, capacity * sizeof(*grown));
+
+        if (grown == NULL)
+            return NULL;
+        m->queues = grown;
+        m->queue_capacity = capacity;
+    }
+    series = &m->queues[low];
+    memmove(series + 1, series, (m->queue_count - low) * sizeof(*series));
+    memset(series, 0, sizeof(*series));
+    series->name = strdup(queue);
+    if (series->name == NULL) {
+        memmove(series, series + 1, (m->queue_count - low) * sizeof(*series));
+        return NULL;
+    }
+    m->queue_count++;
+    return series;
+}
+
+void
+metrics_add_queue(struct metrics *m, enum metrics_queue_counter counter, const char *queue,
+                  uint64_t n)
+{
+    struct queue_series *series;
+
+    if (m == NULL || (unsigned)counter >= METRICS_QUEUE_COUNTER_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    series = queue_series_get(m, queue);
+    if (series != NULL)
+        series->counters[counter] += n;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_add(struct metrics *m, enum metrics_counter counter, uint64_t n)
+{
+    if (m == NULL || (unsigned)counter >= METRICS_COUNTER_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->counters[counter] += n;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_reconnected(struct metrics *m, enum metrics_target target)
+{
+    if (m == NULL || (unsigned)target >= METRICS_TARGET_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->reconnects[target]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_add_in_flight(struct metrics *m, int64_t delta)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->in_flight += delta;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *samples,
+                          size_t count)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->queue_count; i++) {
+        m->queues[i].ready_rows = 0;
+        m->queues[i].oldest_ready_age_seconds = 0;
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct queue_series *series = queue_series_get(m, samples[i].queue);
+
+        if (series == NULL)
+            continue;
+        series->ready_rows = samples[i].ready_rows;
+        series->oldest_ready_age_seconds = samples[i].oldest_ready_age_seconds;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Adds one observation; caller holds the lock. NaN is ignored, negatives count as 0. */
+static void
+histogram_add(struct histogram *h, double seconds)
+{
+    size_t i;
+
+    if (isnan(seconds))
+        return;
+    if (seconds < 0)
+        seconds = 0;
+    for (i = 0; i < BUCKET_COUNT && seconds > bucket_bounds[i]; i++)
+        ;
+    h->buckets[i]++;
+    h->count++;
+    h->sum += seconds;
+}
+
+void
+metrics_observe(struct metrics *m, enum metrics_histogram histogram, double seconds)
+{
+    metrics_observe_many(m, histogram, &seconds, 1);
+}
+
+void
+metrics_observe_many(struct metrics *m, enum metrics_histogram histogram, const double *seconds,
+                     size_t count)
+{
+    if (m == NULL || (unsigned)histogram >= METRICS_HISTOGRAM_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < count; i++)
+        histogram_add(&m->histograms[histogram], seconds[i]);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_up(struct metrics *m, enum metrics_target target, bool up)
+{
+    if (m == NULL || (unsigned)target >= METRICS_TARGET_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->up[target] = up;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_loop_turned(struct metrics *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->last_loop_turn = m->now(m->now_context);
+    m->loop_turned = true;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_health(struct metrics *m, bool database_up, bool broker_up)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->up[METRICS_DATABASE] = database_up;
+    m->up[METRICS_BROKER] = broker_up;
+    m->last_loop_turn = m->now(m->now_context);
+    m->loop_turned = true;
+    pthread_mutex_unlock(&m->lock);
+}
+
+bool
+metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
+{
+    char why[128] = "";
+    bool healthy = false;
+
+    if (m == NULL) {
+        snprintf(why, sizeof(why), "no metrics");
+        if (ready != NULL)
+            *ready = false;
+        goto done;
+    }
+    pthread_mutex_lock(&m->lock);
+    if (ready != NULL)
+        *ready = m->up[METRICS_DATABASE] && m->up[METRICS_BROKER];
+    if (!m->up[METRICS_DATABASE] && !m->up[METRICS_BROKER]) {
+        snprintf(why, sizeof(why), "database and broker down");
+    } else if (!m->up[METRICS_DATABASE]) {
+        snprintf(why, sizeof(why), "database down");
+    } else if (!m->up[METRICS_BROKER]) {
+        snprintf(why, sizeof(why), "broker down");
+    } else if (!m->loop_turned) {
+        snprintf(why, sizeof(why), "relay loop not started");
+    } else {
+        double idle = m->now(m->now_context) - m->last_loop_turn;
+
+        if (idle > METRICS_HEALTH_STALE_SECONDS)
+            snprintf(why, sizeof(why), "relay loop stalled for %.0f s", idle);
+        else
+            healthy = true;
+    }
+    pthread_mutex_unlock(&m->lock);
+done:
+    if (reason != NULL && reason_size > 0)
+        snprintf(reason, reason_size, "%s", healthy ? "ok" : why);
+    return healthy;
+}
+
+/* ---- rendering ---------------------------------------------------------- */
+
+static void
+out_append(struct out *o, const char *s, size_t n)
+{
+    if (o->failed)
+        return;
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        char *data;
+
+        while (cap < o->len + n + 1)
+            cap *= 2;
+        data = realloc(o->data, cap);
+        if (data == NULL) {
+            o->failed = true;
+            return;
+        }
+        o->data = data;
+        o->cap = cap;
+    }
+    memcpy(o->data + o->len, s, n);
+    o->len += n;
+    o->data[o->len] = '\0';
+}
+
+static void
+out_puts(struct out *o, const char *s)
+{
+    out_append(o, s, strlen(s));
+}
+
+static void __attribute__((format(printf, 2, 3))) out_printf(struct out *o, const char *format, ...)
+{
+    char buf[256];
+    va_list ap;
+    int n;
+
+    va_start(ap, format);
+    n = vsnprintf(buf, sizeof(buf), format, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(buf)) {
+        /* Only short fixed strings go through here; a longer one is a bug, not data loss. */
+        o->failed = true;
+        return;
+    }
+    out_append(o, buf, (size_t)n);
+}
+
+/* Appends a label value escaped per the text format: \\, \" and \n. */
+static void
+out_label_value(struct out *o, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\')
+            out_puts(o, "\\\\");
+        else if (*v == '"')
+            out_puts(o, "\\\"");
+        else if (*v == '\n')
+            out_puts(o, "\\n");
+        else
+            out_append(o, v, 1);
+    }
+}
+
+/* Appends {broker="...",key="value"}; key NULL for none; nothing when no labels. */
+static void
+out_labels(struct out *o, const struct metrics *m, const char *key, const char *value)
+{
+    bool any = false;
+
+    if (m->broker == NULL && key == NULL)
+        return;
+    out_puts(o, "{");
+    if (m->broker != NULL) {
+        out_puts(o, "broker=\"");
+        out_label_value(o, m->broker);
+        out_puts(o, "\"");
+        any = true;
+    }
+    if (key != NULL) {
+        if (any)
+            out_puts(o, ",");
+        out_puts(o, key);
+        out_puts(o, "=\"");
+        out_label_value(o, value ? value : "");
+        out_puts(o, "\"");
+    }
+    out_puts(o, "}");
+}
+
+static void
+out_header(struct out *o, const char *name, const char *help, const char *type)
+{
+    out_puts(o, "# HELP ");
+    out_puts(o, name);
+    out_puts(o, " ");
+    out_puts(o, help);
+    out_puts(o, "\n# TYPE ");
+    out_puts(o, name);
+    out_puts(o, " ");
+    out_puts(o, type);
+    out_puts(o, "\n");
+}
+
+/* A sample value: integers exactly, others with enough digits, specials as Prometheus spells them.
+ */
+static void
+out_double(struct out *o, double v)
+{
+    if (isnan(v))
+        out_puts(o, "NaN");
+    else if (isinf(v))
+        out_puts(o, v > 0 ? "+Inf" : "-Inf");
+    else
+        out_printf(o, "%.15g", v);
+}
+
+static void
+render_histogram(struct out *o, const struct metrics *m, const struct family_info *info,
+                 const struct histogram *h)
+{
+    uint64_t cumulative = 0;
+
+    out_header(o, info->name, info->help, "histogram");
+    for (size_t i = 0; i <= BUCKET_COUNT; i++) {
+        cumulative += h->buckets[i];
+        out_printf(o, "%s_bucket", info->name);
+        /* The broker label goes first, then le, as in the other families. */
+        if (m->broker != NULL) {
+            out_puts(o, "{broker=\"");
+            out_label_value(o, m->broker);
+            out_puts(o, "\",le=\"");
+        } else {
+            out_puts(o, "{le=\"");
+        }
+        out_puts(o, i < BUCKET_COUNT ? bucket_labels[i] : "+Inf");
+        out_printf(o, "\"} %llu\n", (unsigned long long)cumulative);
+    }
+    out_printf(o, "%s_sum", info->name);
+    out_labels(o, m, NULL, NULL);
+    out_puts(o, " ");
+    out_double(o, h->sum);
+    out_printf(o, "\n%s_count", info->name);
+    out_labels(o, m, NULL, NULL);
+    out_printf(o, " %llu\n", (unsigned long long)h->count);
+}
+
+char *
+metrics_render(struct metrics *m, size_t *length)
+{
+    struct out o = {0};
+
+    if (m == NULL)
+        return NULL;
+    pthread_mutex_lock(&m->lock);
+
+    for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
+        out_header(&o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
+        for (size_t q = 0; q < m->queue_count; q++) {
+            out_puts(&o, queue_counter_info[c].name);
+            out_labels(&o, m, "queue", m->queues[q].name);
+            out_printf(&o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
+        }
+    }
+    for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
+        out_header(&o, counter_info[c].name, counter_info[c].help, "counter");
+        out_puts(&o, counter_info[c].name);
+        out_labels(&o, m, NULL, NULL);
+        out_printf(&o, " %llu\n", (unsigned long long)m->counters[c]);
+    }
+    out_header(&o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
+               "counter");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        out_puts(&o, "outbox_reconnects_total");
+        out_labels(&o, m, "target", target_names[t]);
+        out_printf(&o, " %llu\n", (unsigned long long)m->reconnects[t]);
+    }
+
+    out_header(&o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
+               "gauge");
+    out_puts(&o, "outbox_rows_in_flight");
+    out_labels(&o, m, NULL, NULL);
+    out_printf(&o, " %lld\n", (long long)m->in_flight);
+
+    out_header(&o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        out_puts(&o, "outbox_ready_rows");
+        out_labels(&o, m, "queue", m->queues[q].name);
+        out_printf(&o, " %lld\n", (long long)m->queues[q].ready_rows);
+    }
+    out_header(&o, "outbox_oldest_ready_age_seconds",
+               "Age of the oldest ready row per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        out_puts(&o, "outbox_oldest_ready_age_seconds");
+        out_labels(&o, m, "queue", m->queues[q].name);
+        out_puts(&o, " ");
+        out_double(&o, m->queues[q].oldest_ready_age_seconds);
+        out_puts(&o, "\n");
+    }
+    out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
+               "gauge");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        out_puts(&o, "outbox_up");
+        out_labels(&o, m, "target", target_names[t]);
+        out_printf(&o, " %d\n", m->up[t] ? 1 : 0);
+    }
+
+    for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
+        render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);
+
+    pthread_mutex_unlock(&m->lock);
+    if (o.failed) {
+        free(o.data);
+        return NULL;
+    }
+    if (length != NULL)
+        *length = o.len;
+    return o.data;
+}

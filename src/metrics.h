@@ -1,0 +1,133 @@
+/*
+ * metrics.h - the relay's Prometheus metrics and health state.
+ *
+ * A fixed set of metric families (no registration at run time), rendered in
+ * Prometheus text format 0.0.4 by metrics_render(). Counters and gauges
+ * labelled by queue create the queue's series on first use. An optional
+ * constant label (broker="amqp" or "redis") is put on every series.
+ *
+ * Health is pushed by the relay, never probed: it reports whether the
+ * database and the broker are up (metrics_set_up) and that its loop turned
+ * (metrics_loop_turned). metrics_health() says healthy when both are up and
+ * the loop turned within METRICS_HEALTH_STALE_SECONDS by the metrics clock.
+ * Until the relay reports, it is unhealthy.
+ *
+ * Every function is thread-safe (one mutex; update once per batch, not per
+ * row, on hot paths). Update functions ignore a NULL struct metrics, so code
+ * can run with metrics off.
+ */
+#ifndef OUTBOX_METRICS_H
+#define OUTBOX_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Counters labelled {queue}: rows moving through the relay. */
+enum metrics_queue_counter {
+    METRICS_ROWS_CLAIMED = 0, /* outbox_rows_claimed_total: rows claimed */
+    METRICS_ROWS_PUBLISHED,   /* outbox_rows_published_total: rows acknowledged by the broker */
+    METRICS_ROWS_COMPLETED,   /* outbox_rows_completed_total: rows marked succeeded */
+    METRICS_ROWS_FAILED,      /* outbox_rows_failed_total: failed attempts given back to retry */
+    METRICS_ROWS_DEAD,        /* outbox_rows_dead_total: rows that ran out of attempts */
+    METRICS_QUEUE_COUNTER_COUNT,
+};
+
+/* Counters without labels. */
+enum metrics_counter {
+    METRICS_ROWS_REAPED = 0, /* outbox_rows_reaped_total: expired leases recovered */
+    METRICS_ROWS_RELEASED,   /* outbox_rows_released_total: rows given back without an attempt */
+    METRICS_LEASE_LOST,      /* outbox_lease_lost_total: rows whose lease was lost before done */
+    METRICS_CLAIMS,          /* outbox_claims_total: claim statements run */
+    METRICS_COUNTER_COUNT,
+};
+
+/* The two ends of the relay, the {target} label. */
+enum metrics_target {
+    METRICS_DATABASE = 0, /* target="database" */
+    METRICS_BROKER,       /* target="broker" */
+    METRICS_TARGET_COUNT,
+};
+
+/* Histograms of durations in seconds (buckets 0.001 .. 10, then +Inf). */
+enum metrics_histogram {
+    METRICS_PUBLISH_DURATION = 0, /* outbox_publish_duration_seconds: one batch publish round */
+    METRICS_COMMIT_TO_PUBLISH,    /* outbox_commit_to_publish_seconds: created_at to broker ack */
+    METRICS_HISTOGRAM_COUNT,
+};
+
+/* One queue's backlog, as sampled from the database. */
+struct metrics_queue_sample {
+    const char *queue;
+    int64_t ready_rows;
+    double oldest_ready_age_seconds;
+};
+
+/* The relay is unhealthy when its loop has not turned for this long. */
+#define METRICS_HEALTH_STALE_SECONDS 30.0
+
+struct metrics;
+
+/*
+ * Creates an empty registry. broker is the value of the constant label
+ * broker="..." (NULL for none). Returns NULL when out of memory.
+ */
+struct metrics *metrics_new(const char *broker);
+void metrics_free(struct metrics *m);
+
+/*
+ * Replaces the clock used for health (seconds, any fixed origin; the default
+ * is CLOCK_MONOTONIC). For tests. now(context) must be thread-safe.
+ */
+void metrics_set_clock(struct metrics *m, double (*now)(void *context), void *context);
+
+/* Adds n to a queue-labelled counter (queue NULL counts as ""). */
+void metrics_add_queue(struct metrics *m, enum metrics_queue_counter counter, const char *queue,
+                       uint64_t n);
+
+/* Adds n to an unlabelled counter. */
+void metrics_add(struct metrics *m, enum metrics_counter counter, uint64_t n);
+
+/* Counts one reconnect to target (outbox_reconnects_total{target}). */
+void metrics_reconnected(struct metrics *m, enum metrics_target target);
+
+/* Adds delta (may be negative) to outbox_rows_in_flight. */
+void metrics_add_in_flight(struct metrics *m, int64_t delta);
+
+/*
+ * Replaces the backlog gauges outbox_ready_rows{queue} and
+ * outbox_oldest_ready_age_seconds{queue} with one sample of all queues:
+ * queues seen before but absent from samples drop to 0.
+ */
+void metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *samples,
+                               size_t count);
+
+/* Records one observation in seconds, or count of them at once. */
+void metrics_observe(struct metrics *m, enum metrics_histogram histogram, double seconds);
+void metrics_observe_many(struct metrics *m, enum metrics_histogram histogram,
+                          const double *seconds, size_t count);
+
+/* Sets outbox_up{target} (1 or 0); also an input of health. */
+void metrics_set_up(struct metrics *m, enum metrics_target target, bool up);
+
+/* Records that the relay loop turned now (by the metrics clock). */
+void metrics_loop_turned(struct metrics *m);
+
+/* Shorthand for each loop turn: both up flags, then metrics_loop_turned(). */
+void metrics_set_health(struct metrics *m, bool database_up, bool broker_up);
+
+/*
+ * True when healthy. When not, and reason is not NULL, writes a short
+ * lowercase reason ("broker down", "loop stalled for 42 s", ...).
+ * ready (may be NULL) is set to whether both ends are up, ignoring the loop.
+ */
+bool metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready);
+
+/*
+ * Renders every family in Prometheus text format 0.0.4 into a malloc'd,
+ * NUL-terminated buffer (length in *length when not NULL). NULL when out of
+ * memory. The caller frees it.
+ */
+char *metrics_render(struct metrics *m, size_t *length);
+
+#endif

@@ -1,0 +1,326 @@
+/*
+ * test_http.c - the metrics endpoint as Prometheus and a health checker use
+ * it, over loopback: /metrics, /healthz, /readyz, errors, a taken port,
+ * bad addresses, and a prompt stop while a client hangs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "metrics.h"
+
+struct fixture {
+    struct metrics *metrics;
+    struct http_server *server;
+    int port;
+};
+
+static int
+connect_loopback(int port)
+{
+    struct sockaddr_in sa;
+    struct timeval timeout = {10, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* Sends request and returns the whole response (malloc'd), read until the server closes. */
+static char *
+http_exchange(int port, const char *request)
+{
+    int fd = connect_loopback(port);
+    size_t len = 0, cap = 4096;
+    char *response = malloc(cap);
+    ssize_t n;
+
+    assert_non_null(response);
+    assert_int_equal(send(fd, request, strlen(request), MSG_NOSIGNAL), (ssize_t)strlen(request));
+    while ((n = recv(fd, response + len, cap - len - 1, 0)) > 0) {
+        len += (size_t)n;
+        if (cap - len < 1024) {
+            char *grown = realloc(response, cap * 2);
+
+            assert_non_null(grown);
+            response = grown;
+            cap *= 2;
+        }
+    }
+    response[len] = '\0';
+    close(fd);
+    return response;
+}
+
+static char *
+http_get(int port, const char *path)
+{
+    char request[256];
+
+    snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+    return http_exchange(port, request);
+}
+
+static int
+status_of(const char *response)
+{
+    int status = 0;
+
+    assert_int_equal(sscanf(response, "HTTP/1.1 %d", &status), 1);
+    return status;
+}
+
+static const char *
+body_of(const char *response)
+{
+    const char *body = strstr(response, "\r\n\r\n");
+
+    assert_non_null(body);
+    return body + 4;
+}
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct http_addr addr;
+    struct outbox_error err;
+
+    assert_non_null(f);
+    f->metrics = metrics_new("redis");
+    assert_non_null(f->metrics);
+    assert_int_equal(http_addr_parse("127.0.0.1:0", &addr, &err), 0);
+    if (http_server_start(&addr, f->metrics, &f->server, &err) != 0)
+        fail_msg("start: %s", err.message);
+    f->port = http_server_port(f->server);
+    assert_true(f->port > 0);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    http_server_stop(f->server);
+    metrics_free(f->metrics);
+    free(f);
+    return 0;
+}
+
+static void
+test_metrics_endpoint(void **state)
+{
+    struct fixture *f = *state;
+    char *response, *expected;
+
+    metrics_add_queue(f->metrics, METRICS_ROWS_PUBLISHED, "orders", 42);
+    expected = metrics_render(f->metrics, NULL);
+    response = http_get(f->port, "/metrics?x=1");
+    assert_int_equal(status_of(response), 200);
+    assert_non_null(strstr(response, "\r\nContent-Type: text/plain; version=0.0.4"));
+    assert_string_equal(body_of(response), expected);
+    assert_non_null(strstr(body_of(response),
+                           "outbox_rows_published_total{broker=\"redis\",queue=\"orders\"} 42\n"));
+    free(response);
+    free(expected);
+
+    /* HEAD: headers only. */
+    response = http_exchange(f->port, "HEAD /metrics HTTP/1.0\r\n\r\n");
+    assert_int_equal(status_of(response), 200);
+    assert_string_equal(body_of(response), "");
+    free(response);
+}
+
+static void
+test_healthz_follows_relay(void **state)
+{
+    struct fixture *f = *state;
+    char *response;
+
+    /* Nothing reported yet: not healthy. */
+    response = http_get(f->port, "/healthz");
+    assert_int_equal(status_of(response), 503);
+    free(response);
+
+    metrics_set_health(f->metrics, true, true);
+    response = http_get(f->port, "/healthz");
+    assert_int_equal(status_of(response), 200);
+    assert_string_equal(body_of(response), "ok\n");
+    free(response);
+    response = http_get(f->port, "/readyz");
+    assert_int_equal(status_of(response), 200);
+    free(response);
+
+    metrics_set_health(f->metrics, true, false);
+    response = http_get(f->port, "/healthz");
+    assert_int_equal(status_of(response), 503);
+    assert_string_equal(body_of(response), "broker down\n");
+    free(response);
+    response = http_get(f->port, "/readyz");
+    assert_int_equal(status_of(response), 503);
+    free(response);
+}
+
+static void
+test_errors(void **state)
+{
+    struct fixture *f = *state;
+    char *response, *big;
+
+    response = http_get(f->port, "/nope");
+    assert_int_equal(status_of(response), 404);
+    free(response);
+
+    response = http_exchange(f->port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_int_equal(status_of(response), 405);
+    assert_non_null(strstr(response, "\r\nAllow: GET, HEAD\r\n"));
+    free(response);
+
+    response = http_exchange(f->port, "garbage\r\n\r\n");
+    assert_int_equal(status_of(response), 400);
+    free(response);
+
+    /* Headers beyond the limit are refused, not buffered. */
+    big = malloc(HTTP_REQUEST_MAX_BYTES + 64);
+    assert_non_null(big);
+    memset(big, 'a', HTTP_REQUEST_MAX_BYTES + 63);
+    memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
+    big[HTTP_REQUEST_MAX_BYTES + 63] = '\0';
+    response = http_exchange(f->port, big);
+    assert_int_equal(status_of(response), 431);
+    free(response);
+    free(big);
+
+    /* The server is still serving after all that. */
+    response = http_get(f->port, "/metrics");
+    assert_int_equal(status_of(response), 200);
+    free(response);
+}
+
+static double
+seconds_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+test_stop_with_hanging_client(void **state)
+{
+    struct fixture *f = *state;
+    int silent = connect_loopback(f->port);
+    double started;
+
+    /* A client that connects and sends half a request, then nothing. */
+    assert_int_equal(send(silent, "GET /met", 8, MSG_NOSIGNAL), 8);
+    usleep(100 * 1000);
+    started = seconds_now();
+    http_server_stop(f->server);
+    f->server = NULL;
+    /* Stop does not wait for the client's request timeout. */
+    assert_true(seconds_now() - started < HTTP_REQUEST_TIMEOUT_SECONDS);
+    close(silent);
+}
+
+static void
+test_taken_port_fails_clearly(void **state)
+{
+    struct sockaddr_in sa;
+    socklen_t sa_len = sizeof(sa);
+    struct http_addr addr;
+    struct outbox_error err;
+    struct http_server *server = NULL;
+    struct metrics *m = metrics_new(NULL);
+    char text[64], expected[80];
+    int blocker = socket(AF_INET, SOCK_STREAM, 0);
+
+    (void)state;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(blocker, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(blocker, 1), 0);
+    assert_int_equal(getsockname(blocker, (struct sockaddr *)&sa, &sa_len), 0);
+
+    snprintf(text, sizeof(text), "127.0.0.1:%d", ntohs(sa.sin_port));
+    assert_int_equal(http_addr_parse(text, &addr, &err), 0);
+    assert_int_equal(http_server_start(&addr, m, &server, &err), -1);
+    assert_null(server);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    snprintf(expected, sizeof(expected), "'%s'", text);
+    if (strstr(err.message, expected) == NULL || strstr(err.message, "in use") == NULL)
+        fail_msg("unclear error: %s", err.message);
+    close(blocker);
+    metrics_free(m);
+}
+
+static void
+test_addr_parse(void **state)
+{
+    static const char *const bad[] = {
+        "",         "localhost", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:65536",
+        "::1:9187", "[::1]9187", "host:123456"};
+    struct http_addr addr;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(http_addr_parse("off", &addr, &err), 0);
+    assert_true(addr.off);
+    assert_int_equal(http_addr_parse(HTTP_DEFAULT_ADDR, &addr, &err), 0);
+    assert_false(addr.off);
+    assert_string_equal(addr.host, "127.0.0.1");
+    assert_string_equal(addr.port, "9187");
+    assert_int_equal(http_addr_parse("[::1]:9187", &addr, &err), 0);
+    assert_string_equal(addr.host, "::1");
+    assert_int_equal(http_addr_parse(":9000", &addr, &err), 0);
+    assert_string_equal(addr.host, "");
+    assert_string_equal(addr.port, "9000");
+    assert_int_equal(http_addr_parse("metrics.local:09187", &addr, &err), 0);
+    assert_string_equal(addr.port, "9187");
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (http_addr_parse(bad[i], &addr, &err) != -1)
+            fail_msg("accepted bad address '%s'", bad[i]);
+        assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+        assert_non_null(strstr(err.message, "--metrics-addr"));
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_metrics_endpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_healthz_follows_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_with_hanging_client, setup, teardown),
+        cmocka_unit_test(test_taken_port_fails_clearly),
+        cmocka_unit_test(test_addr_parse),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
