@@ -8,15 +8,18 @@
  * finish, a second one exits at once (leases make that safe).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "http.h"
 #include "metrics.h"
 #include "relay.h"
 
@@ -32,8 +35,9 @@ main(int argc, char **argv)
 {
     struct relay_config config;
     struct outbox_error err;
-    metrics *m = NULL;
-    metrics_server *server = NULL;
+    struct metrics *m = NULL;
+    struct http_server *server = NULL;
+    struct http_addr metrics_addr;
     relay *r = NULL;
     sigset_t signals;
     int status = EXIT_RUNTIME;
@@ -54,13 +58,19 @@ main(int argc, char **argv)
         config_clear(&config);
         return 0;
     }
-    log_configure((enum log_level)config.log_level,
-                  config.log_format == CONFIG_LOG_JSON ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT,
-                  stderr);
+    if (http_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
+        fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
+        config_clear(&config);
+        return EXIT_USAGE;
+    }
+    /* config's level and format choices are listed in log.h's order */
+    log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
 
-    m = metrics_new(&err);
-    if (m == NULL)
+    m = metrics_new(strncmp(config.broker_url, "redis", 5) == 0 ? "redis" : "amqp");
+    if (m == NULL) {
+        outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
+    }
     r = relay_new(&config, m, &err);
     if (r == NULL) {
         if (err.code == OUTBOX_ERR_CONFIG) {
@@ -79,9 +89,8 @@ main(int argc, char **argv)
         goto cleanup;
     }
 
-    if (strcmp(config.metrics_addr, "off") != 0) {
-        server = metrics_server_start(m, config.metrics_addr, &err);
-        if (server == NULL) {
+    if (!metrics_addr.off) {
+        if (http_server_start(&metrics_addr, m, &server, &err) != 0) {
             fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
             status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
             goto cleanup;
@@ -122,7 +131,7 @@ fail:
     fprintf(stderr, "outbox-relay: %s\n", err.message);
     status = EXIT_RUNTIME;
 cleanup:
-    metrics_server_stop(server);
+    http_server_stop(server);
     relay_free(r);
     metrics_free(m);
     config_clear(&config);

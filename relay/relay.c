@@ -52,6 +52,9 @@ struct pipeline {
     struct outbox_failure *failures;
     bool *done;
     bool *dead;
+    const char **lease_queues;   /* queue of leases[i] */
+    const char **failure_queues; /* queue of failures[i] */
+    double *lags;                /* commit-to-publish seconds of accepted rows */
 
     double next_reap;
     double next_cleanup;
@@ -61,7 +64,7 @@ struct pipeline {
 
 struct relay {
     const struct relay_config *config;
-    metrics *metrics;
+    struct metrics *metrics;
     char worker_prefix[160];
     struct pipeline *pipelines;
     atomic_int stopping;
@@ -149,20 +152,20 @@ connect_store(struct pipeline *p, bool first)
         p->store = outbox_store_connect(r->config->database_url, p->worker_id, &err);
         if (p->store != NULL) {
             outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
-            metrics_set_up(r->metrics, METRICS_TARGET_DATABASE, true);
+            metrics_set_up(r->metrics, METRICS_DATABASE, true);
             if (attempt > 1 || !first)
                 log_event(OUTBOX_LOG_INFO, "database connected", "pipeline=%d attempts=%d",
                           p->index, attempt);
             return 0;
         }
-        metrics_set_up(r->metrics, METRICS_TARGET_DATABASE, false);
+        metrics_set_up(r->metrics, METRICS_DATABASE, false);
         if (first && !outbox_error_is_transient(&err)) {
             set_fatal(r, &err);
             return -1;
         }
         log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
                           "pipeline=%d error=\"%s\"", p->index, err.message);
-        metrics_count(r->metrics, METRICS_RECONNECTS, METRICS_TARGET_DATABASE, 1);
+        metrics_reconnected(r->metrics, METRICS_DATABASE);
         sleep_ms(r, next_backoff_ms(p, attempt));
     }
     return -1;
@@ -173,7 +176,7 @@ drop_store(struct pipeline *p)
 {
     outbox_store_free(p->store);
     p->store = NULL;
-    metrics_set_up(p->relay->metrics, METRICS_TARGET_DATABASE, false);
+    metrics_set_up(p->relay->metrics, METRICS_DATABASE, false);
 }
 
 /* Like connect_store, for the broker. */
@@ -186,14 +189,14 @@ connect_sink(struct pipeline *p, bool first)
         struct outbox_error err;
 
         if (sink_connect(p->sink, &err) == 0) {
-            metrics_set_up(r->metrics, METRICS_TARGET_BROKER, true);
+            metrics_set_up(r->metrics, METRICS_BROKER, true);
             p->last_sink_idle = now_seconds();
             if (attempt > 1 || !first)
                 log_event(OUTBOX_LOG_INFO, "broker connected", "pipeline=%d broker=%s attempts=%d",
                           p->index, sink_display_url(p->sink), attempt);
             return 0;
         }
-        metrics_set_up(r->metrics, METRICS_TARGET_BROKER, false);
+        metrics_set_up(r->metrics, METRICS_BROKER, false);
         if (first && !outbox_error_is_transient(&err)) {
             set_fatal(r, &err);
             return -1;
@@ -201,7 +204,7 @@ connect_sink(struct pipeline *p, bool first)
         log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
                           "pipeline=%d broker=%s error=\"%s\"", p->index,
                           sink_display_url(p->sink), err.message);
-        metrics_count(r->metrics, METRICS_RECONNECTS, METRICS_TARGET_BROKER, 1);
+        metrics_reconnected(r->metrics, METRICS_BROKER);
         sleep_ms(r, next_backoff_ms(p, attempt));
     }
     return -1;
@@ -247,7 +250,7 @@ add_failure(struct pipeline *p, size_t n, const struct outbox_job *job,
  * stay running and are re-published after their lease (at least once).
  */
 static void
-complete_accepted(struct pipeline *p, const struct outbox_batch *batch, size_t accepted)
+complete_accepted(struct pipeline *p, size_t accepted)
 {
     relay *r = p->relay;
     struct outbox_error err;
@@ -264,9 +267,11 @@ complete_accepted(struct pipeline *p, const struct outbox_batch *batch, size_t a
         if (p->store != NULL)
             return; /* fatal */
     }
-    metrics_count_rows(r->metrics, METRICS_ROWS_COMPLETED, NULL, changed);
+    for (size_t i = 0; i < accepted; i++)
+        if (p->done[i])
+            metrics_add_queue(r->metrics, METRICS_ROWS_COMPLETED, p->lease_queues[i], 1);
     if (changed < accepted) {
-        metrics_count(r->metrics, METRICS_LEASE_LOST, NULL, accepted - changed);
+        metrics_add(r->metrics, METRICS_LEASE_LOST, accepted - changed);
         for (size_t i = 0; i < accepted; i++)
             if (!p->done[i])
                 log_event_limited("lease-lost", OUTBOX_LOG_WARN,
@@ -274,7 +279,6 @@ complete_accepted(struct pipeline *p, const struct outbox_batch *batch, size_t a
                                   "pipeline=%d job_id=%lld", p->index,
                                   (long long)p->leases[i].job_id);
     }
-    (void)batch;
 }
 
 static void
@@ -294,8 +298,10 @@ fail_rejected(struct pipeline *p, size_t failed)
     for (size_t i = 0; i < failed; i++) {
         if (!p->done[i])
             continue;
+        metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, p->failure_queues[i], 1);
         if (p->dead[i]) {
             dead++;
+            metrics_add_queue(r->metrics, METRICS_ROWS_DEAD, p->failure_queues[i], 1);
             log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld error=\"%s\"",
                       p->index, (long long)p->failures[i].job_id, p->failures[i].error);
         } else {
@@ -305,10 +311,8 @@ fail_rejected(struct pipeline *p, size_t failed)
                               p->failures[i].error);
         }
     }
-    metrics_count_rows(r->metrics, METRICS_ROWS_FAILED, NULL, changed);
-    metrics_count_rows(r->metrics, METRICS_ROWS_DEAD, NULL, dead);
     if (changed < failed)
-        metrics_count(r->metrics, METRICS_LEASE_LOST, NULL, failed - changed);
+        metrics_add(r->metrics, METRICS_LEASE_LOST, failed - changed);
 }
 
 /* Publishes one claimed batch and records the outcome of every row. */
@@ -333,7 +337,7 @@ process_batch(struct pipeline *p, const struct outbox_batch *batch, double claim
             .headers = job->headers,
             .created_at = job->created_at,
         };
-        metrics_count_rows(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
+        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
 
     /* a batch that waited long for its broker gets a fresh lease before publishing */
@@ -348,42 +352,67 @@ process_batch(struct pipeline *p, const struct outbox_batch *batch, double claim
                       p->index, err.message);
     }
 
-    metrics_add_in_flight(r->metrics, (long)batch->count);
+    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     started = now_seconds();
     rc = sink_publish(p->sink, p->messages, batch->count, p->outcomes, &err);
     finished = now_seconds();
     wall = wall_seconds();
-    metrics_observe(r->metrics, METRICS_PUBLISH_SECONDS, finished - started);
+    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0) {
         log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
                           "pipeline=%d broker=%s error=\"%s\"", p->index,
                           sink_display_url(p->sink), err.message);
-        metrics_set_up(r->metrics, METRICS_TARGET_BROKER, false);
+        metrics_set_up(r->metrics, METRICS_BROKER, false);
     }
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
         if (p->outcomes[i].status == SINK_ACCEPTED) {
+            p->lease_queues[accepted] = job->queue;
+            p->lags[accepted] = wall - job->created_at;
             p->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
-            metrics_count_rows(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
-            metrics_observe(r->metrics, METRICS_COMMIT_TO_PUBLISH_SECONDS,
-                            wall - job->created_at);
+            metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
         } else {
+            p->failure_queues[failed] = job->queue;
             add_failure(p, failed++, job, &p->outcomes[i]);
         }
     }
-    complete_accepted(p, batch, accepted);
+    metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, accepted);
+    complete_accepted(p, accepted);
     fail_rejected(p, failed);
-    metrics_add_in_flight(r->metrics, -(long)batch->count);
+    metrics_add_in_flight(r->metrics, -(int64_t)batch->count);
 }
 
 /* ---- maintenance (pipeline 0) ----------------------------------------------- */
 
+/* Collects backlog samples; queue names are copied out of the result. */
+struct samples {
+    struct metrics_queue_sample *items;
+    size_t count;
+    size_t capacity;
+};
+
 static void
 record_backlog(void *arg, const struct outbox_backlog *backlog)
 {
-    metrics_set_backlog((metrics *)arg, backlog->queue, backlog->ready, backlog->oldest_ready_age);
+    struct samples *s = arg;
+
+    if (s->count == s->capacity) {
+        size_t capacity = s->capacity ? s->capacity * 2 : 16;
+        struct metrics_queue_sample *items = realloc(s->items, capacity * sizeof(*items));
+
+        if (items == NULL)
+            return; /* a sample short of a queue only leaves its gauge at 0 */
+        s->items = items;
+        s->capacity = capacity;
+    }
+    s->items[s->count].queue = strdup(backlog->queue);
+    if (s->items[s->count].queue == NULL)
+        return;
+    s->items[s->count].ready_rows = backlog->ready;
+    s->items[s->count].oldest_ready_age_seconds = backlog->oldest_ready_age;
+    s->count++;
 }
 
 /* Samples the backlog for the gauges, and warns about an old open transaction. */
@@ -394,8 +423,15 @@ relay_sample(struct pipeline *p)
     struct outbox_horizon horizon;
     struct outbox_error err;
 
-    metrics_clear_backlog(r->metrics);
-    if (outbox_sample_backlog(p->store, record_backlog, r->metrics, &err) != 0) {
+    struct samples samples = {0};
+    int rc = outbox_sample_backlog(p->store, record_backlog, &samples, &err);
+
+    if (rc == 0)
+        metrics_set_queue_samples(r->metrics, samples.items, samples.count);
+    for (size_t i = 0; i < samples.count; i++)
+        free((char *)samples.items[i].queue);
+    free(samples.items);
+    if (rc != 0) {
         store_failed(p, &err);
         return;
     }
@@ -430,7 +466,7 @@ maintain(struct pipeline *p, bool force)
             if (reaped.ready + reaped.dead > 0)
                 log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
                           reaped.ready, reaped.dead);
-            metrics_count(r->metrics, METRICS_ROWS_REAPED, NULL, reaped.ready + reaped.dead);
+            metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
         } while (reaped.ready + reaped.dead == REAP_LIMIT && !stopping(r));
     }
     if (r->config->retention_seconds > 0 && now >= p->next_cleanup) {
@@ -481,7 +517,7 @@ wait_for_work(struct pipeline *p, int wait_ms)
             log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
                               "pipeline=%d broker=%s error=\"%s\"", p->index,
                               sink_display_url(p->sink), err.message);
-            metrics_set_up(r->metrics, METRICS_TARGET_BROKER, false);
+            metrics_set_up(r->metrics, METRICS_BROKER, false);
         }
     }
 }
@@ -522,7 +558,7 @@ pipeline_run(void *arg)
             store_failed(p, &err);
             continue;
         }
-        metrics_count(r->metrics, METRICS_CLAIMS, NULL, 1);
+        metrics_add(r->metrics, METRICS_CLAIMS, 1);
         if (batch.count == 0) {
             outbox_batch_release_memory(&batch);
             if (c->once)
@@ -574,10 +610,13 @@ pipeline_clear(struct pipeline *p)
     free(p->failures);
     free(p->done);
     free(p->dead);
+    free(p->lease_queues);
+    free(p->failure_queues);
+    free(p->lags);
 }
 
 relay *
-relay_new(const struct relay_config *config, metrics *m, struct outbox_error *err)
+relay_new(const struct relay_config *config, struct metrics *m, struct outbox_error *err)
 {
     relay *r = calloc(1, sizeof(*r));
     size_t n = (size_t)config->batch_size;
@@ -621,10 +660,14 @@ relay_new(const struct relay_config *config, metrics *m, struct outbox_error *er
         p->failures = calloc(n, sizeof(*p->failures));
         p->done = calloc(n, sizeof(*p->done));
         p->dead = calloc(n, sizeof(*p->dead));
+        p->lease_queues = calloc(n, sizeof(*p->lease_queues));
+        p->failure_queues = calloc(n, sizeof(*p->failure_queues));
+        p->lags = calloc(n, sizeof(*p->lags));
         if (p->sink == NULL)
             goto fail;
         if (p->messages == NULL || p->outcomes == NULL || p->leases == NULL ||
-            p->failures == NULL || p->done == NULL || p->dead == NULL) {
+            p->failures == NULL || p->done == NULL || p->dead == NULL ||
+            p->lease_queues == NULL || p->failure_queues == NULL || p->lags == NULL) {
             outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
             goto fail;
         }

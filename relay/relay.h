@@ -22,7 +22,7 @@
 typedef struct relay relay;
 
 /* Validates what can be checked offline; NULL with err on failure. */
-relay *relay_new(const struct relay_config *config, metrics *m, struct outbox_error *err);
+relay *relay_new(const struct relay_config *config, struct metrics *m, struct outbox_error *err);
 void relay_free(relay *r);
 
 /*
