@@ -18,11 +18,15 @@
  * Dedup key layout: "<stream>:outbox-dedup:<job_id>", a plain string whose
  * value is the entry id ("1764474000000-0"), written with PX = the window
  * (24 h when the option is 0), so Redis expires it by itself and there is
- * nothing to trim. Memory: MEMORY USAGE reports 80-90 bytes per record for
- * stream names up to ~20 chars on Redis 7 (jemalloc); the expires table adds
- * roughly 30 more, about 120 bytes per job in all, i.e. ~120 MB for a million
- * jobs published within one window. The stream entries themselves cost what
- * their payloads cost, bounded by MAXLEN ~ when set.
+ * nothing to trim, and each record is independent of every other (no shared
+ * set to scan or trim inside the script). Memory, measured on Redis 7.0
+ * (jemalloc): MEMORY USAGE of one record of stream "orders" is 104 bytes, and
+ * with the main and expires dictionaries 100 000 records raise used_memory
+ * by 16.5 MB: about 165 bytes per job, so the cost is rate x window x 165 B
+ * (1 000 jobs/s over the default 24 h window: ~14 GB). The window needs only
+ * to outlast the time a row can stay appended but not marked (lease plus
+ * retries), so busy deployments should shorten it. The stream entries cost
+ * what their payloads cost, bounded by MAXLEN ~ when set.
  *
  * A batch is pipelined: commands are appended with redisAppendCommandArgv and
  * their replies read in order, with at most PIPELINE_WINDOW commands in
@@ -52,7 +56,7 @@
 
 #define DEFAULT_DEDUP_WINDOW_MS (24LL * 60 * 60 * 1000)
 #define PIPELINE_WINDOW 4096
-#define IDLE_PING_MS 2000
+#define IDLE_PING_MS 1000 /* ping when idle this long */
 #define DEDUP_INFIX ":outbox-dedup:"
 
 /*

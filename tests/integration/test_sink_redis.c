@@ -195,10 +195,13 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
+    char user[64];
 
     if (f == NULL)
         return 0;
     consumer_delete_prefix(f->consumer, f->prefix);
+    snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
+    freeReplyObject(run(f->consumer, "ACL", "DELUSER", user, (const char *)NULL));
     redisFree(f->consumer);
     free(f);
     return 0;
@@ -543,6 +546,46 @@ test_db_out_of_range_is_config_error(void **state)
     expect_connect_failure(url, OUTBOX_ERR_CONFIG, NULL);
 }
 
+/* redis://user:password@... authenticates an ACL user (AUTH user password). */
+static void
+test_acl_user_can_publish(void **state)
+{
+    struct fixture *f = *state;
+    struct broker_url parsed;
+    struct outbox_error err;
+    struct batch b;
+    char user[64], url[512];
+    redisReply *reply;
+    sink *s;
+
+    NEED_REDIS(f);
+    snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
+    reply = run(f->consumer, "ACL", "SETUSER", user, "reset", "on", ">acl-secret-99", "~*",
+                "&*", "+@all", (const char *)NULL);
+    assert_non_null(reply);
+    assert_int_equal(reply->type, REDIS_REPLY_STATUS);
+    freeReplyObject(reply);
+    assert_int_equal(url_parse(f->url, &parsed, &err), 0);
+    snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host,
+             parsed.port, parsed.db);
+    url_clear(&parsed);
+
+    s = open_sink(url, f->prefix, 0, 0, 5000);
+    assert_null(strstr(sink_display_url(s), "acl-secret-99"));
+    batch_init(&b, "orders", 1, 5, 100);
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_ACCEPTED), 5);
+    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 5);
+    sink_free(s);
+
+    assert_int_equal(url_parse(f->url, &parsed, &err), 0);
+    snprintf(url, sizeof(url), "redis://%s:wrong-acl-secret@%s:%d/%d", user, parsed.host,
+             parsed.port, parsed.db);
+    url_clear(&parsed);
+    expect_connect_failure(url, OUTBOX_ERR_CONFIG, "wrong-acl-secret");
+    batch_clear(&b);
+}
+
 /* A loopback port nobody listens on (bound, read, closed). */
 static int
 unused_port(void)
@@ -712,6 +755,7 @@ restart_server(const char *stack_dir, struct private_server *server)
  * returns -1 with every message failed and the sink disconnected; after the
  * restart connect + publish work, and republishing everything leaves each
  * job exactly once in the stream (whether or not the server kept its data).
+ * sink_idle() then pings a quiet connection and notices the next restart.
  */
 static void
 test_restart_fails_batch_then_recovers(void **state)
@@ -806,11 +850,33 @@ test_restart_fails_batch_then_recovers(void **state)
     if (entries.count != 400) {
         print_message("expected 400 entries, found %zu\n", entries.count);
         connected = -1;
+        goto cleanup;
+    }
+
+    /* idle: a ping after a quiet second keeps a healthy connection, finds a dead one */
+    sleep_ms(1100);
+    if (sink_idle(s, &err) != 0 || !sink_is_connected(s)) {
+        print_message("idle on a healthy connection failed: %s\n", err.message);
+        connected = -1;
+        goto cleanup;
+    }
+    if (restart_server(stack_dir, &server) != 0) {
+        print_message("second restart failed\n");
+        connected = -1;
+        goto cleanup;
+    }
+    sleep_ms(1100);
+    if (sink_idle(s, &err) != -1 || sink_is_connected(s) || !outbox_error_is_transient(&err)) {
+        print_message("idle did not notice the dead connection\n");
+        connected = -1;
     }
 
 cleanup:
     free(seen);
     consumer_stream_clear(&entries);
+    if (consumer != NULL)
+        redisFree(consumer);
+    consumer = consumer_connect(url); /* afresh: the server may have restarted since */
     if (consumer != NULL) {
         consumer_delete_prefix(consumer, f->prefix);
         redisFree(consumer);
@@ -838,6 +904,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_noscript_falls_back_to_eval, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_password_is_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_out_of_range_is_config_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_acl_user_can_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_port_is_connection_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_fails_batch_and_retry_dedups, setup,
                                         teardown),
