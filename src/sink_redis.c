@@ -161,9 +161,9 @@ static int
 fail_connection(sink *s, int saved_errno, const char *doing, struct outbox_error *err)
 {
     struct redis_sink *r = s->impl;
-    bool timed_out = r->context->err == REDIS_ERR_IO &&
-                     (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-                      saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
+    bool timed_out =
+        r->context->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                                            saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
     char reason[128];
 
     copy_redis_error(reason, sizeof(reason), r->context->errstr, strlen(r->context->errstr));
@@ -182,7 +182,7 @@ redis_init(sink *s, struct outbox_error *err)
 {
     struct redis_sink *r = calloc(1, sizeof(*r));
     long long window = s->options.dedup_window_ms > 0 ? (long long)s->options.dedup_window_ms
-                                                     : DEFAULT_DEDUP_WINDOW_MS;
+                                                      : DEFAULT_DEDUP_WINDOW_MS;
 
     if (r == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -482,12 +482,11 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
     }
     for (size_t i = 0; i < count; i++)
         sink_outcome_set(&outcomes[i], SINK_FAILED, "no reply from redis");
-    rc = pipeline_pass(s, messages, NULL, count, CALL_EVALSHA, outcomes, retry, &retry_count,
-                       err);
+    rc = pipeline_pass(s, messages, NULL, count, CALL_EVALSHA, outcomes, retry, &retry_count, err);
     if (rc == 0 && retry_count > 0) {
         /* the script cache was flushed (SCRIPT FLUSH, restart behind a proxy, failover) */
-        rc = pipeline_pass(s, messages, retry, retry_count, CALL_EVAL, outcomes, NULL, &unused,
-                           err);
+        rc =
+            pipeline_pass(s, messages, retry, retry_count, CALL_EVAL, outcomes, NULL, &unused, err);
     }
     free(retry);
     return rc;

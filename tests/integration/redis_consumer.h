@@ -35,7 +35,7 @@ long long consumer_xrange_count(redisContext *context, const char *stream);
 
 /* One stream entry with the fields the relay writes; strings are owned. */
 struct consumer_entry {
-    char *id;      /* "<ms>-<seq>" */
+    char *id; /* "<ms>-<seq>" */
     int64_t job_id;
     char *queue;
     char *payload;

@@ -207,12 +207,12 @@ teardown(void **state)
     return 0;
 }
 
-#define NEED_REDIS(f)                                                                      \
-    do {                                                                                   \
-        if ((f) == NULL) {                                                                 \
-            print_message("OUTBOX_TEST_REDIS_URL is not set: skipped\n");                   \
-            skip();                                                                        \
-        }                                                                                  \
+#define NEED_REDIS(f)                                                                              \
+    do {                                                                                           \
+        if ((f) == NULL) {                                                                         \
+            print_message("OUTBOX_TEST_REDIS_URL is not set: skipped\n");                          \
+            skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* One append: the exact fields, in order, of the entry. */
@@ -225,10 +225,9 @@ test_entry_has_exact_fields(void **state)
     struct outbox_error err;
     redisReply *reply;
     const redisReply *fields;
-    static const char *const expected[] = {"job_id",  "42",         "queue",
-                                           "orders",  "payload",    "{\"total\": 12.5}",
-                                           "headers", "{\"k\": \"v\"}", "attempt",
-                                           "3"};
+    static const char *const expected[] = {
+        "job_id",         "42",      "queue", "orders", "payload", "{\"total\": 12.5}", "headers",
+        "{\"k\": \"v\"}", "attempt", "3"};
     sink *s;
 
     NEED_REDIS(f);
@@ -280,8 +279,8 @@ test_consumer_group_reads_batch_once(void **state)
     seen = calloc(5000, sizeof(*seen));
     assert_non_null(seen);
     for (int round = 0; round < 100; round++) {
-        reply = run(f->consumer, "XREADGROUP", "GROUP", "workers", "consumer-1",
-                                "COUNT", "700", "STREAMS", f->stream, ">", (const char *)NULL);
+        reply = run(f->consumer, "XREADGROUP", "GROUP", "workers", "consumer-1", "COUNT", "700",
+                    "STREAMS", f->stream, ">", (const char *)NULL);
         const redisReply *entries;
 
         assert_non_null(reply);
@@ -560,14 +559,14 @@ test_acl_user_can_publish(void **state)
 
     NEED_REDIS(f);
     snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
-    reply = run(f->consumer, "ACL", "SETUSER", user, "reset", "on", ">acl-secret-99", "~*",
-                "&*", "+@all", (const char *)NULL);
+    reply = run(f->consumer, "ACL", "SETUSER", user, "reset", "on", ">acl-secret-99", "~*", "&*",
+                "+@all", (const char *)NULL);
     assert_non_null(reply);
     assert_int_equal(reply->type, REDIS_REPLY_STATUS);
     freeReplyObject(reply);
     assert_int_equal(url_parse(f->url, &parsed, &err), 0);
-    snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host,
-             parsed.port, parsed.db);
+    snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host, parsed.port,
+             parsed.db);
     url_clear(&parsed);
 
     s = open_sink(url, f->prefix, 0, 0, 5000);
@@ -813,8 +812,7 @@ test_restart_fails_batch_then_recovers(void **state)
     if (sink_publish(s, second.messages, second.count, second.outcomes, &err) != -1 ||
         err.code != OUTBOX_ERR_CONNECTION || count_status(&second, SINK_FAILED) != 200 ||
         sink_is_connected(s)) {
-        print_message("publish on the dead connection did not fail the batch: %s\n",
-                      err.message);
+        print_message("publish on the dead connection did not fail the batch: %s\n", err.message);
         goto cleanup;
     }
     for (int i = 0; i < 100 && (connected = sink_connect(s, &err)) != 0; i++)
@@ -906,8 +904,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_db_out_of_range_is_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acl_user_can_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_port_is_connection_error, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_timeout_fails_batch_and_retry_dedups, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_fails_batch_and_retry_dedups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_fails_batch_then_recovers, setup, teardown),
     };
 

@@ -70,8 +70,7 @@ delete_prefix(redisContext *context, const char *prefix)
     char cursor[32] = "0";
 
     do {
-        redisReply *reply =
-            redisCommand(context, "SCAN %s MATCH %s* COUNT 10000", cursor, prefix);
+        redisReply *reply = redisCommand(context, "SCAN %s MATCH %s* COUNT 10000", cursor, prefix);
 
         if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
             freeReplyObject(reply);
@@ -166,9 +165,9 @@ main(int argc, char **argv)
         redisReply *reply = NULL;
 
         while (sent < count && sent - received < RAW_WINDOW) {
-            redisAppendCommand(raw, "XADD %s * job_id %" PRId64 " queue %s payload %b headers %s attempt %d",
-                               stream, messages[sent].job_id, "bench", payload, payload_bytes,
-                               "{}", 1);
+            redisAppendCommand(
+                raw, "XADD %s * job_id %" PRId64 " queue %s payload %b headers %s attempt %d",
+                stream, messages[sent].job_id, "bench", payload, payload_bytes, "{}", 1);
             sent++;
         }
         if (redisGetReply(raw, (void **)&reply) != REDIS_OK) {
