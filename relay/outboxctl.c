@@ -258,8 +258,7 @@ connect_database(struct ctl *ctl)
 {
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "dbname", NULL};
-    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl", "UTF8", ctl->database_url,
-                            NULL};
+    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl", "UTF8", ctl->database_url, NULL};
     PQconninfoOption *options;
     char *parse_error = NULL;
     struct outbox_error err;
@@ -553,8 +552,8 @@ print_status_text(const struct store_status *status)
         snprintf(line, sizeof(line), "none");
     ok = ok && table_add_row(&summary, "oldest transaction", line);
 
-    ok = ok && table_add_row(&queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD",
-                             "OLDEST READY");
+    ok = ok &&
+         table_add_row(&queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD", "OLDEST READY");
     for (size_t i = 0; ok && i < status->queue_count; i++) {
         const struct store_queue_status *queue = &status->queues[i];
 
@@ -661,8 +660,7 @@ command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
         snprintf(id, sizeof(id), "%lld", (long long)job->job_id);
         snprintf(attempts, sizeof(attempts), "%d/%d", (int)job->attempts, (int)job->max_attempts);
         ok = table_add_row(&table, id, job->queue, attempts, job->finished_at,
-                           job->last_error ? one_line(error, sizeof(error), job->last_error)
-                                           : "-");
+                           job->last_error ? one_line(error, sizeof(error), job->last_error) : "-");
     }
     if (ok)
         table_print(&table, stdout);
@@ -821,7 +819,8 @@ run(struct ctl *ctl, int argc, char **argv)
             ctl->command = "dead retry";
             return command_dead_retry(ctl, argc, argv, i + 2);
         }
-        if (i + 1 < argc && (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0)) {
+        if (i + 1 < argc &&
+            (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0)) {
             fputs(usage_text, stdout);
             return 0;
         }

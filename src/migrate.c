@@ -16,14 +16,13 @@
 /* NOTICEs such as "schema already exists, skipping" must not reach stderr. */
 #define QUIET "SET LOCAL client_min_messages = warning"
 
-static const char bootstrap_sql[] =
-    "BEGIN;" QUIET ";"
-    "CREATE SCHEMA IF NOT EXISTS outbox;"
-    "CREATE TABLE IF NOT EXISTS outbox.schema_migrations ("
-    "    version integer PRIMARY KEY,"
-    "    name text NOT NULL,"
-    "    applied_at timestamptz NOT NULL DEFAULT now());"
-    "COMMIT";
+static const char bootstrap_sql[] = "BEGIN;" QUIET ";"
+                                    "CREATE SCHEMA IF NOT EXISTS outbox;"
+                                    "CREATE TABLE IF NOT EXISTS outbox.schema_migrations ("
+                                    "    version integer PRIMARY KEY,"
+                                    "    name text NOT NULL,"
+                                    "    applied_at timestamptz NOT NULL DEFAULT now());"
+                                    "COMMIT";
 
 /* Runs sql, which must return no error; fills err with context on failure. */
 static int

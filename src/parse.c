@@ -77,8 +77,7 @@ parse_duration(const char *text, int64_t *seconds, struct outbox_error *err)
         p++;
         if (too_big || count > (PARSE_DURATION_MAX_SECONDS - total) / unit)
             return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                    "duration '%.*s' is too long: at most 36500d", QUOTE_MAX,
-                                    text);
+                                    "duration '%.*s' is too long: at most 36500d", QUOTE_MAX, text);
         total += count * unit;
     }
     *seconds = total;
@@ -86,8 +85,7 @@ parse_duration(const char *text, int64_t *seconds, struct outbox_error *err)
 }
 
 int
-parse_integer(const char *text, int64_t min, int64_t max, int64_t *value,
-              struct outbox_error *err)
+parse_integer(const char *text, int64_t min, int64_t max, int64_t *value, struct outbox_error *err)
 {
     const char *p = text;
     int64_t n;

@@ -30,9 +30,10 @@ static const char queue_status_sql[] =
 static const char table_status_sql[] =
     "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid),"
     "       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),"
-    "       " ISO_UTC("s.last_autovacuum") ", " ISO_UTC("s.last_autoanalyze")
-    "  FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid"
-    " WHERE c.oid = 'outbox.job'::regclass";
+    "       " ISO_UTC("s.last_autovacuum") ", " ISO_UTC(
+        "s.last_autoanalyze") "  FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid "
+                              "= c.oid"
+                              " WHERE c.oid = 'outbox.job'::regclass";
 
 /*
  * Sessions of this database (and WAL senders, which hold back every
@@ -49,23 +50,21 @@ static const char oldest_transaction_sql[] =
     " ORDER BY greatest(age(backend_xid), age(backend_xmin)) DESC, xact_start"
     " LIMIT 1";
 
-static const char dead_list_sql[] =
-    "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
-    "  FROM outbox.job"
-    " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
-    " ORDER BY queue, job_id"
-    " LIMIT $2::bigint";
+static const char dead_list_sql[] = "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC(
+    "finished_at") ", last_error"
+                   "  FROM outbox.job"
+                   " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
+                   " ORDER BY queue, job_id"
+                   " LIMIT $2::bigint";
 
-static const char dead_retry_sql[] =
-    "UPDATE outbox.job"
-    "   SET state = 'ready', run_at = now(), finished_at = NULL,"
-    "       max_attempts = attempts + $3::integer"
-    " WHERE state = 'dead'"
-    "   AND ($1::text IS NULL OR queue = $1::text)"
-    "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
+static const char dead_retry_sql[] = "UPDATE outbox.job"
+                                     "   SET state = 'ready', run_at = now(), finished_at = NULL,"
+                                     "       max_attempts = attempts + $3::integer"
+                                     " WHERE state = 'dead'"
+                                     "   AND ($1::text IS NULL OR queue = $1::text)"
+                                     "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
 
-static const char purge_cutoff_sql[] =
-    "SELECT (now() - make_interval(secs => $1::float8))::text";
+static const char purge_cutoff_sql[] = "SELECT (now() - make_interval(secs => $1::float8))::text";
 
 static const char purge_batch_sql[] =
     "WITH doomed AS ("
@@ -95,7 +94,8 @@ copy_value(const PGresult *result, int row, int column, bool *failed)
 static int64_t
 int64_value(const PGresult *result, int row, int column)
 {
-    return PQgetisnull(result, row, column) ? 0 : strtoll(PQgetvalue(result, row, column), NULL, 10);
+    return PQgetisnull(result, row, column) ? 0
+                                            : strtoll(PQgetvalue(result, row, column), NULL, 10);
 }
 
 static double
@@ -262,8 +262,8 @@ store_status_clear(struct store_status *status)
 }
 
 int
-store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit,
-                      struct store_dead_list *list, struct outbox_error *err)
+store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct store_dead_list *list,
+                      struct outbox_error *err)
 {
     char limit_text[24];
     const char *params[2] = {queue, limit_text};

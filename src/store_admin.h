@@ -44,15 +44,15 @@ struct store_oldest_transaction {
 };
 
 struct store_status {
-    int schema_version; /* highest row of outbox.schema_migrations, 0 when none */
+    int schema_version;                /* highest row of outbox.schema_migrations, 0 when none */
     struct store_queue_status *queues; /* by queue name */
     size_t queue_count;
     int64_t table_bytes; /* heap + TOAST of outbox.job */
     int64_t index_bytes;
     int64_t live_tuples;
-    int64_t dead_tuples;      /* not yet vacuumed */
-    char *last_autovacuum;    /* ISO 8601 UTC, NULL: never */
-    char *last_autoanalyze;   /* ISO 8601 UTC, NULL: never */
+    int64_t dead_tuples;    /* not yet vacuumed */
+    char *last_autovacuum;  /* ISO 8601 UTC, NULL: never */
+    char *last_autoanalyze; /* ISO 8601 UTC, NULL: never */
     struct store_oldest_transaction oldest_transaction;
 };
 
@@ -85,8 +85,8 @@ void store_dead_list_clear(struct store_dead_list *list);
  * extra_attempts: those of queue (NULL: any) and job_id (0: any). Keeps
  * last_error. Stores the number of rows changed in *count.
  */
-int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id,
-                           int32_t extra_attempts, int64_t *count, struct outbox_error *err);
+int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t extra_attempts,
+                           int64_t *count, struct outbox_error *err);
 
 /*
  * Deletes succeeded rows finished more than older_than_seconds ago, in
@@ -94,15 +94,15 @@ int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id,
  * until none is left. The cutoff is fixed at the start, so this ends. Stores
  * the rows deleted in *count, also on failure.
  */
-int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
-                      int64_t *count, struct outbox_error *err);
+int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
+                      struct outbox_error *err);
 
 /*
  * Enqueues one row through outbox.enqueue() in its own transaction and
  * notifies channel outbox_job on commit. key may be NULL. Stores the job id
  * (the existing one for a known key) in *job_id.
  */
-int store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json,
-                        const char *key, int64_t *job_id, struct outbox_error *err);
+int store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
+                        int64_t *job_id, struct outbox_error *err);
 
 #endif

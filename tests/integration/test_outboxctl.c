@@ -243,7 +243,7 @@ start_ctl(struct ctl_process *process, const char *env_url, const char *const *a
             argv[argc++] = word;
     }
     argv[argc++] = program;
-    for (size_t i = 0; args[i] != NULL && i < MAX_ARGS; i++)
+    for (size_t i = 0; i < MAX_ARGS && args[i] != NULL; i++)
         argv[argc++] = (char *)args[i];
     argv[argc] = NULL;
 
@@ -290,21 +290,17 @@ finish_ctl(struct ctl_process *process, struct ctl_run *run)
 
 /* Runs outboxctl to the end: args after the program name, NULL-terminated. */
 static void
-run_ctl(struct ctl_run *run, const char *env_url, ...)
+run_ctl(struct ctl_run *run, const char *env_url, const char *const *args)
 {
-    const char *args[MAX_ARGS + 1];
-    struct ctl_process process;
-    va_list ap;
-    size_t n = 0;
+    struct ctl_process process = {0};
 
-    va_start(ap, env_url);
-    while (n < MAX_ARGS && (args[n] = va_arg(ap, const char *)) != NULL)
-        n++;
-    va_end(ap);
-    args[n] = NULL;
     start_ctl(&process, env_url, args);
     finish_ctl(&process, run);
 }
+
+/* RUN_CTL(&run, env_url, "arg", ...) runs outboxctl with those arguments. */
+#define RUN_CTL(run, env_url, ...)                                                                 \
+    run_ctl((run), (env_url), (const char *const[]){__VA_ARGS__, NULL})
 
 static void
 run_clear(struct ctl_run *run)
@@ -338,7 +334,7 @@ migrate_ok(struct testdb *db)
 {
     struct ctl_run run;
 
-    run_ctl(&run, NULL, "--database-url", db->url, "migrate", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "migrate");
     assert_exit(&run, 0);
     run_clear(&run);
 }
@@ -352,7 +348,7 @@ test_migrate_creates_schema(void **state)
     struct ctl_run run;
     char *names;
 
-    run_ctl(&run, NULL, "--database-url", db->url, "migrate", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "migrate");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "applied"));
     run_clear(&run);
@@ -384,7 +380,7 @@ test_migrate_again_applies_nothing(void **state)
     migrate_ok(db);
     before = query_value(db->conn, "SELECT string_agg(version || '@' || applied_at, ',') "
                                    "FROM outbox.schema_migrations");
-    run_ctl(&run, NULL, "--database-url", db->url, "migrate", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "migrate");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "up to date"));
     run_clear(&run);
@@ -400,7 +396,7 @@ test_concurrent_migrate(void **state)
 {
     struct testdb *db = test_database(state);
     const char *args[] = {"--database-url", db->url, "migrate", NULL};
-    struct ctl_process processes[4];
+    struct ctl_process processes[4] = {{0}};
     int appliers = 0;
 
     for (int i = 0; i < 4; i++)
@@ -428,7 +424,7 @@ test_status_without_schema(void **state)
     struct testdb *db = test_database(state);
     struct ctl_run run;
 
-    run_ctl(&run, NULL, "--database-url", db->url, "status", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
     assert_exit(&run, 1);
     assert_string_equal(run.err, "outboxctl: outbox schema not found: run 'outboxctl migrate'\n");
     run_clear(&run);
@@ -472,7 +468,7 @@ test_status_json_counts(void **state)
     exec_ok(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
     exec_ok(holder, "SELECT count(*) FROM outbox.job");
 
-    run_ctl(&run, NULL, "--database-url", db->url, "status", "--json", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json");
     assert_exit(&run, 0);
     params[0] = run.out;
     result = PQexecParams(db->conn,
@@ -506,7 +502,7 @@ test_status_json_counts(void **state)
     run_clear(&run);
 
     /* the table form shows the same queues */
-    run_ctl(&run, NULL, "--database-url", db->url, "status", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "QUEUE"));
     assert_non_null(strstr(run.out, "\na "));
@@ -533,15 +529,15 @@ test_dead_list_shows_last_error(void **state)
                       " ('mail', '{}', 'succeeded', 1, 3, now(), 'earlier failure')");
     id = query_value(db->conn, "SELECT job_id FROM outbox.job WHERE state = 'dead'");
 
-    run_ctl(&run, NULL, "--database-url", db->url, "dead", "list", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "dead", "list");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "broker said no"));
     assert_non_null(strstr(run.out, id));
     assert_null(strstr(run.out, "earlier failure"));
     run_clear(&run);
 
-    run_ctl(&run, NULL, "--database-url", db->url, "dead", "list", "--queue", "other", "--limit",
-            "5", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "dead", "list", "--queue", "other", "--limit",
+            "5");
     assert_exit(&run, 0);
     assert_null(strstr(run.out, "broker said no"));
     run_clear(&run);
@@ -557,14 +553,15 @@ test_dead_retry_adds_attempts(void **state)
     PGresult *result;
 
     migrate_ok(db);
-    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, max_attempts,"
-                      " finished_at, last_error, run_at) VALUES"
-                      " ('mail', '{}', 'dead', 3, 3, now(), 'broker said no', now() - interval '1 day'),"
-                      " ('sms', '{}', 'dead', 4, 4, now(), 'gateway down', now())");
+    exec_ok(db->conn,
+            "INSERT INTO outbox.job (queue, payload, state, attempts, max_attempts,"
+            " finished_at, last_error, run_at) VALUES"
+            " ('mail', '{}', 'dead', 3, 3, now(), 'broker said no', now() - interval '1 day'),"
+            " ('sms', '{}', 'dead', 4, 4, now(), 'gateway down', now())");
     id = query_value(db->conn, "SELECT job_id FROM outbox.job WHERE queue = 'mail'");
 
-    run_ctl(&run, NULL, "--database-url", db->url, "dead", "retry", "--job", id,
-            "--extra-attempts", "2", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "dead", "retry", "--job", id, "--extra-attempts",
+            "2");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "retried 1 dead job"));
     run_clear(&run);
@@ -582,7 +579,7 @@ test_dead_retry_adds_attempts(void **state)
     PQclear(result);
 
     /* by queue, with the default of one more attempt */
-    run_ctl(&run, NULL, "--database-url", db->url, "dead", "retry", "--queue", "sms", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "dead", "retry", "--queue", "sms");
     assert_exit(&run, 0);
     run_clear(&run);
     assert_int_equal(query_number(db->conn, "SELECT max_attempts FROM outbox.job "
@@ -611,7 +608,7 @@ test_purge_deletes_only_old_succeeded(void **state)
             " ('q', '{}', 'ready', 0, 3, NULL, 'ready'),"
             " ('q', '{}', 'dead', 3, 3, now() - interval '3 hours', 'dead')");
 
-    run_ctl(&run, NULL, "--database-url", db->url, "purge", "--older-than", "1h", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "purge", "--older-than", "1h");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "purged 12000 "));
     run_clear(&run);
@@ -621,7 +618,7 @@ test_purge_deletes_only_old_succeeded(void **state)
                      3);
 
     /* nothing left to purge is not an error */
-    run_ctl(&run, NULL, "--database-url", db->url, "purge", "--older-than", "1h", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "purge", "--older-than", "1h");
     assert_exit(&run, 0);
     assert_non_null(strstr(run.out, "purged 0 "));
     run_clear(&run);
@@ -650,21 +647,21 @@ test_enqueue_prints_id(void **state)
     char sql[128];
 
     migrate_ok(db);
-    run_ctl(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
-            "{\"n\": 1}", "--key", "k1", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
+            "{\"n\": 1}", "--key", "k1");
     assert_exit(&run, 0);
     first = printed_id(&run);
     run_clear(&run);
 
-    run_ctl(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
-            "{\"n\": 2}", "--key", "k1", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
+            "{\"n\": 2}", "--key", "k1");
     assert_exit(&run, 0);
     again = printed_id(&run);
     run_clear(&run);
     assert_int_equal(again, first);
 
-    run_ctl(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
-            "[1, 2]", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
+            "[1, 2]");
     assert_exit(&run, 0);
     other = printed_id(&run);
     run_clear(&run);
@@ -672,12 +669,12 @@ test_enqueue_prints_id(void **state)
 
     snprintf(sql, sizeof(sql), "SELECT payload->>'n' FROM outbox.job WHERE job_id = %lld", first);
     assert_int_equal(query_number(db->conn, sql), 1);
-    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"),
-                     2);
+    assert_int_equal(
+        query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"), 2);
 
     /* a payload that is not JSON is a runtime error and adds nothing */
-    run_ctl(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
-            "{not json", NULL);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "orders", "--payload",
+            "{not json");
     assert_exit(&run, 1);
     assert_int_equal(count_lines(run.err), 1);
     run_clear(&run);
@@ -693,13 +690,13 @@ test_database_url_from_environment(void **state)
     struct ctl_run run;
     char *unreachable;
 
-    run_ctl(&run, db->url, "migrate", NULL);
+    RUN_CTL(&run, db->url, "migrate");
     assert_exit(&run, 0);
     run_clear(&run);
 
     /* the command line wins over the environment */
     assert_true(asprintf(&unreachable, "postgresql://nobody@127.0.0.1:1/none") > 0);
-    run_ctl(&run, unreachable, "--database-url", db->url, "status", NULL);
+    RUN_CTL(&run, unreachable, "--database-url", db->url, "status");
     assert_exit(&run, 0);
     run_clear(&run);
     free(unreachable);
@@ -711,7 +708,7 @@ test_database_url_from_environment(void **state)
 static void
 usage_fails(const char *want, const char *const *args)
 {
-    struct ctl_process process;
+    struct ctl_process process = {0};
     struct ctl_run run;
 
     start_ctl(&process, NULL, args);
@@ -736,17 +733,17 @@ test_bad_usage_exits_2(void **state)
                                                  "ten", NULL});
     usage_fails("--limit", (const char *const[]){"--database-url", url, "dead", "list", "--limit",
                                                  "-3", NULL});
-    usage_fails("--job", (const char *const[]){"--database-url", url, "dead", "retry", "--job",
-                                               "0", NULL});
+    usage_fails("--job",
+                (const char *const[]){"--database-url", url, "dead", "retry", "--job", "0", NULL});
     usage_fails("--extra-attempts", (const char *const[]){"--database-url", url, "dead", "retry",
                                                           "--extra-attempts", "2x", NULL});
     usage_fails("--older-than", (const char *const[]){"--database-url", url, "purge",
                                                       "--older-than", "5 minutes", NULL});
     usage_fails("--older-than", (const char *const[]){"--database-url", url, "purge", NULL});
-    usage_fails("--payload", (const char *const[]){"--database-url", url, "enqueue", "--queue",
-                                                   "q", NULL});
-    usage_fails("--queue", (const char *const[]){"--database-url", url, "enqueue", "--queue",
-                                                 NULL});
+    usage_fails("--payload",
+                (const char *const[]){"--database-url", url, "enqueue", "--queue", "q", NULL});
+    usage_fails("--queue",
+                (const char *const[]){"--database-url", url, "enqueue", "--queue", NULL});
     usage_fails("dead", (const char *const[]){"--database-url", url, "dead", "bury", NULL});
     usage_fails("command", (const char *const[]){"--database-url", url, NULL});
     usage_fails("database URL", (const char *const[]){"status", NULL});
@@ -778,7 +775,7 @@ test_unreachable_database_hides_password(void **state)
 
     (void)state;
     snprintf(url, sizeof(url), "postgresql://outbox:%s@127.0.0.1:%d/outbox", SECRET, closed_port());
-    run_ctl(&run, NULL, "--database-url", url, "status", NULL);
+    RUN_CTL(&run, NULL, "--database-url", url, "status");
     assert_exit(&run, 1);
     assert_int_equal(count_lines(run.err), 1);
     assert_non_null(strstr(run.err, "unable to connect"));
@@ -789,14 +786,14 @@ test_unreachable_database_hides_password(void **state)
     /* the same in conninfo form, from the environment */
     snprintf(url, sizeof(url), "host=127.0.0.1 port=%d user=outbox password=%s", closed_port(),
              SECRET);
-    run_ctl(&run, url, "migrate", NULL);
+    RUN_CTL(&run, url, "migrate");
     assert_exit(&run, 1);
     assert_null(strstr(run.err, SECRET));
     run_clear(&run);
 
     /* a URL libpq cannot parse quotes the bad piece: here the password */
-    run_ctl(&run, NULL, "--database-url", "postgresql://outbox:" SECRET "%zz@127.0.0.1/outbox",
-            "status", NULL);
+    RUN_CTL(&run, NULL, "--database-url", "postgresql://outbox:" SECRET "%zz@127.0.0.1/outbox",
+            "status");
     assert_exit(&run, 2);
     assert_int_equal(count_lines(run.err), 1);
     assert_non_null(strstr(run.err, "--database-url"));
@@ -812,10 +809,10 @@ test_wrong_password_is_not_echoed(void **state)
     char *url;
 
     /* a role with a password; the server trusts everyone, so check a bad db name instead */
-    assert_true(asprintf(&url, "%s%s", db->url, strchr(db->url, '?') ? "&password=" SECRET
-                                                                     : "?password=" SECRET) > 0);
+    assert_true(asprintf(&url, "%s%s", db->url,
+                         strchr(db->url, '?') ? "&password=" SECRET : "?password=" SECRET) > 0);
     url[strstr(url, db->name) - url + 1] = 'X'; /* a database that does not exist */
-    run_ctl(&run, NULL, "--database-url", url, "status", NULL);
+    RUN_CTL(&run, NULL, "--database-url", url, "status");
     assert_exit(&run, 1);
     assert_null(strstr(run.err, SECRET));
     assert_int_equal(count_lines(run.err), 1);

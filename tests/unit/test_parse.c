@@ -133,10 +133,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_duration_units),
-        cmocka_unit_test(test_duration_rejects_bad_syntax),
-        cmocka_unit_test(test_duration_limits),
-        cmocka_unit_test(test_integer_valid),
+        cmocka_unit_test(test_duration_units),  cmocka_unit_test(test_duration_rejects_bad_syntax),
+        cmocka_unit_test(test_duration_limits), cmocka_unit_test(test_integer_valid),
         cmocka_unit_test(test_integer_invalid),
     };
 
