@@ -34,6 +34,9 @@ LDLIBS   += $(PKG_LIBS) -pthread -lm
 
 LIB_SRC   := $(sort $(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# sql/NNN_name.sql, embedded in the library as C strings (see src/migrate.h).
+MIGRATIONS    := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
+MIGRATION_OBJ := $(BUILD)/gen/migrations.o
 RELAY_SRC := $(filter-out relay/outboxctl.c,$(sort $(wildcard relay/*.c)))
 RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ   := $(BUILD)/relay/outboxctl.o
@@ -58,7 +61,7 @@ check-deps:
 	@pkg-config --exists $(PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; \
 	    echo "or install: $$(tests/harness/deps.sh --list)"; exit 2; }
 
-$(LIB)/liboutbox.a: $(LIB_OBJ)
+$(LIB)/liboutbox.a: $(LIB_OBJ) $(MIGRATION_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@
 	$(AR) rcs $@ $^
@@ -70,6 +73,15 @@ $(BIN)/outbox-relay: $(RELAY_OBJ) $(LIB)/liboutbox.a
 $(BIN)/outboxctl: $(CTL_OBJ) $(LIB)/liboutbox.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
+
+# sql is a prerequisite so that adding or removing a file rebuilds the list.
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) sql tests/harness/embed-migrations.sh
+	@mkdir -p $(@D)
+	tests/harness/embed-migrations.sh $(MIGRATIONS) > $@.tmp
+	mv $@.tmp $@
+
+$(MIGRATION_OBJ): $(BUILD)/gen/migrations.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

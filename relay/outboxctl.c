@@ -1,9 +1,848 @@
-/* outboxctl - placeholder main until the admin CLI lands. */
+/*
+ * outboxctl - the operators' command line for the outbox: migrate the
+ * schema, show status, list and retry dead jobs, purge old succeeded jobs,
+ * enqueue a job by hand.
+ *
+ * Exit codes: 0 success, 1 runtime error (connection, database, missing
+ * schema), 2 usage error, reported in one line naming the bad option. A
+ * password from the database URL (or PGPASSWORD) never reaches the output:
+ * every error message is scrubbed of it before printing.
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "error.h"
+#include "migrate.h"
+#include "outbox.h"
+#include "parse.h"
+#include "store_admin.h"
+#include "url.h"
+
+#define EXIT_USAGE 2
+
+/* Defaults and bounds of the numeric options. */
+#define DEAD_LIST_LIMIT_DEFAULT 100
+#define DEAD_LIST_LIMIT_MAX 1000000
+#define EXTRA_ATTEMPTS_MAX 1000000
+#define PURGE_BATCH_SIZE 5000
+#define CONNECT_TIMEOUT_SECONDS "10"
+
+static const char usage_text[] =
+    "usage: outboxctl [--database-url URL] COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  migrate                          apply the schema migrations not yet applied\n"
+    "  status [--json]                  jobs per queue and state, oldest ready age,\n"
+    "                                   table size, vacuum and xmin horizon figures\n"
+    "  dead list [--queue Q] [--limit N]\n"
+    "                                   dead jobs with their last error (limit 100)\n"
+    "  dead retry [--queue Q] [--job ID] [--extra-attempts N]\n"
+    "                                   make dead jobs ready again with N more\n"
+    "                                   attempts (default 1); all dead jobs when\n"
+    "                                   neither --queue nor --job is given\n"
+    "  purge --older-than DURATION      delete succeeded jobs finished longer ago\n"
+    "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m),\n"
+    "                                   in batches of 5000\n"
+    "  enqueue --queue Q --payload JSON [--key K]\n"
+    "                                   add one job and print its id; a known key\n"
+    "                                   prints the existing job's id\n"
+    "\n"
+    "options:\n"
+    "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "exit status: 0 success, 1 runtime error, 2 usage error\n";
+
+/* One run of the command line. */
+struct ctl {
+    const char *database_url;
+    const char *command; /* e.g. "dead list", for messages */
+    bool help;           /* --help seen: print usage, do nothing else */
+    char *password;      /* the URL's password, scrubbed from messages */
+    PGconn *conn;
+};
+
+/* Prints "outboxctl: <message>" as one line on stderr and returns EXIT_USAGE. */
+static int usage_error(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+usage_error(const char *format, ...)
+{
+    va_list ap;
+
+    fputs("outboxctl: ", stderr);
+    va_start(ap, format);
+    vfprintf(stderr, format, ap);
+    va_end(ap);
+    fputs(" (see outboxctl --help)\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* Copies text into buf of capacity size, cutting it short when too long. */
+static void
+copy_truncated(char *buf, size_t size, const char *text)
+{
+    size_t len = strlen(text);
+
+    if (len >= size)
+        len = size - 1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+}
+
+/* Replaces every occurrence of secret in text (of capacity size) with "***". */
+static void
+scrub_secret(char *text, size_t size, const char *secret)
+{
+    char out[OUTBOX_ERROR_MESSAGE_MAX * 2];
+    size_t secret_len, n = 0;
+    const char *p = text;
+
+    if (secret == NULL || secret[0] == '\0')
+        return;
+    secret_len = strlen(secret);
+    while (*p != '\0' && n + 4 < sizeof(out)) {
+        if (strncmp(p, secret, secret_len) == 0) {
+            memcpy(out + n, "***", 3);
+            n += 3;
+            p += secret_len;
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n] = '\0';
+    copy_truncated(text, size, out);
+}
+
+/*
+ * libpq quotes pieces of a URL it cannot parse, and such a piece may hold the
+ * password. Keeps a quoted piece only when it also appears in the redacted
+ * URL, i.e. holds no part of the password; replaces it with *** otherwise.
+ */
+static void
+scrub_quoted(char *text, size_t size, const char *redacted_url)
+{
+    char out[OUTBOX_ERROR_MESSAGE_MAX * 2];
+    size_t n = 0;
+    const char *p = text;
+
+    while (*p != '\0' && n + 6 < sizeof(out)) {
+        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
+
+        if (close == NULL) {
+            out[n++] = *p++;
+            continue;
+        }
+        {
+            size_t len = (size_t)(close - p - 1);
+            char piece[OUTBOX_ERROR_MESSAGE_MAX];
+            bool safe;
+
+            snprintf(piece, sizeof(piece), "%.*s", (int)len, p + 1);
+            safe = redacted_url != NULL && strstr(redacted_url, piece) != NULL;
+            if (safe && n + len + 3 < sizeof(out)) {
+                memcpy(out + n, p, len + 2);
+                n += len + 2;
+            } else {
+                memcpy(out + n, "\"***\"", 5);
+                n += 5;
+            }
+            p = close + 1;
+        }
+    }
+    out[n] = '\0';
+    copy_truncated(text, size, out);
+}
+
+/* Prints a runtime error, scrubbed of passwords, and returns 1. */
+static int
+runtime_error(const struct ctl *ctl, const struct outbox_error *err)
+{
+    char message[OUTBOX_ERROR_MESSAGE_MAX];
+
+    snprintf(message, sizeof(message), "%s", err->message);
+    scrub_secret(message, sizeof(message), ctl->password);
+    scrub_secret(message, sizeof(message), getenv("PGPASSWORD"));
+    fprintf(stderr, "outboxctl: %s\n", message);
+    return 1;
+}
+
+static int
+out_of_memory(void)
+{
+    fputs("outboxctl: out of memory\n", stderr);
+    return 1;
+}
+
+/*
+ * When argv[*index] is option name, as "NAME VALUE" or "NAME=VALUE", stores
+ * the value, moves *index to the last argument used and returns 1. Returns 0
+ * for any other argument, and EXIT_USAGE (after the message) when the value
+ * is missing.
+ */
+static int
+take_value(const struct ctl *ctl, int argc, char **argv, int *index, const char *name,
+           const char **value)
+{
+    const char *arg = argv[*index];
+    size_t len = strlen(name);
+
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=') {
+        *value = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0')
+        return 0;
+    if (*index + 1 >= argc)
+        return usage_error("option '%s' of '%s' needs a value", name, ctl->command);
+    *index += 1;
+    *value = argv[*index];
+    return 1;
+}
+
+/*
+ * Options every command accepts: --database-url and --help. Returns 1 when
+ * argv[*index] was one, 0 when not, EXIT_USAGE on a missing value.
+ */
+static int
+common_option(struct ctl *ctl, int argc, char **argv, int *index)
+{
+    int taken;
+
+    if (strcmp(argv[*index], "--help") == 0 || strcmp(argv[*index], "-h") == 0) {
+        ctl->help = true;
+        return 1;
+    }
+    taken = take_value(ctl, argc, argv, index, "--database-url", &ctl->database_url);
+    return taken;
+}
+
+static int
+unexpected_argument(const struct ctl *ctl, const char *arg)
+{
+    if (arg[0] == '-')
+        return usage_error("unknown option '%s' for '%s'", arg, ctl->command);
+    return usage_error("unexpected argument '%s' for '%s'", arg, ctl->command);
+}
+
+/* Parses a numeric option value, reporting a usage error naming the option. */
+static int
+number_option(const char *name, const char *text, int64_t min, int64_t max, int64_t *value)
+{
+    struct outbox_error err;
+
+    if (parse_integer(text, min, max, value, &err) < 0)
+        return usage_error("%s: %s", name, err.message);
+    return 0;
+}
+
+/* Ignores NOTICEs; the library turns off the ones it expects anyway. */
+static void
+ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* Connects to the database; returns 0 or an exit code, after the message. */
+static int
+connect_database(struct ctl *ctl)
+{
+    static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
+                                           "client_encoding", "dbname", NULL};
+    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl", "UTF8", ctl->database_url, NULL};
+    PQconninfoOption *options;
+    char *parse_error = NULL;
+    struct outbox_error err;
+
+    if (ctl->database_url == NULL || ctl->database_url[0] == '\0')
+        return usage_error("missing database URL: give --database-url or set "
+                           "OUTBOX_DATABASE_URL");
+    options = PQconninfoParse(ctl->database_url, &parse_error);
+    if (options == NULL) {
+        char message[OUTBOX_ERROR_MESSAGE_MAX];
+        char *redacted = url_redact(ctl->database_url);
+
+        snprintf(message, sizeof(message), "%s",
+                 parse_error != NULL ? parse_error : "out of memory");
+        message[strcspn(message, "\n")] = '\0';
+        scrub_quoted(message, sizeof(message), redacted);
+        free(redacted);
+        PQfreemem(parse_error);
+        return usage_error("invalid --database-url: %s", message);
+    }
+    for (PQconninfoOption *option = options; option->keyword != NULL; option++) {
+        if (strcmp(option->keyword, "password") == 0 && option->val != NULL &&
+            option->val[0] != '\0') {
+            ctl->password = strdup(option->val);
+            if (ctl->password == NULL) {
+                PQconninfoFree(options);
+                return out_of_memory();
+            }
+        }
+    }
+    PQconninfoFree(options);
+
+    /* dbname last: what the URL says wins over the defaults before it */
+    ctl->conn = PQconnectdbParams(keywords, values, 1);
+    if (ctl->conn == NULL)
+        return out_of_memory();
+    if (PQstatus(ctl->conn) != CONNECTION_OK) {
+        outbox_error_from_pg(&err, ctl->conn, NULL, "unable to connect to the database");
+        return runtime_error(ctl, &err);
+    }
+    PQsetNoticeProcessor(ctl->conn, ignore_notice, NULL);
+    return 0;
+}
+
+/* ---- output helpers ---------------------------------------------------- */
+
+/* Writes text as a JSON string: quoted, with " \ and control characters escaped. */
+static void
+json_string(FILE *out, const char *text)
+{
+    if (text == NULL) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\r':
+            fputs("\\r", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(out, "\\u%04x", *p);
+            else
+                fputc(*p, out);
+        }
+    }
+    fputc('"', out);
+}
+
+/* A grid of malloc'd cells, printed with columns padded to their widest cell. */
+struct table {
+    size_t columns;
+    size_t rows;
+    size_t capacity; /* rows */
+    char **cells;
+    const bool *right_aligned; /* per column */
+};
+
+/* Appends a row of printf-formatted cells, one format per column. */
+static bool
+table_add_row(struct table *table, ...)
+{
+    va_list ap;
+
+    if (table->rows == table->capacity) {
+        size_t capacity = table->capacity ? table->capacity * 2 : 16;
+        char **cells = realloc(table->cells, capacity * table->columns * sizeof(*cells));
+
+        if (cells == NULL)
+            return false;
+        table->cells = cells;
+        table->capacity = capacity;
+    }
+    va_start(ap, table);
+    for (size_t column = 0; column < table->columns; column++) {
+        char **cell = &table->cells[table->rows * table->columns + column];
+        const char *text = va_arg(ap, const char *);
+
+        *cell = strdup(text != NULL ? text : "");
+        if (*cell == NULL) {
+            for (size_t done = 0; done < column; done++)
+                free(table->cells[table->rows * table->columns + done]);
+            va_end(ap);
+            return false;
+        }
+    }
+    va_end(ap);
+    table->rows++;
+    return true;
+}
+
+static void
+table_print(const struct table *table, FILE *out)
+{
+    size_t widths[16] = {0};
+
+    for (size_t i = 0; i < table->rows * table->columns; i++) {
+        size_t len = strlen(table->cells[i]);
+
+        if (len > widths[i % table->columns])
+            widths[i % table->columns] = len;
+    }
+    for (size_t row = 0; row < table->rows; row++) {
+        for (size_t column = 0; column < table->columns; column++) {
+            const char *cell = table->cells[row * table->columns + column];
+            bool last = column + 1 == table->columns;
+            int width = (int)widths[column];
+
+            if (table->right_aligned != NULL && table->right_aligned[column])
+                fprintf(out, "%*s", width, cell);
+            else if (last)
+                fputs(cell, out);
+            else
+                fprintf(out, "%-*s", width, cell);
+            fputs(last ? "\n" : "  ", out);
+        }
+    }
+}
+
+static void
+table_clear(struct table *table)
+{
+    for (size_t i = 0; i < table->rows * table->columns; i++)
+        free(table->cells[i]);
+    free(table->cells);
+    table->cells = NULL;
+    table->rows = table->capacity = 0;
+}
+
+/* Formats a byte count as pg_size_pretty does, into buf. */
+static const char *
+format_bytes(char *buf, size_t size, int64_t bytes)
+{
+    static const char *const units[] = {"bytes", "kB", "MB", "GB", "TB"};
+    double value = (double)bytes;
+    size_t unit = 0;
+
+    while (value >= 10240.0 && unit + 1 < sizeof(units) / sizeof(units[0])) {
+        value /= 1024.0;
+        unit++;
+    }
+    snprintf(buf, size, "%.0f %s", value, units[unit]);
+    return buf;
+}
+
+/* Copies text into buf with control characters (e.g. newlines) as spaces. */
+static const char *
+one_line(char *buf, size_t size, const char *text)
+{
+    size_t n = 0;
+
+    for (const char *p = text != NULL ? text : ""; *p != '\0' && n + 1 < size; p++)
+        buf[n++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+    buf[n] = '\0';
+    return buf;
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+static int
+command_migrate(struct ctl *ctl, int argc, char **argv, int first)
+{
+    struct outbox_error err;
+    int applied = 0, version = 0, taken;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (outbox_migrate(ctl->conn, &applied, &err) < 0 ||
+        outbox_schema_version(ctl->conn, &version, &err) < 0)
+        return runtime_error(ctl, &err);
+    if (applied == 0)
+        printf("schema up to date at version %d\n", version);
+    else
+        printf("applied %d migration%s, schema version %d\n", applied, applied == 1 ? "" : "s",
+               version);
+    return 0;
+}
+
+static void
+print_status_json(const struct store_status *status)
+{
+    const struct store_oldest_transaction *oldest = &status->oldest_transaction;
+
+    printf("{\"schema_version\":%d,\"queues\":[", status->schema_version);
+    for (size_t i = 0; i < status->queue_count; i++) {
+        const struct store_queue_status *queue = &status->queues[i];
+
+        printf("%s{\"queue\":", i > 0 ? "," : "");
+        json_string(stdout, queue->queue);
+        printf(",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld,"
+               "\"oldest_ready_age_seconds\":%.3f}",
+               (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
+               (long long)queue->dead, queue->oldest_ready_seconds);
+    }
+    printf("],\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,\"live_tuples\":%lld,"
+           "\"dead_tuples\":%lld,\"last_autovacuum\":",
+           (long long)status->table_bytes, (long long)status->index_bytes,
+           (long long)status->live_tuples, (long long)status->dead_tuples);
+    json_string(stdout, status->last_autovacuum);
+    fputs(",\"last_autoanalyze\":", stdout);
+    json_string(stdout, status->last_autoanalyze);
+    fputs("},\"oldest_transaction\":", stdout);
+    if (!oldest->present) {
+        fputs("null", stdout);
+    } else {
+        printf("{\"pid\":%d,\"application_name\":", oldest->pid);
+        json_string(stdout, oldest->application_name);
+        fputs(",\"state\":", stdout);
+        json_string(stdout, oldest->state);
+        printf(",\"age_seconds\":%.3f,\"xid_age\":%lld}", oldest->age_seconds,
+               (long long)oldest->xid_age);
+    }
+    fputs("}\n", stdout);
+}
+
+static int
+print_status_text(const struct store_status *status)
+{
+    static const bool numbers[] = {false, true, true, true, true, true};
+    const struct store_oldest_transaction *oldest = &status->oldest_transaction;
+    struct table summary = {.columns = 2};
+    struct table queues = {.columns = 6, .right_aligned = numbers};
+    char a[64], b[64], c[64], d[64], e[64], line[256];
+    bool ok = true;
+
+    snprintf(a, sizeof(a), "%d", status->schema_version);
+    ok = ok && table_add_row(&summary, "schema version", a);
+    snprintf(line, sizeof(line), "%s table, %s indexes",
+             format_bytes(a, sizeof(a), status->table_bytes),
+             format_bytes(b, sizeof(b), status->index_bytes));
+    ok = ok && table_add_row(&summary, "outbox.job size", line);
+    snprintf(line, sizeof(line), "%lld live, %lld dead (not yet vacuumed)",
+             (long long)status->live_tuples, (long long)status->dead_tuples);
+    ok = ok && table_add_row(&summary, "row versions", line);
+    ok = ok && table_add_row(&summary, "last autovacuum",
+                             status->last_autovacuum ? status->last_autovacuum : "never");
+    ok = ok && table_add_row(&summary, "last autoanalyze",
+                             status->last_autoanalyze ? status->last_autoanalyze : "never");
+    if (oldest->present)
+        snprintf(line, sizeof(line), "pid %d (%s, %s), open %.1fs, xmin %lld transactions old",
+                 oldest->pid,
+                 oldest->application_name[0] ? oldest->application_name : "no application name",
+                 oldest->state[0] ? oldest->state : "unknown state", oldest->age_seconds,
+                 (long long)oldest->xid_age);
+    else
+        snprintf(line, sizeof(line), "none");
+    ok = ok && table_add_row(&summary, "oldest transaction", line);
+
+    ok = ok &&
+         table_add_row(&queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD", "OLDEST READY");
+    for (size_t i = 0; ok && i < status->queue_count; i++) {
+        const struct store_queue_status *queue = &status->queues[i];
+
+        snprintf(a, sizeof(a), "%lld", (long long)queue->ready);
+        snprintf(b, sizeof(b), "%lld", (long long)queue->running);
+        snprintf(c, sizeof(c), "%lld", (long long)queue->succeeded);
+        snprintf(d, sizeof(d), "%lld", (long long)queue->dead);
+        snprintf(e, sizeof(e), "%.1fs", queue->oldest_ready_seconds);
+        ok = table_add_row(&queues, queue->queue, a, b, c, d, e);
+    }
+    if (ok) {
+        table_print(&summary, stdout);
+        fputc('\n', stdout);
+        if (status->queue_count == 0)
+            fputs("no jobs\n", stdout);
+        else
+            table_print(&queues, stdout);
+    }
+    table_clear(&summary);
+    table_clear(&queues);
+    return ok ? 0 : out_of_memory();
+}
+
+static int
+command_status(struct ctl *ctl, int argc, char **argv, int first)
+{
+    struct store_status status;
+    struct outbox_error err;
+    bool json = false;
+    int taken, rc;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_status(ctl->conn, &status, &err) < 0)
+        return runtime_error(ctl, &err);
+    rc = 0;
+    if (json)
+        print_status_json(&status);
+    else
+        rc = print_status_text(&status);
+    store_status_clear(&status);
+    return rc;
+}
+
+static int
+command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
+{
+    static const bool numbers[] = {true, false, true, false, false};
+    const char *queue = NULL, *limit_text = NULL;
+    int64_t limit = DEAD_LIST_LIMIT_DEFAULT;
+    struct store_dead_list list;
+    struct table table = {.columns = 5, .right_aligned = numbers};
+    struct outbox_error err;
+    bool ok;
+    int taken;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--limit", &limit_text)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (limit_text != NULL &&
+        number_option("--limit", limit_text, 1, DEAD_LIST_LIMIT_MAX, &limit) != 0)
+        return EXIT_USAGE;
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_dead_list(ctl->conn, queue, limit, &list, &err) < 0)
+        return runtime_error(ctl, &err);
+    if (list.count == 0) {
+        puts("no dead jobs");
+        return 0;
+    }
+    ok = table_add_row(&table, "JOB_ID", "QUEUE", "ATTEMPTS", "FINISHED_AT", "LAST_ERROR");
+    for (size_t i = 0; ok && i < list.count; i++) {
+        const struct store_dead_job *job = &list.jobs[i];
+        char id[24], attempts[32], error[1024];
+
+        snprintf(id, sizeof(id), "%lld", (long long)job->job_id);
+        snprintf(attempts, sizeof(attempts), "%d/%d", (int)job->attempts, (int)job->max_attempts);
+        ok = table_add_row(&table, id, job->queue, attempts, job->finished_at,
+                           job->last_error ? one_line(error, sizeof(error), job->last_error) : "-");
+    }
+    if (ok)
+        table_print(&table, stdout);
+    table_clear(&table);
+    store_dead_list_clear(&list);
+    return ok ? 0 : out_of_memory();
+}
+
+static int
+command_dead_retry(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *queue = NULL, *job_text = NULL, *extra_text = NULL;
+    int64_t job_id = 0, extra = 1, count = 0;
+    struct outbox_error err;
+    int taken;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--job", &job_text)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--extra-attempts", &extra_text)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (job_text != NULL && number_option("--job", job_text, 1, INT64_MAX, &job_id) != 0)
+        return EXIT_USAGE;
+    if (extra_text != NULL &&
+        number_option("--extra-attempts", extra_text, 1, EXTRA_ATTEMPTS_MAX, &extra) != 0)
+        return EXIT_USAGE;
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_dead_retry(ctl->conn, queue, job_id, (int32_t)extra, &count, &err) < 0)
+        return runtime_error(ctl, &err);
+    printf("retried %lld dead job%s\n", (long long)count, count == 1 ? "" : "s");
+    return 0;
+}
+
+static int
+command_purge(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *older_than = NULL;
+    int64_t seconds = 0, count = 0;
+    struct outbox_error err;
+    int taken;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--older-than", &older_than)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (older_than == NULL)
+        return usage_error("'purge' needs --older-than DURATION");
+    if (parse_duration(older_than, &seconds, &err) < 0)
+        return usage_error("--older-than: %s", err.message);
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_purge(ctl->conn, seconds, PURGE_BATCH_SIZE, &count, &err) < 0) {
+        if (count > 0)
+            fprintf(stderr, "outboxctl: purged %lld succeeded jobs before the error\n",
+                    (long long)count);
+        return runtime_error(ctl, &err);
+    }
+    printf("purged %lld succeeded job%s finished more than %s ago\n", (long long)count,
+           count == 1 ? "" : "s", older_than);
+    return 0;
+}
+
+static int
+command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *queue = NULL, *payload = NULL, *key = NULL;
+    int64_t job_id = 0;
+    struct outbox_error err;
+    int taken;
+
+    for (int i = first; i < argc; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--payload", &payload)) != 0 ||
+            (taken = take_value(ctl, argc, argv, &i, "--key", &key)) != 0) {
+            if (taken == EXIT_USAGE)
+                return EXIT_USAGE;
+            continue;
+        }
+        return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (queue == NULL)
+        return usage_error("'enqueue' needs --queue Q");
+    if (payload == NULL)
+        return usage_error("'enqueue' needs --payload JSON");
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_enqueue(ctl->conn, queue, payload, key, &job_id, &err) < 0)
+        return runtime_error(ctl, &err);
+    printf("%lld\n", (long long)job_id);
+    return 0;
+}
+
+/* Parses options before the command, then runs it; returns the exit code. */
+static int
+run(struct ctl *ctl, int argc, char **argv)
+{
+    int i, taken;
+
+    ctl->command = "outboxctl";
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        if ((taken = common_option(ctl, argc, argv, &i)) == 0)
+            return usage_error("unknown option '%s'", argv[i]);
+        if (taken == EXIT_USAGE)
+            return EXIT_USAGE;
+    }
+    if (i >= argc) {
+        if (ctl->help) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        return usage_error("missing command");
+    }
+    ctl->command = argv[i];
+    if (strcmp(argv[i], "migrate") == 0)
+        return command_migrate(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "status") == 0)
+        return command_status(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "purge") == 0)
+        return command_purge(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "enqueue") == 0)
+        return command_enqueue(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "dead") == 0) {
+        if (i + 1 < argc && strcmp(argv[i + 1], "list") == 0) {
+            ctl->command = "dead list";
+            return command_dead_list(ctl, argc, argv, i + 2);
+        }
+        if (i + 1 < argc && strcmp(argv[i + 1], "retry") == 0) {
+            ctl->command = "dead retry";
+            return command_dead_retry(ctl, argc, argv, i + 2);
+        }
+        if (i + 1 < argc &&
+            (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0)) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc)
+            return usage_error("'dead' needs a subcommand: list or retry");
+        return usage_error("unknown subcommand '%s' for 'dead': use list or retry", argv[i + 1]);
+    }
+    return usage_error("unknown command '%s'", argv[i]);
+}
 
 int
-main(void)
+main(int argc, char **argv)
 {
-    fputs("outboxctl: not built yet\n", stderr);
-    return 1;
+    struct ctl ctl = {.database_url = getenv("OUTBOX_DATABASE_URL")};
+    int rc = run(&ctl, argc, argv);
+
+    PQfinish(ctl.conn);
+    free(ctl.password);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fputs("outboxctl: unable to write the output\n", stderr);
+        if (rc == 0)
+            rc = 1;
+    }
+    return rc;
 }

@@ -1,0 +1,60 @@
+/*
+ * migrate.h - applying the schema migrations embedded in the library.
+ *
+ * The files sql/NNN_name.sql are compiled into liboutbox as C strings (see
+ * tests/harness/embed-migrations.sh) and applied in version order, each once,
+ * each in its own transaction together with its row in
+ *
+ *   outbox.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+ *                             applied_at timestamptz NOT NULL DEFAULT now())
+ *
+ * so a failed file leaves nothing behind and is tried again next time. A
+ * migration file must therefore not contain BEGIN/COMMIT or statements that
+ * cannot run in a transaction block (CREATE INDEX CONCURRENTLY).
+ *
+ * Concurrent callers are serialized by a session advisory lock on
+ * OUTBOX_MIGRATE_LOCK_KEY in the target database; the lock is released on
+ * every path. A database whose schema_migrations already lists every
+ * version (e.g. one copied from a migrated template) is left untouched.
+ */
+#ifndef OUTBOX_MIGRATE_H
+#define OUTBOX_MIGRATE_H
+
+#include <stddef.h>
+
+#include "outbox.h"
+
+/* pg_advisory_lock key of migrations: "outbox" in ASCII, 0x6f7574626f78. */
+#define OUTBOX_MIGRATE_LOCK_KEY 122550254464888LL
+
+/* One embedded migration file. */
+struct migrate_file {
+    int version;      /* the NNN prefix of the file name */
+    const char *name; /* the file name, e.g. "001_outbox.sql" */
+    const char *sql;  /* the file's text */
+};
+
+/* The embedded files in ascending version order (built from sql/). */
+extern const struct migrate_file migrate_files[];
+extern const size_t migrate_file_count;
+
+/*
+ * Applies every embedded migration not yet recorded in
+ * outbox.schema_migrations, creating schema outbox and that table when
+ * missing. conn must be connected with no transaction open. Stores how many
+ * files were applied in *applied (when not NULL), also on failure. Returns 0,
+ * or -1 with err filled: OUTBOX_ERR_STATE for an open transaction, else the
+ * code of the failing statement, with the failing file named in the message.
+ */
+int outbox_migrate(PGconn *conn, int *applied, struct outbox_error *err);
+
+/*
+ * Stores the highest version recorded in outbox.schema_migrations in
+ * *version, or 0 when the table does not exist. Returns 0 or -1.
+ */
+int outbox_schema_version(PGconn *conn, int *version, struct outbox_error *err);
+
+/* The highest embedded version: what outbox_migrate() brings a database to. */
+int outbox_migrate_latest_version(void);
+
+#endif

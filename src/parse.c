@@ -1,0 +1,103 @@
+/*
+ * parse.c - durations and bounded integers from command-line text.
+ */
+#include "parse.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+
+/* Longest input quoted back in a message. */
+#define QUOTE_MAX 64
+
+/*
+ * Reads the digits at *text into *value and advances *text. Sets *too_big,
+ * leaving *value meaningless, when the number exceeds limit (no overflow can
+ * happen). False when there is no digit.
+ */
+static bool
+read_digits(const char **text, int64_t limit, int64_t *value, bool *too_big)
+{
+    const char *p = *text;
+    int64_t n = 0;
+
+    *too_big = false;
+    if (*p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        int digit = *p - '0';
+
+        if (*too_big || n > limit / 10 || n * 10 > limit - digit)
+            *too_big = true;
+        else
+            n = n * 10 + digit;
+    }
+    *value = n;
+    *text = p;
+    return true;
+}
+
+/* Seconds in one unit, or 0 for an unknown unit letter. */
+static int64_t
+unit_seconds(char unit)
+{
+    switch (unit) {
+    case 's':
+        return 1;
+    case 'm':
+        return 60;
+    case 'h':
+        return 3600;
+    case 'd':
+        return 86400;
+    default:
+        return 0;
+    }
+}
+
+int
+parse_duration(const char *text, int64_t *seconds, struct outbox_error *err)
+{
+    const char *p = text;
+    int64_t total = 0;
+
+    if (text == NULL || *text == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "invalid duration '': expected e.g. 90s, 15m, 24h or 7d");
+    while (*p != '\0') {
+        int64_t count, unit;
+        bool too_big;
+
+        if (!read_digits(&p, PARSE_DURATION_MAX_SECONDS, &count, &too_big) ||
+            (unit = unit_seconds(*p)) == 0)
+            return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                    "invalid duration '%.*s': expected e.g. 90s, 15m, 24h or 7d",
+                                    QUOTE_MAX, text);
+        p++;
+        if (too_big || count > (PARSE_DURATION_MAX_SECONDS - total) / unit)
+            return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                    "duration '%.*s' is too long: at most 36500d", QUOTE_MAX, text);
+        total += count * unit;
+    }
+    *seconds = total;
+    return 0;
+}
+
+int
+parse_integer(const char *text, int64_t min, int64_t max, int64_t *value, struct outbox_error *err)
+{
+    const char *p = text;
+    int64_t n;
+    bool too_big;
+
+    if (text == NULL || !read_digits(&p, max, &n, &too_big) || *p != '\0')
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "invalid number '%.*s'", QUOTE_MAX,
+                                text != NULL ? text : "");
+    if (too_big || n < min)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "number '%.*s' is out of range %lld to %lld", QUOTE_MAX, text,
+                                (long long)min, (long long)max);
+    *value = n;
+    return 0;
+}

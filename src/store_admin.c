@@ -1,0 +1,435 @@
+/*
+ * store_admin.c - status, dead rows, purge and enqueue for operators.
+ */
+#include "store_admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "migrate.h"
+
+#define SCHEMA_MISSING "outbox schema not found: run 'outboxctl migrate'"
+
+/* ISO 8601 UTC text of a timestamptz expression, whatever the session TimeZone. */
+#define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+static const char check_schema_sql[] = "SELECT to_regclass('outbox.job') IS NOT NULL";
+
+static const char queue_status_sql[] =
+    "SELECT queue,"
+    "       count(*) FILTER (WHERE state = 'ready'),"
+    "       count(*) FILTER (WHERE state = 'running'),"
+    "       count(*) FILTER (WHERE state = 'succeeded'),"
+    "       count(*) FILTER (WHERE state = 'dead'),"
+    "       coalesce(extract(epoch FROM now() - min(run_at)"
+    "                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8"
+    "  FROM outbox.job GROUP BY queue ORDER BY queue";
+
+static const char table_status_sql[] =
+    "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid),"
+    "       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),"
+    "       " ISO_UTC("s.last_autovacuum") ", " ISO_UTC(
+        "s.last_autoanalyze") "  FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid "
+                              "= c.oid"
+                              " WHERE c.oid = 'outbox.job'::regclass";
+
+/*
+ * Sessions of this database (and WAL senders, which hold back every
+ * database) with an xmin or xid, oldest first; not this session.
+ */
+static const char oldest_transaction_sql[] =
+    "SELECT pid, coalesce(application_name, ''), coalesce(state, ''),"
+    "       coalesce(extract(epoch FROM now() - xact_start), 0)::float8,"
+    "       greatest(age(backend_xid), age(backend_xmin))"
+    "  FROM pg_stat_activity"
+    " WHERE pid <> pg_backend_pid()"
+    "   AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
+    "   AND (datname = current_database() OR backend_type = 'walsender')"
+    " ORDER BY greatest(age(backend_xid), age(backend_xmin)) DESC, xact_start"
+    " LIMIT 1";
+
+static const char dead_list_sql[] = "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC(
+    "finished_at") ", last_error"
+                   "  FROM outbox.job"
+                   " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
+                   " ORDER BY queue, job_id"
+                   " LIMIT $2::bigint";
+
+static const char dead_retry_sql[] = "UPDATE outbox.job"
+                                     "   SET state = 'ready', run_at = now(), finished_at = NULL,"
+                                     "       max_attempts = attempts + $3::integer"
+                                     " WHERE state = 'dead'"
+                                     "   AND ($1::text IS NULL OR queue = $1::text)"
+                                     "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
+
+static const char purge_cutoff_sql[] = "SELECT (now() - make_interval(secs => $1::float8))::text";
+
+static const char purge_batch_sql[] =
+    "WITH doomed AS ("
+    "    SELECT job_id FROM outbox.job"
+    "     WHERE state = 'succeeded' AND finished_at < $1::timestamptz"
+    "     ORDER BY finished_at"
+    "     LIMIT $2::integer"
+    "       FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.job AS j USING doomed AS d WHERE j.job_id = d.job_id";
+
+static const char enqueue_sql[] = "SELECT outbox.enqueue($1::text, $2::jsonb, $3::text)";
+
+/* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
+static char *
+copy_value(const PGresult *result, int row, int column, bool *failed)
+{
+    char *copy;
+
+    if (PQgetisnull(result, row, column))
+        return NULL;
+    copy = strdup(PQgetvalue(result, row, column));
+    if (copy == NULL)
+        *failed = true;
+    return copy;
+}
+
+static int64_t
+int64_value(const PGresult *result, int row, int column)
+{
+    return PQgetisnull(result, row, column) ? 0
+                                            : strtoll(PQgetvalue(result, row, column), NULL, 10);
+}
+
+static double
+double_value(const PGresult *result, int row, int column)
+{
+    return PQgetisnull(result, row, column) ? 0.0 : strtod(PQgetvalue(result, row, column), NULL);
+}
+
+/* PQexecParams with text parameters; NULL on out of memory is left to the caller. */
+static PGresult *
+run(PGconn *conn, const char *sql, int count, const char *const *params)
+{
+    return PQexecParams(conn, sql, count, NULL, params, NULL, NULL, 0);
+}
+
+/* Fills err from a failed result; a missing table, schema or function is a missing schema. */
+static int
+fail_with(struct outbox_error *err, PGconn *conn, const PGresult *result, const char *context)
+{
+    const char *sqlstate = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : NULL;
+
+    if (sqlstate != NULL && (strcmp(sqlstate, "42P01") == 0 || strcmp(sqlstate, "3F000") == 0 ||
+                             strcmp(sqlstate, "42883") == 0)) {
+        outbox_error_set(err, OUTBOX_ERR_SCHEMA, SCHEMA_MISSING);
+        memcpy(err->sqlstate, sqlstate, 6);
+        return -1;
+    }
+    return outbox_error_from_pg(err, conn, result, context);
+}
+
+int
+store_admin_check_schema(PGconn *conn, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, check_schema_sql);
+    bool present;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to look for the outbox schema");
+        PQclear(result);
+        return -1;
+    }
+    present = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    if (!present)
+        return outbox_error_set(err, OUTBOX_ERR_SCHEMA, SCHEMA_MISSING);
+    return 0;
+}
+
+/* Fills the per-queue part of status. */
+static int
+read_queue_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, queue_status_sql);
+    bool failed = false;
+    int rows;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        fail_with(err, conn, result, "unable to count jobs per queue");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows > 0) {
+        status->queues = calloc((size_t)rows, sizeof(*status->queues));
+        if (status->queues == NULL)
+            failed = true;
+    }
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_queue_status *queue = &status->queues[row];
+
+        status->queue_count++;
+        queue->queue = copy_value(result, row, 0, &failed);
+        queue->ready = int64_value(result, row, 1);
+        queue->running = int64_value(result, row, 2);
+        queue->succeeded = int64_value(result, row, 3);
+        queue->dead = int64_value(result, row, 4);
+        queue->oldest_ready_seconds = double_value(result, row, 5);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Fills sizes and vacuum figures of outbox.job. */
+static int
+read_table_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, table_status_sql);
+    bool failed = false;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to read the size of 'outbox.job'");
+        PQclear(result);
+        return -1;
+    }
+    status->table_bytes = int64_value(result, 0, 0);
+    status->index_bytes = int64_value(result, 0, 1);
+    status->live_tuples = int64_value(result, 0, 2);
+    status->dead_tuples = int64_value(result, 0, 3);
+    status->last_autovacuum = copy_value(result, 0, 4, &failed);
+    status->last_autoanalyze = copy_value(result, 0, 5, &failed);
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Fills the oldest transaction holding back the xmin horizon, if any. */
+static int
+read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
+                        struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, oldest_transaction_sql);
+    bool failed = false;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        outbox_error_from_pg(err, conn, result, "unable to read 'pg_stat_activity'");
+        PQclear(result);
+        return -1;
+    }
+    if (PQntuples(result) == 1) {
+        oldest->present = true;
+        oldest->pid = (int)int64_value(result, 0, 0);
+        oldest->application_name = copy_value(result, 0, 1, &failed);
+        oldest->state = copy_value(result, 0, 2, &failed);
+        oldest->age_seconds = double_value(result, 0, 3);
+        oldest->xid_age = int64_value(result, 0, 4);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+int
+store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
+{
+    memset(status, 0, sizeof(*status));
+    if (store_admin_check_schema(conn, err) < 0)
+        return -1;
+    if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
+        read_queue_status(conn, status, err) < 0 || read_table_status(conn, status, err) < 0 ||
+        read_oldest_transaction(conn, &status->oldest_transaction, err) < 0) {
+        store_status_clear(status);
+        return -1;
+    }
+    return 0;
+}
+
+void
+store_status_clear(struct store_status *status)
+{
+    if (status == NULL)
+        return;
+    for (size_t i = 0; i < status->queue_count; i++)
+        free(status->queues[i].queue);
+    free(status->queues);
+    free(status->last_autovacuum);
+    free(status->last_autoanalyze);
+    free(status->oldest_transaction.application_name);
+    free(status->oldest_transaction.state);
+    memset(status, 0, sizeof(*status));
+}
+
+int
+store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct store_dead_list *list,
+                      struct outbox_error *err)
+{
+    char limit_text[24];
+    const char *params[2] = {queue, limit_text};
+    PGresult *result;
+    bool failed = false;
+    int rows;
+
+    memset(list, 0, sizeof(*list));
+    snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
+    result = run(conn, dead_list_sql, 2, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        fail_with(err, conn, result, "unable to list dead jobs");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows > 0) {
+        list->jobs = calloc((size_t)rows, sizeof(*list->jobs));
+        if (list->jobs == NULL)
+            failed = true;
+    }
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_dead_job *job = &list->jobs[row];
+
+        list->count++;
+        job->job_id = int64_value(result, row, 0);
+        job->queue = copy_value(result, row, 1, &failed);
+        job->attempts = (int32_t)int64_value(result, row, 2);
+        job->max_attempts = (int32_t)int64_value(result, row, 3);
+        job->finished_at = copy_value(result, row, 4, &failed);
+        job->last_error = copy_value(result, row, 5, &failed);
+    }
+    PQclear(result);
+    if (failed) {
+        store_dead_list_clear(list);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    return 0;
+}
+
+void
+store_dead_list_clear(struct store_dead_list *list)
+{
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < list->count; i++) {
+        free(list->jobs[i].queue);
+        free(list->jobs[i].finished_at);
+        free(list->jobs[i].last_error);
+    }
+    free(list->jobs);
+    memset(list, 0, sizeof(*list));
+}
+
+int
+store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t extra_attempts,
+                       int64_t *count, struct outbox_error *err)
+{
+    char job_text[24], extra_text[16];
+    const char *params[3] = {queue, job_id > 0 ? job_text : NULL, extra_text};
+    PGresult *result;
+
+    *count = 0;
+    if (extra_attempts < 1)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "unable to retry dead jobs: extra attempts must be positive");
+    snprintf(job_text, sizeof(job_text), "%lld", (long long)job_id);
+    snprintf(extra_text, sizeof(extra_text), "%d", (int)extra_attempts);
+    result = run(conn, dead_retry_sql, 3, params);
+    if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+        fail_with(err, conn, result, "unable to retry dead jobs");
+        PQclear(result);
+        return -1;
+    }
+    *count = strtoll(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+int
+store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
+                  struct outbox_error *err)
+{
+    char seconds_text[24], batch_text[16];
+    char *cutoff = NULL;
+    const char *cutoff_params[1] = {seconds_text};
+    PGresult *result;
+    int rc = -1;
+
+    *count = 0;
+    if (older_than_seconds < 0 || batch_size < 1)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "unable to purge succeeded jobs: bad age or batch size");
+    snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
+    snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
+
+    result = run(conn, purge_cutoff_sql, 1, cutoff_params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to purge succeeded jobs");
+        PQclear(result);
+        return -1;
+    }
+    cutoff = strdup(PQgetvalue(result, 0, 0));
+    PQclear(result);
+    if (cutoff == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+
+    for (;;) {
+        const char *params[2] = {cutoff, batch_text};
+        int64_t deleted;
+
+        /* each batch commits on its own: locks stay short and progress is kept */
+        result = run(conn, purge_batch_sql, 2, params);
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            fail_with(err, conn, result, "unable to purge succeeded jobs");
+            PQclear(result);
+            goto cleanup;
+        }
+        deleted = strtoll(PQcmdTuples(result), NULL, 10);
+        PQclear(result);
+        *count += deleted;
+        if (deleted < batch_size)
+            break;
+    }
+    rc = 0;
+
+cleanup:
+    free(cutoff);
+    return rc;
+}
+
+int
+store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
+                    int64_t *job_id, struct outbox_error *err)
+{
+    const char *params[3] = {queue, payload_json, key};
+    PGresult *result = NULL;
+    PGTransactionStatusType state;
+
+    *job_id = 0;
+    result = PQexec(conn, "BEGIN");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        goto fail;
+    PQclear(result);
+    result = run(conn, enqueue_sql, 3, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        goto fail;
+    *job_id = int64_value(result, 0, 0);
+    PQclear(result);
+    /* delivered on commit; a relay waiting on the channel wakes at once */
+    result = PQexec(conn, "NOTIFY outbox_job");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        goto fail;
+    PQclear(result);
+    result = PQexec(conn, "COMMIT");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        goto fail;
+    PQclear(result);
+    return 0;
+
+fail:
+    fail_with(err, conn, result, "unable to enqueue");
+    PQclear(result);
+    state = PQtransactionStatus(conn);
+    if (state == PQTRANS_INTRANS || state == PQTRANS_INERROR)
+        PQclear(PQexec(conn, "ROLLBACK"));
+    *job_id = 0;
+    return -1;
+}
