@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "parse.h"
 #include "url.h"
 
 /* How an option's text becomes a value. */
@@ -92,28 +93,6 @@ static const struct option_spec OPTIONS[] = {
 };
 
 #define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
-
-double
-config_parse_duration(const char *text)
-{
-    static const struct {
-        const char *suffix;
-        double seconds;
-    } UNITS[] = {{"ms", 0.001}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"", 1}};
-    char *end;
-    double value;
-
-    if (text == NULL || !isdigit((unsigned char)text[0]))
-        return -1;
-    errno = 0;
-    value = strtod(text, &end);
-    if (errno != 0 || end == text || !isfinite(value))
-        return -1;
-    for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++)
-        if (strcmp(end, UNITS[i].suffix) == 0)
-            return value * UNITS[i].seconds;
-    return -1;
-}
 
 /* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */
 static void
@@ -227,10 +206,13 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
     }
     case KIND_SECONDS:
     case KIND_MILLIS: {
-        double seconds = config_parse_duration(text);
-        double value = spec->kind == KIND_MILLIS ? seconds * 1000 : seconds;
+        int64_t ms = 0;
+        double value;
 
-        if (seconds < 0 || value < spec->min || value > spec->max)
+        if (parse_duration_ms(text, &ms, NULL) != 0)
+            ms = -1;
+        value = spec->kind == KIND_MILLIS ? (double)ms : (double)ms / 1000.0;
+        if (ms < 0 || value < spec->min || value > spec->max)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
                                     " within range, got '%.40s'",

@@ -70,7 +70,4 @@ void config_clear(struct relay_config *config);
 /* Writes the options reference (what --help prints). */
 void config_usage(FILE *out);
 
-/* Parses "90s", "15m", "24h", "7d", "250ms" or plain seconds; -1 when invalid. */
-double config_parse_duration(const char *text);
-
 #endif

@@ -38,49 +38,68 @@ read_digits(const char **text, int64_t limit, int64_t *value, bool *too_big)
     return true;
 }
 
-/* Seconds in one unit, or 0 for an unknown unit letter. */
+/* Milliseconds in the unit at *text ("ms", "s", "m", "h", "d"), advancing past it; 0 if none. */
 static int64_t
-unit_seconds(char unit)
+read_unit_ms(const char **text)
 {
-    switch (unit) {
-    case 's':
+    const char *p = *text;
+
+    if (p[0] == 'm' && p[1] == 's') {
+        *text = p + 2;
         return 1;
+    }
+    *text = p + 1;
+    switch (*p) {
+    case 's':
+        return 1000;
     case 'm':
-        return 60;
+        return 60 * 1000;
     case 'h':
-        return 3600;
+        return 3600 * 1000;
     case 'd':
-        return 86400;
+        return 86400 * 1000;
     default:
+        *text = p;
         return 0;
     }
 }
 
 int
-parse_duration(const char *text, int64_t *seconds, struct outbox_error *err)
+parse_duration_ms(const char *text, int64_t *milliseconds, struct outbox_error *err)
 {
+    const int64_t max_ms = PARSE_DURATION_MAX_SECONDS * 1000;
     const char *p = text;
     int64_t total = 0;
 
     if (text == NULL || *text == '\0')
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "invalid duration '': expected e.g. 90s, 15m, 24h or 7d");
+                                "invalid duration '': expected e.g. 250ms, 90s, 15m, 24h or 7d");
     while (*p != '\0') {
         int64_t count, unit;
         bool too_big;
 
-        if (!read_digits(&p, PARSE_DURATION_MAX_SECONDS, &count, &too_big) ||
-            (unit = unit_seconds(*p)) == 0)
+        if (!read_digits(&p, max_ms, &count, &too_big) || (unit = read_unit_ms(&p)) == 0)
             return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                    "invalid duration '%.*s': expected e.g. 90s, 15m, 24h or 7d",
+                                    "invalid duration '%.*s': expected e.g. 250ms, 90s, 15m, 24h"
+                                    " or 7d",
                                     QUOTE_MAX, text);
-        p++;
-        if (too_big || count > (PARSE_DURATION_MAX_SECONDS - total) / unit)
+        if (too_big || count > (max_ms - total) / unit)
             return outbox_error_set(err, OUTBOX_ERR_INVALID,
                                     "duration '%.*s' is too long: at most 36500d", QUOTE_MAX, text);
         total += count * unit;
     }
-    *seconds = total;
+    *milliseconds = total;
+    return 0;
+}
+
+int
+parse_duration(const char *text, int64_t *seconds, struct outbox_error *err)
+{
+    int64_t ms;
+
+    if (parse_duration_ms(text, &ms, err) != 0)
+        return -1;
+    *seconds = ms / 1000;
     return 0;
 }
 

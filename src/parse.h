@@ -23,6 +23,9 @@
  */
 int parse_duration(const char *text, int64_t *seconds, struct outbox_error *err);
 
+/* Like parse_duration, in milliseconds, also accepting the unit "ms" (e.g. "250ms", "1s500ms"). */
+int parse_duration_ms(const char *text, int64_t *milliseconds, struct outbox_error *err);
+
 /*
  * Parses a decimal integer in [min, max] (digits only, min >= 0). Returns
  * 0, or -1 with OUTBOX_ERR_INVALID.

@@ -143,22 +143,6 @@ test_errors_name_the_option(void **state)
 }
 
 static void
-test_durations(void **state)
-{
-    (void)state;
-    assert_float_equal(config_parse_duration("90s"), 90, 1e-9);
-    assert_float_equal(config_parse_duration("15m"), 900, 1e-9);
-    assert_float_equal(config_parse_duration("24h"), 86400, 1e-9);
-    assert_float_equal(config_parse_duration("250ms"), 0.25, 1e-9);
-    assert_float_equal(config_parse_duration("12"), 12, 1e-9);
-    assert_true(config_parse_duration("") < 0);
-    assert_true(config_parse_duration("-1s") < 0);
-    assert_true(config_parse_duration("5 s") < 0);
-    assert_true(config_parse_duration("5w") < 0);
-    assert_true(config_parse_duration("inf") < 0);
-}
-
-static void
 test_help_lists_every_option(void **state)
 {
     char *text = NULL;
@@ -183,7 +167,6 @@ main(void)
         cmocka_unit_test_setup(test_environment_and_precedence, clean_env),
         cmocka_unit_test_setup(test_forms, clean_env),
         cmocka_unit_test_setup(test_errors_name_the_option, clean_env),
-        cmocka_unit_test(test_durations),
         cmocka_unit_test(test_help_lists_every_option),
     };
 

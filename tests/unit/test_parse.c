@@ -129,10 +129,31 @@ test_integer_invalid(void **state)
     integer_bad("99999999999999999999999999", 1, INT64_MAX);
 }
 
+static void
+test_duration_milliseconds(void **state)
+{
+    struct outbox_error err;
+    int64_t ms = 0;
+
+    (void)state;
+    assert_int_equal(parse_duration_ms("250ms", &ms, &err), 0);
+    assert_int_equal(ms, 250);
+    assert_int_equal(parse_duration_ms("1s500ms", &ms, &err), 0);
+    assert_int_equal(ms, 1500);
+    assert_int_equal(parse_duration_ms("2m", &ms, &err), 0);
+    assert_int_equal(ms, 120000);
+    assert_int_equal(parse_duration_ms("5", &ms, &err), -1);
+    assert_int_equal(parse_duration_ms("5mss", &ms, &err), -1);
+    assert_int_equal(parse_duration_ms("-5ms", &ms, &err), -1);
+    assert_int_equal(parse_duration_ms("36501d", &ms, &err), -1);
+    assert_non_null(strstr(err.message, "too long"));
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_duration_milliseconds),
         cmocka_unit_test(test_duration_units),  cmocka_unit_test(test_duration_rejects_bad_syntax),
         cmocka_unit_test(test_duration_limits), cmocka_unit_test(test_integer_valid),
         cmocka_unit_test(test_integer_invalid),
