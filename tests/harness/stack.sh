@@ -431,6 +431,8 @@ command_start() {
     DIR=$(cd "$DIR" && pwd)
     # The servers' users must reach their subdirectories.
     chmod 0755 "$DIR"
+    setpriv --reuid=postgres --regid=postgres --init-groups -- test -x "$DIR" ||
+        die "user postgres cannot reach $DIR: use a directory under a world-searchable path (e.g. TMPDIR=/tmp)"
     load_ports
     take_lock
     for service in $services; do
