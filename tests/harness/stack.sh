@@ -353,7 +353,9 @@ dir $DIR/redis
 daemonize yes
 pidfile $DIR/redis/redis.pid
 logfile $DIR/redis/redis.log
-appendonly no
+# the append-only file keeps streams and dedup records across a restart, as in production
+appendonly yes
+appendfsync everysec
 save ""
 EOF
     if id redis >/dev/null 2>&1; then
