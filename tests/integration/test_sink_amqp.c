@@ -271,6 +271,17 @@ test_unroutable_fails_only_that_message(void **state)
     assert_int_equal(sink_publish(s, messages, 1, outcomes, &err), 0);
     assert_int_equal(outcomes[0].status, SINK_ACCEPTED);
 
+    /* Idle keeps it alive; a polite disconnect and a reconnect work too. */
+    assert_int_equal(sink_idle(s, &err), 0);
+    sink_disconnect(s);
+    assert_false(sink_is_connected(s));
+    assert_int_equal(sink_connect(s, &err), 0);
+    messages[0] = simple_message(511, queue);
+    assert_int_equal(sink_publish(s, messages, 1, outcomes, &err), 0);
+    assert_int_equal(outcomes[0].status, SINK_ACCEPTED);
+    must(c, consumer_count(c, queue, &count));
+    assert_int_equal(count, 6);
+
     sink_free(s);
     must(c, consumer_delete_queue(c, queue));
     consumer_free(c);
@@ -494,7 +505,7 @@ test_broker_restart(void **state)
     struct outbox_error err = {0};
     uint32_t count = 0;
     consumer *c;
-    sink *s;
+    sink *s, *idle_sink;
     int rc = -1;
 
     (void)state;
@@ -507,10 +518,20 @@ test_broker_restart(void **state)
     must(c, consumer_declare_queue(c, queue));
     consumer_free(c);
     s = connected_sink(&options);
+    idle_sink = connected_sink(&options);
     for (int i = 0; i < COUNT; i++)
         messages[i] = simple_message(3000 + i, queue);
 
     assert_true(stack("stop-service", stack_dir));
+    /* An idle sink notices the broker went away (bounded wait). */
+    for (int attempt = 0; attempt < 50 && sink_idle(idle_sink, &err) == 0; attempt++) {
+        struct timespec pause = {.tv_nsec = 100 * 1000000};
+
+        nanosleep(&pause, NULL);
+    }
+    assert_false(sink_is_connected(idle_sink));
+    assert_int_equal(err.code, OUTBOX_ERR_CONNECTION);
+    sink_free(idle_sink);
     assert_int_equal(sink_publish(s, messages, COUNT, outcomes, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONNECTION);
     for (int i = 0; i < COUNT; i++)
