@@ -378,6 +378,24 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
     must(c, consumer_count(c, queue, &count));
     assert_int_equal(count, 2);
 
+    /* Headers too large for the one frame that carries the properties. */
+    {
+        size_t value_len = 200000;
+        char *headers = malloc(value_len + 16);
+
+        assert_non_null(headers);
+        memcpy(headers, "{\"big\":\"", 8);
+        memset(headers + 8, 'h', value_len);
+        memcpy(headers + 8 + value_len, "\"}", 3);
+        messages[3].headers = headers;
+        assert_int_equal(sink_publish(s, &messages[3], 1, outcomes, &err), 0);
+        assert_int_equal(outcomes[0].status, SINK_REJECTED);
+        assert_reason_contains(&outcomes[0], "do not fit in an amqp frame");
+        assert_true(sink_is_connected(s));
+        messages[3].headers = "{}";
+        free(headers);
+    }
+
     /* A payload right at the limit goes through (and through several frames). */
     messages[1].payload_len = BROKER_MAX_MESSAGE_BYTES;
     big[BROKER_MAX_MESSAGE_BYTES - 1] = '"';
@@ -486,10 +504,11 @@ test_refused_port_is_connection_error(void **state)
 static bool
 stack(const char *action, const char *dir)
 {
+    const char *source_dir = getenv("OUTBOX_SOURCE_DIR");
     char command[1024];
 
-    snprintf(command, sizeof(command), "tests/harness/stack.sh %s '%s' rabbitmq >/dev/null 2>&1",
-             action, dir);
+    snprintf(command, sizeof(command), "'%s/tests/harness/stack.sh' %s '%s' rabbitmq >/dev/null 2>&1",
+             source_dir != NULL ? source_dir : ".", action, dir);
     return system(command) == 0;
 }
 
@@ -509,7 +528,11 @@ test_broker_restart(void **state)
     int rc = -1;
 
     (void)state;
-    if (stack_dir == NULL || access("tests/harness/stack.sh", X_OK) != 0) {
+    char script[512];
+
+    snprintf(script, sizeof(script), "%s/tests/harness/stack.sh",
+             getenv("OUTBOX_SOURCE_DIR") != NULL ? getenv("OUTBOX_SOURCE_DIR") : ".");
+    if (stack_dir == NULL || access(script, X_OK) != 0) {
         print_message("OUTBOX_TEST_STACK_DIR or tests/harness/stack.sh missing: skipping\n");
         skip();
     }
