@@ -21,6 +21,10 @@
  *
  * Heartbeats: options.heartbeat_seconds as given, 0 disables them (see
  * sink.h); the relay passes its own default.
+ *
+ * TLS (amqps://): peer certificate and host name are verified unless
+ * options.tls_verify is false, against the CA file named by SSL_CERT_FILE
+ * or else the system bundle /etc/ssl/certs/ca-certificates.crt.
  */
 #include "sink_internal.h"
 
@@ -47,6 +51,7 @@
 #define SINK_AMQP_CLOSE_TIMEOUT_MS 2000
 #define SINK_AMQP_ATTEMPT_HEADER "x-outbox-attempt"
 #define SINK_AMQP_SHORTSTR_MAX 255
+#define SINK_AMQP_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
 struct sink_amqp {
     amqp_connection_state_t conn; /* NULL when disconnected */
@@ -178,6 +183,24 @@ open_channel(sink *s, struct outbox_error *err)
     return 0;
 }
 
+/*
+ * librabbitmq trusts no CA by itself: load the OpenSSL-conventional
+ * SSL_CERT_FILE when set, else the system bundle.
+ */
+static int
+load_ca_bundle(sink *s, amqp_socket_t *socket, struct outbox_error *err)
+{
+    const char *ca_file = getenv("SSL_CERT_FILE");
+
+    if (ca_file == NULL || ca_file[0] == '\0')
+        ca_file = SINK_AMQP_SYSTEM_CA_FILE;
+    if (amqp_ssl_socket_set_cacert(socket, ca_file) != AMQP_STATUS_OK)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "unable to load ca certificates from '%s' for %s", ca_file,
+                                sink_display_url(s));
+    return 0;
+}
+
 static int
 sink_amqp_init(sink *s, struct outbox_error *err)
 {
@@ -215,6 +238,8 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
         if (socket != NULL) {
             amqp_ssl_socket_set_verify_peer(socket, s->options.tls_verify);
             amqp_ssl_socket_set_verify_hostname(socket, s->options.tls_verify);
+            if (s->options.tls_verify && load_ca_bundle(s, socket, err) != 0)
+                goto fail;
         }
     } else {
         socket = amqp_tcp_socket_new(impl->conn);
