@@ -18,14 +18,14 @@
 #define CONSUMER_CHANNEL 1
 #define CONSUMER_TIMEOUT_MS 5000
 
-struct consumer {
+struct queue_consumer {
     amqp_connection_state_t conn;
     bool logged_in; /* worth a polite close */
     char error[512];
 };
 
 static void
-set_error(consumer *c, const char *format, ...)
+set_error(queue_consumer *c, const char *format, ...)
 {
     va_list ap;
 
@@ -36,7 +36,7 @@ set_error(consumer *c, const char *format, ...)
 
 /* 0 when reply is normal, else -1 with the error describing what failed. */
 static int
-check_reply(consumer *c, amqp_rpc_reply_t reply, const char *what)
+check_reply(queue_consumer *c, amqp_rpc_reply_t reply, const char *what)
 {
     switch (reply.reply_type) {
     case AMQP_RESPONSE_NORMAL:
@@ -70,13 +70,13 @@ check_reply(consumer *c, amqp_rpc_reply_t reply, const char *what)
     return -1;
 }
 
-consumer *
-consumer_connect(const char *url_text)
+queue_consumer *
+queue_consumer_connect(const char *url_text)
 {
     struct broker_url url;
     struct outbox_error err = {0};
     struct timeval timeout = {.tv_sec = CONSUMER_TIMEOUT_MS / 1000};
-    consumer *c = NULL;
+    queue_consumer *c = NULL;
     amqp_socket_t *socket;
 
     if (url_parse(url_text, &url, &err) != 0) {
@@ -107,12 +107,12 @@ consumer_connect(const char *url_text)
 
 fail:
     url_clear(&url);
-    consumer_free(c);
+    queue_consumer_free(c);
     return NULL;
 }
 
 void
-consumer_free(consumer *c)
+queue_consumer_free(queue_consumer *c)
 {
     if (c == NULL)
         return;
@@ -126,23 +126,23 @@ consumer_free(consumer *c)
 }
 
 const char *
-consumer_error(const consumer *c)
+queue_consumer_error(const queue_consumer *c)
 {
     return c->error;
 }
 
 int
-consumer_declare_queue(consumer *c, const char *queue)
+queue_consumer_declare_queue(queue_consumer *c, const char *queue)
 {
     amqp_queue_declare(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue), 0, 1, 0, 0,
                        amqp_empty_table);
     if (check_reply(c, amqp_get_rpc_reply(c->conn), "queue.declare") != 0)
         return -1;
-    return consumer_purge(c, queue);
+    return queue_consumer_purge(c, queue);
 }
 
 int
-consumer_declare_exchange(consumer *c, const char *exchange, const char *type)
+queue_consumer_declare_exchange(queue_consumer *c, const char *exchange, const char *type)
 {
     amqp_exchange_declare(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(exchange),
                           amqp_cstring_bytes(type), 0, 1, 0, 0, amqp_empty_table);
@@ -150,7 +150,7 @@ consumer_declare_exchange(consumer *c, const char *exchange, const char *type)
 }
 
 int
-consumer_bind(consumer *c, const char *queue, const char *exchange, const char *routing_key)
+queue_consumer_bind(queue_consumer *c, const char *queue, const char *exchange, const char *routing_key)
 {
     amqp_queue_bind(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue),
                     amqp_cstring_bytes(exchange), amqp_cstring_bytes(routing_key),
@@ -159,28 +159,28 @@ consumer_bind(consumer *c, const char *queue, const char *exchange, const char *
 }
 
 int
-consumer_delete_queue(consumer *c, const char *queue)
+queue_consumer_delete_queue(queue_consumer *c, const char *queue)
 {
     amqp_queue_delete(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue), 0, 0);
     return check_reply(c, amqp_get_rpc_reply(c->conn), "queue.delete");
 }
 
 int
-consumer_delete_exchange(consumer *c, const char *exchange)
+queue_consumer_delete_exchange(queue_consumer *c, const char *exchange)
 {
     amqp_exchange_delete(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(exchange), 0);
     return check_reply(c, amqp_get_rpc_reply(c->conn), "exchange.delete");
 }
 
 int
-consumer_purge(consumer *c, const char *queue)
+queue_consumer_purge(queue_consumer *c, const char *queue)
 {
     amqp_queue_purge(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue));
     return check_reply(c, amqp_get_rpc_reply(c->conn), "queue.purge");
 }
 
 int
-consumer_count(consumer *c, const char *queue, uint32_t *count)
+queue_consumer_count(queue_consumer *c, const char *queue, uint32_t *count)
 {
     amqp_queue_declare_ok_t *ok = amqp_queue_declare(
         c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue), 1, 0, 0, 0, amqp_empty_table);
@@ -208,7 +208,7 @@ copy_bytes(amqp_bytes_t bytes)
 /* Copies what a test checks out of a library message. */
 static int
 copy_message(const amqp_message_t *in, amqp_bytes_t exchange, amqp_bytes_t routing_key,
-             struct consumer_message *out)
+             struct queue_consumer_message *out)
 {
     const amqp_basic_properties_t *props = &in->properties;
 
@@ -233,7 +233,7 @@ copy_message(const amqp_message_t *in, amqp_bytes_t exchange, amqp_bytes_t routi
             return -1;
         for (int i = 0; i < props->headers.num_entries; i++) {
             const amqp_table_entry_t *entry = &props->headers.entries[i];
-            struct consumer_header *header = &out->headers[out->header_count++];
+            struct queue_consumer_header *header = &out->headers[out->header_count++];
 
             header->key = copy_bytes(entry->key);
             switch (entry->value.kind) {
@@ -267,7 +267,7 @@ now_ms(void)
 }
 
 int
-consumer_fetch(consumer *c, const char *queue, struct consumer_message *messages, size_t max,
+queue_consumer_fetch(queue_consumer *c, const char *queue, struct queue_consumer_message *messages, size_t max,
                int timeout_ms, size_t *fetched)
 {
     int64_t deadline = now_ms() + timeout_ms;
@@ -316,7 +316,7 @@ consumer_fetch(consumer *c, const char *queue, struct consumer_message *messages
 }
 
 void
-consumer_message_clear(struct consumer_message *message)
+queue_consumer_message_clear(struct queue_consumer_message *message)
 {
     if (message == NULL)
         return;
@@ -334,8 +334,8 @@ consumer_message_clear(struct consumer_message *message)
     memset(message, 0, sizeof(*message));
 }
 
-const struct consumer_header *
-consumer_message_header(const struct consumer_message *message, const char *key)
+const struct queue_consumer_header *
+queue_consumer_message_header(const struct queue_consumer_message *message, const char *key)
 {
     for (size_t i = 0; i < message->header_count; i++)
         if (strcmp(message->headers[i].key, key) == 0)

@@ -38,7 +38,7 @@ setup(void **state)
     f->url = harness_database_new();
     f->conn = harness_connect(f->url);
     f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = consumer_connect(f->broker);
+    f->redis = stream_consumer_connect(f->broker);
     assert_non_null(f->redis);
     snprintf(f->prefix, sizeof(f->prefix), "relay-test-%d-%d:", (int)getpid(), test_counter++);
     snprintf(f->stream, sizeof(f->stream), "%sorders", f->prefix);
@@ -51,7 +51,7 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
-    consumer_delete_prefix(f->redis, f->prefix);
+    stream_consumer_delete_prefix(f->redis, f->prefix);
     redisFree(f->redis);
     PQfinish(f->conn);
     harness_database_drop(f->url);
@@ -71,14 +71,14 @@ compare_id(const void *a, const void *b)
 static void
 assert_each_row_once(struct fixture *f, long long expected)
 {
-    struct consumer_stream stream;
+    struct stream_consumer_stream stream;
     PGresult *rows;
     int64_t *ids;
 
     rows = PQexec(f->conn, "SELECT job_id FROM outbox.job WHERE queue = 'orders' ORDER BY 1");
     assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
     assert_int_equal(PQntuples(rows), expected);
-    assert_int_equal(consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
     assert_int_equal((long long)stream.count, expected);
     ids = calloc(stream.count + 1, sizeof(*ids));
     for (size_t i = 0; i < stream.count; i++)
@@ -92,7 +92,7 @@ assert_each_row_once(struct fixture *f, long long expected)
     }
     free(ids);
     PQclear(rows);
-    consumer_stream_clear(&stream);
+    stream_consumer_stream_clear(&stream);
 }
 
 static void
@@ -100,7 +100,7 @@ test_fields_and_rollback(void **state)
 {
     struct fixture *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, NULL};
-    struct consumer_stream stream;
+    struct stream_consumer_stream stream;
     long long id;
 
     harness_exec(f->conn, "BEGIN");
@@ -114,7 +114,7 @@ test_fields_and_rollback(void **state)
 
     assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
 
-    assert_int_equal(consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
     assert_int_equal(stream.count, 1);
     assert_int_equal(stream.entries[0].job_id, id);
     assert_string_equal(stream.entries[0].queue, "orders");
@@ -122,7 +122,7 @@ test_fields_and_rollback(void **state)
     assert_string_equal(stream.entries[0].headers, "{\"trace\": \"t-1\"}");
     assert_int_equal(stream.entries[0].attempt, 1);
     assert_int_equal(stream.entries[0].field_count, 5);
-    consumer_stream_clear(&stream);
+    stream_consumer_stream_clear(&stream);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      1);
@@ -198,7 +198,7 @@ test_redis_restart_mid_run_loses_nothing(void **state)
     assert_int_equal(relay_wait(&relay, 15000), 0);
     unlink(relay.log_path);
     redisFree(f->redis);
-    f->redis = consumer_connect(f->broker);
+    f->redis = stream_consumer_connect(f->broker);
     assert_non_null(f->redis);
     assert_each_row_once(f, 20000);
 }
@@ -222,7 +222,7 @@ test_sigterm_stops_cleanly(void **state)
                                                " WHERE state = 'running'"),
                      0);
     /* what was marked succeeded is in the stream, nothing else */
-    assert_int_equal(consumer_stream_length(f->redis, f->stream),
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream),
                      harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"));
 }

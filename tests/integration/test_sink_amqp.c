@@ -66,10 +66,10 @@ connected_sink(const struct sink_options *options)
     return s;
 }
 
-static consumer *
+static queue_consumer *
 connected_consumer(void)
 {
-    consumer *c = consumer_connect(broker_url);
+    queue_consumer *c = queue_consumer_connect(broker_url);
 
     if (c == NULL)
         fail_msg("unable to connect the test consumer to the broker");
@@ -77,10 +77,10 @@ connected_consumer(void)
 }
 
 static void
-must(consumer *c, int rc)
+must(queue_consumer *c, int rc)
 {
     if (rc != 0)
-        fail_msg("broker setup: %s", consumer_error(c));
+        fail_msg("broker setup: %s", queue_consumer_error(c));
 }
 
 static struct sink_message
@@ -123,18 +123,18 @@ test_contract_properties_arrive(void **state)
     struct sink_message message = simple_message(4242, NULL);
     struct sink_outcome outcome;
     struct outbox_error err = {0};
-    struct consumer_message got;
-    const struct consumer_header *header;
+    struct queue_consumer_message got;
+    const struct queue_consumer_header *header;
     const char *payload = "{\"order\":17,\"note\":\"caf\\u00e9\"}";
     size_t fetched = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
     NEED_BROKER();
     test_name(queue, sizeof(queue), "props");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     s = connected_sink(&options);
 
     message.queue = queue;
@@ -147,7 +147,7 @@ test_contract_properties_arrive(void **state)
     assert_int_equal(outcome.status, SINK_ACCEPTED);
     assert_string_equal(outcome.reason, "");
 
-    must(c, consumer_fetch(c, queue, &got, 1, 5000, &fetched));
+    must(c, queue_consumer_fetch(c, queue, &got, 1, 5000, &fetched));
     assert_int_equal(fetched, 1);
     assert_string_equal(got.exchange, "");
     assert_string_equal(got.routing_key, queue);
@@ -160,21 +160,21 @@ test_contract_properties_arrive(void **state)
     assert_int_equal(got.body_len, strlen(payload));
     assert_memory_equal(got.body, payload, strlen(payload));
     assert_int_equal(got.header_count, 3);
-    header = consumer_message_header(&got, "trace-id");
+    header = queue_consumer_message_header(&got, "trace-id");
     assert_non_null(header);
     assert_string_equal(header->text, "t-1");
-    header = consumer_message_header(&got, "greeting");
+    header = queue_consumer_message_header(&got, "greeting");
     assert_non_null(header);
     assert_string_equal(header->text, "gr\xc3\xbc\xc3\x9f" "e \xf0\x9f\x98\x80");
-    header = consumer_message_header(&got, "x-outbox-attempt");
+    header = queue_consumer_message_header(&got, "x-outbox-attempt");
     assert_non_null(header);
     assert_true(header->is_int);
     assert_int_equal(header->int_value, 3);
 
-    consumer_message_clear(&got);
+    queue_consumer_message_clear(&got);
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
 }
 
 static void
@@ -185,12 +185,12 @@ test_batch_of_2000_all_arrive(void **state)
     struct sink_options options = default_options(broker_url);
     struct sink_message *messages;
     struct sink_outcome *outcomes;
-    struct consumer_message *got;
+    struct queue_consumer_message *got;
     struct outbox_error err = {0};
     unsigned char *seen;
     uint32_t count = 0;
     size_t fetched = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
@@ -205,7 +205,7 @@ test_batch_of_2000_all_arrive(void **state)
     assert_non_null(seen);
     test_name(queue, sizeof(queue), "batch");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     s = connected_sink(&options);
 
     for (int i = 0; i < COUNT; i++)
@@ -215,9 +215,9 @@ test_batch_of_2000_all_arrive(void **state)
         if (outcomes[i].status != SINK_ACCEPTED)
             fail_msg("message %d: status %d '%s'", i, outcomes[i].status, outcomes[i].reason);
 
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_int_equal(count, COUNT);
-    must(c, consumer_fetch(c, queue, got, COUNT, 5000, &fetched));
+    must(c, queue_consumer_fetch(c, queue, got, COUNT, 5000, &fetched));
     assert_int_equal(fetched, COUNT);
     for (size_t i = 0; i < fetched; i++) {
         long id = strtol(got[i].message_id, NULL, 10);
@@ -225,12 +225,12 @@ test_batch_of_2000_all_arrive(void **state)
         assert_in_range(id, 100000, 100000 + COUNT - 1);
         assert_int_equal(seen[id - 100000], 0);
         seen[id - 100000] = 1;
-        consumer_message_clear(&got[i]);
+        queue_consumer_message_clear(&got[i]);
     }
 
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
     free(messages);
     free(outcomes);
     free(got);
@@ -246,7 +246,7 @@ test_unroutable_fails_only_that_message(void **state)
     struct sink_outcome outcomes[5];
     struct outbox_error err = {0};
     uint32_t count = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
@@ -254,7 +254,7 @@ test_unroutable_fails_only_that_message(void **state)
     test_name(queue, sizeof(queue), "routable");
     test_name(nowhere, sizeof(nowhere), "nowhere");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     s = connected_sink(&options);
 
     for (int i = 0; i < 5; i++)
@@ -268,7 +268,7 @@ test_unroutable_fails_only_that_message(void **state)
             fail_msg("message %d: '%s'", i, outcomes[i].reason);
         }
     }
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_int_equal(count, 4);
 
     /* The sink stays usable: a routable message right after is accepted. */
@@ -284,12 +284,12 @@ test_unroutable_fails_only_that_message(void **state)
     messages[0] = simple_message(511, queue);
     assert_int_equal(sink_publish(s, messages, 1, outcomes, &err), 0);
     assert_int_equal(outcomes[0].status, SINK_ACCEPTED);
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_int_equal(count, 6);
 
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
 }
 
 static void
@@ -300,9 +300,9 @@ test_missing_exchange_fails_batch_then_recovers(void **state)
     struct sink_message messages[3];
     struct sink_outcome outcomes[3];
     struct outbox_error err = {0};
-    struct consumer_message got;
+    struct queue_consumer_message got;
     size_t fetched = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
@@ -310,7 +310,7 @@ test_missing_exchange_fails_batch_then_recovers(void **state)
     test_name(queue, sizeof(queue), "late-queue");
     test_name(exchange, sizeof(exchange), "late-exchange");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     options.exchange = exchange;
     s = connected_sink(&options);
 
@@ -325,22 +325,22 @@ test_missing_exchange_fails_batch_then_recovers(void **state)
     assert_int_equal(sink_idle(s, &err), 0);
 
     /* Once the exchange exists, the same sink publishes without a reconnect. */
-    must(c, consumer_declare_exchange(c, exchange, "direct"));
-    must(c, consumer_bind(c, queue, exchange, queue));
+    must(c, queue_consumer_declare_exchange(c, exchange, "direct"));
+    must(c, queue_consumer_bind(c, queue, exchange, queue));
     assert_int_equal(sink_publish(s, messages, 3, outcomes, &err), 0);
     for (int i = 0; i < 3; i++)
         if (outcomes[i].status != SINK_ACCEPTED)
             fail_msg("message %d after recovery: '%s'", i, outcomes[i].reason);
-    must(c, consumer_fetch(c, queue, &got, 1, 5000, &fetched));
+    must(c, queue_consumer_fetch(c, queue, &got, 1, 5000, &fetched));
     assert_int_equal(fetched, 1);
     assert_string_equal(got.exchange, exchange);
     assert_string_equal(got.message_id, "700");
-    consumer_message_clear(&got);
+    queue_consumer_message_clear(&got);
 
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    must(c, consumer_delete_exchange(c, exchange));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    must(c, queue_consumer_delete_exchange(c, exchange));
+    queue_consumer_free(c);
 }
 
 static void
@@ -354,7 +354,7 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
     size_t big_len = BROKER_MAX_MESSAGE_BYTES + 1;
     char *big;
     uint32_t count = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
@@ -366,7 +366,7 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
     big[big_len - 1] = '"';
     test_name(queue, sizeof(queue), "sizes");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     options.max_message_bytes = BROKER_MAX_MESSAGE_BYTES;
     s = connected_sink(&options);
 
@@ -383,7 +383,7 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
     assert_reason_contains(&outcomes[2], "invalid headers: value of 'retries' is a number");
     assert_int_equal(outcomes[3].status, SINK_ACCEPTED);
     assert_true(sink_is_connected(s));
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_int_equal(count, 2);
 
     /* Headers too large for the one frame that carries the properties. */
@@ -412,8 +412,8 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
         fail_msg("payload at the limit: '%s'", outcomes[0].reason);
 
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
     free(big);
 }
 
@@ -534,7 +534,7 @@ test_broker_restart(void **state)
     struct sink_outcome outcomes[COUNT];
     struct outbox_error err = {0};
     uint32_t count = 0;
-    consumer *c;
+    queue_consumer *c;
     sink *s, *idle_sink;
     int rc = -1;
 
@@ -550,8 +550,8 @@ test_broker_restart(void **state)
     }
     test_name(queue, sizeof(queue), "restart");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_declare_queue(c, queue));
+    queue_consumer_free(c);
     s = connected_sink(&options);
     idle_sink = connected_sink(&options);
     for (int i = 0; i < COUNT; i++)
@@ -590,10 +590,10 @@ test_broker_restart(void **state)
             fail_msg("message %d after restart: '%s'", i, outcomes[i].reason);
 
     c = connected_consumer();
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_true(count >= COUNT);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
     sink_free(s);
 }
 
@@ -622,7 +622,7 @@ test_publish_rate_20000(void **state)
     struct outbox_error err = {0};
     uint32_t count = 0;
     double started, elapsed;
-    consumer *c;
+    queue_consumer *c;
     sink *s;
 
     (void)state;
@@ -637,7 +637,7 @@ test_publish_rate_20000(void **state)
     payload[sizeof(payload) - 1] = '\0';
     test_name(queue, sizeof(queue), "rate");
     c = connected_consumer();
-    must(c, consumer_declare_queue(c, queue));
+    must(c, queue_consumer_declare_queue(c, queue));
     s = connected_sink(&options);
     for (int i = 0; i < COUNT; i++) {
         messages[i] = simple_message(200000 + i, queue);
@@ -654,12 +654,12 @@ test_publish_rate_20000(void **state)
     for (int i = 0; i < COUNT; i++)
         if (outcomes[i].status != SINK_ACCEPTED)
             fail_msg("message %d: '%s'", i, outcomes[i].reason);
-    must(c, consumer_count(c, queue, &count));
+    must(c, queue_consumer_count(c, queue, &count));
     assert_int_equal(count, COUNT);
     print_message("publish with confirms: %d messages of %zu bytes in batches of %d: %.0f msg/s\n",
                   COUNT, sizeof(payload) - 1, BATCH, COUNT / elapsed);
 
-    must(c, consumer_purge(c, queue));
+    must(c, queue_consumer_purge(c, queue));
     started = seconds_now();
     assert_int_equal(sink_publish(s, messages, COUNT, outcomes, &err), 0);
     elapsed = seconds_now() - started;
@@ -669,8 +669,8 @@ test_publish_rate_20000(void **state)
                   COUNT / elapsed);
 
     sink_free(s);
-    must(c, consumer_delete_queue(c, queue));
-    consumer_free(c);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
     free(messages);
     free(outcomes);
 }
