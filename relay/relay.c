@@ -28,6 +28,7 @@
 #define REAP_EVERY_SECONDS 5.0
 #define REAP_LIMIT 1000
 #define REAP_RETRY_SECONDS 1.0
+#define SWEEP_KEY_LIMIT 1000
 #define CLEANUP_EVERY_SECONDS 60.0
 #define CLEANUP_LIMIT 5000
 #define CLEANUP_MAX_ROUNDS 20
@@ -468,6 +469,17 @@ maintain(struct pipeline *p, bool force)
                           reaped.ready, reaped.dead);
             metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
         } while (reaped.ready + reaped.dead == REAP_LIMIT && !stopping(r));
+        {
+            size_t released = 0;
+
+            if (outbox_release_waiting(p->store, SWEEP_KEY_LIMIT, &released, &err) != 0) {
+                store_failed(p, &err);
+                return;
+            }
+            if (released > 0)
+                log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key",
+                          "rows=%zu", released);
+        }
     }
     if (r->config->retention_seconds > 0 && now >= p->next_cleanup) {
         size_t deleted = 0, total = 0;
