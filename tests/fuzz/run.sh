@@ -27,11 +27,11 @@ for bin in "$@"; do
         "$work" "$here/corpus/$target" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
+    cov=$(grep -ao 'cov: [0-9]*' "$log" | tail -n 1)
     if [ "$rc" -ne 0 ]; then
         failed="$failed $target"
         echo "fuzz: $target FAILED (exit $rc), see $log:"
-        grep -E 'ERROR|invariant failed|SUMMARY|Test unit written' "$log" | head -n 20
+        grep -aE 'ERROR|invariant failed|SUMMARY|Test unit written' "$log" | head -n 20
         summary="$summary
   $target: FAILED after ${execs:-?} executions"
     else
