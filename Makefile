@@ -7,6 +7,7 @@
 #   make demo       a throwaway stack, producers, the relay, a consumer
 #   make bench      the benchmark
 #   make fuzz       libFuzzer targets in tests/fuzz, FUZZ_SECONDS each (needs clang)
+#                   (FUZZ_TARGETS="url config" picks some)
 #   make deps       install the Debian packages this needs (as root)
 #   make format / analyze / clean
 
@@ -150,7 +151,9 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS   = $(WARNINGS) -O1 -g $(FUZZ_SAN) -pthread
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_BIN     := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+# `make fuzz FUZZ_TARGETS="url parse"` runs only those
+FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 
 $(FUZZ_BUILD)/src/%.o: src/%.c
