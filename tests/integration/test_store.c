@@ -457,7 +457,7 @@ test_release_keeps_the_attempt(void **state)
 
 struct claimer {
     const char *url;
-    char worker[16];
+    char worker[32];
     int64_t *ids;
     size_t count;
     int generation_errors;
