@@ -268,7 +268,7 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
                                     " within range, got '%s'",
                                     source, quote(text, quoted));
         if (spec->kind == KIND_SECONDS)
-            *(double *)base = value;
+            memcpy(base, &value, sizeof(value)); /* the field is a double */
         else if (spec->size == sizeof(int64_t))
             *(int64_t *)base = (int64_t)llround(value);
         else

@@ -296,7 +296,7 @@ json_parse_string_object(const char *text, size_t length, struct json_string_obj
             size_t n = 0;
 
             /* the key is quoted in a one-line message: control bytes become '?' */
-            for (; member.key[n] != '\0' && n < sizeof(key) - 1; n++)
+            for (; n < sizeof(key) - 1 && member.key[n] != '\0'; n++)
                 key[n] = (unsigned char)member.key[n] < 0x20 ? '?' : member.key[n];
             key[n] = '\0';
             outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string", key,
