@@ -39,7 +39,8 @@ static const char usage_text[] =
     "commands:\n"
     "  migrate                          apply the schema migrations not yet applied\n"
     "  status [--json]                  jobs per queue and state, oldest ready age,\n"
-    "                                   table size, vacuum and xmin horizon figures\n"
+    "                                   table size, vacuum and xmin horizon figures,\n"
+    "                                   ordering keys blocked by a dead or retrying head\n"
     "  dead list [--queue Q] [--limit N]\n"
     "                                   dead jobs with their last error (limit 100)\n"
     "  dead retry [--queue Q] [--job ID] [--extra-attempts N]\n"
@@ -482,6 +483,9 @@ command_migrate(struct ctl *ctl, int argc, char **argv, int first)
     return 0;
 }
 
+/* Longest last_error shown in status's blocked keys table; --json has it whole. */
+#define BLOCKED_ERROR_WIDTH 60
+
 static void
 print_status_json(const struct store_status *status)
 {
@@ -494,9 +498,26 @@ print_status_json(const struct store_status *status)
         printf("%s{\"queue\":", i > 0 ? "," : "");
         json_string(stdout, queue->queue);
         printf(",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld,"
-               "\"oldest_ready_age_seconds\":%.3f}",
+               "\"oldest_ready_age_seconds\":%.3f,\"blocked_keys\":%lld,\"blocked\":[",
                (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
-               (long long)queue->dead, queue->oldest_ready_seconds);
+               (long long)queue->dead, queue->oldest_ready_seconds, (long long)queue->blocked_keys);
+        for (size_t k = 0, shown = 0; k < status->blocked_count; k++) {
+            const struct store_blocked_key *key = &status->blocked[k];
+
+            if (strcmp(key->queue, queue->queue) != 0)
+                continue;
+            fputs(shown++ > 0 ? ",{\"ordering_key\":" : "{\"ordering_key\":", stdout);
+            json_string(stdout, key->ordering_key);
+            printf(",\"head_job_id\":%lld,\"head_state\":", (long long)key->head_job_id);
+            json_string(stdout, key->head_state);
+            printf(",\"attempts\":%d,\"max_attempts\":%d,\"retry_in_seconds\":%.3f,"
+                   "\"waiting\":%lld,\"last_error\":",
+                   (int)key->attempts, (int)key->max_attempts, key->retry_in_seconds,
+                   (long long)key->waiting);
+            json_string(stdout, key->last_error);
+            fputs("}", stdout);
+        }
+        fputs("]}", stdout);
     }
     printf("],\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,\"live_tuples\":%lld,"
            "\"dead_tuples\":%lld,\"last_autovacuum\":",
@@ -522,10 +543,12 @@ print_status_json(const struct store_status *status)
 static int
 print_status_text(const struct store_status *status)
 {
-    static const bool numbers[] = {false, true, true, true, true, true};
+    static const bool numbers[] = {false, true, true, true, true, true, true};
     const struct store_oldest_transaction *oldest = &status->oldest_transaction;
     struct table summary = {.columns = 2};
-    struct table queues = {.columns = 6, .right_aligned = numbers};
+    static const bool blocked_numbers[] = {false, false, true, false, true, true, false};
+    struct table queues = {.columns = 7, .right_aligned = numbers};
+    struct table blocked = {.columns = 7, .right_aligned = blocked_numbers};
     char a[64], b[64], c[64], d[64], e[64], line[256];
     bool ok = true;
 
@@ -553,7 +576,8 @@ print_status_text(const struct store_status *status)
     ok = ok && table_add_row(&summary, "oldest transaction", line);
 
     ok = ok &&
-         table_add_row(&queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD", "OLDEST READY");
+         table_add_row(&queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD", "OLDEST READY",
+                       "BLOCKED KEYS");
     for (size_t i = 0; ok && i < status->queue_count; i++) {
         const struct store_queue_status *queue = &status->queues[i];
 
@@ -562,7 +586,33 @@ print_status_text(const struct store_status *status)
         snprintf(c, sizeof(c), "%lld", (long long)queue->succeeded);
         snprintf(d, sizeof(d), "%lld", (long long)queue->dead);
         snprintf(e, sizeof(e), "%.1fs", queue->oldest_ready_seconds);
-        ok = table_add_row(&queues, queue->queue, a, b, c, d, e);
+        snprintf(line, sizeof(line), "%lld", (long long)queue->blocked_keys);
+        ok = table_add_row(&queues, queue->queue, a, b, c, d, e, line);
+    }
+    if (ok && status->blocked_count > 0) {
+        ok = table_add_row(&blocked, "QUEUE", "ORDERING KEY", "HEAD JOB", "HEAD STATE",
+                           "ATTEMPTS", "WAITING", "LAST ERROR");
+        for (size_t i = 0; ok && i < status->blocked_count; i++) {
+            const struct store_blocked_key *key = &status->blocked[i];
+            char error[BLOCKED_ERROR_WIDTH + 4];
+
+            snprintf(a, sizeof(a), "%lld", (long long)key->head_job_id);
+            if (strcmp(key->head_state, "ready") == 0 && key->retry_in_seconds > 0)
+                snprintf(b, sizeof(b), "retry in %.0fs", key->retry_in_seconds);
+            else if (strcmp(key->head_state, "ready") == 0)
+                snprintf(b, sizeof(b), "retry due");
+            else if (strcmp(key->head_state, "running") == 0)
+                snprintf(b, sizeof(b), "retrying");
+            else
+                snprintf(b, sizeof(b), "%s", key->head_state);
+            snprintf(c, sizeof(c), "%d/%d", (int)key->attempts, (int)key->max_attempts);
+            snprintf(d, sizeof(d), "%lld", (long long)key->waiting);
+            one_line(error, BLOCKED_ERROR_WIDTH + 1, key->last_error ? key->last_error : "-");
+            if (key->last_error != NULL && strlen(key->last_error) > BLOCKED_ERROR_WIDTH)
+                strcat(error, "...");
+            ok = table_add_row(&blocked, key->queue, one_line(line, sizeof(line), key->ordering_key),
+                               a, b, c, d, error);
+        }
     }
     if (ok) {
         table_print(&summary, stdout);
@@ -571,9 +621,15 @@ print_status_text(const struct store_status *status)
             fputs("no jobs\n", stdout);
         else
             table_print(&queues, stdout);
+        if (status->blocked_count > 0) {
+            printf("\nblocked ordering keys (head dead or retrying; oldest %d per queue):\n",
+                   STORE_BLOCKED_KEYS_PER_QUEUE);
+            table_print(&blocked, stdout);
+        }
     }
     table_clear(&summary);
     table_clear(&queues);
+    table_clear(&blocked);
     return ok ? 0 : out_of_memory();
 }
 

@@ -315,13 +315,14 @@ fail_rejected(struct pipeline *p, size_t failed)
     for (size_t i = 0; i < failed; i++) {
         if (!p->done[i])
             continue;
-        metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, p->failure_queues[i], 1);
+        /* a row's last attempt counts as dead only, as the metric's help says */
         if (p->dead[i]) {
             dead++;
             metrics_add_queue(r->metrics, METRICS_ROWS_DEAD, p->failure_queues[i], 1);
             log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld error=\"%s\"",
                       p->index, (long long)p->failures[i].job_id, p->failures[i].error);
         } else {
+            metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, p->failure_queues[i], 1);
             log_event_limited("publish-failed", OUTBOX_LOG_WARN, "publish failed, will retry",
                               "pipeline=%d job_id=%lld retry_in=%.1fs error=\"%s\"", p->index,
                               (long long)p->failures[i].job_id, p->failures[i].retry_seconds,

@@ -50,6 +50,47 @@ static const char oldest_transaction_sql[] =
     " ORDER BY greatest(age(backend_xid), age(backend_xmin)) DESC, xact_start"
     " LIMIT 1";
 
+/*
+ * Blocked ordering keys, cheap on a table of millions of rows: candidates
+ * come only from the partial indexes of unfinished work (job_dead_idx,
+ * job_ready_idx, job_lease_idx: dead rows, ready rows that failed before,
+ * running rows on a retry), never from succeeded rows; whether a candidate
+ * is its key's head, and how many rows wait behind it, are range probes of
+ * job_ordering_idx (queue, ordering_key, job_id). The cost follows the
+ * number of dead and retrying rows, not the size of the table.
+ */
+static const char blocked_keys_sql[] =
+    "WITH candidate AS ("
+    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
+    "      FROM outbox.job WHERE state = 'dead' AND ordering_key IS NOT NULL"
+    "    UNION ALL"
+    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
+    "      FROM outbox.job WHERE state = 'ready' AND attempts > 0 AND ordering_key IS NOT NULL"
+    "    UNION ALL"
+    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
+    "      FROM outbox.job WHERE state = 'running' AND last_error IS NOT NULL"
+    "       AND ordering_key IS NOT NULL"
+    "), head AS ("
+    "    SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.job_id) AS rank,"
+    "           count(*) OVER (PARTITION BY c.queue) AS blocked_keys"
+    "      FROM candidate AS c"
+    "     WHERE NOT EXISTS (SELECT 1 FROM outbox.job AS e"
+    "                        WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key"
+    "                          AND e.state IN ('ready', 'running', 'dead')"
+    "                          AND e.job_id < c.job_id)"
+    ")"
+    " SELECT h.queue, h.ordering_key, h.job_id, h.state, h.attempts, h.max_attempts,"
+    "        h.last_error, h.blocked_keys,"
+    "        CASE WHEN h.state = 'ready'"
+    "             THEN greatest(extract(epoch FROM h.run_at - now()), 0) ELSE 0 END::float8,"
+    "        (SELECT count(*) FROM outbox.job AS w"
+    "          WHERE w.queue = h.queue AND w.ordering_key = h.ordering_key"
+    "            AND w.state IN ('ready', 'running', 'dead') AND w.job_id > h.job_id"
+    "            AND w.state <> 'dead')"
+    "   FROM head AS h"
+    "  WHERE h.rank <= $1::bigint"
+    "  ORDER BY h.queue, h.job_id";
+
 static const char dead_list_sql[] = "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC(
     "finished_at") ", last_error"
                    "  FROM outbox.job"
@@ -230,6 +271,52 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
     return 0;
 }
 
+/* Fills the blocked keys of status and each queue's blocked_keys total. */
+static int
+read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error *err)
+{
+    char limit[24];
+    const char *params[1] = {limit};
+    PGresult *result;
+    bool failed = false;
+    int rows;
+
+    snprintf(limit, sizeof(limit), "%d", STORE_BLOCKED_KEYS_PER_QUEUE);
+    result = run(conn, blocked_keys_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        fail_with(err, conn, result, "unable to look for blocked ordering keys");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows > 0) {
+        status->blocked = calloc((size_t)rows, sizeof(*status->blocked));
+        if (status->blocked == NULL)
+            failed = true;
+    }
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_blocked_key *key = &status->blocked[row];
+
+        status->blocked_count++;
+        key->queue = copy_value(result, row, 0, &failed);
+        key->ordering_key = copy_value(result, row, 1, &failed);
+        key->head_job_id = int64_value(result, row, 2);
+        key->head_state = copy_value(result, row, 3, &failed);
+        key->attempts = (int32_t)int64_value(result, row, 4);
+        key->max_attempts = (int32_t)int64_value(result, row, 5);
+        key->last_error = copy_value(result, row, 6, &failed);
+        key->retry_in_seconds = double_value(result, row, 8);
+        key->waiting = int64_value(result, row, 9);
+        for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
+            if (strcmp(status->queues[i].queue, key->queue) == 0)
+                status->queues[i].blocked_keys = int64_value(result, row, 7);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
 int
 store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
@@ -238,7 +325,8 @@ store_admin_status(PGconn *conn, struct store_status *status, struct outbox_erro
         return -1;
     if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
         read_queue_status(conn, status, err) < 0 || read_table_status(conn, status, err) < 0 ||
-        read_oldest_transaction(conn, &status->oldest_transaction, err) < 0) {
+        read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||
+        read_blocked_keys(conn, status, err) < 0) {
         store_status_clear(status);
         return -1;
     }
@@ -257,6 +345,13 @@ store_status_clear(struct store_status *status)
     free(status->last_autoanalyze);
     free(status->oldest_transaction.application_name);
     free(status->oldest_transaction.state);
+    for (size_t i = 0; i < status->blocked_count; i++) {
+        free(status->blocked[i].queue);
+        free(status->blocked[i].ordering_key);
+        free(status->blocked[i].head_state);
+        free(status->blocked[i].last_error);
+    }
+    free(status->blocked);
     memset(status, 0, sizeof(*status));
 }
 

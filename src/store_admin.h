@@ -28,6 +28,28 @@ struct store_queue_status {
     int64_t succeeded;
     int64_t dead;
     double oldest_ready_seconds; /* now - run_at of the longest-waiting due ready row; 0: none */
+    int64_t blocked_keys;        /* ordering keys whose head is dead or retrying (all of them) */
+};
+
+/* At most this many blocked keys per queue are listed (the oldest heads first). */
+#define STORE_BLOCKED_KEYS_PER_QUEUE 20
+
+/*
+ * An ordering key held up by its head: the lowest job_id of the key among
+ * ready, running and dead rows is dead (it blocks the key under
+ * --ordering-dead-policy block) or has failed at least once and is waiting
+ * for, or running, its retry (it blocks the key under either policy).
+ */
+struct store_blocked_key {
+    char *queue;
+    char *ordering_key;
+    int64_t head_job_id;
+    char *head_state; /* "dead", "ready" (waiting for a retry) or "running" (retrying) */
+    int32_t attempts;
+    int32_t max_attempts;
+    char *last_error;         /* NULL when none was recorded */
+    double retry_in_seconds;  /* ready head: seconds until run_at, 0 when due; else 0 */
+    int64_t waiting;          /* later ready or running rows of the key */
 };
 
 /*
@@ -54,9 +76,14 @@ struct store_status {
     char *last_autovacuum;  /* ISO 8601 UTC, NULL: never */
     char *last_autoanalyze; /* ISO 8601 UTC, NULL: never */
     struct store_oldest_transaction oldest_transaction;
+    struct store_blocked_key *blocked; /* by queue, then head job_id; see blocked_keys */
+    size_t blocked_count;
 };
 
-/* Fills status. Per-queue counts scan outbox.job. */
+/*
+ * Fills status. Per-queue counts scan outbox.job; blocked keys start from the
+ * partial indexes of dead, ready and running rows only.
+ */
 int store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err);
 void store_status_clear(struct store_status *status);
 

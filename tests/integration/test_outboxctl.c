@@ -514,6 +514,133 @@ test_status_json_counts(void **state)
     PQfinish(holder);
 }
 
+/*
+ * Keys held up by their head: k-dead (dead head, two rows behind it),
+ * k-retry (head failed once, retry in an hour), k-running (head on its
+ * second attempt now); k-fine and k-done are not blocked (a first attempt
+ * running, only succeeded rows), nor are rows without a key. Queue 'many'
+ * has 25 keys with a dead head, more than status lists.
+ */
+static void
+insert_blocked_keys(PGconn *conn)
+{
+    exec_ok(conn,
+            "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, worker_id,"
+            "                        lease_until, finished_at, last_error, run_at) VALUES"
+            " ('a', '{}', 'k-done', 'succeeded', 1, NULL, NULL, now(), 'old', now()),"
+            " ('a', '{}', 'k-dead', 'dead', 10, NULL, NULL, now(), 'WRONGTYPE wrong kind', now()),"
+            " ('a', '{}', 'k-dead', 'ready', 0, NULL, NULL, NULL, NULL, now()),"
+            " ('a', '{}', 'k-dead', 'ready', 0, NULL, NULL, NULL, NULL, now()),"
+            " ('a', '{}', 'k-retry', 'ready', 1, NULL, NULL, NULL, 'nack',"
+            "  now() + interval '1 hour'),"
+            " ('a', '{}', 'k-retry', 'ready', 0, NULL, NULL, NULL, NULL, now()),"
+            " ('a', '{}', 'k-running', 'running', 2, 'w1', now() + interval '1 minute', NULL,"
+            "  'lease expired', now()),"
+            " ('a', '{}', 'k-fine', 'running', 1, 'w1', now() + interval '1 minute', NULL, NULL,"
+            "  now()),"
+            " ('a', '{}', 'k-fine', 'ready', 0, NULL, NULL, NULL, NULL, now()),"
+            " ('a', '{}', NULL, 'dead', 3, NULL, NULL, now(), 'no key', now()),"
+            " ('a', '{}', 'k-dead', 'dead', 10, NULL, NULL, now(), 'later dead', now())");
+    exec_ok(conn, "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts,"
+                  "                        finished_at, last_error)"
+                  " SELECT 'many', '{}', 'key-' || g, 'dead', 1, now(), 'gone'"
+                  "   FROM generate_series(1, 25) AS g");
+}
+
+static void
+test_status_shows_blocked_keys(void **state)
+{
+    struct testdb *db = test_database(state);
+    const char *params[1];
+    struct ctl_run run;
+    PGresult *result;
+
+    migrate_ok(db);
+    insert_blocked_keys(db->conn);
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json");
+    assert_exit(&run, 0);
+    params[0] = run.out;
+    result = PQexecParams(db->conn,
+                          "SELECT q->>'queue', (q->>'blocked_keys')::int,"
+                          "       jsonb_array_length(q->'blocked'),"
+                          "       b->>'ordering_key', b->>'head_state', b->>'last_error',"
+                          "       (b->>'waiting')::int, (b->>'attempts')::int,"
+                          "       (b->>'head_job_id')::bigint = (SELECT min(job_id) FROM outbox.job"
+                          "                                        WHERE queue = 'a'"
+                          "                                          AND ordering_key = b->>'ordering_key'"
+                          "                                          AND state <> 'succeeded'),"
+                          "       (b->>'retry_in_seconds')::float8 > 3000"
+                          "  FROM jsonb_array_elements($1::jsonb->'queues') AS q,"
+                          "       jsonb_array_elements(q->'blocked') WITH ORDINALITY AS e(b, n)"
+                          " WHERE q->>'queue' = 'a'"
+                          " ORDER BY n",
+                          1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        fail_msg("status --json is not the expected JSON: %s\n%s", PQerrorMessage(db->conn),
+                 run.out);
+    /* oldest head first: k-dead, k-retry, k-running */
+    assert_int_equal(PQntuples(result), 3);
+    assert_int_equal(atoi(PQgetvalue(result, 0, 1)), 3);
+    assert_int_equal(atoi(PQgetvalue(result, 0, 2)), 3);
+    assert_string_equal(PQgetvalue(result, 0, 3), "k-dead");
+    assert_string_equal(PQgetvalue(result, 0, 4), "dead");
+    assert_string_equal(PQgetvalue(result, 0, 5), "WRONGTYPE wrong kind");
+    assert_int_equal(atoi(PQgetvalue(result, 0, 6)), 2); /* ready rows behind it, not the dead one */
+    assert_int_equal(atoi(PQgetvalue(result, 0, 7)), 10);
+    assert_string_equal(PQgetvalue(result, 1, 3), "k-retry");
+    assert_string_equal(PQgetvalue(result, 1, 4), "ready");
+    assert_string_equal(PQgetvalue(result, 1, 5), "nack");
+    assert_int_equal(atoi(PQgetvalue(result, 1, 6)), 1);
+    assert_string_equal(PQgetvalue(result, 1, 9), "t");
+    assert_string_equal(PQgetvalue(result, 2, 3), "k-running");
+    assert_string_equal(PQgetvalue(result, 2, 4), "running");
+    assert_string_equal(PQgetvalue(result, 2, 5), "lease expired");
+    for (int row = 0; row < 3; row++)
+        assert_string_equal(PQgetvalue(result, row, 8), "t");
+    PQclear(result);
+
+    /* a queue with more blocked keys than are listed: all counted, the oldest 20 shown */
+    result = PQexecParams(db->conn,
+                          "SELECT (q->>'blocked_keys')::int, jsonb_array_length(q->'blocked'),"
+                          "       q->'blocked'->0->>'ordering_key'"
+                          "  FROM jsonb_array_elements($1::jsonb->'queues') AS q"
+                          " WHERE q->>'queue' = 'many'",
+                          1, NULL, params, NULL, NULL, 0);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(result), 1);
+    assert_int_equal(atoi(PQgetvalue(result, 0, 0)), 25);
+    assert_int_equal(atoi(PQgetvalue(result, 0, 1)), 20);
+    assert_string_equal(PQgetvalue(result, 0, 2), "key-1");
+    PQclear(result);
+    run_clear(&run);
+
+    /* the table form lists them too */
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "BLOCKED KEYS"));
+    assert_non_null(strstr(run.out, "blocked ordering keys"));
+    assert_non_null(strstr(run.out, "k-dead"));
+    assert_non_null(strstr(run.out, "WRONGTYPE wrong kind"));
+    assert_non_null(strstr(run.out, "retry in "));
+    assert_non_null(strstr(run.out, "retrying"));
+    assert_null(strstr(run.out, "k-fine"));
+    assert_null(strstr(run.out, "k-done"));
+    assert_null(strstr(run.out, "key-21"));
+    run_clear(&run);
+
+    /* once the heads are done (or a dead head is deleted), no key is blocked */
+    exec_ok(db->conn, "DELETE FROM outbox.job WHERE queue = 'many'");
+    exec_ok(db->conn, "UPDATE outbox.job SET state = 'succeeded', finished_at = now(),"
+                      "       worker_id = NULL, lease_until = NULL"
+                      " WHERE ordering_key IN ('k-running', 'k-retry') OR queue = 'a' AND"
+                      "       ordering_key = 'k-dead' AND state = 'dead'");
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
+    assert_exit(&run, 0);
+    assert_null(strstr(run.out, "blocked ordering keys"));
+    run_clear(&run);
+}
+
 /* ---- dead rows --------------------------------------------------------- */
 
 static void
@@ -813,6 +940,7 @@ main(void)
         DB_TEST(test_concurrent_migrate),
         DB_TEST(test_status_without_schema),
         DB_TEST(test_status_json_counts),
+        DB_TEST(test_status_shows_blocked_keys),
         DB_TEST(test_dead_list_shows_last_error),
         DB_TEST(test_dead_retry_adds_attempts),
         DB_TEST(test_purge_deletes_only_old_succeeded),

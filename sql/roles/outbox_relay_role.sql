@@ -1,0 +1,75 @@
+-- outbox_relay_role.sql - least-privilege roles for the outbox.
+--
+-- Not a numbered migration (outboxctl migrate never runs it): a separate
+-- script an administrator runs once per database that holds outbox.job,
+-- after `outboxctl migrate`, as the owner of the outbox schema or a
+-- superuser, and again after an upgrade that adds objects. It is idempotent.
+--
+--   psql -v ON_ERROR_STOP=1 -d app -f sql/roles/outbox_relay_role.sql
+--
+-- It creates three group roles without LOGIN; give them to login roles:
+--
+--   CREATE ROLE relay_app LOGIN PASSWORD '...' IN ROLE outbox_relay;
+--   GRANT outbox_producer TO orders_service;
+--   GRANT outbox_reader TO monitoring;
+--
+--   outbox_relay     outbox-relay: claims, extends, completes, fails, releases
+--                    and reaps rows (UPDATE; FOR UPDATE SKIP LOCKED needs it),
+--                    deletes old succeeded rows (DELETE), samples the backlog
+--                    (SELECT). It never inserts and owns nothing.
+--   outbox_producer  services that enqueue: EXECUTE on outbox.enqueue() and
+--                    INSERT on outbox.job, plus SELECT on the three columns
+--                    enqueue() reads back (job_id, queue, idempotency_key) -
+--                    not on payloads. No UPDATE, no DELETE.
+--   outbox_reader    `outboxctl status` and `outboxctl dead list`: read only.
+--
+-- `outboxctl dead retry` and `outboxctl purge` change rows: run them as the
+-- schema owner, or as a login that is also in outbox_relay. `outboxctl
+-- migrate` needs the owner of the schema.
+--
+-- pg_read_all_stats lets the relay's --horizon-warning and `outboxctl status`
+-- see other roles' sessions in pg_stat_activity (who holds back vacuum). Only
+-- a superuser (or a holder of it WITH ADMIN OPTION) can grant it; otherwise
+-- the script says so in a NOTICE and goes on, and both only see their own
+-- role's sessions.
+
+DO $$
+DECLARE
+    name text;
+BEGIN
+    FOREACH name IN ARRAY ARRAY['outbox_relay', 'outbox_producer', 'outbox_reader'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = name) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', name);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Functions are executable by PUBLIC by default; enqueue is for producers only.
+REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
+    FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader;
+
+-- The relay.
+GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
+
+-- Producers.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
+    TO outbox_producer;
+GRANT INSERT ON outbox.job TO outbox_producer;
+GRANT SELECT (job_id, queue, idempotency_key) ON outbox.job TO outbox_producer;
+
+-- Read-only status.
+GRANT SELECT ON outbox.job, outbox.schema_migrations TO outbox_reader;
+
+DO $$
+BEGIN
+    IF NOT pg_has_role('outbox_relay', 'pg_read_all_stats', 'MEMBER')
+       OR NOT pg_has_role('outbox_reader', 'pg_read_all_stats', 'MEMBER') THEN
+        GRANT pg_read_all_stats TO outbox_relay, outbox_reader;
+    END IF;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'pg_read_all_stats not granted (needs a superuser): the xmin horizon figures will only show sessions of the same role';
+END
+$$;

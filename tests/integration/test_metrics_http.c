@@ -1,0 +1,571 @@
+/*
+ * test_metrics_http.c - the relay's /metrics and /healthz, read over a
+ * loopback socket from a real relay publishing to a real Redis.
+ *
+ * What an operator's scraper and health probe see: the text parses as
+ * Prometheus exposition format (every sample under a HELP and a TYPE line,
+ * valid names, numeric values), the counters match what happened to the
+ * rows (published, completed, failed, dead, claims, per queue), and
+ * /healthz turns 503 while the broker is down and 200 again once it is back.
+ * Every wait is bounded.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+#define RESPONSE_MAX (1024 * 1024)
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    redisContext *redis;
+    const char *broker;
+    char prefix[64];
+    char metrics_addr[32];
+    int port;
+};
+
+struct response {
+    int status; /* HTTP status code, 0 when no answer */
+    char *body;
+};
+
+static int test_counter;
+
+/*
+ * A loopback port nobody listens on: from OUTBOX_TEST_PORT_RANGE ("LOW-HIGH",
+ * the range the test servers use) when set, else one the kernel picks.
+ */
+static int
+free_port(void)
+{
+    const char *range = getenv("OUTBOX_TEST_PORT_RANGE");
+    int low = 0, high = 0;
+
+    if (range == NULL || sscanf(range, "%d-%d", &low, &high) != 2 || low <= 0 || high < low)
+        low = high = 0;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        struct sockaddr_in addr = {.sin_family = AF_INET};
+        socklen_t len = sizeof(addr);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int port = low == 0 ? 0 : low + (int)(((unsigned)rand()) % (unsigned)(high - low + 1));
+
+        assert_true(fd >= 0);
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons((uint16_t)port);
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
+            close(fd);
+            return ntohs(addr.sin_port);
+        }
+        close(fd);
+    }
+    fail_msg("no free loopback port");
+    return -1;
+}
+
+/* GET path from the relay's metrics server; status 0 when it does not answer. */
+static struct response
+http_get(int port, const char *path)
+{
+    struct response response = {0};
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    struct timeval timeout = {.tv_sec = 5};
+    char request[256];
+    size_t len = 0;
+    char *buffer;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        close(fd);
+        return response;
+    }
+    snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (write(fd, request, strlen(request)) != (ssize_t)strlen(request)) {
+        close(fd);
+        return response;
+    }
+    buffer = malloc(RESPONSE_MAX + 1);
+    assert_non_null(buffer);
+    for (;;) {
+        ssize_t n = read(fd, buffer + len, RESPONSE_MAX - len);
+
+        if (n <= 0 || (len += (size_t)n) == RESPONSE_MAX)
+            break;
+    }
+    close(fd);
+    buffer[len] = '\0';
+    if (sscanf(buffer, "HTTP/1.%*d %d", &response.status) == 1) {
+        const char *body = strstr(buffer, "\r\n\r\n");
+
+        response.body = strdup(body != NULL ? body + 4 : "");
+    } else {
+        response.status = 0;
+    }
+    free(buffer);
+    return response;
+}
+
+/* Waits up to timeout_ms for path to answer with status; the last status seen. */
+static int
+wait_for_status(int port, const char *path, int status, int timeout_ms)
+{
+    int last = 0;
+
+    for (int waited = 0; waited <= timeout_ms; waited += 100) {
+        struct response r = http_get(port, path);
+
+        last = r.status;
+        free(r.body);
+        if (last == status)
+            break;
+        usleep(100 * 1000);
+    }
+    return last;
+}
+
+static bool
+is_name_char(char c, bool first)
+{
+    return isalpha((unsigned char)c) || c == '_' || c == ':' || (!first && isdigit((unsigned char)c));
+}
+
+/* Length of a metric name at text, 0 when it does not start with one. */
+static size_t
+name_length(const char *text)
+{
+    size_t n = 0;
+
+    while (text[n] != '\0' && is_name_char(text[n], n == 0))
+        n++;
+    return n;
+}
+
+/* True when family (a HELP/TYPE name) owns sample name, e.g. x_bucket of histogram x. */
+static bool
+family_owns(const char *family, const char *type, const char *name, size_t name_len)
+{
+    size_t f = strlen(family);
+
+    if (name_len == f && strncmp(name, family, f) == 0)
+        return true;
+    if (strcmp(type, "histogram") != 0 || name_len <= f || strncmp(name, family, f) != 0)
+        return false;
+    name += f;
+    name_len -= f;
+    return (name_len == 7 && strncmp(name, "_bucket", 7) == 0) ||
+           (name_len == 4 && strncmp(name, "_sum", 4) == 0) ||
+           (name_len == 6 && strncmp(name, "_count", 6) == 0);
+}
+
+/*
+ * Checks that text is Prometheus text format 0.0.4 as a scraper reads it:
+ * each family has "# HELP" then "# TYPE" with a known type, each sample
+ * belongs to the family announced last, label values are quoted, and the
+ * value is a number. Returns the number of samples.
+ */
+static int
+assert_prometheus_text(const char *text)
+{
+    char family[128] = "", type[32] = "";
+    bool help_seen = false;
+    int samples = 0, line_number = 0;
+    const char *line = text;
+
+    assert_true(strlen(text) > 0);
+    assert_int_equal(text[strlen(text) - 1], '\n');
+    while (*line != '\0') {
+        const char *end = strchr(line, '\n');
+        char copy[1024];
+        size_t len = (size_t)(end - line);
+
+        line_number++;
+        assert_non_null(end);
+        assert_true(len < sizeof(copy));
+        memcpy(copy, line, len);
+        copy[len] = '\0';
+        line = end + 1;
+
+        if (strncmp(copy, "# HELP ", 7) == 0) {
+            size_t n = name_length(copy + 7);
+
+            if (n == 0 || n >= sizeof(family) || copy[7 + n] != ' ')
+                fail_msg("line %d: bad HELP line '%s'", line_number, copy);
+            memcpy(family, copy + 7, n);
+            family[n] = '\0';
+            help_seen = true;
+            type[0] = '\0';
+        } else if (strncmp(copy, "# TYPE ", 7) == 0) {
+            size_t n = name_length(copy + 7);
+
+            if (!help_seen || strncmp(copy + 7, family, n) != 0 || family[n] != '\0')
+                fail_msg("line %d: TYPE without its HELP: '%s'", line_number, copy);
+            snprintf(type, sizeof(type), "%s", copy + 7 + n + 1);
+            if (strcmp(type, "counter") != 0 && strcmp(type, "gauge") != 0 &&
+                strcmp(type, "histogram") != 0)
+                fail_msg("line %d: unknown type '%s'", line_number, type);
+        } else if (copy[0] == '#' || copy[0] == '\0') {
+            fail_msg("line %d: unexpected line '%s'", line_number, copy);
+        } else {
+            size_t n = name_length(copy);
+            const char *rest = copy + n;
+            char *number_end;
+
+            if (n == 0 || type[0] == '\0' || !family_owns(family, type, copy, n))
+                fail_msg("line %d: sample '%s' outside its family '%s'", line_number, copy,
+                         family);
+            if (strcmp(type, "counter") == 0 && (n < 6 || strncmp(copy + n - 6, "_total", 6) != 0))
+                fail_msg("line %d: counter '%s' does not end in _total", line_number, copy);
+            if (*rest == '{') {
+                const char *close = strstr(rest, "\"}");
+
+                if (close == NULL || strstr(rest, "=\"") == NULL)
+                    fail_msg("line %d: bad labels in '%s'", line_number, copy);
+                rest = close + 2;
+            }
+            if (*rest != ' ')
+                fail_msg("line %d: no value in '%s'", line_number, copy);
+            rest++;
+            if (strcmp(rest, "+Inf") != 0 && strcmp(rest, "-Inf") != 0 &&
+                strcmp(rest, "NaN") != 0) {
+                strtod(rest, &number_end);
+                if (number_end == rest || *number_end != '\0')
+                    fail_msg("line %d: value is not a number in '%s'", line_number, copy);
+            }
+            samples++;
+        }
+    }
+    return samples;
+}
+
+/*
+ * The value of the sample named name whose labels include every
+ * key="value" pair of labels (a comma-separated list, NULL for none);
+ * -1 when there is no such sample.
+ */
+static double
+metric_value(const char *text, const char *name, const char *labels)
+{
+    size_t name_len = strlen(name);
+
+    for (const char *line = text; *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char copy[1024];
+
+        if (len >= sizeof(copy)) {
+            line += len + (end ? 1 : 0);
+            continue;
+        }
+        memcpy(copy, line, len);
+        copy[len] = '\0';
+        line += len + (end ? 1 : 0);
+        if (strncmp(copy, name, name_len) != 0 || (copy[name_len] != '{' && copy[name_len] != ' '))
+            continue;
+        if (labels != NULL) {
+            char wanted[256];
+            bool all = true;
+
+            snprintf(wanted, sizeof(wanted), "%s", labels);
+            for (char *save = NULL, *pair = strtok_r(wanted, ",", &save); pair != NULL;
+                 pair = strtok_r(NULL, ",", &save)) {
+                const char *brace = strchr(copy, '}');
+                const char *found = strstr(copy, pair);
+
+                if (found == NULL || brace == NULL || found > brace)
+                    all = false;
+            }
+            if (!all)
+                continue;
+        }
+        return strtod(strrchr(copy, ' ') + 1, NULL);
+    }
+    return -1;
+}
+
+/* Fetches /metrics, checks its format and returns the body (caller frees). */
+static char *
+scrape(const struct fixture *f)
+{
+    struct response r = http_get(f->port, "/metrics");
+
+    assert_int_equal(r.status, 200);
+    assert_non_null(r.body);
+    assert_true(assert_prometheus_text(r.body) > 0);
+    return r.body;
+}
+
+/*
+ * Waits up to timeout_ms for a sample to reach expected (the relay updates
+ * its counters just after the database write the test waits for), and
+ * returns the last value seen.
+ */
+static double
+wait_for_metric(const struct fixture *f, const char *name, const char *labels, double expected,
+                int timeout_ms)
+{
+    double value = -1;
+
+    for (int waited = 0; waited <= timeout_ms; waited += 100) {
+        char *text = scrape(f);
+
+        value = metric_value(text, name, labels);
+        free(text);
+        if (value == expected)
+            break;
+        usleep(100 * 1000);
+    }
+    return value;
+}
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    snprintf(f->prefix, sizeof(f->prefix), "metrics-test-%d-%d:", (int)getpid(), test_counter++);
+    f->port = free_port();
+    snprintf(f->metrics_addr, sizeof(f->metrics_addr), "127.0.0.1:%d", f->port);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    if (f->redis != NULL) {
+        stream_consumer_delete_prefix(f->redis, f->prefix);
+        redisFree(f->redis);
+    }
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Makes stream prefix+queue a plain string, so XADD to it fails with WRONGTYPE. */
+static void
+break_stream(struct fixture *f, const char *queue)
+{
+    char key[128];
+    const char *argv[] = {"SET", key, "not a stream"};
+    redisReply *reply;
+
+    snprintf(key, sizeof(key), "%s%s", f->prefix, queue);
+    reply = stream_consumer_command(f->redis, 3, argv);
+    assert_non_null(reply);
+    assert_int_not_equal(reply->type, REDIS_REPLY_ERROR);
+    freeReplyObject(reply);
+}
+
+static void
+test_counters_match_what_happened(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr,
+                           "--retry-base", "1h", "--retry-max", "1h", "--concurrency", "1", NULL};
+    struct relay_process relay;
+    char *text;
+
+    enqueue_rows(f->conn, "orders", 7);
+    enqueue_rows(f->conn, "billing", 3);
+    /* two rows that can only fail, with one attempt each: both become dead */
+    harness_exec(f->conn, "SELECT outbox.enqueue('broken', '{\"n\": 1}', max_attempts => 1),"
+                          "       outbox.enqueue('broken', '{\"n\": 2}', max_attempts => 1)");
+    /* one that fails once and waits an hour for its retry */
+    harness_exec(f->conn, "SELECT outbox.enqueue('flaky', '{\"n\": 1}', max_attempts => 5)");
+    break_stream(f, "broken");
+    break_stream(f, "flaky");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    if (wait_for_value(f->conn,
+                       "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'"
+                       "    OR state = 'dead' OR (state = 'ready' AND attempts = 1)",
+                       13, 30000) != 13)
+        relay_dump_log(&relay);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'"
+                                    "    OR state = 'dead'"
+                                    "    OR (state = 'ready' AND attempts = 1)",
+                                    13, 1000),
+                     13);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'broken' AND state = 'dead'"
+                                               "   AND last_error LIKE '%WRONGTYPE%'"),
+                     2);
+
+    /* counters move just after the rows do */
+    assert_true(wait_for_metric(f, "outbox_rows_completed_total", "queue=\"billing\"", 3, 10000) ==
+                3);
+    assert_true(wait_for_metric(f, "outbox_rows_dead_total", "queue=\"broken\"", 2, 10000) == 2);
+    assert_true(wait_for_metric(f, "outbox_rows_failed_total", "queue=\"flaky\"", 1, 10000) == 1);
+    assert_true(wait_for_metric(f, "outbox_rows_completed_total", "queue=\"orders\"", 7, 10000) ==
+                7);
+
+    text = scrape(f);
+    /* every family is there, with the constant broker label */
+    assert_true(metric_value(text, "outbox_rows_published_total",
+                             "broker=\"redis\",queue=\"orders\"") == 7);
+    assert_true(metric_value(text, "outbox_rows_published_total", "queue=\"billing\"") == 3);
+    assert_true(metric_value(text, "outbox_rows_claimed_total", "queue=\"orders\"") == 7);
+    assert_true(metric_value(text, "outbox_rows_claimed_total", "queue=\"broken\"") == 2);
+    assert_true(metric_value(text, "outbox_rows_claimed_total", "queue=\"flaky\"") == 1);
+    /* a failed row is never counted as published or completed */
+    assert_true(metric_value(text, "outbox_rows_published_total", "queue=\"broken\"") == 0);
+    assert_true(metric_value(text, "outbox_rows_completed_total", "queue=\"broken\"") == 0);
+    assert_true(metric_value(text, "outbox_rows_completed_total", "queue=\"flaky\"") == 0);
+    /* a dead row's last attempt is counted as dead, not also as failed */
+    assert_true(metric_value(text, "outbox_rows_failed_total", "queue=\"broken\"") == 0);
+    assert_true(metric_value(text, "outbox_rows_dead_total", "queue=\"flaky\"") == 0);
+    assert_true(metric_value(text, "outbox_rows_dead_total", "queue=\"orders\"") == 0);
+    assert_true(metric_value(text, "outbox_claims_total", NULL) >= 1);
+    assert_true(metric_value(text, "outbox_lease_lost_total", NULL) == 0);
+    assert_true(metric_value(text, "outbox_rows_in_flight", NULL) == 0);
+    assert_true(metric_value(text, "outbox_up", "target=\"database\"") == 1);
+    assert_true(metric_value(text, "outbox_up", "target=\"broker\"") == 1);
+    assert_true(metric_value(text, "outbox_reconnects_total", "target=\"broker\"") == 0);
+    assert_true(metric_value(text, "outbox_publish_duration_seconds_count", NULL) >= 1);
+    /* commit-to-publish is observed once per published row */
+    assert_true(metric_value(text, "outbox_commit_to_publish_seconds_count", NULL) == 10);
+    assert_true(metric_value(text, "outbox_commit_to_publish_seconds_bucket", "le=\"+Inf\"") ==
+                10);
+    assert_non_null(strstr(text, "# TYPE outbox_oldest_ready_age_seconds gauge\n"));
+    assert_non_null(strstr(text, "# TYPE outbox_ready_rows gauge\n"));
+    free(text);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+}
+
+static void
+test_other_paths(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
+    struct relay_process relay;
+    struct response r;
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_status(f->port, "/healthz", 200, 10000), 200);
+    r = http_get(f->port, "/healthz");
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "ok"));
+    free(r.body);
+    r = http_get(f->port, "/readyz");
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    r = http_get(f->port, "/nothing-here");
+    assert_int_equal(r.status, 404);
+    free(r.body);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    /* after a clean stop nothing listens there any more */
+    r = http_get(f->port, "/healthz");
+    assert_int_equal(r.status, 0);
+    free(r.body);
+}
+
+static void
+test_health_follows_the_broker(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
+    struct relay_process relay;
+    struct response r;
+    char *text;
+    int status;
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    status = wait_for_status(f->port, "/healthz", 200, 10000);
+    if (status != 200)
+        relay_dump_log(&relay);
+    assert_int_equal(status, 200);
+
+    /* the fixture's own connection would only see errors while Redis is down */
+    redisFree(f->redis);
+    f->redis = NULL;
+    assert_int_equal(harness_stack("stop-service", "redis"), 0);
+    status = wait_for_status(f->port, "/healthz", 503, 30000);
+    if (status != 503)
+        relay_dump_log(&relay);
+    assert_int_equal(status, 503);
+    r = http_get(f->port, "/healthz");
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "broker"));
+    free(r.body);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_up", "target=\"broker\"") == 0);
+    assert_true(metric_value(text, "outbox_up", "target=\"database\"") == 1);
+    free(text);
+    assert_int_equal(kill(relay.pid, 0), 0); /* waiting for the broker, not exited */
+
+    assert_int_equal(harness_stack("start-service", "redis"), 0);
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    status = wait_for_status(f->port, "/healthz", 200, 30000);
+    if (status != 200)
+        relay_dump_log(&relay);
+    assert_int_equal(status, 200);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_up", "target=\"broker\"") == 1);
+    assert_true(metric_value(text, "outbox_reconnects_total", "target=\"broker\"") >= 1);
+    free(text);
+
+    /* and it publishes again */
+    enqueue_rows(f->conn, "orders", 5);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 5,
+                                    30000),
+                     5);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_counters_match_what_happened, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,298 @@
+/*
+ * test_roles.c - sql/roles/outbox_relay_role.sql on a fresh database.
+ *
+ * The script is applied (twice: it must be idempotent) to a database cloned
+ * from the migrated template; then login roles in each group role do their
+ * job and nothing more: the relay publishes, reaps and deletes old rows as
+ * outbox_relay but cannot insert; a producer enqueues (with an idempotency
+ * key too) but cannot update, delete or read payloads; outboxctl status runs
+ * as outbox_reader, which cannot write. Group roles are cluster-wide and
+ * stay; the login roles made here are dropped on the way out.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *admin;
+    char relay_user[64];
+    char producer_user[64];
+    char reader_user[64];
+    char prefix[64];
+};
+
+/* Reads the whole file at OUTBOX_SOURCE_DIR/relative into a malloc'd string. */
+static char *
+read_source_file(const char *relative)
+{
+    char path[1024];
+    FILE *f;
+    long size;
+    char *text;
+
+    snprintf(path, sizeof(path), "%s/%s", harness_env("OUTBOX_SOURCE_DIR"), relative);
+    f = fopen(path, "r");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = malloc((size_t)size + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)size, f), (size_t)size);
+    text[size] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* url (postgresql://user@host:port/db) with its user replaced by user; malloc'd. */
+static char *
+url_for_user(const char *url, const char *user)
+{
+    const char *scheme_end = strstr(url, "://");
+    const char *at, *rest;
+    char *out;
+
+    assert_non_null(scheme_end);
+    at = strchr(scheme_end + 3, '@');
+    rest = at != NULL ? at + 1 : scheme_end + 3;
+    out = malloc(strlen(url) + strlen(user) + 2);
+    assert_non_null(out);
+    sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
+    return out;
+}
+
+/* Runs sql on conn and returns its SQLSTATE ("" when it worked). */
+static const char *
+sqlstate_of(PGconn *conn, const char *sql)
+{
+    static char state[6];
+    PGresult *result = PQexec(conn, sql);
+    ExecStatusType status = PQresultStatus(result);
+
+    if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
+        state[0] = '\0';
+    } else {
+        const char *s = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+
+        snprintf(state, sizeof(state), "%s", s != NULL ? s : "?????");
+    }
+    PQclear(result);
+    return state;
+}
+
+/* Reads a log file into a malloc'd string ("" when missing). */
+static char *
+read_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 65536);
+    size_t len;
+
+    assert_non_null(text);
+    if (f == NULL)
+        return text;
+    len = fread(text, 1, 65535, f);
+    text[len] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int
+setup(void **state)
+{
+    static int counter;
+    struct fixture *f = calloc(1, sizeof(*f));
+    char *script = read_source_file("sql/roles/outbox_relay_role.sql");
+    char sql[512];
+
+    f->url = harness_database_new();
+    f->admin = harness_connect(f->url);
+    harness_exec(f->admin, script);
+    harness_exec(f->admin, script); /* idempotent */
+    free(script);
+
+    snprintf(f->relay_user, sizeof(f->relay_user), "roles_test_relay_%d_%d", (int)getpid(),
+             counter);
+    snprintf(f->producer_user, sizeof(f->producer_user), "roles_test_producer_%d_%d",
+             (int)getpid(), counter);
+    snprintf(f->reader_user, sizeof(f->reader_user), "roles_test_reader_%d_%d", (int)getpid(),
+             counter);
+    snprintf(f->prefix, sizeof(f->prefix), "roles-test-%d-%d:", (int)getpid(), counter++);
+    snprintf(sql, sizeof(sql),
+             "CREATE ROLE %s LOGIN IN ROLE outbox_relay;"
+             " CREATE ROLE %s LOGIN IN ROLE outbox_producer;"
+             " CREATE ROLE %s LOGIN IN ROLE outbox_reader",
+             f->relay_user, f->producer_user, f->reader_user);
+    harness_exec(f->admin, sql);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = getenv("OUTBOX_TEST_REDIS_URL");
+    char sql[512];
+    PGconn *server;
+
+    PQfinish(f->admin);
+    harness_database_drop(f->url);
+    server = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(sql, sizeof(sql), "DROP ROLE IF EXISTS %s, %s, %s", f->relay_user, f->producer_user,
+             f->reader_user);
+    harness_exec(server, sql);
+    PQfinish(server);
+    if (broker != NULL) {
+        redisContext *redis = stream_consumer_connect(broker);
+
+        if (redis != NULL) {
+            stream_consumer_delete_prefix(redis, f->prefix);
+            redisFree(redis);
+        }
+    }
+    free(f);
+    return 0;
+}
+
+static void
+test_producer_enqueues_but_cannot_change_rows(void **state)
+{
+    struct fixture *f = *state;
+    char *url = url_for_user(f->url, f->producer_user);
+    PGconn *producer = harness_connect(url);
+
+    harness_exec(producer, "BEGIN");
+    assert_int_equal(harness_query_ll(producer, "SELECT outbox.enqueue('orders', '{\"n\": 1}',"
+                                                " idempotency_key => 'order:1')"),
+                     harness_query_ll(producer, "SELECT outbox.enqueue('orders', '{\"n\": 1}',"
+                                                " idempotency_key => 'order:1')"));
+    harness_exec(producer, "SELECT outbox.enqueue('orders', '{\"n\": 2}', headers => '{\"a\": \"b\"}',"
+                           " ordering_key => 'order:2')");
+    harness_exec(producer, "COMMIT");
+    /* the key is still known after commit */
+    assert_int_equal(harness_query_ll(producer, "SELECT outbox.enqueue('orders', '{\"n\": 1}',"
+                                                " idempotency_key => 'order:1')"),
+                     harness_query_ll(f->admin, "SELECT job_id FROM outbox.job"
+                                                " WHERE idempotency_key = 'order:1'"));
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 2);
+
+    assert_string_equal(sqlstate_of(producer, "UPDATE outbox.job SET state = 'dead'"), "42501");
+    assert_string_equal(sqlstate_of(producer, "DELETE FROM outbox.job"), "42501");
+    assert_string_equal(sqlstate_of(producer, "SELECT payload FROM outbox.job"), "42501");
+    assert_string_equal(sqlstate_of(producer, "TRUNCATE outbox.job"), "42501");
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE state = 'ready'"),
+                     2);
+
+    PQfinish(producer);
+    free(url);
+}
+
+static void
+test_relay_runs_as_relay_role(void **state)
+{
+    struct fixture *f = *state;
+    char *url = url_for_user(f->url, f->relay_user);
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    const char *check[] = {"--database-url", url, "--broker", broker, "--check", NULL};
+    const char *extra[] = {"--once", "--stream-prefix", f->prefix, "--retention", "24h", NULL};
+    struct relay_process relay;
+    char output[4096];
+    char *log;
+    PGconn *as_relay;
+
+    assert_int_equal(relay_run_capture(check, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+
+    enqueue_rows(f->admin, "orders", 20);
+    /* a row of a relay that died (to reap), and one succeeded long ago (to delete) */
+    harness_exec(f->admin,
+                 "INSERT INTO outbox.job (queue, payload, state, attempts, worker_id, lease_until)"
+                 " VALUES ('orders', '{}', 'running', 1, 'gone', now() - interval '1 minute');"
+                 "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                 " VALUES ('orders', '{}', 'succeeded', 1, now() - interval '2 days')");
+
+    relay_start_process(&relay, url, broker, extra);
+    assert_int_equal(relay_wait(&relay, 60000), 0);
+    log = read_log(relay.log_path);
+    if (strstr(log, "permission denied") != NULL)
+        fail_msg("the relay hit a missing privilege:\n%s", log);
+    free(log);
+    unlink(relay.log_path);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE state = 'succeeded'"
+                                                "   AND finished_at > now() - interval '1 hour'"),
+                     20);
+    /* reaped: ready again for a later retry */
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE state = 'ready' AND worker_id IS NULL"
+                                                "   AND last_error LIKE 'lease expired%'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 21);
+
+    /* and it cannot do what it does not need */
+    as_relay = harness_connect(url);
+    assert_string_equal(sqlstate_of(as_relay, "INSERT INTO outbox.job (queue, payload)"
+                                              " VALUES ('orders', '{}')"),
+                        "42501");
+    assert_string_equal(sqlstate_of(as_relay, "SELECT outbox.enqueue('orders', '{}')"), "42501");
+    assert_string_equal(sqlstate_of(as_relay, "TRUNCATE outbox.job"), "42501");
+    PQfinish(as_relay);
+    free(url);
+}
+
+static void
+test_reader_runs_status_and_cannot_write(void **state)
+{
+    struct fixture *f = *state;
+    char *url = url_for_user(f->url, f->reader_user);
+    char binary[512];
+    char *log_path = harness_log_path("roles-outboxctl-status");
+    const char *argv[] = {binary, "--database-url", url, "status", "--json", NULL};
+    PGconn *reader;
+    char *log;
+
+    enqueue_rows(f->admin, "orders", 3);
+    snprintf(binary, sizeof(binary), "%s/outboxctl", harness_env("OUTBOX_BIN"));
+    unlink(log_path);
+    assert_int_equal(harness_wait_exit(harness_spawn(argv, log_path), 30000), 0);
+    log = read_log(log_path);
+    assert_non_null(strstr(log, "\"queue\":\"orders\",\"ready\":3"));
+    free(log);
+    unlink(log_path);
+    free(log_path);
+
+    reader = harness_connect(url);
+    assert_string_equal(sqlstate_of(reader, "UPDATE outbox.job SET state = 'dead'"), "42501");
+    assert_string_equal(sqlstate_of(reader, "DELETE FROM outbox.job"), "42501");
+    assert_string_equal(sqlstate_of(reader, "SELECT outbox.enqueue('orders', '{}')"), "42501");
+    PQfinish(reader);
+    free(url);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_producer_enqueues_but_cannot_change_rows, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_relay_runs_as_relay_role, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_runs_status_and_cannot_write, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
