@@ -58,7 +58,7 @@ GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
     TO outbox_producer;
 GRANT INSERT ON outbox.job TO outbox_producer;
-GRANT SELECT (job_id, queue, idempotency_key) ON outbox.job TO outbox_producer;
+GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;
 
 -- Read-only status.
 GRANT SELECT ON outbox.job, outbox.schema_migrations TO outbox_reader;
