@@ -34,7 +34,7 @@ struct sink_options {
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
     int connect_timeout_ms;    /* connect and handshake */
-    int io_timeout_ms;         /* one publish round (confirms, replies) */
+    int io_timeout_ms;         /* longest wait for the broker without progress */
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
     size_t max_message_bytes;  /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */

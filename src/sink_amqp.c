@@ -4,7 +4,7 @@
  * One connection, one channel in confirm mode. A batch is published in
  * windows (frames that already arrived are handled between windows without
  * blocking), then the sink reads frames itself until every published
- * message is settled or io_timeout_ms has passed:
+ * message is settled, or io_timeout_ms passes without a frame from the broker:
  *
  *   basic.ack      accepted, unless a basic.return for it came first
  *   basic.nack     failed
@@ -689,6 +689,9 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
         got = read_one_frame(s, &batch, left, err);
         if (got == -FRAME_CONNECTION_LOST)
             goto lost;
+        /* the broker is answering: a large batch gets as long as it keeps making progress */
+        if (got == 1)
+            deadline = monotonic_ms() + s->options.io_timeout_ms;
     }
 
     if (batch.channel_closed) {

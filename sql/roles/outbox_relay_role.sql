@@ -18,7 +18,7 @@
 --                    deletes old succeeded rows (DELETE), samples the backlog
 --                    (SELECT). It never inserts and owns nothing.
 --   outbox_producer  services that enqueue: EXECUTE on outbox.enqueue() and
---                    INSERT on outbox.job, plus SELECT on the three columns
+--                    INSERT on outbox.job, plus SELECT on the columns
 --                    enqueue() reads (job_id, queue, idempotency_key, ordering_key, state) -
 --                    not on payloads. No UPDATE, no DELETE.
 --   outbox_reader    `outboxctl status` and `outboxctl dead list`: read only.

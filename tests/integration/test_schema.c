@@ -237,7 +237,8 @@ test_claim_uses_ready_index(void **state)
     harness_exec(test->conn, "ANALYZE outbox.job");
 
     result = PQexec(test->conn,
-                    "EXPLAIN SELECT job_id FROM outbox.job WHERE state = 'ready' AND run_at <= now() "
+                    "EXPLAIN SELECT job_id FROM outbox.job WHERE state = 'ready' AND NOT held"
+                    " AND run_at <= now() "
                     "ORDER BY priority DESC, run_at, job_id LIMIT 10 FOR UPDATE SKIP LOCKED");
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
     for (int row = 0; row < PQntuples(result); row++) {
