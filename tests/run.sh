@@ -104,6 +104,14 @@ trap on_signal INT TERM
 if [ "$WHAT" != integration ]; then
     echo "== unit tests"
     run_dir "$BUILD/tests/unit"
+    if BIN="$BIN" "$SOURCE_DIR/tests/check_docs.sh" >/dev/null; then
+        printf 'ok      %-40s\n' "docs/README options = --help"
+        passed=$((passed + 1))
+    else
+        printf 'FAILED  %-40s\n' "docs/README options = --help"
+        failed=$((failed + 1))
+        failed_names="$failed_names check_docs"
+    fi
 fi
 
 if [ "$WHAT" != unit ]; then
