@@ -137,7 +137,7 @@ demo:
 
 bench:
 	tests/harness/deps.sh
-	$(MAKE) OPT="-O2" all test-binaries
+	$(MAKE) OPT="-O2" all $(TOOL_BIN)
 	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
 
 deps:
