@@ -37,7 +37,7 @@ struct sink_options {
     int io_timeout_ms;         /* one publish round (confirms, replies) */
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
-    size_t max_message_bytes;  /* larger messages are SINK_REJECTED; 0: 128 MiB */
+    size_t max_message_bytes;  /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
 };
 
 /* One message to publish, built from a claimed row. */

@@ -10,7 +10,7 @@
 #include "url.h"
 
 redisContext *
-consumer_connect(const char *url)
+stream_consumer_connect(const char *url)
 {
     struct broker_url parsed;
     struct outbox_error err;
@@ -34,7 +34,7 @@ consumer_connect(const char *url)
         if (parsed.user != NULL)
             argv[argc++] = parsed.user;
         argv[argc++] = parsed.password;
-        reply = consumer_command(context, argc, argv);
+        reply = stream_consumer_command(context, argc, argv);
         if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
             freeReplyObject(reply);
             goto fail;
@@ -46,7 +46,7 @@ consumer_connect(const char *url)
         const char *argv[2] = {"SELECT", db};
 
         snprintf(db, sizeof(db), "%d", parsed.db);
-        reply = consumer_command(context, 2, argv);
+        reply = stream_consumer_command(context, 2, argv);
         if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
             freeReplyObject(reply);
             goto fail;
@@ -64,16 +64,16 @@ fail:
 }
 
 redisReply *
-consumer_command(redisContext *context, int argc, const char **argv)
+stream_consumer_command(redisContext *context, int argc, const char **argv)
 {
     return redisCommandArgv(context, argc, argv, NULL);
 }
 
 long long
-consumer_stream_length(redisContext *context, const char *stream)
+stream_consumer_stream_length(redisContext *context, const char *stream)
 {
     const char *argv[2] = {"XLEN", stream};
-    redisReply *reply = consumer_command(context, 2, argv);
+    redisReply *reply = stream_consumer_command(context, 2, argv);
     long long length = -1;
 
     if (reply != NULL && reply->type == REDIS_REPLY_INTEGER)
@@ -97,7 +97,7 @@ copy_reply_string(const redisReply *reply)
 
 /* Fills entry from one XRANGE element ([id, [field, value, ...]]); -1 when malformed. */
 static int
-parse_entry(const redisReply *element, struct consumer_entry *entry)
+parse_entry(const redisReply *element, struct stream_consumer_entry *entry)
 {
     const redisReply *fields;
 
@@ -138,7 +138,7 @@ parse_entry(const redisReply *element, struct consumer_entry *entry)
 }
 
 static void
-entry_clear(struct consumer_entry *entry)
+entry_clear(struct stream_consumer_entry *entry)
 {
     free(entry->id);
     free(entry->queue);
@@ -147,7 +147,7 @@ entry_clear(struct consumer_entry *entry)
 }
 
 int
-consumer_read_stream(redisContext *context, const char *stream, struct consumer_stream *out)
+stream_consumer_read_stream(redisContext *context, const char *stream, struct stream_consumer_stream *out)
 {
     char start[64] = "-";
     size_t capacity = 0;
@@ -156,7 +156,7 @@ consumer_read_stream(redisContext *context, const char *stream, struct consumer_
     out->count = 0;
     for (;;) {
         const char *argv[6] = {"XRANGE", stream, start, "+", "COUNT", "1000"};
-        redisReply *reply = consumer_command(context, 6, argv);
+        redisReply *reply = stream_consumer_command(context, 6, argv);
 
         if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(reply);
@@ -168,7 +168,7 @@ consumer_read_stream(redisContext *context, const char *stream, struct consumer_
         }
         if (out->count + reply->elements > capacity) {
             size_t bigger = (out->count + reply->elements) * 2;
-            struct consumer_entry *grown = realloc(out->entries, bigger * sizeof(*grown));
+            struct stream_consumer_entry *grown = realloc(out->entries, bigger * sizeof(*grown));
 
             if (grown == NULL) {
                 freeReplyObject(reply);
@@ -191,12 +191,12 @@ consumer_read_stream(redisContext *context, const char *stream, struct consumer_
     }
 
 fail:
-    consumer_stream_clear(out);
+    stream_consumer_stream_clear(out);
     return -1;
 }
 
 void
-consumer_stream_clear(struct consumer_stream *stream)
+stream_consumer_stream_clear(struct stream_consumer_stream *stream)
 {
     if (stream == NULL)
         return;
@@ -208,20 +208,20 @@ consumer_stream_clear(struct consumer_stream *stream)
 }
 
 long long
-consumer_xrange_count(redisContext *context, const char *stream)
+stream_consumer_xrange_count(redisContext *context, const char *stream)
 {
-    struct consumer_stream entries;
+    struct stream_consumer_stream entries;
     long long count;
 
-    if (consumer_read_stream(context, stream, &entries) != 0)
+    if (stream_consumer_read_stream(context, stream, &entries) != 0)
         return -1;
     count = (long long)entries.count;
-    consumer_stream_clear(&entries);
+    stream_consumer_stream_clear(&entries);
     return count;
 }
 
 long long
-consumer_delete_prefix(redisContext *context, const char *prefix)
+stream_consumer_delete_prefix(redisContext *context, const char *prefix)
 {
     char cursor[32] = "0";
     char *pattern = malloc(2 * strlen(prefix) + 2);
@@ -240,7 +240,7 @@ consumer_delete_prefix(redisContext *context, const char *prefix)
     pattern[n] = '\0';
     do {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
-        redisReply *reply = consumer_command(context, 6, argv);
+        redisReply *reply = stream_consumer_command(context, 6, argv);
         const redisReply *keys;
 
         if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
@@ -263,7 +263,7 @@ consumer_delete_prefix(redisContext *context, const char *prefix)
             argv_unlink[0] = "UNLINK";
             for (size_t i = 0; i < keys->elements; i++)
                 argv_unlink[i + 1] = keys->element[i]->str;
-            unlinked = consumer_command(context, (int)keys->elements + 1, argv_unlink);
+            unlinked = stream_consumer_command(context, (int)keys->elements + 1, argv_unlink);
             if (unlinked != NULL && unlinked->type == REDIS_REPLY_INTEGER)
                 deleted += unlinked->integer;
             freeReplyObject(unlinked);

@@ -19,22 +19,22 @@
  * NULL on any failure (bad URL, unreachable, refused credentials). Free the
  * context with redisFree().
  */
-redisContext *consumer_connect(const char *url);
+redisContext *stream_consumer_connect(const char *url);
 
 /*
  * Runs one command given as argv strings and returns its reply (free with
  * freeReplyObject), or NULL when the connection failed.
  */
-redisReply *consumer_command(redisContext *context, int argc, const char **argv);
+redisReply *stream_consumer_command(redisContext *context, int argc, const char **argv);
 
 /* The number of entries of a stream (XLEN; 0 when it does not exist), or -1. */
-long long consumer_stream_length(redisContext *context, const char *stream);
+long long stream_consumer_stream_length(redisContext *context, const char *stream);
 
 /* The number of entries XRANGE stream - + returns (reads every page), or -1. */
-long long consumer_xrange_count(redisContext *context, const char *stream);
+long long stream_consumer_xrange_count(redisContext *context, const char *stream);
 
 /* One stream entry with the fields the relay writes; strings are owned. */
-struct consumer_entry {
+struct stream_consumer_entry {
     char *id; /* "<ms>-<seq>" */
     int64_t job_id;
     char *queue;
@@ -44,8 +44,8 @@ struct consumer_entry {
     size_t field_count; /* field/value pairs in the entry, 5 for a relay entry */
 };
 
-struct consumer_stream {
-    struct consumer_entry *entries;
+struct stream_consumer_stream {
+    struct stream_consumer_entry *entries;
     size_t count;
 };
 
@@ -54,10 +54,10 @@ struct consumer_stream {
  * Fields the relay did not write are counted but not kept; missing ones are
  * NULL / 0. Returns 0, or -1 (stream is then empty).
  */
-int consumer_read_stream(redisContext *context, const char *stream, struct consumer_stream *out);
-void consumer_stream_clear(struct consumer_stream *stream);
+int stream_consumer_read_stream(redisContext *context, const char *stream, struct stream_consumer_stream *out);
+void stream_consumer_stream_clear(struct stream_consumer_stream *stream);
 
 /* Deletes every key that starts with prefix (SCAN + UNLINK); the count or -1. */
-long long consumer_delete_prefix(redisContext *context, const char *prefix);
+long long stream_consumer_delete_prefix(redisContext *context, const char *prefix);
 
 #endif

@@ -150,7 +150,7 @@ run(redisContext *context, const char *first, ...)
     for (const char *arg = first; arg != NULL && argc < 16; arg = va_arg(ap, const char *))
         argv[argc++] = arg;
     va_end(ap);
-    return consumer_command(context, argc, argv);
+    return stream_consumer_command(context, argc, argv);
 }
 
 /* Runs a command and checks its reply is not an error. */
@@ -180,7 +180,7 @@ setup(void **state)
     f = calloc(1, sizeof(*f));
     assert_non_null(f);
     f->url = url;
-    f->consumer = consumer_connect(url);
+    f->consumer = stream_consumer_connect(url);
     if (f->consumer == NULL) {
         free(f);
         fail_msg("cannot connect to OUTBOX_TEST_REDIS_URL");
@@ -199,7 +199,7 @@ teardown(void **state)
 
     if (f == NULL)
         return 0;
-    consumer_delete_prefix(f->consumer, f->prefix);
+    stream_consumer_delete_prefix(f->consumer, f->prefix);
     snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
     freeReplyObject(run(f->consumer, "ACL", "DELUSER", user, (const char *)NULL));
     redisFree(f->consumer);
@@ -318,7 +318,7 @@ test_republish_is_deduplicated(void **state)
 {
     struct fixture *f = *state;
     struct outbox_error err;
-    struct consumer_stream entries;
+    struct stream_consumer_stream entries;
     struct batch b;
     sink *s;
 
@@ -341,14 +341,14 @@ test_republish_is_deduplicated(void **state)
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 300);
 
-    assert_int_equal(consumer_read_stream(f->consumer, f->stream, &entries), 0);
+    assert_int_equal(stream_consumer_read_stream(f->consumer, f->stream, &entries), 0);
     assert_int_equal(entries.count, 300);
     for (size_t i = 0; i < entries.count; i++) {
         assert_int_equal(entries.entries[i].job_id, (int64_t)i + 1);
         assert_int_equal(entries.entries[i].attempt, 1);
         assert_int_equal(entries.entries[i].field_count, 5);
     }
-    consumer_stream_clear(&entries);
+    stream_consumer_stream_clear(&entries);
     batch_clear(&b);
     sink_free(s);
 }
@@ -373,7 +373,7 @@ test_dedup_window_expires(void **state)
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 10);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 10);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 10);
 
     /* the documented record: <stream>:outbox-dedup:<job_id> = entry id, expiring */
     snprintf(dedup_key, sizeof(dedup_key), "%s:outbox-dedup:77", f->stream);
@@ -394,7 +394,7 @@ test_dedup_window_expires(void **state)
     sleep_ms(50); /* the other records were written in the same round trip */
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 10);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 20);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 20);
     batch_clear(&b);
     sink_free(s);
 }
@@ -422,14 +422,14 @@ test_wrong_type_fails_only_its_message(void **state)
     assert_null(strstr(b.outcomes[1].reason, "script:"));
     assert_int_equal(b.outcomes[2].status, SINK_ACCEPTED);
     assert_true(sink_is_connected(s));
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 2);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 2);
 
     /* once the key is fixed, the failed message is appended on its retry */
     run_ok(f->consumer, "DEL", bad_stream, NULL, NULL);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 3);
-    assert_int_equal(consumer_stream_length(f->consumer, bad_stream), 1);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 2);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, bad_stream), 1);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 2);
     batch_clear(&b);
     sink_free(s);
 }
@@ -449,7 +449,7 @@ test_maxlen_trims(void **state)
     batch_init(&b, "orders", 1, 3000, 50);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 3000);
-    length = consumer_stream_length(f->consumer, f->stream);
+    length = stream_consumer_stream_length(f->consumer, f->stream);
     /* approximate trimming works on whole radix-tree nodes (100 entries by default) */
     assert_in_range(length, 100, 300);
     batch_clear(&b);
@@ -473,7 +473,7 @@ test_noscript_falls_back_to_eval(void **state)
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 50);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 50);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 50);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 50);
     batch_clear(&b);
     sink_free(s);
 }
@@ -574,7 +574,7 @@ test_acl_user_can_publish(void **state)
     batch_init(&b, "orders", 1, 5, 100);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 5);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 5);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 5);
     sink_free(s);
 
     assert_int_equal(url_parse(f->url, &parsed, &err), 0);
@@ -642,12 +642,12 @@ test_timeout_fails_batch_and_retry_dedups(void **state)
 
     /* the paused appends died with the connection or ran: either way none is doubled */
     run_ok(f->consumer, "CLIENT", "UNPAUSE", NULL, NULL);
-    length = consumer_stream_length(f->consumer, f->stream);
+    length = stream_consumer_stream_length(f->consumer, f->stream);
     assert_true(length == 0 || length == 40);
     assert_int_equal(sink_connect(s, &err), 0);
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 40);
-    assert_int_equal(consumer_stream_length(f->consumer, f->stream), 40);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 40);
     batch_clear(&b);
     sink_free(s);
 }
@@ -684,7 +684,7 @@ private_server_start(struct private_server *server)
         _exit(127);
     }
     for (int i = 0; i < 100; i++) {
-        redisContext *context = consumer_connect(server->url);
+        redisContext *context = stream_consumer_connect(server->url);
 
         if (context != NULL) {
             redisReply *reply = run(context, "PING", (const char *)NULL);
@@ -762,7 +762,7 @@ test_restart_fails_batch_then_recovers(void **state)
     struct fixture *f = *state;
     const char *stack_dir = getenv("OUTBOX_TEST_STACK_DIR");
     struct private_server server = {0};
-    struct consumer_stream entries = {0};
+    struct stream_consumer_stream entries = {0};
     struct outbox_error err;
     struct batch first, second;
     const char *url;
@@ -829,8 +829,8 @@ test_restart_fails_batch_then_recovers(void **state)
         connected = -1;
         goto cleanup;
     }
-    consumer = consumer_connect(url);
-    if (consumer == NULL || consumer_read_stream(consumer, f->stream, &entries) != 0) {
+    consumer = stream_consumer_connect(url);
+    if (consumer == NULL || stream_consumer_read_stream(consumer, f->stream, &entries) != 0) {
         connected = -1;
         goto cleanup;
     }
@@ -871,12 +871,12 @@ test_restart_fails_batch_then_recovers(void **state)
 
 cleanup:
     free(seen);
-    consumer_stream_clear(&entries);
+    stream_consumer_stream_clear(&entries);
     if (consumer != NULL)
         redisFree(consumer);
-    consumer = consumer_connect(url); /* afresh: the server may have restarted since */
+    consumer = stream_consumer_connect(url); /* afresh: the server may have restarted since */
     if (consumer != NULL) {
-        consumer_delete_prefix(consumer, f->prefix);
+        stream_consumer_delete_prefix(consumer, f->prefix);
         redisFree(consumer);
     }
     sink_free(s);

@@ -1,0 +1,529 @@
+#!/bin/bash
+# stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
+#
+#   stack.sh start DIR [postgres] [rabbitmq] [redis]   start them (no names: all three)
+#   stack.sh stop DIR                                  stop everything started in DIR
+#   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
+#   stack.sh start-service DIR NAME                    start it again on the same port and data
+#   stack.sh restart-service DIR NAME                  stop + start (postgres: pg_ctl restart -m fast)
+#   stack.sh rabbitmqctl DIR ARGS...                   rabbitmqctl against the stack's node
+#
+# Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
+# (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
+# keeps all its state under DIR, so several stacks can run side by side and the packaged
+# system services are never used. Port picking and start-up are serialized across stacks
+# with a lock so that two stacks cannot pick the same port.
+#
+# After start, DIR/env is a sourceable file exporting OUTBOX_TEST_* (URLs, ports, node),
+# and PostgreSQL holds database outbox_template with every sql/NNN_*.sql applied and
+# recorded in outbox.schema_migrations, ready to be cloned by CREATE DATABASE ... TEMPLATE.
+set -eu
+
+SOURCE_DIR=$(cd "$(dirname "$0")/../.." && pwd)
+PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
+REDIS_PASSWORD=outbox-test-secret
+TEMPLATE_DB=outbox_template
+ALL_SERVICES="postgres rabbitmq redis"
+START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
+STOP_TIMEOUT=30
+
+die() {
+    echo "stack: $*" >&2
+    exit 1
+}
+
+# A server did not come up: one line saying so, then the end of its log.
+fail_with_log() {
+    local message=$1 log=$2
+    echo "stack: $message (log $log)" >&2
+    if [ -f "$log" ]; then
+        tail -n 15 "$log" | sed 's/^/stack:   | /' >&2
+    fi
+    exit 1
+}
+
+# Runs a command as another user without a login shell; setpriv execs, so a
+# backgrounded call's $! is the server's own pid.
+as_user() {
+    local user=$1
+    shift
+    setpriv --reuid="$user" --regid="$user" --init-groups -- "$@" 9>&-
+}
+
+pid_alive() {
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null
+}
+
+# TERM, then KILL after STOP_TIMEOUT seconds, for the pid in a pid file.
+stop_pidfile() {
+    local pidfile=$1 pid i
+    [ -f "$pidfile" ] || return 0
+    pid=$(head -n 1 "$pidfile" 2>/dev/null | tr -dc 0-9)
+    if pid_alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+            pid_alive "$pid" || break
+            sleep 0.1
+        done
+        if pid_alive "$pid"; then
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 0.2
+        fi
+    fi
+    rm -f "$pidfile"
+}
+
+port_in_use() {
+    local port=$1
+    if command -v ss >/dev/null 2>&1; then
+        [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+    fi
+}
+
+# Prints a port nobody listens on and this stack has not handed out yet.
+PICKED_PORTS=" "
+pick_port() {
+    local range=${OUTBOX_TEST_PORT_RANGE:-20000-32000}
+    local low=${range%-*} high=${range#*-} span port i
+    span=$((high - low + 1))
+    [ "$span" -gt 0 ] || die "bad OUTBOX_TEST_PORT_RANGE '$range'"
+    port=$((low + (RANDOM * 32768 + RANDOM) % span))
+    for ((i = 0; i < span && i < 2000; i++)); do
+        case "$PICKED_PORTS" in
+        *" $port "*) ;;
+        *)
+            if ! port_in_use "$port"; then
+                PICKED_PORTS="$PICKED_PORTS$port "
+                echo "$port"
+                return 0
+            fi
+            ;;
+        esac
+        port=$((port + 1))
+        [ "$port" -le "$high" ] || port=$low
+    done
+    die "no free port in $range"
+}
+
+# Serializes port picking + start-up between stacks on this machine.
+take_lock() {
+    exec 9>"${TMPDIR:-/tmp}/outbox-test-stack.lock"
+    flock -w 300 9 || die "timed out waiting for ${TMPDIR:-/tmp}/outbox-test-stack.lock"
+    trap 'flock -u 9 2>/dev/null || true' EXIT
+}
+
+# DIR/ports holds what start picked, so start-service and stop find it again.
+load_ports() {
+    PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
+    if [ -f "$DIR/ports" ]; then
+        # shellcheck disable=SC1091
+        . "$DIR/ports"
+    fi
+}
+
+save_ports() {
+    cat >"$DIR/ports.tmp" <<EOF
+PG_PORT=$PG_PORT
+AMQP_PORT=$AMQP_PORT
+AMQP_DIST_PORT=$AMQP_DIST_PORT
+EPMD_PORT=$EPMD_PORT
+AMQP_NODE=$AMQP_NODE
+REDIS_PORT=$REDIS_PORT
+EOF
+    mv "$DIR/ports.tmp" "$DIR/ports"
+}
+
+write_env() {
+    {
+        echo "# outbox test stack in $DIR; source this file"
+        echo "export OUTBOX_TEST_STACK_DIR='$DIR'"
+        if [ -n "$PG_PORT" ]; then
+            echo "export OUTBOX_TEST_PG_PORT=$PG_PORT"
+            echo "export OUTBOX_TEST_PG_SOCKET_DIR='$DIR/pg-socket'"
+            echo "export OUTBOX_TEST_PG_URL='postgresql://postgres@127.0.0.1:$PG_PORT/postgres'"
+            echo "export OUTBOX_TEST_TEMPLATE_DB=$TEMPLATE_DB"
+        fi
+        if [ -n "$AMQP_PORT" ]; then
+            echo "export OUTBOX_TEST_AMQP_PORT=$AMQP_PORT"
+            echo "export OUTBOX_TEST_AMQP_DIST_PORT=$AMQP_DIST_PORT"
+            echo "export OUTBOX_TEST_EPMD_PORT=$EPMD_PORT"
+            echo "export OUTBOX_TEST_AMQP_NODE='$AMQP_NODE'"
+            echo "export OUTBOX_TEST_AMQP_URL='amqp://guest:guest@127.0.0.1:$AMQP_PORT/'"
+        fi
+        if [ -n "$REDIS_PORT" ]; then
+            echo "export OUTBOX_TEST_REDIS_PORT=$REDIS_PORT"
+            echo "export OUTBOX_TEST_REDIS_PASSWORD='$REDIS_PASSWORD'"
+            echo "export OUTBOX_TEST_REDIS_URL='redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0'"
+        fi
+    } >"$DIR/env.tmp"
+    mv "$DIR/env.tmp" "$DIR/env"
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_psql() {
+    local database=$1
+    shift
+    psql -X -q -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$PG_PORT/$database" "$@"
+}
+
+pg_init() {
+    mkdir -p "$DIR/pg-socket" "$DIR/pg"
+    chown postgres: "$DIR/pg-socket" "$DIR/pg"
+    chmod 0700 "$DIR/pg"
+    chmod 0755 "$DIR/pg-socket"
+    : >"$DIR/pg.log"
+    chown postgres: "$DIR/pg.log"
+    if ! as_user postgres "$PG_BIN/initdb" -A trust -U postgres -E UTF8 --no-locale --no-sync \
+        -D "$DIR/pg" >"$DIR/initdb.log" 2>&1; then
+        fail_with_log "initdb failed" "$DIR/initdb.log"
+    fi
+    cat >>"$DIR/pg/postgresql.conf" <<EOF
+
+# outbox test stack
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$DIR/pg-socket'
+max_connections = 200
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+EOF
+}
+
+pg_start() {
+    if ! as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -l "$DIR/pg.log" -w -t "$START_TIMEOUT" \
+        start >/dev/null 2>&1; then
+        fail_with_log "postgres failed to start on 127.0.0.1:$PG_PORT" "$DIR/pg.log"
+    fi
+}
+
+pg_stop() {
+    [ -f "$DIR/pg/postmaster.pid" ] || return 0
+    as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -m fast -w -t "$STOP_TIMEOUT" stop >/dev/null 2>&1 ||
+        as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -m immediate -w -t "$STOP_TIMEOUT" stop \
+            >/dev/null 2>&1 || true
+    if [ -f "$DIR/pg/postmaster.pid" ]; then
+        local pid
+        pid=$(head -n 1 "$DIR/pg/postmaster.pid" | tr -dc 0-9)
+        pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        rm -f "$DIR/pg/postmaster.pid"
+    fi
+}
+
+# Builds outbox_template: every migration in order, each in one transaction with its
+# schema_migrations row, the same bookkeeping outboxctl migrate keeps.
+pg_template() {
+    local file name version
+    pg_psql postgres -c "CREATE DATABASE $TEMPLATE_DB" >/dev/null ||
+        die "unable to create database $TEMPLATE_DB"
+    pg_psql "$TEMPLATE_DB" >/dev/null <<'EOF' || die "unable to create outbox.schema_migrations"
+CREATE SCHEMA IF NOT EXISTS outbox;
+CREATE TABLE outbox.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+EOF
+    for file in "$SOURCE_DIR"/sql/[0-9][0-9][0-9]_*.sql; do
+        [ -f "$file" ] || continue
+        name=$(basename "$file" .sql)
+        version=$((10#${name%%_*}))
+        if ! pg_psql "$TEMPLATE_DB" --single-transaction -f "$file" \
+            -c "INSERT INTO outbox.schema_migrations (version, name) VALUES ($version, '$name')" \
+            >"$DIR/migrate.log" 2>&1; then
+            fail_with_log "migration $name failed" "$DIR/migrate.log"
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- RabbitMQ
+
+# Sets RABBIT_BASE and RABBIT_ENV: the whole environment every rabbitmq process of
+# this stack runs with, so nothing is read from /etc/rabbitmq or /var/lib/rabbitmq.
+rabbit_env() {
+    RABBIT_BASE=$DIR/rabbitmq
+    RABBIT_ENV=(
+        PATH="$PATH" LANG=C.UTF-8 HOME="$RABBIT_BASE"
+        ERL_EPMD_PORT="$EPMD_PORT"
+        RABBITMQ_NODENAME="$AMQP_NODE"
+        RABBITMQ_USE_LONGNAME=false
+        RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+        RABBITMQ_NODE_PORT="$AMQP_PORT"
+        RABBITMQ_DIST_PORT="$AMQP_DIST_PORT"
+        RABBITMQ_CONF_ENV_FILE="$RABBIT_BASE/rabbitmq-env.conf"
+        RABBITMQ_CONFIG_FILE="$RABBIT_BASE/rabbitmq.conf"
+        RABBITMQ_ADVANCED_CONFIG_FILE="$RABBIT_BASE/advanced.config"
+        RABBITMQ_MNESIA_BASE="$RABBIT_BASE/mnesia"
+        RABBITMQ_LOG_BASE="$RABBIT_BASE/log"
+        RABBITMQ_PID_FILE="$RABBIT_BASE/rabbitmq.pid"
+        RABBITMQ_ENABLED_PLUGINS_FILE="$RABBIT_BASE/enabled_plugins"
+        RABBITMQ_FEATURE_FLAGS_FILE="$RABBIT_BASE/feature_flags"
+        RABBITMQ_PLUGINS_EXPAND_DIR="$RABBIT_BASE/plugins-expand"
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+    )
+}
+
+RABBIT_AS_USER=(setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups --)
+
+# rabbitmqctl against this stack's node, for at most CTL_TIMEOUT seconds.
+CTL_TIMEOUT=60
+rabbitmqctl_run() {
+    rabbit_env
+    (cd "$RABBIT_BASE" && exec 9>&- && exec timeout "$CTL_TIMEOUT" "${RABBIT_AS_USER[@]}" \
+        env -i "${RABBIT_ENV[@]}" "$RABBIT_BIN/rabbitmqctl" -n "$AMQP_NODE" "$@")
+}
+
+rabbit_init() {
+    rabbit_env
+    local base=$RABBIT_BASE
+    mkdir -p "$base/mnesia" "$base/log" "$base/plugins-expand"
+    : >"$base/rabbitmq-env.conf"
+    echo "[]." >"$base/enabled_plugins"
+    echo "[]." >"$base/advanced.config"
+    cat >"$base/rabbitmq.conf" <<EOF
+listeners.tcp.default = 127.0.0.1:$AMQP_PORT
+loopback_users = none
+max_message_size = 1048576
+disk_free_limit.absolute = 10MB
+log.console = false
+log.file.level = info
+EOF
+    # Erlang wants a cookie only its owner can read.
+    head -c 24 /dev/urandom | od -An -tx1 | tr -dc 0-9a-f >"$base/.erlang.cookie"
+    chmod 0400 "$base/.erlang.cookie"
+    chown -R rabbitmq: "$base"
+}
+
+rabbit_start() {
+    local base i log
+    rabbit_env
+    base=$RABBIT_BASE
+    rm -f "$base/rabbitmq.pid"
+    # Our own epmd on a private port, loopback only, so stacks never share one.
+    (cd "$base" && exec 9>&- && exec setsid "${RABBIT_AS_USER[@]}" env -i "${RABBIT_ENV[@]}" \
+        epmd -address 127.0.0.1 -port "$EPMD_PORT" </dev/null >"$base/epmd.log" 2>&1) &
+    echo $! >"$base/epmd.pid"
+    for ((i = 0; i < 100; i++)); do
+        port_in_use "$EPMD_PORT" && break
+        sleep 0.1
+    done
+    port_in_use "$EPMD_PORT" || fail_with_log "epmd failed to start on port $EPMD_PORT" "$base/epmd.log"
+    (cd "$base" && exec 9>&- && exec setsid "${RABBIT_AS_USER[@]}" env -i "${RABBIT_ENV[@]}" \
+        "$RABBIT_BIN/rabbitmq-server" </dev/null >"$base/server.log" 2>&1) &
+    echo $! >"$base/launcher.pid"
+    CTL_TIMEOUT=$((START_TIMEOUT + 10))
+    if ! rabbitmqctl_run wait --timeout "$START_TIMEOUT" "$base/rabbitmq.pid" >"$base/wait.log" 2>&1; then
+        CTL_TIMEOUT=60
+        log="$base/server.log"
+        [ -s "$base/log/$AMQP_NODE.log" ] && log="$base/log/$AMQP_NODE.log"
+        rabbit_stop
+        fail_with_log "rabbitmq failed to start on 127.0.0.1:$AMQP_PORT" "$log"
+    fi
+    CTL_TIMEOUT=60
+}
+
+rabbit_stop() {
+    local base=$DIR/rabbitmq pid
+    [ -d "$base" ] || return 0
+    if [ -f "$base/rabbitmq.pid" ]; then
+        pid=$(tr -dc 0-9 <"$base/rabbitmq.pid")
+        if pid_alive "$pid"; then
+            CTL_TIMEOUT=$STOP_TIMEOUT
+            rabbitmqctl_run shutdown >/dev/null 2>&1 || true
+            CTL_TIMEOUT=60
+        fi
+    fi
+    stop_pidfile "$base/rabbitmq.pid"
+    stop_pidfile "$base/launcher.pid"
+    stop_pidfile "$base/epmd.pid"
+}
+
+# ---------------------------------------------------------------- Redis
+
+redis_init() {
+    mkdir -p "$DIR/redis"
+    cat >"$DIR/redis/redis.conf" <<EOF
+bind 127.0.0.1
+port $REDIS_PORT
+requirepass $REDIS_PASSWORD
+dir $DIR/redis
+daemonize yes
+pidfile $DIR/redis/redis.pid
+logfile $DIR/redis/redis.log
+# the append-only file keeps streams and dedup records across a restart, as in production
+appendonly yes
+appendfsync everysec
+save ""
+EOF
+    if id redis >/dev/null 2>&1; then
+        chown -R redis: "$DIR/redis"
+    fi
+}
+
+redis_ping() {
+    REDISCLI_AUTH=$REDIS_PASSWORD timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null
+}
+
+redis_start() {
+    local user=root i
+    id redis >/dev/null 2>&1 && user=redis
+    if ! as_user "$user" redis-server "$DIR/redis/redis.conf" >"$DIR/redis/start.log" 2>&1; then
+        cat "$DIR/redis/start.log" >>"$DIR/redis/redis.log"
+        fail_with_log "redis failed to start on 127.0.0.1:$REDIS_PORT" "$DIR/redis/redis.log"
+    fi
+    for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        [ "$(redis_ping)" = PONG ] && return 0
+        sleep 0.1
+    done
+    redis_stop
+    fail_with_log "redis failed to start on 127.0.0.1:$REDIS_PORT" "$DIR/redis/redis.log"
+}
+
+redis_stop() {
+    [ -f "$DIR/redis/redis.pid" ] || return 0
+    REDISCLI_AUTH=$REDIS_PASSWORD timeout 10 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" \
+        shutdown nosave >/dev/null 2>&1 || true
+    stop_pidfile "$DIR/redis/redis.pid"
+}
+
+# ---------------------------------------------------------------- commands
+
+check_service() {
+    case "$1" in
+    postgres | rabbitmq | redis) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq or redis)" ;;
+    esac
+}
+
+service_start() {
+    case "$1" in
+    postgres) pg_start ;;
+    rabbitmq) rabbit_start ;;
+    redis) redis_start ;;
+    esac
+}
+
+service_stop() {
+    case "$1" in
+    postgres) pg_stop ;;
+    rabbitmq) rabbit_stop ;;
+    redis) redis_stop ;;
+    esac
+}
+
+service_configured() {
+    case "$1" in
+    postgres) [ -n "$PG_PORT" ] ;;
+    rabbitmq) [ -n "$AMQP_PORT" ] ;;
+    redis) [ -n "$REDIS_PORT" ] ;;
+    esac
+}
+
+command_start() {
+    local services="$*" service
+    [ -n "$services" ] || services=$ALL_SERVICES
+    for service in $services; do
+        check_service "$service"
+    done
+    [ "$(id -u)" = 0 ] || die "must run as root (servers run as users postgres, rabbitmq and redis)"
+    mkdir -p "$DIR"
+    DIR=$(cd "$DIR" && pwd)
+    # The servers' users must reach their subdirectories.
+    chmod 0755 "$DIR"
+    setpriv --reuid=postgres --regid=postgres --init-groups -- test -x "$DIR" ||
+        die "user postgres cannot reach $DIR: use a directory under a world-searchable path (e.g. TMPDIR=/tmp)"
+    load_ports
+    take_lock
+    for service in $services; do
+        service_configured "$service" && die "$service already set up in $DIR; use start-service"
+        case "$service" in
+        postgres)
+            PG_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$PG_PORT "
+            save_ports
+            pg_init
+            pg_start
+            pg_template
+            ;;
+        rabbitmq)
+            AMQP_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$AMQP_PORT "
+            AMQP_DIST_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$AMQP_DIST_PORT "
+            EPMD_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$EPMD_PORT "
+            AMQP_NODE="outbox-test-$$@localhost"
+            save_ports
+            rabbit_init
+            rabbit_start
+            ;;
+        redis)
+            REDIS_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$REDIS_PORT "
+            save_ports
+            redis_init
+            redis_start
+            ;;
+        esac
+        write_env
+    done
+}
+
+command_stop() {
+    [ -d "$DIR" ] || return 0
+    load_ports
+    local service
+    for service in $ALL_SERVICES; do
+        service_stop "$service"
+    done
+}
+
+command_service() {
+    local command=$1 service=${2:-}
+    [ -n "$service" ] || die "usage: stack.sh $command DIR NAME"
+    check_service "$service"
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    load_ports
+    service_configured "$service" || die "$service was not started in $DIR"
+    case "$command" in
+    stop-service) service_stop "$service" ;;
+    start-service) service_start "$service" ;;
+    restart-service)
+        if [ "$service" = postgres ]; then
+            as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -l "$DIR/pg.log" -m fast -w \
+                -t "$START_TIMEOUT" restart >/dev/null 2>&1 ||
+                fail_with_log "postgres failed to restart on 127.0.0.1:$PG_PORT" "$DIR/pg.log"
+        else
+            service_stop "$service"
+            service_start "$service"
+        fi
+        ;;
+    esac
+}
+
+usage() {
+    sed -n '3,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+[ $# -ge 2 ] || usage
+COMMAND=$1
+DIR=$2
+shift 2
+case "$COMMAND" in
+start) command_start "$@" ;;
+stop) command_stop ;;
+stop-service | start-service | restart-service) command_service "$COMMAND" "$@" ;;
+rabbitmqctl)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    load_ports
+    [ -n "$AMQP_NODE" ] || die "rabbitmq was not started in $DIR"
+    rabbitmqctl_run "$@"
+    ;;
+*) usage ;;
+esac

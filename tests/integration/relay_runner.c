@@ -1,0 +1,175 @@
+/*
+ * relay_runner.c - see relay_runner.h.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "relay_runner.h"
+
+static int log_counter;
+
+/* True when the extra arguments already contain option. */
+static bool
+has_option(const char *const *extra, const char *option)
+{
+    size_t len = strlen(option);
+
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
+        if (strncmp(extra[i], option, len) == 0 && (extra[i][len] == '\0' || extra[i][len] == '='))
+            return true;
+    return false;
+}
+
+/* Builds the relay's argv: binary, URLs, defaults the extras do not override, extras. */
+static void
+build_argv(const char **argv, char *binary, size_t binary_size, const char *database_url,
+           const char *broker, const char *const *extra)
+{
+    size_t n = 0;
+
+    snprintf(binary, binary_size, "%s/outbox-relay", harness_env("OUTBOX_BIN"));
+    argv[n++] = binary;
+    argv[n++] = "--database-url";
+    argv[n++] = database_url;
+    argv[n++] = "--broker";
+    argv[n++] = broker;
+    if (!has_option(extra, "--metrics-addr")) {
+        argv[n++] = "--metrics-addr";
+        argv[n++] = "off";
+    }
+    if (!has_option(extra, "--lease")) {
+        argv[n++] = "--lease";
+        argv[n++] = "5";
+    }
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+}
+
+void
+relay_start_process(struct relay_process *relay, const char *database_url, const char *broker,
+                    const char *const *extra)
+{
+    const char *argv[RELAY_MAX_ARGS];
+    char binary[512];
+
+    build_argv(argv, binary, sizeof(binary), database_url, broker, extra);
+    snprintf(relay->log_path, sizeof(relay->log_path), "/tmp/outbox-relay-test-%d-%d.log",
+             (int)getpid(), log_counter++);
+    unlink(relay->log_path);
+    relay->pid = harness_spawn(argv, relay->log_path);
+    assert_true(relay->pid > 0);
+}
+
+int
+relay_wait(struct relay_process *relay, int timeout_ms)
+{
+    int status = harness_wait_exit(relay->pid, timeout_ms);
+
+    if (status != 0)
+        relay_dump_log(relay);
+    return status;
+}
+
+void
+relay_signal(struct relay_process *relay, int signo)
+{
+    kill(relay->pid, signo);
+}
+
+int
+relay_run_once(const char *database_url, const char *broker, const char *const *extra)
+{
+    const char *with_once[RELAY_MAX_ARGS];
+    struct relay_process relay;
+    size_t n = 0;
+    int status;
+
+    with_once[n++] = "--once";
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
+        with_once[n++] = extra[i];
+    with_once[n] = NULL;
+    relay_start_process(&relay, database_url, broker, with_once);
+    status = relay_wait(&relay, 60000);
+    unlink(relay.log_path);
+    return status;
+}
+
+int
+relay_run_capture(const char *const *argv_tail, char *output, size_t size)
+{
+    const char *argv[RELAY_MAX_ARGS];
+    char binary[512], path[128];
+    size_t n = 0;
+    FILE *f;
+    int status;
+
+    snprintf(binary, sizeof(binary), "%s/outbox-relay", harness_env("OUTBOX_BIN"));
+    argv[n++] = binary;
+    for (size_t i = 0; argv_tail[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
+        argv[n++] = argv_tail[i];
+    argv[n] = NULL;
+    snprintf(path, sizeof(path), "/tmp/outbox-relay-capture-%d-%d.log", (int)getpid(),
+             log_counter++);
+    unlink(path);
+    status = harness_wait_exit(harness_spawn(argv, path), 30000);
+    output[0] = '\0';
+    f = fopen(path, "r");
+    if (f != NULL) {
+        size_t len = fread(output, 1, size - 1, f);
+
+        output[len] = '\0';
+        fclose(f);
+    }
+    unlink(path);
+    return status;
+}
+
+void
+relay_dump_log(const struct relay_process *relay)
+{
+    char line[1024];
+    FILE *f = fopen(relay->log_path, "r");
+    int lines = 0;
+
+    if (f == NULL)
+        return;
+    fprintf(stderr, "---- relay log %s ----\n", relay->log_path);
+    while (fgets(line, sizeof(line), f) != NULL && lines++ < 200)
+        fputs(line, stderr);
+    fclose(f);
+}
+
+long long
+wait_for_value(PGconn *conn, const char *sql, long long expected, int timeout_ms)
+{
+    long long value = harness_query_ll(conn, sql);
+
+    for (int waited = 0; value != expected && waited < timeout_ms; waited += 50) {
+        usleep(50 * 1000);
+        value = harness_query_ll(conn, sql);
+    }
+    return value;
+}
+
+void
+enqueue_rows(PGconn *conn, const char *queue, int count)
+{
+    char sql[512];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g),"
+             " headers => jsonb_build_object('source', 'test')))"
+             " FROM generate_series(1, %d) AS g",
+             queue, count);
+    harness_query_ll(conn, sql);
+}

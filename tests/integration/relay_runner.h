@@ -1,0 +1,52 @@
+/*
+ * relay_runner.h - running bin/outbox-relay from integration tests.
+ *
+ * The relay is a separate process, started from $OUTBOX_BIN (under
+ * $OUTBOX_VALGRIND when set) with its output in a log file under /tmp that
+ * the test prints when it fails. Waits are bounded; nothing loops forever.
+ */
+#ifndef OUTBOX_TESTS_RELAY_RUNNER_H
+#define OUTBOX_TESTS_RELAY_RUNNER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <libpq-fe.h>
+
+#define RELAY_MAX_ARGS 32
+
+struct relay_process {
+    pid_t pid;
+    char log_path[128];
+};
+
+/*
+ * Starts the relay with --database-url and --broker plus the extra
+ * arguments (NULL-terminated, may be NULL), --metrics-addr off unless the
+ * extras name one, and --lease 5 unless the extras name one.
+ */
+void relay_start_process(struct relay_process *relay, const char *database_url, const char *broker,
+                         const char *const *extra);
+
+/* Waits up to timeout_ms for the relay to exit; its exit status, or -1 after killing it. */
+int relay_wait(struct relay_process *relay, int timeout_ms);
+
+/* Sends a signal, e.g. SIGTERM or SIGKILL. */
+void relay_signal(struct relay_process *relay, int signo);
+
+/* Runs the relay with --once to completion (60 s at most); its exit status. */
+int relay_run_once(const char *database_url, const char *broker, const char *const *extra);
+
+/* Runs the relay and returns its exit status with stderr captured into output (size bytes). */
+int relay_run_capture(const char *const *argv_tail, char *output, size_t size);
+
+/* Prints the relay's log to stderr (for a failing test). */
+void relay_dump_log(const struct relay_process *relay);
+
+/* Polls the first column of sql until it equals expected or timeout_ms passes; the last value. */
+long long wait_for_value(PGconn *conn, const char *sql, long long expected, int timeout_ms);
+
+/* Inserts count committed rows into queue with outbox.enqueue and returns nothing. */
+void enqueue_rows(PGconn *conn, const char *queue, int count);
+
+#endif

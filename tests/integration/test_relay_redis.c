@@ -1,0 +1,269 @@
+/*
+ * test_relay_redis.c - outbox-relay publishing to a real Redis.
+ *
+ * Each test has its own database (cloned from the migrated template) and
+ * its own stream prefix, so tests never see each other's entries.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    redisContext *redis;
+    const char *broker;
+    char prefix[64];
+    char stream[96]; /* prefix + "orders" */
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    snprintf(f->prefix, sizeof(f->prefix), "relay-test-%d-%d:", (int)getpid(), test_counter++);
+    snprintf(f->stream, sizeof(f->stream), "%sorders", f->prefix);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    stream_consumer_delete_prefix(f->redis, f->prefix);
+    redisFree(f->redis);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Checks that the stream holds every row of queue 'orders' exactly once, and nothing else. */
+static void
+assert_each_row_once(struct fixture *f, long long expected)
+{
+    struct stream_consumer_stream stream;
+    PGresult *rows;
+    int64_t *ids;
+
+    rows = PQexec(f->conn, "SELECT job_id FROM outbox.job WHERE queue = 'orders' ORDER BY 1");
+    assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(rows), expected);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal((long long)stream.count, expected);
+    ids = calloc(stream.count + 1, sizeof(*ids));
+    for (size_t i = 0; i < stream.count; i++)
+        ids[i] = stream.entries[i].job_id;
+    qsort(ids, stream.count, sizeof(*ids), compare_id);
+    for (size_t i = 0; i < stream.count; i++) {
+        if (i > 0 && ids[i] == ids[i - 1])
+            fail_msg("job %lld appended twice", (long long)ids[i]);
+        if (ids[i] != strtoll(PQgetvalue(rows, (int)i, 0), NULL, 10))
+            fail_msg("stream and table differ at job %lld", (long long)ids[i]);
+    }
+    free(ids);
+    PQclear(rows);
+    stream_consumer_stream_clear(&stream);
+}
+
+static void
+test_fields_and_rollback(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    struct stream_consumer_stream stream;
+    long long id;
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{\"order\": 1}', NULL,"
+                          " '{\"trace\": \"t-1\"}')");
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{\"order\": 2}')");
+    harness_exec(f->conn, "ROLLBACK");
+    id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job");
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal(stream.count, 1);
+    assert_int_equal(stream.entries[0].job_id, id);
+    assert_string_equal(stream.entries[0].queue, "orders");
+    assert_string_equal(stream.entries[0].payload, "{\"order\": 1}");
+    assert_string_equal(stream.entries[0].headers, "{\"trace\": \"t-1\"}");
+    assert_int_equal(stream.entries[0].attempt, 1);
+    assert_int_equal(stream.entries[0].field_count, 5);
+    stream_consumer_stream_clear(&stream);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     1);
+}
+
+static void
+test_redriven_rows_are_not_appended_twice(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+
+    enqueue_rows(f->conn, "orders", 3000);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_each_row_once(f, 3000);
+
+    /* as if a relay had appended and died before marking: rows ready again */
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 2"),
+                     3000);
+    assert_each_row_once(f, 3000);
+}
+
+static void
+test_kill_mid_batch_then_restart(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "200", NULL};
+    struct relay_process relay;
+    long long done;
+
+    enqueue_rows(f->conn, "orders", 30000);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    done = wait_for_value(f->conn,
+                          "SELECT least(count(*), 2000) FROM outbox.job WHERE state = 'succeeded'",
+                          2000, 30000);
+    assert_int_equal(done, 2000);
+    relay_signal(&relay, SIGKILL);
+    assert_int_equal(relay_wait(&relay, 5000), 128 + SIGKILL);
+    unlink(relay.log_path);
+
+    /* the dead relay's rows come back after its 5 s lease; --once reaps them */
+    wait_for_value(f->conn,
+                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
+                   " AND lease_until > now()",
+                   0, 10000);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state <> 'succeeded'"),
+                     0);
+    assert_each_row_once(f, 30000);
+}
+
+static void
+test_redis_restart_mid_run_loses_nothing(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "100", NULL};
+    struct relay_process relay;
+
+    enqueue_rows(f->conn, "orders", 20000);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   30000);
+    assert_int_equal(harness_stack("restart-service", "redis"), 0);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'",
+                                    0, 60000),
+                     0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    redisFree(f->redis);
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    assert_each_row_once(f, 20000);
+}
+
+static void
+test_sigterm_stops_cleanly(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "50", NULL};
+    struct relay_process relay;
+
+    enqueue_rows(f->conn, "orders", 20000);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 500) FROM outbox.job WHERE state = 'succeeded'", 500,
+                   30000);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'running'"),
+                     0);
+    /* what was marked succeeded is in the stream, nothing else */
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream),
+                     harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"));
+}
+
+static void
+test_check_reports_bad_credentials(void **state)
+{
+    struct fixture *f = *state;
+    char output[4096], bad[512];
+    const char *argv[] = {"--database-url", f->url, "--broker", bad, "--check", NULL};
+    const char *at = strchr(f->broker, '@');
+
+    snprintf(bad, sizeof(bad), "redis://:wrong-hunter2%s", at);
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "outbox-relay:"));
+    assert_null(strstr(output, "hunter2"));
+
+    argv[3] = f->broker;
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+
+    snprintf(bad, sizeof(bad), "%.*s/99999", (int)(strrchr(f->broker, '/') - f->broker),
+             f->broker);
+    argv[3] = bad;
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+    assert_null(strstr(output, "outbox-test-secret"));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fields_and_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redriven_rows_are_not_appended_twice, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_restart_mid_run_loses_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_reports_bad_credentials, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("relay_redis", tests, NULL, NULL);
+}
