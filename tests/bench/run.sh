@@ -189,6 +189,7 @@ redis_cli() {
         -p "$OUTBOX_TEST_REDIS_PORT" "$@"
 }
 
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 [ -n "$CPU_MODEL" ] || CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
 MEMORY=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
@@ -297,9 +298,8 @@ result "  after outboxctl purge --older-than 0s + VACUUM" "" "$(sizes)"
 
 # ---- 4. latency -------------------------------------------------------------------------
 
-LATENCY_ROWS=$((LATENCY_RATE * LATENCY_SECONDS))
-section "4. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s (1 row/txn, 16 producers, relay to Redis)"
-log "latency: $LATENCY_ROWS rows at $LATENCY_RATE rows/s with the relay running"
+section "4. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s (pgbench -R, 1 row/txn, 16 clients, relay to Redis)"
+log "latency: $LATENCY_RATE rows/s for ${LATENCY_SECONDS}s with the relay running"
 reset_outbox
 "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --stream-prefix latency: \
     --metrics-addr off --log-level warn 2>"$STACK/relay-latency.log" &
@@ -309,10 +309,16 @@ kill -0 "$RELAY_PID" 2>/dev/null || {
     cat "$STACK/relay-latency.log" >&2
     die "the relay did not start"
 }
-out=$(timeout "$STEP_TIMEOUT" "$TOOLS/outbox_producer" --database-url "$DB" --queue latency \
-    --count "$LATENCY_ROWS" --threads 16 --rate "$LATENCY_RATE" --rollback-every 0 \
-    --payload-bytes 150) || die "the producer failed"
-OFFERED=$(field rows_per_second "$out")
+# pgbench -R schedules transactions at the given mean rate (Poisson arrivals)
+sed 's/bench_enqueue/latency/' "$STACK/enqueue.sql" >"$STACK/latency-load.sql"
+out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$LATENCY_RATE" \
+    -T "$LATENCY_SECONDS" -f "$STACK/latency-load.sql" "$DB" 2>&1) || {
+    printf '%s\n' "$out" >&2
+    die "pgbench at $LATENCY_RATE rows/s failed"
+}
+OFFERED=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+SCHEDULE_LAG=$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms/avg \1 ms, max \2 ms/p')
+LATENCY_ROWS=$(sql "SELECT count(*) FROM outbox.job")
 for _ in $(seq 1 600); do
     [ "$(sql "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'")" = 0 ] && break
     sleep 0.1
@@ -344,7 +350,8 @@ IFS='|' read -r L_COUNT B50 B99 BMAX F50 F99 FMAX < <(timeout "$STEP_TIMEOUT" \
     psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -f "$STACK/latency.sql")
 [ "$L_COUNT" = "$LATENCY_ROWS" ] ||
     die "the stream holds $L_COUNT of the $LATENCY_ROWS latency rows"
-result "offered load achieved by the producer" "$(fmt_rate "$OFFERED") rows/s"
+result "load achieved ($LATENCY_ROWS rows)" "$(fmt_rate "$OFFERED") rows/s" \
+    "pgbench schedule lag ${SCHEDULE_LAG:-n/a}"
 result "created_at -> Redis receive time (stream entry id)" "p50 $B50 ms" "p99 $B99 ms, max $BMAX ms"
 result "created_at -> finished_at (row marked succeeded)" "p50 $F50 ms" "p99 $F99 ms, max $FMAX ms"
 section "  created_at is the single-row transaction's start (now()), a few ms before its commit;
@@ -352,14 +359,14 @@ section "  created_at is the single-row transaction's start (now()), a few ms be
 
 # ---- 5. scaling ---------------------------------------------------------------------------
 
-section "5. one claim of 500 rows (median of 7, each completed) vs ready backlog"
+section "5. one claim of 500 rows (median of 11, each completed) vs ready backlog"
 SCALE_SIZES="10000 100000 1000000"
 [ "$BIG" = 1 ] && SCALE_SIZES="$SCALE_SIZES 10000000"
 for size in $SCALE_SIZES; do
     log "claim latency with a ready backlog of $size rows"
     reset_outbox
     fill "$size"
-    out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 7) ||
+    out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
         die "claim-latency failed"
     result "ready backlog of $size rows" "$(field median_ms "$out") ms" "$(sizes)"
 done
@@ -371,6 +378,7 @@ mkdir -p "$(dirname "$RESULTS_FILE")"
 {
     echo "outbox-relay benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "machine: $(nproc) CPUs ($CPU_MODEL), $MEMORY RAM, $(uname -sr)"
+    echo "load average (1/5/15 min) at start: $LOAD_BEFORE, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the host skews the figures)"
     echo "servers: PostgreSQL $PG_VERSION ($PG_SETTINGS), RabbitMQ $RABBIT_VERSION, Redis $REDIS_VERSION; all on this host"
     echo "backlog: N = $N rows, payload $PAYLOAD_BYTES bytes of JSON"
     cat "$RESULTS"
