@@ -6,6 +6,8 @@
 #   make valgrind   the same tests under valgrind (leaks are errors)
 #   make demo       a throwaway stack, producers, the relay, a consumer
 #   make bench      the benchmark
+#   make fuzz       libFuzzer targets in tests/fuzz, FUZZ_SECONDS each (needs clang)
+#                   (FUZZ_TARGETS="url config" picks some)
 #   make deps       install the Debian packages this needs (as root)
 #   make format / analyze / clean
 
@@ -140,6 +142,38 @@ bench:
 	$(MAKE) OPT="-O2" all $(TOOL_BIN)
 	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
 
+# libFuzzer targets: tests/fuzz/fuzz_<name>.c against the library sources,
+# all compiled by clang with the fuzzer, address and undefined sanitizers.
+# Only `make fuzz` needs clang.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_BUILD   := build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS   = $(WARNINGS) -O1 -g $(FUZZ_SAN) -pthread
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+# `make fuzz FUZZ_TARGETS="url parse"` runs only those
+FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
+
+$(FUZZ_BUILD)/src/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+
+$(FUZZ_BUILD)/liboutbox-fuzz.a: $(FUZZ_LIB_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/liboutbox-fuzz.a
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< \
+	    $(FUZZ_BUILD)/liboutbox-fuzz.a $(PKG_LIBS) -pthread -lm
+
+fuzz: check-deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang with libFuzzer:" \
+	    "apt-get install clang libclang-rt-14-dev"; exit 2; }
+	$(MAKE) $(FUZZ_BIN)
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
+
 deps:
 	tests/harness/deps.sh
 
@@ -148,9 +182,10 @@ format:
 
 analyze:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
-	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay tests
+	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay
 
 clean:
-	rm -rf build build-asan build-valgrind bin lib
+	rm -rf build build-asan build-valgrind build-fuzz bin lib
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)

@@ -28,6 +28,7 @@
 #define REAP_EVERY_SECONDS 5.0
 #define REAP_LIMIT 1000
 #define REAP_RETRY_SECONDS 1.0
+#define SWEEP_KEY_LIMIT 1000
 #define CLEANUP_EVERY_SECONDS 60.0
 #define CLEANUP_LIMIT 5000
 #define CLEANUP_MAX_ROUNDS 20
@@ -210,29 +211,45 @@ connect_sink(struct pipeline *p, bool first)
     return -1;
 }
 
-/* Reacts to a failed store call: reconnect on transient errors, stop on fatal ones. */
+/*
+ * Reacts to a failed store call. A missing schema or refused credentials stop
+ * the relay; anything else (a lost connection, a timeout, a statement the
+ * server rejected) drops the connection and carries on after reconnecting:
+ * the rows involved keep their lease and come back after it, never lost.
+ */
 static void
 store_failed(struct pipeline *p, const struct outbox_error *err)
 {
-    if (!outbox_error_is_transient(err) && err->code != OUTBOX_ERR_INTERNAL &&
-        PQstatus(outbox_store_conn(p->store)) == CONNECTION_OK) {
+    if (err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_CONFIG) {
         set_fatal(p->relay, err);
         return;
     }
-    log_event_limited("database-error", OUTBOX_LOG_WARN, "database error, reconnecting",
-                      "pipeline=%d error=\"%s\"", p->index, err->message);
+    log_event_limited("database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN
+                                                                         : OUTBOX_LOG_ERROR,
+                      "database error, reconnecting", "pipeline=%d error=\"%s\"", p->index,
+                      err->message);
     drop_store(p);
 }
 
 /* ---- one batch -------------------------------------------------------------- */
 
+/* Keeps a broker's reason printable ASCII, so the database always takes it as text. */
+static void
+sanitize_reason(char *reason)
+{
+    for (unsigned char *c = (unsigned char *)reason; *c != '\0'; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
+}
+
 /* Fills the failure of one message from its sink outcome. */
 static void
 add_failure(struct pipeline *p, size_t n, const struct outbox_job *job,
-            const struct sink_outcome *outcome)
+            struct sink_outcome *outcome)
 {
     const struct relay_config *c = p->relay->config;
 
+    sanitize_reason(outcome->reason);
     p->failures[n] = (struct outbox_failure){
         .job_id = job->job_id,
         .generation = job->generation,
@@ -468,6 +485,17 @@ maintain(struct pipeline *p, bool force)
                           reaped.ready, reaped.dead);
             metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
         } while (reaped.ready + reaped.dead == REAP_LIMIT && !stopping(r));
+        {
+            size_t released = 0;
+
+            if (outbox_release_waiting(p->store, SWEEP_KEY_LIMIT, &released, &err) != 0) {
+                store_failed(p, &err);
+                return;
+            }
+            if (released > 0)
+                log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key",
+                          "rows=%zu", released);
+        }
     }
     if (r->config->retention_seconds > 0 && now >= p->next_cleanup) {
         size_t deleted = 0, total = 0;

@@ -39,12 +39,18 @@ CREATE TABLE outbox.job (
     finished_at     timestamptz,
     last_error      text,
     created_at      timestamptz NOT NULL DEFAULT now(),
+    -- internal: a ready row whose ordering key has an earlier unfinished row.
+    -- Held rows stay out of the ready indexes, so a key with a long backlog
+    -- costs a claim nothing; finishing the key's head releases the next one.
+    held            boolean NOT NULL DEFAULT false,
 
     CONSTRAINT job_state_valid CHECK (state IN ('ready', 'running', 'succeeded', 'dead')),
     CONSTRAINT job_queue_name CHECK (queue ~ '^[A-Za-z0-9._:-]{1,200}$'),
     CONSTRAINT job_headers_strings CHECK (outbox.headers_are_strings(headers)),
     CONSTRAINT job_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT job_max_attempts_positive CHECK (max_attempts > 0),
+    -- only a ready row of an ordering key can wait for an earlier one
+    CONSTRAINT job_held_shape CHECK (NOT held OR (state = 'ready' AND ordering_key IS NOT NULL)),
     -- running rows, and only they, have an owner and a lease
     CONSTRAINT job_claim_shape CHECK (
         (state = 'running' AND worker_id IS NOT NULL AND lease_until IS NOT NULL)
@@ -62,11 +68,11 @@ COMMENT ON COLUMN outbox.job.attempts IS 'claims so far; the current claim''s ge
 -- Claim across all queues: matches the claim's filter and ORDER BY, so the
 -- claim reads the first rows of the index and stops; succeeded rows are not in it.
 CREATE INDEX job_ready_idx ON outbox.job (priority DESC, run_at, job_id)
-    WHERE state = 'ready';
+    WHERE state = 'ready' AND NOT held;
 
 -- Claim for a set of queues (--queues), and per-queue backlog figures.
 CREATE INDEX job_ready_queue_idx ON outbox.job (queue, priority DESC, run_at, job_id)
-    WHERE state = 'ready';
+    WHERE state = 'ready' AND NOT held;
 
 -- The reaper: expired leases, oldest first. Only in-flight rows are in it.
 CREATE INDEX job_lease_idx ON outbox.job (lease_until)
@@ -79,6 +85,12 @@ CREATE UNIQUE INDEX job_idempotency_key_idx ON outbox.job (queue, idempotency_ke
 -- Per-key ordering: the head of a key is its lowest unfinished job_id.
 CREATE INDEX job_ordering_idx ON outbox.job (queue, ordering_key, job_id)
     WHERE ordering_key IS NOT NULL AND state IN ('ready', 'running', 'dead');
+
+-- Held rows per key, first one first: releasing the next row of a key, and
+-- the relays' sweep that releases rows whose head finished while they were
+-- being inserted.
+CREATE INDEX job_held_idx ON outbox.job (queue, ordering_key, job_id)
+    WHERE held;
 
 -- Retention cleanup of succeeded rows, oldest first.
 CREATE INDEX job_succeeded_idx ON outbox.job (finished_at)
@@ -107,6 +119,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     new_id bigint;
+    waits  boolean := false;
 BEGIN
     IF enqueue.queue IS NULL OR enqueue.queue !~ '^[A-Za-z0-9._:-]{1,200}$' THEN
         RAISE EXCEPTION 'invalid outbox queue name %', coalesce(quote_literal(left(enqueue.queue, 60)), 'NULL')
@@ -126,10 +139,18 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- behind an unfinished row of its key, the row waits (held) until that one finishes
+    IF enqueue.ordering_key IS NOT NULL THEN
+        waits := EXISTS (SELECT 1 FROM outbox.job AS e
+                         WHERE e.queue = enqueue.queue AND e.ordering_key = enqueue.ordering_key
+                           AND e.state IN ('ready', 'running'));
+    END IF;
+
     IF enqueue.idempotency_key IS NULL THEN
-        INSERT INTO outbox.job (queue, payload, headers, priority, run_at, max_attempts, ordering_key)
+        INSERT INTO outbox.job (queue, payload, headers, priority, run_at, max_attempts, ordering_key,
+                                held)
         VALUES (enqueue.queue, enqueue.payload, enqueue.headers, coalesce(enqueue.priority, 0),
-                coalesce(enqueue.run_at, now()), enqueue.max_attempts, enqueue.ordering_key)
+                coalesce(enqueue.run_at, now()), enqueue.max_attempts, enqueue.ordering_key, waits)
         RETURNING job_id INTO new_id;
         RETURN new_id;
     END IF;
@@ -138,10 +159,10 @@ BEGIN
     -- purged between the conflict and the lookup makes us try again.
     FOR attempt IN 1..3 LOOP
         INSERT INTO outbox.job (queue, payload, headers, idempotency_key, priority, run_at,
-                                max_attempts, ordering_key)
+                                max_attempts, ordering_key, held)
         VALUES (enqueue.queue, enqueue.payload, enqueue.headers, enqueue.idempotency_key,
                 coalesce(enqueue.priority, 0), coalesce(enqueue.run_at, now()),
-                enqueue.max_attempts, enqueue.ordering_key)
+                enqueue.max_attempts, enqueue.ordering_key, waits)
         ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING job_id INTO new_id;
         IF new_id IS NOT NULL THEN

@@ -94,6 +94,48 @@ static const struct option_spec OPTIONS[] = {
 
 #define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
 
+/* Longest user text quoted back in a message. */
+#define QUOTE_MAX 60
+
+/*
+ * Copies text for a message into out (QUOTE_MAX + 1 bytes): passwords
+ * redacted as url_redact does, also in whatever follows the first '='
+ * (as in "--database-url=URL"), at most QUOTE_MAX characters, control
+ * characters as '?', so a message never shows a password and stays one
+ * line.
+ */
+static const char *
+quote(const char *text, char *out)
+{
+    char *redacted = url_redact(text), *value = NULL, *rest = NULL;
+    size_t n = 0;
+
+    /* "name=URL" is not a conninfo url_redact reads a password from: redact the URL too */
+    if (redacted != NULL && (value = strchr(redacted, '=')) != NULL)
+        rest = url_redact(value + 1);
+    if (redacted == NULL || (value != NULL && rest == NULL)) {
+        free(redacted);
+        snprintf(out, QUOTE_MAX + 1, "...");
+        return out;
+    }
+    if (value != NULL) {
+        n = (size_t)(value + 1 - redacted) < QUOTE_MAX ? (size_t)(value + 1 - redacted) : QUOTE_MAX;
+        memcpy(out, redacted, n);
+        for (size_t i = 0; rest[i] != '\0' && n < QUOTE_MAX; i++)
+            out[n++] = rest[i];
+    } else {
+        for (size_t i = 0; redacted[i] != '\0' && n < QUOTE_MAX; i++)
+            out[n++] = redacted[i];
+    }
+    out[n] = '\0';
+    free(rest);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
+            out[i] = '?';
+    free(redacted);
+    return out;
+}
+
 /* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */
 static void
 env_name(const struct option_spec *spec, char *out, size_t size)
@@ -146,6 +188,7 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
           const char *source, struct outbox_error *err)
 {
     char *base = (char *)config + spec->offset;
+    char quoted[QUOTE_MAX + 1];
     char *end;
 
     switch (spec->kind) {
@@ -173,11 +216,18 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
         for (;;) {
             size_t len = strcspn(p, ",");
 
-            if (!queue_name_valid(p, len))
-                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "%s: invalid queue name '%.*s' (1-200 characters of"
-                                        " A-Z a-z 0-9 . _ : -)",
-                                        source, (int)(len > 60 ? 60 : len), p);
+            if (!queue_name_valid(p, len)) {
+                char *name = strndup(p, len);
+
+                if (name == NULL)
+                    return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+                outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                 "%s: invalid queue name '%s' (1-200 characters of"
+                                 " A-Z a-z 0-9 . _ : -)",
+                                 source, quote(name, quoted));
+                free(name);
+                return -1;
+            }
             list[i] = strndup(p, len);
             if (list[i] == NULL)
                 return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -196,8 +246,8 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
         value = strtoll(text, &end, 10);
         if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s: expected a whole number from %.0f to %.0f, got '%.40s'",
-                                    source, spec->min, spec->max, text);
+                                    "%s: expected a whole number from %.0f to %.0f, got '%s'",
+                                    source, spec->min, spec->max, quote(text, quoted));
         if (spec->kind == KIND_INT)
             *(int *)base = (int)value;
         else
@@ -215,10 +265,10 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
         if (ms < 0 || value < spec->min || value > spec->max)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
-                                    " within range, got '%.40s'",
-                                    source, text);
+                                    " within range, got '%s'",
+                                    source, quote(text, quoted));
         if (spec->kind == KIND_SECONDS)
-            *(double *)base = value;
+            memcpy(base, &value, sizeof(value)); /* the field is a double */
         else if (spec->size == sizeof(int64_t))
             *(int64_t *)base = (int64_t)llround(value);
         else
@@ -234,7 +284,8 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
             *(bool *)base = false;
         else
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s: expected true or false, got '%.40s'", source, text);
+                                    "%s: expected true or false, got '%s'", source,
+                                    quote(text, quoted));
         return 0;
     case KIND_CHOICE: {
         const char *choices = spec->choices;
@@ -247,8 +298,8 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
                 break;
             if (p[len] == '\0')
                 return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "%s: expected one of %s, got '%.40s'", source, choices,
-                                        text);
+                                        "%s: expected one of %s, got '%s'", source, choices,
+                                        quote(text, quoted));
             p += len + 1;
         }
         /* choices map to their index: a bool field takes "no|yes"-style pairs */
@@ -276,6 +327,7 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
              struct outbox_error *err)
 {
     char source[64];
+    char quoted[QUOTE_MAX + 1];
 
     memset(config, 0, sizeof(*config));
 
@@ -299,8 +351,8 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
         size_t len;
 
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unexpected argument '%.60s' (options start"
-                             " with --; see --help)", arg);
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unexpected argument '%s' (options start"
+                             " with --; see --help)", quote(arg, quoted));
             goto fail;
         }
         name = arg + 2;
@@ -309,8 +361,15 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
             value = name + len + 1;
         spec = find_option(name, len);
         if (spec == NULL) {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%.*s' (see --help)",
-                             (int)(len > 60 ? 60 : len), name);
+            char *unknown = strndup(name, len);
+
+            if (unknown == NULL) {
+                outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+                goto fail;
+            }
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%s' (see --help)",
+                             quote(unknown, quoted));
+            free(unknown);
             goto fail;
         }
         snprintf(source, sizeof(source), "--%s", spec->name);

@@ -292,8 +292,15 @@ json_parse_string_object(const char *text, size_t length, struct json_string_obj
             goto fail;
         }
         if (r.text[r.at] != '"') {
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%.64s' is %s, not a string",
-                             member.key, kind_of_value(r.text[r.at]));
+            char key[65];
+            size_t n = 0;
+
+            /* the key is quoted in a one-line message: control bytes become '?' */
+            for (; n < sizeof(key) - 1 && member.key[n] != '\0'; n++)
+                key[n] = (unsigned char)member.key[n] < 0x20 ? '?' : member.key[n];
+            key[n] = '\0';
+            outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string", key,
+                             kind_of_value(r.text[r.at]));
             goto fail;
         }
         if (read_string(&r, &member.value, &member.value_len) != 0)

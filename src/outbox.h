@@ -220,6 +220,16 @@ int outbox_reap(outbox_store *store, int limit, double retry_seconds,
                 struct outbox_reap_result *result, struct outbox_error *err);
 
 /*
+ * Rows with an ordering key wait ("held") while an earlier row of their key
+ * is unfinished; finishing a row releases the next one at once. This sweep
+ * releases the rare row whose predecessor finished while the row itself was
+ * being inserted. It looks at up to key_limit keys per call and continues
+ * where the previous call of this store stopped. Safe from many workers.
+ */
+int outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
+                           struct outbox_error *err);
+
+/*
  * Deletes at most limit succeeded rows finished more than
  * retention_seconds ago. Call again while *deleted == limit.
  */

@@ -12,6 +12,22 @@
 #define QUOTE_MAX 64
 
 /*
+ * Copies at most QUOTE_MAX characters of text into out (QUOTE_MAX + 1
+ * bytes) for a message, control characters as '?': a message stays one
+ * line whatever the input holds.
+ */
+static const char *
+quote(const char *text, char *out)
+{
+    size_t n = 0;
+
+    for (; text != NULL && text[n] != '\0' && n < QUOTE_MAX; n++)
+        out[n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
+    out[n] = '\0';
+    return out;
+}
+
+/*
  * Reads the digits at *text into *value and advances *text. Sets *too_big,
  * leaving *value meaningless, when the number exceeds limit (no overflow can
  * happen). False when there is no digit.
@@ -70,6 +86,7 @@ parse_duration_ms(const char *text, int64_t *milliseconds, struct outbox_error *
     const int64_t max_ms = PARSE_DURATION_MAX_SECONDS * 1000;
     const char *p = text;
     int64_t total = 0;
+    char quoted[QUOTE_MAX + 1];
 
     if (text == NULL || *text == '\0')
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
@@ -80,12 +97,13 @@ parse_duration_ms(const char *text, int64_t *milliseconds, struct outbox_error *
 
         if (!read_digits(&p, max_ms, &count, &too_big) || (unit = read_unit_ms(&p)) == 0)
             return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                    "invalid duration '%.*s': expected e.g. 250ms, 90s, 15m, 24h"
+                                    "invalid duration '%s': expected e.g. 250ms, 90s, 15m, 24h"
                                     " or 7d",
-                                    QUOTE_MAX, text);
+                                    quote(text, quoted));
         if (too_big || count > (max_ms - total) / unit)
             return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                    "duration '%.*s' is too long: at most 36500d", QUOTE_MAX, text);
+                                    "duration '%s' is too long: at most 36500d",
+                                    quote(text, quoted));
         total += count * unit;
     }
     *milliseconds = total;
@@ -109,13 +127,14 @@ parse_integer(const char *text, int64_t min, int64_t max, int64_t *value, struct
     const char *p = text;
     int64_t n;
     bool too_big;
+    char quoted[QUOTE_MAX + 1];
 
     if (text == NULL || !read_digits(&p, max, &n, &too_big) || *p != '\0')
-        return outbox_error_set(err, OUTBOX_ERR_INVALID, "invalid number '%.*s'", QUOTE_MAX,
-                                text != NULL ? text : "");
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "invalid number '%s'",
+                                quote(text, quoted));
     if (too_big || n < min)
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "number '%.*s' is out of range %lld to %lld", QUOTE_MAX, text,
+                                "number '%s' is out of range %lld to %lld", quote(text, quoted),
                                 (long long)min, (long long)max);
     *value = n;
     return 0;

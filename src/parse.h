@@ -3,7 +3,8 @@
  *
  * Pure functions: no I/O, no allocation. The whole text must be a value;
  * signs, spaces and trailing characters are rejected. Messages quote the
- * offending text so a caller can print them as they are.
+ * offending text (control characters as ?) so a caller can print them as
+ * they are, on one line.
  */
 #ifndef OUTBOX_PARSE_H
 #define OUTBOX_PARSE_H

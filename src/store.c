@@ -26,6 +26,8 @@ struct outbox_store {
     char *worker_id;
     bool listening;
     bool block_on_dead_head; /* ordering: a dead head keeps its key blocked */
+    char *sweep_queue;       /* where the sweep of held rows goes on; NULL: from the start */
+    char *sweep_key;
 };
 
 /* ---- SQL: the only place that knows the worker protocol's statements ---- */
@@ -41,7 +43,7 @@ struct outbox_store {
 #define CLAIM_CANDIDATES(queue_filter)                                                             \
     "WITH candidate AS MATERIALIZED ("                                                             \
     " SELECT c.job_id FROM outbox.job AS c"                                                        \
-    " WHERE c.state = 'ready' AND c.run_at <= statement_timestamp()" queue_filter                  \
+    " WHERE c.state = 'ready' AND NOT c.held AND c.run_at <= statement_timestamp()" queue_filter   \
     "   AND (c.ordering_key IS NULL OR NOT EXISTS ("                                               \
     "     SELECT 1 FROM outbox.job AS e"                                                           \
     "     WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key AND e.job_id < c.job_id"     \
@@ -79,11 +81,28 @@ static const char SQL_EXTEND[] =
                             " SET lease_until = clock_timestamp() + make_interval(secs => $4)"
                             " FROM input" STILL_OWNED " RETURNING j.job_id";
 
+/*
+ * When a row of an ordering key finishes, the key's next row (the first held
+ * one) stops waiting. finished is a CTE of (job_id, queue, ordering_key, frees).
+ */
+#define RELEASE_NEXT_OF_KEY                                                                        \
+    ", next_of_key AS ("                                                                           \
+    "  SELECT (SELECT h.job_id FROM outbox.job AS h"                                               \
+    "          WHERE h.held AND h.queue = f.queue AND h.ordering_key = f.ordering_key"             \
+    "          ORDER BY h.job_id LIMIT 1) AS job_id"                                               \
+    "  FROM finished AS f WHERE f.ordering_key IS NOT NULL AND f.frees),"                          \
+    " released AS ("                                                                               \
+    "  UPDATE outbox.job AS h SET held = false FROM next_of_key AS n"                              \
+    "  WHERE h.job_id = n.job_id AND h.held)"
+
 static const char SQL_COMPLETE[] =
-    LOCK_OWNED(LEASE_INPUT) " UPDATE outbox.job AS j"
+    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
+                            " UPDATE outbox.job AS j"
                             " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
                             "     finished_at = clock_timestamp()"
-                            " FROM input" STILL_OWNED " RETURNING j.job_id";
+                            " FROM input" STILL_OWNED
+                            " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
+                            RELEASE_NEXT_OF_KEY " SELECT job_id FROM finished";
 
 /* A release hands back the attempt it took, so a clean stop costs no retry budget. */
 static const char SQL_RELEASE[] =
@@ -94,15 +113,20 @@ static const char SQL_RELEASE[] =
 
 #define GIVES_UP "(input.permanent OR j.attempts >= j.max_attempts)"
 
+/* A row that dies releases the next row of its key, unless $7 (block on a dead head). */
 static const char SQL_FAIL[] = LOCK_OWNED(
     "unnest($2::bigint[], $3::int[], $4::text[], $5::float8[], $6::bool[])"
-    " AS f(job_id, generation, error, retry_seconds, permanent)") " UPDATE outbox.job AS j"
+    " AS f(job_id, generation, error, retry_seconds, permanent)") ", finished AS ("
+    " UPDATE outbox.job AS j"
     " SET state = CASE WHEN " GIVES_UP " THEN 'dead' ELSE 'ready' END,"
     "     run_at = CASE WHEN " GIVES_UP " THEN j.run_at"
     "              ELSE clock_timestamp() + make_interval(secs => input.retry_seconds) END,"
     "     finished_at = CASE WHEN " GIVES_UP " THEN clock_timestamp() END,"
     "     worker_id = NULL, lease_until = NULL, last_error = input.error"
-    " FROM input" STILL_OWNED " RETURNING j.job_id, j.state = 'dead'";
+    " FROM input" STILL_OWNED
+    " RETURNING j.job_id, j.state = 'dead' AS dead, j.queue, j.ordering_key,"
+    "           j.state = 'dead' AND NOT $7 AS frees)"
+    RELEASE_NEXT_OF_KEY " SELECT job_id, dead FROM finished";
 
 /* Expired leases, oldest first; SKIP LOCKED lets many reapers share the work. */
 static const char SQL_REAP[] =
@@ -131,6 +155,37 @@ static const char SQL_ENQUEUE[] =
     "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
     " now() + make_interval(secs => $6), $7, $8)";
 
+/*
+ * The sweep of waiting rows: the first held row of up to $1 keys after the
+ * cursor ($2, $3), found by a loose scan of job_held_idx (one probe per key),
+ * stops waiting when no earlier row of its key is unfinished. That repairs
+ * the one race the immediate release cannot see: a key's head finishing
+ * while a producer's insert of the next row is not yet committed.
+ */
+static const char SQL_SWEEP_HELD[] =
+    "WITH RECURSIVE keys AS ("
+    "  (SELECT h.queue, h.ordering_key, h.job_id FROM outbox.job AS h"
+    "   WHERE h.held AND (h.queue, h.ordering_key) > ($2::text, $3::text)"
+    "   ORDER BY h.queue, h.ordering_key, h.job_id LIMIT 1)"
+    " UNION ALL"
+    "  (SELECT n.queue, n.ordering_key, n.job_id FROM keys AS k CROSS JOIN LATERAL ("
+    "    SELECT h.queue, h.ordering_key, h.job_id FROM outbox.job AS h"
+    "    WHERE h.held AND (h.queue, h.ordering_key) > (k.queue, k.ordering_key)"
+    "    ORDER BY h.queue, h.ordering_key, h.job_id LIMIT 1) AS n)),"
+    " firsts AS MATERIALIZED (SELECT * FROM keys LIMIT $1),"
+    " freed AS ("
+    "  UPDATE outbox.job AS j SET held = false FROM firsts AS f"
+    "  WHERE j.job_id = f.job_id AND j.held"
+    "    AND NOT EXISTS (SELECT 1 FROM outbox.job AS e"
+    "      WHERE e.queue = f.queue AND e.ordering_key = f.ordering_key AND e.job_id < f.job_id"
+    "        AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead')))"
+    "  RETURNING j.job_id)"
+    " SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM firsts), last.queue,"
+    "        last.ordering_key"
+    " FROM (SELECT 1) AS one LEFT JOIN ("
+    "  SELECT queue, ordering_key FROM firsts"
+    "  ORDER BY queue DESC, ordering_key DESC LIMIT 1) AS last ON true";
+
 static const char SQL_BACKLOG[] =
     "SELECT queue, count(*), extract(epoch FROM now() - min(run_at))::float8"
     " FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue";
@@ -152,6 +207,7 @@ static const struct statement {
     {"outbox_release", SQL_RELEASE},     {"outbox_fail", SQL_FAIL},
     {"outbox_reap", SQL_REAP},           {"outbox_cleanup", SQL_CLEANUP},
     {"outbox_backlog", SQL_BACKLOG},     {"outbox_horizon", SQL_HORIZON},
+    {"outbox_sweep_held", SQL_SWEEP_HELD},
 };
 
 /* ---- growable text buffer for array literals ----------------------------- */
@@ -398,6 +454,8 @@ outbox_store_free(outbox_store *store)
         return;
     PQfinish(store->conn);
     free(store->worker_id);
+    free(store->sweep_queue);
+    free(store->sweep_key);
     free(store);
 }
 
@@ -640,7 +698,7 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
     struct text ids = {0}, generations = {0}, errors = {0}, delays = {0}, permanent = {0};
     int64_t *job_ids = NULL;
     PGresult *result = NULL;
-    const char *values[6];
+    const char *values[7];
     size_t matched;
     int failed = 0;
 
@@ -686,7 +744,8 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
     values[3] = errors.data;
     values[4] = delays.data;
     values[5] = permanent.data;
-    result = run_prepared(store, "outbox_fail", 6, values, PGRES_TUPLES_OK,
+    values[6] = store->block_on_dead_head ? "true" : "false";
+    result = run_prepared(store, "outbox_fail", 7, values, PGRES_TUPLES_OK,
                           "unable to record failed jobs", err);
     if (result == NULL) {
         failed = -1;
@@ -731,6 +790,42 @@ outbox_reap(outbox_store *store, int limit, double retry_seconds, struct outbox_
             out->dead++;
         else
             out->ready++;
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
+                       struct outbox_error *err)
+{
+    char limit_text[16];
+    const char *values[4];
+    PGresult *result;
+    long long looked_at;
+
+    *released = 0;
+    if (key_limit <= 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "sweep limit must be positive");
+    snprintf(limit_text, sizeof(limit_text), "%d", key_limit);
+    values[0] = limit_text;
+    values[1] = store->sweep_queue ? store->sweep_queue : "";
+    values[2] = store->sweep_key ? store->sweep_key : "";
+    values[3] = store->block_on_dead_head ? "true" : "false";
+    result = run_prepared(store, "outbox_sweep_held", 4, values, PGRES_TUPLES_OK,
+                          "unable to release waiting rows", err);
+    if (result == NULL)
+        return -1;
+    *released = (size_t)strtoull(PQgetvalue(result, 0, 0), NULL, 10);
+    looked_at = strtoll(PQgetvalue(result, 0, 1), NULL, 10);
+    free(store->sweep_queue);
+    free(store->sweep_key);
+    store->sweep_queue = NULL;
+    store->sweep_key = NULL;
+    /* a short round reached the end: the next one starts over */
+    if (looked_at >= key_limit && !PQgetisnull(result, 0, 2)) {
+        store->sweep_queue = strdup(PQgetvalue(result, 0, 2));
+        store->sweep_key = strdup(PQgetvalue(result, 0, 3));
     }
     PQclear(result);
     return 0;

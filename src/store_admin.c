@@ -75,7 +75,6 @@ static const char purge_batch_sql[] =
     "       FOR UPDATE SKIP LOCKED)"
     " DELETE FROM outbox.job AS j USING doomed AS d WHERE j.job_id = d.job_id";
 
-static const char enqueue_sql[] = "SELECT outbox.enqueue($1::text, $2::jsonb, $3::text)";
 
 /* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
 static char *
@@ -399,7 +398,8 @@ int
 store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
                     int64_t *job_id, struct outbox_error *err)
 {
-    const char *params[3] = {queue, payload_json, key};
+    struct outbox_message message = {
+        .queue = queue, .payload_json = payload_json, .idempotency_key = key};
     PGresult *result = NULL;
     PGTransactionStatusType state;
 
@@ -408,11 +408,9 @@ store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, c
     if (PQresultStatus(result) != PGRES_COMMAND_OK)
         goto fail;
     PQclear(result);
-    result = run(conn, enqueue_sql, 3, params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-        goto fail;
-    *job_id = int64_value(result, 0, 0);
-    PQclear(result);
+    result = NULL;
+    if (outbox_enqueue(conn, &message, job_id, err) != 0)
+        goto rollback;
     /* delivered on commit; a relay waiting on the channel wakes at once */
     result = PQexec(conn, "NOTIFY outbox_job");
     if (PQresultStatus(result) != PGRES_COMMAND_OK)
@@ -427,6 +425,7 @@ store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, c
 fail:
     fail_with(err, conn, result, "unable to enqueue");
     PQclear(result);
+rollback:
     state = PQtransactionStatus(conn);
     if (state == PQTRANS_INTRANS || state == PQTRANS_INERROR)
         PQclear(PQexec(conn, "ROLLBACK"));

@@ -4,6 +4,7 @@
 #include "url.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,8 @@ parse_number(const char *start, size_t len, long min, long max)
     return value < min || value > max ? -1 : value;
 }
 
+static size_t uri_scheme_length(const char *text);
+
 int
 url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
 {
@@ -96,10 +99,15 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
     } else if (scheme_len == 5 && strncmp(text, "redis", 5) == 0) {
         url->scheme = URL_REDIS;
         url->port = 6379;
-    } else {
+    } else if (scheme_len > 0 && scheme_len <= 20 && uri_scheme_length(text) == scheme_len) {
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "unknown broker URL scheme '%.*s': expected amqp, amqps or redis",
-                                (int)(scheme_len > 20 ? 20 : scheme_len), text);
+                                (int)scheme_len, text);
+    } else {
+        /* not a scheme name: it may hold a password or a line break, so it is not shown */
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "broker URL has no valid scheme: expected amqp://, amqps:// or"
+                                " redis://");
     }
     rest += 3;
 
@@ -222,84 +230,161 @@ append(char *out, size_t *n, const char *start, size_t len)
     *n += len;
 }
 
+/*
+ * Length of a URI scheme followed by "://" at the start of text
+ * ([A-Za-z][A-Za-z0-9+.-]*), or 0 when text is not a URI (then it is a
+ * conninfo, as libpq decides).
+ */
+static size_t
+uri_scheme_length(const char *text)
+{
+    size_t len = 0;
+
+    if (!isalpha((unsigned char)text[0]))
+        return 0;
+    while (isalnum((unsigned char)text[len]) || text[len] == '+' || text[len] == '.' ||
+           text[len] == '-')
+        len++;
+    return strncmp(text + len, "://", 3) == 0 ? len : 0;
+}
+
+/* True when the query key [start, start+len), percent-decoded, is "password". */
+static bool
+key_is_password(const char *start, size_t len)
+{
+    char *key = decode_part(start, len);
+    bool result = key != NULL && strcmp(key, "password") == 0;
+
+    free(key);
+    return result;
+}
+
+/*
+ * Redacts a URI: the password of its userinfo and the value of every
+ * "password" query parameter. libpq (postgres:// and postgresql://) ends
+ * the userinfo at the first '@' before a '/', url_parse at the last '@'
+ * before a '/', '?' or '#'; each form is redacted the way it is read.
+ */
+static void
+redact_uri(const char *text, size_t scheme_len, char *out, size_t *n)
+{
+    const char *auth = text + scheme_len + 3, *auth_end, *at = NULL, *sep = NULL, *p, *query;
+    bool libpq = (scheme_len == 8 && strncmp(text, "postgres", 8) == 0) ||
+                 (scheme_len == 10 && strncmp(text, "postgresql", 10) == 0);
+
+    if (libpq) {
+        auth_end = auth + strcspn(auth, "/");
+        at = memchr(auth, '@', (size_t)(auth_end - auth));
+    } else {
+        auth_end = auth + strcspn(auth, "/?#");
+        for (const char *q = auth; q < auth_end; q++)
+            if (*q == '@')
+                at = q;
+    }
+    if (at != NULL)
+        sep = memchr(auth, ':', (size_t)(at - auth));
+    if (sep != NULL) {
+        append(out, n, text, (size_t)(sep + 1 - text));
+        append(out, n, "***", 3);
+        p = at;
+    } else {
+        p = at != NULL ? at : auth;
+        append(out, n, text, (size_t)(p - text));
+    }
+    /* the query, from the first '?' on: key=value separated by '&', keys maybe percent-encoded */
+    query = strchr(p, '?');
+    while (*p != '\0') {
+        if (query != NULL && p > query && (p[-1] == '?' || p[-1] == '&')) {
+            size_t key_len = strcspn(p, "=&");
+
+            if (p[key_len] == '=' && key_is_password(p, key_len)) {
+                append(out, n, p, key_len + 1);
+                append(out, n, "***", 3);
+                p += key_len + 1;
+                p += strcspn(p, "&");
+                continue;
+            }
+        }
+        out[(*n)++] = *p++;
+    }
+}
+
+/*
+ * Redacts a libpq conninfo, read as libpq reads it: keyword, optional
+ * spaces, '=', optional spaces, a value either single-quoted or up to the
+ * next space, with backslash escapes in both forms.
+ */
+static void
+redact_conninfo(const char *text, char *out, size_t *n)
+{
+    const char *p = text;
+
+    while (*p != '\0') {
+        const char *key = p, *value;
+        size_t key_len;
+
+        if (isspace((unsigned char)*p)) {
+            out[(*n)++] = *p++;
+            continue;
+        }
+        while (*p != '\0' && *p != '=' && !isspace((unsigned char)*p))
+            p++;
+        key_len = (size_t)(p - key);
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p != '=') {
+            append(out, n, key, (size_t)(p - key)); /* not a keyword=value: libpq rejects it */
+            continue;
+        }
+        p++;
+        while (isspace((unsigned char)*p))
+            p++;
+        append(out, n, key, (size_t)(p - key));
+        value = p;
+        if (*p == '\'') {
+            p++;
+            while (*p != '\0' && *p != '\'') {
+                if (*p == '\\' && p[1] != '\0')
+                    p++;
+                p++;
+            }
+            if (*p == '\'')
+                p++;
+        } else {
+            while (*p != '\0' && !isspace((unsigned char)*p)) {
+                if (*p == '\\' && p[1] != '\0')
+                    p++;
+                p++;
+            }
+        }
+        if (key_len == 8 && strncmp(key, "password", 8) == 0) {
+            append(out, n, "***", 3);
+            /* a quoted value may touch the next keyword; "***" unquoted must not */
+            if (*p != '\0' && !isspace((unsigned char)*p))
+                out[(*n)++] = ' ';
+        } else
+            append(out, n, value, (size_t)(p - value));
+    }
+}
+
 char *
 url_redact(const char *text)
 {
-    size_t len, n = 0;
+    size_t len, n = 0, scheme_len;
     char *out;
-    const char *p;
 
     if (text == NULL)
         return strdup("");
     len = strlen(text);
-    out = malloc(2 * len + 16); /* room for "***" replacing short passwords */
+    /* "***" replaces passwords of any length, even empty ones after "password=" or ":" */
+    out = malloc(2 * len + 16);
     if (out == NULL)
         return NULL;
-
-    p = strstr(text, "://");
-    if (p != NULL) {
-        /* URI: scheme://user:secret@host/...?password=secret */
-        const char *auth = p + 3;
-        const char *auth_end = auth + strcspn(auth, "/?#");
-        const char *at = NULL, *sep;
-
-        for (const char *q = auth; q < auth_end; q++)
-            if (*q == '@')
-                at = q;
-        sep = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-        if (sep != NULL) {
-            append(out, &n, text, (size_t)(sep + 1 - text));
-            append(out, &n, "***", 3);
-            p = at;
-        } else {
-            p = text;
-        }
-        while (*p != '\0') {
-            if (strncmp(p, "password=", 9) == 0 && (p == text || p[-1] == '?' || p[-1] == '&')) {
-                append(out, &n, p, 9);
-                append(out, &n, "***", 3);
-                p += 9;
-                p += strcspn(p, "&#");
-                continue;
-            }
-            out[n++] = *p++;
-        }
-        out[n] = '\0';
-        return out;
-    }
-
-    /* conninfo: key=value pairs, values maybe single-quoted with \ escapes */
-    p = text;
-    while (*p != '\0') {
-        if (strncmp(p, "password", 8) == 0 && (p == text || isspace((unsigned char)p[-1]))) {
-            const char *q = p + 8;
-
-            while (isspace((unsigned char)*q))
-                q++;
-            if (*q == '=') {
-                q++;
-                while (isspace((unsigned char)*q))
-                    q++;
-                append(out, &n, "password=***", 12);
-                if (*q == '\'') {
-                    q++;
-                    while (*q != '\0' && *q != '\'') {
-                        if (*q == '\\' && q[1] != '\0')
-                            q++;
-                        q++;
-                    }
-                    if (*q == '\'')
-                        q++;
-                } else {
-                    while (*q != '\0' && !isspace((unsigned char)*q))
-                        q++;
-                }
-                p = q;
-                continue;
-            }
-        }
-        out[n++] = *p++;
-    }
+    scheme_len = uri_scheme_length(text);
+    if (scheme_len > 0)
+        redact_uri(text, scheme_len, out, &n);
+    else
+        redact_conninfo(text, out, &n);
     out[n] = '\0';
     return out;
 }

@@ -38,7 +38,7 @@ step "outboxctl migrate"
 "$BIN/outboxctl" --database-url "$DB" migrate
 
 step "producers: $ROWS orders, each committed with its outbox row; every 10th transaction rolls back"
-"$TOOLS/outbox_producer" --database-url "$DB" --queue orders --count "$ROWS" --threads 4 \
+"$TOOLS/outbox_producer" --database-url "$DB" --queue orders --count "$ROWS" --threads 16 \
     --rollback-every 10
 COMMITTED=$(psql -qAt "$DB" -c "SELECT count(*) FROM outbox.job WHERE queue = 'orders'")
 ORDERS=$(psql -qAt "$DB" -c "SELECT count(*) FROM demo.orders")

@@ -7,6 +7,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "harness.h"
 
 #include <errno.h>
@@ -370,4 +374,21 @@ harness_stack(const char *command, const char *service)
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int
+harness_closed_port(void)
+{
+    struct sockaddr_in address = {.sin_family = AF_INET};
+    socklen_t length = sizeof(address);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+
+    assert_true(fd >= 0);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&address, sizeof(address)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&address, &length), 0);
+    port = ntohs(address.sin_port);
+    close(fd);
+    return port;
 }

@@ -80,4 +80,7 @@ int harness_wait_exit(pid_t pid, int timeout_ms);
  */
 int harness_stack(const char *command, const char *service);
 
+/* A loopback TCP port with nothing listening: bound, then closed again. */
+int harness_closed_port(void);
+
 #endif

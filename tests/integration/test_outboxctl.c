@@ -26,6 +26,7 @@
 
 #include <libpq-fe.h>
 
+#include "harness.h"
 #include "migrate.h"
 
 #define MAX_ARGS 32
@@ -749,24 +750,6 @@ test_bad_usage_exits_2(void **state)
     usage_fails("database URL", (const char *const[]){"status", NULL});
 }
 
-/* A loopback TCP port with nothing listening: bound, then closed again. */
-static int
-closed_port(void)
-{
-    struct sockaddr_in address = {.sin_family = AF_INET};
-    socklen_t length = sizeof(address);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    assert_true(fd >= 0);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&address, sizeof(address)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&address, &length), 0);
-    port = ntohs(address.sin_port);
-    close(fd);
-    return port;
-}
-
 static void
 test_unreachable_database_hides_password(void **state)
 {
@@ -774,7 +757,7 @@ test_unreachable_database_hides_password(void **state)
     char url[256];
 
     (void)state;
-    snprintf(url, sizeof(url), "postgresql://outbox:%s@127.0.0.1:%d/outbox", SECRET, closed_port());
+    snprintf(url, sizeof(url), "postgresql://outbox:%s@127.0.0.1:%d/outbox", SECRET, harness_closed_port());
     RUN_CTL(&run, NULL, "--database-url", url, "status");
     assert_exit(&run, 1);
     assert_int_equal(count_lines(run.err), 1);
@@ -784,7 +767,7 @@ test_unreachable_database_hides_password(void **state)
     run_clear(&run);
 
     /* the same in conninfo form, from the environment */
-    snprintf(url, sizeof(url), "host=127.0.0.1 port=%d user=outbox password=%s", closed_port(),
+    snprintf(url, sizeof(url), "host=127.0.0.1 port=%d user=outbox password=%s", harness_closed_port(),
              SECRET);
     RUN_CTL(&run, url, "migrate");
     assert_exit(&run, 1);

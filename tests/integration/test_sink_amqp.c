@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "amqp_consumer.h"
+#include "harness.h"
 #include "sink.h"
 
 #define BROKER_MAX_MESSAGE_BYTES 1048576
@@ -468,24 +469,6 @@ test_wrong_password_is_config_error_without_password(void **state)
     free(url);
 }
 
-/* A loopback port nobody listens on right now. */
-static int
-closed_port(void)
-{
-    struct sockaddr_in address = {.sin_family = AF_INET};
-    socklen_t length = sizeof(address);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port;
-
-    assert_true(fd >= 0);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&address, sizeof(address)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&address, &length), 0);
-    port = ntohs(address.sin_port);
-    close(fd);
-    return port;
-}
-
 static void
 test_refused_port_is_connection_error(void **state)
 {
@@ -497,7 +480,7 @@ test_refused_port_is_connection_error(void **state)
     sink *s;
 
     (void)state;
-    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", closed_port());
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", harness_closed_port());
     options = default_options(url);
     s = sink_new(&options, &err);
     assert_non_null(s);

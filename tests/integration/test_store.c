@@ -457,7 +457,7 @@ test_release_keeps_the_attempt(void **state)
 
 struct claimer {
     const char *url;
-    char worker[16];
+    char worker[32];
     int64_t *ids;
     size_t count;
     int generation_errors;
@@ -662,6 +662,82 @@ test_ordering_dead_head_policy(void **state)
     assert_int_equal(ids[0], next);
 }
 
+/* Whether a row is held (waiting for an earlier row of its key). */
+static bool
+is_held(PGconn *conn, int64_t job_id)
+{
+    char sql[96];
+
+    snprintf(sql, sizeof(sql), "SELECT held::int FROM outbox.job WHERE job_id = %lld",
+             (long long)job_id);
+    return harness_query_ll(conn, sql) == 1;
+}
+
+static void
+test_ordering_later_rows_wait_out_of_the_ready_index(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message k = {.queue = "q", .payload_json = "{}", .ordering_key = "hot"};
+    int64_t first = enqueue_committed(f->conn, &k);
+    int64_t second = enqueue_committed(f->conn, &k);
+    int64_t third = enqueue_committed(f->conn, &k);
+    int64_t ids[10];
+    struct outbox_lease lease = {.job_id = first, .generation = 1};
+    struct outbox_error err;
+    bool done;
+    size_t changed;
+
+    assert_false(is_held(f->conn, first));
+    assert_true(is_held(f->conn, second));
+    assert_true(is_held(f->conn, third));
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    assert_int_equal(ids[0], first);
+
+    /* finishing the head releases exactly the next row */
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_false(is_held(f->conn, second));
+    assert_true(is_held(f->conn, third));
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    assert_int_equal(ids[0], second);
+
+    /* a dead row releases the next one too (default policy) */
+    {
+        struct outbox_failure failure = {
+            .job_id = second, .generation = 1, .error = "poison", .permanent = true};
+        bool dead;
+
+        assert_int_equal(outbox_fail(f->a, &failure, 1, &done, &dead, &changed, &err), 0);
+        assert_true(dead);
+    }
+    assert_false(is_held(f->conn, third));
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    assert_int_equal(ids[0], third);
+}
+
+static void
+test_sweep_releases_a_row_stranded_by_a_race(void **state)
+{
+    struct fixture *f = *state;
+    int64_t ids[10];
+    struct outbox_error err;
+    size_t released = 0;
+
+    /* as if the head of 'k' finished while this row's insert was not yet committed */
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, ordering_key, held)"
+                          " VALUES ('q', '{}', 'k', true), ('q', '{}', 'k', true),"
+                          " ('q', '{}', 'other', true)");
+    assert_int_equal(claim_ids(f->a, ids, 10), 0);
+    assert_int_equal(outbox_release_waiting(f->b, 1, &released, &err), 0);
+    assert_int_equal(released, 1); /* one key per call here */
+    assert_int_equal(outbox_release_waiting(f->b, 1, &released, &err), 0);
+    assert_int_equal(released, 1);
+    assert_int_equal(outbox_release_waiting(f->b, 1, &released, &err), 0);
+    assert_int_equal(released, 0); /* the second row of 'k' still waits for the first */
+    assert_int_equal(claim_ids(f->a, ids, 10), 2);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE held"), 1);
+}
+
 static void
 test_connect_without_schema_is_a_clear_error(void **state)
 {
@@ -715,6 +791,10 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ordering_key_one_at_a_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ordering_dead_head_policy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ordering_later_rows_wait_out_of_the_ready_index,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sweep_releases_a_row_stranded_by_a_race, setup,
+                                        teardown),
         cmocka_unit_test(test_connect_without_schema_is_a_clear_error),
         cmocka_unit_test(test_connect_refused_is_transient),
     };

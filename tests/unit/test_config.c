@@ -159,6 +159,26 @@ test_help_lists_every_option(void **state)
     free(text);
 }
 
+/* Regressions found by tests/fuzz/fuzz_config.c: no password, no line break in messages. */
+static void
+test_message_regressions(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    /* a forgotten value takes the next argument, which may hold a password */
+    assert_error(PARSE(&c, &err, "--batch-size", "--database-url=postgres://u:secret@db/app"), &err,
+                 "--batch-size");
+    assert_error(PARSE(&c, &err, "--lease", "password=secret host=db"), &err, "--lease");
+    assert_error(PARSE(&c, &err, "amqp://u:secret@h/"), &err, "unexpected argument");
+    assert_error(PARSE(&c, &err, "--redis://:secret@h"), &err, "unknown option");
+    assert_error(PARSE(&c, &err, BASE, "--lease=1\n0"), &err, "'1?0'");
+    assert_error(PARSE(&c, &err, BASE, "--queues=a,b\nc"), &err, "invalid queue name 'b?c'");
+    assert_error(PARSE(&c, &err, "--broker=user:secret@kafka\n://h", "--database-url=x"), &err,
+                 "--broker");
+}
+
 int
 main(void)
 {
@@ -168,6 +188,7 @@ main(void)
         cmocka_unit_test_setup(test_forms, clean_env),
         cmocka_unit_test_setup(test_errors_name_the_option, clean_env),
         cmocka_unit_test(test_help_lists_every_option),
+        cmocka_unit_test_setup(test_message_regressions, clean_env),
     };
 
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);

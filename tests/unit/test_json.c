@@ -175,10 +175,25 @@ test_length_bounds_input(void **state)
     json_string_object_clear(NULL);
 }
 
+static void
+test_error_message_is_one_line(void **state)
+{
+    /* found by fuzzing: a key with a line break was quoted as is */
+    static const char text[] = "{\"c\\\"c\\f\\nb}r\":[";
+    struct json_string_object object = {0};
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(json_parse_string_object(text, strlen(text), &object, &err), -1);
+    assert_null(strchr(err.message, '\n'));
+    assert_null(strchr(err.message, '\f'));
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_message_is_one_line),
         cmocka_unit_test(test_empty_object),
         cmocka_unit_test(test_members_in_order),
         cmocka_unit_test(test_simple_escapes),

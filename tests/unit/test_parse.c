@@ -149,6 +149,25 @@ test_duration_milliseconds(void **state)
     assert_non_null(strstr(err.message, "too long"));
 }
 
+/* Regressions found by tests/fuzz/fuzz_parse.c: messages stay on one line. */
+static void
+test_messages_one_line(void **state)
+{
+    struct outbox_error err;
+    int64_t value;
+
+    (void)state;
+    assert_int_equal(parse_duration_ms("1\n2s", &value, &err), -1);
+    assert_null(strpbrk(err.message, "\r\n"));
+    assert_non_null(strstr(err.message, "'1?2s'"));
+    assert_int_equal(parse_duration_ms("99999999d\r", &value, &err), -1);
+    assert_null(strpbrk(err.message, "\r\n"));
+    assert_int_equal(parse_integer("12\n", 0, 100, &value, &err), -1);
+    assert_null(strpbrk(err.message, "\r\n"));
+    assert_int_equal(parse_integer(NULL, 0, 100, &value, &err), -1);
+    assert_string_equal(err.message, "invalid number ''");
+}
+
 int
 main(void)
 {
@@ -156,7 +175,7 @@ main(void)
         cmocka_unit_test(test_duration_milliseconds),
         cmocka_unit_test(test_duration_units),  cmocka_unit_test(test_duration_rejects_bad_syntax),
         cmocka_unit_test(test_duration_limits), cmocka_unit_test(test_integer_valid),
-        cmocka_unit_test(test_integer_invalid),
+        cmocka_unit_test(test_integer_invalid), cmocka_unit_test(test_messages_one_line),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

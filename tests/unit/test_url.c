@@ -124,13 +124,67 @@ test_redact(void **state)
     free(s);
 }
 
+/* url_redact(text) must equal expected. */
+static void
+assert_redacted(const char *text, const char *expected)
+{
+    char *s = url_redact(text);
+
+    assert_non_null(s);
+    if (strcmp(s, expected) != 0)
+        fail_msg("'%s' redacted as '%s', expected '%s'", text, s, expected);
+    free(s);
+}
+
+/* Regressions found by tests/fuzz/fuzz_url.c. */
+static void
+test_redact_regressions(void **state)
+{
+    (void)state;
+    /* "://" inside a conninfo value no longer makes the whole text a URI */
+    assert_redacted("application_name=a://b password=secret1 host=h",
+                    "application_name=a://b password=*** host=h");
+    /* libpq ends the userinfo at the first '@' before '/', '?' included in the password */
+    assert_redacted("postgresql://u:pass?word@db/app", "postgresql://u:***@db/app");
+    assert_redacted("postgresql://u:a@b@host/db", "postgresql://u:***@b@host/db");
+    /* url_parse still reads the last '@' of a broker URL */
+    assert_redacted("amqp://u:p@ss@host/", "amqp://u:***@host/");
+    /* a percent-encoded query key is the same key to libpq */
+    assert_redacted("postgresql://db/app?%70assword=secret1", "postgresql://db/app?%70assword=***");
+    /* only the query holds parameters */
+    assert_redacted("postgresql://h&password=x2", "postgresql://h&password=x2");
+    /* backslash escapes in unquoted conninfo values */
+    assert_redacted("dbname=app password=pass\\ word host=h", "dbname=app password=*** host=h");
+    /* a quoted value touching the next keyword */
+    assert_redacted("host=db password='x y'user=u", "host=db password=*** user=u");
+    /* "password" as a value or part of a quoted value is not a keyword */
+    assert_redacted("application_name='a password=b' password=c", "application_name='a password=b' password=***");
+}
+
+/* Regressions found by tests/fuzz/fuzz_url.c: a bad scheme is not echoed. */
+static void
+test_scheme_message_regressions(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(url_parse("user:secret@kafka\n://h", &url, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    assert_null(strstr(err.message, "secret"));
+    assert_null(strchr(err.message, '\n'));
+    assert_non_null(strstr(err.message, "no valid scheme"));
+    assert_rejected("kafka://h", "'kafka'");
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_amqp_full),   cmocka_unit_test(test_amqp_defaults),
         cmocka_unit_test(test_redis_forms), cmocka_unit_test(test_bad_urls),
-        cmocka_unit_test(test_redact),
+        cmocka_unit_test(test_redact),      cmocka_unit_test(test_redact_regressions),
+        cmocka_unit_test(test_scheme_message_regressions),
     };
 
     return cmocka_run_group_tests_name("url", tests, NULL, NULL);

@@ -1,0 +1,386 @@
+/*
+ * test_relay_amqp.c - outbox-relay publishing to a real RabbitMQ.
+ *
+ * Each test has its own database and its own queue names, so tests never
+ * see each other's messages. Tests that stop the broker restore it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "amqp_consumer.h"
+#include "harness.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    queue_consumer *mq;
+    const char *broker;
+    char queue[64]; /* this test's queue: the rows' queue and the AMQP queue */
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    f->mq = queue_consumer_connect(f->broker);
+    assert_non_null(f->mq);
+    snprintf(f->queue, sizeof(f->queue), "relay-test-%d-%d", (int)getpid(), test_counter++);
+    assert_int_equal(queue_consumer_declare_queue(f->mq, f->queue), 0);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    queue_consumer_delete_queue(f->mq, f->queue);
+    queue_consumer_free(f->mq);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Reconnects the test's consumer, e.g. after a broker restart. */
+static void
+reconnect_consumer(struct fixture *f)
+{
+    queue_consumer_free(f->mq);
+    f->mq = queue_consumer_connect(f->broker);
+    assert_non_null(f->mq);
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+
+    return (x > y) - (x < y);
+}
+
+/*
+ * Drains the queue and checks that every row of the test's queue arrived
+ * at least once and nothing else did. Returns the number of duplicates.
+ */
+static size_t
+assert_every_row_delivered(struct fixture *f, long long expected)
+{
+    struct queue_consumer_message messages[500];
+    long long *ids = NULL;
+    size_t count = 0, capacity = 0, fetched, unique = 0;
+    char sql[256];
+    PGresult *rows;
+
+    do {
+        assert_int_equal(queue_consumer_fetch(f->mq, f->queue, messages, 500, 1000, &fetched), 0);
+        for (size_t i = 0; i < fetched; i++) {
+            if (count == capacity) {
+                capacity = capacity ? capacity * 2 : 1024;
+                ids = realloc(ids, capacity * sizeof(*ids));
+            }
+            assert_non_null(messages[i].message_id);
+            ids[count++] = atoll(messages[i].message_id);
+            queue_consumer_message_clear(&messages[i]);
+        }
+    } while (fetched > 0);
+
+    snprintf(sql, sizeof(sql), "SELECT job_id FROM outbox.job WHERE queue = '%s' ORDER BY 1",
+             f->queue);
+    rows = PQexec(f->conn, sql);
+    assert_int_equal(PQntuples(rows), expected);
+    qsort(ids, count, sizeof(*ids), compare_id);
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0 && ids[i] == ids[i - 1])
+            continue;
+        if ((long long)unique >= expected ||
+            ids[i] != strtoll(PQgetvalue(rows, (int)unique, 0), NULL, 10))
+            fail_msg("message %lld is not a committed row, or a row is missing", ids[i]);
+        unique++;
+    }
+    assert_int_equal((long long)unique, expected);
+    PQclear(rows);
+    free(ids);
+    return count - unique;
+}
+
+/* Enqueues count committed rows into the test's queue. */
+static void
+enqueue(struct fixture *f, int count)
+{
+    enqueue_rows(f->conn, f->queue, count);
+}
+
+static long long
+count_where(struct fixture *f, const char *condition)
+{
+    char sql[512];
+
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM outbox.job WHERE %s", condition);
+    return harness_query_ll(f->conn, sql);
+}
+
+static void
+test_properties_and_rollback(void **state)
+{
+    struct fixture *f = *state;
+    struct queue_consumer_message message;
+    const struct queue_consumer_header *header;
+    char sql[512];
+    size_t fetched;
+    long long id, created;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue('%s', '{\"order\": 1842}', NULL, '{\"trace\": \"t-1\"}')",
+             f->queue);
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, sql);
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, sql);
+    harness_exec(f->conn, "ROLLBACK");
+    id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job");
+    created = harness_query_ll(f->conn, "SELECT extract(epoch FROM created_at)::bigint"
+                                        " FROM outbox.job");
+
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+
+    assert_int_equal(queue_consumer_fetch(f->mq, f->queue, &message, 1, 2000, &fetched), 0);
+    assert_int_equal(fetched, 1);
+    assert_int_equal(atoll(message.message_id), id);
+    assert_string_equal(message.routing_key, f->queue);
+    assert_string_equal(message.content_type, "application/json");
+    assert_string_equal(message.type, f->queue);
+    assert_int_equal(message.delivery_mode, 2);
+    assert_true(message.has_timestamp);
+    assert_true((long long)message.timestamp == created ||
+                (long long)message.timestamp == created - 1);
+    assert_int_equal(message.body_len, strlen("{\"order\": 1842}"));
+    assert_memory_equal(message.body, "{\"order\": 1842}", message.body_len);
+    header = queue_consumer_message_header(&message, "trace");
+    assert_non_null(header);
+    assert_string_equal(header->text, "t-1");
+    header = queue_consumer_message_header(&message, "x-outbox-attempt");
+    assert_non_null(header);
+    assert_true(header->is_int);
+    assert_int_equal(header->int_value, 1);
+    queue_consumer_message_clear(&message);
+
+    /* the rolled-back row never arrives */
+    assert_int_equal(queue_consumer_fetch(f->mq, f->queue, &message, 1, 500, &fetched), 0);
+    assert_int_equal(fetched, 0);
+    assert_int_equal(count_where(f, "state = 'succeeded'"), 1);
+}
+
+static void
+test_unroutable_ends_dead_with_reason(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--retry-base", "0s", "--retry-max", "0s", NULL};
+
+    harness_exec(f->conn, "SELECT outbox.enqueue('nowhere.bound', '{}', max_attempts => 3)");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 3"
+                                    " AND last_error LIKE 'unroutable%NO_ROUTE%'"),
+                     1);
+}
+
+static void
+test_missing_exchange_does_not_stop_the_relay(void **state)
+{
+    struct fixture *f = *state;
+    char exchange[96], sql[256];
+    const char *extra[] = {"--exchange", exchange, "--retry-base", "0s", "--retry-max", "1s",
+                           "--poll-interval", "20ms", NULL};
+    struct relay_process relay;
+
+    snprintf(exchange, sizeof(exchange), "%s.events", f->queue);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', '{}', max_attempts => 1000))"
+             " FROM generate_series(1, 5)",
+             f->queue);
+    harness_query_ll(f->conn, sql);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_true(wait_for_value(f->conn,
+                               "SELECT (count(*) > 0)::int FROM outbox.job"
+                               " WHERE last_error LIKE '%404%NOT_FOUND%'",
+                               1, 20000) == 1);
+    assert_int_equal(kill(relay.pid, 0), 0); /* still running */
+
+    assert_int_equal(queue_consumer_declare_exchange(f->mq, exchange, "direct"), 0);
+    assert_int_equal(queue_consumer_bind(f->mq, f->queue, exchange, f->queue), 0);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    5, 30000),
+                     5);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    assert_int_equal(assert_every_row_delivered(f, 5), 0);
+    queue_consumer_delete_exchange(f->mq, exchange);
+}
+
+static void
+test_broker_down_at_start_and_restarted_mid_run(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "100", NULL};
+    struct relay_process relay;
+
+    enqueue(f, 10000);
+    assert_int_equal(harness_stack("stop-service", "rabbitmq"), 0);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    sleep(2);
+    assert_int_equal(kill(relay.pid, 0), 0); /* waiting for the broker, not exited */
+    assert_int_equal(count_where(f, "state = 'succeeded'"), 0);
+    assert_int_equal(harness_stack("start-service", "rabbitmq"), 0);
+
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1500) FROM outbox.job WHERE state = 'succeeded'", 1500,
+                   60000);
+    assert_int_equal(harness_stack("restart-service", "rabbitmq"), 0);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'",
+                                    0, 90000),
+                     0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    reconnect_consumer(f);
+    assert_every_row_delivered(f, 10000);
+}
+
+static void
+test_kill_mid_batch_then_restart(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "2000", NULL};
+    struct relay_process relay;
+    size_t duplicates;
+
+    enqueue(f, 20000);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 2000) FROM outbox.job WHERE state = 'succeeded'", 2000,
+                   30000);
+    relay_signal(&relay, SIGKILL);
+    relay_wait(&relay, 5000);
+    unlink(relay.log_path);
+    assert_true(count_where(f, "state <> 'succeeded'") > 0);
+
+    wait_for_value(f->conn,
+                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
+                   " AND lease_until > now()",
+                   0, 10000);
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+    assert_int_equal(count_where(f, "state <> 'succeeded'"), 0);
+    duplicates = assert_every_row_delivered(f, 20000);
+    /* at most the killed relay's batches in flight can arrive twice */
+    assert_true(duplicates <= 2 * 2000 * 2);
+    print_message("duplicates after kill -9: %zu\n", duplicates);
+}
+
+static void
+test_two_relays_share_the_work(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "100", NULL};
+    struct relay_process first, second;
+
+    enqueue(f, 20000);
+    relay_start_process(&first, f->url, f->broker, extra);
+    relay_start_process(&second, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'",
+                                    0, 60000),
+                     0);
+    relay_signal(&first, SIGTERM);
+    relay_signal(&second, SIGTERM);
+    assert_int_equal(relay_wait(&first, 15000), 0);
+    assert_int_equal(relay_wait(&second, 15000), 0);
+    unlink(first.log_path);
+    unlink(second.log_path);
+    /* every row claimed once: no relay ever took or marked another's row */
+    assert_int_equal(count_where(f, "attempts <> 1"), 0);
+    assert_int_equal(assert_every_row_delivered(f, 20000), 0);
+}
+
+static void
+test_sigterm_leaves_nothing_running(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "500", NULL};
+    struct relay_process relay;
+
+    enqueue(f, 30000);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   30000);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    assert_int_equal(count_where(f, "state = 'running'"), 0);
+    assert_true(count_where(f, "state = 'ready'") > 0);
+}
+
+static void
+test_check(void **state)
+{
+    struct fixture *f = *state;
+    char output[4096], bad[512];
+    const char *argv[] = {"--database-url", f->url, "--broker", f->broker, "--check", NULL};
+    const char *at = strchr(f->broker, '@');
+
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+
+    snprintf(bad, sizeof(bad), "amqp://guest:wrong-hunter2%s", at);
+    argv[3] = bad;
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "ACCESS_REFUSED"));
+    assert_null(strstr(output, "hunter2"));
+
+    argv[3] = "amqp://guest:guest@127.0.0.1:1/";
+    argv[4] = "--check";
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+
+    argv[3] = "amqp://guest:guest@127.0.0.1:99999/";
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+    assert_non_null(strstr(output, "--broker"));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_properties_and_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unroutable_ends_dead_with_reason, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_exchange_does_not_stop_the_relay, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_relays_share_the_work, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_leaves_nothing_running, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_down_at_start_and_restarted_mid_run, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests_name("relay_amqp", tests, NULL, NULL);
+}
