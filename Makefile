@@ -139,7 +139,7 @@ demo:
 
 bench:
 	tests/harness/deps.sh
-	$(MAKE) OPT="-O2" all test-binaries
+	$(MAKE) OPT="-O2" all $(TOOL_BIN)
 	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
 
 # libFuzzer targets: tests/fuzz/fuzz_<name>.c against the library sources,

@@ -1,0 +1,388 @@
+#!/bin/bash
+# run.sh - the benchmark behind `make bench` (CONTRACT.md section 7).
+#
+# Starts throwaway PostgreSQL, RabbitMQ and Redis servers in a temp dir
+# (tests/harness/stack.sh), stops them on every exit path, and measures in one
+# run, with the same ~200 byte JSON payload throughout:
+#
+#   1. enqueue rows/s: single-row transactions from 16 pgbench clients through
+#      outbox.enqueue() and through a bare INSERT (their ratio), and batched
+#      enqueue (1000 rows per transaction)
+#   2. the ceilings: claim + complete in PostgreSQL alone (store library),
+#      publish with confirms to RabbitMQ, pipelined XADD to Redis
+#   3. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
+#      Redis and to RabbitMQ, checked row by row and message by message, with
+#      the relay's max RSS
+#   4. commit -> publish latency at a steady offered load (relay to Redis)
+#   5. claim latency against a growing ready backlog, table and index sizes
+#
+# Environment: BUILD, BIN (as make sets them), BENCH_N (rows, default 100000),
+# BENCH_BIG=1 (adds a 10M-row step to the claim scaling), BENCH_SECONDS
+# (pgbench duration, default 10), BENCH_LATENCY_SECONDS (default 15),
+# BENCH_LATENCY_RATE (rows/s, default 1000), OUTBOX_BENCH_STACK_SH (another
+# stack.sh). Results are printed and written to $BUILD/bench/results.txt.
+# A measuring script: it fails only when a step fails or a check of the
+# delivered rows does not hold, never because a figure is low.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+TOOLS="$BUILD/tests/tools"
+STACK_SH=${OUTBOX_BENCH_STACK_SH:-$ROOT/tests/harness/stack.sh}
+PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+
+N=${BENCH_N:-100000}
+BIG=${BENCH_BIG:-0}
+PGBENCH_SECONDS=${BENCH_SECONDS:-10}
+LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-15}
+LATENCY_RATE=${BENCH_LATENCY_RATE:-1000}
+STEP_TIMEOUT=600 # no single step may take longer (seconds)
+RESULTS_FILE="$BUILD/bench/results.txt"
+
+BENCH_START=$(date +%s)
+log() { printf 'bench: [%4ds] %s\n' "$(($(date +%s) - BENCH_START))" "$*" >&2; }
+die() {
+    printf 'bench: error: %s\n' "$*" >&2
+    exit 1
+}
+
+case "$N" in '' | *[!0-9]*) die "BENCH_N must be a positive integer, got '$N'" ;; esac
+[ "$N" -gt 0 ] || die "BENCH_N must be positive"
+for program in "$BIN/outbox-relay" "$BIN/outboxctl" "$TOOLS/outbox_bench" \
+    "$TOOLS/outbox_producer" "$TOOLS/outbox_consumer" "$PG_BIN/pgbench" /usr/bin/time; do
+    [ -x "$program" ] || die "missing $program (run 'make bench')"
+done
+[ -x "$STACK_SH" ] || die "missing $STACK_SH (the test harness)"
+command -v redis-cli >/dev/null || die "missing redis-cli"
+
+STACK=$(mktemp -d /tmp/outbox-bench.XXXXXX)
+chmod 755 "$STACK"
+RELAY_PID=""
+cleanup() {
+    local status=$?
+    if [ -n "$RELAY_PID" ]; then
+        kill -TERM "$RELAY_PID" 2>/dev/null || true
+        wait "$RELAY_PID" 2>/dev/null || true
+    fi
+    "$STACK_SH" stop "$STACK" >/dev/null 2>&1 || log "stopping the stack in $STACK failed"
+    rm -rf "$STACK"
+    [ "$status" = 0 ] || log "failed (exit $status); partial results above"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- helpers ------------------------------------------------------------------
+
+# One SQL command on the bench database, unaligned tuples only, bounded.
+sql() { timeout "$STEP_TIMEOUT" psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
+
+now() { date +%s.%N; }
+
+# calc EXPR: floating point arithmetic with awk.
+calc() { awk "BEGIN { printf \"%s\", $1 }" </dev/null; }
+
+# field KEY LINE: the value of KEY=value in a tool's output line.
+field() { printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
+
+RESULTS="$STACK/results"
+: >"$RESULTS"
+# result LABEL VALUE [NOTE]: one line of the final table.
+result() {
+    printf '  %-58s %16s  %s\n' "$1" "$2" "${3:-}" >>"$RESULTS"
+    printf 'bench:   %s: %s %s\n' "$1" "$2" "${3:-}" >&2
+}
+section() { printf '\n%s\n' "$1" >>"$RESULTS"; }
+
+# A payload of exactly 200 bytes of JSON (the pad makes up the length).
+PAYLOAD_HEAD='{"order_id": 1234567, "event": "order.created", "customer": "c-0004711", "amount_cents": 129900, "currency": "EUR", "items": [{"sku": "sku-01", "qty": 2}], "pad": "'
+PAD_LENGTH=$((200 - ${#PAYLOAD_HEAD} - 2))
+PAYLOAD="$PAYLOAD_HEAD$(printf '%*s' "$PAD_LENGTH" '' | tr ' ' x)\"}"
+PAYLOAD_BYTES=${#PAYLOAD}
+
+# reset: an empty outbox.job, flushed, so one step does not tax the next.
+reset_outbox() {
+    sql "TRUNCATE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+}
+
+# fill ROWS [QUEUE]: a ready backlog, inserted in one statement, then analyzed.
+fill() {
+    local rows=$1 queue=${2:-bench}
+    sql "INSERT INTO outbox.job (queue, payload)
+         SELECT '$queue', '$PAYLOAD'::jsonb FROM generate_series(1, $rows)" >/dev/null
+    sql "VACUUM ANALYZE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+}
+
+sizes() {
+    sql "SELECT pg_size_pretty(pg_table_size('outbox.job')) || ' table + ' ||
+                pg_size_pretty(pg_indexes_size('outbox.job')) || ' indexes'"
+}
+
+# pgbench_rate SCRIPT CLIENTS ROWS_PER_TRANSACTION: rows/s of one pgbench run.
+pgbench_rate() {
+    local script=$1 clients=$2 rows=$3 out tps
+    out=$(timeout $((PGBENCH_SECONDS + 120)) "$PG_BIN/pgbench" -n -c "$clients" -j 2 \
+        -T "$PGBENCH_SECONDS" -f "$script" "$DB" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        die "pgbench $(basename "$script") failed"
+    }
+    tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+    [ -n "$tps" ] || die "pgbench $(basename "$script") printed no tps"
+    calc "$tps * $rows"
+}
+
+# relay_once BROKER_URL NAME [OPTIONS...]: times `outbox-relay --once` from
+# start to exit; sets DRAIN_SECONDS and DRAIN_RSS_KB.
+relay_once() {
+    local broker=$1 name=$2 start end status
+    shift 2
+    start=$(now)
+    set +e
+    /usr/bin/time -v -o "$STACK/time-$name" timeout "$STEP_TIMEOUT" \
+        "$BIN/outbox-relay" --database-url "$DB" --broker "$broker" --metrics-addr off \
+        --log-level warn --once "$@" 2>"$STACK/relay-$name.log"
+    status=$?
+    set -e
+    end=$(now)
+    if [ "$status" != 0 ]; then
+        tail -n 20 "$STACK/relay-$name.log" >&2
+        die "outbox-relay --once to $name exited with $status"
+    fi
+    DRAIN_SECONDS=$(calc "$end - $start")
+    DRAIN_RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$STACK/time-$name")
+}
+
+# check_succeeded ROWS: every row of the backlog is succeeded.
+check_succeeded() {
+    local counts
+    counts=$(sql "SELECT count(*) FILTER (WHERE state = 'succeeded') || ' ' || count(*)
+                  FROM outbox.job")
+    [ "$counts" = "$1 $1" ] ||
+        die "expected $1 succeeded rows of $1, the database has (succeeded total): $counts"
+}
+
+rate() { calc "$1 / $2"; }
+ratio() { calc "$1 / $2"; }
+fmt_rate() { printf '%.0f' "$1"; }
+
+# ---- the stack ----------------------------------------------------------------
+
+log "starting PostgreSQL, RabbitMQ and Redis in $STACK"
+timeout "$STEP_TIMEOUT" "$STACK_SH" start "$STACK" >"$STACK/stack.log" 2>&1 || {
+    cat "$STACK/stack.log" >&2
+    die "the stack did not start"
+}
+# shellcheck disable=SC1091
+. "$STACK/env"
+DB="${OUTBOX_TEST_PG_URL%/*}/outbox_bench"
+REDIS_URL=$OUTBOX_TEST_REDIS_URL
+AMQP_URL=$OUTBOX_TEST_AMQP_URL
+psql -X -q -v ON_ERROR_STOP=1 "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE outbox_bench" >/dev/null
+"$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
+redis_cli() {
+    REDISCLI_AUTH=${OUTBOX_TEST_REDIS_PASSWORD:-} redis-cli -h 127.0.0.1 \
+        -p "$OUTBOX_TEST_REDIS_PORT" "$@"
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+[ -n "$CPU_MODEL" ] || CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+MEMORY=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+PG_VERSION=$(sql "SHOW server_version")
+PG_SETTINGS=$(sql "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name)
+                   FROM pg_settings WHERE name IN ('synchronous_commit', 'fsync', 'shared_buffers')")
+REDIS_VERSION=$(redis_cli INFO server | sed -n 's/^redis_version:\([^\r]*\).*/\1/p')
+RABBIT_VERSION=$(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo unknown)
+
+# ---- 1. enqueue ------------------------------------------------------------------
+
+section "1. enqueue (pgbench, ${PGBENCH_SECONDS}s each, ${PAYLOAD_BYTES} byte payload)"
+printf "SELECT outbox.enqueue('bench_enqueue', '%s'::jsonb);\n" "$PAYLOAD" >"$STACK/enqueue.sql"
+printf "INSERT INTO outbox.job (queue, payload) VALUES ('bench_enqueue', '%s'::jsonb);\n" \
+    "$PAYLOAD" >"$STACK/insert.sql"
+printf "SELECT count(outbox.enqueue('bench_enqueue', '%s'::jsonb)) FROM generate_series(1, 1000);\n" \
+    "$PAYLOAD" >"$STACK/enqueue-batch.sql"
+printf "INSERT INTO outbox.job (queue, payload) SELECT 'bench_enqueue', '%s'::jsonb FROM generate_series(1, 1000);\n" \
+    "$PAYLOAD" >"$STACK/insert-batch.sql"
+
+log "enqueue: single-row transactions, 16 clients"
+reset_outbox
+ENQUEUE_RATE=$(pgbench_rate "$STACK/enqueue.sql" 16 1)
+reset_outbox
+INSERT_RATE=$(pgbench_rate "$STACK/insert.sql" 16 1)
+result "1 row/txn, 16 clients, SELECT outbox.enqueue()" "$(fmt_rate "$ENQUEUE_RATE") rows/s" \
+    "$(printf '%.2f' "$(ratio "$ENQUEUE_RATE" "$INSERT_RATE")") of a bare INSERT (goal >= 0.90)"
+result "1 row/txn, 16 clients, bare INSERT INTO outbox.job" "$(fmt_rate "$INSERT_RATE") rows/s"
+log "enqueue: 1000 rows per transaction, 4 clients"
+reset_outbox
+BATCH_RATE=$(pgbench_rate "$STACK/enqueue-batch.sql" 4 1000)
+reset_outbox
+BATCH_INSERT_RATE=$(pgbench_rate "$STACK/insert-batch.sql" 4 1000)
+result "1000 rows/txn, 4 clients, outbox.enqueue()" "$(fmt_rate "$BATCH_RATE") rows/s" \
+    "$(printf '%.2f' "$(ratio "$BATCH_RATE" "$BATCH_INSERT_RATE")") of a bare INSERT ... SELECT"
+result "1000 rows/txn, 4 clients, bare INSERT ... SELECT" "$(fmt_rate "$BATCH_INSERT_RATE") rows/s"
+
+# ---- 2. ceilings -------------------------------------------------------------------
+
+section "2. ceilings (same run, same payload)"
+log "ceiling: claim + complete in PostgreSQL alone, $N rows"
+reset_outbox
+fill "$N"
+out=$("$TOOLS/outbox_bench" claim-ceiling --database-url "$DB" --threads 2 --batch 500) ||
+    die "claim-ceiling failed"
+[ "$(field rows "$out")" = "$N" ] || die "claim-ceiling completed $(field rows "$out") of $N rows"
+CLAIM_CEILING=$(field rate "$out")
+result "PostgreSQL claim+complete (batch 500, 2 threads)" "$(fmt_rate "$CLAIM_CEILING") rows/s"
+
+log "ceiling: RabbitMQ publish with confirms, $N messages"
+out=$(timeout "$STEP_TIMEOUT" "$TOOLS/outbox_bench" amqp-confirm --broker "$AMQP_URL" \
+    --count "$N" --window 1000 --payload-bytes "$PAYLOAD_BYTES") || die "amqp-confirm failed"
+AMQP_CEILING=$(field rate "$out")
+result "RabbitMQ publish+confirm (persistent, durable, window 1000)" \
+    "$(fmt_rate "$AMQP_CEILING") msgs/s"
+
+log "ceiling: Redis pipelined XADD, $N messages"
+out=$(timeout "$STEP_TIMEOUT" "$TOOLS/outbox_bench" redis-xadd --broker "$REDIS_URL" \
+    --count "$N" --payload-bytes "$PAYLOAD_BYTES") || die "redis-xadd failed"
+REDIS_CEILING=$(field rate "$out")
+result "Redis pipelined XADD (window 4096)" "$(fmt_rate "$REDIS_CEILING") msgs/s"
+
+# ---- 3. drain ------------------------------------------------------------------------
+
+section "3. drain of a $N-row backlog by outbox-relay --once (default options)"
+log "drain to Redis"
+reset_outbox
+fill "$N"
+relay_once "$REDIS_URL" redis --stream-prefix drain:
+check_succeeded "$N"
+XLEN=$(redis_cli XLEN drain:bench)
+[ "$XLEN" = "$N" ] || die "stream drain:bench holds $XLEN entries, expected $N"
+REDIS_DRAIN=$(rate "$N" "$DRAIN_SECONDS")
+result "to Redis (all rows succeeded, XLEN = $N)" "$(fmt_rate "$REDIS_DRAIN") rows/s" \
+    "$(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$CLAIM_CEILING")") of claim+complete, $(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$REDIS_CEILING")") of raw XADD"
+result "  relay max RSS during the Redis drain" "$((DRAIN_RSS_KB / 1024)) MiB" \
+    "(${DRAIN_RSS_KB} kB)"
+redis_cli DEL drain:bench >/dev/null
+
+log "drain to RabbitMQ"
+if ! check_out=$("$BIN/outbox-relay" --database-url "$DB" --broker "$AMQP_URL" \
+    --metrics-addr off --check 2>&1); then
+    result "to RabbitMQ" "n/a" "relay --check: $(printf '%s' "$check_out" | tail -n 1)"
+else
+    "$TOOLS/outbox_consumer" --broker "$AMQP_URL" --queue bench --declare --expect 0 ||
+        die "declaring queue bench failed"
+    reset_outbox
+    fill "$N"
+    relay_once "$AMQP_URL" amqp
+    check_succeeded "$N"
+    out=$("$TOOLS/outbox_bench" amqp-count --broker "$AMQP_URL" --queue bench) ||
+        die "counting the messages of queue bench failed"
+    [ "$(field messages "$out")" = "$N" ] ||
+        die "queue bench holds $(field messages "$out") messages, expected $N"
+    AMQP_DRAIN=$(rate "$N" "$DRAIN_SECONDS")
+    result "to RabbitMQ (all rows succeeded, queue holds $N)" "$(fmt_rate "$AMQP_DRAIN") rows/s" \
+        "$(printf '%.2f' "$(ratio "$AMQP_DRAIN" "$AMQP_CEILING")") of raw publish+confirm"
+    result "  relay max RSS during the RabbitMQ drain" "$((DRAIN_RSS_KB / 1024)) MiB" \
+        "(${DRAIN_RSS_KB} kB)"
+fi
+result "table + indexes with $N succeeded rows" "" "$(sizes)"
+timeout "$STEP_TIMEOUT" "$BIN/outboxctl" --database-url "$DB" purge --older-than 0s >/dev/null ||
+    die "outboxctl purge failed"
+sql "VACUUM outbox.job" >/dev/null
+result "  after outboxctl purge --older-than 0s + VACUUM" "" "$(sizes)"
+
+# ---- 4. latency -------------------------------------------------------------------------
+
+section "4. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s (pgbench -R, 1 row/txn, 16 clients, relay to Redis)"
+log "latency: $LATENCY_RATE rows/s for ${LATENCY_SECONDS}s with the relay running"
+reset_outbox
+"$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --stream-prefix latency: \
+    --metrics-addr off --log-level warn 2>"$STACK/relay-latency.log" &
+RELAY_PID=$!
+sleep 1
+kill -0 "$RELAY_PID" 2>/dev/null || {
+    cat "$STACK/relay-latency.log" >&2
+    die "the relay did not start"
+}
+# pgbench -R schedules transactions at the given mean rate (Poisson arrivals)
+sed 's/bench_enqueue/latency/' "$STACK/enqueue.sql" >"$STACK/latency-load.sql"
+out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$LATENCY_RATE" \
+    -T "$LATENCY_SECONDS" -f "$STACK/latency-load.sql" "$DB" 2>&1) || {
+    printf '%s\n' "$out" >&2
+    die "pgbench at $LATENCY_RATE rows/s failed"
+}
+OFFERED=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+SCHEDULE_LAG=$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms/avg \1 ms, max \2 ms/p')
+LATENCY_ROWS=$(sql "SELECT count(*) FROM outbox.job")
+for _ in $(seq 1 600); do
+    [ "$(sql "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'")" = 0 ] && break
+    sleep 0.1
+done
+kill -TERM "$RELAY_PID"
+wait "$RELAY_PID" || die "the background relay exited with $?"
+RELAY_PID=""
+check_succeeded "$LATENCY_ROWS"
+"$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream latency:latency \
+    >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
+cat >"$STACK/latency.sql" <<EOF
+CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
+\\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
+WITH l AS (
+    SELECT extract(epoch FROM j.finished_at - j.created_at) * 1000 AS to_finished,
+           r.received_ms - extract(epoch FROM j.created_at) * 1000 AS to_broker
+    FROM outbox.job j LEFT JOIN received r USING (job_id)
+)
+SELECT count(to_broker),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
+       round(max(to_broker)::numeric, 1),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
+       round(max(to_finished)::numeric, 1)
+FROM l;
+EOF
+IFS='|' read -r L_COUNT B50 B99 BMAX F50 F99 FMAX < <(timeout "$STEP_TIMEOUT" \
+    psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -f "$STACK/latency.sql")
+[ "$L_COUNT" = "$LATENCY_ROWS" ] ||
+    die "the stream holds $L_COUNT of the $LATENCY_ROWS latency rows"
+result "load achieved ($LATENCY_ROWS rows)" "$(fmt_rate "$OFFERED") rows/s" \
+    "pgbench schedule lag ${SCHEDULE_LAG:-n/a}"
+result "created_at -> Redis receive time (stream entry id)" "p50 $B50 ms" "p99 $B99 ms, max $BMAX ms"
+result "created_at -> finished_at (row marked succeeded)" "p50 $F50 ms" "p99 $F99 ms, max $FMAX ms"
+section "  created_at is the single-row transaction's start (now()), a few ms before its commit;
+  the receive time is the millisecond Redis assigned the entry id (same host clock)."
+
+# ---- 5. scaling ---------------------------------------------------------------------------
+
+section "5. one claim of 500 rows (median of 11, each completed) vs ready backlog"
+SCALE_SIZES="10000 100000 1000000"
+[ "$BIG" = 1 ] && SCALE_SIZES="$SCALE_SIZES 10000000"
+for size in $SCALE_SIZES; do
+    log "claim latency with a ready backlog of $size rows"
+    reset_outbox
+    fill "$size"
+    out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
+        die "claim-latency failed"
+    result "ready backlog of $size rows" "$(field median_ms "$out") ms" "$(sizes)"
+done
+reset_outbox
+
+# ---- report -----------------------------------------------------------------------------
+
+mkdir -p "$(dirname "$RESULTS_FILE")"
+{
+    echo "outbox-relay benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "machine: $(nproc) CPUs ($CPU_MODEL), $MEMORY RAM, $(uname -sr)"
+    echo "load average (1/5/15 min) at start: $LOAD_BEFORE, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the host skews the figures)"
+    echo "servers: PostgreSQL $PG_VERSION ($PG_SETTINGS), RabbitMQ $RABBIT_VERSION, Redis $REDIS_VERSION; all on this host"
+    echo "backlog: N = $N rows, payload $PAYLOAD_BYTES bytes of JSON"
+    cat "$RESULTS"
+} >"$RESULTS_FILE"
+printf '\n'
+cat "$RESULTS_FILE"
+printf '\n(written to %s)\n' "$RESULTS_FILE"
