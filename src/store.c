@@ -409,7 +409,13 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
      * publish, which at-least-once delivery allows. Business commits, made
      * on the producers' connections, stay durable.
      */
+    /*
+     * Custom plans: the fenced writes take arrays whose length the planner
+     * must see, or after five runs a generic plan that guesses one row turns
+     * a 500-row complete into a quadratic join.
+     */
     result = PQexec(store->conn, "SET synchronous_commit = off; SET statement_timeout = '30s';"
+                                 " SET plan_cache_mode = force_custom_plan;"
                                  " SET lock_timeout = '10s';"
                                  " SET default_transaction_isolation = 'read committed';"
                                  " SELECT to_regclass('outbox.job') IS NOT NULL");
