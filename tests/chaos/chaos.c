@@ -124,6 +124,8 @@ struct chaos {
     atomic_size_t sample_count;
     double started;
     long faults[FAULT_KINDS];
+    enum fault_kind order[FAULT_KINDS]; /* the first round */
+    int first_round;                    /* faults of the first round picked so far */
     long unexpected_exits;
 };
 
@@ -302,6 +304,29 @@ static const char AUDIT_FENCED_CONDITION[] =
     " OR c.new_attempts IS DISTINCT FROM t.old_attempts OR c.actor IS DISTINCT FROM t.actor"
     " OR t.at > t.old_lease)";
 static const char AUDIT_REAP_CONDITION[] = "t.reap AND t.at < t.old_lease";
+
+void
+chaos_audit_install(PGconn *conn)
+{
+    harness_exec(conn, SETUP_SQL);
+}
+
+/* Counts the audit rows matching condition (see AUDIT_VIOLATIONS_SQL). */
+static long long
+audit_count(PGconn *conn, const char *condition)
+{
+    char sql[2048], count_sql[2200];
+
+    snprintf(sql, sizeof(sql), AUDIT_VIOLATIONS_SQL, condition);
+    snprintf(count_sql, sizeof(count_sql), "SELECT count(*) FROM (%s) v", sql);
+    return harness_query_ll(conn, count_sql);
+}
+
+long long
+chaos_audit_violations(PGconn *conn)
+{
+    return audit_count(conn, AUDIT_FENCED_CONDITION) + audit_count(conn, AUDIT_REAP_CONDITION);
+}
 
 /* ---- producers -------------------------------------------------------------- */
 
@@ -697,10 +722,28 @@ resources_verdict(const struct chaos *c, bool judge)
 
 /* ---- faults ---------------------------------------------------------------- */
 
+/*
+ * The next fault: first every kind once, in an order drawn from the seed,
+ * so that even a short run covers them all; then by weight.
+ */
 static enum fault_kind
 pick_fault(struct chaos *c)
 {
     int total = 0, roll;
+
+    if (c->first_round == 0) {
+        for (int i = 0; i < FAULT_KINDS; i++)
+            c->order[i] = (enum fault_kind)i;
+        for (int i = FAULT_KINDS - 1; i > 0; i--) {
+            int j = (int)random_between(&c->rng, 0, i);
+            enum fault_kind swap = c->order[i];
+
+            c->order[i] = c->order[j];
+            c->order[j] = swap;
+        }
+    }
+    if (c->first_round < FAULT_KINDS)
+        return c->order[c->first_round++];
 
     for (int i = 0; i < FAULT_KINDS; i++)
         total += fault_weights[i];
@@ -1176,7 +1219,7 @@ chaos_run(const struct chaos_options *options)
 
     deadline = c->started + options->seconds;
     while (now_seconds() < deadline) {
-        sleep_ms(random_between(&c->rng, 1000, 4000));
+        sleep_ms(random_between(&c->rng, 1000, 3000));
         relay_check_alive(c);
         if (now_seconds() >= deadline)
             break;

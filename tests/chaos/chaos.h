@@ -30,6 +30,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <libpq-fe.h>
+
 enum chaos_broker {
     CHAOS_RABBITMQ,
     CHAOS_REDIS,
@@ -50,6 +52,21 @@ struct chaos_options {
  */
 void chaos_options_from_env(struct chaos_options *options, enum chaos_broker broker,
                             int default_seconds);
+
+/*
+ * Creates the driver's business table and the audit of outbox.job (a
+ * trigger logging every transition with the session's application_name)
+ * in the database of conn.
+ */
+void chaos_audit_install(PGconn *conn);
+
+/*
+ * The audited writes that break the lease protocol: a change of a running
+ * row (extend, complete, fail, release) not made by the session, worker and
+ * generation of its latest claim or made after its lease ended, and reaps
+ * before the lease ended.
+ */
+long long chaos_audit_violations(PGconn *conn);
 
 /* Runs the driver, prints the verdict; true when every check passed. */
 bool chaos_run(const struct chaos_options *options);
