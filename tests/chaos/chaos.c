@@ -57,9 +57,8 @@ enum fault_kind {
 };
 
 static const char *const fault_names[FAULT_KINDS] = {
-    "relay kill -9",         "relay SIGSTOP > lease", "broker stop/start",
-    "postgres restart",      "proxy cut (database)",  "proxy cut (broker)",
-    "proxy stall",           "proxy slow",
+    "relay kill -9",        "relay SIGSTOP > lease", "broker stop/start", "postgres restart",
+    "proxy cut (database)", "proxy cut (broker)",    "proxy stall",       "proxy slow",
 };
 
 /* Relative weights of the fault kinds, same order. */
@@ -187,8 +186,7 @@ id_list_clear(struct id_list *list)
 }
 
 void
-chaos_options_from_env(struct chaos_options *options, enum chaos_broker broker,
-                       int default_seconds)
+chaos_options_from_env(struct chaos_options *options, enum chaos_broker broker, int default_seconds)
 {
     const char *value;
 
@@ -202,8 +200,8 @@ chaos_options_from_env(struct chaos_options *options, enum chaos_broker broker,
     if (value && *value)
         options->seed = strtoull(value, NULL, 10);
     else
-        options->seed = (uint64_t)time(NULL) * 1000003ULL ^ (uint64_t)getpid() ^
-                        (uint64_t)broker * 7919ULL;
+        options->seed =
+            (uint64_t)time(NULL) * 1000003ULL ^ (uint64_t)getpid() ^ (uint64_t)broker * 7919ULL;
     if (options->seed == 0)
         options->seed = 1;
     value = getenv("OUTBOX_CHAOS_RATE");
@@ -348,8 +346,8 @@ static bool
 producer_command(PGconn *conn, const char *sql)
 {
     PGresult *result = PQexec(conn, sql);
-    bool ok = PQresultStatus(result) == PGRES_COMMAND_OK ||
-              PQresultStatus(result) == PGRES_TUPLES_OK;
+    bool ok =
+        PQresultStatus(result) == PGRES_COMMAND_OK || PQresultStatus(result) == PGRES_TUPLES_OK;
 
     PQclear(result);
     return ok;
@@ -381,15 +379,14 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
     bool rollback = roll < 10, reuse = false, ok;
     PGresult *result;
 
-    snprintf(payload, sizeof(payload), "{\"producer\": %d, \"sequence\": %ld}", p->index,
-             sequence);
+    snprintf(payload, sizeof(payload), "{\"producer\": %d, \"sequence\": %ld}", p->index, sequence);
     message.queue = c->name;
     message.payload_json = payload;
     message.max_attempts = 1000; /* faults must never make a row dead */
     if (random_between(&p->rng, 0, 1) == 0) {
         /* each producer owns its keys, so job_id order is commit order per key */
-        long k = p->index + PRODUCER_COUNT * random_between(&p->rng, 0,
-                                                            ORDERING_KEYS / PRODUCER_COUNT - 1);
+        long k = p->index +
+                 PRODUCER_COUNT * random_between(&p->rng, 0, ORDERING_KEYS / PRODUCER_COUNT - 1);
 
         snprintf(ordering, sizeof(ordering), "key-%03ld", k);
         message.ordering_key = ordering;
@@ -698,13 +695,13 @@ resources_verdict(const struct chaos *c, bool judge)
         long rss_bound = rss_base + (rss_base / 2 > 16384 ? rss_base / 2 : 16384);
 
         if (rss_floor > rss_bound) {
-            printf("  FAIL: relay memory grew steadily: floor %ld KiB > bound %ld KiB\n",
-                   rss_floor, rss_bound);
+            printf("  FAIL: relay memory grew steadily: floor %ld KiB > bound %ld KiB\n", rss_floor,
+                   rss_bound);
             ok = false;
         }
         if (fd_floor > fd_base + 4) {
-            printf("  FAIL: relay descriptors grew across reconnects: floor %ld > %ld\n",
-                   fd_floor, fd_base + 4);
+            printf("  FAIL: relay descriptors grew across reconnects: floor %ld > %ld\n", fd_floor,
+                   fd_base + 4);
             ok = false;
         }
     }
@@ -914,10 +911,10 @@ audit_violations(struct chaos *c, const char *condition, const char *label)
     for (int i = 0; i < PQntuples(result) && i < 5; i++)
         printf("  %s: audit seq %s job %s %s by session %s worker %s gen %s; latest claim by"
                " session %s worker %s gen %s; %s ms past lease end\n",
-               label, PQgetvalue(result, i, 0), PQgetvalue(result, i, 1),
-               PQgetvalue(result, i, 2), PQgetvalue(result, i, 3), PQgetvalue(result, i, 4),
-               PQgetvalue(result, i, 5), PQgetvalue(result, i, 6), PQgetvalue(result, i, 7),
-               PQgetvalue(result, i, 8), PQgetvalue(result, i, 9));
+               label, PQgetvalue(result, i, 0), PQgetvalue(result, i, 1), PQgetvalue(result, i, 2),
+               PQgetvalue(result, i, 3), PQgetvalue(result, i, 4), PQgetvalue(result, i, 5),
+               PQgetvalue(result, i, 6), PQgetvalue(result, i, 7), PQgetvalue(result, i, 8),
+               PQgetvalue(result, i, 9));
     PQclear(result);
     return count;
 }
@@ -973,11 +970,11 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     int64_t max_id = 0;
     int *copies, *key_of, *key_last;
     char *state_of; /* 0 none, 1 committed row */
-    long committed_known = 0, rolled_back = 0, uncertain = 0, duplicate_commits = 0,
-         mismatches = 0, producer_errors = 0, lost_known = 0, rolled_back_present = 0;
+    long committed_known = 0, rolled_back = 0, uncertain = 0, duplicate_commits = 0, mismatches = 0,
+         producer_errors = 0, lost_known = 0, rolled_back_present = 0;
     long missing = 0, duplicates = 0, duplicated_jobs = 0, rolled_back_delivered = 0,
          not_committed = 0, out_of_order = 0, keyed = 0, not_succeeded;
-    long long rows_total, orphans, audit_rows, completions, fenced_bad, reap_bad, dead;
+    long long rows_total, orphans, audit_rows, completions, fenced_bad, reap_bad, dead, reclaimed;
     struct id_list duplicated = {0};
 
     rows = control_exec(c, "SELECT job_id, ordering_key FROM outbox.job ORDER BY job_id");
@@ -1071,6 +1068,9 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
                                " + (SELECT count(*) FROM chaos_order o WHERE NOT EXISTS"
                                "  (SELECT 1 FROM outbox.job j WHERE j.job_id = o.job_id))");
     audit_rows = control_value(c, "SELECT count(*) FROM chaos_audit");
+    reclaimed = control_value(c, "SELECT count(*) FROM (SELECT job_id FROM chaos_audit"
+                                 " WHERE old_state = 'ready' AND new_state = 'running'"
+                                 " GROUP BY job_id HAVING count(*) > 1) j");
     completions = control_value(c, "SELECT count(*) FROM chaos_audit WHERE old_state = 'running'"
                                    " AND new_state = 'succeeded'");
 
@@ -1088,10 +1088,14 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
            rows_total - not_succeeded, dead, (long long)not_succeeded - dead);
     printf("  delivered:          %zu messages, %lld distinct jobs, %ld missing, %ld"
            " duplicates (%ld jobs)\n",
-           delivered->count, (long long)(delivered->count - (size_t)duplicates -
-                                         (size_t)rolled_back_delivered - (size_t)not_committed),
+           delivered->count,
+           (long long)(delivered->count - (size_t)duplicates - (size_t)rolled_back_delivered -
+                       (size_t)not_committed),
            missing, duplicates, duplicated_jobs);
     print_duplicate_causes(c, &duplicated);
+    printf("  published again:    %lld jobs were claimed more than once (%s)\n", reclaimed,
+           c->options->broker == CHAOS_REDIS ? "the stream's dedup kept one entry each"
+                                             : "each may be a duplicate");
     printf("  not committed:      %ld rolled-back rows delivered, %ld other unknown messages\n",
            rolled_back_delivered, not_committed + foreign);
     printf("  ordering:           %ld keyed rows over %d keys, %ld first deliveries out of"
@@ -1145,9 +1149,8 @@ static void
 setup_urls(struct chaos *c)
 {
     const char *database = strrchr(c->database_url, '/');
-    const char *broker_port = harness_env(c->options->broker == CHAOS_RABBITMQ
-                                              ? "OUTBOX_TEST_AMQP_PORT"
-                                              : "OUTBOX_TEST_REDIS_PORT");
+    const char *broker_port = harness_env(
+        c->options->broker == CHAOS_RABBITMQ ? "OUTBOX_TEST_AMQP_PORT" : "OUTBOX_TEST_REDIS_PORT");
     const char *at;
 
     assert_non_null(database);
@@ -1156,8 +1159,7 @@ setup_urls(struct chaos *c)
     assert_non_null(c->database_proxy);
     assert_non_null(c->broker_proxy);
     snprintf(c->relay_database_base, sizeof(c->relay_database_base),
-             "postgresql://postgres@127.0.0.1:%d%s", chaos_proxy_port(c->database_proxy),
-             database);
+             "postgresql://postgres@127.0.0.1:%d%s", chaos_proxy_port(c->database_proxy), database);
     c->broker_url = harness_env(c->options->broker == CHAOS_RABBITMQ ? "OUTBOX_TEST_AMQP_URL"
                                                                      : "OUTBOX_TEST_REDIS_URL");
     at = strrchr(c->broker_url, '@');
@@ -1212,9 +1214,8 @@ chaos_run(const struct chaos_options *options)
         c->producers[i].chaos = c;
         c->producers[i].index = i;
         c->producers[i].rng = options->seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1));
-        assert_int_equal(pthread_create(&c->producers[i].thread, NULL, producer_main,
-                                        &c->producers[i]),
-                         0);
+        assert_int_equal(
+            pthread_create(&c->producers[i].thread, NULL, producer_main, &c->producers[i]), 0);
     }
 
     deadline = c->started + options->seconds;

@@ -39,10 +39,10 @@ enum chaos_broker {
 
 struct chaos_options {
     enum chaos_broker broker;
-    int seconds;       /* how long producers and faults run (the drain comes after) */
-    uint64_t seed;     /* the fault schedule */
-    int rate;          /* business transactions per second, all producers together */
-    bool soak;         /* also judge the relay's memory and descriptors over time */
+    int seconds;   /* how long producers and faults run (the drain comes after) */
+    uint64_t seed; /* the fault schedule */
+    int rate;      /* business transactions per second, all producers together */
+    bool soak;     /* also judge the relay's memory and descriptors over time */
 };
 
 /*
