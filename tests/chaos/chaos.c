@@ -214,6 +214,14 @@ chaos_options_from_env(struct chaos_options *options, enum chaos_broker broker, 
 
 /* ---- database helpers for the main thread -------------------------------- */
 
+/* Server notices (e.g. the FATAL of a restart reaching an idle session) are expected here. */
+static void
+ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 /* Runs sql on the control connection, reconnecting across a server restart (30 s at most). */
 static PGresult *
 control_exec(struct chaos *c, const char *sql)
@@ -334,8 +342,10 @@ producer_connect(struct producer *p)
     while (!atomic_load(&p->chaos->stop_producers)) {
         PGconn *conn = PQconnectdb(p->chaos->database_url);
 
-        if (PQstatus(conn) == CONNECTION_OK)
+        if (PQstatus(conn) == CONNECTION_OK) {
+            PQsetNoticeProcessor(conn, ignore_notice, NULL);
             return conn;
+        }
         PQfinish(conn);
         sleep_ms(200);
     }
@@ -953,10 +963,11 @@ print_duplicate_causes(struct chaos *c, const struct id_list *duplicated)
         "  HAVING count(*) FILTER (WHERE new_state = 'running' AND old_state = 'ready') = 1"
         ") causes GROUP BY 1 ORDER BY 2 DESC, 1",
         1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(result) == PGRES_TUPLES_OK)
+    if (PQresultStatus(result) == PGRES_TUPLES_OK) {
         for (int i = 0; i < PQntuples(result); i++)
             printf("      %6s jobs: %s\n", PQgetvalue(result, i, 1), PQgetvalue(result, i, 0));
-    else
+        printf("      (a job claimed more than twice can count under more than one cause)\n");
+    } else
         printf("      (causes unavailable: %s)\n", PQresultErrorMessage(result));
     PQclear(result);
     free(array);
@@ -1195,6 +1206,7 @@ chaos_run(const struct chaos_options *options)
 
     c->database_url = harness_database_new();
     c->conn = harness_connect(c->database_url);
+    PQsetNoticeProcessor(c->conn, ignore_notice, NULL);
     harness_exec(c->conn, SETUP_SQL);
     setup_urls(c);
     if (options->broker == CHAOS_RABBITMQ) {
