@@ -25,11 +25,18 @@
 
 #define DEFAULT_SECONDS 50
 
-/* True when OUTBOX_CHAOS_BROKERS leaves this broker in (unset: both). */
+/*
+ * True when OUTBOX_CHAOS_BROKERS leaves this broker in (unset: both). Not
+ * under valgrind (make valgrind): relays that slow cannot drain in bounded
+ * time, and the ASan build covers memory errors of a chaos run.
+ */
 static bool
 broker_selected(const char *name)
 {
     const char *brokers = getenv("OUTBOX_CHAOS_BROKERS");
+
+    if (getenv("OUTBOX_VALGRIND") != NULL && *getenv("OUTBOX_VALGRIND") != '\0')
+        return false;
 
     return brokers == NULL || *brokers == '\0' || strstr(brokers, name) != NULL;
 }
