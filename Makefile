@@ -8,6 +8,7 @@
 #   make bench      the benchmark
 #   make fuzz       libFuzzer targets in tests/fuzz, FUZZ_SECONDS each (needs clang)
 #                   (FUZZ_TARGETS="url config" picks some)
+#   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker
 #   make deps       install the Debian packages this needs (as root)
 #   make format / analyze / clean
 
@@ -49,6 +50,9 @@ INTEG_SRC  := $(sort $(wildcard tests/integration/test_*.c))
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 INTEG_HELPERS := $(filter-out $(INTEG_SRC),$(sort $(wildcard tests/integration/*.c)))
 INTEG_HELPER_OBJ := $(INTEG_HELPERS:%.c=$(BUILD)/%.o)
+# tests/chaos: the fault-injection driver and its TCP proxy, linked into test_chaos.
+CHAOS_SRC  := $(sort $(wildcard tests/chaos/*.c))
+CHAOS_OBJ  := $(CHAOS_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
@@ -91,13 +95,17 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Itests/integration $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Itests/integration -Itests/chaos $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/integration/test_chaos: $(BUILD)/tests/integration/test_chaos.o $(CHAOS_OBJ) \
+                                      $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(LDLIBS)
@@ -173,6 +181,13 @@ fuzz: check-deps
 	    "apt-get install clang libclang-rt-14-dev"; exit 2; }
 	$(MAKE) $(FUZZ_BIN)
 	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
+
+# The chaos driver for SOAK_SECONDS per broker, judging the relay's RSS and fds too.
+SOAK_SECONDS ?= 600
+soak:
+	tests/harness/deps.sh
+	$(MAKE) test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) SOAK_SECONDS=$(SOAK_SECONDS) tests/chaos/soak.sh
 
 deps:
 	tests/harness/deps.sh

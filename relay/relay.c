@@ -139,6 +139,24 @@ next_backoff_ms(struct pipeline *p, int attempt)
 /* ---- connections ------------------------------------------------------------ */
 
 /*
+ * libpq hands what the server says outside a query result (a WARNING from a
+ * user's trigger, the FATAL sent to idle sessions at shutdown) to a notice
+ * processor whose default writes it raw to stderr, in the middle of the log.
+ * This one makes it a log event of the pipeline, rate-limited.
+ */
+static void
+log_database_notice(void *arg, const char *message)
+{
+    const struct pipeline *p = arg;
+    size_t len = strlen(message);
+
+    while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
+        len--;
+    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
+                      "pipeline=%d notice=\"%.*s\"", p->index, (int)len, message);
+}
+
+/*
  * Connects the store until it works, the relay stops, or a fatal error
  * (bad password, no schema) at first start. Returns 0 when connected.
  */
@@ -152,6 +170,7 @@ connect_store(struct pipeline *p, bool first)
 
         p->store = outbox_store_connect(r->config->database_url, p->worker_id, &err);
         if (p->store != NULL) {
+            PQsetNoticeProcessor(outbox_store_conn(p->store), log_database_notice, p);
             outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
             metrics_set_up(r->metrics, METRICS_DATABASE, true);
             if (attempt > 1 || !first)
