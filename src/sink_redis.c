@@ -469,26 +469,43 @@ static int
 redis_publish(sink *s, const struct sink_message *messages, size_t count,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
-    size_t *retry, retry_count = 0, unused = 0;
-    int rc;
+    size_t limit = s->options.max_message_bytes != 0 ? s->options.max_message_bytes
+                                                     : (size_t)128 * 1024 * 1024;
+    size_t *retry, *sendable = NULL, sendable_count = 0, retry_count = 0, unused = 0;
+    int rc = 0;
 
     if (count == 0)
         return 0;
     retry = malloc(count * sizeof(*retry));
-    if (retry == NULL) {
+    sendable = malloc(count * sizeof(*sendable));
+    if (retry == NULL || sendable == NULL) {
+        free(retry);
+        free(sendable);
         for (size_t i = 0; i < count; i++)
             sink_outcome_set(&outcomes[i], SINK_FAILED, "out of memory while publishing to redis");
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < count; i++) {
+        if (messages[i].payload_len > limit) {
+            /* never sent: it would be refused the same way on every attempt */
+            sink_outcome_set(&outcomes[i], SINK_REJECTED,
+                             "message of %zu bytes exceeds the limit of %zu bytes",
+                             messages[i].payload_len, limit);
+            continue;
+        }
         sink_outcome_set(&outcomes[i], SINK_FAILED, "no reply from redis");
-    rc = pipeline_pass(s, messages, NULL, count, CALL_EVALSHA, outcomes, retry, &retry_count, err);
+        sendable[sendable_count++] = i;
+    }
+    if (sendable_count > 0)
+        rc = pipeline_pass(s, messages, sendable_count == count ? NULL : sendable, sendable_count,
+                           CALL_EVALSHA, outcomes, retry, &retry_count, err);
     if (rc == 0 && retry_count > 0) {
         /* the script cache was flushed (SCRIPT FLUSH, restart behind a proxy, failover) */
         rc =
             pipeline_pass(s, messages, retry, retry_count, CALL_EVAL, outcomes, NULL, &unused, err);
     }
     free(retry);
+    free(sendable);
     return rc;
 }
 

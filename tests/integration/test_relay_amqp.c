@@ -341,6 +341,26 @@ test_sigterm_leaves_nothing_running(void **state)
 }
 
 static void
+test_oversized_row_dies_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--max-message-bytes", "500", NULL};
+    char sql[256];
+
+    enqueue(f, 10);
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue('%s', jsonb_build_object('pad', repeat('x', 600)))", f->queue);
+    harness_exec(f->conn, sql);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1"
+                                    " AND last_error LIKE '%exceeds the limit of 500%'"),
+                     1);
+    assert_int_equal(count_where(f, "state = 'succeeded'"), 10);
+    harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
+    assert_int_equal(assert_every_row_delivered(f, 10), 0);
+}
+
+static void
 test_check(void **state)
 {
     struct fixture *f = *state;
@@ -377,6 +397,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_relays_share_the_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_leaves_nothing_running, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_down_at_start_and_restarted_mid_run, setup,
                                         teardown),

@@ -228,6 +228,34 @@ test_sigterm_stops_cleanly(void **state)
 }
 
 static void
+test_bad_rows_fail_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--max-message-bytes", "500", NULL};
+    char long_queue[201], sql[512], stream[300];
+
+    memset(long_queue, 'q', 200);
+    long_queue[200] = '\0';
+    enqueue_rows(f->conn, "orders", 10);
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('pad', repeat('x', 600)))");
+    snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('%s', '{\"long\": true}')", long_queue);
+    harness_exec(f->conn, sql);
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    /* the oversized row is dead at once, with the reason; nothing else is held up */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'"
+                                               " AND attempts = 1"
+                                               " AND last_error LIKE '%exceeds the limit of 500%'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     11);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 10);
+    snprintf(stream, sizeof(stream), "%s%s", f->prefix, long_queue);
+    assert_int_equal(stream_consumer_stream_length(f->redis, stream), 1);
+}
+
+static void
 test_check_reports_bad_credentials(void **state)
 {
     struct fixture *f = *state;
@@ -262,6 +290,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_redis_restart_mid_run_loses_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_rows_fail_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_reports_bad_credentials, setup, teardown),
     };
 
