@@ -120,7 +120,10 @@ DECLARE
     new_id bigint;
     waits  boolean := false;
 BEGIN
-    IF enqueue.queue IS NULL OR enqueue.queue !~ '^[A-Za-z0-9._:-]{1,200}$' THEN
+    -- the same rule as job_queue_name, without a regular expression: a regex
+    -- here costs a single-row transaction about half its throughput
+    IF enqueue.queue IS NULL OR length(enqueue.queue) NOT BETWEEN 1 AND 200
+       OR ltrim(enqueue.queue, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-') <> '' THEN
         RAISE EXCEPTION 'invalid outbox queue name %', coalesce(quote_literal(left(enqueue.queue, 60)), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'a queue name is 1 to 200 characters of A-Z a-z 0-9 . _ : -';
