@@ -19,6 +19,9 @@
 #include "outbox.h"
 #include "sink.h"
 
+/* While rows keep coming, an empty claim waits at most this long before the next. */
+#define BUSY_POLL_MAX_MS 8
+#define BUSY_WINDOW_SECONDS 1.0
 /* Pipelines check the stop flag at least this often while waiting. */
 #define WAIT_SLICE_MS 100
 /* Reconnect backoff: from the first to the longest wait. */
@@ -578,6 +581,7 @@ pipeline_run(void *arg)
     const struct relay_config *c = r->config;
     const char *const *queues = (const char *const *)c->queues;
     int idle_ms = 0;
+    double last_work = 0;
     bool reaped_once = false;
 
     if (connect_store(p, true) != 0 || connect_sink(p, true) != 0)
@@ -611,14 +615,22 @@ pipeline_run(void *arg)
             outbox_batch_release_memory(&batch);
             if (c->once)
                 break;
-            /* adaptive polling: 1, 2, 4 ... ms up to --poll-interval */
+            /*
+             * Adaptive polling: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
+             * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady
+             * stream must not cost its next rows a long sleep), and up to
+             * --poll-interval once the queue has been quiet for longer.
+             */
             idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
+            if (now_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
+                idle_ms = BUSY_POLL_MAX_MS;
             if (idle_ms > c->poll_interval_ms)
                 idle_ms = c->poll_interval_ms;
             wait_for_work(p, idle_ms);
             continue;
         }
         idle_ms = 0;
+        last_work = now_seconds();
         process_batch(p, &batch, claimed_at);
         outbox_batch_release_memory(&batch);
     }

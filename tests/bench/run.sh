@@ -372,6 +372,30 @@ for size in $SCALE_SIZES; do
 done
 reset_outbox
 
+# ---- 6. ordering keys -------------------------------------------------------------------
+
+section "6. one claim of 500 rows (median of 11, each completed) with ordering keys"
+# Rows are written as outbox.enqueue() would: the first row of each key ready, the rest held.
+log "claim latency with 10 000 keys x 100 rows"
+reset_outbox
+sql "INSERT INTO outbox.job (queue, payload, ordering_key, held)
+     SELECT 'bench', '{\"n\": 1}', 'key-' || (g % 10000), g > 10000
+     FROM generate_series(1, 1000000) AS g; VACUUM ANALYZE outbox.job" >/dev/null ||
+    die "unable to fill the keyed backlog"
+out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
+    die "claim-latency failed"
+result "10 000 keys x 100 rows (1M rows)" "$(field median_ms "$out") ms" "$(sizes)"
+log "claim latency with one hot key of 100 000 rows and 100 000 unkeyed rows"
+reset_outbox
+sql "INSERT INTO outbox.job (queue, payload, ordering_key, held)
+     SELECT 'bench', '{\"n\": 1}', CASE WHEN g % 2 = 0 THEN 'hot' END, g % 2 = 0 AND g > 2
+     FROM generate_series(1, 200000) AS g; VACUUM ANALYZE outbox.job" >/dev/null ||
+    die "unable to fill the hot-key backlog"
+out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
+    die "claim-latency failed"
+result "one hot key of 100k rows + 100k unkeyed" "$(field median_ms "$out") ms" "$(sizes)"
+reset_outbox
+
 # ---- report -----------------------------------------------------------------------------
 
 mkdir -p "$(dirname "$RESULTS_FILE")"
