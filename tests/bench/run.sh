@@ -380,8 +380,8 @@ log "claim latency with 10 000 keys x 100 rows"
 reset_outbox
 sql "INSERT INTO outbox.job (queue, payload, ordering_key, held)
      SELECT 'bench', '{\"n\": 1}', 'key-' || (g % 10000), g > 10000
-     FROM generate_series(1, 1000000) AS g; VACUUM ANALYZE outbox.job" >/dev/null ||
-    die "unable to fill the keyed backlog"
+     FROM generate_series(1, 1000000) AS g" >/dev/null &&
+    sql "VACUUM ANALYZE outbox.job" >/dev/null || die "unable to fill the keyed backlog"
 out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
     die "claim-latency failed"
 result "10 000 keys x 100 rows (1M rows)" "$(field median_ms "$out") ms" "$(sizes)"
@@ -389,8 +389,8 @@ log "claim latency with one hot key of 100 000 rows and 100 000 unkeyed rows"
 reset_outbox
 sql "INSERT INTO outbox.job (queue, payload, ordering_key, held)
      SELECT 'bench', '{\"n\": 1}', CASE WHEN g % 2 = 0 THEN 'hot' END, g % 2 = 0 AND g > 2
-     FROM generate_series(1, 200000) AS g; VACUUM ANALYZE outbox.job" >/dev/null ||
-    die "unable to fill the hot-key backlog"
+     FROM generate_series(1, 200000) AS g" >/dev/null &&
+    sql "VACUUM ANALYZE outbox.job" >/dev/null || die "unable to fill the hot-key backlog"
 out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --repeat 11) ||
     die "claim-latency failed"
 result "one hot key of 100k rows + 100k unkeyed" "$(field median_ms "$out") ms" "$(sizes)"
