@@ -234,6 +234,49 @@ unexpected_argument(const struct ctl *ctl, const char *arg)
     return usage_error("unexpected argument '%s' for '%s'", arg, ctl->command);
 }
 
+/* One option of a command: "--name VALUE" into *value, or a "--name" flag into *flag. */
+struct command_option {
+    const char *name;
+    const char **value;
+    bool *flag;
+};
+
+#define PARSE_GO_ON (-1)
+
+/*
+ * Reads argv[first..] as the common options plus the command's own. Returns
+ * PARSE_GO_ON when the command should run, or the exit status to return
+ * now: EXIT_USAGE after a usage message, 0 after printing --help.
+ */
+static int
+parse_command_options(struct ctl *ctl, int argc, char **argv, int first,
+                      const struct command_option *options, size_t count)
+{
+    for (int i = first; i < argc; i++) {
+        int taken = common_option(ctl, argc, argv, &i);
+
+        for (size_t o = 0; o < count && taken == 0; o++) {
+            if (options[o].flag != NULL) {
+                if (strcmp(argv[i], options[o].name) == 0) {
+                    *options[o].flag = true;
+                    taken = 1;
+                }
+            } else {
+                taken = take_value(ctl, argc, argv, &i, options[o].name, options[o].value);
+            }
+        }
+        if (taken == EXIT_USAGE)
+            return EXIT_USAGE;
+        if (taken == 0)
+            return unexpected_argument(ctl, argv[i]);
+    }
+    if (ctl->help) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    return PARSE_GO_ON;
+}
+
 /* Parses a numeric option value, reporting a usage error naming the option. */
 static int
 number_option(const char *name, const char *text, int64_t min, int64_t max, int64_t *value)
@@ -458,18 +501,8 @@ command_migrate(struct ctl *ctl, int argc, char **argv, int first)
     struct outbox_error err;
     int applied = 0, version = 0, taken;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    if ((taken = parse_command_options(ctl, argc, argv, first, NULL, 0)) != PARSE_GO_ON)
+        return taken;
     if ((taken = connect_database(ctl)) != 0)
         return taken;
     if (outbox_migrate(ctl->conn, &applied, &err) < 0 ||
@@ -641,22 +674,10 @@ command_status(struct ctl *ctl, int argc, char **argv, int first)
     bool json = false;
     int taken, rc;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    const struct command_option options[] = {{"--json", NULL, &json}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+        return taken;
     if ((taken = connect_database(ctl)) != 0)
         return taken;
     if (store_admin_status(ctl->conn, &status, &err) < 0)
@@ -682,20 +703,11 @@ command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
     bool ok;
     int taken;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--limit", &limit_text)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    const struct command_option options[] = {{"--queue", &queue, NULL},
+                                             {"--limit", &limit_text, NULL}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
+        return taken;
     if (limit_text != NULL &&
         number_option("--limit", limit_text, 1, DEAD_LIST_LIMIT_MAX, &limit) != 0)
         return EXIT_USAGE;
@@ -733,21 +745,12 @@ command_dead_retry(struct ctl *ctl, int argc, char **argv, int first)
     struct outbox_error err;
     int taken;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--job", &job_text)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--extra-attempts", &extra_text)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    const struct command_option options[] = {{"--queue", &queue, NULL},
+                                             {"--job", &job_text, NULL},
+                                             {"--extra-attempts", &extra_text, NULL}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 3)) != PARSE_GO_ON)
+        return taken;
     if (job_text != NULL && number_option("--job", job_text, 1, INT64_MAX, &job_id) != 0)
         return EXIT_USAGE;
     if (extra_text != NULL &&
@@ -770,19 +773,10 @@ command_purge(struct ctl *ctl, int argc, char **argv, int first)
     struct outbox_error err;
     int taken;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--older-than", &older_than)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    const struct command_option options[] = {{"--older-than", &older_than, NULL}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+        return taken;
     if (older_than == NULL)
         return usage_error("'purge' needs --older-than DURATION");
     if (parse_duration(older_than, &seconds, &err) < 0)
@@ -809,21 +803,12 @@ command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
     struct outbox_error err;
     int taken;
 
-    for (int i = first; i < argc; i++) {
-        if ((taken = common_option(ctl, argc, argv, &i)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--queue", &queue)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--payload", &payload)) != 0 ||
-            (taken = take_value(ctl, argc, argv, &i, "--key", &key)) != 0) {
-            if (taken == EXIT_USAGE)
-                return EXIT_USAGE;
-            continue;
-        }
-        return unexpected_argument(ctl, argv[i]);
-    }
-    if (ctl->help) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
+    const struct command_option options[] = {{"--queue", &queue, NULL},
+                                             {"--payload", &payload, NULL},
+                                             {"--key", &key, NULL}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 3)) != PARSE_GO_ON)
+        return taken;
     if (queue == NULL)
         return usage_error("'enqueue' needs --queue Q");
     if (payload == NULL)
