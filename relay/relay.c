@@ -3,7 +3,6 @@
  */
 #include "relay.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

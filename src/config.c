@@ -129,11 +129,8 @@ quote(const char *text, char *out)
     }
     out[n] = '\0';
     free(rest);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
-            out[i] = '?';
     free(redacted);
-    return out;
+    return outbox_error_quote(out, n + 1, out); /* in place */
 }
 
 /* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */

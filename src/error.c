@@ -76,6 +76,18 @@ outbox_error_set(struct outbox_error *err, enum outbox_error_code code, const ch
     return -1;
 }
 
+const char *
+outbox_error_quote(char *out, size_t size, const char *text)
+{
+    size_t n = 0;
+
+    for (; text != NULL && text[n] != '\0' && n + 1 < size; n++)
+        out[n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
+    if (size > 0)
+        out[n] = '\0';
+    return out;
+}
+
 enum outbox_error_code
 outbox_error_code_for_sqlstate(const char *sqlstate, bool connection_ok)
 {

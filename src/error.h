@@ -21,6 +21,13 @@ int outbox_error_set(struct outbox_error *err, enum outbox_error_code code, cons
 int outbox_error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result,
                          const char *context);
 
+/*
+ * Copies at most size - 1 bytes of text into out for quoting in a message,
+ * control characters as '?', so the message stays one line whatever the
+ * input holds. NULL text gives "". Returns out.
+ */
+const char *outbox_error_quote(char *out, size_t size, const char *text);
+
 /* Maps a SQLSTATE (5 chars, or NULL for a client-side failure) to a code. */
 enum outbox_error_code outbox_error_code_for_sqlstate(const char *sqlstate, bool connection_ok);
 

@@ -293,13 +293,9 @@ json_parse_string_object(const char *text, size_t length, struct json_string_obj
         }
         if (r.text[r.at] != '"') {
             char key[65];
-            size_t n = 0;
 
-            /* the key is quoted in a one-line message: control bytes become '?' */
-            for (; n < sizeof(key) - 1 && member.key[n] != '\0'; n++)
-                key[n] = (unsigned char)member.key[n] < 0x20 ? '?' : member.key[n];
-            key[n] = '\0';
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string", key,
+            outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string",
+                             outbox_error_quote(key, sizeof(key), member.key),
                              kind_of_value(r.text[r.at]));
             goto fail;
         }

@@ -19,12 +19,7 @@
 static const char *
 quote(const char *text, char *out)
 {
-    size_t n = 0;
-
-    for (; text != NULL && text[n] != '\0' && n < QUOTE_MAX; n++)
-        out[n] = (unsigned char)text[n] < 0x20 || text[n] == 0x7f ? '?' : text[n];
-    out[n] = '\0';
-    return out;
+    return outbox_error_quote(out, QUOTE_MAX + 1, text);
 }
 
 /*

@@ -307,21 +307,19 @@ compare_position(const void *a, const void *b)
 
 /*
  * Sets done[i] for every row whose job_id the result returned (column 0),
- * and dead[i] from column 1 when dead is not NULL. Returns rows matched.
+ * and dead[i] from column 1 when dead is not NULL; stores the rows matched
+ * in *changed when not NULL. Returns 0, or -1 when out of memory.
  */
-static size_t
+static int
 mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool *done,
-              bool *dead, struct outbox_error *err, int *failed)
+              bool *dead, size_t *changed, struct outbox_error *err)
 {
     struct position *positions = malloc(count * sizeof(*positions));
     int rows = PQntuples(result);
     size_t matched = 0;
 
-    *failed = 0;
-    if (positions == NULL) {
-        *failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return 0;
-    }
+    if (positions == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     for (size_t i = 0; i < count; i++) {
         positions[i].job_id = job_ids[i];
         positions[i].index = i;
@@ -345,7 +343,9 @@ mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool
             dead[found->index] = PQgetvalue(result, r, 1)[0] == 't';
     }
     free(positions);
-    return matched;
+    if (changed != NULL)
+        *changed = matched;
+    return 0;
 }
 
 /* Runs a prepared statement, checking for the expected result status. */
@@ -631,7 +631,6 @@ fenced_lease_write(outbox_store *store, const char *statement, const char *conte
     int64_t *job_ids = NULL;
     PGresult *result = NULL;
     const char *values[4];
-    size_t matched = 0;
     int failed = 0;
 
     if (changed != NULL)
@@ -656,9 +655,7 @@ fenced_lease_write(outbox_store *store, const char *statement, const char *conte
         failed = -1;
         goto cleanup;
     }
-    matched = mark_returned(result, job_ids, count, done, NULL, err, &failed);
-    if (changed != NULL)
-        *changed = matched;
+    failed = mark_returned(result, job_ids, count, done, NULL, changed, err);
 
 cleanup:
     PQclear(result);
@@ -705,7 +702,6 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
     int64_t *job_ids = NULL;
     PGresult *result = NULL;
     const char *values[7];
-    size_t matched;
     int failed = 0;
 
     if (changed != NULL)
@@ -757,9 +753,7 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
         failed = -1;
         goto cleanup;
     }
-    matched = mark_returned(result, job_ids, count, done, dead, err, &failed);
-    if (changed != NULL)
-        *changed = matched;
+    failed = mark_returned(result, job_ids, count, done, dead, changed, err);
 
 cleanup:
     PQclear(result);
