@@ -40,6 +40,8 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         s->options.connect_timeout_ms = 5000;
     if (s->options.io_timeout_ms <= 0)
         s->options.io_timeout_ms = 10000;
+    if (s->options.max_message_bytes == 0)
+        s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
     if (url_parse(options->url, &s->url, err) != 0)
         goto fail;
     s->ops = s->url.scheme == URL_REDIS ? &sink_redis_ops : &sink_amqp_ops;

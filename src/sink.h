@@ -26,6 +26,9 @@
 
 #include "outbox.h"
 
+/* RabbitMQ's default max_message_size; the default limit of every sink. */
+#define SINK_DEFAULT_MAX_MESSAGE_BYTES ((size_t)128 * 1024 * 1024)
+
 /* Options common to every sink; each sink reads the ones it understands. */
 struct sink_options {
     const char *url;           /* broker URL, with password: never log it */

@@ -44,7 +44,6 @@
 
 #define SINK_AMQP_CHANNEL 1
 #define SINK_AMQP_FRAME_MAX 131072
-#define SINK_AMQP_DEFAULT_MAX_MESSAGE_BYTES ((size_t)128 * 1024 * 1024)
 /* Publishes between two non-blocking looks at what the broker sent back. */
 #define SINK_AMQP_WINDOW 256
 /* The polite close at disconnect waits at most this long per step. */
@@ -57,7 +56,6 @@ struct sink_amqp {
     amqp_connection_state_t conn; /* NULL when disconnected */
     bool channel_open;            /* SINK_AMQP_CHANNEL is open in confirm mode */
     uint64_t next_tag;            /* delivery tag of the next publish on the channel */
-    size_t max_message_bytes;
     amqp_table_entry_t *entries; /* scratch for one message's headers */
     size_t entries_capacity;
 };
@@ -212,9 +210,6 @@ sink_amqp_init(sink *s, struct outbox_error *err)
     impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    impl->max_message_bytes = s->options.max_message_bytes != 0
-                                  ? s->options.max_message_bytes
-                                  : SINK_AMQP_DEFAULT_MAX_MESSAGE_BYTES;
     s->impl = impl;
     return 0;
 }
@@ -503,9 +498,9 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
     size_t header_bytes = 0;
 
     memset(headers, 0, sizeof(*headers));
-    if (message->payload_len > impl->max_message_bytes) {
+    if (message->payload_len > s->options.max_message_bytes) {
         sink_outcome_set(outcome, SINK_REJECTED, "message of %zu bytes exceeds the limit of %zu bytes",
-                         message->payload_len, impl->max_message_bytes);
+                         message->payload_len, s->options.max_message_bytes);
         return -1;
     }
     if (strlen(message->queue) > SINK_AMQP_SHORTSTR_MAX) {

@@ -469,8 +469,7 @@ static int
 redis_publish(sink *s, const struct sink_message *messages, size_t count,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
-    size_t limit = s->options.max_message_bytes != 0 ? s->options.max_message_bytes
-                                                     : (size_t)128 * 1024 * 1024;
+    size_t limit = s->options.max_message_bytes;
     size_t *retry, *sendable = NULL, sendable_count = 0, retry_count = 0, unused = 0;
     int rc = 0;
 
