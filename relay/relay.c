@@ -1,5 +1,12 @@
 /*
  * relay.c - claim, publish, mark: the pipelines of outbox-relay.
+ *
+ * Each pipeline owns one database connection and one broker connection and
+ * repeats a turn (relay_turn): the marks of the batch published last and the
+ * claim of the next batch are sent to the database ahead of their results,
+ * the current batch is published meanwhile, then the results are collected.
+ * The database and the broker work at the same time, and no row is marked
+ * before the broker confirmed it.
  */
 #include "relay.h"
 
@@ -38,6 +45,26 @@
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
+/*
+ * The rows of one claimed batch, and once it is published, its rows sorted
+ * by outcome until the database has marked them: accepted rows are
+ * completed, the others failed. Queue names point into the batch, error
+ * texts into the outcomes, so both live as long as the settlement.
+ */
+struct settlement {
+    struct outbox_batch batch;
+    struct sink_outcome *outcomes;
+    struct outbox_lease *leases; /* accepted rows */
+    const char **lease_queues;
+    size_t accepted;                 /* rows in leases[] not marked yet */
+    struct outbox_failure *failures; /* rejected or failed rows */
+    const char **failure_queues;
+    size_t failed;    /* rows in failures[] not marked yet */
+    size_t published; /* rows published, counted in flight until the settlement is cleared */
+    bool *done;
+    bool *dead;
+};
+
 struct pipeline {
     relay *relay;
     int index;
@@ -50,14 +77,12 @@ struct pipeline {
 
     /* per-batch scratch, sized for --batch-size */
     struct sink_message *messages;
-    struct sink_outcome *outcomes;
-    struct outbox_lease *leases;
-    struct outbox_failure *failures;
+    struct outbox_lease *leases; /* for extend and give back */
     bool *done;
-    bool *dead;
-    const char **lease_queues;   /* queue of leases[i] */
-    const char **failure_queues; /* queue of failures[i] */
-    double *lags;                /* commit-to-publish seconds of accepted rows */
+    double *lags; /* commit-to-publish seconds of accepted rows */
+    /* a batch being published and the one before it, being marked (see relay_turn) */
+    struct settlement settlements[2];
+    int current;
 
     double next_reap;
     double next_cleanup;
@@ -131,9 +156,9 @@ set_fatal(relay *r, const struct outbox_error *err)
 static int
 next_backoff_ms(struct pipeline *p, int attempt)
 {
-    double seconds = outbox_backoff_seconds(attempt, RECONNECT_FIRST_MS / 1000.0,
-                                            RECONNECT_MAX_MS / 1000.0,
-                                            (double)rand_r(&p->seed) / ((double)RAND_MAX + 1));
+    double seconds =
+        outbox_backoff_seconds(attempt, RECONNECT_FIRST_MS / 1000.0, RECONNECT_MAX_MS / 1000.0,
+                               (double)rand_r(&p->seed) / ((double)RAND_MAX + 1));
 
     return (int)(seconds * 1000);
 }
@@ -224,8 +249,8 @@ connect_sink(struct pipeline *p, bool first)
             return -1;
         }
         log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
-                          "pipeline=%d broker=%s error=\"%s\"", p->index,
-                          sink_display_url(p->sink), err.message);
+                          "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
+                          err.message);
         metrics_reconnected(r->metrics, METRICS_BROKER);
         sleep_ms(r, next_backoff_ms(p, attempt));
     }
@@ -245,10 +270,9 @@ store_failed(struct pipeline *p, const struct outbox_error *err)
         set_fatal(p->relay, err);
         return;
     }
-    log_event_limited("database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN
-                                                                         : OUTBOX_LOG_ERROR,
-                      "database error, reconnecting", "pipeline=%d error=\"%s\"", p->index,
-                      err->message);
+    log_event_limited(
+        "database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
+        "database error, reconnecting", "pipeline=%d error=\"%s\"", p->index, err->message);
     drop_store(p);
 }
 
@@ -265,13 +289,13 @@ sanitize_reason(char *reason)
 
 /* Fills the failure of one message from its sink outcome. */
 static void
-add_failure(struct pipeline *p, size_t n, const struct outbox_job *job,
+add_failure(struct pipeline *p, struct outbox_failure *failure, const struct outbox_job *job,
             struct sink_outcome *outcome)
 {
     const struct relay_config *c = p->relay->config;
 
     sanitize_reason(outcome->reason);
-    p->failures[n] = (struct outbox_failure){
+    *failure = (struct outbox_failure){
         .job_id = job->job_id,
         .generation = job->generation,
         .error = outcome->reason[0] ? outcome->reason : "publish failed",
@@ -282,88 +306,183 @@ add_failure(struct pipeline *p, size_t n, const struct outbox_job *job,
     };
 }
 
+static bool
+has_rows(const struct settlement *st)
+{
+    return st->accepted + st->failed > 0;
+}
+
+/* Records what marking the accepted rows changed; the rest lost their lease. */
+static void
+record_completed(struct pipeline *p, const struct settlement *st, size_t changed)
+{
+    relay *r = p->relay;
+
+    for (size_t i = 0; i < st->accepted; i++)
+        if (st->done[i])
+            metrics_add_queue(r->metrics, METRICS_ROWS_COMPLETED, st->lease_queues[i], 1);
+    if (changed < st->accepted) {
+        metrics_add(r->metrics, METRICS_LEASE_LOST, st->accepted - changed);
+        for (size_t i = 0; i < st->accepted; i++)
+            if (!st->done[i])
+                log_event_limited(
+                    "lease-lost", OUTBOX_LOG_WARN, "lease lost before marking a published row",
+                    "pipeline=%d job_id=%lld", p->index, (long long)st->leases[i].job_id);
+    }
+}
+
+/* Records what giving the failed rows back changed: retried later, or dead. */
+static void
+record_failed(struct pipeline *p, const struct settlement *st, size_t changed)
+{
+    relay *r = p->relay;
+
+    for (size_t i = 0; i < st->failed; i++) {
+        const struct outbox_failure *f = &st->failures[i];
+
+        if (!st->done[i])
+            continue;
+        /* a row's last attempt counts as dead only, as the metric's help says */
+        if (st->dead[i]) {
+            metrics_add_queue(r->metrics, METRICS_ROWS_DEAD, st->failure_queues[i], 1);
+            log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld error=\"%s\"",
+                      p->index, (long long)f->job_id, f->error);
+        } else {
+            metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, st->failure_queues[i], 1);
+            log_event_limited("publish-failed", OUTBOX_LOG_WARN, "publish failed, will retry",
+                              "pipeline=%d job_id=%lld retry_in=%.1fs error=\"%s\"", p->index,
+                              (long long)f->job_id, f->retry_seconds, f->error);
+        }
+    }
+    if (changed < st->failed)
+        metrics_add(r->metrics, METRICS_LEASE_LOST, st->failed - changed);
+}
+
+/* Forgets a settled (or abandoned) batch. */
+static void
+settlement_clear(struct pipeline *p, struct settlement *st)
+{
+    metrics_add_in_flight(p->relay->metrics, -(int64_t)st->published);
+    st->accepted = st->failed = st->published = 0;
+    outbox_batch_release_memory(&st->batch);
+}
+
 /*
- * Marks the confirmed rows succeeded. If the database is gone, reconnects
+ * Sends the marks of a published batch (complete, then fail) ahead of their
+ * results. Returns 0, or -1 after dropping the store.
+ */
+static int
+settle_send(struct pipeline *p, const struct settlement *st)
+{
+    struct outbox_error err;
+
+    if (outbox_complete_send(p->store, st->leases, st->accepted, &err) != 0 ||
+        outbox_fail_send(p->store, st->failures, st->failed, &err) != 0) {
+        store_failed(p, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Collects what settle_send() sent and records it. On an error the store is
+ * dropped and the marks that were not confirmed are left to settle_now().
+ */
+static void
+settle_receive(struct pipeline *p, struct settlement *st)
+{
+    struct outbox_error err;
+    size_t changed;
+
+    if (outbox_complete_receive(p->store, st->leases, st->accepted, st->done, &changed, &err) !=
+        0) {
+        store_failed(p, &err);
+        return;
+    }
+    record_completed(p, st, changed);
+    st->accepted = 0;
+    if (outbox_fail_receive(p->store, st->failures, st->failed, st->done, st->dead, &changed,
+                            &err) != 0) {
+        store_failed(p, &err);
+        return;
+    }
+    record_failed(p, st, changed);
+    st->failed = 0;
+}
+
+/*
+ * Marks a published batch and waits. If the database is gone, reconnects
  * once and tries again while the leases may still hold; rows it cannot mark
  * stay running and are re-published after their lease (at least once).
  */
 static void
-complete_accepted(struct pipeline *p, size_t accepted)
+settle_now(struct pipeline *p, struct settlement *st)
 {
-    relay *r = p->relay;
-    struct outbox_error err;
-    size_t changed = 0;
-
-    if (accepted == 0)
-        return;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    for (int attempt = 0; attempt < 2 && has_rows(st); attempt++) {
         if (p->store == NULL && connect_store(p, false) != 0)
-            return;
-        if (outbox_complete(p->store, p->leases, accepted, p->done, &changed, &err) == 0)
             break;
-        store_failed(p, &err);
-        if (p->store != NULL)
-            return; /* fatal */
+        if (settle_send(p, st) == 0)
+            settle_receive(p, st);
     }
-    for (size_t i = 0; i < accepted; i++)
-        if (p->done[i])
-            metrics_add_queue(r->metrics, METRICS_ROWS_COMPLETED, p->lease_queues[i], 1);
-    if (changed < accepted) {
-        metrics_add(r->metrics, METRICS_LEASE_LOST, accepted - changed);
-        for (size_t i = 0; i < accepted; i++)
-            if (!p->done[i])
-                log_event_limited("lease-lost", OUTBOX_LOG_WARN,
-                                  "lease lost before marking a published row",
-                                  "pipeline=%d job_id=%lld", p->index,
-                                  (long long)p->leases[i].job_id);
-    }
+    settlement_clear(p, st);
 }
 
+/* Fills p->leases with the rows of a batch. */
 static void
-fail_rejected(struct pipeline *p, size_t failed)
+lease_batch(struct pipeline *p, const struct outbox_batch *batch)
 {
-    relay *r = p->relay;
+    for (size_t i = 0; i < batch->count; i++)
+        p->leases[i] = (struct outbox_lease){batch->jobs[i].job_id, batch->jobs[i].generation};
+}
+
+/* A batch that waited long (for its broker, say) gets a fresh lease before publishing. */
+static void
+extend_if_stale(struct pipeline *p, const struct outbox_batch *batch, double claimed_at)
+{
+    const struct relay_config *c = p->relay->config;
     struct outbox_error err;
-    size_t changed = 0, dead = 0;
+    size_t changed;
 
-    if (failed == 0 || p->store == NULL)
+    if (now_seconds() - claimed_at <= c->lease_seconds / 2.0 || p->store == NULL)
         return;
-    if (outbox_fail(p->store, p->failures, failed, p->done, p->dead, &changed, &err) != 0) {
-        /* the rows keep their lease and come back after it: nothing is lost */
+    lease_batch(p, batch);
+    if (outbox_extend(p->store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+                      &err) != 0)
         store_failed(p, &err);
-        return;
-    }
-    for (size_t i = 0; i < failed; i++) {
-        if (!p->done[i])
-            continue;
-        /* a row's last attempt counts as dead only, as the metric's help says */
-        if (p->dead[i]) {
-            dead++;
-            metrics_add_queue(r->metrics, METRICS_ROWS_DEAD, p->failure_queues[i], 1);
-            log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld error=\"%s\"",
-                      p->index, (long long)p->failures[i].job_id, p->failures[i].error);
-        } else {
-            metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, p->failure_queues[i], 1);
-            log_event_limited("publish-failed", OUTBOX_LOG_WARN, "publish failed, will retry",
-                              "pipeline=%d job_id=%lld retry_in=%.1fs error=\"%s\"", p->index,
-                              (long long)p->failures[i].job_id, p->failures[i].retry_seconds,
-                              p->failures[i].error);
-        }
-    }
-    if (changed < failed)
-        metrics_add(r->metrics, METRICS_LEASE_LOST, failed - changed);
 }
 
-/* Publishes one claimed batch and records the outcome of every row. */
+/*
+ * Hands a claimed batch that will not be published back at once, attempt
+ * included, then frees it. Without a database the rows come back when
+ * their lease runs out.
+ */
 static void
-process_batch(struct pipeline *p, const struct outbox_batch *batch, double claimed_at)
+give_back(struct pipeline *p, struct outbox_batch *batch)
+{
+    struct outbox_error err;
+    size_t changed;
+
+    if (batch->count > 0 && p->store != NULL) {
+        lease_batch(p, batch);
+        if (outbox_release(p->store, p->leases, batch->count, p->done, &changed, &err) != 0)
+            store_failed(p, &err);
+    }
+    outbox_batch_release_memory(batch);
+}
+
+/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
+static void
+publish_batch(struct pipeline *p, struct settlement *st)
 {
     relay *r = p->relay;
+    const struct outbox_batch *batch = &st->batch;
     size_t accepted = 0, failed = 0;
     struct outbox_error err;
     double started, finished, wall;
     int rc;
 
+    if (batch->count == 0)
+        return;
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
@@ -379,48 +498,89 @@ process_batch(struct pipeline *p, const struct outbox_batch *batch, double claim
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
 
-    /* a batch that waited long for its broker gets a fresh lease before publishing */
-    if (now_seconds() - claimed_at > r->config->lease_seconds / 2.0) {
-        size_t changed;
-
-        for (size_t i = 0; i < batch->count; i++)
-            p->leases[i] = (struct outbox_lease){batch->jobs[i].job_id, batch->jobs[i].generation};
-        if (outbox_extend(p->store, p->leases, batch->count, r->config->lease_seconds, p->done,
-                          &changed, &err) != 0)
-            log_event(OUTBOX_LOG_WARN, "unable to extend leases", "pipeline=%d error=\"%s\"",
-                      p->index, err.message);
-    }
-
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
+    st->published = batch->count;
     started = now_seconds();
-    rc = sink_publish(p->sink, p->messages, batch->count, p->outcomes, &err);
+    rc = sink_publish(p->sink, p->messages, batch->count, st->outcomes, &err);
     finished = now_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0) {
         log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
-                          "pipeline=%d broker=%s error=\"%s\"", p->index,
-                          sink_display_url(p->sink), err.message);
+                          "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
+                          err.message);
         metrics_set_up(r->metrics, METRICS_BROKER, false);
     }
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
-        if (p->outcomes[i].status == SINK_ACCEPTED) {
-            p->lease_queues[accepted] = job->queue;
+        if (st->outcomes[i].status == SINK_ACCEPTED) {
+            st->lease_queues[accepted] = job->queue;
             p->lags[accepted] = wall - job->created_at;
-            p->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
+            st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
             metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
         } else {
-            p->failure_queues[failed] = job->queue;
-            add_failure(p, failed++, job, &p->outcomes[i]);
+            st->failure_queues[failed] = job->queue;
+            add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, accepted);
-    complete_accepted(p, accepted);
-    fail_rejected(p, failed);
-    metrics_add_in_flight(r->metrics, -(int64_t)batch->count);
+    st->accepted = accepted;
+    st->failed = failed;
+}
+
+/*
+ * One turn of a pipeline. settlements[current] holds a claimed batch (maybe
+ * empty), the other slot the previous batch, published but not yet marked.
+ * The marks of the previous batch and the next claim go to the database
+ * ahead of their results, then this batch is published while the database
+ * works on them, then their results are collected:
+ *
+ *   database  | mark N-1, claim N+1 |              | mark N, claim N+2 | ...
+ *   broker    | publish N ........  |              | publish N+1 ....  |
+ *
+ * Afterwards the slots swap: settlements[current] holds the new claim.
+ * Returns true when that claim was made (even if it found nothing), false
+ * when it was not (stopping, or the database failed).
+ */
+static bool
+relay_turn(struct pipeline *p, double *claimed_at)
+{
+    relay *r = p->relay;
+    const struct relay_config *c = r->config;
+    struct settlement *now = &p->settlements[p->current];
+    struct settlement *last = &p->settlements[!p->current];
+    struct outbox_batch next = {0};
+    struct outbox_error err;
+    double next_claimed_at = now_seconds();
+    bool marking = false, claiming = false;
+
+    extend_if_stale(p, &now->batch, *claimed_at);
+    if (p->store != NULL && has_rows(last))
+        marking = settle_send(p, last) == 0;
+    if (p->store != NULL && !stopping(r)) {
+        if (outbox_claim_send(p->store, (const char *const *)c->queues, c->queue_count,
+                              c->batch_size, c->lease_seconds, &err) == 0)
+            claiming = true;
+        else
+            store_failed(p, &err);
+    }
+    publish_batch(p, now);
+    if (marking && p->store != NULL)
+        settle_receive(p, last);
+    if (claiming && p->store != NULL && outbox_claim_receive(p->store, &next, &err) != 0)
+        store_failed(p, &err);
+    claiming = claiming && p->store != NULL;
+    if (claiming)
+        metrics_add(r->metrics, METRICS_CLAIMS, 1);
+    /* marks not confirmed above (the database failed) get one more try */
+    settle_now(p, last);
+
+    last->batch = next;
+    p->current = !p->current;
+    *claimed_at = next_claimed_at;
+    return claiming;
 }
 
 /* ---- maintenance (pipeline 0) ----------------------------------------------- */
@@ -482,8 +642,8 @@ relay_sample(struct pipeline *p)
         horizon.age_seconds > r->config->horizon_warning_seconds)
         log_event_limited("xmin-horizon", OUTBOX_LOG_WARN,
                           "an open transaction holds back vacuum; the queue will slow down",
-                          "age=%.0fs pid=%d application=\"%s\" state=\"%s\"",
-                          horizon.age_seconds, horizon.pid, horizon.application, horizon.state);
+                          "age=%.0fs pid=%d application=\"%s\" state=\"%s\"", horizon.age_seconds,
+                          horizon.pid, horizon.application, horizon.state);
 }
 
 static void
@@ -515,8 +675,8 @@ maintain(struct pipeline *p, bool force)
                 return;
             }
             if (released > 0)
-                log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key",
-                          "rows=%zu", released);
+                log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
+                          released);
         }
     }
     if (r->config->retention_seconds > 0 && now >= p->next_cleanup) {
@@ -580,21 +740,27 @@ pipeline_run(void *arg)
     const struct relay_config *c = r->config;
     const char *const *queues = (const char *const *)c->queues;
     int idle_ms = 0;
-    double last_work = 0;
+    double last_work = 0, claimed_at = 0;
     bool reaped_once = false;
+    bool claimed = false; /* the current slot holds a claim made by relay_turn() */
 
     if (connect_store(p, true) != 0 || connect_sink(p, true) != 0)
         goto done;
 
     while (!stopping(r)) {
-        struct outbox_batch batch;
+        struct settlement *now = &p->settlements[p->current];
         struct outbox_error err;
-        double claimed_at;
 
         if (p->store == NULL && connect_store(p, false) != 0)
             break;
-        if (!sink_is_connected(p->sink) && connect_sink(p, false) != 0)
-            break;
+        if (!sink_is_connected(p->sink)) {
+            /* published rows are marked and claimed ones handed back before the outage */
+            settle_now(p, &p->settlements[!p->current]);
+            give_back(p, &now->batch);
+            claimed = false;
+            if (connect_sink(p, false) != 0)
+                break;
+        }
         metrics_loop_turned(r->metrics);
         if (p->index == 0) {
             maintain(p, c->once && !reaped_once);
@@ -603,15 +769,18 @@ pipeline_run(void *arg)
                 continue;
         }
 
-        claimed_at = now_seconds();
-        if (outbox_claim(p->store, queues, c->queue_count, c->batch_size, c->lease_seconds,
-                         &batch, &err) != 0) {
-            store_failed(p, &err);
-            continue;
+        if (!claimed && now->batch.count == 0) {
+            claimed_at = now_seconds();
+            if (outbox_claim(p->store, queues, c->queue_count, c->batch_size, c->lease_seconds,
+                             &now->batch, &err) != 0) {
+                store_failed(p, &err);
+                continue;
+            }
+            metrics_add(r->metrics, METRICS_CLAIMS, 1);
         }
-        metrics_add(r->metrics, METRICS_CLAIMS, 1);
-        if (batch.count == 0) {
-            outbox_batch_release_memory(&batch);
+        claimed = false;
+        if (now->batch.count == 0 && !has_rows(&p->settlements[!p->current])) {
+            outbox_batch_release_memory(&now->batch);
             if (c->once)
                 break;
             /*
@@ -630,9 +799,11 @@ pipeline_run(void *arg)
         }
         idle_ms = 0;
         last_work = now_seconds();
-        process_batch(p, &batch, claimed_at);
-        outbox_batch_release_memory(&batch);
+        claimed = relay_turn(p, &claimed_at);
     }
+    /* the last published batch is marked; a claim made for the next turn goes back */
+    settle_now(p, &p->settlements[!p->current]);
+    give_back(p, &p->settlements[p->current].batch);
 
 done:
     sink_disconnect(p->sink);
@@ -659,19 +830,45 @@ make_worker_prefix(char *out, size_t size)
 }
 
 static void
+settlement_free(struct settlement *st)
+{
+    outbox_batch_release_memory(&st->batch);
+    free(st->outcomes);
+    free(st->leases);
+    free(st->lease_queues);
+    free(st->failures);
+    free(st->failure_queues);
+    free(st->done);
+    free(st->dead);
+}
+
+static int
+settlement_init(struct settlement *st, size_t n)
+{
+    st->outcomes = calloc(n, sizeof(*st->outcomes));
+    st->leases = calloc(n, sizeof(*st->leases));
+    st->lease_queues = calloc(n, sizeof(*st->lease_queues));
+    st->failures = calloc(n, sizeof(*st->failures));
+    st->failure_queues = calloc(n, sizeof(*st->failure_queues));
+    st->done = calloc(n, sizeof(*st->done));
+    st->dead = calloc(n, sizeof(*st->dead));
+    return st->outcomes && st->leases && st->lease_queues && st->failures && st->failure_queues &&
+                   st->done && st->dead
+               ? 0
+               : -1;
+}
+
+static void
 pipeline_clear(struct pipeline *p)
 {
     sink_free(p->sink);
     outbox_store_free(p->store);
     free(p->messages);
-    free(p->outcomes);
     free(p->leases);
-    free(p->failures);
     free(p->done);
-    free(p->dead);
-    free(p->lease_queues);
-    free(p->failure_queues);
     free(p->lags);
+    settlement_free(&p->settlements[0]);
+    settlement_free(&p->settlements[1]);
 }
 
 relay *
@@ -714,19 +911,14 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         snprintf(p->worker_id, sizeof(p->worker_id), "%s/%d", r->worker_prefix, i);
         p->sink = sink_new(&options, err);
         p->messages = calloc(n, sizeof(*p->messages));
-        p->outcomes = calloc(n, sizeof(*p->outcomes));
         p->leases = calloc(n, sizeof(*p->leases));
-        p->failures = calloc(n, sizeof(*p->failures));
         p->done = calloc(n, sizeof(*p->done));
-        p->dead = calloc(n, sizeof(*p->dead));
-        p->lease_queues = calloc(n, sizeof(*p->lease_queues));
-        p->failure_queues = calloc(n, sizeof(*p->failure_queues));
         p->lags = calloc(n, sizeof(*p->lags));
         if (p->sink == NULL)
             goto fail;
-        if (p->messages == NULL || p->outcomes == NULL || p->leases == NULL ||
-            p->failures == NULL || p->done == NULL || p->dead == NULL ||
-            p->lease_queues == NULL || p->failure_queues == NULL || p->lags == NULL) {
+        if (p->messages == NULL || p->leases == NULL || p->done == NULL || p->lags == NULL ||
+            settlement_init(&p->settlements[0], n) != 0 ||
+            settlement_init(&p->settlements[1], n) != 0) {
             outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
             goto fail;
         }
@@ -770,8 +962,8 @@ relay_start(relay *r, struct outbox_error *err)
 {
     log_event(OUTBOX_LOG_INFO, "relay starting",
               "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
-              sink_display_url(r->pipelines[0].sink), r->config->concurrency,
-              r->config->batch_size, r->config->lease_seconds);
+              sink_display_url(r->pipelines[0].sink), r->config->concurrency, r->config->batch_size,
+              r->config->lease_seconds);
     for (int i = 0; i < r->config->concurrency; i++) {
         struct pipeline *p = &r->pipelines[i];
 

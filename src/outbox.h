@@ -164,6 +164,20 @@ struct outbox_batch {
  */
 int outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
                  int lease_seconds, struct outbox_batch *batch, struct outbox_error *err);
+
+/*
+ * Sending ahead. The claim, complete and fail also come in two halves, so a
+ * caller can publish one batch while the database marks the last one and
+ * claims the next: *_send() sends the statement and returns without waiting
+ * (the server runs and commits each one as its own transaction), *_receive()
+ * waits for its result. Up to four statements may be sent ahead; their
+ * results must be received in the order sent, with the same arguments, and
+ * before any other call on the store. outbox_claim() and the others are a
+ * send and a receive in a row.
+ */
+int outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
+                      int lease_seconds, struct outbox_error *err);
+int outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct outbox_error *err);
 void outbox_batch_release_memory(struct outbox_batch *batch);
 
 /* A reference to an owned row: id + the generation returned by claim. */
@@ -183,6 +197,10 @@ int outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t
                   int lease_seconds, bool *done, size_t *changed, struct outbox_error *err);
 int outbox_complete(outbox_store *store, const struct outbox_lease *leases, size_t count,
                     bool *done, size_t *changed, struct outbox_error *err);
+int outbox_complete_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                         struct outbox_error *err);
+int outbox_complete_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                            bool *done, size_t *changed, struct outbox_error *err);
 
 /* Why one row failed, for outbox_fail(). */
 struct outbox_failure {
@@ -200,10 +218,14 @@ struct outbox_failure {
  */
 int outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t count,
                 bool *done, bool *dead, size_t *changed, struct outbox_error *err);
+int outbox_fail_send(outbox_store *store, const struct outbox_failure *failures, size_t count,
+                     struct outbox_error *err);
+int outbox_fail_receive(outbox_store *store, const struct outbox_failure *failures, size_t count,
+                        bool *done, bool *dead, size_t *changed, struct outbox_error *err);
 
 /* Gives owned rows back, ready now, without spending their attempt. */
-int outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count,
-                   bool *done, size_t *changed, struct outbox_error *err);
+int outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
+                   size_t *changed, struct outbox_error *err);
 
 /* Counts of one reap pass. */
 struct outbox_reap_result {
@@ -241,8 +263,8 @@ int outbox_cleanup(outbox_store *store, double retention_seconds, int limit, siz
 /* The ready backlog of one queue, from outbox_sample_backlog(). */
 struct outbox_backlog {
     const char *queue;
-    int64_t ready;             /* rows ready now (run_at reached) */
-    double oldest_ready_age;   /* seconds since the oldest of them became ready */
+    int64_t ready;           /* rows ready now (run_at reached) */
+    double oldest_ready_age; /* seconds since the oldest of them became ready */
 };
 
 /*
@@ -250,8 +272,8 @@ struct outbox_backlog {
  * scan of the ready index: cheap enough to run every few seconds.
  */
 int outbox_sample_backlog(outbox_store *store,
-                          void (*each)(void *arg, const struct outbox_backlog *backlog),
-                          void *arg, struct outbox_error *err);
+                          void (*each)(void *arg, const struct outbox_backlog *backlog), void *arg,
+                          struct outbox_error *err);
 
 /* The oldest open transaction other than ours, which holds back vacuum. */
 struct outbox_horizon {

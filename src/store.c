@@ -12,6 +12,7 @@
  * clock_timestamp() after the lock is held, so time spent waiting for the
  * lock never counts in the owner's favour. Rows not returned are "lease lost".
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@
 #include "error.h"
 #include "outbox.h"
 
+/* At most this many statements are sent ahead of their results. */
+#define STORE_QUEUE_MAX 4
+
 struct outbox_store {
     PGconn *conn;
     char *worker_id;
@@ -28,6 +32,9 @@ struct outbox_store {
     bool block_on_dead_head; /* ordering: a dead head keeps its key blocked */
     char *sweep_queue;       /* where the sweep of held rows goes on; NULL: from the start */
     char *sweep_key;
+    /* statements sent in pipeline mode whose results are not collected yet, oldest first */
+    const char *queued[STORE_QUEUE_MAX];
+    int queued_count;
 };
 
 /* ---- SQL: the only place that knows the worker protocol's statements ---- */
@@ -95,14 +102,14 @@ static const char SQL_EXTEND[] =
     "  UPDATE outbox.job AS h SET held = false FROM next_of_key AS n"                              \
     "  WHERE h.job_id = n.job_id AND h.held)"
 
-static const char SQL_COMPLETE[] =
-    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
-                            " UPDATE outbox.job AS j"
-                            " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
-                            "     finished_at = clock_timestamp()"
-                            " FROM input" STILL_OWNED
-                            " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
-                            RELEASE_NEXT_OF_KEY " SELECT job_id FROM finished";
+static const char SQL_COMPLETE[] = LOCK_OWNED(
+    LEASE_INPUT) ", finished AS ("
+                 " UPDATE outbox.job AS j"
+                 " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
+                 "     finished_at = clock_timestamp()"
+                 " FROM input" STILL_OWNED
+                 " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)" RELEASE_NEXT_OF_KEY
+                 " SELECT job_id FROM finished";
 
 /* A release hands back the attempt it took, so a clean stop costs no retry budget. */
 static const char SQL_RELEASE[] =
@@ -114,19 +121,28 @@ static const char SQL_RELEASE[] =
 #define GIVES_UP "(input.permanent OR j.attempts >= j.max_attempts)"
 
 /* A row that dies releases the next row of its key, unless $7 (block on a dead head). */
-static const char SQL_FAIL[] = LOCK_OWNED(
-    "unnest($2::bigint[], $3::int[], $4::text[], $5::float8[], $6::bool[])"
-    " AS f(job_id, generation, error, retry_seconds, permanent)") ", finished AS ("
-    " UPDATE outbox.job AS j"
-    " SET state = CASE WHEN " GIVES_UP " THEN 'dead' ELSE 'ready' END,"
-    "     run_at = CASE WHEN " GIVES_UP " THEN j.run_at"
-    "              ELSE clock_timestamp() + make_interval(secs => input.retry_seconds) END,"
-    "     finished_at = CASE WHEN " GIVES_UP " THEN clock_timestamp() END,"
-    "     worker_id = NULL, lease_until = NULL, last_error = input.error"
-    " FROM input" STILL_OWNED
-    " RETURNING j.job_id, j.state = 'dead' AS dead, j.queue, j.ordering_key,"
-    "           j.state = 'dead' AND NOT $7 AS frees)"
-    RELEASE_NEXT_OF_KEY " SELECT job_id, dead FROM finished";
+static const char SQL_FAIL[] = LOCK_OWNED("unnest($2::bigint[], $3::int[], $4::text[], "
+                                          "$5::float8[], $6::bool[])"
+                                          " AS f(job_id, generation, error, retry_seconds, "
+                                          "permanent)") ", finished AS ("
+                                                        " UPDATE outbox.job AS j"
+                                                        " SET state = CASE WHEN " GIVES_UP
+                                                        " THEN 'dead' ELSE 'ready' END,"
+                                                        "     run_at = CASE WHEN " GIVES_UP
+                                                        " THEN j.run_at"
+                                                        "              ELSE clock_timestamp() + "
+                                                        "make_interval(secs => "
+                                                        "input.retry_seconds) END,"
+                                                        "     finished_at = CASE WHEN " GIVES_UP
+                                                        " THEN clock_timestamp() END,"
+                                                        "     worker_id = NULL, lease_until = "
+                                                        "NULL, last_error = input.error"
+                                                        " FROM input" STILL_OWNED
+                                                        " RETURNING j.job_id, j.state = 'dead' AS "
+                                                        "dead, j.queue, j.ordering_key,"
+                                                        "           j.state = 'dead' AND NOT $7 AS "
+                                                        "frees)" RELEASE_NEXT_OF_KEY
+                                                        " SELECT job_id, dead FROM finished";
 
 /* Expired leases, oldest first; SKIP LOCKED lets many reapers share the work. */
 static const char SQL_REAP[] =
@@ -139,7 +155,8 @@ static const char SQL_REAP[] =
     "     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at"
     "              ELSE clock_timestamp() + make_interval(secs => $2) END,"
     "     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,"
-    "     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || ')',"
+    "     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || "
+    "')',"
     "     worker_id = NULL, lease_until = NULL"
     " FROM overdue WHERE j.job_id = overdue.job_id"
     " RETURNING j.state = 'dead'";
@@ -202,11 +219,16 @@ static const struct statement {
     const char *name;
     const char *sql;
 } STATEMENTS[] = {
-    {"outbox_claim_all", SQL_CLAIM_ALL}, {"outbox_claim_queues", SQL_CLAIM_QUEUES},
-    {"outbox_extend", SQL_EXTEND},       {"outbox_complete", SQL_COMPLETE},
-    {"outbox_release", SQL_RELEASE},     {"outbox_fail", SQL_FAIL},
-    {"outbox_reap", SQL_REAP},           {"outbox_cleanup", SQL_CLEANUP},
-    {"outbox_backlog", SQL_BACKLOG},     {"outbox_horizon", SQL_HORIZON},
+    {"outbox_claim_all", SQL_CLAIM_ALL},
+    {"outbox_claim_queues", SQL_CLAIM_QUEUES},
+    {"outbox_extend", SQL_EXTEND},
+    {"outbox_complete", SQL_COMPLETE},
+    {"outbox_release", SQL_RELEASE},
+    {"outbox_fail", SQL_FAIL},
+    {"outbox_reap", SQL_REAP},
+    {"outbox_cleanup", SQL_CLEANUP},
+    {"outbox_backlog", SQL_BACKLOG},
+    {"outbox_horizon", SQL_HORIZON},
     {"outbox_sweep_held", SQL_SWEEP_HELD},
 };
 
@@ -311,8 +333,8 @@ compare_position(const void *a, const void *b)
  * in *changed when not NULL. Returns 0, or -1 when out of memory.
  */
 static int
-mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool *done,
-              bool *dead, size_t *changed, struct outbox_error *err)
+mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool *done, bool *dead,
+              size_t *changed, struct outbox_error *err)
 {
     struct position *positions = malloc(count * sizeof(*positions));
     int rows = PQntuples(result);
@@ -363,6 +385,64 @@ run_prepared(outbox_store *store, const char *name, int nparams, const char *con
     return result;
 }
 
+/*
+ * Queued statements. queue_prepared() sends a statement without waiting:
+ * the connection enters libpq's pipeline mode and a Sync follows the
+ * statement, so it runs and commits as its own transaction while the caller
+ * does something else. collect_prepared() waits for the oldest queued
+ * statement's result; results come back in the order sent. With nothing
+ * queued the connection leaves pipeline mode, so the plain calls work again.
+ */
+static int
+queue_prepared(outbox_store *store, const char *name, int nparams, const char *const *values,
+               const char *context, struct outbox_error *err)
+{
+    if (store->queued_count == STORE_QUEUE_MAX)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: too many statements queued", context);
+    if (PQpipelineStatus(store->conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(store->conn))
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    if (!PQsendQueryPrepared(store->conn, name, nparams, values, NULL, NULL, 0) ||
+        !PQpipelineSync(store->conn))
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    store->queued[store->queued_count++] = name;
+    return 0;
+}
+
+static PGresult *
+collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
+                 const char *context, struct outbox_error *err)
+{
+    PGresult *result, *extra;
+
+    if (store->queued_count == 0 || strcmp(store->queued[0], name) != 0) {
+        outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: '%s' was not the next statement queued",
+                         context, name);
+        return NULL;
+    }
+    store->queued_count--;
+    memmove(store->queued, store->queued + 1, (size_t)store->queued_count * sizeof(*store->queued));
+
+    result = PQgetResult(store->conn);
+    /* the statement's results end with NULL, then comes its Sync */
+    while ((extra = PQgetResult(store->conn)) != NULL)
+        PQclear(extra);
+    extra = PQgetResult(store->conn);
+    if (PQresultStatus(result) != expected || PQresultStatus(extra) != PGRES_PIPELINE_SYNC) {
+        outbox_error_from_pg(err, store->conn, PQresultStatus(result) != expected ? result : extra,
+                             context);
+        PQclear(result);
+        PQclear(extra);
+        return NULL;
+    }
+    PQclear(extra);
+    if (store->queued_count == 0 && !PQexitPipelineMode(store->conn)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        PQclear(result);
+        return NULL;
+    }
+    return result;
+}
+
 /* ---- connection ------------------------------------------------------------ */
 
 outbox_store *
@@ -373,14 +453,9 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
      * notice a dead server between claims; the statement timeout keeps a
      * stuck lock from freezing the loop.
      */
-    const char *keywords[] = {"fallback_application_name",
-                              "connect_timeout",
-                              "keepalives",
-                              "keepalives_idle",
-                              "keepalives_interval",
-                              "keepalives_count",
-                              "dbname",
-                              NULL};
+    const char *keywords[] = {
+        "fallback_application_name", "connect_timeout",  "keepalives", "keepalives_idle",
+        "keepalives_interval",       "keepalives_count", "dbname",     NULL};
     const char *values[] = {"outbox-relay", "10", "1", "30", "10", "3", database_url, NULL};
     outbox_store *store;
     PGresult *result = NULL;
@@ -539,19 +614,16 @@ compare_job(const void *a, const void *b)
 }
 
 int
-outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
-             int lease_seconds, struct outbox_batch *batch, struct outbox_error *err)
+outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
+                  int lease_seconds, struct outbox_error *err)
 {
     char limit_text[16], lease_text[16];
     struct text queue_array = {0};
     const char *values[5];
-    PGresult *result;
-    int rows;
+    int rc;
 
-    memset(batch, 0, sizeof(*batch));
     if (limit <= 0 || lease_seconds <= 0)
-        return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "claim limit and lease must be positive");
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "claim limit and lease must be positive");
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
     snprintf(lease_text, sizeof(lease_text), "%d", lease_seconds);
     values[0] = store->worker_id;
@@ -572,10 +644,26 @@ outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count,
         }
         values[4] = queue_array.data;
     }
-    result = run_prepared(store, queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all",
-                          queue_count > 0 ? 5 : 4, values, PGRES_TUPLES_OK,
-                          "unable to claim jobs from 'outbox.job'", err);
+    rc = queue_prepared(store, queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all",
+                        queue_count > 0 ? 5 : 4, values, "unable to claim jobs from 'outbox.job'",
+                        err);
     free(queue_array.data);
+    return rc;
+}
+
+int
+outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct outbox_error *err)
+{
+    const char *name;
+    PGresult *result;
+    int rows;
+
+    memset(batch, 0, sizeof(*batch));
+    name = store->queued_count > 0 && strncmp(store->queued[0], "outbox_claim_", 13) == 0
+               ? store->queued[0]
+               : "outbox_claim_all";
+    result = collect_prepared(store, name, PGRES_TUPLES_OK,
+                              "unable to claim jobs from 'outbox.job'", err);
     if (result == NULL)
         return -1;
 
@@ -609,6 +697,16 @@ outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count,
     return 0;
 }
 
+int
+outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
+             int lease_seconds, struct outbox_batch *batch, struct outbox_error *err)
+{
+    memset(batch, 0, sizeof(*batch));
+    if (outbox_claim_send(store, queues, queue_count, limit, lease_seconds, err) != 0)
+        return -1;
+    return outbox_claim_receive(store, batch, err);
+}
+
 void
 outbox_batch_release_memory(struct outbox_batch *batch)
 {
@@ -621,48 +719,81 @@ outbox_batch_release_memory(struct outbox_batch *batch)
 
 /* ---- fenced writes --------------------------------------------------------- */
 
-/* Runs one of the lease-set statements (extend, complete, release). */
+/* Sends one of the lease-set statements (extend, complete, release) without waiting. */
 static int
-fenced_lease_write(outbox_store *store, const char *statement, const char *context,
-                   const struct outbox_lease *leases, size_t count, const char *extra_param,
-                   bool *done, size_t *changed, struct outbox_error *err)
+lease_write_send(outbox_store *store, const char *statement, const char *context,
+                 const struct outbox_lease *leases, size_t count, const char *extra_param,
+                 struct outbox_error *err)
 {
     struct text ids = {0}, generations = {0};
-    int64_t *job_ids = NULL;
-    PGresult *result = NULL;
     const char *values[4];
-    int failed = 0;
+    int rc;
+
+    if (count == 0)
+        return 0;
+    lease_arrays(leases, count, &ids, &generations);
+    if (ids.failed || generations.failed) {
+        rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    } else {
+        values[0] = store->worker_id;
+        values[1] = ids.data;
+        values[2] = generations.data;
+        values[3] = extra_param;
+        rc = queue_prepared(store, statement, extra_param ? 4 : 3, values, context, err);
+    }
+    free(ids.data);
+    free(generations.data);
+    return rc;
+}
+
+/*
+ * Collects the result of a fenced write sent for count rows whose ids
+ * job_id_of() reads from items, and marks done[] (and dead[]).
+ */
+static int
+fenced_write_receive(outbox_store *store, const char *statement, const char *context,
+                     const void *items, size_t item_size, size_t count, bool *done, bool *dead,
+                     size_t *changed, struct outbox_error *err)
+{
+    int64_t *job_ids;
+    PGresult *result;
+    int rc;
 
     if (changed != NULL)
         *changed = 0;
     if (count == 0)
         return 0;
-    lease_arrays(leases, count, &ids, &generations);
+    result = collect_prepared(store, statement, PGRES_TUPLES_OK, context, err);
+    if (result == NULL)
+        return -1;
     job_ids = malloc(count * sizeof(*job_ids));
-    if (ids.failed || generations.failed || job_ids == NULL) {
-        failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto cleanup;
+    if (job_ids == NULL) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
+    /* both outbox_lease and outbox_failure begin with the job id (asserted below) */
     for (size_t i = 0; i < count; i++)
-        job_ids[i] = leases[i].job_id;
-    values[0] = store->worker_id;
-    values[1] = ids.data;
-    values[2] = generations.data;
-    values[3] = extra_param;
-    result = run_prepared(store, statement, extra_param ? 4 : 3, values, PGRES_TUPLES_OK, context,
-                          err);
-    if (result == NULL) {
-        failed = -1;
-        goto cleanup;
-    }
-    failed = mark_returned(result, job_ids, count, done, NULL, changed, err);
-
-cleanup:
+        memcpy(&job_ids[i], (const char *)items + i * item_size, sizeof(int64_t));
+    rc = mark_returned(result, job_ids, count, done, dead, changed, err);
     PQclear(result);
-    free(ids.data);
-    free(generations.data);
     free(job_ids);
-    return failed;
+    return rc;
+}
+
+_Static_assert(offsetof(struct outbox_lease, job_id) == 0 &&
+                   offsetof(struct outbox_failure, job_id) == 0,
+               "fenced_write_receive() reads the job id at the start of each item");
+
+/* Runs one of the lease-set statements and waits for it. */
+static int
+fenced_lease_write(outbox_store *store, const char *statement, const char *context,
+                   const struct outbox_lease *leases, size_t count, const char *extra_param,
+                   bool *done, size_t *changed, struct outbox_error *err)
+{
+    if (lease_write_send(store, statement, context, leases, count, extra_param, err) != 0)
+        return -1;
+    return fenced_write_receive(store, statement, context, leases, sizeof(*leases), count, done,
+                                NULL, changed, err);
 }
 
 int
@@ -678,12 +809,29 @@ outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t cou
                               lease_text, done, changed, err);
 }
 
+#define COMPLETE_CONTEXT "unable to mark jobs succeeded"
+
 int
 outbox_complete(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
                 size_t *changed, struct outbox_error *err)
 {
-    return fenced_lease_write(store, "outbox_complete", "unable to mark jobs succeeded", leases,
-                              count, NULL, done, changed, err);
+    return fenced_lease_write(store, "outbox_complete", COMPLETE_CONTEXT, leases, count, NULL, done,
+                              changed, err);
+}
+
+int
+outbox_complete_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                     struct outbox_error *err)
+{
+    return lease_write_send(store, "outbox_complete", COMPLETE_CONTEXT, leases, count, NULL, err);
+}
+
+int
+outbox_complete_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                        bool *done, size_t *changed, struct outbox_error *err)
+{
+    return fenced_write_receive(store, "outbox_complete", COMPLETE_CONTEXT, leases, sizeof(*leases),
+                                count, done, NULL, changed, err);
 }
 
 int
@@ -694,23 +842,18 @@ outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t co
                               NULL, done, changed, err);
 }
 
+#define FAIL_CONTEXT "unable to record failed jobs"
+
 int
-outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t count, bool *done,
-            bool *dead, size_t *changed, struct outbox_error *err)
+outbox_fail_send(outbox_store *store, const struct outbox_failure *failures, size_t count,
+                 struct outbox_error *err)
 {
     struct text ids = {0}, generations = {0}, errors = {0}, delays = {0}, permanent = {0};
-    int64_t *job_ids = NULL;
-    PGresult *result = NULL;
     const char *values[7];
-    int failed = 0;
+    int rc;
 
-    if (changed != NULL)
-        *changed = 0;
     if (count == 0)
         return 0;
-    job_ids = malloc(count * sizeof(*job_ids));
-    if (job_ids == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     text_append(&ids, "{", 1);
     text_append(&generations, "{", 1);
     text_append(&errors, "{", 1);
@@ -720,7 +863,6 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
         char delay[32];
         const char *comma = i ? "," : "";
 
-        job_ids[i] = failures[i].job_id;
         text_printf(&ids, i ? ",%lld" : "%lld", (long long)failures[i].job_id);
         text_printf(&generations, i ? ",%lld" : "%lld", (long long)failures[i].generation);
         text_append(&errors, comma, strlen(comma));
@@ -737,33 +879,40 @@ outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t c
     text_append(&delays, "}", 1);
     text_append(&permanent, "}", 1);
     if (ids.failed || generations.failed || errors.failed || delays.failed || permanent.failed) {
-        failed = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto cleanup;
+        rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    } else {
+        values[0] = store->worker_id;
+        values[1] = ids.data;
+        values[2] = generations.data;
+        values[3] = errors.data;
+        values[4] = delays.data;
+        values[5] = permanent.data;
+        values[6] = store->block_on_dead_head ? "true" : "false";
+        rc = queue_prepared(store, "outbox_fail", 7, values, FAIL_CONTEXT, err);
     }
-    values[0] = store->worker_id;
-    values[1] = ids.data;
-    values[2] = generations.data;
-    values[3] = errors.data;
-    values[4] = delays.data;
-    values[5] = permanent.data;
-    values[6] = store->block_on_dead_head ? "true" : "false";
-    result = run_prepared(store, "outbox_fail", 7, values, PGRES_TUPLES_OK,
-                          "unable to record failed jobs", err);
-    if (result == NULL) {
-        failed = -1;
-        goto cleanup;
-    }
-    failed = mark_returned(result, job_ids, count, done, dead, changed, err);
-
-cleanup:
-    PQclear(result);
     free(ids.data);
     free(generations.data);
     free(errors.data);
     free(delays.data);
     free(permanent.data);
-    free(job_ids);
-    return failed;
+    return rc;
+}
+
+int
+outbox_fail_receive(outbox_store *store, const struct outbox_failure *failures, size_t count,
+                    bool *done, bool *dead, size_t *changed, struct outbox_error *err)
+{
+    return fenced_write_receive(store, "outbox_fail", FAIL_CONTEXT, failures, sizeof(*failures),
+                                count, done, dead, changed, err);
+}
+
+int
+outbox_fail(outbox_store *store, const struct outbox_failure *failures, size_t count, bool *done,
+            bool *dead, size_t *changed, struct outbox_error *err)
+{
+    if (outbox_fail_send(store, failures, count, err) != 0)
+        return -1;
+    return outbox_fail_receive(store, failures, count, done, dead, changed, err);
 }
 
 /* ---- maintenance ----------------------------------------------------------- */
@@ -880,8 +1029,7 @@ outbox_sample_backlog(outbox_store *store,
 }
 
 int
-outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon,
-                      struct outbox_error *err)
+outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon, struct outbox_error *err)
 {
     PGresult *result = run_prepared(store, "outbox_horizon", 0, NULL, PGRES_TUPLES_OK,
                                     "unable to sample open transactions", err);
@@ -911,8 +1059,7 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
     const char *values[8];
     PGresult *result;
 
-    if (conn == NULL || message == NULL || message->queue == NULL ||
-        message->payload_json == NULL)
+    if (conn == NULL || message == NULL || message->queue == NULL || message->payload_json == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
     switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:

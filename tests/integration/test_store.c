@@ -427,6 +427,63 @@ test_fail_backs_off_and_permanent_is_dead(void **state)
     outbox_batch_release_memory(&batch);
 }
 
+/*
+ * The relay's turn: the marks of one batch and the next claim are sent
+ * ahead, each commits on its own, and their results come back in order.
+ */
+static void
+test_marks_and_next_claim_sent_ahead(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message message = {.queue = "orders", .payload_json = "{}"};
+    struct outbox_batch first, second, none;
+    struct outbox_lease lease;
+    struct outbox_failure failure;
+    struct outbox_error err;
+    bool done = false, dead = false;
+    size_t changed = 0;
+    int64_t ids[3];
+
+    for (int i = 0; i < 3; i++)
+        ids[i] = enqueue_committed(f->conn, &message);
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 2, 60, &first, &err), 0);
+    assert_int_equal(first.count, 2);
+    lease = (struct outbox_lease){first.jobs[0].job_id, first.jobs[0].generation};
+    failure = (struct outbox_failure){.job_id = first.jobs[1].job_id,
+                                      .generation = first.jobs[1].generation,
+                                      .error = "broker said no",
+                                      .permanent = true};
+
+    assert_int_equal(outbox_complete_send(f->a, &lease, 1, &err), 0);
+    assert_int_equal(outbox_fail_send(f->a, &failure, 1, &err), 0);
+    assert_int_equal(outbox_claim_send(f->a, NULL, 0, 10, 60, &err), 0);
+    /* results must be taken in the order sent */
+    assert_int_equal(outbox_claim_receive(f->a, &none, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    assert_non_null(strstr(err.message, "not the next statement"));
+
+    assert_int_equal(outbox_complete_receive(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(changed, 1);
+    assert_int_equal(outbox_fail_receive(f->a, &failure, 1, &done, &dead, &changed, &err), 0);
+    assert_true(done);
+    assert_true(dead);
+    assert_int_equal(outbox_claim_receive(f->a, &second, &err), 0);
+    assert_int_equal(second.count, 1);
+    assert_int_equal(second.jobs[0].job_id, ids[2]);
+
+    assert_state(f->conn, ids[0], "succeeded");
+    assert_state(f->conn, ids[1], "dead");
+    assert_state(f->conn, ids[2], "running");
+    /* with nothing sent ahead the store takes plain calls again */
+    lease = (struct outbox_lease){second.jobs[0].job_id, second.jobs[0].generation};
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_state(f->conn, ids[2], "succeeded");
+    outbox_batch_release_memory(&first);
+    outbox_batch_release_memory(&second);
+}
+
 static void
 test_release_keeps_the_attempt(void **state)
 {
@@ -557,18 +614,17 @@ test_cleanup_removes_only_old_succeeded_rows(void **state)
     struct outbox_error err;
     size_t deleted, total = 0;
 
-    harness_exec(f->conn,
-                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
-                 " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
-                 " FROM generate_series(1, 250);"
-                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
-                 " SELECT 'q', '{}', 'succeeded', now() - interval '10 minutes'"
-                 " FROM generate_series(1, 5);"
-                 "INSERT INTO outbox.job (queue, payload, state, finished_at)"
-                 " SELECT 'q', '{}', 'dead', now() - interval '2 hours'"
-                 " FROM generate_series(1, 5);"
-                 "INSERT INTO outbox.job (queue, payload) SELECT 'q', '{}'"
-                 " FROM generate_series(1, 5)");
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
+                          " FROM generate_series(1, 250);"
+                          "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'q', '{}', 'succeeded', now() - interval '10 minutes'"
+                          " FROM generate_series(1, 5);"
+                          "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'q', '{}', 'dead', now() - interval '2 hours'"
+                          " FROM generate_series(1, 5);"
+                          "INSERT INTO outbox.job (queue, payload) SELECT 'q', '{}'"
+                          " FROM generate_series(1, 5)");
     do {
         assert_int_equal(outbox_cleanup(f->a, 3600, 100, &deleted, &err), 0);
         total += deleted;
@@ -782,8 +838,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failures_retry_then_die_with_last_error, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_fail_backs_off_and_permanent_is_dead, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fail_backs_off_and_permanent_is_dead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_marks_and_next_claim_sent_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_keeps_the_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claimers_get_disjoint_rows, setup,
                                         teardown),
@@ -791,8 +847,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ordering_key_one_at_a_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ordering_dead_head_policy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ordering_later_rows_wait_out_of_the_ready_index,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ordering_later_rows_wait_out_of_the_ready_index, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_sweep_releases_a_row_stranded_by_a_race, setup,
                                         teardown),
         cmocka_unit_test(test_connect_without_schema_is_a_clear_error),
