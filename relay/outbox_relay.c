@@ -30,6 +30,16 @@
 #define OUTBOX_VERSION "0.1.0"
 #endif
 
+static pthread_t main_thread;
+
+/* Called by the last pipeline to return: wakes main from sigtimedwait. */
+static void
+wake_main(void *arg)
+{
+    (void)arg;
+    pthread_kill(main_thread, SIGUSR1);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -97,20 +107,25 @@ main(int argc, char **argv)
         }
     }
 
-    /* block the stop signals before any thread exists, so only main takes them */
+    /*
+     * Block the stop signals before any thread exists, so only main takes
+     * them; SIGUSR1 is the last pipeline saying it returned.
+     */
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    main_thread = pthread_self();
 
-    if (relay_start(r, &err) != 0)
+    if (relay_start(r, wake_main, NULL, &err) != 0)
         goto fail;
     while (!relay_finished(r)) {
-        struct timespec timeout = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+        struct timespec timeout = {.tv_sec = 1, .tv_nsec = 0};
         int signo = sigtimedwait(&signals, NULL, &timeout);
 
-        if (signo < 0)
-            continue; /* timeout or EINTR: look at the pipelines again */
+        if (signo < 0 || signo == SIGUSR1)
+            continue; /* look at the pipelines again */
         if (++signals_seen == 1) {
             log_event(OUTBOX_LOG_INFO, "stopping", "signal=%s",
                       signo == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -97,6 +97,8 @@ struct relay {
     struct pipeline *pipelines;
     atomic_int stopping;
     atomic_int running; /* pipelines not yet returned */
+    void (*finished)(void *arg); /* called by the last pipeline to return */
+    void *finished_arg;
     atomic_int fatal;
     pthread_mutex_t fatal_lock;
     struct outbox_error fatal_error;
@@ -808,7 +810,8 @@ pipeline_run(void *arg)
 done:
     sink_disconnect(p->sink);
     drop_store(p);
-    atomic_fetch_sub(&r->running, 1);
+    if (atomic_fetch_sub(&r->running, 1) == 1 && r->finished != NULL)
+        r->finished(r->finished_arg);
     return NULL;
 }
 
@@ -958,8 +961,10 @@ relay_check(relay *r, struct outbox_error *err)
 }
 
 int
-relay_start(relay *r, struct outbox_error *err)
+relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err)
 {
+    r->finished = finished;
+    r->finished_arg = arg;
     log_event(OUTBOX_LOG_INFO, "relay starting",
               "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
               sink_display_url(r->pipelines[0].sink), r->config->concurrency, r->config->batch_size,

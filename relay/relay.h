@@ -6,7 +6,8 @@
  * sink). A pipeline loops: claim a batch, publish it, mark what the broker
  * confirmed succeeded and fail the rest with a backoff, then claim again at
  * once while there is work, or wait (LISTEN + adaptive polling) when there
- * is none. Pipeline 0 also reaps expired leases, deletes old succeeded rows
+ * is none. The marks of one batch and the next claim run in the database
+ * while the broker takes the batch between them. Pipeline 0 also reaps expired leases, deletes old succeeded rows
  * and samples the backlog for the metrics.
  *
  * Stopping: relay_stop() makes every pipeline finish the batch in flight
@@ -31,8 +32,11 @@ void relay_free(relay *r);
  */
 int relay_check(relay *r, struct outbox_error *err);
 
-/* Starts the pipelines. */
-int relay_start(relay *r, struct outbox_error *err);
+/*
+ * Starts the pipelines. When the last one returns, finished(arg) is called
+ * from its thread (finished may be NULL), so the caller need not poll.
+ */
+int relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err);
 
 /* Asks the pipelines to stop after their batch in flight; async-safe to call twice. */
 void relay_stop(relay *r);
