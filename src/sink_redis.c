@@ -10,10 +10,12 @@
  * The check and the append are one atomic step in Redis: APPEND_SCRIPT below
  * is loaded with SCRIPT LOAD on connect and called with EVALSHA (EVAL with
  * the script text when the server answers NOSCRIPT, e.g. after SCRIPT FLUSH
- * or a failover; EVAL also caches it again). A job whose dedup record exists
- * is answered with the entry id recorded earlier and counts as accepted, so a
- * relay that died after the append and before marking its row never appends
- * the row a second time when the row is claimed again.
+ * or a failover; EVAL also caches it again), one call for up to
+ * SCRIPT_CHUNK messages, which costs Redis about a third less than a call
+ * per message. A job whose dedup record exists is answered with the entry id
+ * recorded earlier and counts as accepted, so a relay that died after the
+ * append and before marking its row never appends the row a second time
+ * when the row is claimed again.
  *
  * Dedup key layout: "<stream>:outbox-dedup:<job_id>", a plain string whose
  * value is the entry id ("1764474000000-0"), written with PX = the window
@@ -28,10 +30,11 @@
  * retries), so busy deployments should shorten it. The stream entries cost
  * what their payloads cost, bounded by MAXLEN ~ when set.
  *
- * A batch is pipelined: commands are appended with redisAppendCommandArgv and
- * their replies read in order, with at most PIPELINE_WINDOW commands in
- * flight so the output buffer stays bounded for huge batches. An error reply
- * fails only its message. A broken connection or a timeout fails every
+ * A batch is pipelined: script calls are appended with redisAppendCommandArgv
+ * and their replies read in order, with at most PIPELINE_WINDOW messages in
+ * flight so the output buffer stays bounded for huge batches. An error in
+ * the reply for one message (WRONGTYPE) fails only that message; an error
+ * for a whole call (OOM, BUSY) fails the messages of that call. A broken connection or a timeout fails every
  * message still without a reply, frees the context and leaves the sink
  * disconnected; the messages of such a batch that Redis did append are
  * answered from their dedup records when published again.
@@ -60,26 +63,47 @@
 #define DEDUP_INFIX ":outbox-dedup:"
 
 /*
- * KEYS[1] stream, KEYS[2] dedup record; ARGV[1] window ms, ARGV[2] maxlen
- * ("0" for none), ARGV[3..7] job_id, queue, payload, headers, attempt.
- * Returns {entry id, 1} after an append, {earlier entry id, 0} for a
- * duplicate. Nothing is written before XADD, so an XADD error (WRONGTYPE,
- * OOM) leaves no dedup record behind.
+ * One call appends up to SCRIPT_CHUNK messages. For message i, KEYS[2i-1]
+ * is its stream and KEYS[2i] its dedup record; ARGV[1] is the window in ms,
+ * ARGV[2] the maxlen ("0" for none), ARGV[5i-2 .. 5i+2] its job_id, queue,
+ * payload, headers and attempt. The reply has one element per message:
+ * {entry id, 1} after an append, {earlier entry id, 0} for a duplicate, or
+ * the error XADD raised (WRONGTYPE, say), which fails only that message.
+ * Nothing is written before XADD succeeds, so a refused append leaves no
+ * dedup record behind.
  */
 static const char APPEND_SCRIPT[] =
-    "local existing = redis.call('GET', KEYS[2])\n"
-    "if existing then return {existing, 0} end\n"
-    "local id\n"
-    "if ARGV[2] ~= '0' then\n"
-    "  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'job_id', ARGV[3],\n"
-    "                  'queue', ARGV[4], 'payload', ARGV[5], 'headers', ARGV[6],\n"
-    "                  'attempt', ARGV[7])\n"
-    "else\n"
-    "  id = redis.call('XADD', KEYS[1], '*', 'job_id', ARGV[3], 'queue', ARGV[4],\n"
-    "                  'payload', ARGV[5], 'headers', ARGV[6], 'attempt', ARGV[7])\n"
+    "local window, maxlen, out = ARGV[1], ARGV[2], {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local stream, dedup, a = KEYS[2 * i - 1], KEYS[2 * i], 5 * i - 2\n"
+    "  local existing = redis.call('GET', dedup)\n"
+    "  if existing then\n"
+    "    out[i] = {existing, 0}\n"
+    "  else\n"
+    "    local id\n"
+    "    if maxlen ~= '0' then\n"
+    "      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
+    "                       'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
+    "                       'headers', ARGV[a + 3], 'attempt', ARGV[a + 4])\n"
+    "    else\n"
+    "      id = redis.pcall('XADD', stream, '*', 'job_id', ARGV[a], 'queue', ARGV[a + 1],\n"
+    "                       'payload', ARGV[a + 2], 'headers', ARGV[a + 3],\n"
+    "                       'attempt', ARGV[a + 4])\n"
+    "    end\n"
+    "    if type(id) == 'table' then\n"
+    "      out[i] = id\n"
+    "    else\n"
+    "      redis.call('SET', dedup, id, 'PX', window)\n"
+    "      out[i] = {id, 1}\n"
+    "    end\n"
+    "  end\n"
     "end\n"
-    "redis.call('SET', KEYS[2], id, 'PX', ARGV[1])\n"
-    "return {id, 1}\n";
+    "return out\n";
+
+/* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
+#define SCRIPT_CHUNK 100
+/* Arguments of one call: command, script, numkeys, 2 keys and 5 values a message, 2 shared. */
+#define SCRIPT_ARGS (3 + 2 + 7 * SCRIPT_CHUNK)
 
 /* How a pipeline pass calls the script. */
 enum script_call {
@@ -92,8 +116,10 @@ struct redis_sink {
     char sha[41];          /* SHA1 of APPEND_SCRIPT, from SCRIPT LOAD */
     char window_ms[24];    /* ARGV[1] */
     char maxlen[24];       /* ARGV[2] */
-    char *keys;            /* scratch: stream key, then dedup key */
+    char *keys; /* scratch: stream key, dedup key, job id, attempt per message of a call */
     size_t keys_capacity;
+    const char *argv[SCRIPT_ARGS];
+    size_t argvlen[SCRIPT_ARGS];
     long long last_used_ms; /* monotonic time of the last reply */
 };
 
@@ -336,92 +362,156 @@ reserve_keys(struct redis_sink *r, size_t size)
     return 0;
 }
 
-/* Appends the script call for one message to the output buffer; -1 when out of memory. */
-static int
-append_message(sink *s, const struct sink_message *message, enum script_call call)
+/* Bytes of scratch one message takes in append_chunk(). */
+static size_t
+scratch_size(const sink *s, const struct sink_message *message)
 {
-    struct redis_sink *r = s->impl;
-    const char *prefix = s->options.stream_prefix;
-    const char *queue = message->queue != NULL ? message->queue : "";
-    size_t prefix_len = strlen(prefix), queue_len = strlen(queue);
-    size_t stream_len = prefix_len + queue_len, dedup_len;
-    char job_id[24], attempt[16], *dedup;
-    const char *argv[12];
-    size_t argvlen[12];
+    size_t stream_len = strlen(s->options.stream_prefix) + strlen(message->queue);
 
-    if (reserve_keys(r, 2 * stream_len + sizeof(DEDUP_INFIX) + sizeof(job_id) + 2) != 0)
-        return -1;
-    snprintf(job_id, sizeof(job_id), "%" PRId64, message->job_id);
-    snprintf(attempt, sizeof(attempt), "%" PRId32, message->attempt);
-    memcpy(r->keys, prefix, prefix_len);
-    memcpy(r->keys + prefix_len, queue, queue_len);
-    r->keys[stream_len] = '\0';
-    dedup = r->keys + stream_len + 1;
-    memcpy(dedup, r->keys, stream_len);
-    memcpy(dedup + stream_len, DEDUP_INFIX, sizeof(DEDUP_INFIX) - 1);
-    dedup_len = stream_len + sizeof(DEDUP_INFIX) - 1;
-    memcpy(dedup + dedup_len, job_id, strlen(job_id) + 1);
-    dedup_len += strlen(job_id);
+    /* stream, dedup record, job id, attempt, each with its NUL */
+    return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 21) + 21 + 12;
+}
 
-    argv[0] = call == CALL_EVALSHA ? "EVALSHA" : "EVAL";
-    argv[1] = call == CALL_EVALSHA ? r->sha : APPEND_SCRIPT;
-    argv[2] = "2";
-    argv[3] = r->keys;
-    argvlen[3] = stream_len;
-    argv[4] = dedup;
-    argvlen[4] = dedup_len;
-    argv[5] = r->window_ms;
-    argv[6] = r->maxlen;
-    argv[7] = job_id;
-    argv[8] = queue;
-    argvlen[8] = queue_len;
-    argv[9] = message->payload != NULL ? message->payload : "null";
-    argvlen[9] = message->payload != NULL ? message->payload_len : 4;
-    argv[10] = message->headers != NULL ? message->headers : "{}";
-    argv[11] = attempt;
-    for (int i = 0; i < 12; i++)
-        if (i != 3 && i != 4 && i != 8 && i != 9)
-            argvlen[i] = strlen(argv[i]);
-    return redisAppendCommandArgv(r->context, 12, argv, argvlen) == REDIS_OK ? 0 : -1;
+/* Prints value into the scratch at *at and makes it the next argument. */
+static void
+add_number(struct redis_sink *r, int *argc, size_t *at, long long value)
+{
+    int len = sprintf(r->keys + *at, "%lld", value);
+
+    r->argv[*argc] = r->keys + *at;
+    r->argvlen[(*argc)++] = (size_t)len;
+    *at += (size_t)len + 1;
 }
 
 /*
- * Turns the reply for one message into its outcome. Returns true when the
- * reply was NOSCRIPT to an EVALSHA, i.e. the message must be sent again
- * with EVAL (nothing ran for it).
+ * Appends one script call for messages[order[0..n-1]] to the output buffer;
+ * -1 when out of memory. The arguments are laid out as APPEND_SCRIPT reads
+ * them: first the keys of every message, then the shared values, then five
+ * values a message. Keys and numbers are written into the scratch buffer,
+ * the rest points into the messages.
  */
-static bool
+static int
+append_chunk(sink *s, const struct sink_message *messages, const size_t *order, size_t n,
+             enum script_call call)
+{
+    struct redis_sink *r = s->impl;
+    const char *prefix = s->options.stream_prefix;
+    size_t prefix_len = strlen(prefix), infix_len = sizeof(DEDUP_INFIX) - 1, need = 0, at = 0;
+    int argc = 0;
+    char numkeys[16];
+
+    for (size_t i = 0; i < n; i++)
+        need += scratch_size(s, &messages[order[i]]);
+    if (reserve_keys(r, need) != 0)
+        return -1;
+    snprintf(numkeys, sizeof(numkeys), "%zu", 2 * n);
+    r->argv[argc++] = call == CALL_EVALSHA ? "EVALSHA" : "EVAL";
+    r->argv[argc++] = call == CALL_EVALSHA ? r->sha : APPEND_SCRIPT;
+    r->argv[argc++] = numkeys;
+    for (int i = 0; i < argc; i++)
+        r->argvlen[i] = strlen(r->argv[i]);
+
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[order[i]];
+        size_t stream_len = prefix_len + strlen(m->queue);
+        char *stream = r->keys + at, *dedup = stream + stream_len + 1;
+        int id_len;
+
+        /* "<prefix><queue>", then "<prefix><queue>:outbox-dedup:<job_id>" */
+        memcpy(stream, prefix, prefix_len);
+        memcpy(stream + prefix_len, m->queue, stream_len - prefix_len);
+        stream[stream_len] = '\0';
+        memcpy(dedup, stream, stream_len);
+        memcpy(dedup + stream_len, DEDUP_INFIX, infix_len);
+        id_len = sprintf(dedup + stream_len + infix_len, "%" PRId64, m->job_id);
+        r->argv[argc] = stream;
+        r->argvlen[argc++] = stream_len;
+        r->argv[argc] = dedup;
+        r->argvlen[argc++] = stream_len + infix_len + (size_t)id_len;
+        at += 2 * (stream_len + 1) + infix_len + (size_t)id_len;
+    }
+    r->argv[argc] = r->window_ms;
+    r->argvlen[argc++] = strlen(r->window_ms);
+    r->argv[argc] = r->maxlen;
+    r->argvlen[argc++] = strlen(r->maxlen);
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[order[i]];
+        const char *headers = m->headers != NULL ? m->headers : "{}";
+
+        add_number(r, &argc, &at, (long long)m->job_id);
+        r->argv[argc] = m->queue;
+        r->argvlen[argc++] = strlen(m->queue);
+        r->argv[argc] = m->payload != NULL ? m->payload : "null";
+        r->argvlen[argc++] = m->payload != NULL ? m->payload_len : 4;
+        r->argv[argc] = headers;
+        r->argvlen[argc++] = strlen(headers);
+        add_number(r, &argc, &at, (long long)m->attempt);
+    }
+    return redisAppendCommandArgv(r->context, argc, r->argv, r->argvlen) == REDIS_OK ? 0 : -1;
+}
+
+/* Turns the reply element for one message into its outcome. */
+static void
 settle_message(sink *s, const struct sink_message *message, const redisReply *reply,
-               enum script_call call, struct sink_outcome *outcome)
+               struct sink_outcome *outcome)
 {
     char reason[SINK_REASON_MAX - 64];
 
     if (reply->type == REDIS_REPLY_ERROR) {
-        if (call == CALL_EVALSHA && strncmp(reply->str, "NOSCRIPT", 8) == 0)
-            return true;
         copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
         sink_outcome_set(outcome, SINK_FAILED, "redis refused the append to '%s%.100s': %s",
                          s->options.stream_prefix, message->queue, reason);
-        return false;
+        return;
     }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_STRING &&
         reply->element[1]->type == REDIS_REPLY_INTEGER) {
         sink_outcome_set(outcome, SINK_ACCEPTED, NULL);
-        return false;
+        return;
     }
     sink_outcome_set(outcome, SINK_FAILED, "redis answered the append with an unexpected reply");
+}
+
+/*
+ * Turns the reply to one script call for messages[order[0..n-1]] into their
+ * outcomes. Returns true when the reply was NOSCRIPT to an EVALSHA, i.e.
+ * the call must be sent again with EVAL (nothing ran).
+ */
+static bool
+settle_chunk(sink *s, const struct sink_message *messages, const size_t *order, size_t n,
+             const redisReply *reply, enum script_call call, struct sink_outcome *outcomes)
+{
+    char reason[SINK_REASON_MAX - 64];
+
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == n) {
+        for (size_t i = 0; i < n; i++)
+            settle_message(s, &messages[order[i]], reply->element[i], &outcomes[order[i]]);
+        return false;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && call == CALL_EVALSHA &&
+        strncmp(reply->str, "NOSCRIPT", 8) == 0)
+        return true;
+    /* the call as a whole was refused (OOM, BUSY, a read-only replica): all of it failed */
+    if (reply->type == REDIS_REPLY_ERROR)
+        copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
+    else
+        snprintf(reason, sizeof(reason), "an unexpected reply");
+    for (size_t i = 0; i < n; i++)
+        sink_outcome_set(&outcomes[order[i]], SINK_FAILED,
+                         "redis refused the append to '%s%.100s': %s", s->options.stream_prefix,
+                         messages[order[i]].queue, reason);
     return false;
 }
 
 /*
- * One pipelined pass over messages[indexes[0..n-1]] (all of them in order
- * when indexes is NULL). Indexes answered NOSCRIPT are stored in
- * retry[*retry_count]. On a broken connection every message of the pass
- * without a reply is failed, the sink is disconnected and -1 returned.
+ * One pipelined pass over messages[order[0..n-1]], SCRIPT_CHUNK messages a
+ * call, at most PIPELINE_WINDOW messages in flight. The messages of calls
+ * answered NOSCRIPT are stored in retry[*retry_count]. On a broken
+ * connection every message of the pass without a reply is failed, the sink
+ * is disconnected and -1 returned.
  */
 static int
-pipeline_pass(sink *s, const struct sink_message *messages, const size_t *indexes, size_t n,
+pipeline_pass(sink *s, const struct sink_message *messages, const size_t *order, size_t n,
               enum script_call call, struct sink_outcome *outcomes, size_t *retry,
               size_t *retry_count, struct outbox_error *err)
 {
@@ -430,36 +520,36 @@ pipeline_pass(sink *s, const struct sink_message *messages, const size_t *indexe
 
     while (received < n) {
         redisReply *reply = NULL;
-        size_t at;
+        size_t chunk;
 
         while (sent < n && sent - received < PIPELINE_WINDOW) {
-            at = indexes != NULL ? indexes[sent] : sent;
-            if (append_message(s, &messages[at], call) != 0) {
+            chunk = n - sent < SCRIPT_CHUNK ? n - sent : SCRIPT_CHUNK;
+            if (append_chunk(s, messages, order + sent, chunk, call) != 0) {
                 for (size_t i = received; i < n; i++)
-                    sink_outcome_set(&outcomes[indexes != NULL ? indexes[i] : i], SINK_FAILED,
+                    sink_outcome_set(&outcomes[order[i]], SINK_FAILED,
                                      "out of memory while publishing to redis");
                 outbox_error_set(err, OUTBOX_ERR_INTERNAL,
                                  "out of memory while publishing to redis");
                 drop_connection(s);
                 return -1;
             }
-            sent++;
+            sent += chunk;
         }
         if (redisGetReply(r->context, (void **)&reply) != REDIS_OK || reply == NULL) {
             int saved_errno = errno;
 
             for (size_t i = received; i < n; i++)
-                sink_outcome_set(&outcomes[indexes != NULL ? indexes[i] : i], SINK_FAILED,
-                                 "no reply from redis: %s",
+                sink_outcome_set(&outcomes[order[i]], SINK_FAILED, "no reply from redis: %s",
                                  r->context->errstr[0] != '\0' ? r->context->errstr
                                                                : "connection lost");
             return fail_connection(s, saved_errno, "while publishing", err);
         }
-        at = indexes != NULL ? indexes[received] : received;
-        if (settle_message(s, &messages[at], reply, call, &outcomes[at]))
-            retry[(*retry_count)++] = at;
+        chunk = n - received < SCRIPT_CHUNK ? n - received : SCRIPT_CHUNK;
+        if (settle_chunk(s, messages, order + received, chunk, reply, call, outcomes))
+            for (size_t i = 0; i < chunk; i++)
+                retry[(*retry_count)++] = order[received + i];
         freeReplyObject(reply);
-        received++;
+        received += chunk;
     }
     r->last_used_ms = now_ms();
     return 0;
@@ -496,8 +586,8 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
         sendable[sendable_count++] = i;
     }
     if (sendable_count > 0)
-        rc = pipeline_pass(s, messages, sendable_count == count ? NULL : sendable, sendable_count,
-                           CALL_EVALSHA, outcomes, retry, &retry_count, err);
+        rc = pipeline_pass(s, messages, sendable, sendable_count, CALL_EVALSHA, outcomes, retry,
+                           &retry_count, err);
     if (rc == 0 && retry_count > 0) {
         /* the script cache was flushed (SCRIPT FLUSH, restart behind a proxy, failover) */
         rc =

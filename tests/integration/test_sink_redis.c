@@ -434,6 +434,67 @@ test_wrong_type_fails_only_its_message(void **state)
     sink_free(s);
 }
 
+/*
+ * A batch larger than one script call, over two streams, with an oversized
+ * message and a refused stream in it: every outcome lands on its own
+ * message, whichever call carried it.
+ */
+static void
+test_large_mixed_batch_keeps_each_outcome(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_error err;
+    struct batch b;
+    char bad_stream[200], payments_stream[200];
+    sink *s;
+    size_t accepted = 0;
+
+    NEED_REDIS(f);
+    s = open_sink(f->url, f->prefix, 0, 0, 5000);
+    snprintf(bad_stream, sizeof(bad_stream), "%sbilling", f->prefix);
+    snprintf(payments_stream, sizeof(payments_stream), "%spayments", f->prefix);
+    run_ok(f->consumer, "SET", bad_stream, "not a stream", NULL);
+    batch_init(&b, "orders", 9000, 333, 100);
+    for (size_t i = 0; i < b.count; i++) {
+        if (i % 3 == 1)
+            b.messages[i].queue = "payments";
+        if (i % 50 == 7)
+            b.messages[i].queue = "billing";
+    }
+    b.messages[150].payload_len = 1u << 30; /* over the default limit: never sent */
+
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    for (size_t i = 0; i < b.count; i++) {
+        if (i == 150) {
+            assert_int_equal(b.outcomes[i].status, SINK_REJECTED);
+        } else if (i % 50 == 7) {
+            assert_int_equal(b.outcomes[i].status, SINK_FAILED);
+            assert_non_null(strstr(b.outcomes[i].reason, "WRONGTYPE"));
+            assert_non_null(strstr(b.outcomes[i].reason, "billing"));
+        } else {
+            assert_int_equal(b.outcomes[i].status, SINK_ACCEPTED);
+            accepted++;
+        }
+    }
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream) +
+                         stream_consumer_stream_length(f->consumer, payments_stream),
+                     (long long)accepted);
+
+    /* published again, nothing is appended twice */
+    b.messages[150].payload_len = strlen(b.messages[150].payload);
+    run_ok(f->consumer, "DEL", bad_stream, NULL, NULL);
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_ACCEPTED), b.count);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream) +
+                         stream_consumer_stream_length(f->consumer, payments_stream) +
+                         stream_consumer_stream_length(f->consumer, bad_stream),
+                     (long long)b.count);
+    run_ok(f->consumer, "DEL", payments_stream, NULL, NULL);
+    run_ok(f->consumer, "DEL", bad_stream, NULL, NULL);
+    batch_clear(&b);
+    sink_free(s);
+}
+
 /* MAXLEN ~ N keeps the stream near N entries. */
 static void
 test_maxlen_trims(void **state)
@@ -898,6 +959,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_republish_is_deduplicated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_window_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_type_fails_only_its_message, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_mixed_batch_keeps_each_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxlen_trims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noscript_falls_back_to_eval, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_password_is_config_error, setup, teardown),
