@@ -16,8 +16,9 @@
  *                           [--payload-bytes 200]
  *       pipelined XADD with the relay's fields to a fresh stream; prints the
  *       rate, then deletes the stream
- *   outbox_bench amqp-count --broker URL --queue Q
- *       prints the message count of queue Q (passive queue.declare)
+ *   outbox_bench amqp-count --broker URL --queue Q [--purge yes]
+ *       prints the message count of queue Q (passive queue.declare), then
+ *       with --purge yes empties the queue
  *   outbox_bench stream-times --broker URL --stream S
  *       prints "job_id receive_epoch_ms" for every entry of stream S, the
  *       receive time being the millisecond part of the entry id Redis chose
@@ -55,6 +56,7 @@ struct options {
     int repeat;
     int window;
     int payload_bytes;
+    bool purge;
 };
 
 static double
@@ -401,6 +403,10 @@ amqp_count(const struct options *o)
         printf("messages=%u consumers=%u\n", ok->message_count, ok->consumer_count);
         rc = 0;
     }
+    if (rc == 0 && o->purge) {
+        amqp_queue_purge(conn, 1, amqp_cstring_bytes(o->queue));
+        rc = amqp_reply_ok(amqp_get_rpc_reply(conn), "queue.purge") ? 0 : 1;
+    }
     amqp_close(conn);
     return rc;
 }
@@ -574,7 +580,7 @@ usage(void)
           "                    [--batch N] [--repeat N]\n"
           "       outbox_bench amqp-confirm|redis-xadd --broker URL [--count N] [--window N]\n"
           "                    [--payload-bytes N]\n"
-          "       outbox_bench amqp-count --broker URL --queue Q\n"
+          "       outbox_bench amqp-count --broker URL --queue Q [--purge yes]\n"
           "       outbox_bench stream-times --broker URL --stream S\n",
           stderr);
     exit(2);
@@ -620,6 +626,8 @@ main(int argc, char **argv)
             o.window = atoi(value);
         else if (strcmp(name, "--payload-bytes") == 0)
             o.payload_bytes = atoi(value);
+        else if (strcmp(name, "--purge") == 0 && strcmp(value, "yes") == 0)
+            o.purge = true;
         else
             usage();
     }
