@@ -8,19 +8,24 @@
 #   1. enqueue rows/s: single-row transactions from 16 pgbench clients through
 #      outbox.enqueue() and through a bare INSERT (their ratio), and batched
 #      enqueue (1000 rows per transaction)
-#   2. the ceilings: claim + complete in PostgreSQL alone (store library),
+#   2. commit -> publish latency at a steady offered load (relay to Redis)
+#   3. the ceilings: claim + complete in PostgreSQL alone (store library),
 #      publish with confirms to RabbitMQ, pipelined XADD to Redis
-#   3. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
+#   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
 #      Redis and to RabbitMQ, checked row by row and message by message, with
 #      the relay's max RSS
-#   4. commit -> publish latency at a steady offered load (relay to Redis)
 #   5. claim latency against a growing ready backlog, table and index sizes
+#   6. claim latency with ordering keys
+#
+# The host is shared and one run of a step can be 20 % off the next, so the
+# single-row enqueue, the latency, the ceilings and the drains run
+# BENCH_ROUNDS times each, in turns, and their medians are reported.
 #
 # Environment: BUILD, BIN (as make sets them), BENCH_N (rows, default 100000),
 # BENCH_BIG=1 (adds a 10M-row step to the claim scaling), BENCH_SECONDS
 # (pgbench duration, default 10), BENCH_LATENCY_SECONDS (default 15),
-# BENCH_LATENCY_RATE (rows/s, default 1000), BENCH_ROUNDS (runs of each
-# ceiling and drain, default 3), OUTBOX_BENCH_STACK_SH (another
+# BENCH_LATENCY_RATE (rows/s, default 1000), BENCH_ROUNDS (default 3),
+# OUTBOX_BENCH_STACK_SH (another
 # stack.sh). Results are printed and written to $BUILD/bench/results.txt.
 # A measuring script: it fails only when a step fails or a check of the
 # delivered rows does not hold, never because a figure is low.
@@ -240,7 +245,86 @@ result "1000 rows/txn, 4 clients, outbox.enqueue()" "$(fmt_rate "$BATCH_RATE") r
     "$(printf '%.2f' "$(ratio "$BATCH_RATE" "$BATCH_INSERT_RATE")") of a bare INSERT ... SELECT"
 result "1000 rows/txn, 4 clients, bare INSERT ... SELECT" "$(fmt_rate "$BATCH_INSERT_RATE") rows/s"
 
-# ---- 2 + 3. ceilings and drains, interleaved ------------------------------------
+# ---- 2. latency -------------------------------------------------------------------------
+
+# latency_round N: one steady run with the relay in the background; appends
+# its figures to the L_* arrays. It runs before the drains, while RabbitMQ
+# has no backlog to clean up in the background.
+L_OFFERED=() L_ROWS=() L_B50=() L_B99=() L_BMAX=() L_F50=() L_F99=() L_LAG=()
+latency_round() {
+    local round=$1 out rows count b50 b99 bmax f50 f99 fmax
+    reset_outbox
+    "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
+        --stream-prefix "latency$round:" --metrics-addr off --log-level warn \
+        2>"$STACK/relay-latency.log" &
+    RELAY_PID=$!
+    sleep 1
+    kill -0 "$RELAY_PID" 2>/dev/null || {
+        cat "$STACK/relay-latency.log" >&2
+        die "the relay did not start"
+    }
+    # pgbench -R schedules transactions at the given mean rate (Poisson arrivals)
+    out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$LATENCY_RATE" \
+        -T "$LATENCY_SECONDS" -f "$STACK/latency-load.sql" "$DB" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        die "pgbench at $LATENCY_RATE rows/s failed"
+    }
+    L_OFFERED+=("$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)")
+    L_LAG+=("$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg [0-9.]* (max \([0-9.]*\)) ms/\1/p')")
+    rows=$(sql "SELECT count(*) FROM outbox.job")
+    for _ in $(seq 1 600); do
+        [ "$(sql "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'")" = 0 ] && break
+        sleep 0.1
+    done
+    kill -TERM "$RELAY_PID"
+    wait "$RELAY_PID" || die "the background relay exited with $?"
+    RELAY_PID=""
+    check_succeeded "$rows"
+    "$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream "latency$round:latency" \
+        >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
+    redis_cli DEL "latency$round:latency" >/dev/null
+    IFS='|' read -r count b50 b99 bmax f50 f99 fmax < <(timeout "$STEP_TIMEOUT" \
+        psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -f "$STACK/latency.sql")
+    [ "$count" = "$rows" ] || die "the stream holds $count of the $rows latency rows"
+    L_ROWS+=("$rows") L_B50+=("$b50") L_B99+=("$b99") L_BMAX+=("$bmax")
+    L_F50+=("$f50") L_F99+=("$f99")
+}
+
+sed 's/bench_enqueue/latency/' "$STACK/enqueue.sql" >"$STACK/latency-load.sql"
+cat >"$STACK/latency.sql" <<EOF
+CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
+\\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
+WITH l AS (
+    SELECT extract(epoch FROM j.finished_at - j.created_at) * 1000 AS to_finished,
+           r.received_ms - extract(epoch FROM j.created_at) * 1000 AS to_broker
+    FROM outbox.job j LEFT JOIN received r USING (job_id)
+)
+SELECT count(to_broker),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
+       round(max(to_broker)::numeric, 1),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
+       round(max(to_finished)::numeric, 1)
+FROM l;
+EOF
+for round in $(seq 1 "$ROUNDS"); do
+    log "latency: $LATENCY_RATE rows/s for ${LATENCY_SECONDS}s with the relay running, round $round of $ROUNDS"
+    latency_round "$round"
+done
+joined() { printf '%s, ' "$@" | sed 's/, $//'; }
+section "2. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s, $ROUNDS runs (pgbench -R, 1 row/txn, 16 clients, relay to Redis)"
+result "load achieved (rows per run: $(joined "${L_ROWS[@]}"))" \
+    "$(fmt_rate "$(median "${L_OFFERED[@]}")") rows/s" \
+    "pgbench's own schedule lag, max per run: $(joined "${L_LAG[@]}") ms"
+result "created_at -> Redis receive time, median of runs" "p50 $(median "${L_B50[@]}") ms" \
+    "p99 $(median "${L_B99[@]}") ms (goal <= 50); per run p99 $(joined "${L_B99[@]}") ms, max $(joined "${L_BMAX[@]}") ms"
+result "created_at -> finished_at (marked succeeded), median" "p50 $(median "${L_F50[@]}") ms" \
+    "p99 $(median "${L_F99[@]}") ms; per run p99 $(joined "${L_F99[@]}") ms"
+section "  created_at is the single-row transaction's start (now()), a few ms before its commit;
+  the receive time is the millisecond Redis assigned the entry id (same host clock)."
+
+# ---- 3 + 4. ceilings and drains, interleaved ------------------------------------
 
 # The host is shared, so one run of a step can be 20 % off the next. Each
 # ceiling and the drain compared with it run in turns, ROUNDS times, so slow
@@ -327,7 +411,7 @@ out=$(timeout "$STEP_TIMEOUT" "$TOOLS/outbox_bench" redis-xadd --broker "$REDIS_
     --count "$N" --payload-bytes "$PAYLOAD_BYTES") || die "redis-xadd failed"
 REDIS_CEILING=$(field rate "$out")
 
-section "2. ceilings (same payload; median of $ROUNDS runs, taken in turns with the drains)"
+section "3. ceilings (same payload; median of $ROUNDS runs, taken in turns with the drains)"
 result "PostgreSQL claim+complete (batch 500, 2 threads)" "$(fmt_rate "$CLAIM_CEILING") rows/s" \
     "runs: $(runs "${CLAIM_RUNS[@]}")"
 if [ "$AMQP_OK" = 1 ]; then
@@ -337,7 +421,7 @@ if [ "$AMQP_OK" = 1 ]; then
 fi
 result "Redis pipelined XADD (window 4096, one run)" "$(fmt_rate "$REDIS_CEILING") msgs/s"
 
-section "3. drain of a $N-row backlog by outbox-relay --once (default options; median of $ROUNDS)"
+section "4. drain of a $N-row backlog by outbox-relay --once (default options; median of $ROUNDS)"
 result "to Redis (all rows succeeded, XLEN = $N)" "$(fmt_rate "$REDIS_DRAIN") rows/s" \
     "$(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$CLAIM_CEILING")") of claim+complete (goal >= 0.80), $(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$REDIS_CEILING")") of raw XADD; runs: $(runs "${REDIS_RUNS[@]}")"
 result "  relay max RSS during the last Redis drain" "$((REDIS_RSS_KB / 1024)) MiB" \
@@ -356,67 +440,6 @@ timeout "$STEP_TIMEOUT" "$BIN/outboxctl" --database-url "$DB" purge --older-than
     die "outboxctl purge failed"
 sql "VACUUM outbox.job" >/dev/null
 result "  after outboxctl purge --older-than 0s + VACUUM" "" "$(sizes)"
-
-# ---- 4. latency -------------------------------------------------------------------------
-
-section "4. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s (pgbench -R, 1 row/txn, 16 clients, relay to Redis)"
-log "latency: $LATENCY_RATE rows/s for ${LATENCY_SECONDS}s with the relay running"
-reset_outbox
-"$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --stream-prefix latency: \
-    --metrics-addr off --log-level warn 2>"$STACK/relay-latency.log" &
-RELAY_PID=$!
-sleep 1
-kill -0 "$RELAY_PID" 2>/dev/null || {
-    cat "$STACK/relay-latency.log" >&2
-    die "the relay did not start"
-}
-# pgbench -R schedules transactions at the given mean rate (Poisson arrivals)
-sed 's/bench_enqueue/latency/' "$STACK/enqueue.sql" >"$STACK/latency-load.sql"
-out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$LATENCY_RATE" \
-    -T "$LATENCY_SECONDS" -f "$STACK/latency-load.sql" "$DB" 2>&1) || {
-    printf '%s\n' "$out" >&2
-    die "pgbench at $LATENCY_RATE rows/s failed"
-}
-OFFERED=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
-SCHEDULE_LAG=$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms/avg \1 ms, max \2 ms/p')
-LATENCY_ROWS=$(sql "SELECT count(*) FROM outbox.job")
-for _ in $(seq 1 600); do
-    [ "$(sql "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'")" = 0 ] && break
-    sleep 0.1
-done
-kill -TERM "$RELAY_PID"
-wait "$RELAY_PID" || die "the background relay exited with $?"
-RELAY_PID=""
-check_succeeded "$LATENCY_ROWS"
-"$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream latency:latency \
-    >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
-cat >"$STACK/latency.sql" <<EOF
-CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
-\\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
-WITH l AS (
-    SELECT extract(epoch FROM j.finished_at - j.created_at) * 1000 AS to_finished,
-           r.received_ms - extract(epoch FROM j.created_at) * 1000 AS to_broker
-    FROM outbox.job j LEFT JOIN received r USING (job_id)
-)
-SELECT count(to_broker),
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
-       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
-       round(max(to_broker)::numeric, 1),
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
-       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY to_finished)::numeric, 1),
-       round(max(to_finished)::numeric, 1)
-FROM l;
-EOF
-IFS='|' read -r L_COUNT B50 B99 BMAX F50 F99 FMAX < <(timeout "$STEP_TIMEOUT" \
-    psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -f "$STACK/latency.sql")
-[ "$L_COUNT" = "$LATENCY_ROWS" ] ||
-    die "the stream holds $L_COUNT of the $LATENCY_ROWS latency rows"
-result "load achieved ($LATENCY_ROWS rows)" "$(fmt_rate "$OFFERED") rows/s" \
-    "pgbench schedule lag ${SCHEDULE_LAG:-n/a}"
-result "created_at -> Redis receive time (stream entry id)" "p50 $B50 ms" "p99 $B99 ms, max $BMAX ms"
-result "created_at -> finished_at (row marked succeeded)" "p50 $F50 ms" "p99 $F99 ms, max $FMAX ms"
-section "  created_at is the single-row transaction's start (now()), a few ms before its commit;
-  the receive time is the millisecond Redis assigned the entry id (same host clock)."
 
 # ---- 5. scaling ---------------------------------------------------------------------------
 
