@@ -571,9 +571,12 @@ relay_turn(struct pipeline *p, double *claimed_at)
     publish_batch(p, now);
     if (marking && p->store != NULL)
         settle_receive(p, last);
-    if (claiming && p->store != NULL && outbox_claim_receive(p->store, &next, &err) != 0)
+    if (claiming && p->store == NULL)
+        claiming = false; /* collecting the marks failed and dropped the connection */
+    if (claiming && outbox_claim_receive(p->store, &next, &err) != 0) {
         store_failed(p, &err);
-    claiming = claiming && p->store != NULL;
+        claiming = false;
+    }
     if (claiming)
         metrics_add(r->metrics, METRICS_CLAIMS, 1);
     /* marks not confirmed above (the database failed) get one more try */

@@ -408,15 +408,18 @@ queue_prepared(outbox_store *store, const char *name, int nparams, const char *c
     return 0;
 }
 
+/* name is the statement's name or the start of it ("outbox_claim_" for either claim). */
 static PGresult *
 collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
                  const char *context, struct outbox_error *err)
 {
     PGresult *result, *extra;
 
-    if (store->queued_count == 0 || strcmp(store->queued[0], name) != 0) {
-        outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: '%s' was not the next statement queued",
-                         context, name);
+    if (store->queued_count == 0 || strncmp(store->queued[0], name, strlen(name)) != 0) {
+        outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)",
+                         context,
+                         store->queued_count > 0 ? "another statement was sent first"
+                                                 : "nothing was sent");
         return NULL;
     }
     store->queued_count--;
@@ -654,15 +657,11 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
 int
 outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct outbox_error *err)
 {
-    const char *name;
     PGresult *result;
     int rows;
 
     memset(batch, 0, sizeof(*batch));
-    name = store->queued_count > 0 && strncmp(store->queued[0], "outbox_claim_", 13) == 0
-               ? store->queued[0]
-               : "outbox_claim_all";
-    result = collect_prepared(store, name, PGRES_TUPLES_OK,
+    result = collect_prepared(store, "outbox_claim_", PGRES_TUPLES_OK,
                               "unable to claim jobs from 'outbox.job'", err);
     if (result == NULL)
         return -1;
