@@ -184,6 +184,29 @@ test_queue_name_of_200_characters_is_accepted(void **state)
         harness_query_ll(test->conn, "SELECT length(queue) FROM outbox.job"), 200);
 }
 
+/* The table's own check, for writers that bypass enqueue(): the rule's edges. */
+static void
+test_queue_name_check_on_direct_writes(void **state)
+{
+    struct schema_test *test = *state;
+    static const char *const refused[] = {"''", "'a b'", "'caf\xc3\xa9'", "E'q\\n'", "'q/x'",
+                                          "'q;'", "repeat('q', 201)"};
+    char sql[512];
+
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(sql, sizeof(sql), "INSERT INTO outbox.job (queue, payload) VALUES (%s, '{}')",
+                 refused[i]);
+        expect_sql_error(test->conn, sql, "23514", "violates check constraint", "job_queue_name");
+    }
+    harness_query_ll(test->conn, "INSERT INTO outbox.job (queue, payload)"
+                                 " VALUES ('Z._:-9' || repeat('a', 194), '{}'), ('q', '{}')"
+                                 " RETURNING 0");
+    assert_int_equal(harness_query_ll(test->conn, "SELECT count(*) FROM outbox.job"), 2);
+    /* the check runs on updates too */
+    expect_sql_error(test->conn, "UPDATE outbox.job SET queue = queue || ' '", "23514",
+                     "violates check constraint", "job_queue_name");
+}
+
 static void
 test_row_shape_constraints(void **state)
 {
@@ -263,6 +286,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_invalid_input_is_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_name_of_200_characters_is_accepted, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_queue_name_check_on_direct_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_shape_constraints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_uses_ready_index, setup, teardown),
     };
