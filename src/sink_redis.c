@@ -33,8 +33,9 @@
  * A batch is pipelined: script calls are appended with redisAppendCommandArgv
  * and their replies read in order, with at most PIPELINE_WINDOW messages in
  * flight so the output buffer stays bounded for huge batches. An error in
- * the reply for one message (WRONGTYPE) fails only that message; an error
- * for a whole call (OOM, BUSY) fails the messages of that call. A broken connection or a timeout fails every
+ * the reply for one message (WRONGTYPE, or OOM over maxmemory) fails only
+ * that message; an error for a whole call (BUSY, LOADING) fails the
+ * messages of that call. A broken connection or a timeout fails every
  * message still without a reply, frees the context and leaves the sink
  * disconnected; the messages of such a batch that Redis did append are
  * answered from their dedup records when published again.
@@ -491,7 +492,7 @@ settle_chunk(sink *s, const struct sink_message *messages, const size_t *order, 
     if (reply->type == REDIS_REPLY_ERROR && call == CALL_EVALSHA &&
         strncmp(reply->str, "NOSCRIPT", 8) == 0)
         return true;
-    /* the call as a whole was refused (OOM, BUSY, a read-only replica): all of it failed */
+    /* the call as a whole was refused (BUSY, LOADING): all of it failed */
     if (reply->type == REDIS_REPLY_ERROR)
         copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
     else

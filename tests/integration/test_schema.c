@@ -189,8 +189,8 @@ static void
 test_queue_name_check_on_direct_writes(void **state)
 {
     struct schema_test *test = *state;
-    static const char *const refused[] = {"''", "'a b'", "'caf\xc3\xa9'", "E'q\\n'", "'q/x'",
-                                          "'q;'", "repeat('q', 201)"};
+    static const char *const refused[] = {"''",    "'a b'", "'caf\xc3\xa9'",   "E'q\\n'",
+                                          "'q/x'", "'q;'",  "repeat('q', 201)"};
     char sql[512];
 
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {

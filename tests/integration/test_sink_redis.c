@@ -39,6 +39,8 @@ struct fixture {
     redisContext *consumer;
     char prefix[96];
     char stream[160];
+    bool memory_limited; /* a test set maxmemory: teardown lifts it */
+    bool busy_threshold; /* a test lowered busy-reply-threshold: teardown restores it */
 };
 
 /* A batch of messages with owned payload texts. */
@@ -199,6 +201,11 @@ teardown(void **state)
 
     if (f == NULL)
         return 0;
+    if (f->memory_limited)
+        freeReplyObject(run(f->consumer, "CONFIG", "SET", "maxmemory", "0", (const char *)NULL));
+    if (f->busy_threshold)
+        freeReplyObject(
+            run(f->consumer, "CONFIG", "SET", "busy-reply-threshold", "5000", (const char *)NULL));
     stream_consumer_delete_prefix(f->consumer, f->prefix);
     snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
     freeReplyObject(run(f->consumer, "ACL", "DELUSER", user, (const char *)NULL));
@@ -535,6 +542,89 @@ test_noscript_falls_back_to_eval(void **state)
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 50);
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 50);
+    batch_clear(&b);
+    sink_free(s);
+}
+
+/*
+ * Redis over its memory limit refuses writes (OOM): every message of the
+ * batch fails with that text, nothing is appended or recorded, the
+ * connection stays up, and the same batch goes through once memory is back.
+ */
+static void
+test_out_of_memory_fails_then_recovers(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_error err;
+    struct batch b;
+    sink *s;
+
+    NEED_REDIS(f);
+    s = open_sink(f->url, f->prefix, 0, 0, 5000);
+    batch_init(&b, "orders", 1, 150, 100);
+    f->memory_limited = true;
+    run_ok(f->consumer, "CONFIG", "SET", "maxmemory", "1");
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_FAILED), 150);
+    for (size_t i = 0; i < b.count; i++)
+        assert_non_null(strstr(b.outcomes[i].reason, "OOM"));
+    assert_true(sink_is_connected(s));
+    run_ok(f->consumer, "CONFIG", "SET", "maxmemory", "0");
+    f->memory_limited = false;
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 0);
+
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_ACCEPTED), 150);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 150);
+    batch_clear(&b);
+    sink_free(s);
+}
+
+/*
+ * Redis busy with another client's long script answers every call BUSY: the
+ * whole call fails, each of its messages with that text, and the batch goes
+ * through once the script is done.
+ */
+static void
+test_busy_server_fails_whole_calls_then_recovers(void **state)
+{
+    static const char busy_script[] =
+        "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2]"
+        " repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 3000000"
+        " return 1";
+    struct fixture *f = *state;
+    struct outbox_error err;
+    struct batch b;
+    redisContext *other;
+    redisReply *reply = NULL;
+    int done = 0;
+    sink *s;
+
+    NEED_REDIS(f);
+    s = open_sink(f->url, f->prefix, 0, 0, 5000);
+    batch_init(&b, "orders", 1, 150, 100);
+    f->busy_threshold = true;
+    run_ok(f->consumer, "CONFIG", "SET", "busy-reply-threshold", "100");
+    other = stream_consumer_connect(f->url);
+    assert_non_null(other);
+    /* start the script without waiting for its reply */
+    redisAppendCommand(other, "EVAL %s 0", busy_script);
+    while (!done)
+        assert_int_equal(redisBufferWrite(other, &done), REDIS_OK);
+    usleep(300 * 1000);
+
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_FAILED), 150);
+    for (size_t i = 0; i < b.count; i++)
+        assert_non_null(strstr(b.outcomes[i].reason, "BUSY"));
+    assert_true(sink_is_connected(s));
+
+    assert_int_equal(redisGetReply(other, (void **)&reply), REDIS_OK);
+    freeReplyObject(reply);
+    redisFree(other);
+    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
+    assert_int_equal(count_status(&b, SINK_ACCEPTED), 150);
+    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 150);
     batch_clear(&b);
     sink_free(s);
 }
@@ -962,6 +1052,9 @@ main(void)
         cmocka_unit_test_setup_teardown(test_large_mixed_batch_keeps_each_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxlen_trims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noscript_falls_back_to_eval, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_memory_fails_then_recovers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_server_fails_whole_calls_then_recovers, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_wrong_password_is_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_out_of_range_is_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acl_user_can_publish, setup, teardown),
