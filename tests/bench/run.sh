@@ -347,6 +347,15 @@ amqp_ceiling() {
     RATE=$(field rate "$out")
 }
 
+# amqp_sink_alone: the relay's publishing pattern (2 pipelines x 500 per batch,
+# each batch waiting for its confirms) through the sink, without a database
+amqp_sink_alone() {
+    local out
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/sink_amqp_throughput" "$AMQP_URL" "$N" 2 500 \
+        "$PAYLOAD_BYTES") || die "sink_amqp_throughput failed"
+    RATE=$(field rate "$out")
+}
+
 # drain_redis: relays the backlog to stream drain:bench and checks it
 drain_redis() {
     local xlen
@@ -388,7 +397,7 @@ else
     "$TOOLS/outbox_consumer" --broker "$AMQP_URL" --queue bench --declare --expect 0 ||
         die "declaring queue bench failed"
 fi
-CLAIM_RUNS=() REDIS_RUNS=() AMQP_CEILING_RUNS=() AMQP_RUNS=()
+CLAIM_RUNS=() REDIS_RUNS=() AMQP_CEILING_RUNS=() AMQP_SINK_RUNS=() AMQP_RUNS=()
 for round in $(seq 1 "$ROUNDS"); do
     log "round $round of $ROUNDS: claim+complete ceiling, drain to Redis"
     claim_ceiling
@@ -399,6 +408,8 @@ for round in $(seq 1 "$ROUNDS"); do
         log "round $round of $ROUNDS: RabbitMQ confirm ceiling, drain to RabbitMQ"
         amqp_ceiling
         AMQP_CEILING_RUNS+=("$RATE")
+        amqp_sink_alone
+        AMQP_SINK_RUNS+=("$RATE")
         drain_amqp
         AMQP_RUNS+=("$RATE")
     fi
@@ -418,6 +429,10 @@ if [ "$AMQP_OK" = 1 ]; then
     AMQP_CEILING=$(median "${AMQP_CEILING_RUNS[@]}")
     result "RabbitMQ publish+confirm (persistent, durable, window 1000)" \
         "$(fmt_rate "$AMQP_CEILING") msgs/s" "runs: $(runs "${AMQP_CEILING_RUNS[@]}")"
+    AMQP_SINK=$(median "${AMQP_SINK_RUNS[@]}")
+    result "  the relay's RabbitMQ sink alone, no database (2 x 500)" \
+        "$(fmt_rate "$AMQP_SINK") msgs/s" \
+        "$(printf '%.2f' "$(ratio "$AMQP_SINK" "$AMQP_CEILING")") of the ceiling; runs: $(runs "${AMQP_SINK_RUNS[@]}")"
 fi
 result "Redis pipelined XADD (window 4096, one run)" "$(fmt_rate "$REDIS_CEILING") msgs/s"
 
