@@ -10,7 +10,8 @@
 #      enqueue (1000 rows per transaction)
 #   2. commit -> publish latency at a steady offered load (relay to Redis)
 #   3. the ceilings: claim + complete in PostgreSQL alone (store library),
-#      publish with confirms to RabbitMQ, pipelined XADD to Redis
+#      publish with confirms to RabbitMQ, pipelined XADD to Redis; and the
+#      relay's RabbitMQ sink alone, without a database
 #   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
 #      Redis and to RabbitMQ, checked row by row and message by message, with
 #      the relay's max RSS
