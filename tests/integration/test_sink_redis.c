@@ -39,8 +39,9 @@ struct fixture {
     redisContext *consumer;
     char prefix[96];
     char stream[160];
-    bool memory_limited; /* a test set maxmemory: teardown lifts it */
-    bool busy_threshold; /* a test lowered busy-reply-threshold: teardown restores it */
+    bool memory_limited;       /* a test set maxmemory: teardown lifts it */
+    bool busy_threshold;       /* a test lowered busy-reply-threshold: teardown restores it */
+    redisContext *busy_client; /* runs a long script; teardown waits for its end */
 };
 
 /* A batch of messages with owned payload texts. */
@@ -203,6 +204,13 @@ teardown(void **state)
         return 0;
     if (f->memory_limited)
         freeReplyObject(run(f->consumer, "CONFIG", "SET", "maxmemory", "0", (const char *)NULL));
+    if (f->busy_client != NULL) {
+        redisReply *reply = NULL;
+
+        if (redisGetReply(f->busy_client, (void **)&reply) == REDIS_OK)
+            freeReplyObject(reply);
+        redisFree(f->busy_client);
+    }
     if (f->busy_threshold)
         freeReplyObject(
             run(f->consumer, "CONFIG", "SET", "busy-reply-threshold", "5000", (const char *)NULL));
@@ -595,8 +603,8 @@ test_busy_server_fails_whole_calls_then_recovers(void **state)
     struct fixture *f = *state;
     struct outbox_error err;
     struct batch b;
-    redisContext *other;
     redisReply *reply = NULL;
+    bool busy = false;
     int done = 0;
     sink *s;
 
@@ -605,13 +613,23 @@ test_busy_server_fails_whole_calls_then_recovers(void **state)
     batch_init(&b, "orders", 1, 150, 100);
     f->busy_threshold = true;
     run_ok(f->consumer, "CONFIG", "SET", "busy-reply-threshold", "100");
-    other = stream_consumer_connect(f->url);
-    assert_non_null(other);
+    f->busy_client = stream_consumer_connect(f->url);
+    assert_non_null(f->busy_client);
     /* start the script without waiting for its reply */
-    redisAppendCommand(other, "EVAL %s 0", busy_script);
+    redisAppendCommand(f->busy_client, "EVAL %s 0", busy_script);
     while (!done)
-        assert_int_equal(redisBufferWrite(other, &done), REDIS_OK);
-    usleep(300 * 1000);
+        assert_int_equal(redisBufferWrite(f->busy_client, &done), REDIS_OK);
+    /* wait until the server answers BUSY (the script ran past the threshold), at most 2 s */
+    for (int i = 0; i < 40 && !busy; i++) {
+        reply = run(f->consumer, "PING", (const char *)NULL);
+        busy = reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+               strncmp(reply->str, "BUSY", 4) == 0;
+        freeReplyObject(reply);
+        reply = NULL;
+        if (!busy)
+            usleep(50 * 1000);
+    }
+    assert_true(busy);
 
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_FAILED), 150);
@@ -619,9 +637,10 @@ test_busy_server_fails_whole_calls_then_recovers(void **state)
         assert_non_null(strstr(b.outcomes[i].reason, "BUSY"));
     assert_true(sink_is_connected(s));
 
-    assert_int_equal(redisGetReply(other, (void **)&reply), REDIS_OK);
+    assert_int_equal(redisGetReply(f->busy_client, (void **)&reply), REDIS_OK);
     freeReplyObject(reply);
-    redisFree(other);
+    redisFree(f->busy_client);
+    f->busy_client = NULL;
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 150);
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 150);
