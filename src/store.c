@@ -102,14 +102,16 @@ static const char SQL_EXTEND[] =
     "  UPDATE outbox.job AS h SET held = false FROM next_of_key AS n"                              \
     "  WHERE h.job_id = n.job_id AND h.held)"
 
-static const char SQL_COMPLETE[] = LOCK_OWNED(
-    LEASE_INPUT) ", finished AS ("
-                 " UPDATE outbox.job AS j"
-                 " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
-                 "     finished_at = clock_timestamp()"
-                 " FROM input" STILL_OWNED
-                 " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)" RELEASE_NEXT_OF_KEY
-                 " SELECT job_id FROM finished";
+/* The statements below keep their own layout. */
+/* clang-format off */
+static const char SQL_COMPLETE[] =
+    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
+    " UPDATE outbox.job AS j"
+    " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
+    "     finished_at = clock_timestamp()"
+    " FROM input" STILL_OWNED
+    " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
+    RELEASE_NEXT_OF_KEY " SELECT job_id FROM finished";
 
 /* A release hands back the attempt it took, so a clean stop costs no retry budget. */
 static const char SQL_RELEASE[] =
@@ -121,28 +123,19 @@ static const char SQL_RELEASE[] =
 #define GIVES_UP "(input.permanent OR j.attempts >= j.max_attempts)"
 
 /* A row that dies releases the next row of its key, unless $7 (block on a dead head). */
-static const char SQL_FAIL[] = LOCK_OWNED("unnest($2::bigint[], $3::int[], $4::text[], "
-                                          "$5::float8[], $6::bool[])"
-                                          " AS f(job_id, generation, error, retry_seconds, "
-                                          "permanent)") ", finished AS ("
-                                                        " UPDATE outbox.job AS j"
-                                                        " SET state = CASE WHEN " GIVES_UP
-                                                        " THEN 'dead' ELSE 'ready' END,"
-                                                        "     run_at = CASE WHEN " GIVES_UP
-                                                        " THEN j.run_at"
-                                                        "              ELSE clock_timestamp() + "
-                                                        "make_interval(secs => "
-                                                        "input.retry_seconds) END,"
-                                                        "     finished_at = CASE WHEN " GIVES_UP
-                                                        " THEN clock_timestamp() END,"
-                                                        "     worker_id = NULL, lease_until = "
-                                                        "NULL, last_error = input.error"
-                                                        " FROM input" STILL_OWNED
-                                                        " RETURNING j.job_id, j.state = 'dead' AS "
-                                                        "dead, j.queue, j.ordering_key,"
-                                                        "           j.state = 'dead' AND NOT $7 AS "
-                                                        "frees)" RELEASE_NEXT_OF_KEY
-                                                        " SELECT job_id, dead FROM finished";
+static const char SQL_FAIL[] = LOCK_OWNED(
+    "unnest($2::bigint[], $3::int[], $4::text[], $5::float8[], $6::bool[])"
+    " AS f(job_id, generation, error, retry_seconds, permanent)") ", finished AS ("
+    " UPDATE outbox.job AS j"
+    " SET state = CASE WHEN " GIVES_UP " THEN 'dead' ELSE 'ready' END,"
+    "     run_at = CASE WHEN " GIVES_UP " THEN j.run_at"
+    "              ELSE clock_timestamp() + make_interval(secs => input.retry_seconds) END,"
+    "     finished_at = CASE WHEN " GIVES_UP " THEN clock_timestamp() END,"
+    "     worker_id = NULL, lease_until = NULL, last_error = input.error"
+    " FROM input" STILL_OWNED
+    " RETURNING j.job_id, j.state = 'dead' AS dead, j.queue, j.ordering_key,"
+    "           j.state = 'dead' AND NOT $7 AS frees)"
+    RELEASE_NEXT_OF_KEY " SELECT job_id, dead FROM finished";
 
 /* Expired leases, oldest first; SKIP LOCKED lets many reapers share the work. */
 static const char SQL_REAP[] =
@@ -155,8 +148,7 @@ static const char SQL_REAP[] =
     "     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at"
     "              ELSE clock_timestamp() + make_interval(secs => $2) END,"
     "     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,"
-    "     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || "
-    "')',"
+    "     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || ')',"
     "     worker_id = NULL, lease_until = NULL"
     " FROM overdue WHERE j.job_id = overdue.job_id"
     " RETURNING j.state = 'dead'";
@@ -214,6 +206,8 @@ static const char SQL_HORIZON[] =
     " WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL"
     "   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"
     " ORDER BY xact_start LIMIT 1";
+
+/* clang-format on */
 
 static const struct statement {
     const char *name;
@@ -416,10 +410,9 @@ collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
     PGresult *result, *extra;
 
     if (store->queued_count == 0 || strncmp(store->queued[0], name, strlen(name)) != 0) {
-        outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)",
-                         context,
-                         store->queued_count > 0 ? "another statement was sent first"
-                                                 : "nothing was sent");
+        outbox_error_set(
+            err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)", context,
+            store->queued_count > 0 ? "another statement was sent first" : "nothing was sent");
         return NULL;
     }
     store->queued_count--;
