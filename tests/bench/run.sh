@@ -349,11 +349,14 @@ amqp_ceiling() {
 }
 
 # amqp_sink_alone: the relay's publishing pattern (2 pipelines x 500 per batch,
-# each batch waiting for its confirms) through the sink, without a database
+# each batch waiting for its confirms) through the sink to queue bench,
+# without a database; the queue is emptied afterwards
 amqp_sink_alone() {
     local out
-    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/sink_amqp_throughput" "$AMQP_URL" "$N" 2 500 \
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/sink_amqp_throughput" "$AMQP_URL" bench "$N" 2 500 \
         "$PAYLOAD_BYTES") || die "sink_amqp_throughput failed"
+    "$TOOLS/outbox_bench" amqp-count --broker "$AMQP_URL" --queue bench --purge yes >/dev/null ||
+        die "emptying queue bench failed"
     RATE=$(field rate "$out")
 }
 
