@@ -44,7 +44,20 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
     if (url_parse(options->url, &s->url, err) != 0)
         goto fail;
-    s->ops = s->url.scheme == URL_REDIS ? &sink_redis_ops : &sink_amqp_ops;
+    switch (s->url.scheme) {
+    case URL_AMQP:
+    case URL_AMQPS:
+        s->ops = &sink_amqp_ops;
+        break;
+    case URL_REDIS:
+        s->ops = &sink_redis_ops;
+        break;
+    case URL_REDIS_SENTINEL:
+    case URL_REDIS_CLUSTER:
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s:// is not supported by this relay",
+                         url_scheme_name(s->url.scheme));
+        goto fail;
+    }
     if (s->ops->init(s, err) != 0)
         goto fail;
     return s;

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdbool.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,10 +76,188 @@ parse_number(const char *start, size_t len, long min, long max)
 
 static size_t uri_scheme_length(const char *text);
 
+/* What a scheme accepts: its default port and how many endpoints. */
+struct scheme_rule {
+    const char *name;
+    enum url_scheme scheme;
+    int default_port;
+    size_t max_endpoints;
+};
+
+static const struct scheme_rule scheme_rules[] = {
+    {"amqp", URL_AMQP, 5672, URL_MAX_ENDPOINTS},
+    {"amqps", URL_AMQPS, 5671, URL_MAX_ENDPOINTS},
+    {"redis", URL_REDIS, 6379, 1},
+    {"redis+sentinel", URL_REDIS_SENTINEL, 26379, URL_MAX_ENDPOINTS},
+    {"redis+cluster", URL_REDIS_CLUSTER, 6379, URL_MAX_ENDPOINTS},
+};
+
+#define SCHEME_LIST "amqp, amqps, redis, redis+sentinel or redis+cluster"
+
+/* The rule for the scheme [text, text+len), or NULL. */
+static const struct scheme_rule *
+find_scheme(const char *text, size_t len)
+{
+    for (size_t i = 0; i < sizeof(scheme_rules) / sizeof(scheme_rules[0]); i++)
+        if (strlen(scheme_rules[i].name) == len && strncmp(text, scheme_rules[i].name, len) == 0)
+            return &scheme_rules[i];
+    return NULL;
+}
+
+const char *
+url_scheme_name(enum url_scheme scheme)
+{
+    for (size_t i = 0; i < sizeof(scheme_rules) / sizeof(scheme_rules[0]); i++)
+        if (scheme_rules[i].scheme == scheme)
+            return scheme_rules[i].name;
+    return "unknown";
+}
+
+/*
+ * End of the endpoint that starts at start: the next ',' outside an IPv6
+ * address's brackets, or end.
+ */
+static const char *
+endpoint_end(const char *start, const char *end)
+{
+    const char *p = start, *comma;
+
+    if (p < end && *p == '[') {
+        const char *close = memchr(p, ']', (size_t)(end - p));
+
+        if (close == NULL)
+            return end;
+        p = close;
+    }
+    comma = memchr(p, ',', (size_t)(end - p));
+    return comma != NULL ? comma : end;
+}
+
+/*
+ * Parses one endpoint [start, end): "host", "host:port", "[v6]" or
+ * "[v6]:port". where is "" for a lone endpoint, else " (endpoint N)": a
+ * message names the position, never the text, which may be a mistyped
+ * password.
+ */
+static int
+parse_endpoint(const char *start, const char *end, int default_port, const char *where,
+               struct url_endpoint *endpoint, struct outbox_error *err)
+{
+    const char *colon;
+
+    if (start == end)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                where[0] != '\0' ? "broker URL lists an empty endpoint%s"
+                                                  : "broker URL has no host%s",
+                                where);
+    if (*start == '[') {
+        const char *close = memchr(start, ']', (size_t)(end - start));
+
+        if (close == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has an unclosed '['%s",
+                                    where);
+        colon = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+        if (colon == NULL && close + 1 != end)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has junk after the host%s",
+                                    where);
+        endpoint->host = decode_part(start + 1, (size_t)(close - start - 1));
+    } else {
+        colon = memchr(start, ':', (size_t)(end - start));
+        endpoint->host = decode_part(start, (size_t)((colon ? colon : end) - start));
+    }
+    if (endpoint->host == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in a host%s",
+                                where);
+    if (endpoint->host[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has no host%s", where);
+    endpoint->port = default_port;
+    if (colon != NULL) {
+        long port = parse_number(colon + 1, (size_t)(end - colon - 1), 1, 65535);
+
+        if (port < 0)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "broker URL port must be a number from 1 to 65535%s", where);
+        endpoint->port = (int)port;
+    }
+    return 0;
+}
+
+/*
+ * Parses the endpoint list [start, end) into url->endpoints, at most
+ * rule->max_endpoints of them.
+ */
+static int
+parse_endpoints(const char *start, const char *end, const struct scheme_rule *rule,
+                struct broker_url *url, struct outbox_error *err)
+{
+    bool is_list = memchr(start, ',', (size_t)(end - start)) != NULL;
+    const char *p = start;
+
+    for (;;) {
+        const char *stop = endpoint_end(p, end);
+        char where[32] = "";
+
+        if (url->endpoint_count == rule->max_endpoints) {
+            size_t listed = 1;
+
+            for (const char *q = start; q < end; q++)
+                listed += *q == ',';
+            if (rule->max_endpoints == 1)
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                        "%s:// takes one endpoint: use redis+sentinel:// or"
+                                        " redis+cluster:// for several",
+                                        rule->name);
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "broker URL lists %zu endpoints: at most %d", listed,
+                                    URL_MAX_ENDPOINTS);
+        }
+        if (is_list)
+            snprintf(where, sizeof(where), " (endpoint %zu)", url->endpoint_count + 1);
+        if (parse_endpoint(p, stop, rule->default_port, where, &url->endpoints[url->endpoint_count],
+                           err) != 0)
+            return -1;
+        url->endpoint_count++;
+        if (stop == end)
+            break;
+        p = stop + 1;
+    }
+    url->host = url->endpoints[0].host;
+    url->port = url->endpoints[0].port;
+    return 0;
+}
+
+/* Parses a Sentinel path "/MASTERNAME[/db]" into url. */
+static int
+parse_sentinel_path(const char *path, struct broker_url *url, struct outbox_error *err)
+{
+    const char *name = path + (*path == '/'), *slash = strchr(name, '/');
+    size_t name_len = slash != NULL ? (size_t)(slash - name) : strlen(name);
+
+    if (name_len == 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "redis+sentinel URL needs the master name, as in"
+                                " redis+sentinel://host:26379/mymaster");
+    url->master_name = decode_part(name, name_len);
+    if (url->master_name == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "redis+sentinel URL has a bad escape in the master name");
+    if (slash != NULL && slash[1] != '\0') {
+        long db = parse_number(slash + 1, strlen(slash + 1), 0, 1000000);
+
+        if (db < 0)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "redis+sentinel URL database must be a number, as in"
+                                    " redis+sentinel://host:26379/mymaster/0");
+        url->db = (int)db;
+    }
+    return 0;
+}
+
 int
 url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
 {
-    const char *rest, *authority_end, *at, *host, *colon, *path;
+    const struct scheme_rule *rule;
+    const char *rest, *authority_end, *at, *host, *path;
     size_t scheme_len;
 
     memset(url, 0, sizeof(*url));
@@ -90,25 +269,18 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "broker URL has no scheme: expected amqp://, amqps:// or redis://");
     scheme_len = (size_t)(rest - text);
-    if (scheme_len == 4 && strncmp(text, "amqp", 4) == 0) {
-        url->scheme = URL_AMQP;
-        url->port = 5672;
-    } else if (scheme_len == 5 && strncmp(text, "amqps", 5) == 0) {
-        url->scheme = URL_AMQPS;
-        url->port = 5671;
-    } else if (scheme_len == 5 && strncmp(text, "redis", 5) == 0) {
-        url->scheme = URL_REDIS;
-        url->port = 6379;
-    } else if (scheme_len > 0 && scheme_len <= 20 && uri_scheme_length(text) == scheme_len) {
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "unknown broker URL scheme '%.*s': expected amqp, amqps or redis",
-                                (int)scheme_len, text);
-    } else {
+    rule = find_scheme(text, scheme_len);
+    if (rule == NULL) {
+        if (scheme_len > 0 && scheme_len <= 20 && uri_scheme_length(text) == scheme_len)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "unknown broker URL scheme '%.*s': expected " SCHEME_LIST,
+                                    (int)scheme_len, text);
         /* not a scheme name: it may hold a password or a line break, so it is not shown */
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "broker URL has no valid scheme: expected amqp://, amqps:// or"
                                 " redis://");
     }
+    url->scheme = rule->scheme;
     rest += 3;
 
     authority_end = rest + strcspn(rest, "/?#");
@@ -141,52 +313,37 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
         }
         host = at + 1;
     }
-
-    if (*host == '[') {
-        const char *close = memchr(host, ']', (size_t)(authority_end - host));
-
-        if (close == NULL) {
-            url_clear(url);
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has an unclosed '['");
-        }
-        url->host = decode_part(host + 1, (size_t)(close - host - 1));
-        colon = close + 1 < authority_end && close[1] == ':' ? close + 1 : NULL;
-        if (colon == NULL && close + 1 != authority_end) {
-            url_clear(url);
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has junk after the host");
-        }
-    } else {
-        colon = memchr(host, ':', (size_t)(authority_end - host));
-        url->host = decode_part(host, (size_t)((colon ? colon : authority_end) - host));
-    }
-    if (url->host == NULL || url->host[0] == '\0') {
-        url_clear(url);
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has no host");
-    }
-    if (colon != NULL) {
-        long port = parse_number(colon + 1, (size_t)(authority_end - colon - 1), 1, 65535);
-
-        if (port < 0) {
-            url_clear(url);
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "broker URL port must be a number from 1 to 65535");
-        }
-        url->port = (int)port;
-    }
+    if (parse_endpoints(host, authority_end, rule, url, err) != 0)
+        goto fail;
 
     path = authority_end;
-    if (url->scheme == URL_REDIS) {
+    switch (url->scheme) {
+    case URL_REDIS:
         if (*path == '/' && path[1] != '\0') {
             long db = parse_number(path + 1, strlen(path + 1), 0, 1000000);
 
             if (db < 0) {
-                url_clear(url);
-                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "redis URL database must be a number, as in redis://host:6379/0");
+                outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                 "redis URL database must be a number, as in redis://host:6379/0");
+                goto fail;
             }
             url->db = (int)db;
         }
-    } else {
+        break;
+    case URL_REDIS_SENTINEL:
+        if (parse_sentinel_path(path, url, err) != 0)
+            goto fail;
+        break;
+    case URL_REDIS_CLUSTER:
+        if (*path == '/' && path[1] != '\0') {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                             "redis+cluster URL takes no database: a Redis Cluster has only"
+                             " database 0");
+            goto fail;
+        }
+        break;
+    case URL_AMQP:
+    case URL_AMQPS:
         if (url->user == NULL)
             url->user = strdup("guest");
         if (url->password == NULL)
@@ -196,15 +353,18 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
         else
             url->vhost = decode_part(path + 1, strlen(path + 1));
         if (url->vhost == NULL || url->user == NULL || url->password == NULL) {
-            url_clear(url);
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
+            goto fail;
         }
+        break;
     }
     return 0;
 
 bad_userinfo:
+    outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in its user or password");
+fail:
     url_clear(url);
-    return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in its user or password");
+    return -1;
 }
 
 void
@@ -217,9 +377,21 @@ url_clear(struct broker_url *url)
         memset(url->password, 0, strlen(url->password));
         free(url->password);
     }
-    free(url->host);
+    for (size_t i = 0; i < URL_MAX_ENDPOINTS; i++)
+        free(url->endpoints[i].host);
     free(url->vhost);
+    free(url->master_name);
     memset(url, 0, sizeof(*url));
+}
+
+char *
+url_endpoint_format(const struct url_endpoint *endpoint, char *out, size_t size)
+{
+    bool bracket = endpoint->host != NULL && strchr(endpoint->host, ':') != NULL;
+
+    snprintf(out, size, "%s%s%s:%d", bracket ? "[" : "", endpoint->host ? endpoint->host : "",
+             bracket ? "]" : "", endpoint->port);
+    return out;
 }
 
 /* Appends [start, start+len) to out at *n. */

@@ -2,36 +2,71 @@
  * url.h - parsing broker URLs.
  *
  *   amqp://user:pass@host:port/vhost   (amqps:// for TLS)
+ *   amqp://user:pass@h1:p1,h2:p2,h3:p3/vhost
  *   redis://[:pass@]host:port[/db]     (redis://user:pass@... for Redis ACL users)
+ *   redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTERNAME[/db]
+ *   redis+cluster://[user:pass@]h1:p1,h2:p2,...
  *
- * Userinfo and vhost are percent-decoded ("/%2f" is the vhost "/"; an empty
- * path is "/"). Defaults: AMQP guest/guest on 5672 (5671 for amqps), Redis
- * port 6379 and db 0. Errors name what is wrong and never echo a password.
+ * The authority holds one endpoint, or for the schemes that allow it a
+ * comma-separated list of up to URL_MAX_ENDPOINTS endpoints, each
+ * "host[:port]" or "[ipv6][:port]"; a missing port is the scheme's default.
+ * Userinfo, hosts, vhost and master name are percent-decoded ("/%2f" is the
+ * vhost "/"; an empty path is "/"). Defaults: AMQP guest/guest on 5672 (5671
+ * for amqps), Redis port 6379 and db 0, Sentinel port 26379. Errors name what
+ * is wrong (an endpoint by its position in the list) and never echo a
+ * password or any part of the authority.
  */
 #ifndef OUTBOX_URL_H
 #define OUTBOX_URL_H
 
+#include <stddef.h>
+
 #include "outbox.h"
 
 enum url_scheme {
-    URL_AMQP,
-    URL_AMQPS,
-    URL_REDIS,
+    URL_AMQP,           /* amqp://, one or more endpoints */
+    URL_AMQPS,          /* amqps://, one or more endpoints */
+    URL_REDIS,          /* redis://, exactly one endpoint */
+    URL_REDIS_SENTINEL, /* redis+sentinel://, the Sentinels; master name in the path */
+    URL_REDIS_CLUSTER,  /* redis+cluster://, seed nodes of a Redis Cluster */
+};
+
+/* Most endpoints one URL may list. */
+#define URL_MAX_ENDPOINTS 16
+
+/* Room for url_endpoint_format's text: "[" host "]:" port and the NUL. */
+#define URL_ENDPOINT_TEXT_MAX 300
+
+struct url_endpoint {
+    char *host; /* decoded, without the brackets of an IPv6 address */
+    int port;   /* 1-65535, the scheme's default when the URL names none */
 };
 
 struct broker_url {
     enum url_scheme scheme;
-    char *user;     /* NULL when absent (Redis) */
-    char *password; /* NULL when absent */
-    char *host;
-    int port;
-    char *vhost; /* AMQP only */
-    int db;      /* Redis only */
+    char *user;                                       /* NULL when absent (Redis) */
+    char *password;                                   /* NULL when absent */
+    struct url_endpoint endpoints[URL_MAX_ENDPOINTS]; /* in the URL's order */
+    size_t endpoint_count;                            /* at least 1 after a parse */
+    char *host;        /* endpoints[0].host (not a separate allocation) */
+    int port;          /* endpoints[0].port */
+    char *vhost;       /* AMQP only */
+    char *master_name; /* Redis Sentinel only */
+    int db;            /* Redis and Redis Sentinel only */
 };
 
 /* Parses text into url (owned strings); 0, or -1 with OUTBOX_ERR_CONFIG. */
 int url_parse(const char *text, struct broker_url *url, struct outbox_error *err);
 void url_clear(struct broker_url *url);
+
+/* The scheme as written in a URL ("amqp", "redis+sentinel", ...). */
+const char *url_scheme_name(enum url_scheme scheme);
+
+/*
+ * Writes "host:port" ("[host]:port" for an IPv6 address) into out, for
+ * logs and metric labels; truncated to size. Returns out.
+ */
+char *url_endpoint_format(const struct url_endpoint *endpoint, char *out, size_t size);
 
 /*
  * Returns a malloc'd copy of a URL or libpq conninfo with any password

@@ -71,7 +71,15 @@ check_broker_url(const char *text, const char *redacted)
     }
     FUZZ_CHECK(url.host != NULL && url.host[0] != '\0', "no host");
     FUZZ_CHECK(url.port >= 1 && url.port <= 65535, "port %d", url.port);
-    if (url.scheme != URL_REDIS)
+    FUZZ_CHECK(url.endpoint_count >= 1 && url.endpoint_count <= URL_MAX_ENDPOINTS,
+               "%zu endpoints", url.endpoint_count);
+    for (size_t i = 0; i < url.endpoint_count; i++)
+        FUZZ_CHECK(url.endpoints[i].host != NULL && url.endpoints[i].host[0] != '\0' &&
+                       url.endpoints[i].port >= 1 && url.endpoints[i].port <= 65535,
+                   "endpoint %zu lacks a host or port", i + 1);
+    if (url.scheme == URL_REDIS_SENTINEL)
+        FUZZ_CHECK(url.master_name != NULL && url.master_name[0] != '\0', "no master name");
+    if (url.scheme == URL_AMQP || url.scheme == URL_AMQPS)
         FUZZ_CHECK(url.user != NULL && url.password != NULL && url.vhost != NULL,
                    "amqp url lacks user, password or vhost");
 
@@ -84,7 +92,14 @@ check_broker_url(const char *text, const char *redacted)
     FUZZ_CHECK(again.scheme == url.scheme && again.port == url.port && again.db == url.db &&
                    same_string(again.host, url.host) && same_string(again.user, url.user),
                "'%s' redacted as '%s' changes more than the password", text, redacted);
-    if (url.password != NULL && !(url.scheme != URL_REDIS && strcmp(url.password, "guest") == 0 &&
+    FUZZ_CHECK(again.endpoint_count == url.endpoint_count &&
+                   same_string(again.master_name, url.master_name),
+               "'%s' redacted as '%s' changes the endpoints", text, redacted);
+    for (size_t i = 0; i < url.endpoint_count && i < again.endpoint_count; i++)
+        FUZZ_CHECK(same_string(again.endpoints[i].host, url.endpoints[i].host) &&
+                       again.endpoints[i].port == url.endpoints[i].port,
+                   "'%s' redacted as '%s' changes endpoint %zu", text, redacted, i + 1);
+    if (url.password != NULL && !((url.scheme == URL_AMQP || url.scheme == URL_AMQPS) && strcmp(url.password, "guest") == 0 &&
                                   strcmp(again.password, "guest") == 0))
         FUZZ_CHECK(same_string(again.password, "***"), "'%s' redacted as '%s' keeps a password",
                    text, redacted);

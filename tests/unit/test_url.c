@@ -101,6 +101,141 @@ test_bad_urls(void **state)
     assert_rejected("amqp://[::1/", "unclosed");
 }
 
+/* The endpoint list of url must read as expected, "host:port" joined by ','. */
+static void
+assert_endpoints(const struct broker_url *url, const char *expected)
+{
+    char joined[1024] = "", one[URL_ENDPOINT_TEXT_MAX];
+
+    for (size_t i = 0; i < url->endpoint_count; i++) {
+        if (i > 0)
+            strcat(joined, ",");
+        strcat(joined, url_endpoint_format(&url->endpoints[i], one, sizeof(one)));
+    }
+    if (strcmp(joined, expected) != 0)
+        fail_msg("endpoints '%s', expected '%s'", joined, expected);
+}
+
+static void
+test_amqp_endpoint_list(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(url_parse("amqp://app:s%2Cc,ret@h1:5673,h2,[::1]:5674/orders", &url, &err), 0);
+    assert_int_equal(url.scheme, URL_AMQP);
+    assert_int_equal(url.endpoint_count, 3);
+    assert_endpoints(&url, "h1:5673,h2:5672,[::1]:5674");
+    assert_string_equal(url.endpoints[2].host, "::1");
+    /* the first endpoint stays readable as host and port */
+    assert_string_equal(url.host, "h1");
+    assert_int_equal(url.port, 5673);
+    assert_string_equal(url.user, "app");
+    assert_string_equal(url.password, "s,c,ret");
+    assert_string_equal(url.vhost, "orders");
+    url_clear(&url);
+
+    assert_int_equal(url_parse("amqps://[fe80::1],[fe80::2]:6000", &url, &err), 0);
+    assert_int_equal(url.scheme, URL_AMQPS);
+    assert_endpoints(&url, "[fe80::1]:5671,[fe80::2]:6000");
+    assert_string_equal(url.vhost, "/");
+    url_clear(&url);
+
+    /* a lone endpoint is a list of one */
+    assert_int_equal(url_parse("amqp://mq", &url, &err), 0);
+    assert_int_equal(url.endpoint_count, 1);
+    assert_endpoints(&url, "mq:5672");
+    url_clear(&url);
+}
+
+static void
+test_redis_sentinel_and_cluster(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(url_parse("redis+sentinel://relay:pw@s1:26380,s2,[::1]/my%2Dmaster/2", &url,
+                               &err),
+                     0);
+    assert_int_equal(url.scheme, URL_REDIS_SENTINEL);
+    assert_endpoints(&url, "s1:26380,s2:26379,[::1]:26379");
+    assert_string_equal(url.master_name, "my-master");
+    assert_int_equal(url.db, 2);
+    assert_string_equal(url.user, "relay");
+    assert_string_equal(url.password, "pw");
+    assert_null(url.vhost);
+    url_clear(&url);
+
+    assert_int_equal(url_parse("redis+sentinel://s1/mymaster", &url, &err), 0);
+    assert_string_equal(url.master_name, "mymaster");
+    assert_int_equal(url.db, 0);
+    assert_null(url.user);
+    assert_null(url.password);
+    url_clear(&url);
+
+    assert_int_equal(url_parse("redis+cluster://:pw@n1:7000,n2:7001,n3", &url, &err), 0);
+    assert_int_equal(url.scheme, URL_REDIS_CLUSTER);
+    assert_endpoints(&url, "n1:7000,n2:7001,n3:6379");
+    assert_null(url.master_name);
+    assert_string_equal(url.password, "pw");
+    url_clear(&url);
+
+    assert_int_equal(url_parse("redis+cluster://n1/", &url, &err), 0);
+    assert_int_equal(url.endpoint_count, 1);
+    url_clear(&url);
+    assert_string_equal(url_scheme_name(URL_REDIS_SENTINEL), "redis+sentinel");
+    assert_string_equal(url_scheme_name(URL_AMQPS), "amqps");
+}
+
+static void
+test_bad_endpoint_lists(void **state)
+{
+    char many[512] = "amqp://u:secret@";
+
+    (void)state;
+    assert_rejected("amqp://u:secret@h1,,h3/", "empty endpoint (endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,/", "empty endpoint (endpoint 2)");
+    assert_rejected("amqp://u:secret@,h2/", "empty endpoint (endpoint 1)");
+    assert_rejected("amqp://u:secret@h1:5672,h2:0/", "port must be a number from 1 to 65535 (endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,h2:x/", "(endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,[::1/", "unclosed '[' (endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,[::1]x/", "junk after the host (endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,:5672/", "no host (endpoint 2)");
+    assert_rejected("amqp://u:secret@h1,h%zz/", "bad escape in a host (endpoint 2)");
+    assert_rejected("redis://:secret@r1,r2/0", "redis:// takes one endpoint");
+    assert_rejected("redis+sentinel://:secret@s1,s2", "needs the master name");
+    assert_rejected("redis+sentinel://:secret@s1,s2/", "needs the master name");
+    assert_rejected("redis+sentinel://:secret@s1/m/x", "database must be a number");
+    assert_rejected("redis+sentinel://:secret@s1/m%zz", "bad escape in the master name");
+    assert_rejected("redis+cluster://:secret@n1,n2/3", "takes no database");
+    assert_rejected("rediss+cluster://:secret@n1", "unknown broker URL scheme");
+
+    for (int i = 0; i < URL_MAX_ENDPOINTS + 1; i++)
+        strcat(many, i == 0 ? "h" : ",h");
+    assert_rejected(many, "lists 17 endpoints: at most 16");
+    /* the most the list may hold */
+    many[strlen(many) - 2] = '\0';
+    {
+        struct broker_url url;
+        struct outbox_error err;
+
+        assert_int_equal(url_parse(many, &url, &err), 0);
+        assert_int_equal(url.endpoint_count, URL_MAX_ENDPOINTS);
+        url_clear(&url);
+    }
+}
+
+/* A password typed with an unescaped '/' ends the authority early: nothing of it is shown. */
+static void
+test_endpoint_errors_hide_the_authority(void **state)
+{
+    (void)state;
+    assert_rejected("amqp://u:secret/x@h1,h2/", "port");
+    assert_rejected("amqp://h1,u:secret/x@h2/", "(endpoint 2)");
+}
+
 static void
 test_redact(void **state)
 {
@@ -185,6 +320,10 @@ main(void)
         cmocka_unit_test(test_redis_forms), cmocka_unit_test(test_bad_urls),
         cmocka_unit_test(test_redact),      cmocka_unit_test(test_redact_regressions),
         cmocka_unit_test(test_scheme_message_regressions),
+        cmocka_unit_test(test_amqp_endpoint_list),
+        cmocka_unit_test(test_redis_sentinel_and_cluster),
+        cmocka_unit_test(test_bad_endpoint_lists),
+        cmocka_unit_test(test_endpoint_errors_hide_the_authority),
     };
 
     return cmocka_run_group_tests_name("url", tests, NULL, NULL);
