@@ -40,7 +40,8 @@ static const char usage_text[] =
     "  migrate                          apply the schema migrations not yet applied\n"
     "  status [--json]                  jobs per queue and state, oldest ready age,\n"
     "                                   table size, vacuum and xmin horizon figures,\n"
-    "                                   ordering keys blocked by a dead or retrying head\n"
+    "                                   ordering keys blocked by a dead, retrying or\n"
+    "                                   stuck running head\n"
     "  dead list [--queue Q] [--limit N]\n"
     "                                   dead jobs with their last error (limit 100)\n"
     "  dead retry [--queue Q] [--job ID] [--extra-attempts N]\n"
@@ -543,10 +544,13 @@ print_status_json(const struct store_status *status)
             json_string(stdout, key->ordering_key);
             printf(",\"head_job_id\":%lld,\"head_state\":", (long long)key->head_job_id);
             json_string(stdout, key->head_state);
-            printf(",\"attempts\":%d,\"max_attempts\":%d,\"retry_in_seconds\":%.3f,"
-                   "\"waiting\":%lld,\"last_error\":",
-                   (int)key->attempts, (int)key->max_attempts, key->retry_in_seconds,
-                   (long long)key->waiting);
+            printf(",\"attempts\":%d,\"max_attempts\":%d,\"retry_in_seconds\":", (int)key->attempts,
+                   (int)key->max_attempts);
+            if (key->retry_in_seconds < 0)
+                fputs("null", stdout); /* never */
+            else
+                printf("%.3f", key->retry_in_seconds);
+            printf(",\"waiting\":%lld,\"last_error\":", (long long)key->waiting);
             json_string(stdout, key->last_error);
             fputs("}", stdout);
         }
@@ -630,12 +634,16 @@ print_status_text(const struct store_status *status)
             char error[BLOCKED_ERROR_WIDTH + 4];
 
             snprintf(a, sizeof(a), "%lld", (long long)key->head_job_id);
-            if (strcmp(key->head_state, "ready") == 0 && key->retry_in_seconds > 0)
+            if (strcmp(key->head_state, "ready") == 0 && key->retry_in_seconds < 0)
+                snprintf(b, sizeof(b), "retry never");
+            else if (strcmp(key->head_state, "ready") == 0 && key->retry_in_seconds > 0)
                 snprintf(b, sizeof(b), "retry in %.0fs", key->retry_in_seconds);
             else if (strcmp(key->head_state, "ready") == 0)
                 snprintf(b, sizeof(b), "retry due");
-            else if (strcmp(key->head_state, "running") == 0)
+            else if (strcmp(key->head_state, "running") == 0 && key->last_error != NULL)
                 snprintf(b, sizeof(b), "retrying");
+            else if (strcmp(key->head_state, "running") == 0)
+                snprintf(b, sizeof(b), "running");
             else
                 snprintf(b, sizeof(b), "%s", key->head_state);
             snprintf(c, sizeof(c), "%d/%d", (int)key->attempts, (int)key->max_attempts);
@@ -655,7 +663,8 @@ print_status_text(const struct store_status *status)
         else
             table_print(&queues, stdout);
         if (status->blocked_count > 0) {
-            printf("\nblocked ordering keys (head dead or retrying; oldest %d per queue):\n",
+            printf("\nblocked ordering keys (head dead, retrying or stuck running;"
+                   " oldest %d per queue):\n",
                    STORE_BLOCKED_KEYS_PER_QUEUE);
             table_print(&blocked, stdout);
         }

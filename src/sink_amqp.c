@@ -587,7 +587,9 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     props.content_type = amqp_cstring_bytes("application/json");
     props.delivery_mode = 2;
     props.message_id = amqp_cstring_bytes(message_id);
-    props.timestamp = message->created_at > 0 ? (uint64_t)message->created_at : 0;
+    /* a created_at out of range (an infinite time written by hand) sends no timestamp */
+    props.timestamp =
+        message->created_at > 0 && message->created_at < 1e18 ? (uint64_t)message->created_at : 0;
     props.type = amqp_cstring_bytes(message->queue);
     props.headers.num_entries = (int)entry_count;
     props.headers.entries = impl->entries;

@@ -195,8 +195,18 @@ static const char SQL_SWEEP_HELD[] =
     "  SELECT queue, ordering_key FROM firsts"
     "  ORDER BY queue DESC, ordering_key DESC LIMIT 1) AS last ON true";
 
+/*
+ * Ages are differences of epoch seconds, which never fail: a row holding an
+ * infinite run_at (the schema refuses new ones since migration 003) would
+ * make now() - run_at raise an error. A -infinity row has waited since it
+ * was created.
+ */
 static const char SQL_BACKLOG[] =
-    "SELECT queue, count(*), extract(epoch FROM now() - min(run_at))::float8"
+    "SELECT queue, count(*),"
+    "       greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM least("
+    "           min(run_at) FILTER (WHERE isfinite(run_at)),"
+    "           min(created_at) FILTER (WHERE NOT isfinite(run_at) AND isfinite(created_at)))),"
+    "         0), 0)::float8"
     " FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue";
 
 static const char SQL_HORIZON[] =

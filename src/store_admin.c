@@ -17,14 +17,22 @@
 
 static const char check_schema_sql[] = "SELECT to_regclass('outbox.job') IS NOT NULL";
 
+/*
+ * Ages are differences of epoch seconds, never of timestamps, so that a row
+ * holding an infinite time cannot make the statement fail; a ready row due
+ * since -infinity has waited since it was created.
+ */
 static const char queue_status_sql[] =
     "SELECT queue,"
     "       count(*) FILTER (WHERE state = 'ready'),"
     "       count(*) FILTER (WHERE state = 'running'),"
     "       count(*) FILTER (WHERE state = 'succeeded'),"
     "       count(*) FILTER (WHERE state = 'dead'),"
-    "       coalesce(extract(epoch FROM now() - min(run_at)"
-    "                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8"
+    "       greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM least("
+    "           min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now() AND isfinite(run_at)),"
+    "           min(created_at) FILTER (WHERE state = 'ready' AND run_at = '-infinity'"
+    "                                     AND isfinite(created_at)))),"
+    "         0), 0)::float8"
     "  FROM outbox.job GROUP BY queue ORDER BY queue";
 
 static const char table_status_sql[] =
@@ -54,7 +62,10 @@ static const char oldest_transaction_sql[] =
  * Blocked ordering keys, cheap on a table of millions of rows: candidates
  * come only from the partial indexes of unfinished work (job_dead_idx,
  * job_ready_idx, job_lease_idx: dead rows, ready rows that failed before,
- * running rows on a retry), never from succeeded rows; whether a candidate
+ * running rows on a retry, or that no relay can be running as intended: a
+ * lease that expired and waits for the reaper, a lease longer than the
+ * longest --lease (a day), attempt 0, which a claim never leaves), never
+ * from succeeded rows; whether a candidate
  * is its key's head, and how many rows wait behind it, are range probes of
  * job_ordering_idx (queue, ordering_key, job_id). The cost follows the
  * number of dead and retrying rows, not the size of the table.
@@ -68,8 +79,9 @@ static const char blocked_keys_sql[] =
     "      FROM outbox.job WHERE state = 'ready' AND attempts > 0 AND ordering_key IS NOT NULL"
     "    UNION ALL"
     "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
-    "      FROM outbox.job WHERE state = 'running' AND last_error IS NOT NULL"
-    "       AND ordering_key IS NOT NULL"
+    "      FROM outbox.job WHERE state = 'running' AND ordering_key IS NOT NULL"
+    "       AND (last_error IS NOT NULL OR attempts = 0 OR lease_until <= now()"
+    "            OR lease_until > now() + interval '1 day')"
     "), head AS ("
     "    SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.job_id) AS rank,"
     "           count(*) OVER (PARTITION BY c.queue) AS blocked_keys"
@@ -81,8 +93,10 @@ static const char blocked_keys_sql[] =
     ")"
     " SELECT h.queue, h.ordering_key, h.job_id, h.state, h.attempts, h.max_attempts,"
     "        h.last_error, h.blocked_keys,"
-    "        CASE WHEN h.state = 'ready'"
-    "             THEN greatest(extract(epoch FROM h.run_at - now()), 0) ELSE 0 END::float8,"
+    "        CASE WHEN h.state <> 'ready' THEN 0"
+    "             WHEN isfinite(h.run_at)"
+    "             THEN greatest(extract(epoch FROM h.run_at) - extract(epoch FROM now()), 0)"
+    "        END::float8,"
     "        (SELECT count(*) FROM outbox.job AS w"
     "          WHERE w.queue = h.queue AND w.ordering_key = h.ordering_key"
     "            AND w.state IN ('ready', 'running', 'dead') AND w.job_id > h.job_id"
@@ -305,7 +319,8 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
         key->attempts = (int32_t)int64_value(result, row, 4);
         key->max_attempts = (int32_t)int64_value(result, row, 5);
         key->last_error = copy_value(result, row, 6, &failed);
-        key->retry_in_seconds = double_value(result, row, 8);
+        /* NULL: a ready head due at +infinity, which never comes */
+        key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : double_value(result, row, 8);
         key->waiting = int64_value(result, row, 9);
         for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
             if (strcmp(status->queues[i].queue, key->queue) == 0)

@@ -44,12 +44,14 @@ struct store_blocked_key {
     char *queue;
     char *ordering_key;
     int64_t head_job_id;
-    char *head_state; /* "dead", "ready" (waiting for a retry) or "running" (retrying) */
+    char *head_state; /* "dead", "ready" (waiting for a retry) or "running" (retrying, or
+                         a lease expired, longer than a day, or of attempt 0) */
     int32_t attempts;
     int32_t max_attempts;
-    char *last_error;         /* NULL when none was recorded */
-    double retry_in_seconds;  /* ready head: seconds until run_at, 0 when due; else 0 */
-    int64_t waiting;          /* later ready or running rows of the key */
+    char *last_error;        /* NULL when none was recorded */
+    double retry_in_seconds; /* ready head: seconds until run_at, 0 when due, -1 never
+                                (run_at +infinity); else 0 */
+    int64_t waiting;         /* later ready or running rows of the key */
 };
 
 /*

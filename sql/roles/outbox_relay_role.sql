@@ -20,7 +20,10 @@
 --   outbox_producer  services that enqueue: EXECUTE on outbox.enqueue() and
 --                    INSERT on outbox.job, plus SELECT on the columns
 --                    enqueue() reads (job_id, queue, idempotency_key, ordering_key, state) -
---                    not on payloads. No UPDATE, no DELETE.
+--                    not on payloads. No UPDATE, no DELETE. Only ready rows:
+--                    the insert trigger of migration 003 refuses any other
+--                    shape (state, worker, lease, attempts, hold) from a
+--                    role that does not own outbox.job.
 --   outbox_reader    `outboxctl status` and `outboxctl dead list`: read only.
 --
 -- `outboxctl dead retry` and `outboxctl purge` change rows: run them as the

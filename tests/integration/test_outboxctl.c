@@ -371,6 +371,54 @@ test_migrate_creates_schema(void **state)
     assert_true(query_number(db->conn, "SELECT outbox.enqueue('q', '{}')") > 0);
 }
 
+/*
+ * Migration 003 on a database that already holds rows: a ready row with an
+ * array header value, which the stricter check would refuse at its next
+ * claim (failing its whole batch), is dead with the reason; everything else
+ * is as it was, an infinite run_at included, and status still answers.
+ */
+static void
+test_migrate_003_on_existing_rows(void **state)
+{
+    struct testdb *db = test_database(state);
+    struct ctl_run run;
+
+    exec_ok(db->conn, "CREATE SCHEMA outbox;"
+                      " CREATE TABLE outbox.schema_migrations (version integer PRIMARY KEY,"
+                      "  name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+    for (size_t i = 0; i < migrate_file_count && migrate_files[i].version <= 2; i++) {
+        char sql[256];
+
+        exec_ok(db->conn, migrate_files[i].sql);
+        snprintf(sql, sizeof(sql), "INSERT INTO outbox.schema_migrations (version, name)"
+                                   " VALUES (%d, '%s')",
+                 migrate_files[i].version, migrate_files[i].name);
+        exec_ok(db->conn, sql);
+    }
+    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, headers, state, attempts,"
+                      "                        finished_at, run_at) VALUES"
+                      " ('a', '{}', '{\"a\": [\"x\"]}', 'ready', 0, NULL, now()),"
+                      " ('a', '{}', '{\"a\": \"x\"}', 'ready', 0, NULL, now()),"
+                      " ('a', '{}', '{\"a\": []}', 'dead', 1, now(), now()),"
+                      " ('b', '{}', '{}', 'ready', 0, NULL, '-infinity')");
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "migrate");
+    assert_exit(&run, 0);
+    run_clear(&run);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'"
+                                            " AND headers = '{\"a\": [\"x\"]}'"
+                                            " AND last_error LIKE 'headers must be%'"),
+                     1);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"),
+                     2);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'"
+                                            " AND last_error IS NULL"),
+                     1);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json");
+    assert_exit(&run, 0);
+    run_clear(&run);
+}
+
 static void
 test_migrate_again_applies_nothing(void **state)
 {
@@ -638,6 +686,85 @@ test_status_shows_blocked_keys(void **state)
     RUN_CTL(&run, NULL, "--database-url", db->url, "status");
     assert_exit(&run, 0);
     assert_null(strstr(run.out, "blocked ordering keys"));
+    run_clear(&run);
+}
+
+/*
+ * Rows that already hold an infinite run_at (written before the schema
+ * refused them, or by a direct UPDATE): status still answers, with finite
+ * ages. A -infinity row has waited since it was created; a key whose head
+ * retries at +infinity never retries.
+ */
+static void
+test_status_survives_infinite_times(void **state)
+{
+    struct testdb *db = test_database(state);
+    const char *params[1];
+    struct ctl_run run;
+    PGresult *result;
+
+    migrate_ok(db);
+    exec_ok(db->conn,
+            "INSERT INTO outbox.job (queue, payload, ordering_key, attempts, last_error, created_at)"
+            " VALUES ('a', '{}', NULL, 0, NULL, now() - interval '50 seconds'),"
+            "        ('b', '{}', 'k', 1, 'nack', now()), ('b', '{}', 'k', 0, NULL, now())");
+    exec_ok(db->conn, "UPDATE outbox.job SET run_at = '-infinity' WHERE queue = 'a'");
+    exec_ok(db->conn, "UPDATE outbox.job SET run_at = 'infinity' WHERE queue = 'b'"
+                      " AND attempts = 1");
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json");
+    assert_exit(&run, 0);
+    params[0] = run.out;
+    result = PQexecParams(db->conn,
+                          "SELECT (q->>'oldest_ready_age_seconds')::float8 BETWEEN 49 AND 3600,"
+                          "       q->'blocked'->0->>'ordering_key',"
+                          "       jsonb_typeof(q->'blocked'->0->'retry_in_seconds')"
+                          "  FROM jsonb_array_elements($1::jsonb->'queues') AS q ORDER BY q->>'queue'",
+                          1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        fail_msg("status --json is not the expected JSON: %s\n%s", PQerrorMessage(db->conn),
+                 run.out);
+    assert_int_equal(PQntuples(result), 2);
+    assert_string_equal(PQgetvalue(result, 0, 0), "t");
+    assert_string_equal(PQgetvalue(result, 1, 1), "k");
+    assert_string_equal(PQgetvalue(result, 1, 2), "null");
+    PQclear(result);
+    run_clear(&run);
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "never"));
+    run_clear(&run);
+}
+
+/*
+ * A key is blocked by any head that keeps it from moving, not only by a dead
+ * or retrying one: a running row no relay can have claimed (attempt 0, a
+ * lease of a hundred years), or one whose lease expired before the reaper
+ * came; a first attempt running under a normal lease is not blocking.
+ */
+static void
+test_status_shows_keys_blocked_by_odd_heads(void **state)
+{
+    struct testdb *db = test_database(state);
+    struct ctl_run run;
+
+    migrate_ok(db);
+    exec_ok(db->conn,
+            "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, worker_id,"
+            "                        lease_until, held) VALUES"
+            " ('a', '{}', 'k-squat', 'running', 0, 'squatter', now() + interval '100 years', false),"
+            " ('a', '{}', 'k-squat', 'ready', 0, NULL, NULL, true),"
+            " ('a', '{}', 'k-expired', 'running', 1, 'gone', now() - interval '1 minute', false),"
+            " ('a', '{}', 'k-fine', 'running', 1, 'w1', now() + interval '1 minute', false),"
+            " ('a', '{}', 'k-fine', 'ready', 0, NULL, NULL, true)");
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "blocked ordering keys"));
+    assert_non_null(strstr(run.out, "k-squat"));
+    assert_non_null(strstr(run.out, "k-expired"));
+    assert_null(strstr(run.out, "k-fine"));
     run_clear(&run);
 }
 
@@ -937,10 +1064,13 @@ main(void)
     const struct CMUnitTest tests[] = {
         DB_TEST(test_migrate_creates_schema),
         DB_TEST(test_migrate_again_applies_nothing),
+        DB_TEST(test_migrate_003_on_existing_rows),
         DB_TEST(test_concurrent_migrate),
         DB_TEST(test_status_without_schema),
         DB_TEST(test_status_json_counts),
         DB_TEST(test_status_shows_blocked_keys),
+        DB_TEST(test_status_survives_infinite_times),
+        DB_TEST(test_status_shows_keys_blocked_by_odd_heads),
         DB_TEST(test_dead_list_shows_last_error),
         DB_TEST(test_dead_retry_adds_attempts),
         DB_TEST(test_purge_deletes_only_old_succeeded),

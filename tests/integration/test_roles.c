@@ -5,7 +5,8 @@
  * from the migrated template; then login roles in each group role do their
  * job and nothing more: the relay publishes, reaps and deletes old rows as
  * outbox_relay but cannot insert; a producer enqueues (with an idempotency
- * key too) but cannot update, delete or read payloads; outboxctl status runs
+ * key too) but cannot update, delete or read payloads, and inserts only
+ * ready rows; outboxctl status runs
  * as outbox_reader, which cannot write. Group roles are cluster-wide and
  * stay; the login roles made here are dropped on the way out.
  */
@@ -201,6 +202,60 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
     free(url);
 }
 
+/*
+ * A producer creates only what enqueue() creates: ready rows without an
+ * owner, a lease, attempts or a hold. Any other shape, which could block an
+ * ordering key for every producer, is refused by the database; a row that
+ * legitimately waits behind its key (enqueue() sets held) still goes in.
+ */
+static void
+test_producer_inserts_only_ready_rows(void **state)
+{
+    struct fixture *f = *state;
+    char *url = url_for_user(f->url, f->producer_user);
+    PGconn *producer = harness_connect(url);
+    static const char *const refused[] = {
+        "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, worker_id,"
+        " lease_until) VALUES ('orders', '{}', 'k', 'running', 1, 'squatter',"
+        " now() + interval '100 years')",
+        "INSERT INTO outbox.job (queue, payload, ordering_key, state, finished_at)"
+        " VALUES ('orders', '{}', 'k', 'succeeded', now())",
+        "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, finished_at)"
+        " VALUES ('orders', '{}', 'k', 'dead', 1, now())",
+        "INSERT INTO outbox.job (queue, payload, ordering_key, held)"
+        " VALUES ('orders', '{}', 'k', true)",
+        "INSERT INTO outbox.job (queue, payload, attempts) VALUES ('orders', '{}', 3)",
+    };
+
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        const char *got = sqlstate_of(producer, refused[i]);
+
+        if (strcmp(got, "42501") != 0)
+            fail_msg("a producer's insert gave SQLSTATE '%s', expected 42501: %s", got,
+                     refused[i]);
+    }
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 0);
+
+    /* the plain shape goes in directly, and enqueue() still holds a key's second row */
+    assert_string_equal(sqlstate_of(producer, "INSERT INTO outbox.job (queue, payload, ordering_key)"
+                                              " VALUES ('orders', '{\"n\": 1}', 'k')"),
+                        "");
+    harness_exec(producer, "SELECT outbox.enqueue('orders', '{\"n\": 2}', ordering_key => 'k')");
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE ordering_key = 'k' AND held"),
+                     1);
+    /* behind an unfinished row a held row is what enqueue() would write: accepted */
+    assert_string_equal(sqlstate_of(producer, "INSERT INTO outbox.job (queue, payload, ordering_key,"
+                                              " held) VALUES ('orders', '{\"n\": 3}', 'k', true)"),
+                        "");
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE state = 'ready' AND attempts = 0"
+                                                "   AND worker_id IS NULL"),
+                     3);
+    PQfinish(producer);
+    free(url);
+}
+
 static void
 test_relay_runs_as_relay_role(void **state)
 {
@@ -289,6 +344,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_producer_enqueues_but_cannot_change_rows, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_producer_inserts_only_ready_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_runs_as_relay_role, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_runs_status_and_cannot_write, setup,
                                         teardown),

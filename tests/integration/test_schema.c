@@ -163,6 +163,60 @@ test_invalid_input_is_rejected(void **state)
     assert_int_equal(job_count(test->conn), 0);
 }
 
+/* run_at and created_at are finite: an infinite time breaks every age figure. */
+static void
+test_infinite_times_are_rejected(void **state)
+{
+    struct schema_test *test = *state;
+
+    expect_sql_error(test->conn, "SELECT outbox.enqueue('q', '{}', run_at => '-infinity')",
+                     "22023", "outbox run_at must be a finite time", NULL);
+    expect_sql_error(test->conn, "SELECT outbox.enqueue('q', '{}', run_at => 'infinity')",
+                     "22023", "outbox run_at must be a finite time", NULL);
+    expect_sql_error(test->conn, "SELECT outbox.enqueue('q', '{}', idempotency_key => 'k',"
+                                 " run_at => '-infinity')",
+                     "22023", "outbox run_at must be a finite time", NULL);
+    /* writers that bypass enqueue(), the owner included */
+    expect_sql_error(test->conn,
+                     "INSERT INTO outbox.job (queue, payload, run_at) VALUES ('q', '{}', '-infinity')",
+                     "22023", "outbox run_at must be a finite time", NULL);
+    expect_sql_error(test->conn,
+                     "INSERT INTO outbox.job (queue, payload, created_at) VALUES ('q', '{}', 'infinity')",
+                     "22023", "outbox created_at must be a finite time", NULL);
+    assert_int_equal(job_count(test->conn), 0);
+    /* far but finite times are fine */
+    harness_query_ll(test->conn, "SELECT outbox.enqueue('q', '{}', run_at => '4000-01-01')");
+    harness_query_ll(test->conn, "SELECT outbox.enqueue('q', '{}', run_at => '1970-01-01')");
+    assert_int_equal(job_count(test->conn), 2);
+}
+
+/* Header values are strings; an array (even an empty one) is not. */
+static void
+test_header_arrays_are_rejected(void **state)
+{
+    struct schema_test *test = *state;
+    static const char *const refused[] = {"{\"a\": [\"x\"]}", "{\"a\": []}",
+                                          "{\"a\": \"x\", \"b\": [\"y\", \"z\"]}",
+                                          "{\"a\": {\"b\": \"c\"}}", "{\"a\": [[\"x\"]]}"};
+    char sql[512];
+
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('q', '{}', headers => '%s')",
+                 refused[i]);
+        expect_sql_error(test->conn, sql, "22023",
+                         "outbox headers must be a JSON object of string values", NULL);
+        snprintf(sql, sizeof(sql), "INSERT INTO outbox.job (queue, payload, headers)"
+                                   " VALUES ('q', '{}', '%s')",
+                 refused[i]);
+        expect_sql_error(test->conn, sql, "23514", "violates check constraint",
+                         "job_headers_strings");
+    }
+    assert_int_equal(job_count(test->conn), 0);
+    harness_query_ll(test->conn,
+                     "SELECT outbox.enqueue('q', '{}', headers => '{\"a\": \"[x]\", \"b\": \"\"}')");
+    assert_int_equal(job_count(test->conn), 1);
+}
+
 static void
 test_queue_name_of_200_characters_is_accepted(void **state)
 {
@@ -284,6 +338,8 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency_key_returns_first_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_input_is_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_infinite_times_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_arrays_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_name_of_200_characters_is_accepted, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_queue_name_check_on_direct_writes, setup, teardown),

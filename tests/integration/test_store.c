@@ -509,6 +509,40 @@ test_release_keeps_the_attempt(void **state)
     outbox_batch_release_memory(&batch);
 }
 
+static void
+count_backlog(void *arg, const struct outbox_backlog *backlog)
+{
+    double *ages = arg;
+
+    if (strcmp(backlog->queue, "q") == 0)
+        ages[0] = backlog->oldest_ready_age;
+    else
+        ages[1] = backlog->oldest_ready_age;
+}
+
+/* Rows that hold an infinite run_at (from before the schema refused them) sample fine. */
+static void
+test_backlog_survives_infinite_run_at(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_error err;
+    double ages[2] = {-1, -1};
+
+    enqueue_simple(f->conn, "q", "{}");
+    enqueue_simple(f->conn, "r", "{}");
+    enqueue_simple(f->conn, "r", "{}");
+    harness_exec(f->conn, "UPDATE outbox.job SET run_at = '-infinity',"
+                          " created_at = now() - interval '30 seconds' WHERE queue = 'q'");
+    harness_exec(f->conn, "UPDATE outbox.job SET run_at = 'infinity'"
+                          " WHERE job_id = (SELECT max(job_id) FROM outbox.job)");
+    if (outbox_sample_backlog(f->a, count_backlog, ages, &err) != 0)
+        fail_msg("backlog: %s", err.message);
+    assert_true(ages[0] >= 29 && ages[0] < 3600);
+    assert_true(ages[1] >= 0 && ages[1] < 3600);
+    /* and the connection is still usable */
+    assert_int_equal(outbox_sample_backlog(f->a, count_backlog, ages, &err), 0);
+}
+
 #define CONCURRENT_ROWS 20000
 #define CLAIMERS 4
 
@@ -831,6 +865,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_enqueue_is_idempotent_on_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_rejects_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_lease_is_fenced_reaped_and_reclaimed, setup,
                                         teardown),
