@@ -1,5 +1,5 @@
 /*
- * http.c - a poll() driven single-connection HTTP server for metrics and health.
+ * http.c - a poll() driven HTTP server for metrics and health, many connections at once.
  */
 #include "http.h"
 
@@ -21,12 +21,41 @@
 
 #include "error.h"
 
+/* How long a lingering connection discards the client's bytes, and at most how many. */
+#define HTTP_LINGER_MS 1000
+#define HTTP_LINGER_MAX_BYTES (1024 * 1024)
+/* After accept() found no free descriptor, the pause before the next try (no busy loop). */
+#define HTTP_ACCEPT_PAUSE_MS 100
+
+/* Where a connection is in its one request/answer exchange. */
+enum connection_phase {
+    PHASE_FREE = 0,  /* the slot holds no connection */
+    PHASE_READING,   /* waiting for the request line and headers */
+    PHASE_WRITING,   /* sending the answer */
+    PHASE_LINGERING, /* answer sent, write side shut: discarding what the client still sends */
+};
+
+struct connection {
+    int fd;
+    enum connection_phase phase;
+    int64_t accepted_ms; /* when accepted: the oldest idle one is dropped first when full */
+    int64_t deadline_ms; /* end of the current phase; the connection is closed then */
+    char *request;       /* reading: HTTP_REQUEST_MAX_BYTES + 1, NUL-terminated */
+    size_t request_len;
+    char *response; /* writing: status line, headers and body */
+    size_t response_len;
+    size_t response_sent;
+    size_t discarded; /* lingering: bytes thrown away so far */
+};
+
 struct http_server {
     int listen_fd;
     int stop_pipe[2]; /* [0] polled by the thread, [1] written by http_server_stop */
     int port;
     struct metrics *metrics;
     pthread_t thread;
+    struct connection connections[HTTP_MAX_CONNECTIONS];
+    int64_t accept_paused_until_ms; /* out of descriptors: no accept before then */
 };
 
 int
@@ -81,7 +110,7 @@ invalid:
                             "invalid --metrics-addr '%s': expected HOST:PORT or off", text);
 }
 
-/* Milliseconds on the monotonic clock, for request deadlines. */
+/* Milliseconds on the monotonic clock, for deadlines. */
 static int64_t
 now_ms(void)
 {
@@ -91,85 +120,95 @@ now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Waits until fd has events or the deadline passes or stop is requested.
- * Returns 1 when fd is ready, 0 on timeout or stop.
- */
-static int
-wait_fd(struct http_server *s, int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        struct pollfd fds[2] = {{fd, events, 0}, {s->stop_pipe[0], POLLIN, 0}};
-        int64_t left = deadline - now_ms();
-        int n;
+/* ---- connections ------------------------------------------------------------ */
 
-        if (left <= 0)
-            return 0;
-        n = poll(fds, 2, (int)(left > 1000 ? 1000 : left));
-        if (n < 0 && errno != EINTR)
-            return 0;
-        if (n <= 0)
-            continue;
-        if (fds[1].revents != 0)
-            return 0;
-        if (fds[0].revents != 0)
-            return 1;
-    }
-}
-
-/* Sends all of data before the deadline; false when the client is gone or too slow. */
-static bool
-send_all(struct http_server *s, int fd, const char *data, size_t len, int64_t deadline)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                return false;
-            if (!wait_fd(s, fd, POLLOUT, deadline))
-                return false;
-            continue;
-        }
-        data += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
-
+/* Closes a connection and frees its buffers; the slot becomes free. */
 static void
-respond(struct http_server *s, int fd, int64_t deadline, int status, const char *reason,
-        const char *content_type, const char *extra_headers, const char *body, size_t body_len,
-        bool head_only)
+connection_close(struct connection *c)
+{
+    if (c->phase == PHASE_FREE)
+        return;
+    close(c->fd);
+    free(c->request);
+    free(c->response);
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+}
+
+/*
+ * Sends what the socket takes of the answer; once all of it is out, shuts
+ * the write side and lingers: discarding what the client still sends for a
+ * short while keeps unread request bytes from making the kernel reset the
+ * connection and drop the answer in flight.
+ */
+static void
+connection_write(struct connection *c)
+{
+    while (c->response_sent < c->response_len) {
+        ssize_t n = send(c->fd, c->response + c->response_sent, c->response_len - c->response_sent,
+                         MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return; /* poll for POLLOUT */
+        if (n <= 0) {
+            connection_close(c); /* client gone */
+            return;
+        }
+        c->response_sent += (size_t)n;
+    }
+    free(c->response);
+    c->response = NULL;
+    shutdown(c->fd, SHUT_WR);
+    c->phase = PHASE_LINGERING;
+    c->deadline_ms = now_ms() + HTTP_LINGER_MS;
+}
+
+/* Makes the answer and starts sending it; the request buffer is no longer needed. */
+static void
+connection_answer(struct connection *c, int status, const char *reason, const char *content_type,
+                  const char *extra_headers, const char *body, size_t body_len, bool head_only)
 {
     char header[512];
-    int n;
+    int n = snprintf(header, sizeof(header),
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n%s\r\n",
+                     status, reason, content_type, body_len, extra_headers ? extra_headers : "");
+    size_t total;
 
-    n = snprintf(header, sizeof(header),
-                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n%s\r\n",
-                 status, reason, content_type, body_len, extra_headers ? extra_headers : "");
-    if (n < 0 || (size_t)n >= sizeof(header))
+    free(c->request);
+    c->request = NULL;
+    if (n < 0 || (size_t)n >= sizeof(header)) {
+        connection_close(c);
         return;
-    if (!send_all(s, fd, header, (size_t)n, deadline))
+    }
+    total = (size_t)n + (head_only ? 0 : body_len);
+    c->response = malloc(total);
+    if (c->response == NULL) {
+        connection_close(c);
         return;
-    if (!head_only)
-        send_all(s, fd, body, body_len, deadline);
+    }
+    memcpy(c->response, header, (size_t)n);
+    if (!head_only && body_len > 0)
+        memcpy(c->response + n, body, body_len);
+    c->response_len = total;
+    c->response_sent = 0;
+    c->phase = PHASE_WRITING;
+    c->deadline_ms = now_ms() + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
+    connection_write(c);
 }
 
 static void
-respond_text(struct http_server *s, int fd, int64_t deadline, int status, const char *reason,
-             const char *body, bool head_only)
+answer_text(struct connection *c, int status, const char *reason, const char *body, bool head_only)
 {
-    respond(s, fd, deadline, status, reason, "text/plain; charset=utf-8",
-            status == 405 ? "Allow: GET, HEAD\r\n" : NULL, body, strlen(body), head_only);
+    connection_answer(c, status, reason, "text/plain; charset=utf-8",
+                      status == 405 ? "Allow: GET, HEAD\r\n" : NULL, body, strlen(body), head_only);
 }
 
 /* Answers a parsed GET or HEAD of path. */
 static void
-route(struct http_server *s, int fd, int64_t deadline, const char *path, bool head_only)
+route(struct http_server *s, struct connection *c, const char *path, bool head_only)
 {
     char reason[160], body[192];
     bool ready = false;
@@ -179,136 +218,278 @@ route(struct http_server *s, int fd, int64_t deadline, const char *path, bool he
         char *text = metrics_render(s->metrics, &len);
 
         if (text == NULL) {
-            respond_text(s, fd, deadline, 500, "Internal Server Error", "out of memory\n",
-                         head_only);
+            answer_text(c, 500, "Internal Server Error", "out of memory\n", head_only);
             return;
         }
-        respond(s, fd, deadline, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, text,
-                len, head_only);
+        connection_answer(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, text, len,
+                          head_only);
         free(text);
     } else if (strcmp(path, "/healthz") == 0) {
         bool healthy = metrics_health(s->metrics, reason, sizeof(reason), NULL);
 
         snprintf(body, sizeof(body), "%s\n", reason);
-        respond_text(s, fd, deadline, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable",
-                     body, head_only);
+        answer_text(c, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body,
+                    head_only);
     } else if (strcmp(path, "/readyz") == 0) {
         metrics_health(s->metrics, reason, sizeof(reason), &ready);
         snprintf(body, sizeof(body), "%s\n", ready ? "ready" : reason);
-        respond_text(s, fd, deadline, ready ? 200 : 503, ready ? "OK" : "Service Unavailable", body,
-                     head_only);
+        answer_text(c, ready ? 200 : 503, ready ? "OK" : "Service Unavailable", body, head_only);
     } else {
-        respond_text(s, fd, deadline, 404, "Not Found", "not found\n", head_only);
+        answer_text(c, 404, "Not Found", "not found\n", head_only);
     }
 }
 
-/* Reads one request from a connected client and answers it. */
-static void
-serve_connection(struct http_server *s, int fd)
+/*
+ * Whether the first len bytes can still begin a request: a request line
+ * "METHOD /target HTTP/1.x" (method of letters, target of visible
+ * characters from '/'), then header lines without control characters.
+ * Anything else is refused as soon as it arrives, so garbage never waits
+ * for the request timeout.
+ */
+static bool
+request_plausible(const char *data, size_t len)
 {
-    char request[HTTP_REQUEST_MAX_BYTES + 1];
-    size_t len = 0;
-    int64_t deadline = now_ms() + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
+    static const char version[] = "HTTP/1.";
+    size_t i = 0, start;
+
+    for (start = i; i < len && data[i] != ' '; i++)
+        if (!((data[i] >= 'A' && data[i] <= 'Z') || (data[i] >= 'a' && data[i] <= 'z')) ||
+            i - start >= 16)
+            return false;
+    if (i == len)
+        return true;
+    if (i == start)
+        return false;
+    i++; /* the space */
+    for (start = i; i < len && data[i] != ' '; i++)
+        if ((unsigned char)data[i] <= 0x20 || (unsigned char)data[i] >= 0x7f ||
+            (i == start && data[i] != '/'))
+            return false;
+    if (i == len)
+        return true;
+    if (i == start)
+        return false;
+    i++;
+    for (start = i; i < len && i - start < sizeof(version) - 1; i++)
+        if (data[i] != version[i - start])
+            return false;
+    if (i == len)
+        return true;
+    if (data[i] < '0' || data[i] > '9')
+        return false;
+    i++;
+    if (i < len && data[i] == '\r')
+        i++;
+    if (i < len && data[i] != '\n')
+        return false;
+    for (; i < len; i++)
+        if (((unsigned char)data[i] < 0x20 && data[i] != '\t' && data[i] != '\r' &&
+             data[i] != '\n') ||
+            data[i] == 0x7f)
+            return false;
+    return true;
+}
+
+/* Parses the complete request in c->request and answers it. */
+static void
+answer_request(struct http_server *s, struct connection *c)
+{
     char *line_end, *method, *target, *version, *save = NULL;
     bool head_only;
 
-    /* Read until the blank line that ends the headers; a body is never needed. */
-    for (;;) {
-        ssize_t n;
-
-        if (len == HTTP_REQUEST_MAX_BYTES) {
-            respond_text(s, fd, deadline, 431, "Request Header Fields Too Large",
-                         "request too large\n", false);
-            return;
-        }
-        n = recv(fd, request + len, HTTP_REQUEST_MAX_BYTES - len, 0);
-        if (n > 0) {
-            len += (size_t)n;
-            request[len] = '\0';
-            if (strstr(request, "\r\n\r\n") != NULL || strstr(request, "\n\n") != NULL)
-                break;
-            continue;
-        }
-        if (n == 0)
-            return; /* client closed before finishing its request */
-        if (errno == EINTR)
-            continue;
-        if ((errno != EAGAIN && errno != EWOULDBLOCK) || !wait_fd(s, fd, POLLIN, deadline))
-            return;
-    }
-
-    line_end = strpbrk(request, "\r\n");
+    line_end = strpbrk(c->request, "\r\n");
     *line_end = '\0';
-    method = strtok_r(request, " ", &save);
+    method = strtok_r(c->request, " ", &save);
     target = strtok_r(NULL, " ", &save);
     version = strtok_r(NULL, " ", &save);
     if (method == NULL || target == NULL || version == NULL || strtok_r(NULL, " ", &save) != NULL ||
         strncmp(version, "HTTP/1.", 7) != 0 || target[0] != '/') {
-        respond_text(s, fd, deadline, 400, "Bad Request", "bad request\n", false);
+        answer_text(c, 400, "Bad Request", "bad request\n", false);
         return;
     }
     head_only = strcmp(method, "HEAD") == 0;
     if (strcmp(method, "GET") != 0 && !head_only) {
-        respond_text(s, fd, deadline, 405, "Method Not Allowed", "method not allowed\n", false);
+        answer_text(c, 405, "Method Not Allowed", "method not allowed\n", false);
         return;
     }
     target[strcspn(target, "?#")] = '\0';
-    route(s, fd, deadline, target, head_only);
+    route(s, c, target, head_only);
+}
+
+/* Reads what the client sent; answers once the headers are complete or cannot be. */
+static void
+connection_read(struct http_server *s, struct connection *c)
+{
+    for (;;) {
+        ssize_t n;
+
+        if (c->request_len == HTTP_REQUEST_MAX_BYTES) {
+            answer_text(c, 431, "Request Header Fields Too Large", "request too large\n", false);
+            return;
+        }
+        n = recv(c->fd, c->request + c->request_len, HTTP_REQUEST_MAX_BYTES - c->request_len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            connection_close(c); /* closed before finishing its request, or broken */
+            return;
+        }
+        c->request_len += (size_t)n;
+        c->request[c->request_len] = '\0';
+        if (!request_plausible(c->request, c->request_len)) {
+            answer_text(c, 400, "Bad Request", "bad request\n", false);
+            return;
+        }
+        /* the blank line that ends the headers; a body is never needed */
+        if (strstr(c->request, "\r\n\r\n") != NULL || strstr(c->request, "\n\n") != NULL) {
+            answer_request(s, c);
+            return;
+        }
+    }
+}
+
+/* Discards what the client sends after the answer, up to a limit. */
+static void
+connection_discard(struct connection *c)
+{
+    char discard[4096];
+
+    for (;;) {
+        ssize_t n = recv(c->fd, discard, sizeof(discard), 0);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0 || (c->discarded += (size_t)n) > HTTP_LINGER_MAX_BYTES) {
+            connection_close(c);
+            return;
+        }
+    }
 }
 
 /*
- * Closes a client connection after the answer: half-close, then discard
- * what the client still sends for a short while, so unread request bytes do
- * not make the kernel reset the connection and drop the answer in flight.
+ * The slot to reuse when every slot is taken: the oldest connection still
+ * waiting for its request (an idle or trickling client), else the oldest
+ * lingering one, else the oldest still being answered.
  */
-static void
-close_lingering(struct http_server *s, int fd)
+static struct connection *
+connection_to_drop(struct http_server *s)
 {
-    int64_t deadline = now_ms() + 1000;
-    char discard[4096];
-    size_t total = 0;
+    static const enum connection_phase order[] = {PHASE_READING, PHASE_LINGERING, PHASE_WRITING};
 
-    shutdown(fd, SHUT_WR);
-    while (total < 1024 * 1024) {
-        ssize_t n = recv(fd, discard, sizeof(discard), 0);
+    for (size_t p = 0; p < sizeof(order) / sizeof(order[0]); p++) {
+        struct connection *oldest = NULL;
 
-        if (n > 0) {
-            total += (size_t)n;
-            continue;
+        for (size_t i = 0; i < HTTP_MAX_CONNECTIONS; i++) {
+            struct connection *c = &s->connections[i];
+
+            if (c->phase == order[p] && (oldest == NULL || c->accepted_ms < oldest->accepted_ms))
+                oldest = c;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s, fd, POLLIN, deadline))
-            continue;
-        break;
+        if (oldest != NULL)
+            return oldest;
     }
-    close(fd);
+    return &s->connections[0];
 }
 
+/* Accepts the pending clients, dropping the oldest idle ones when full. */
+static void
+accept_clients(struct http_server *s)
+{
+    for (int round = 0; round < HTTP_MAX_CONNECTIONS; round++) {
+        struct connection *slot = NULL;
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            /* out of descriptors: the pending client stays queued; try again a little later */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                s->accept_paused_until_ms = now_ms() + HTTP_ACCEPT_PAUSE_MS;
+            return; /* none left, or that client gone */
+        }
+        for (size_t i = 0; i < HTTP_MAX_CONNECTIONS && slot == NULL; i++)
+            if (s->connections[i].phase == PHASE_FREE)
+                slot = &s->connections[i];
+        if (slot == NULL) {
+            slot = connection_to_drop(s);
+            connection_close(slot);
+        }
+        slot->request = malloc(HTTP_REQUEST_MAX_BYTES + 1);
+        if (slot->request == NULL) {
+            close(fd);
+            continue;
+        }
+        slot->fd = fd;
+        slot->phase = PHASE_READING;
+        slot->accepted_ms = now_ms();
+        slot->deadline_ms = slot->accepted_ms + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
+        slot->request_len = 0;
+        slot->request[0] = '\0';
+    }
+}
+
+/*
+ * The event loop: the stop pipe, the listening socket and every connection
+ * in one poll(). Each connection has the deadline of its phase (request,
+ * answer, linger); one past it is closed.
+ */
 static void *
 server_thread(void *arg)
 {
     struct http_server *s = arg;
+    struct pollfd fds[2 + HTTP_MAX_CONNECTIONS];
+    struct connection *polled[2 + HTTP_MAX_CONNECTIONS];
 
     for (;;) {
-        struct pollfd fds[2] = {{s->listen_fd, POLLIN, 0}, {s->stop_pipe[0], POLLIN, 0}};
-        int fd;
+        int64_t now = now_ms(), next = -1;
+        nfds_t count = 2;
+        int timeout, n;
 
-        if (poll(fds, 2, -1) < 0) {
-            if (errno == EINTR)
+        fds[0] = (struct pollfd){s->stop_pipe[0], POLLIN, 0};
+        fds[1] = (struct pollfd){s->listen_fd, now < s->accept_paused_until_ms ? 0 : POLLIN, 0};
+        if (now < s->accept_paused_until_ms)
+            next = s->accept_paused_until_ms;
+        for (size_t i = 0; i < HTTP_MAX_CONNECTIONS; i++) {
+            struct connection *c = &s->connections[i];
+
+            if (c->phase == PHASE_FREE)
                 continue;
+            if (c->deadline_ms <= now) {
+                connection_close(c);
+                continue;
+            }
+            if (next < 0 || c->deadline_ms < next)
+                next = c->deadline_ms;
+            polled[count] = c;
+            fds[count++] = (struct pollfd){c->fd, c->phase == PHASE_WRITING ? POLLOUT : POLLIN, 0};
+        }
+        timeout = next < 0 ? -1 : (int)(next - now);
+        n = poll(fds, count, timeout);
+        if (n < 0 && errno != EINTR)
             break;
+        if (n <= 0)
+            continue;
+        if (fds[0].revents != 0)
+            break;
+        for (nfds_t i = 2; i < count; i++) {
+            struct connection *c = polled[i];
+
+            if (fds[i].revents == 0)
+                continue;
+            if (c->phase == PHASE_READING)
+                connection_read(s, c);
+            else if (c->phase == PHASE_WRITING)
+                connection_write(c);
+            else if (c->phase == PHASE_LINGERING)
+                connection_discard(c);
         }
         if (fds[1].revents != 0)
-            break;
-        if (fds[0].revents == 0)
-            continue;
-        fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            continue; /* client gone, or out of descriptors: try again on the next event */
-        serve_connection(s, fd);
-        close_lingering(s, fd);
+            accept_clients(s);
     }
+    for (size_t i = 0; i < HTTP_MAX_CONNECTIONS; i++)
+        connection_close(&s->connections[i]);
     return NULL;
 }
 
@@ -340,7 +521,7 @@ listen_on(const struct http_addr *addr, int *listen_fd, int *port, struct outbox
             continue;
         }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 16) == 0)
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
             break;
         saved_errno = errno;
         close(fd);
@@ -376,6 +557,8 @@ http_server_start(const struct http_addr *addr, struct metrics *m, struct http_s
     if (s == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->listen_fd = s->stop_pipe[0] = s->stop_pipe[1] = -1;
+    for (size_t i = 0; i < HTTP_MAX_CONNECTIONS; i++)
+        s->connections[i].fd = -1;
     s->metrics = m;
     if (listen_on(addr, &s->listen_fd, &s->port, err) < 0)
         goto fail;

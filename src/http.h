@@ -1,7 +1,8 @@
 /*
  * http.h - the tiny HTTP server behind --metrics-addr.
  *
- * One thread, one connection at a time, HTTP/1.0 and 1.1 with
+ * One thread with one poll() loop serves up to HTTP_MAX_CONNECTIONS
+ * connections at once, one request each, HTTP/1.0 and 1.1 with
  * "Connection: close". It serves:
  *
  *   GET /metrics   200, Prometheus text format 0.0.4 (metrics_render)
@@ -9,11 +10,14 @@
  *   GET /readyz    200 "ready" when database and broker are up, else 503 and the reason
  *   other paths    404; methods other than GET and HEAD: 405
  *
- * A client gets HTTP_REQUEST_TIMEOUT_SECONDS to send its request (at most
- * HTTP_REQUEST_MAX_BYTES of request line and headers) and as long to read
- * the answer; a slow or broken client costs the server thread at most that
- * and never touches the relay's threads. http_server_stop() wakes the thread
- * through a pipe, so it returns promptly even while a client is connected.
+ * A client gets HTTP_REQUEST_TIMEOUT_SECONDS from its connect to send its
+ * request (at most HTTP_REQUEST_MAX_BYTES of request line and headers) and
+ * as long to read the answer; bytes that cannot begin a request get a 400
+ * and a close as soon as they arrive. Idle, slow or broken clients never
+ * delay another client's answer: when every slot is taken, a new connection
+ * replaces the oldest one still waiting for its request. Nothing here
+ * touches the relay's threads. http_server_stop() wakes the thread through
+ * a pipe, so it returns promptly even while clients are connected.
  * The server thread blocks all signals; the relay's main thread gets them.
  */
 #ifndef OUTBOX_HTTP_H
@@ -27,6 +31,7 @@
 #define HTTP_DEFAULT_ADDR "127.0.0.1:9187"
 #define HTTP_REQUEST_TIMEOUT_SECONDS 5
 #define HTTP_REQUEST_MAX_BYTES 8192
+#define HTTP_MAX_CONNECTIONS 64
 
 /* A parsed --metrics-addr. */
 struct http_addr {

@@ -1,7 +1,8 @@
 /*
  * test_http.c - the metrics endpoint as Prometheus and a health checker use
  * it, over loopback: /metrics, /healthz, /readyz, errors, a taken port,
- * bad addresses, and a prompt stop while a client hangs.
+ * bad addresses, a prompt stop while a client hangs, answers while a hundred
+ * connections sit idle, and garbage refused on sight.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +12,9 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +231,143 @@ seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/*
+ * A connection to the server that neither waits long to connect nor to read
+ * (generous bounds: the server answers in milliseconds), non-blocking when
+ * idle is true (only opened, never read from).
+ */
+static int
+connect_bounded(int port, bool idle)
+{
+    struct sockaddr_in sa;
+    struct timeval timeout = {10, 0};
+    int fd = socket(AF_INET, SOCK_STREAM | (idle ? SOCK_NONBLOCK : 0), 0);
+    int rc;
+
+    assert_true(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout)); /* bounds connect() */
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    assert_true(rc == 0 || (idle && errno == EINPROGRESS));
+    return fd;
+}
+
+/* Sends request on a fresh bounded connection and reads the answer until close. */
+static char *
+http_exchange_bounded(int port, const char *request, size_t request_len)
+{
+    int fd = connect_bounded(port, false);
+    size_t len = 0, cap = 1 << 16;
+    char *response = malloc(cap);
+    ssize_t n;
+
+    assert_non_null(response);
+    assert_int_equal(send(fd, request, request_len, MSG_NOSIGNAL), (ssize_t)request_len);
+    while ((n = recv(fd, response + len, cap - len - 1, 0)) > 0) {
+        len += (size_t)n;
+        if (cap - len < 1024) {
+            char *grown = realloc(response, cap * 2);
+
+            assert_non_null(grown);
+            response = grown;
+            cap *= 2;
+        }
+    }
+    response[len] = '\0';
+    close(fd);
+    return response;
+}
+
+static char *
+http_get_bounded(int port, const char *path)
+{
+    char request[256];
+    int n = snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+
+    return http_exchange_bounded(port, request, (size_t)n);
+}
+
+#define IDLE_CLIENTS 100
+#define TRICKLING_CLIENTS 10
+
+/*
+ * A hundred connections that send nothing and ten that trickle a request a
+ * byte at a time do not hold off /healthz or /metrics: the server serves
+ * many connections at once and drops the oldest idle one when it is full.
+ * The time to answer is printed, not asserted (a shared machine's timing is
+ * for the benchmark); the bound here is the client's 10 s receive timeout.
+ */
+static void
+test_idle_connections_do_not_hold_off_healthz(void **state)
+{
+    struct fixture *f = *state;
+    static const char trickle[] = "GET /healthz HTTP/1.1\r\n";
+    int idle[IDLE_CLIENTS], trickling[TRICKLING_CLIENTS];
+    double started, healthz_seconds, metrics_seconds;
+    char *response;
+
+    metrics_set_health(f->metrics, true, true);
+    for (int i = 0; i < TRICKLING_CLIENTS; i++)
+        trickling[i] = connect_bounded(f->port, true);
+    for (int i = 0; i < IDLE_CLIENTS; i++)
+        idle[i] = connect_bounded(f->port, true);
+    for (size_t byte = 0; byte < 3; byte++) {
+        for (int i = 0; i < TRICKLING_CLIENTS; i++)
+            send(trickling[i], trickle + byte, 1, MSG_NOSIGNAL);
+        usleep(100 * 1000);
+    }
+
+    started = seconds_now();
+    response = http_get_bounded(f->port, "/healthz");
+    healthz_seconds = seconds_now() - started;
+    assert_int_equal(status_of(response), 200);
+    assert_string_equal(body_of(response), "ok\n");
+    free(response);
+
+    started = seconds_now();
+    response = http_get_bounded(f->port, "/metrics");
+    metrics_seconds = seconds_now() - started;
+    assert_int_equal(status_of(response), 200);
+    assert_non_null(strstr(body_of(response), "outbox_"));
+    free(response);
+    print_message("with %d idle and %d trickling connections: /healthz in %.1f ms,"
+                  " /metrics in %.1f ms\n",
+                  IDLE_CLIENTS, TRICKLING_CLIENTS, healthz_seconds * 1000, metrics_seconds * 1000);
+
+    for (int i = 0; i < TRICKLING_CLIENTS; i++)
+        close(trickling[i]);
+    for (int i = 0; i < IDLE_CLIENTS; i++)
+        close(idle[i]);
+}
+
+/* Bytes that cannot start a request get a 400 and a close at once, without a line end. */
+static void
+test_garbage_gets_400_at_once(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const garbage[] = {"\x16\x03\x01\x02\x00\x01\x00",
+                                          "hello world",
+                                          "GET metrics",
+                                          "GET /metrics XTTP",
+                                          "\r\n\r\n",
+                                          "GET /\x01"};
+
+    for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+        double started = seconds_now();
+        char *response = http_exchange_bounded(f->port, garbage[i], strlen(garbage[i]) + (i == 0));
+
+        if (strncmp(response, "HTTP/1.1 400 ", 13) != 0)
+            fail_msg("garbage %zu got '%.40s', expected a 400", i, response);
+        /* answered on sight, not when the request timeout closes the connection */
+        assert_true(seconds_now() - started < HTTP_REQUEST_TIMEOUT_SECONDS);
+        free(response);
+    }
+}
+
 static void
 test_stop_with_hanging_client(void **state)
 {
@@ -317,6 +457,9 @@ main(void)
         cmocka_unit_test_setup_teardown(test_metrics_endpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_healthz_follows_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_connections_do_not_hold_off_healthz, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_gets_400_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_with_hanging_client, setup, teardown),
         cmocka_unit_test(test_taken_port_fails_clearly),
         cmocka_unit_test(test_addr_parse),
