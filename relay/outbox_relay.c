@@ -69,7 +69,8 @@ main(int argc, char **argv)
         return 0;
     }
     if (http_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
-        fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
+        /* the message names --metrics-addr itself */
+        fprintf(stderr, "outbox-relay: %s\n", err.message);
         config_clear(&config);
         return EXIT_USAGE;
     }
@@ -84,6 +85,7 @@ main(int argc, char **argv)
     r = relay_new(&config, m, &err);
     if (r == NULL) {
         if (err.code == OUTBOX_ERR_CONFIG) {
+            /* config_parse checked the URL and the options; what is left is about the broker */
             fprintf(stderr, "outbox-relay: --broker: %s\n", err.message);
             status = EXIT_USAGE;
             goto cleanup;

@@ -66,7 +66,6 @@ struct ctl {
     const char *database_url;
     const char *command; /* e.g. "dead list", for messages */
     bool help;           /* --help seen: print usage, do nothing else */
-    char *password;      /* the URL's password, scrubbed from messages */
     PGconn *conn;
 };
 
@@ -86,91 +85,13 @@ usage_error(const char *format, ...)
     return EXIT_USAGE;
 }
 
-/* Copies text into buf of capacity size, cutting it short when too long. */
-static void
-copy_truncated(char *buf, size_t size, const char *text)
-{
-    size_t len = strlen(text);
-
-    if (len >= size)
-        len = size - 1;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-}
-
-/* Replaces every occurrence of secret in text (of capacity size) with "***". */
-static void
-scrub_secret(char *text, size_t size, const char *secret)
-{
-    char out[OUTBOX_ERROR_MESSAGE_MAX * 2];
-    size_t secret_len, n = 0;
-    const char *p = text;
-
-    if (secret == NULL || secret[0] == '\0')
-        return;
-    secret_len = strlen(secret);
-    while (*p != '\0' && n + 4 < sizeof(out)) {
-        if (strncmp(p, secret, secret_len) == 0) {
-            memcpy(out + n, "***", 3);
-            n += 3;
-            p += secret_len;
-        } else {
-            out[n++] = *p++;
-        }
-    }
-    out[n] = '\0';
-    copy_truncated(text, size, out);
-}
-
-/*
- * libpq quotes pieces of a URL it cannot parse, and such a piece may hold the
- * password. Keeps a quoted piece only when it also appears in the redacted
- * URL, i.e. holds no part of the password; replaces it with *** otherwise.
- */
-static void
-scrub_quoted(char *text, size_t size, const char *redacted_url)
-{
-    char out[OUTBOX_ERROR_MESSAGE_MAX * 2];
-    size_t n = 0;
-    const char *p = text;
-
-    while (*p != '\0' && n + 6 < sizeof(out)) {
-        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
-
-        if (close == NULL) {
-            out[n++] = *p++;
-            continue;
-        }
-        {
-            size_t len = (size_t)(close - p - 1);
-            char piece[OUTBOX_ERROR_MESSAGE_MAX];
-            bool safe;
-
-            snprintf(piece, sizeof(piece), "%.*s", (int)len, p + 1);
-            safe = redacted_url != NULL && strstr(redacted_url, piece) != NULL;
-            if (safe && n + len + 3 < sizeof(out)) {
-                memcpy(out + n, p, len + 2);
-                n += len + 2;
-            } else {
-                memcpy(out + n, "\"***\"", 5);
-                n += 5;
-            }
-            p = close + 1;
-        }
-    }
-    out[n] = '\0';
-    copy_truncated(text, size, out);
-}
-
 /* Prints a runtime error, scrubbed of passwords, and returns 1. */
 static int
 runtime_error(const struct ctl *ctl, const struct outbox_error *err)
 {
     char message[OUTBOX_ERROR_MESSAGE_MAX];
 
-    snprintf(message, sizeof(message), "%s", err->message);
-    scrub_secret(message, sizeof(message), ctl->password);
-    scrub_secret(message, sizeof(message), getenv("PGPASSWORD"));
+    url_redact_message(err->message, ctl->database_url, NULL, message, sizeof(message));
     fprintf(stderr, "outboxctl: %s\n", message);
     return 1;
 }
@@ -304,44 +225,21 @@ connect_database(struct ctl *ctl)
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "dbname", NULL};
     const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl", "UTF8", ctl->database_url, NULL};
-    PQconninfoOption *options;
-    char *parse_error = NULL;
     struct outbox_error err;
 
     if (ctl->database_url == NULL || ctl->database_url[0] == '\0')
         return usage_error("missing database URL: give --database-url or set "
                            "OUTBOX_DATABASE_URL");
-    options = PQconninfoParse(ctl->database_url, &parse_error);
-    if (options == NULL) {
-        char message[OUTBOX_ERROR_MESSAGE_MAX];
-        char *redacted = url_redact(ctl->database_url);
-
-        snprintf(message, sizeof(message), "%s",
-                 parse_error != NULL ? parse_error : "out of memory");
-        message[strcspn(message, "\n")] = '\0';
-        scrub_quoted(message, sizeof(message), redacted);
-        free(redacted);
-        PQfreemem(parse_error);
-        return usage_error("invalid --database-url: %s", message);
-    }
-    for (PQconninfoOption *option = options; option->keyword != NULL; option++) {
-        if (strcmp(option->keyword, "password") == 0 && option->val != NULL &&
-            option->val[0] != '\0') {
-            ctl->password = strdup(option->val);
-            if (ctl->password == NULL) {
-                PQconninfoFree(options);
-                return out_of_memory();
-            }
-        }
-    }
-    PQconninfoFree(options);
+    if (url_check_database(ctl->database_url, &err) != 0)
+        return usage_error("--database-url: %s", err.message);
 
     /* dbname last: what the URL says wins over the defaults before it */
     ctl->conn = PQconnectdbParams(keywords, values, 1);
     if (ctl->conn == NULL)
         return out_of_memory();
     if (PQstatus(ctl->conn) != CONNECTION_OK) {
-        outbox_error_from_pg(&err, ctl->conn, NULL, "unable to connect to the database");
+        outbox_error_from_connect(&err, ctl->conn, ctl->database_url,
+                                  "unable to connect to the database");
         return runtime_error(ctl, &err);
     }
     PQsetNoticeProcessor(ctl->conn, ignore_notice, NULL);
@@ -888,7 +786,6 @@ main(int argc, char **argv)
     int rc = run(&ctl, argc, argv);
 
     PQfinish(ctl.conn);
-    free(ctl.password);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fputs("outboxctl: unable to write the output\n", stderr);
         if (rc == 0)

@@ -42,6 +42,8 @@
 #define CLEANUP_LIMIT 5000
 #define CLEANUP_MAX_ROUNDS 20
 #define SAMPLE_EVERY_SECONDS 15.0
+/* --once gives up on an end it cannot reach for this long (connect_ends). */
+#define ONCE_CONNECT_BUDGET_SECONDS 10.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -185,39 +187,118 @@ log_database_notice(void *arg, const char *message)
                       "pipeline=%d notice=\"%.*s\"", p->index, (int)len, message);
 }
 
-/*
- * Connects the store until it works, the relay stops, or a fatal error
- * (bad password, no schema) at first start. Returns 0 when connected.
- */
-static int
-connect_store(struct pipeline *p, bool first)
+/* What one connection attempt came to. */
+enum attempt_result {
+    ATTEMPT_CONNECTED,
+    ATTEMPT_FAILED, /* worth another try; logged */
+    ATTEMPT_FATAL,  /* bad password, no schema at first start: set_fatal() done */
+};
+
+/* One attempt to connect the store; err says why it failed. */
+static enum attempt_result
+try_store(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 {
     relay *r = p->relay;
 
-    for (int attempt = 1; !stopping(r); attempt++) {
-        struct outbox_error err;
+    p->store = outbox_store_connect(r->config->database_url, p->worker_id, err);
+    if (p->store != NULL) {
+        PQsetNoticeProcessor(outbox_store_conn(p->store), log_database_notice, p);
+        outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
+        metrics_set_up(r->metrics, METRICS_DATABASE, true);
+        if (attempt > 1 || !first)
+            log_event(OUTBOX_LOG_INFO, "database connected", "pipeline=%d attempts=%d", p->index,
+                      attempt);
+        return ATTEMPT_CONNECTED;
+    }
+    metrics_set_up(r->metrics, METRICS_DATABASE, false);
+    if (first && !outbox_error_is_transient(err)) {
+        set_fatal(r, err);
+        return ATTEMPT_FATAL;
+    }
+    log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
+                      "pipeline=%d error=\"%s\"", p->index, err->message);
+    metrics_reconnected(r->metrics, METRICS_DATABASE);
+    return ATTEMPT_FAILED;
+}
 
-        p->store = outbox_store_connect(r->config->database_url, p->worker_id, &err);
-        if (p->store != NULL) {
-            PQsetNoticeProcessor(outbox_store_conn(p->store), log_database_notice, p);
-            outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
-            metrics_set_up(r->metrics, METRICS_DATABASE, true);
-            if (attempt > 1 || !first)
-                log_event(OUTBOX_LOG_INFO, "database connected", "pipeline=%d attempts=%d",
-                          p->index, attempt);
+/* Like try_store, for the broker. */
+static enum attempt_result
+try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
+{
+    relay *r = p->relay;
+
+    if (sink_connect(p->sink, err) == 0) {
+        metrics_set_up(r->metrics, METRICS_BROKER, true);
+        p->last_sink_idle = now_seconds();
+        if (attempt > 1 || !first)
+            log_event(OUTBOX_LOG_INFO, "broker connected", "pipeline=%d broker=%s attempts=%d",
+                      p->index, sink_display_url(p->sink), attempt);
+        return ATTEMPT_CONNECTED;
+    }
+    metrics_set_up(r->metrics, METRICS_BROKER, false);
+    if (first && !outbox_error_is_transient(err)) {
+        set_fatal(r, err);
+        return ATTEMPT_FATAL;
+    }
+    log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
+                      "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
+                      err->message);
+    metrics_reconnected(r->metrics, METRICS_BROKER);
+    return ATTEMPT_FAILED;
+}
+
+/*
+ * Connects what is not connected (the database when want_store, the broker
+ * when want_sink), trying each end on every attempt so that /healthz knows
+ * the state of both, until both work, the relay stops, or a fatal error (bad
+ * password, no schema) at first start. With --once it gives up after
+ * ONCE_CONNECT_BUDGET_SECONDS: a one-shot run must end. Returns 0 when
+ * connected.
+ */
+static int
+connect_ends(struct pipeline *p, bool want_store, bool want_sink, bool first)
+{
+    relay *r = p->relay;
+    double started = now_seconds();
+
+    for (int attempt = 1; !stopping(r); attempt++) {
+        struct outbox_error store_err, sink_err;
+        enum attempt_result store = ATTEMPT_CONNECTED, broker = ATTEMPT_CONNECTED;
+
+        if (want_store && p->store == NULL)
+            store = try_store(p, first, attempt, &store_err);
+        if (store != ATTEMPT_FATAL && want_sink && !sink_is_connected(p->sink))
+            broker = try_sink(p, first, attempt, &sink_err);
+        if (store == ATTEMPT_FATAL || broker == ATTEMPT_FATAL)
+            return -1;
+        if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
-        }
-        metrics_set_up(r->metrics, METRICS_DATABASE, false);
-        if (first && !outbox_error_is_transient(&err)) {
+        if (r->config->once && now_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
+            struct outbox_error err;
+
+            if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)
+                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                                 "--once: database and broker unreachable for %.0f s, giving up:"
+                                 " %s; %s",
+                                 ONCE_CONNECT_BUDGET_SECONDS, store_err.message, sink_err.message);
+            else
+                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                                 "--once: %s unreachable for %.0f s, giving up: %s",
+                                 store == ATTEMPT_FAILED ? "database" : "broker",
+                                 ONCE_CONNECT_BUDGET_SECONDS,
+                                 store == ATTEMPT_FAILED ? store_err.message : sink_err.message);
             set_fatal(r, &err);
             return -1;
         }
-        log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
-                          "pipeline=%d error=\"%s\"", p->index, err.message);
-        metrics_reconnected(r->metrics, METRICS_DATABASE);
         sleep_ms(r, next_backoff_ms(p, attempt));
     }
     return -1;
+}
+
+static int
+connect_store(struct pipeline *p, bool first)
+{
+    return connect_ends(p, true, false, first);
 }
 
 static void
@@ -228,35 +309,10 @@ drop_store(struct pipeline *p)
     metrics_set_up(p->relay->metrics, METRICS_DATABASE, false);
 }
 
-/* Like connect_store, for the broker. */
 static int
 connect_sink(struct pipeline *p, bool first)
 {
-    relay *r = p->relay;
-
-    for (int attempt = 1; !stopping(r); attempt++) {
-        struct outbox_error err;
-
-        if (sink_connect(p->sink, &err) == 0) {
-            metrics_set_up(r->metrics, METRICS_BROKER, true);
-            p->last_sink_idle = now_seconds();
-            if (attempt > 1 || !first)
-                log_event(OUTBOX_LOG_INFO, "broker connected", "pipeline=%d broker=%s attempts=%d",
-                          p->index, sink_display_url(p->sink), attempt);
-            return 0;
-        }
-        metrics_set_up(r->metrics, METRICS_BROKER, false);
-        if (first && !outbox_error_is_transient(&err)) {
-            set_fatal(r, &err);
-            return -1;
-        }
-        log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
-                          "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
-                          err.message);
-        metrics_reconnected(r->metrics, METRICS_BROKER);
-        sleep_ms(r, next_backoff_ms(p, attempt));
-    }
-    return -1;
+    return connect_ends(p, false, true, first);
 }
 
 /*
@@ -749,7 +805,7 @@ pipeline_run(void *arg)
     bool reaped_once = false;
     bool claimed = false; /* the current slot holds a claim made by relay_turn() */
 
-    if (connect_store(p, true) != 0 || connect_sink(p, true) != 0)
+    if (connect_ends(p, true, true, true) != 0)
         goto done;
 
     while (!stopping(r)) {

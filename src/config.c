@@ -37,62 +37,74 @@ struct option_spec {
     double max;
     const char *choices; /* KIND_CHOICE: "a|b" */
     const char *help;
+    /*
+     * Read from OUTBOX_<NAME> too. Settings are; the action flags (--once,
+     * --check, --help, --version) are not: a variable left in a service's
+     * environment must not turn a normal start into something else.
+     */
+    bool from_environment;
 };
+
+#define FROM_ENVIRONMENT true
+#define COMMAND_LINE_ONLY false
 
 #define FIELD(f) offsetof(struct relay_config, f), sizeof(((struct relay_config *)0)->f)
 
 static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", KIND_STRING, FIELD(database_url), NULL, 0, 0, NULL,
-     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required"},
+     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT},
     {"broker", "URL", KIND_STRING, FIELD(broker_url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port/vhost, amqps://..., or redis://[:pass@]host:port[/db]; required"},
+     "amqp://user:pass@host:port/vhost, amqps://..., or redis://[:pass@]host:port[/db]; required", FROM_ENVIRONMENT},
     {"queues", "A,B", KIND_LIST, FIELD(queues), NULL, 0, 0, NULL,
-     "publish only these queues (default: every queue)"},
+     "publish only these queues (default: every queue)", FROM_ENVIRONMENT},
     {"exchange", "NAME", KIND_STRING, FIELD(exchange), "", 0, 0, NULL,
-     "AMQP exchange; the routing key is the row's queue (default: the default exchange)"},
+     "AMQP exchange; the routing key is the row's queue (default: the default exchange)", FROM_ENVIRONMENT},
     {"stream-prefix", "P", KIND_STRING, FIELD(stream_prefix), "", 0, 0, NULL,
-     "Redis stream key = P + queue"},
+     "Redis stream key = P + queue", FROM_ENVIRONMENT},
     {"batch-size", "N", KIND_INT, FIELD(batch_size), "500", 1, 10000, NULL,
-     "rows claimed per claim"},
+     "rows claimed per claim", FROM_ENVIRONMENT},
     {"lease", "SECONDS", KIND_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
-     "lease length; rows of a relay that dies are retried after it"},
+     "lease length; rows of a relay that dies are retried after it", FROM_ENVIRONMENT},
     {"concurrency", "N", KIND_INT, FIELD(concurrency), "2", 1, 64, NULL,
-     "parallel claim/publish pipelines, each with its own connections"},
+     "parallel claim/publish pipelines, each with its own connections", FROM_ENVIRONMENT},
     {"metrics-addr", "HOST:PORT", KIND_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
-     "serve /metrics and /healthz here; 'off' disables"},
+     "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT},
     {"once", NULL, KIND_FLAG, FIELD(once), NULL, 0, 0, NULL,
-     "reap, publish until nothing is claimable now, then exit 0"},
+     "reap, publish until nothing is claimable now, then exit 0", COMMAND_LINE_ONLY},
     {"check", NULL, KIND_FLAG, FIELD(check), NULL, 0, 0, NULL,
-     "validate the configuration, connect to both ends, print 'configuration OK'"},
+     "validate the configuration, connect to both ends, print 'configuration OK'", COMMAND_LINE_ONLY},
     {"poll-interval", "DURATION", KIND_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
-     "longest wait between claims while idle (a new row is seen within about this)"},
+     "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT},
     {"retry-base", "DURATION", KIND_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
-     "first retry delay after a failed publish; doubles per attempt, with jitter"},
+     "first retry delay after a failed publish; doubles per attempt, with jitter", FROM_ENVIRONMENT},
     {"retry-max", "DURATION", KIND_SECONDS, FIELD(retry_max_seconds), "5m", 0, 604800, NULL,
-     "longest retry delay"},
+     "longest retry delay", FROM_ENVIRONMENT},
     {"retention", "DURATION", KIND_SECONDS, FIELD(retention_seconds), "24h", 0, 31536000, NULL,
-     "delete succeeded rows older than this; 0 keeps them"},
+     "delete succeeded rows older than this; 0 keeps them", FROM_ENVIRONMENT},
     {"dedup-window", "DURATION", KIND_MILLIS, FIELD(dedup_window_ms), "24h", 1, 31536000000.0,
-     NULL, "Redis: a job is appended at most once per stream within this window"},
+     NULL, "Redis: a job is appended at most once per stream within this window", FROM_ENVIRONMENT},
     {"stream-maxlen", "N", KIND_INT64, FIELD(stream_maxlen), "0", 0, 1e15, NULL,
-     "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims"},
+     "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims", FROM_ENVIRONMENT},
     {"max-message-bytes", "N", KIND_INT64, FIELD(max_message_bytes), "134217728", 1, 2147483647,
-     NULL, "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)"},
+     NULL, "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)", FROM_ENVIRONMENT},
     {"ordering-dead-policy", "skip|block", KIND_CHOICE, FIELD(block_on_dead_head), "skip", 0, 0,
-     "skip|block", "whether a dead row stops later rows of its ordering key"},
+     "skip|block", "whether a dead row stops later rows of its ordering key", FROM_ENVIRONMENT},
     {"tls-verify", "yes|no", KIND_CHOICE, FIELD(tls_verify), "yes", 0, 0, "no|yes",
-     "amqps: verify the broker's certificate and host name"},
+     "amqps: verify the broker's certificate and host name", FROM_ENVIRONMENT},
     {"log-level", "LEVEL", KIND_CHOICE, FIELD(log_level), "info", 0, 0, "debug|info|warn|error",
-     "least severe level logged"},
+     "least severe level logged", FROM_ENVIRONMENT},
     {"log-format", "text|json", KIND_CHOICE, FIELD(log_format), "text", 0, 0, "text|json",
-     "log line format"},
+     "log line format", FROM_ENVIRONMENT},
     {"horizon-warning", "DURATION", KIND_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
-     31536000, NULL, "warn when an open transaction holds back vacuum longer than this"},
-    {"help", NULL, KIND_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit"},
-    {"version", NULL, KIND_FLAG, FIELD(version), NULL, 0, 0, NULL, "print the version and exit"},
+     31536000, NULL, "warn when an open transaction holds back vacuum longer than this", FROM_ENVIRONMENT},
+    {"help", NULL, KIND_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit", COMMAND_LINE_ONLY},
+    {"version", NULL, KIND_FLAG, FIELD(version), NULL, 0, 0, NULL, "print the version and exit", COMMAND_LINE_ONLY},
 };
 
 #define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
+
+/* Longest exchange name AMQP can carry. */
+#define CONFIG_EXCHANGE_MAX 255
 
 /* Longest user text quoted back in a message. */
 #define QUOTE_MAX 60
@@ -325,23 +337,12 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
 {
     char source[64];
     char quoted[QUOTE_MAX + 1];
+    /* per option, the command line's value (the last one given), or NULL */
+    const char *given[OPTION_COUNT] = {NULL};
 
     memset(config, 0, sizeof(*config));
 
-    /* defaults, then the environment, then the command line */
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        if (OPTIONS[i].fallback != NULL &&
-            set_value(config, &OPTIONS[i], OPTIONS[i].fallback, OPTIONS[i].name, err) != 0)
-            goto fail;
-    }
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        const char *value;
-
-        env_name(&OPTIONS[i], source, sizeof(source));
-        value = getenv(source);
-        if (value != NULL && set_value(config, &OPTIONS[i], value, source, err) != 0)
-            goto fail;
-    }
+    /* the command line is read first, so the variables it overrides are never read */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *name, *value = NULL;
         const struct option_spec *spec;
@@ -369,19 +370,41 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
             free(unknown);
             goto fail;
         }
-        snprintf(source, sizeof(source), "--%s", spec->name);
         if (spec->kind == KIND_FLAG) {
             if (value == NULL)
                 value = "true";
         } else if (value == NULL) {
             if (i + 1 >= argc) {
-                outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s needs a value (%s)", source,
+                outbox_error_set(err, OUTBOX_ERR_CONFIG, "--%s needs a value (%s)", spec->name,
                                  spec->metavar);
                 goto fail;
             }
             value = argv[++i];
         }
-        if (set_value(config, spec, value, source, err) != 0)
+        given[spec - OPTIONS] = value;
+    }
+
+    /* defaults, then the environment, then the command line */
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        if (OPTIONS[i].fallback != NULL &&
+            set_value(config, &OPTIONS[i], OPTIONS[i].fallback, OPTIONS[i].name, err) != 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        const char *value;
+
+        if (given[i] != NULL || !OPTIONS[i].from_environment)
+            continue;
+        env_name(&OPTIONS[i], source, sizeof(source));
+        value = getenv(source);
+        if (value != NULL && set_value(config, &OPTIONS[i], value, source, err) != 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        if (given[i] == NULL)
+            continue;
+        snprintf(source, sizeof(source), "--%s", OPTIONS[i].name);
+        if (set_value(config, &OPTIONS[i], given[i], source, err) != 0)
             goto fail;
     }
     if (config->help || config->version)
@@ -397,6 +420,14 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
         goto fail;
     }
     {
+        struct outbox_error url_err;
+
+        if (url_check_database(config->database_url, &url_err) != 0) {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "--database-url: %s", url_err.message);
+            goto fail;
+        }
+    }
+    {
         struct broker_url url;
         struct outbox_error url_err;
 
@@ -405,6 +436,12 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
             goto fail;
         }
         url_clear(&url);
+    }
+    /* AMQP's shortstr: the broker would close the connection on a longer one */
+    if (strlen(config->exchange) > CONFIG_EXCHANGE_MAX) {
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: longer than %d bytes (%zu)",
+                         CONFIG_EXCHANGE_MAX, strlen(config->exchange));
+        goto fail;
     }
     if (config->retry_max_seconds < config->retry_base_seconds) {
         outbox_error_set(err, OUTBOX_ERR_CONFIG, "--retry-max must not be below --retry-base");
@@ -434,14 +471,27 @@ config_clear(struct relay_config *config)
 void
 config_usage(FILE *out)
 {
+    size_t only = 0, shown = 0;
+
     fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
           "\n"
           "Publishes committed rows of outbox.job to RabbitMQ or Redis Streams.\n"
-          "Every option can also be set as OUTBOX_<NAME> in the environment\n"
-          "(--batch-size as OUTBOX_BATCH_SIZE); the command line wins.\n"
-          "\n"
-          "options:\n",
+          "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
+          "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
+          "its variable is then not read.",
           out);
+    for (size_t i = 0; i < OPTION_COUNT; i++)
+        only += !OPTIONS[i].from_environment;
+    for (size_t i = 0; i < OPTION_COUNT; i++) {
+        if (OPTIONS[i].from_environment)
+            continue;
+        shown++;
+        fprintf(out, "%s--%s", shown == 1 ? (only > 1 ? " " : " Only ") :
+                               shown == only ? " and " : ", ", OPTIONS[i].name);
+    }
+    if (only > 0)
+        fputs(only > 1 ? " are read\nfrom the command line only." : " is read from the command line only.", out);
+    fputs("\n\noptions:\n", out);
     for (size_t i = 0; i < OPTION_COUNT; i++) {
         const struct option_spec *spec = &OPTIONS[i];
         char left[64];

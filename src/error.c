@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "url.h"
+
 bool
 outbox_error_is_transient(const struct outbox_error *err)
 {
@@ -130,14 +132,15 @@ first_line(char *out, size_t size, const char *message)
     out[len] = '\0';
 }
 
-int
-outbox_error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result,
-                     const char *context)
+/* outbox_error_from_pg and outbox_error_from_connect: conninfo may be NULL. */
+static int
+error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result, const char *conninfo,
+              const char *context)
 {
     const char *sqlstate = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : NULL;
     const char *primary = result ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     bool connection_ok = conn != NULL && PQstatus(conn) == CONNECTION_OK;
-    char text[OUTBOX_ERROR_MESSAGE_MAX];
+    char text[OUTBOX_ERROR_MESSAGE_MAX], redacted[OUTBOX_ERROR_MESSAGE_MAX];
 
     if (err == NULL)
         return -1;
@@ -148,10 +151,27 @@ outbox_error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *res
     if (primary == NULL || primary[0] == '\0')
         primary = "unknown error";
     first_line(text, sizeof(text), primary);
+    /* libpq quotes the URL, or the piece of it it could not read: never pass it on as is */
+    url_redact_message(text, conninfo, conn != NULL ? PQpass(conn) : NULL, redacted,
+                       sizeof(redacted));
     /* libpq prefixes client-side messages with "ERROR:  " only in the full text */
     outbox_error_set(err, outbox_error_code_for_sqlstate(sqlstate, connection_ok), "%s: %s",
-                     context, text);
+                     context, redacted);
     if (sqlstate != NULL && strlen(sqlstate) == 5)
         memcpy(err->sqlstate, sqlstate, 6);
     return -1;
+}
+
+int
+outbox_error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result,
+                     const char *context)
+{
+    return error_from_pg(err, conn, result, NULL, context);
+}
+
+int
+outbox_error_from_connect(struct outbox_error *err, PGconn *conn, const char *conninfo,
+                          const char *context)
+{
+    return error_from_pg(err, conn, NULL, conninfo, context);
 }

@@ -16,10 +16,19 @@ int outbox_error_set(struct outbox_error *err, enum outbox_error_code code, cons
 /*
  * Fills err from a failed libpq result (or the connection when result is
  * NULL): the code from the SQLSTATE class, the message as
- * "<context>: <server message, first line>". Returns -1.
+ * "<context>: <server message, first line>", with the connection's password
+ * and any password-shaped text redacted (url_redact_message). Returns -1.
  */
 int outbox_error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result,
                          const char *context);
+
+/*
+ * The same for a failed connection attempt (conn may be NULL) made from
+ * conninfo: every password conninfo holds, and any piece of one libpq
+ * quoted, is redacted too. Returns -1.
+ */
+int outbox_error_from_connect(struct outbox_error *err, PGconn *conn, const char *conninfo,
+                              const char *context);
 
 /*
  * Copies at most size - 1 bytes of text into out for quoting in a message,

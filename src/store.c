@@ -477,7 +477,8 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     }
     store->conn = PQconnectdbParams(keywords, values, 1);
     if (store->conn == NULL || PQstatus(store->conn) != CONNECTION_OK) {
-        outbox_error_from_pg(err, store->conn, NULL, "unable to connect to the database");
+        outbox_error_from_connect(err, store->conn, database_url,
+                                  "unable to connect to the database");
         /* a refused password is not worth retrying */
         if (store->conn != NULL && strstr(PQerrorMessage(store->conn), "authentication") != NULL)
             err->code = OUTBOX_ERR_CONFIG;

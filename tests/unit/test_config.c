@@ -32,6 +32,10 @@ clean_env(void **state)
     unsetenv("OUTBOX_BATCH_SIZE");
     unsetenv("OUTBOX_ONCE");
     unsetenv("OUTBOX_QUEUES");
+    unsetenv("OUTBOX_LEASE");
+    unsetenv("OUTBOX_HELP");
+    unsetenv("OUTBOX_CHECK");
+    unsetenv("OUTBOX_VERSION");
     return 0;
 }
 
@@ -74,7 +78,7 @@ test_environment_and_precedence(void **state)
     assert_int_equal(PARSE(&c, &err, "--batch-size", "70"), 0);
     assert_string_equal(c.database_url, "postgresql://env/db");
     assert_int_equal(c.batch_size, 70); /* the command line wins */
-    assert_true(c.once);
+    assert_false(c.once);               /* flags come from the command line only */
     assert_int_equal(c.queue_count, 2);
     assert_string_equal(c.queues[0], "a");
     assert_string_equal(c.queues[1], "b.c");
@@ -133,12 +137,93 @@ test_errors_name_the_option(void **state)
     assert_error(PARSE(&c, &err, BASE, "--queues", "with space"), &err, "invalid queue name");
     assert_error(PARSE(&c, &err, BASE, "--retention", "soon"), &err, "--retention");
     assert_error(PARSE(&c, &err, BASE, "--log-format", "xml"), &err, "text|json");
-    assert_error(PARSE(&c, &err, "--database-url", "x", "--broker", "kafka://u:secret@h"), &err,
-                 "--broker: unknown broker URL scheme");
-    assert_error(PARSE(&c, &err, "--database-url", "x", "--broker", "amqp://u:secret@h:0/"),
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "kafka://u:secret@h"),
+                 &err, "--broker: unknown broker URL scheme");
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "amqp://u:secret@h:0/"),
                  &err, "--broker");
     setenv("OUTBOX_BATCH_SIZE", "many", 1);
     assert_error(PARSE(&c, &err, BASE), &err, "OUTBOX_BATCH_SIZE");
+    clean_env(NULL);
+}
+
+/* A 256-byte exchange is an --exchange error, not a --broker one. */
+static void
+test_exchange_longer_than_amqp_allows(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+    char name[257];
+
+    (void)state;
+    memset(name, 'e', 255);
+    name[255] = '\0';
+    assert_int_equal(PARSE(&c, &err, BASE, "--exchange", name), 0);
+    config_clear(&c);
+    name[255] = 'e';
+    name[256] = '\0';
+    assert_error(PARSE(&c, &err, BASE, "--exchange", name), &err, "--exchange: longer than 255");
+    assert_null(strstr(err.message, "--broker"));
+}
+
+/* libpq cannot read it: a configuration error naming --database-url, no password. */
+static void
+test_malformed_database_url(void **state)
+{
+    static const char *const urls[] = {
+        "postgresql://u:secret%zz@db/app",
+        "postgresql://u:secret%00@db/app",
+        "postgresql://u@db/app?password=secret%zz",
+        "postgresql://u:secret@[db/app",
+        "host=db password=secret bogus=1",
+        "host=db password='secret",
+        "dbname=postgresql://u:secret%zz@db/app",
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        struct relay_config c;
+        struct outbox_error err;
+
+        assert_error(PARSE(&c, &err, "--database-url", urls[i], "--broker", "redis://h"), &err,
+                     "--database-url: ");
+    }
+}
+
+/*
+ * The command line wins, so the variable it overrides is not even read (a
+ * bad one is no error); the action flags are never read from the
+ * environment.
+ */
+static void
+test_environment_rules(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+
+    (void)state;
+    setenv("OUTBOX_BATCH_SIZE", "many", 1);
+    setenv("OUTBOX_LEASE", "-1", 1);
+    setenv("OUTBOX_DATABASE_URL", "postgresql://u:secret%zz@db/app", 1);
+    assert_int_equal(PARSE(&c, &err, BASE, "--batch-size", "20", "--lease=10"), 0);
+    assert_int_equal(c.batch_size, 20);
+    assert_int_equal(c.lease_seconds, 10);
+    config_clear(&c);
+    assert_error(PARSE(&c, &err, BASE, "--lease=10"), &err, "OUTBOX_BATCH_SIZE");
+    clean_env(NULL);
+
+    setenv("OUTBOX_HELP", "1", 1);
+    setenv("OUTBOX_ONCE", "yes", 1);
+    setenv("OUTBOX_CHECK", "true", 1);
+    setenv("OUTBOX_VERSION", "on", 1);
+    assert_int_equal(PARSE(&c, &err, BASE), 0);
+    assert_false(c.help);
+    assert_false(c.once);
+    assert_false(c.check);
+    assert_false(c.version);
+    config_clear(&c);
+    assert_int_equal(PARSE(&c, &err, BASE, "--once"), 0);
+    assert_true(c.once);
+    config_clear(&c);
     clean_env(NULL);
 }
 
@@ -156,6 +241,8 @@ test_help_lists_every_option(void **state)
     assert_non_null(strstr(text, "--metrics-addr HOST:PORT"));
     assert_non_null(strstr(text, "OUTBOX_<NAME>"));
     assert_non_null(strstr(text, "[500]"));
+    assert_non_null(strstr(text, "--once, --check, --help and --version are read\nfrom the"
+                                 " command line only"));
     free(text);
 }
 
@@ -175,7 +262,7 @@ test_message_regressions(void **state)
     assert_error(PARSE(&c, &err, "--redis://:secret@h"), &err, "unknown option");
     assert_error(PARSE(&c, &err, BASE, "--lease=1\n0"), &err, "'1?0'");
     assert_error(PARSE(&c, &err, BASE, "--queues=a,b\nc"), &err, "invalid queue name 'b?c'");
-    assert_error(PARSE(&c, &err, "--broker=user:secret@kafka\n://h", "--database-url=x"), &err,
+    assert_error(PARSE(&c, &err, "--broker=user:secret@kafka\n://h", "--database-url=dbname=x"), &err,
                  "--broker");
 }
 
@@ -187,6 +274,9 @@ main(void)
         cmocka_unit_test_setup(test_environment_and_precedence, clean_env),
         cmocka_unit_test_setup(test_forms, clean_env),
         cmocka_unit_test_setup(test_errors_name_the_option, clean_env),
+        cmocka_unit_test_setup(test_exchange_longer_than_amqp_allows, clean_env),
+        cmocka_unit_test_setup(test_malformed_database_url, clean_env),
+        cmocka_unit_test_setup(test_environment_rules, clean_env),
         cmocka_unit_test(test_help_lists_every_option),
         cmocka_unit_test_setup(test_message_regressions, clean_env),
     };

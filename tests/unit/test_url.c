@@ -312,6 +312,72 @@ test_scheme_message_regressions(void **state)
     assert_rejected("kafka://h", "'kafka'");
 }
 
+/* url_redact_message(message, source, password) must equal expected. */
+static void
+assert_message(const char *message, const char *source, const char *password,
+               const char *expected)
+{
+    char out[512];
+
+    url_redact_message(message, source, password, out, sizeof(out));
+    if (strcmp(out, expected) != 0)
+        fail_msg("'%s' (source '%s') redacted as '%s', expected '%s'", message,
+                 source ? source : "(none)", out, expected);
+}
+
+/* What libpq says about each URL or conninfo form that can carry a password. */
+static void
+test_redact_libpq_messages(void **state)
+{
+    (void)state;
+    unsetenv("PGPASSWORD");
+    /* the token libpq could not decode: the password itself */
+    assert_message("invalid percent-encoded token: \"Top%zzSecret\"",
+                   "postgresql://u:Top%zzSecret@h:5432/app", NULL,
+                   "invalid percent-encoded token: \"***\"");
+    assert_message("forbidden value %00 in percent-encoded value: \"Top%00Secret\"",
+                   "postgresql://u:Top%00Secret@h/app", NULL,
+                   "forbidden value %00 in percent-encoded value: \"***\"");
+    /* the query's password, under a percent-encoded key too */
+    assert_message("invalid percent-encoded token: \"Top%zz\"",
+                   "postgresql://h/app?pass%77ord=Top%zz", NULL,
+                   "invalid percent-encoded token: \"***\"");
+    /* the whole URI quoted (an unclosed '[') */
+    assert_message("end of string reached when looking for matching \"]\" in IPv6 host address"
+                   " in URI: \"postgresql://u:TopSecret@[h:5432/app\"",
+                   "postgresql://u:TopSecret@[h:5432/app", NULL,
+                   "end of string reached when looking for matching \"]\" in IPv6 host address"
+                   " in URI: \"postgresql://u:***@[h:5432/app\"");
+    /* a password holding '@' or '/': libpq reads a piece of it as the host */
+    assert_message("could not translate host name \"Secret@127.0.0.1\" to address",
+                   "postgresql://u:Top@Secret@127.0.0.1:1/app", NULL,
+                   "could not translate host name \"***@127.0.0.1\" to address");
+    assert_message("invalid integer value \"Top\" for connection option \"port\"",
+                   "postgresql://u:Top/Secret@127.0.0.1/app", NULL,
+                   "invalid integer value \"***\" for connection option \"port\"");
+    /* conninfo, quoted with an escape, and a dbname that is a URI of its own */
+    assert_message("bad value \"Top 'Secret\"", "host=h password='Top \\'Secret'", NULL,
+                   "bad value \"***\"");
+    assert_message("invalid percent-encoded token: \"Top%zz\"",
+                   "port=1 dbname=postgresql://u:Top%zz@h/app", NULL,
+                   "invalid percent-encoded token: \"***\"");
+    /* the connection's own password (PQpass), and $PGPASSWORD */
+    assert_message("password TopSecret rejected", "host=h", "TopSecret", "password *** rejected");
+    setenv("PGPASSWORD", "EnvSecret", 1);
+    assert_message("was EnvSecret", NULL, NULL, "was ***");
+    unsetenv("PGPASSWORD");
+    /* password-shaped text in any message, source unknown */
+    assert_message("cannot use postgresql://u:TopSecret@h/app?password=Other&x=1 or"
+                   " host=h password='a b' user=u",
+                   NULL, NULL,
+                   "cannot use postgresql://u:***@h/app?password=***&x=1 or"
+                   " host=h password=*** user=u");
+    /* nothing to hide: the message is kept */
+    assert_message("connection to server at \"127.0.0.1\", port 1 failed: Connection refused",
+                   "postgresql://u:TopSecret@127.0.0.1:1/app", NULL,
+                   "connection to server at \"127.0.0.1\", port 1 failed: Connection refused");
+}
+
 int
 main(void)
 {
@@ -324,6 +390,7 @@ main(void)
         cmocka_unit_test(test_redis_sentinel_and_cluster),
         cmocka_unit_test(test_bad_endpoint_lists),
         cmocka_unit_test(test_endpoint_errors_hide_the_authority),
+        cmocka_unit_test(test_redact_libpq_messages),
     };
 
     return cmocka_run_group_tests_name("url", tests, NULL, NULL);

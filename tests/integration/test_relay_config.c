@@ -1,0 +1,419 @@
+/*
+ * test_relay_config.c - what outbox-relay and outboxctl say about a bad
+ * configuration, and that they never say a password.
+ *
+ * A malformed --database-url is a configuration error (exit 2, one line
+ * naming the option) in every form libpq reads a password from, and no
+ * message, log line or retry line quotes the password, whole or in pieces.
+ * Options name themselves once; the command line wins over the environment
+ * without reading the variable it overrides; action flags never come from
+ * the environment; /healthz names the end that is down.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "relay_runner.h"
+
+/* Every password below is built from these words; none may ever be printed. */
+#define WORD_A "Hunter"
+#define WORD_B "Swordfish"
+
+struct fixture {
+    char *url; /* a database with the schema */
+    PGconn *conn;
+    int pg_port;
+};
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->pg_port = atoi(harness_env("OUTBOX_TEST_PG_PORT"));
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Runs program (in $OUTBOX_BIN) with argv_tail; its exit status, output (stdout + stderr) kept. */
+static int
+run_program(const char *program, const char *const *argv_tail, char *output, size_t size,
+            int timeout_ms)
+{
+    static int counter;
+    const char *argv[RELAY_MAX_ARGS];
+    char binary[512], path[128];
+    size_t n = 0, len = 0;
+    FILE *file;
+    int status;
+
+    snprintf(binary, sizeof(binary), "%s/%s", harness_env("OUTBOX_BIN"), program);
+    argv[n++] = binary;
+    for (size_t i = 0; argv_tail[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
+        argv[n++] = argv_tail[i];
+    argv[n] = NULL;
+    snprintf(path, sizeof(path), "/tmp/outbox-config-test-%d-%d.log", (int)getpid(), counter++);
+    unlink(path);
+    status = harness_wait_exit(harness_spawn(argv, path), timeout_ms);
+    file = fopen(path, "r");
+    if (file != NULL) {
+        len = fread(output, 1, size - 1, file);
+        fclose(file);
+    }
+    output[len] = '\0';
+    unlink(path);
+    return status;
+}
+
+static int
+count_lines(const char *text)
+{
+    int lines = 0;
+
+    for (; *text != '\0'; text++)
+        lines += *text == '\n';
+    return lines;
+}
+
+static int
+count_occurrences(const char *text, const char *word)
+{
+    int count = 0;
+
+    for (const char *p = strstr(text, word); p != NULL; p = strstr(p + 1, word))
+        count++;
+    return count;
+}
+
+/* Fails when output holds either secret word, naming what printed it. */
+static void
+assert_no_secret(const char *what, const char *url, const char *output)
+{
+    if (strstr(output, WORD_A) != NULL || strstr(output, WORD_B) != NULL)
+        fail_msg("%s with '%s' printed a password:\n%s", what, url, output);
+}
+
+/* The relay and outboxctl each reject url as a configuration error naming --database-url. */
+static void
+assert_config_error(const char *url, const char *broker)
+{
+    char output[8192];
+    const char *check[] = {"--database-url", url, "--broker", broker, "--check", NULL};
+    const char *run[] = {"--database-url", url, "--broker", broker, "--metrics-addr", "off", NULL};
+    const char *ctl[] = {"--database-url", url, "status", NULL};
+    const char *const *argvs[] = {check, run};
+
+    for (int i = 0; i < 2; i++) {
+        int status = run_program("outbox-relay", argvs[i], output, sizeof(output), 20000);
+
+        assert_no_secret(i == 0 ? "outbox-relay --check" : "outbox-relay", url, output);
+        if (status != 2 || count_lines(output) != 1 || strstr(output, "--database-url") == NULL)
+            fail_msg("outbox-relay%s with '%s': exit %d, expected 2 and one line naming"
+                     " --database-url:\n%s",
+                     i == 0 ? " --check" : "", url, status, output);
+    }
+    if (run_program("outboxctl", ctl, output, sizeof(output), 20000) != 2 ||
+        count_lines(output) != 1 || strstr(output, "--database-url") == NULL)
+        fail_msg("outboxctl with '%s': expected exit 2 and one line naming --database-url:\n%s",
+                 url, output);
+    assert_no_secret("outboxctl", url, output);
+}
+
+static void
+test_malformed_database_url_is_a_config_error(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char urls[16][256];
+    int n = 0, port = f->pg_port;
+
+    /* userinfo: a bad escape, a forbidden %00 */
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A "%%zz" WORD_B "@127.0.0.1:%d/app", port);
+    snprintf(urls[n++], 256, "postgres://u:" WORD_A "%%00" WORD_B "@127.0.0.1:%d/app", port);
+    /* the query's password: a bad escape, a percent-encoded key, no '=' */
+    snprintf(urls[n++], 256, "postgresql://u@127.0.0.1:%d/app?password=" WORD_A "%%zz" WORD_B,
+             port);
+    snprintf(urls[n++], 256,
+             "postgresql://u@127.0.0.1:%d/app?sslmode=disable&pass%%77ord=" WORD_A "%%zz" WORD_B,
+             port);
+    snprintf(urls[n++], 256, "postgresql://u@127.0.0.1:%d/app?password=" WORD_A "&bogus=1", port);
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A "@127.0.0.1:%d/app?password", port);
+    /* an unclosed '[' makes libpq quote the whole URI */
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A WORD_B "@[127.0.0.1:%d/app", port);
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A WORD_B "@[]:%d/app", port);
+    /* conninfo: unknown keyword, unterminated quote, a keyword without '=' */
+    snprintf(urls[n++], 256, "host=127.0.0.1 port=%d password=" WORD_A " bogus=1", port);
+    snprintf(urls[n++], 256, "host=127.0.0.1 port=%d password='" WORD_A " " WORD_B, port);
+    snprintf(urls[n++], 256, "host=127.0.0.1 port=%d password = '" WORD_A "\\' " WORD_B "' dbname",
+             port);
+    /* a dbname that is itself a URI or a conninfo, as libpq expands it */
+    snprintf(urls[n++], 256, "port=%d dbname=postgresql://u:" WORD_A "%%zz" WORD_B "@127.0.0.1/app",
+             port);
+    snprintf(urls[n++], 256, "postgresql://127.0.0.1:%d/?dbname=password%%3D" WORD_A "%%20bogus%%3D1",
+             port);
+    for (int i = 0; i < n; i++)
+        assert_config_error(urls[i], broker);
+}
+
+/*
+ * URLs libpq parses but cannot connect with: the relay retries and logs each
+ * failure, outboxctl and --check fail once; none of them shows a password,
+ * not even the piece libpq takes for a host name.
+ */
+static void
+test_retry_lines_hide_the_password(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    int closed = harness_closed_port();
+    char urls[8][256], output[16384];
+    int n = 0;
+
+    (void)f;
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A WORD_B "@127.0.0.1:%d/app", closed);
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A "@" WORD_B "@127.0.0.1:%d/app", closed);
+    snprintf(urls[n++], 256, "postgresql://u:" WORD_A "/" WORD_B "@127.0.0.1:%d/app", closed);
+    snprintf(urls[n++], 256, "postgresql://u@127.0.0.1:%d/app?password=" WORD_A "%%40" WORD_B,
+             closed);
+    snprintf(urls[n++], 256, "host=127.0.0.1 port=%d password='" WORD_A " " WORD_B "'", closed);
+    snprintf(urls[n++], 256, "host=" WORD_A " port=%d password=" WORD_A, closed);
+    for (int i = 0; i < n; i++) {
+        const char *check[] = {"--database-url", urls[i], "--broker", broker, "--check", NULL};
+        const char *ctl[] = {"--database-url", urls[i], "status", NULL};
+        const char *extra[] = {"--log-level", "debug", NULL};
+        struct relay_process relay;
+        FILE *log;
+        size_t len = 0;
+
+        assert_int_equal(run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
+        assert_no_secret("outbox-relay --check", urls[i], output);
+        assert_int_equal(run_program("outboxctl", ctl, output, sizeof(output), 30000), 1);
+        assert_no_secret("outboxctl", urls[i], output);
+
+        relay_start_process(&relay, urls[i], broker, extra);
+        usleep(1500 * 1000); /* several connection attempts */
+        relay_signal(&relay, SIGTERM);
+        harness_wait_exit(relay.pid, 15000);
+        log = fopen(relay.log_path, "r");
+        if (log != NULL) {
+            len = fread(output, 1, sizeof(output) - 1, log);
+            fclose(log);
+        }
+        output[len] = '\0';
+        unlink(relay.log_path);
+        if (strstr(output, "database unavailable") == NULL)
+            fail_msg("no retry line for '%s':\n%s", urls[i], output);
+        assert_no_secret("the relay's log", urls[i], output);
+    }
+}
+
+/* ---- item: messages and the environment ---------------------------------------------- */
+
+static void
+test_options_name_themselves_once(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    char exchange[300], output[4096];
+    const char *argv[] = {"--database-url", f->url, "--broker", broker, "--exchange", exchange,
+                          "--check", NULL};
+    const char *metrics[] = {"--database-url", f->url, "--broker", broker, "--metrics-addr", "bad",
+                             NULL};
+
+    memset(exchange, 'x', 299);
+    exchange[299] = '\0';
+    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 2);
+    if (strstr(output, "--exchange") == NULL || strstr(output, "--broker") != NULL ||
+        count_lines(output) != 1)
+        fail_msg("a 299-byte --exchange, expected one line naming --exchange:\n%s", output);
+
+    assert_int_equal(run_program("outbox-relay", metrics, output, sizeof(output), 20000), 2);
+    if (count_occurrences(output, "--metrics-addr") != 1 || count_lines(output) != 1)
+        fail_msg("--metrics-addr bad, expected one line naming it once:\n%s", output);
+}
+
+static void
+test_command_line_wins_without_reading_the_variable(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char output[4096];
+    const char *argv[] = {"--database-url", f->url, "--broker", broker, "--batch-size", "10",
+                          "--lease", "30", "--check", NULL};
+
+    setenv("OUTBOX_BATCH_SIZE", "lots", 1);
+    setenv("OUTBOX_LEASE", "-1", 1);
+    setenv("OUTBOX_DATABASE_URL", "postgresql://u:" WORD_A "%zz@127.0.0.1/app", 1);
+    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+    unsetenv("OUTBOX_BATCH_SIZE");
+    unsetenv("OUTBOX_LEASE");
+    unsetenv("OUTBOX_DATABASE_URL");
+}
+
+static void
+test_flags_never_come_from_the_environment(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char output[4096];
+    const char *argv[] = {"--database-url", f->url, "--broker", broker, "--check", NULL};
+    const char *once[] = {"--database-url", f->url, "--broker", broker, "--metrics-addr", "off",
+                          NULL};
+    struct relay_process relay;
+    int status;
+
+    setenv("OUTBOX_HELP", "1", 1);
+    setenv("OUTBOX_VERSION", "yes", 1);
+    setenv("OUTBOX_ONCE", "yes", 1);
+    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
+    if (strstr(output, "configuration OK") == NULL || strstr(output, "usage:") != NULL)
+        fail_msg("OUTBOX_HELP=1 turned --check into something else:\n%s", output);
+
+    /* OUTBOX_ONCE=yes does not make a daemon exit once the table is empty */
+    (void)once;
+    relay_start_process(&relay, f->url, broker, NULL);
+    status = harness_wait_exit(relay.pid, 3000);
+    unsetenv("OUTBOX_HELP");
+    unsetenv("OUTBOX_VERSION");
+    unsetenv("OUTBOX_ONCE");
+    if (status != -1) {
+        relay_dump_log(&relay);
+        fail_msg("with OUTBOX_ONCE=yes the relay exited (%d) instead of running on", status);
+    }
+    unlink(relay.log_path);
+
+    /* and OUTBOX_CHECK=1 does not turn a run into a check */
+    setenv("OUTBOX_CHECK", "1", 1);
+    relay_start_process(&relay, f->url, broker, NULL);
+    status = harness_wait_exit(relay.pid, 3000);
+    unsetenv("OUTBOX_CHECK");
+    if (status != -1) {
+        relay_dump_log(&relay);
+        fail_msg("with OUTBOX_CHECK=1 the relay exited (%d) instead of running on", status);
+    }
+    unlink(relay.log_path);
+}
+
+/* GET /healthz on port; the body, or "" when nothing answers. */
+static void
+get_health(int port, char *body, size_t size)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    struct timeval timeout = {.tv_sec = 5};
+    const char request[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    char buffer[4096];
+    size_t len = 0;
+    const char *start;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    body[0] = '\0';
+    assert_true(fd >= 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
+        write(fd, request, sizeof(request) - 1) != (ssize_t)(sizeof(request) - 1)) {
+        close(fd);
+        return;
+    }
+    for (;;) {
+        ssize_t got = read(fd, buffer + len, sizeof(buffer) - 1 - len);
+
+        if (got <= 0 || (len += (size_t)got) == sizeof(buffer) - 1)
+            break;
+    }
+    close(fd);
+    buffer[len] = '\0';
+    start = strstr(buffer, "\r\n\r\n");
+    snprintf(body, size, "%s", start != NULL ? start + 4 : "");
+}
+
+/* Polls /healthz until its body holds want, for up to 10 s; the last body. */
+static void
+wait_for_health(int port, const char *want, char *body, size_t size)
+{
+    for (int i = 0; i < 100; i++) {
+        get_health(port, body, size);
+        if (strstr(body, want) != NULL)
+            return;
+        usleep(100 * 1000);
+    }
+}
+
+static void
+test_health_names_the_end_that_is_down(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char database[256], closed_broker[128], addr[64], body[1024];
+    int port = harness_closed_port();
+    const char *extra[] = {"--metrics-addr", addr, NULL};
+    struct relay_process relay;
+
+    (void)f;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    snprintf(database, sizeof(database), "postgresql://postgres@127.0.0.1:%d/postgres",
+             harness_closed_port());
+    relay_start_process(&relay, database, broker, extra);
+    wait_for_health(port, "down", body, sizeof(body));
+    relay_signal(&relay, SIGTERM);
+    harness_wait_exit(relay.pid, 15000);
+    unlink(relay.log_path);
+    if (strstr(body, "database") == NULL || strstr(body, "broker") != NULL)
+        fail_msg("only the database is down, /healthz says '%s'", body);
+
+    /* both down */
+    snprintf(closed_broker, sizeof(closed_broker), "redis://127.0.0.1:%d/0", harness_closed_port());
+    relay_start_process(&relay, database, closed_broker, extra);
+    wait_for_health(port, "broker", body, sizeof(body));
+    relay_signal(&relay, SIGTERM);
+    harness_wait_exit(relay.pid, 15000);
+    unlink(relay.log_path);
+    if (strstr(body, "database") == NULL || strstr(body, "broker") == NULL)
+        fail_msg("both ends are down, /healthz says '%s'", body);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_malformed_database_url_is_a_config_error, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_retry_lines_hide_the_password, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_options_name_themselves_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_line_wins_without_reading_the_variable, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_flags_never_come_from_the_environment, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_health_names_the_end_that_is_down, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("relay configuration", tests, NULL, NULL);
+}
