@@ -6,6 +6,10 @@
  * taken here with sigtimedwait(), so no code runs in a signal handler:
  * the first SIGTERM/SIGINT stops claiming and lets the batch in flight
  * finish, a second one exits at once (leases make that safe).
+ *
+ * Under systemd (Type=notify) main tells the service manager READY=1 once
+ * the pipelines run and STOPPING=1 at the first stop signal, and feeds the
+ * watchdog while the relay loop turns: the liveness half of /healthz.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +25,7 @@
 #include "log.h"
 #include "http.h"
 #include "metrics.h"
+#include "notify.h"
 #include "relay.h"
 
 #define EXIT_RUNTIME 1
@@ -31,6 +36,32 @@
 #endif
 
 static pthread_t main_thread;
+
+/* Tells the service manager state; a failure is logged, never fatal. */
+static void
+notify_manager(const char *state)
+{
+    struct outbox_error err;
+
+    if (notify_send(state, &err) != 0)
+        log_event_limited("notify", OUTBOX_LOG_WARN, "unable to notify the service manager",
+                          "state=%s error=\"%s\"", state, err.message);
+}
+
+/*
+ * How long main waits for a signal between looks at the pipelines: 1 s,
+ * shorter when the watchdog needs feeding more often (4 times a period).
+ */
+static struct timespec
+wait_interval(uint64_t watchdog_usec)
+{
+    uint64_t usec = 1000000;
+
+    if (watchdog_usec > 0 && watchdog_usec / 4 < usec)
+        usec = watchdog_usec / 4 > 1000 ? watchdog_usec / 4 : 1000;
+    return (struct timespec){.tv_sec = (time_t)(usec / 1000000),
+                             .tv_nsec = (long)(usec % 1000000) * 1000};
+}
 
 /* Called by the last pipeline to return: wakes main from sigtimedwait. */
 static void
@@ -52,6 +83,7 @@ main(int argc, char **argv)
     sigset_t signals;
     int status = EXIT_RUNTIME;
     int signals_seen = 0;
+    uint64_t watchdog_usec = notify_watchdog_usec();
 
     signal(SIGPIPE, SIG_IGN);
     if (config_parse(&config, argc, (const char *const *)argv, &err) != 0) {
@@ -122,15 +154,20 @@ main(int argc, char **argv)
 
     if (relay_start(r, wake_main, NULL, &err) != 0)
         goto fail;
+    notify_manager("READY=1");
     while (!relay_finished(r)) {
-        struct timespec timeout = {.tv_sec = 1, .tv_nsec = 0};
+        struct timespec timeout = wait_interval(watchdog_usec);
         int signo = sigtimedwait(&signals, NULL, &timeout);
 
+        /* a stalled loop stops feeding the watchdog, and systemd restarts the relay */
+        if (watchdog_usec > 0 && metrics_loop_alive(m))
+            notify_manager("WATCHDOG=1");
         if (signo < 0 || signo == SIGUSR1)
             continue; /* look at the pipelines again */
         if (++signals_seen == 1) {
             log_event(OUTBOX_LOG_INFO, "stopping", "signal=%s",
                       signo == SIGTERM ? "SIGTERM" : "SIGINT");
+            notify_manager("STOPPING=1");
             relay_stop(r);
         } else {
             log_event(OUTBOX_LOG_WARN, "stopping now; rows in flight return after their lease",

@@ -699,6 +699,7 @@ relay_sample(struct pipeline *p)
         store_failed(p, &err);
         return;
     }
+    metrics_set_horizon_age(r->metrics, horizon.found ? horizon.age_seconds : 0);
     if (horizon.found && r->config->horizon_warning_seconds > 0 &&
         horizon.age_seconds > r->config->horizon_warning_seconds)
         log_event_limited("xmin-horizon", OUTBOX_LOG_WARN,

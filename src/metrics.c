@@ -80,6 +80,7 @@ struct metrics {
 
     bool loop_turned; /* false until the first metrics_loop_turned() */
     double last_loop_turn;
+    double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
 };
 
 /* A growable output buffer; `failed` records an allocation failure. */
@@ -318,6 +319,30 @@ metrics_set_health(struct metrics *m, bool database_up, bool broker_up)
     m->last_loop_turn = m->now(m->now_context);
     m->loop_turned = true;
     pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_horizon_age(struct metrics *m, double seconds)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->horizon_age_seconds = seconds;
+    pthread_mutex_unlock(&m->lock);
+}
+
+bool
+metrics_loop_alive(struct metrics *m)
+{
+    bool alive;
+
+    if (m == NULL)
+        return false;
+    pthread_mutex_lock(&m->lock);
+    alive = m->loop_turned &&
+            m->now(m->now_context) - m->last_loop_turn <= METRICS_HEALTH_STALE_SECONDS;
+    pthread_mutex_unlock(&m->lock);
+    return alive;
 }
 
 bool
@@ -565,6 +590,15 @@ metrics_render(struct metrics *m, size_t *length)
         out_labels(&o, m, "target", target_names[t]);
         out_printf(&o, " %d\n", m->up[t] ? 1 : 0);
     }
+
+    out_header(&o, "outbox_xmin_horizon_age_seconds",
+               "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
+               "gauge");
+    out_puts(&o, "outbox_xmin_horizon_age_seconds");
+    out_labels(&o, m, NULL, NULL);
+    out_puts(&o, " ");
+    out_double(&o, m->horizon_age_seconds);
+    out_puts(&o, "\n");
 
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);

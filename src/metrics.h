@@ -116,6 +116,17 @@ void metrics_loop_turned(struct metrics *m);
 /* Shorthand for each loop turn: both up flags, then metrics_loop_turned(). */
 void metrics_set_health(struct metrics *m, bool database_up, bool broker_up);
 
+/* Sets outbox_xmin_horizon_age_seconds: the oldest open transaction's age, 0 when none. */
+void metrics_set_horizon_age(struct metrics *m, double seconds);
+
+/*
+ * True when the relay loop turned within METRICS_HEALTH_STALE_SECONDS,
+ * whether or not both ends are up: the liveness half of health, which a
+ * service manager's watchdog follows (a restart cannot bring a database
+ * back, but it does unstick a stalled loop).
+ */
+bool metrics_loop_alive(struct metrics *m);
+
 /*
  * True when healthy. When not, and reason is not NULL, writes a short
  * lowercase reason ("broker down", "loop stalled for 42 s", ...).

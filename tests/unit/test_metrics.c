@@ -478,6 +478,41 @@ test_health(void **state)
     metrics_free(m);
 }
 
+/* The watchdog follows the loop alone: a database outage does not restart the relay. */
+static void
+test_loop_alive_ignores_the_ends(void **state)
+{
+    struct metrics *m = metrics_new(NULL);
+
+    (void)state;
+    fake_seconds = 1000;
+    metrics_set_clock(m, fake_clock, NULL);
+    assert_false(metrics_loop_alive(m)); /* not started */
+    metrics_set_health(m, false, false);
+    assert_true(metrics_loop_alive(m));
+    assert_false(metrics_health(m, NULL, 0, NULL));
+    fake_seconds += METRICS_HEALTH_STALE_SECONDS + 1;
+    assert_false(metrics_loop_alive(m));
+    metrics_loop_turned(m);
+    assert_true(metrics_loop_alive(m));
+    assert_false(metrics_loop_alive(NULL));
+    metrics_free(m);
+}
+
+static void
+test_horizon_age_gauge(void **state)
+{
+    struct metrics *m = metrics_new("redis");
+
+    (void)state;
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_xmin_horizon_age_seconds", NULL, NULL) == 0);
+    metrics_set_horizon_age(m, 321.5);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_xmin_horizon_age_seconds", NULL, NULL) == 321.5);
+    metrics_free(m);
+}
+
 static void
 test_null_is_ignored(void **state)
 {
@@ -531,6 +566,8 @@ main(void)
         cmocka_unit_test(test_empty_registry_is_valid), cmocka_unit_test(test_counts_add_up),
         cmocka_unit_test(test_label_escaping),          cmocka_unit_test(test_health),
         cmocka_unit_test(test_null_is_ignored),         cmocka_unit_test(test_concurrent_updates),
+        cmocka_unit_test(test_loop_alive_ignores_the_ends),
+        cmocka_unit_test(test_horizon_age_gauge),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
