@@ -10,8 +10,12 @@
 #                   (FUZZ_TARGETS="url config" picks some)
 #   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker
 #   make deps       install the Debian packages this needs (as root)
+#   make install    programs, library, header, pkg-config file, SQL, man pages and the
+#                   systemd unit under DESTDIR + PREFIX (default /usr/local)
+#   make deb        outbox-relay_VERSION_ARCH.deb and liboutbox-dev_VERSION_ARCH.deb in DEB_OUT
 #   make format / analyze / clean
 
+VERSION   := 0.2.0
 PKGS      := libpq librabbitmq hiredis uuid
 TEST_PKGS := cmocka
 
@@ -30,7 +34,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
-CPPFLAGS += -D_GNU_SOURCE -Isrc $(PKG_CFLAGS)
+CPPFLAGS += -D_GNU_SOURCE -Isrc $(PKG_CFLAGS) -DOUTBOX_VERSION='"$(VERSION)"'
 CFLAGS   += $(WARNINGS) $(OPT) $(SAN) -pthread -MMD -MP
 LDFLAGS  += $(SAN)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
@@ -59,7 +63,7 @@ TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a
 
 .PHONY: all test unit integration test-binaries asan valgrind demo bench soak fuzz deps \
-        format analyze clean check-deps
+        format analyze clean check-deps install man deb
 
 all: check-deps $(PRODUCTS)
 
@@ -118,13 +122,13 @@ test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(TOOL_BIN)
 test:
 	tests/harness/deps.sh
 	$(MAKE) test-binaries
-	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh
+	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh
 
 unit: test-binaries
-	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh unit
+	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh unit
 
 integration: test-binaries
-	BUILD=$(BUILD) BIN=$(BIN) tests/run.sh integration
+	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh integration
 
 ASAN_VARS := BUILD=build-asan BIN=build-asan/bin LIB=build-asan/lib OPT="-O1 -g" \
              SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
@@ -191,6 +195,60 @@ soak:
 
 deps:
 	tests/harness/deps.sh
+
+# Installation layout; the Debian package sets PREFIX=/usr and the multiarch LIBDIR.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR    ?= $(PREFIX)/share/outbox-relay
+DOCDIR     ?= $(PREFIX)/share/doc/outbox-relay
+MANDIR     ?= $(PREFIX)/share/man
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+
+# Man pages come from --help, which comes from the option table: they cannot drift.
+MAN_PAGES := $(BUILD)/man/outbox-relay.8 $(BUILD)/man/outboxctl.1
+man: $(MAN_PAGES)
+
+$(BUILD)/man/outbox-relay.8: $(BIN)/outbox-relay deploy/man/mkman.sh deploy/man/outbox-relay.8.in
+	@mkdir -p $(@D)
+	$(BIN)/outbox-relay --help | VERSION=$(VERSION) deploy/man/mkman.sh outbox-relay 8 \
+	    "publish PostgreSQL outbox rows to RabbitMQ or Redis Streams" > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/man/outboxctl.1: $(BIN)/outboxctl deploy/man/mkman.sh deploy/man/outboxctl.1.in
+	@mkdir -p $(@D)
+	$(BIN)/outboxctl --help | VERSION=$(VERSION) deploy/man/mkman.sh outboxctl 1 \
+	    "administer an outbox-relay database: migrate, status, dead rows, enqueue" > $@.tmp
+	mv $@.tmp $@
+
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+            -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+
+install: all man
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+	    $(DESTDIR)$(DATADIR)/sql/roles $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples
+	install -m 755 $(BIN)/outbox-relay $(BIN)/outboxctl $(DESTDIR)$(BINDIR)/
+	install -m 644 $(LIB)/liboutbox.a $(DESTDIR)$(LIBDIR)/
+	install -m 644 src/outbox.h $(DESTDIR)$(INCLUDEDIR)/
+	$(SUBST) deploy/outbox.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/outbox.pc
+	install -m 644 $(MIGRATIONS) $(DESTDIR)$(DATADIR)/sql/
+	install -m 644 sql/roles/*.sql $(DESTDIR)$(DATADIR)/sql/roles/
+	install -m 644 $(BUILD)/man/outbox-relay.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 $(BUILD)/man/outboxctl.1 $(DESTDIR)$(MANDIR)/man1/
+	$(SUBST) deploy/systemd/outbox-relay@.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay@.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay@.service
+	install -m 644 deploy/systemd/outbox-relay.env $(DESTDIR)$(DOCDIR)/examples/
+	install -m 644 deploy/prometheus/outbox-relay.rules.yml deploy/grafana/outbox-relay.json \
+	    $(DESTDIR)$(DOCDIR)/examples/
+
+# Debian packages with dpkg-deb from a staged `make install` (deploy/debian/build-deb.sh).
+DEB_OUT ?= $(BUILD)/deb
+deb: all man
+	VERSION=$(VERSION) BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) DEB_OUT=$(DEB_OUT) \
+	    deploy/debian/build-deb.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

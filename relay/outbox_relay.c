@@ -32,7 +32,7 @@
 #define EXIT_USAGE 2
 
 #ifndef OUTBOX_VERSION
-#define OUTBOX_VERSION "0.1.0"
+#define OUTBOX_VERSION "unknown"
 #endif
 
 static pthread_t main_thread;

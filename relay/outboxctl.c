@@ -33,6 +33,10 @@
 #define PURGE_BATCH_SIZE 5000
 #define CONNECT_TIMEOUT_SECONDS "10"
 
+#ifndef OUTBOX_VERSION
+#define OUTBOX_VERSION "unknown"
+#endif
+
 static const char usage_text[] =
     "usage: outboxctl [--database-url URL] COMMAND [OPTIONS]\n"
     "\n"
@@ -58,6 +62,7 @@ static const char usage_text[] =
     "options:\n"
     "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
     "  -h, --help          show this help\n"
+    "  --version           print the version and exit\n"
     "\n"
     "exit status: 0 success, 1 runtime error, 2 usage error\n";
 
@@ -736,6 +741,10 @@ run(struct ctl *ctl, int argc, char **argv)
     int i, taken;
 
     ctl->command = "outboxctl";
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("outboxctl %s\n", OUTBOX_VERSION);
+        return 0;
+    }
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         if ((taken = common_option(ctl, argc, argv, &i)) == 0)
             return usage_error("unknown option '%s'", argv[i]);

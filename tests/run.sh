@@ -5,7 +5,8 @@
 #
 # BUILD (default build) holds the test binaries, BIN (default bin) the products.
 # Integration tests get a fresh stack (tests/harness/stack.sh) in a temp dir, stopped on
-# every exit, and the environment of its DIR/env plus OUTBOX_BIN and OUTBOX_SOURCE_DIR.
+# every exit, and the environment of its DIR/env plus OUTBOX_BIN and OUTBOX_SOURCE_DIR;
+# then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it.
 # OUTBOX_VALGRIND, when set, prefixes every test binary (e.g. "valgrind -q ...").
 # OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 600).
 # Prints one line per binary and a summary; exits 1 when any failed.
@@ -43,8 +44,10 @@ run_binary() {
     start=$(now_ms)
     # In the background so that a signal to this script is handled at once, not after
     # the test ends (timeout puts the test in its own process group, away from Ctrl-C).
+    local prefix=${OUTBOX_VALGRIND:-}
+    case "$binary" in *.sh) prefix="" ;; esac # scripts run programs, valgrind runs binaries
     # shellcheck disable=SC2086
-    timeout -k 10 "$TIMEOUT" ${OUTBOX_VALGRIND:-} "$binary" &
+    timeout -k 10 "$TIMEOUT" $prefix "$binary" &
     TEST_PID=$!
     wait "$TEST_PID"
     status=$?
@@ -132,6 +135,7 @@ if [ "$WHAT" != unit ]; then
         export OUTBOX_BIN
         export OUTBOX_SOURCE_DIR=$SOURCE_DIR
         run_dir "$BUILD/tests/integration"
+        run_dir tests/deploy
     fi
     stop_stack
 fi

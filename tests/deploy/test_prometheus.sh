@@ -1,0 +1,86 @@
+#!/bin/bash
+# test_prometheus.sh - the relay's metrics as Prometheus itself sees them:
+#   promtool check metrics on the real /metrics output;
+#   Debian's prometheus scrapes a running relay and its HTTP API reports
+#   outbox_rows_published_total equal to the rows the relay published;
+#   the alert rules pass promtool check rules and promtool test rules;
+#   every query of the Grafana dashboard names a metric the relay exports.
+. "$(dirname "$0")/lib.sh"
+
+ROWS=500
+for tool in promtool prometheus curl jq; do
+    command -v "$tool" >/dev/null || fail "$tool is missing (see tests/harness/deps.sh)"
+done
+
+new_database prometheus
+url=$DATABASE_URL
+psql -X -q -v ON_ERROR_STOP=1 "$url" \
+    -c "SELECT outbox.enqueue('prom.orders', jsonb_build_object('n', i)) FROM generate_series(1, $ROWS) i" \
+    >/dev/null || fail "unable to enqueue"
+relay_port=$(free_port)
+prefix="deploy-prometheus-$$:"
+"$BIN/outbox-relay" --database-url "$url" --broker "$OUTBOX_TEST_REDIS_URL" \
+    --stream-prefix "$prefix" --metrics-addr "127.0.0.1:$relay_port" --log-level warn \
+    >"$SCRATCH/relay.log" 2>&1 &
+relay_pid=$!
+CLEANUP="$CLEANUP; kill $relay_pid 2>/dev/null; wait $relay_pid 2>/dev/null"
+CLEANUP="$CLEANUP; redis-cli -p $OUTBOX_TEST_REDIS_PORT -a '$OUTBOX_TEST_REDIS_PASSWORD' --no-auth-warning del '${prefix}prom.orders' >/dev/null 2>&1"
+wait_until "psql -X -At '$url' -c \"SELECT count(*) = $ROWS FROM outbox.job WHERE state = 'succeeded'\" | grep -qx t" 60 ||
+    fail "the relay did not publish $ROWS rows in 60 s: $(tail -n 5 "$SCRATCH/relay.log")"
+
+metrics=$SCRATCH/metrics.txt
+curl -fsS "http://127.0.0.1:$relay_port/metrics" >"$metrics" || fail "GET /metrics"
+promtool check metrics <"$metrics" || fail "promtool check metrics finds problems in /metrics"
+pass "promtool check metrics"
+
+# Prometheus scrapes the relay every second; its API must agree with the relay.
+prom_port=$(free_port)
+cat >"$SCRATCH/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: outbox-relay
+    static_configs:
+      - targets: ['127.0.0.1:$relay_port']
+YAML
+prometheus --config.file="$SCRATCH/prometheus.yml" --storage.tsdb.path="$SCRATCH/tsdb" \
+    --web.listen-address="127.0.0.1:$prom_port" >"$SCRATCH/prometheus.log" 2>&1 &
+prom_pid=$!
+CLEANUP="$CLEANUP; kill $prom_pid 2>/dev/null; wait $prom_pid 2>/dev/null"
+query() {
+    curl -fsS "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" |
+        jq -r '.data.result[0].value[1] // empty'
+}
+published=""
+for _ in $(seq 1 300); do
+    published=$(query 'sum(outbox_rows_published_total{job="outbox-relay",queue="prom.orders"})' 2>/dev/null || true)
+    [ "$published" = "$ROWS" ] && break
+    sleep 0.1
+done
+[ "$published" = "$ROWS" ] ||
+    fail "prometheus reports outbox_rows_published_total=${published:-nothing}, the relay published $ROWS: $(tail -n 3 "$SCRATCH/prometheus.log")"
+[ "$(query 'up{job="outbox-relay"}')" = 1 ] || fail "prometheus does not see the relay up"
+pass "prometheus scraped outbox_rows_published_total = $ROWS"
+
+rules=deploy/prometheus/outbox-relay.rules.yml
+promtool check rules "$rules" >/dev/null || fail "promtool check rules $rules"
+promtool test rules deploy/prometheus/outbox-relay.rules.test.yml || fail "promtool test rules"
+# Every alert has a test case.
+for alert in $(sed -n 's/^ *- alert: //p' "$rules"); do
+    grep -q "alertname: $alert\$" deploy/prometheus/outbox-relay.rules.test.yml ||
+        fail "alert $alert has no promtool test"
+done
+pass "alert rules checked and unit-tested"
+
+# Dashboard and rules name only metrics the relay exports (histogram series included).
+dashboard=deploy/grafana/outbox-relay.json
+jq -e '.panels | length > 0' "$dashboard" >/dev/null || fail "$dashboard is not a dashboard"
+exported=$(grep -v '^#' "$metrics" | sed 's/[{ ].*//' | sort -u)
+named=$( (jq -r '.. | objects | (.expr?, .query?) // empty | strings' "$dashboard"; cat "$rules") |
+    grep -o 'outbox_[a-z_]*' | sort -u)
+[ -n "$named" ] || fail "no outbox_ metric in $dashboard"
+for metric in $named; do
+    echo "$exported" | grep -qx "$metric" || fail "$metric is used by the dashboard or rules but not exported"
+done
+pass "dashboard and rules use $(echo "$named" | wc -l) exported metrics"
