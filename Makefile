@@ -44,9 +44,11 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # sql/NNN_name.sql, embedded in the library as C strings (see src/migrate.h).
 MIGRATIONS    := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 MIGRATION_OBJ := $(BUILD)/gen/migrations.o
-RELAY_SRC := $(filter-out relay/outboxctl.c,$(sort $(wildcard relay/*.c)))
+# relay/ is the daemon, outboxctl/ the admin command line; both link the library.
+RELAY_SRC := $(sort $(wildcard relay/*.c))
 RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
-CTL_OBJ   := $(BUILD)/relay/outboxctl.o
+CTL_SRC   := $(sort $(wildcard outboxctl/*.c))
+CTL_OBJ   := $(CTL_SRC:%.c=$(BUILD)/%.o)
 
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
@@ -85,9 +87,9 @@ $(BIN)/outboxctl: $(CTL_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
 
 # sql is a prerequisite so that adding or removing a file rebuilds the list.
-$(BUILD)/gen/migrations.c: $(MIGRATIONS) sql tests/harness/embed-migrations.sh
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) sql sql/embed-migrations.sh
 	@mkdir -p $(@D)
-	tests/harness/embed-migrations.sh $(MIGRATIONS) > $@.tmp
+	sql/embed-migrations.sh $(MIGRATIONS) > $@.tmp
 	mv $@.tmp $@
 
 $(MIGRATION_OBJ): $(BUILD)/gen/migrations.c
@@ -255,7 +257,7 @@ format:
 
 analyze:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
-	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay
+	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay outboxctl
 
 clean:
 	rm -rf build build-asan build-valgrind build-fuzz bin lib

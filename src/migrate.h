@@ -2,7 +2,7 @@
  * migrate.h - applying the schema migrations embedded in the library.
  *
  * The files sql/NNN_name.sql are compiled into liboutbox as C strings (see
- * tests/harness/embed-migrations.sh) and applied in version order, each once,
+ * sql/embed-migrations.sh) and applied in version order, each once,
  * each in its own transaction together with its row in
  *
  *   outbox.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,

@@ -38,7 +38,7 @@ BEGIN {
     count = 0
     print "/*"
     print " * migrations.c - the sql/ migrations as C strings, in order. Built from the"
-    print " * sql/NNN_name.sql files by tests/harness/embed-migrations.sh: edit those."
+    print " * sql/NNN_name.sql files by sql/embed-migrations.sh: edit those."
     print " */"
     print "#include \"migrate.h\""
     print ""
