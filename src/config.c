@@ -70,7 +70,8 @@ static const struct option_spec OPTIONS[] = {
     {"metrics-addr", "HOST:PORT", KIND_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
      "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT},
     {"once", NULL, KIND_FLAG, FIELD(once), NULL, 0, 0, NULL,
-     "reap, publish until nothing is claimable now, then exit 0", COMMAND_LINE_ONLY},
+     "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
+     " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY},
     {"check", NULL, KIND_FLAG, FIELD(check), NULL, 0, 0, NULL,
      "validate the configuration, connect to both ends, print 'configuration OK'", COMMAND_LINE_ONLY},
     {"poll-interval", "DURATION", KIND_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
