@@ -1,7 +1,8 @@
 /*
  * outboxctl - the operators' command line for the outbox: migrate the
  * schema, show status, list and retry dead jobs, purge old succeeded jobs,
- * enqueue a job by hand.
+ * enqueue a job by hand, pause and resume queues, replay published jobs,
+ * purge the consumers' inbox.
  *
  * Exit codes: 0 success, 1 runtime error (connection, database, missing
  * schema), 2 usage error, reported in one line naming the bad option. A
@@ -31,6 +32,8 @@
 #define DEAD_LIST_LIMIT_MAX 1000000
 #define EXTRA_ATTEMPTS_MAX 1000000
 #define PURGE_BATCH_SIZE 5000
+#define REPLAY_BATCH_SIZE 1000
+#define REPLAY_JOBS_MAX 100000
 #define CONNECT_TIMEOUT_SECONDS "10"
 
 #ifndef OUTBOX_VERSION
@@ -58,6 +61,22 @@ static const char usage_text[] =
     "  enqueue --queue Q --payload JSON [--key K]\n"
     "                                   add one job and print its id; a known key\n"
     "                                   prints the existing job's id\n"
+    "  pause QUEUE [--key ORDERING_KEY] [--reason TEXT]\n"
+    "                                   relays stop claiming the queue (or only\n"
+    "                                   that ordering key of it); producers go on\n"
+    "  resume QUEUE [--key ORDERING_KEY]\n"
+    "                                   undo a pause; paused keys of a resumed\n"
+    "                                   queue stay paused\n"
+    "  paused                           list pauses: who, when and why\n"
+    "  replay --queue Q (--since TIME [--until TIME] | --job ID [--job ID ...])\n"
+    "         [--key ORDERING_KEY] [--dry-run]\n"
+    "                                   publish succeeded jobs again, in their\n"
+    "                                   order per key: those finished in the time\n"
+    "                                   range (a timestamp, or a DURATION ago), or\n"
+    "                                   the given ids; in batches of 1000\n"
+    "  inbox purge --older-than DURATION\n"
+    "                                   delete inbox records accepted longer ago\n"
+    "                                   than DURATION, in batches of 5000\n"
     "\n"
     "options:\n"
     "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
@@ -420,6 +439,48 @@ command_migrate(struct ctl *ctl, int argc, char **argv, int first)
     return 0;
 }
 
+/* Writes the pauses as a JSON array. */
+static void
+print_pauses_json(const struct store_pause_list *list)
+{
+    fputc('[', stdout);
+    for (size_t i = 0; i < list->count; i++) {
+        const struct store_pause *pause = &list->pauses[i];
+
+        fputs(i > 0 ? ",{\"queue\":" : "{\"queue\":", stdout);
+        json_string(stdout, pause->queue);
+        fputs(",\"ordering_key\":", stdout);
+        json_string(stdout, pause->ordering_key);
+        fputs(",\"reason\":", stdout);
+        json_string(stdout, pause->reason);
+        fputs(",\"paused_by\":", stdout);
+        json_string(stdout, pause->paused_by);
+        fputs(",\"paused_at\":", stdout);
+        json_string(stdout, pause->paused_at);
+        fputc('}', stdout);
+    }
+    fputc(']', stdout);
+}
+
+/* Adds the header and one row per pause to table (5 columns). */
+static bool
+pauses_table(struct table *table, const struct store_pause_list *list)
+{
+    bool ok = table_add_row(table, "QUEUE", "ORDERING KEY", "PAUSED AT", "BY", "REASON");
+
+    for (size_t i = 0; ok && i < list->count; i++) {
+        const struct store_pause *pause = &list->pauses[i];
+        char key[256], reason[256];
+
+        ok = table_add_row(table, pause->queue,
+                           pause->ordering_key ? one_line(key, sizeof(key), pause->ordering_key)
+                                               : "(whole queue)",
+                           pause->paused_at, pause->paused_by,
+                           pause->reason ? one_line(reason, sizeof(reason), pause->reason) : "-");
+    }
+    return ok;
+}
+
 /* Longest last_error shown in status's blocked keys table; --json has it whole. */
 #define BLOCKED_ERROR_WIDTH 60
 
@@ -435,9 +496,12 @@ print_status_json(const struct store_status *status)
         printf("%s{\"queue\":", i > 0 ? "," : "");
         json_string(stdout, queue->queue);
         printf(",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld,"
-               "\"oldest_ready_age_seconds\":%.3f,\"blocked_keys\":%lld,\"blocked\":[",
+               "\"oldest_ready_age_seconds\":%.3f,\"paused\":%s,\"paused_keys\":%lld,"
+               "\"blocked_keys\":%lld,\"blocked\":[",
                (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
-               (long long)queue->dead, queue->oldest_ready_seconds, (long long)queue->blocked_keys);
+               (long long)queue->dead, queue->oldest_ready_seconds,
+               queue->paused ? "true" : "false", (long long)queue->paused_keys,
+               (long long)queue->blocked_keys);
         for (size_t k = 0, shown = 0; k < status->blocked_count; k++) {
             const struct store_blocked_key *key = &status->blocked[k];
 
@@ -459,7 +523,9 @@ print_status_json(const struct store_status *status)
         }
         fputs("]}", stdout);
     }
-    printf("],\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,\"live_tuples\":%lld,"
+    fputs("],\"paused\":", stdout);
+    print_pauses_json(&status->paused);
+    printf(",\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,\"live_tuples\":%lld,"
            "\"dead_tuples\":%lld,\"last_autovacuum\":",
            (long long)status->table_bytes, (long long)status->index_bytes,
            (long long)status->live_tuples, (long long)status->dead_tuples);
@@ -489,6 +555,7 @@ print_status_text(const struct store_status *status)
     static const bool blocked_numbers[] = {false, false, true, false, true, true, false};
     struct table queues = {.columns = 7, .right_aligned = numbers};
     struct table blocked = {.columns = 7, .right_aligned = blocked_numbers};
+    struct table paused = {.columns = 5};
     char a[64], b[64], c[64], d[64], e[64], line[256];
     bool ok = true;
 
@@ -558,6 +625,8 @@ print_status_text(const struct store_status *status)
                                a, b, c, d, error);
         }
     }
+    if (ok && status->paused.count > 0)
+        ok = pauses_table(&paused, &status->paused);
     if (ok) {
         table_print(&summary, stdout);
         fputc('\n', stdout);
@@ -571,7 +640,12 @@ print_status_text(const struct store_status *status)
                    STORE_BLOCKED_KEYS_PER_QUEUE);
             table_print(&blocked, stdout);
         }
+        if (status->paused.count > 0) {
+            fputs("\npaused (relays claim nothing of these):\n", stdout);
+            table_print(&paused, stdout);
+        }
     }
+    table_clear(&paused);
     table_clear(&summary);
     table_clear(&queues);
     table_clear(&blocked);
@@ -734,6 +808,282 @@ command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
     return 0;
 }
 
+/*
+ * Takes argv[*first] as the command's positional QUEUE argument when it is
+ * not an option. Returns 0 with *queue set, or EXIT_USAGE.
+ */
+static int
+queue_argument(const struct ctl *ctl, int argc, char **argv, int *first, const char **queue)
+{
+    if (*first < argc && argv[*first][0] != '-') {
+        *queue = argv[*first];
+        *first += 1;
+        return 0;
+    }
+    for (int i = *first; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 0; /* --help prints the usage, wanted or not */
+    return usage_error("'%s' needs a QUEUE", ctl->command);
+}
+
+static int
+command_pause(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *queue = NULL, *key = NULL, *reason = NULL;
+    struct outbox_error err;
+    bool changed = false;
+    int taken;
+
+    const struct command_option options[] = {{"--key", &key, NULL}, {"--reason", &reason, NULL}};
+
+    if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
+        return taken;
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
+        return taken;
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0)
+        return runtime_error(ctl, &err);
+    if (key != NULL)
+        printf("%s ordering key '%s' of queue '%s'\n", changed ? "paused" : "already paused:", key,
+               queue);
+    else
+        printf("%s queue '%s'\n", changed ? "paused" : "already paused:", queue);
+    return 0;
+}
+
+static int
+command_resume(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *queue = NULL, *key = NULL;
+    struct outbox_error err;
+    bool changed = false;
+    int64_t keys = 0;
+    int taken;
+
+    const struct command_option options[] = {{"--key", &key, NULL}};
+
+    if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
+        return taken;
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+        return taken;
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_resume(ctl->conn, queue, key, &changed, &keys, &err) < 0)
+        return runtime_error(ctl, &err);
+    if (key != NULL)
+        printf("%s ordering key '%s' of queue '%s'\n", changed ? "resumed" : "was not paused:",
+               key, queue);
+    else
+        printf("%s queue '%s'\n", changed ? "resumed" : "was not paused:", queue);
+    if (key == NULL && keys > 0)
+        printf("%lld ordering key%s of queue '%s' stay%s paused (resume them with --key)\n",
+               (long long)keys, keys == 1 ? "" : "s", queue, keys == 1 ? "s" : "");
+    return 0;
+}
+
+static int
+command_paused(struct ctl *ctl, int argc, char **argv, int first)
+{
+    struct store_pause_list list;
+    struct table table = {.columns = 5};
+    struct outbox_error err;
+    bool ok;
+    int taken;
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, NULL, 0)) != PARSE_GO_ON)
+        return taken;
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_paused(ctl->conn, &list, &err) < 0)
+        return runtime_error(ctl, &err);
+    if (list.count == 0) {
+        puts("nothing is paused");
+        return 0;
+    }
+    ok = pauses_table(&table, &list);
+    if (ok)
+        table_print(&table, stdout);
+    table_clear(&table);
+    store_pause_list_clear(&list);
+    return ok ? 0 : out_of_memory();
+}
+
+/*
+ * The value of --since or --until: a timestamp PostgreSQL reads, or a
+ * DURATION meaning that long ago. Durations become "now - N seconds" texts
+ * in buf. Returns 0, or an exit code after the message.
+ */
+static int
+replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size_t size,
+            const char **out)
+{
+    struct outbox_error err;
+    int64_t seconds;
+
+    if (parse_duration(text, &seconds, &err) == 0) {
+        PGresult *result;
+        char seconds_text[24];
+        const char *params[1] = {seconds_text};
+
+        snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)seconds);
+        result = PQexecParams(ctl->conn, "SELECT (now() - make_interval(secs => $1::float8))::text",
+                              1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+            outbox_error_from_pg(&err, ctl->conn, result, "unable to read the time");
+            PQclear(result);
+            return runtime_error(ctl, &err);
+        }
+        snprintf(buf, size, "%s", PQgetvalue(result, 0, 0));
+        PQclear(result);
+        *out = buf;
+        return 0;
+    }
+    if (store_admin_check_time(ctl->conn, text, &err) < 0) {
+        if (err.code == OUTBOX_ERR_INVALID)
+            return usage_error("%s: '%.60s' is neither a timestamp nor a duration", name, text);
+        return runtime_error(ctl, &err);
+    }
+    *out = text;
+    return 0;
+}
+
+static int
+command_replay(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *queue = NULL, *since = NULL, *until = NULL, *key = NULL;
+    char since_buf[64], until_buf[64];
+    struct store_replay_request request = {.batch_size = REPLAY_BATCH_SIZE};
+    struct store_replay_result result;
+    struct outbox_error err;
+    int64_t *ids = NULL;
+    size_t id_count = 0;
+    int taken, rc;
+
+    const struct command_option options[] = {{"--queue", &queue, NULL},
+                                             {"--since", &since, NULL},
+                                             {"--until", &until, NULL},
+                                             {"--key", &key, NULL},
+                                             {"--dry-run", NULL, &request.dry_run}};
+
+    /* --job repeats, so replay reads its options itself; the rest as everywhere */
+    ids = calloc((size_t)argc, sizeof(*ids));
+    if (ids == NULL)
+        return out_of_memory();
+    taken = 0;
+    for (int i = first; i < argc && taken != EXIT_USAGE; i++) {
+        const char *job = NULL;
+        int64_t id;
+
+        taken = common_option(ctl, argc, argv, &i);
+        if (taken == 0 && (taken = take_value(ctl, argc, argv, &i, "--job", &job)) == 1) {
+            if (number_option("--job", job, 1, INT64_MAX, &id) != 0)
+                taken = EXIT_USAGE;
+            else if (id_count == REPLAY_JOBS_MAX)
+                taken = usage_error("at most %d --job ids at a time", REPLAY_JOBS_MAX);
+            else
+                ids[id_count++] = id;
+        }
+        for (size_t o = 0; o < sizeof(options) / sizeof(options[0]) && taken == 0; o++) {
+            if (options[o].flag != NULL && strcmp(argv[i], options[o].name) == 0) {
+                *options[o].flag = true;
+                taken = 1;
+            } else if (options[o].flag == NULL) {
+                taken = take_value(ctl, argc, argv, &i, options[o].name, options[o].value);
+            }
+        }
+        if (taken == 0)
+            taken = unexpected_argument(ctl, argv[i]);
+    }
+    if (taken == EXIT_USAGE || ctl->help) {
+        free(ids);
+        if (taken == EXIT_USAGE)
+            return EXIT_USAGE;
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    rc = 0;
+    if (queue == NULL)
+        rc = usage_error("'replay' needs --queue Q");
+    else if (id_count == 0 && since == NULL)
+        rc = usage_error("'replay' needs --since TIME or --job ID");
+    else if (id_count > 0 && (since != NULL || until != NULL))
+        rc = usage_error("'replay' takes either --since/--until or --job, not both");
+    if (rc != 0) {
+        free(ids);
+        return rc;
+    }
+    if ((taken = connect_database(ctl)) != 0 ||
+        (since != NULL &&
+         (taken = replay_time(ctl, "--since", since, since_buf, sizeof(since_buf), &since)) != 0) ||
+        (until != NULL &&
+         (taken = replay_time(ctl, "--until", until, until_buf, sizeof(until_buf), &until)) != 0)) {
+        free(ids);
+        return taken;
+    }
+    request.queue = queue;
+    request.since = since;
+    request.until = until;
+    request.job_ids = ids;
+    request.job_count = id_count;
+    request.ordering_key = key;
+    rc = store_admin_check_schema(ctl->conn, &err) < 0 ||
+         store_admin_replay(ctl->conn, &request, &result, &err) < 0;
+    free(ids);
+    if (rc != 0) {
+        if (result.replayed > 0)
+            fprintf(stderr, "outboxctl: replayed %lld jobs before the error\n",
+                    (long long)result.replayed);
+        return runtime_error(ctl, &err);
+    }
+    printf("%s %lld succeeded job%s of queue '%s'\n",
+           request.dry_run ? "would replay" : "replayed", (long long)result.replayed,
+           result.replayed == 1 ? "" : "s", queue);
+    if (result.ready + result.running + result.dead > 0)
+        printf("refused %lld job%s not in state succeeded: %lld ready, %lld running, %lld dead\n",
+               (long long)(result.ready + result.running + result.dead),
+               result.ready + result.running + result.dead == 1 ? "" : "s",
+               (long long)result.ready, (long long)result.running, (long long)result.dead);
+    if (result.missing > 0)
+        printf("not found in queue '%s'%s: %lld job id%s\n", queue,
+               key != NULL ? " with that ordering key" : "", (long long)result.missing,
+               result.missing == 1 ? "" : "s");
+    return 0;
+}
+
+static int
+command_inbox_purge(struct ctl *ctl, int argc, char **argv, int first)
+{
+    const char *older_than = NULL;
+    int64_t seconds = 0, count = 0;
+    struct outbox_error err;
+    int taken;
+
+    const struct command_option options[] = {{"--older-than", &older_than, NULL}};
+
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+        return taken;
+    if (older_than == NULL)
+        return usage_error("'inbox purge' needs --older-than DURATION");
+    if (parse_duration(older_than, &seconds, &err) < 0)
+        return usage_error("--older-than: %s", err.message);
+    if ((taken = connect_database(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_inbox_purge(ctl->conn, seconds, PURGE_BATCH_SIZE, &count, &err) < 0) {
+        if (count > 0)
+            fprintf(stderr, "outboxctl: purged %lld inbox records before the error\n",
+                    (long long)count);
+        return runtime_error(ctl, &err);
+    }
+    printf("purged %lld inbox record%s accepted more than %s ago\n", (long long)count,
+           count == 1 ? "" : "s", older_than);
+    return 0;
+}
+
 /* Parses options before the command, then runs it; returns the exit code. */
 static int
 run(struct ctl *ctl, int argc, char **argv)
@@ -767,6 +1117,28 @@ run(struct ctl *ctl, int argc, char **argv)
         return command_purge(ctl, argc, argv, i + 1);
     if (strcmp(argv[i], "enqueue") == 0)
         return command_enqueue(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "pause") == 0)
+        return command_pause(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "resume") == 0)
+        return command_resume(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "paused") == 0)
+        return command_paused(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "replay") == 0)
+        return command_replay(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "inbox") == 0) {
+        if (i + 1 < argc && strcmp(argv[i + 1], "purge") == 0) {
+            ctl->command = "inbox purge";
+            return command_inbox_purge(ctl, argc, argv, i + 2);
+        }
+        if (i + 1 < argc &&
+            (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0)) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc)
+            return usage_error("'inbox' needs a subcommand: purge");
+        return usage_error("unknown subcommand '%s' for 'inbox': use purge", argv[i + 1]);
+    }
     if (strcmp(argv[i], "dead") == 0) {
         if (i + 1 < argc && strcmp(argv[i + 1], "list") == 0) {
             ctl->command = "dead list";

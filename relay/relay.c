@@ -552,6 +552,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
             .payload_len = job->payload_len,
             .headers = job->headers,
             .created_at = job->created_at,
+            .replay = job->replays,
         };
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
@@ -672,6 +673,8 @@ record_backlog(void *arg, const struct outbox_backlog *backlog)
         return;
     s->items[s->count].ready_rows = backlog->ready;
     s->items[s->count].oldest_ready_age_seconds = backlog->oldest_ready_age;
+    s->items[s->count].paused = backlog->paused;
+    s->items[s->count].paused_keys = backlog->paused_keys;
     s->count++;
 }
 

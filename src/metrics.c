@@ -53,6 +53,8 @@ struct queue_series {
     uint64_t counters[METRICS_QUEUE_COUNTER_COUNT];
     int64_t ready_rows;
     double oldest_ready_age_seconds;
+    bool paused;         /* the whole queue is paused */
+    int64_t paused_keys; /* ordering keys of it paused */
 };
 
 /* Non-cumulative bucket counts; the last slot counts observations above the top bound. */
@@ -240,6 +242,8 @@ metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *
     for (size_t i = 0; i < m->queue_count; i++) {
         m->queues[i].ready_rows = 0;
         m->queues[i].oldest_ready_age_seconds = 0;
+        m->queues[i].paused = false;
+        m->queues[i].paused_keys = 0;
     }
     for (size_t i = 0; i < count; i++) {
         struct queue_series *series = queue_series_get(m, samples[i].queue);
@@ -248,6 +252,8 @@ metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *
             continue;
         series->ready_rows = samples[i].ready_rows;
         series->oldest_ready_age_seconds = samples[i].oldest_ready_age_seconds;
+        series->paused = samples[i].paused;
+        series->paused_keys = samples[i].paused_keys;
     }
     pthread_mutex_unlock(&m->lock);
 }
@@ -582,6 +588,20 @@ metrics_render(struct metrics *m, size_t *length)
         out_puts(&o, " ");
         out_double(&o, m->queues[q].oldest_ready_age_seconds);
         out_puts(&o, "\n");
+    }
+    out_header(&o, "outbox_queue_paused",
+               "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        out_puts(&o, "outbox_queue_paused");
+        out_labels(&o, m, "queue", m->queues[q].name);
+        out_printf(&o, " %d\n", m->queues[q].paused ? 1 : 0);
+    }
+    out_header(&o, "outbox_queue_paused_keys",
+               "Ordering keys of the queue paused at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        out_puts(&o, "outbox_queue_paused_keys");
+        out_labels(&o, m, "queue", m->queues[q].name);
+        out_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
     }
     out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
                "gauge");

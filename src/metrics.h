@@ -56,11 +56,13 @@ enum metrics_histogram {
     METRICS_HISTOGRAM_COUNT,
 };
 
-/* One queue's backlog, as sampled from the database. */
+/* One queue's backlog and pauses, as sampled from the database. */
 struct metrics_queue_sample {
     const char *queue;
     int64_t ready_rows;
     double oldest_ready_age_seconds;
+    bool paused;         /* outbox_queue_paused{queue} */
+    int64_t paused_keys; /* outbox_queue_paused_keys{queue} */
 };
 
 /* The relay is unhealthy when its loop has not turned for this long. */
@@ -95,8 +97,9 @@ void metrics_reconnected(struct metrics *m, enum metrics_target target);
 void metrics_add_in_flight(struct metrics *m, int64_t delta);
 
 /*
- * Replaces the backlog gauges outbox_ready_rows{queue} and
- * outbox_oldest_ready_age_seconds{queue} with one sample of all queues:
+ * Replaces the backlog gauges outbox_ready_rows{queue},
+ * outbox_oldest_ready_age_seconds{queue}, outbox_queue_paused{queue} and
+ * outbox_queue_paused_keys{queue} with one sample of all queues:
  * queues seen before but absent from samples drop to 0.
  */
 void metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *samples,

@@ -102,6 +102,20 @@ struct outbox_message {
 int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
                    struct outbox_error *err);
 
+/* ---- consumer side ------------------------------------------------------ */
+
+/*
+ * The inbox: records that consumer took message_id (e.g. the AMQP
+ * message_id or the Redis job_id) through outbox.inbox_accept() on the
+ * caller's connection, which must be inside an open transaction. Stores true
+ * in *accepted the first time, false when this consumer accepted the id
+ * before: the consumer then skips its work. Commit the consumer's own writes
+ * in the same transaction; a rollback leaves the id unaccepted. A concurrent
+ * transaction accepting the same id waits for the first to end.
+ */
+int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id,
+                        bool *accepted, struct outbox_error *err);
+
 /* ---- worker side ------------------------------------------------------- */
 
 typedef struct outbox_store outbox_store;
@@ -145,6 +159,7 @@ struct outbox_job {
     const char *headers;      /* JSON object text, string values */
     const char *ordering_key; /* NULL when none */
     double created_at;        /* epoch seconds, with fraction */
+    int32_t replays;          /* times an operator replayed the row (outboxctl replay) */
 };
 
 /* Claimed rows in ascending job_id order. */
@@ -260,16 +275,19 @@ int outbox_cleanup(outbox_store *store, double retention_seconds, int limit, siz
 
 /* ---- observation --------------------------------------------------------- */
 
-/* The ready backlog of one queue, from outbox_sample_backlog(). */
+/* The ready backlog and the pauses of one queue, from outbox_sample_backlog(). */
 struct outbox_backlog {
     const char *queue;
     int64_t ready;           /* rows ready now (run_at reached) */
     double oldest_ready_age; /* seconds since the oldest of them became ready */
+    bool paused;             /* the whole queue is paused (outbox.paused) */
+    int64_t paused_keys;     /* ordering keys of the queue paused */
 };
 
 /*
- * Calls each(arg, &backlog) for every queue with ready rows. One index-only
- * scan of the ready index: cheap enough to run every few seconds.
+ * Calls each(arg, &backlog) for every queue with ready rows or a pause. One
+ * index-only scan of the ready index and a read of outbox.paused: cheap
+ * enough to run every few seconds.
  */
 int outbox_sample_backlog(outbox_store *store,
                           void (*each)(void *arg, const struct outbox_backlog *backlog), void *arg,

@@ -52,6 +52,7 @@ struct sink_message {
     size_t payload_len;
     const char *headers; /* JSON object of string values */
     double created_at;   /* epoch seconds */
+    int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
 };
 
 /* What happened to one message. */

@@ -17,7 +17,9 @@
  * append and before marking its row never appends the row a second time
  * when the row is claimed again.
  *
- * Dedup key layout: "<stream>:outbox-dedup:<job_id>", a plain string whose
+ * Dedup key layout: "<stream>:outbox-dedup:<job_id>", or for a row an
+ * operator replayed n times (outboxctl replay) "<stream>:outbox-dedup:<job_id>:<n>",
+ * so each replay appends the job once more, and at most once; a plain string whose
  * value is the entry id ("1764474000000-0"), written with PX = the window
  * (24 h when the option is 0), so Redis expires it by itself and there is
  * nothing to trim, and each record is independent of every other (no shared
@@ -369,8 +371,8 @@ scratch_size(const sink *s, const struct sink_message *message)
 {
     size_t stream_len = strlen(s->options.stream_prefix) + strlen(message->queue);
 
-    /* stream, dedup record, job id, attempt, each with its NUL */
-    return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 21) + 21 + 12;
+    /* stream, dedup record (with ":<replay>"), job id, attempt, each with its NUL */
+    return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 21 + 12) + 21 + 12;
 }
 
 /* Prints value into the scratch at *at and makes it the next argument. */
@@ -418,13 +420,17 @@ append_chunk(sink *s, const struct sink_message *messages, const size_t *order, 
         char *stream = r->keys + at, *dedup = stream + stream_len + 1;
         int id_len;
 
-        /* "<prefix><queue>", then "<prefix><queue>:outbox-dedup:<job_id>" */
+        /* "<prefix><queue>", then "<prefix><queue>:outbox-dedup:<job_id>[:<replay>]" */
         memcpy(stream, prefix, prefix_len);
         memcpy(stream + prefix_len, m->queue, stream_len - prefix_len);
         stream[stream_len] = '\0';
         memcpy(dedup, stream, stream_len);
         memcpy(dedup + stream_len, DEDUP_INFIX, infix_len);
-        id_len = sprintf(dedup + stream_len + infix_len, "%" PRId64, m->job_id);
+        if (m->replay > 0)
+            id_len = sprintf(dedup + stream_len + infix_len, "%" PRId64 ":%" PRId32, m->job_id,
+                             m->replay);
+        else
+            id_len = sprintf(dedup + stream_len + infix_len, "%" PRId64, m->job_id);
         r->argv[argc] = stream;
         r->argvlen[argc++] = stream_len;
         r->argv[argc] = dedup;

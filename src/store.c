@@ -1,5 +1,6 @@
 /*
- * store.c - the worker side of the outbox protocol, and outbox_enqueue().
+ * store.c - the worker side of the outbox protocol, outbox_enqueue() and
+ * outbox_inbox_accept().
  *
  * Every statement is prepared once per connection and takes bound
  * parameters only. Each call is one statement in autocommit, so every
@@ -46,6 +47,10 @@ struct outbox_store {
  * a candidate only when no earlier row of its key is unfinished: that earlier
  * row is still 'ready' in this statement's snapshot even while another relay
  * holds it locked and uncommitted, so a key never has two rows in flight.
+ * Rows of a paused queue or ordering key (outbox.paused) are no candidates:
+ * the queue probe is one lookup of paused_queue_idx per candidate, the key
+ * probe a hash of the paused keys built once per claim, so an empty
+ * outbox.paused costs a claim next to nothing.
  */
 #define CLAIM_CANDIDATES(queue_filter)                                                             \
     "WITH candidate AS MATERIALIZED ("                                                             \
@@ -55,6 +60,10 @@ struct outbox_store {
     "     SELECT 1 FROM outbox.job AS e"                                                           \
     "     WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key AND e.job_id < c.job_id"     \
     "       AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead'))))"                  \
+    "   AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p"                                          \
+    "     WHERE p.queue = c.queue AND p.ordering_key IS NULL)"                                     \
+    "   AND (c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox.paused AS k"               \
+    "     WHERE k.queue = c.queue AND k.ordering_key = c.ordering_key))"                           \
     " ORDER BY c.priority DESC, c.run_at, c.job_id"                                                \
     " LIMIT $2"                                                                                    \
     " FOR UPDATE SKIP LOCKED)"                                                                     \
@@ -63,7 +72,8 @@ struct outbox_store {
     "     lease_until = clock_timestamp() + make_interval(secs => $3)"                             \
     " FROM candidate WHERE j.job_id = candidate.job_id"                                            \
     " RETURNING j.job_id, j.attempts, j.max_attempts, j.queue, j.payload::text,"                   \
-    "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8"
+    "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8,"         \
+    "           j.replays"
 
 static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("");
 static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(" AND c.queue = ANY ($5::text[])");
@@ -160,6 +170,8 @@ static const char SQL_CLEANUP[] =
     " ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
     " DELETE FROM outbox.job AS j USING old WHERE j.job_id = old.job_id";
 
+static const char SQL_INBOX_ACCEPT[] = "SELECT outbox.inbox_accept($1, $2)";
+
 static const char SQL_ENQUEUE[] =
     "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
     " now() + make_interval(secs => $6), $7, $8)";
@@ -202,12 +214,16 @@ static const char SQL_SWEEP_HELD[] =
  * was created.
  */
 static const char SQL_BACKLOG[] =
-    "SELECT queue, count(*),"
+    "SELECT queue, coalesce(b.ready, 0), coalesce(b.age, 0), coalesce(p.whole, false),"
+    "       coalesce(p.keys, 0)"
+    " FROM (SELECT queue, count(*) AS ready,"
     "       greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM least("
     "           min(run_at) FILTER (WHERE isfinite(run_at)),"
     "           min(created_at) FILTER (WHERE NOT isfinite(run_at) AND isfinite(created_at)))),"
-    "         0), 0)::float8"
-    " FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue";
+    "         0), 0)::float8 AS age"
+    "       FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue) AS b"
+    " FULL JOIN (SELECT queue, bool_or(ordering_key IS NULL) AS whole, count(ordering_key) AS keys"
+    "            FROM outbox.paused GROUP BY queue) AS p USING (queue)";
 
 static const char SQL_HORIZON[] =
     "SELECT extract(epoch FROM now() - xact_start)::float8, pid,"
@@ -693,6 +709,7 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
         job->headers = PQgetvalue(result, r, 5);
         job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
         job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
+        job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
     }
     qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
     batch->count = (size_t)rows;
@@ -1023,6 +1040,8 @@ outbox_sample_backlog(outbox_store *store,
             .queue = PQgetvalue(result, r, 0),
             .ready = strtoll(PQgetvalue(result, r, 1), NULL, 10),
             .oldest_ready_age = strtod(PQgetvalue(result, r, 2), NULL),
+            .paused = PQgetvalue(result, r, 3)[0] == 't',
+            .paused_keys = strtoll(PQgetvalue(result, r, 4), NULL, 10),
         };
 
         each(arg, &backlog);
@@ -1052,7 +1071,49 @@ outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon, struc
     return 0;
 }
 
-/* ---- producer side --------------------------------------------------------- */
+/* ---- producer and consumer side ------------------------------------------- */
+
+/* OUTBOX_OK when conn is inside an open transaction, else fills err for action. */
+static int
+require_transaction(PGconn *conn, const char *action, struct outbox_error *err)
+{
+    switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+        return 0;
+    case PQTRANS_INERROR:
+        return outbox_error_set(err, OUTBOX_ERR_STATE, "unable to %s: the transaction is aborted",
+                                action);
+    default:
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to %s: no open transaction on the connection"
+                                " (BEGIN first, so the row commits with your data)",
+                                action);
+    }
+}
+
+int
+outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, bool *accepted,
+                    struct outbox_error *err)
+{
+    const char *values[2] = {consumer, message_id};
+    PGresult *result;
+
+    *accepted = false;
+    if (conn == NULL || consumer == NULL || consumer[0] == '\0' || message_id == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "inbox accept needs a consumer name and a message id");
+    if (require_transaction(conn, "accept a message", err) != 0)
+        return -1;
+    result = PQexecParams(conn, SQL_INBOX_ACCEPT, 2, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to accept a message in 'outbox.inbox'");
+        PQclear(result);
+        return -1;
+    }
+    *accepted = PQgetvalue(result, 0, 0)[0] == 't';
+    PQclear(result);
+    return 0;
+}
 
 int
 outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,

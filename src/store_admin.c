@@ -130,6 +130,92 @@ static const char purge_batch_sql[] =
     "       FOR UPDATE SKIP LOCKED)"
     " DELETE FROM outbox.job AS j USING doomed AS d WHERE j.job_id = d.job_id";
 
+/* ---- pause, replay, inbox ---- */
+
+static const char pause_sql[] = "SELECT outbox.pause($1, $2, $3)";
+
+static const char resume_sql[] =
+    "SELECT outbox.resume($1, $2),"
+    "       (SELECT count(*) FROM outbox.paused WHERE queue = $1 AND ordering_key IS NOT NULL)";
+
+static const char paused_sql[] =
+    "SELECT queue, ordering_key, reason, paused_by, " ISO_UTC("paused_at")
+    "  FROM outbox.paused ORDER BY queue, ordering_key NULLS FIRST";
+
+static const char check_time_sql[] = "SELECT $1::timestamptz";
+
+/* The end of a replay's range: until, or now when later or not given. */
+static const char replay_cutoff_sql[] =
+    "SELECT least(coalesce($1::timestamptz, 'infinity'), now())::text";
+
+/*
+ * What a replay selects, by state, in one read: rows by id ($4) or, for a
+ * time range, rows finished in [$2, $3): succeeded and dead ones, since
+ * ready and running rows have not finished. The last column counts the ids
+ * not found.
+ */
+static const char replay_count_sql[] =
+    "SELECT count(*) FILTER (WHERE state = 'succeeded'),"
+    "       count(*) FILTER (WHERE state = 'ready'),"
+    "       count(*) FILTER (WHERE state = 'running'),"
+    "       count(*) FILTER (WHERE state = 'dead'),"
+    "       (SELECT count(DISTINCT i) FROM unnest($4::bigint[]) AS i) - count(*)"
+    "  FROM outbox.job"
+    " WHERE queue = $1 AND ($5::text IS NULL OR ordering_key = $5)"
+    "   AND CASE WHEN $4::bigint[] IS NULL"
+    "            THEN state IN ('succeeded', 'dead') AND finished_at < $3::timestamptz"
+    "                 AND ($2::timestamptz IS NULL OR finished_at >= $2::timestamptz)"
+    "            ELSE job_id = ANY ($4::bigint[]) AND (state <> 'succeeded' OR finished_at < $3::timestamptz) END";
+
+/*
+ * One replay batch: up to $8 succeeded rows after the cursor ($6, $7) in
+ * finish order (job_succeeded_idx), locked, made ready again. A row of an
+ * ordering key waits (held) unless it is the first of its key in the batch
+ * and no earlier row of its key is unfinished; the statement's snapshot
+ * still sees the batch's rows as succeeded, hence the first-of-key test.
+ * Returns the rows changed and the new cursor (NULL: nothing left).
+ */
+static const char replay_batch_sql[] =
+    "WITH picked AS MATERIALIZED ("
+    "    SELECT job_id, ordering_key, finished_at FROM outbox.job"
+    "     WHERE state = 'succeeded' AND queue = $1 AND finished_at < $3::timestamptz"
+    "       AND ($2::timestamptz IS NULL OR finished_at >= $2::timestamptz)"
+    "       AND ($4::bigint[] IS NULL OR job_id = ANY ($4::bigint[]))"
+    "       AND ($5::text IS NULL OR ordering_key = $5)"
+    "       AND ($6::timestamptz IS NULL OR (finished_at, job_id) > ($6::timestamptz, $7::bigint))"
+    "     ORDER BY finished_at, job_id"
+    "     LIMIT $8::integer"
+    "       FOR UPDATE),"
+    " firsts AS ("
+    "    SELECT ordering_key, min(job_id) AS job_id FROM picked"
+    "     WHERE ordering_key IS NOT NULL GROUP BY ordering_key),"
+    " replayed AS ("
+    "    UPDATE outbox.job AS j"
+    "       SET state = 'ready', run_at = now(), finished_at = NULL, replays = j.replays + 1,"
+    "           max_attempts = j.attempts + j.max_attempts,"
+    "           held = j.ordering_key IS NOT NULL AND ("
+    "               j.job_id <> (SELECT f.job_id FROM firsts AS f WHERE f.ordering_key = j.ordering_key)"
+    "               OR EXISTS (SELECT 1 FROM outbox.job AS e"
+    "                           WHERE e.queue = j.queue AND e.ordering_key = j.ordering_key"
+    "                             AND e.job_id < j.job_id AND e.state IN ('ready', 'running')))"
+    "      FROM picked AS p WHERE j.job_id = p.job_id"
+    "    RETURNING j.job_id)"
+    " SELECT (SELECT count(*) FROM replayed), last.finished_at::text, last.job_id"
+    "   FROM (SELECT 1) AS one LEFT JOIN ("
+    "        SELECT finished_at, job_id FROM picked"
+    "         ORDER BY finished_at DESC, job_id DESC LIMIT 1) AS last ON true";
+
+static const char inbox_cutoff_sql[] = "SELECT (now() - make_interval(secs => $1::float8))::text";
+
+static const char inbox_purge_sql[] =
+    "WITH doomed AS ("
+    "    SELECT consumer, message_id FROM outbox.inbox"
+    "     WHERE accepted_at < $1::timestamptz"
+    "     ORDER BY accepted_at"
+    "     LIMIT $2::integer"
+    "       FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.inbox AS i USING doomed AS d"
+    "  WHERE i.consumer = d.consumer AND i.message_id = d.message_id";
 
 /* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
 static char *
@@ -332,6 +418,60 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
     return 0;
 }
 
+/* Fills list from paused_sql. */
+static int
+read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, paused_sql);
+    bool failed = false;
+    int rows;
+
+    memset(list, 0, sizeof(*list));
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        fail_with(err, conn, result, "unable to list paused queues");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows > 0) {
+        list->pauses = calloc((size_t)rows, sizeof(*list->pauses));
+        if (list->pauses == NULL)
+            failed = true;
+    }
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_pause *pause = &list->pauses[row];
+
+        list->count++;
+        pause->queue = copy_value(result, row, 0, &failed);
+        pause->ordering_key = copy_value(result, row, 1, &failed);
+        pause->reason = copy_value(result, row, 2, &failed);
+        pause->paused_by = copy_value(result, row, 3, &failed);
+        pause->paused_at = copy_value(result, row, 4, &failed);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Marks the queues of status that are paused, or have paused keys. */
+static void
+apply_pauses(struct store_status *status)
+{
+    for (size_t p = 0; p < status->paused.count; p++) {
+        const struct store_pause *pause = &status->paused.pauses[p];
+
+        for (size_t i = 0; pause->queue != NULL && i < status->queue_count; i++) {
+            if (strcmp(status->queues[i].queue, pause->queue) != 0)
+                continue;
+            if (pause->ordering_key == NULL)
+                status->queues[i].paused = true;
+            else
+                status->queues[i].paused_keys++;
+        }
+    }
+}
+
 int
 store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
@@ -341,10 +481,11 @@ store_admin_status(PGconn *conn, struct store_status *status, struct outbox_erro
     if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
         read_queue_status(conn, status, err) < 0 || read_table_status(conn, status, err) < 0 ||
         read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||
-        read_blocked_keys(conn, status, err) < 0) {
+        read_blocked_keys(conn, status, err) < 0 || read_pauses(conn, &status->paused, err) < 0) {
         store_status_clear(status);
         return -1;
     }
+    apply_pauses(status);
     return 0;
 }
 
@@ -367,6 +508,7 @@ store_status_clear(struct store_status *status)
         free(status->blocked[i].last_error);
     }
     free(status->blocked);
+    store_pause_list_clear(&status->paused);
     memset(status, 0, sizeof(*status));
 }
 
@@ -541,4 +683,249 @@ rollback:
         PQclear(PQexec(conn, "ROLLBACK"));
     *job_id = 0;
     return -1;
+}
+
+/* ---- pause and resume -------------------------------------------------- */
+
+int
+store_admin_pause(PGconn *conn, const char *queue, const char *key, const char *reason,
+                  bool *changed, struct outbox_error *err)
+{
+    const char *params[3] = {queue, key, reason};
+    PGresult *result = run(conn, pause_sql, 3, params);
+
+    *changed = false;
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to pause");
+        PQclear(result);
+        return -1;
+    }
+    *changed = PQgetvalue(result, 0, 0)[0] == 't';
+    PQclear(result);
+    return 0;
+}
+
+int
+store_admin_resume(PGconn *conn, const char *queue, const char *key, bool *changed,
+                   int64_t *keys_still_paused, struct outbox_error *err)
+{
+    const char *params[2] = {queue, key};
+    PGresult *result = run(conn, resume_sql, 2, params);
+
+    *changed = false;
+    *keys_still_paused = 0;
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to resume");
+        PQclear(result);
+        return -1;
+    }
+    *changed = PQgetvalue(result, 0, 0)[0] == 't';
+    *keys_still_paused = int64_value(result, 0, 1);
+    PQclear(result);
+    return 0;
+}
+
+int
+store_admin_paused(PGconn *conn, struct store_pause_list *list, struct outbox_error *err)
+{
+    if (read_pauses(conn, list, err) < 0) {
+        store_pause_list_clear(list);
+        return -1;
+    }
+    return 0;
+}
+
+void
+store_pause_list_clear(struct store_pause_list *list)
+{
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < list->count; i++) {
+        free(list->pauses[i].queue);
+        free(list->pauses[i].ordering_key);
+        free(list->pauses[i].reason);
+        free(list->pauses[i].paused_by);
+        free(list->pauses[i].paused_at);
+    }
+    free(list->pauses);
+    memset(list, 0, sizeof(*list));
+}
+
+/* ---- replay --------------------------------------------------------------- */
+
+int
+store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
+{
+    const char *params[1] = {text};
+    PGresult *result = run(conn, check_time_sql, 1, params);
+    const char *sqlstate;
+
+    if (PQresultStatus(result) == PGRES_TUPLES_OK) {
+        PQclear(result);
+        return 0;
+    }
+    sqlstate = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+    fail_with(err, conn, result, "unable to read the time");
+    /* class 22: the text is no time PostgreSQL reads */
+    if (sqlstate != NULL && strncmp(sqlstate, "22", 2) == 0)
+        err->code = OUTBOX_ERR_INVALID;
+    PQclear(result);
+    return -1;
+}
+
+/* Builds the array literal "{1,2,3}" of ids; NULL when out of memory. */
+static char *
+id_array(const int64_t *ids, size_t count)
+{
+    char *text = malloc(count * 21 + 3), *at;
+
+    if (text == NULL)
+        return NULL;
+    at = text;
+    *at++ = '{';
+    for (size_t i = 0; i < count; i++)
+        at += sprintf(at, i ? ",%lld" : "%lld", (long long)ids[i]);
+    *at++ = '}';
+    *at = '\0';
+    return text;
+}
+
+int
+store_admin_replay(PGconn *conn, const struct store_replay_request *request,
+                   struct store_replay_result *out, struct outbox_error *err)
+{
+    char batch_text[16];
+    char *ids = NULL, *cutoff = NULL, *cursor_time = NULL, *cursor_id = NULL;
+    PGresult *result = NULL;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    if (request->queue == NULL || request->batch_size < 1)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "unable to replay: bad request");
+    snprintf(batch_text, sizeof(batch_text), "%d", request->batch_size);
+    if (request->job_count > 0 && (ids = id_array(request->job_ids, request->job_count)) == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+
+    {
+        const char *params[1] = {request->job_count > 0 ? NULL : request->until};
+
+        result = run(conn, replay_cutoff_sql, 1, params);
+        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+            goto fail;
+        cutoff = strdup(PQgetvalue(result, 0, 0));
+        PQclear(result);
+        result = NULL;
+        if (cutoff == NULL)
+            goto out_of_memory;
+    }
+    {
+        const char *since = request->job_count > 0 ? NULL : request->since;
+        const char *params[5] = {request->queue, since, cutoff, ids, request->ordering_key};
+
+        result = run(conn, replay_count_sql, 5, params);
+        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+            goto fail;
+        out->ready = int64_value(result, 0, 1);
+        out->running = int64_value(result, 0, 2);
+        out->dead = int64_value(result, 0, 3);
+        out->missing = request->job_count > 0 ? int64_value(result, 0, 4) : 0;
+        if (request->dry_run)
+            out->replayed = int64_value(result, 0, 0);
+        PQclear(result);
+        result = NULL;
+    }
+
+    while (!request->dry_run) {
+        const char *since = request->job_count > 0 ? NULL : request->since;
+        const char *params[8] = {request->queue,        since,       cutoff,    ids,
+                                 request->ordering_key, cursor_time, cursor_id, batch_text};
+
+        /* each batch commits on its own: locks stay short and progress is kept */
+        result = run(conn, replay_batch_sql, 8, params);
+        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+            goto fail;
+        out->replayed += int64_value(result, 0, 0);
+        if (PQgetisnull(result, 0, 1))
+            break;
+        free(cursor_time);
+        free(cursor_id);
+        cursor_time = strdup(PQgetvalue(result, 0, 1));
+        cursor_id = strdup(PQgetvalue(result, 0, 2));
+        PQclear(result);
+        result = NULL;
+        if (cursor_time == NULL || cursor_id == NULL)
+            goto out_of_memory;
+        /* relays waiting on the channel take the batch at once */
+        result = PQexec(conn, "NOTIFY outbox_job");
+        if (PQresultStatus(result) != PGRES_COMMAND_OK)
+            goto fail;
+        PQclear(result);
+        result = NULL;
+    }
+    rc = 0;
+    goto cleanup;
+
+out_of_memory:
+    outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    goto cleanup;
+fail:
+    fail_with(err, conn, result, "unable to replay jobs");
+cleanup:
+    PQclear(result);
+    free(ids);
+    free(cutoff);
+    free(cursor_time);
+    free(cursor_id);
+    return rc;
+}
+
+/* ---- inbox ---------------------------------------------------------------- */
+
+int
+store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
+                        struct outbox_error *err)
+{
+    char seconds_text[24], batch_text[16];
+    const char *cutoff_params[1] = {seconds_text};
+    char *cutoff;
+    PGresult *result;
+    int rc = -1;
+
+    *count = 0;
+    if (older_than_seconds < 0 || batch_size < 1)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "unable to purge the inbox: bad age or batch size");
+    snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
+    snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
+    result = run(conn, inbox_cutoff_sql, 1, cutoff_params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to purge the inbox");
+        PQclear(result);
+        return -1;
+    }
+    cutoff = strdup(PQgetvalue(result, 0, 0));
+    PQclear(result);
+    if (cutoff == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    for (;;) {
+        const char *params[2] = {cutoff, batch_text};
+        int64_t deleted;
+
+        result = run(conn, inbox_purge_sql, 2, params);
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            fail_with(err, conn, result, "unable to purge the inbox");
+            PQclear(result);
+            goto cleanup;
+        }
+        deleted = strtoll(PQcmdTuples(result), NULL, 10);
+        PQclear(result);
+        *count += deleted;
+        if (deleted < batch_size)
+            break;
+    }
+    rc = 0;
+
+cleanup:
+    free(cutoff);
+    return rc;
 }

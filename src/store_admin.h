@@ -29,6 +29,8 @@ struct store_queue_status {
     int64_t dead;
     double oldest_ready_seconds; /* now - run_at of the longest-waiting due ready row; 0: none */
     int64_t blocked_keys;        /* ordering keys whose head is dead or retrying (all of them) */
+    bool paused;                 /* the whole queue is paused */
+    int64_t paused_keys;         /* ordering keys of the queue paused */
 };
 
 /* At most this many blocked keys per queue are listed (the oldest heads first). */
@@ -67,6 +69,20 @@ struct store_oldest_transaction {
     int64_t xid_age;    /* transactions since its xmin */
 };
 
+/* One pause of a queue or of one ordering key of it (outbox.paused). */
+struct store_pause {
+    char *queue;
+    char *ordering_key; /* NULL: the whole queue */
+    char *reason;       /* NULL when none was given */
+    char *paused_by;    /* the database role that paused it */
+    char *paused_at;    /* ISO 8601 UTC */
+};
+
+struct store_pause_list {
+    struct store_pause *pauses; /* by queue, the queue's own pause first, then keys */
+    size_t count;
+};
+
 struct store_status {
     int schema_version;                /* highest row of outbox.schema_migrations, 0 when none */
     struct store_queue_status *queues; /* by queue name */
@@ -80,6 +96,7 @@ struct store_status {
     struct store_oldest_transaction oldest_transaction;
     struct store_blocked_key *blocked; /* by queue, then head job_id; see blocked_keys */
     size_t blocked_count;
+    struct store_pause_list paused; /* every pause, also of queues without rows */
 };
 
 /*
@@ -133,5 +150,77 @@ int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, 
  */
 int store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
                         int64_t *job_id, struct outbox_error *err);
+
+/*
+ * Pauses queue, or only its rows of ordering key key (not NULL), through
+ * outbox.pause(): relays stop claiming them at their next claim. reason may
+ * be NULL. *changed is false when it was paused already (a new reason then
+ * replaces the old one).
+ */
+int store_admin_pause(PGconn *conn, const char *queue, const char *key, const char *reason,
+                      bool *changed, struct outbox_error *err);
+
+/*
+ * Resumes queue (its own pause only) or one ordering key of it through
+ * outbox.resume(), which wakes waiting relays. *changed is false when it was
+ * not paused; *keys_still_paused counts the keys of queue that stay paused.
+ */
+int store_admin_resume(PGconn *conn, const char *queue, const char *key, bool *changed,
+                       int64_t *keys_still_paused, struct outbox_error *err);
+
+/* Lists every pause. */
+int store_admin_paused(PGconn *conn, struct store_pause_list *list, struct outbox_error *err);
+void store_pause_list_clear(struct store_pause_list *list);
+
+/*
+ * Which succeeded rows of one queue to publish again: either those finished
+ * in [since, until) (timestamptz texts; since NULL: from the start, until
+ * NULL: until now), or those with the given ids; with key, only rows of that
+ * ordering key.
+ */
+struct store_replay_request {
+    const char *queue;
+    const char *since;
+    const char *until;
+    const int64_t *job_ids;
+    size_t job_count; /* > 0: by ids, since and until unused */
+    const char *ordering_key;
+    bool dry_run;   /* count only */
+    int batch_size; /* rows per transaction */
+};
+
+struct store_replay_result {
+    int64_t replayed; /* rows made ready again (with dry_run: that would be) */
+    int64_t ready;    /* selected rows refused: not published yet, or being replayed */
+    int64_t running;
+    int64_t dead;     /* by ids, or dead rows that finished in the time range */
+    int64_t missing;  /* ids not found in the queue (or not of the key) */
+};
+
+/*
+ * Sends succeeded rows back to ready, with replays + 1 and a fresh budget
+ * of max_attempts more attempts, in transactions of at most batch_size rows
+ * taken in finish order. Rows of one ordering key are published again in
+ * job_id order: all but the first of a key wait (held) as when enqueued.
+ * The end of the range is fixed at the start (now, at the latest), so rows
+ * that finish again meanwhile are not taken twice. Rows in other states are
+ * counted, never changed. *result holds what was done, also on failure.
+ */
+int store_admin_replay(PGconn *conn, const struct store_replay_request *request,
+                       struct store_replay_result *result, struct outbox_error *err);
+
+/*
+ * Checks that text is a timestamptz PostgreSQL reads; 0, or -1 with
+ * OUTBOX_ERR_INVALID (bad text) or another code (connection).
+ */
+int store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err);
+
+/*
+ * Deletes inbox records (outbox.inbox) accepted more than
+ * older_than_seconds ago, in transactions of at most batch_size rows, until
+ * none is left. Stores the rows deleted in *count, also on failure.
+ */
+int store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
+                            int64_t *count, struct outbox_error *err);
 
 #endif

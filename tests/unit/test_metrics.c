@@ -304,6 +304,8 @@ static const char *const expected_families[] = {
     "outbox_rows_in_flight",
     "outbox_ready_rows",
     "outbox_oldest_ready_age_seconds",
+    "outbox_queue_paused",
+    "outbox_queue_paused_keys",
     "outbox_up",
     "outbox_publish_duration_seconds",
     "outbox_commit_to_publish_seconds",
@@ -332,8 +334,9 @@ static void
 test_counts_add_up(void **state)
 {
     struct metrics *m = metrics_new("amqp");
-    const struct metrics_queue_sample both[] = {{"orders", 120, 4.5}, {"billing", 3, 0.25}};
-    const struct metrics_queue_sample one[] = {{"billing", 7, 1.5}};
+    const struct metrics_queue_sample both[] = {{"orders", 120, 4.5, true, 0},
+                                                {"billing", 3, 0.25, false, 2}};
+    const struct metrics_queue_sample one[] = {{"billing", 7, 1.5, false, 0}};
     const double latencies[] = {0.0005, 0.003, 0.2, 20, -1};
 
     (void)state;
@@ -378,6 +381,9 @@ test_counts_add_up(void **state)
     assert_true(value_of(&exposition, "outbox_ready_rows", "queue", "orders") == 120);
     assert_true(value_of(&exposition, "outbox_oldest_ready_age_seconds", "queue", "billing") ==
                 0.25);
+    assert_true(value_of(&exposition, "outbox_queue_paused", "queue", "orders") == 1);
+    assert_true(value_of(&exposition, "outbox_queue_paused", "queue", "billing") == 0);
+    assert_true(value_of(&exposition, "outbox_queue_paused_keys", "queue", "billing") == 2);
 
     /* Histogram: -1 counts as 0; 20 lands only in +Inf. */
     assert_true(value_of(&exposition, "outbox_commit_to_publish_seconds_bucket", "le", "0.001") ==
@@ -407,6 +413,9 @@ test_counts_add_up(void **state)
     assert_true(value_of(&exposition, "outbox_ready_rows", "queue", "orders") == 0);
     assert_true(value_of(&exposition, "outbox_oldest_ready_age_seconds", "queue", "orders") == 0);
     assert_true(value_of(&exposition, "outbox_ready_rows", "queue", "billing") == 7);
+    /* a resumed queue drops back to 0 at the next sample */
+    assert_true(value_of(&exposition, "outbox_queue_paused", "queue", "orders") == 0);
+    assert_true(value_of(&exposition, "outbox_queue_paused_keys", "queue", "billing") == 0);
     metrics_free(m);
 }
 
