@@ -24,10 +24,14 @@
 --                    the insert trigger of migration 003 refuses any other
 --                    shape (state, worker, lease, attempts, hold) from a
 --                    role that does not own outbox.job.
---   outbox_reader    `outboxctl status` and `outboxctl dead list`: read only.
+--   outbox_reader    `outboxctl status`, `outboxctl dead list` and
+--                    `outboxctl paused`: read only.
+--   outbox_consumer  consumers that use the inbox: EXECUTE on
+--                    outbox.inbox_accept() and INSERT on outbox.inbox.
 --
--- `outboxctl dead retry` and `outboxctl purge` change rows: run them as the
--- schema owner, or as a login that is also in outbox_relay. `outboxctl
+-- `outboxctl dead retry`, `outboxctl purge` and `outboxctl replay` change
+-- rows: run them as the schema owner, or as a login that is also in
+-- outbox_relay. `outboxctl pause`, `resume` and `inbox purge` need the owner. `outboxctl
 -- migrate` needs the owner of the schema.
 --
 -- pg_read_all_stats lets the relay's --horizon-warning and `outboxctl status`
@@ -40,7 +44,8 @@ DO $$
 DECLARE
     name text;
 BEGIN
-    FOREACH name IN ARRAY ARRAY['outbox_relay', 'outbox_producer', 'outbox_reader'] LOOP
+    FOREACH name IN ARRAY ARRAY['outbox_relay', 'outbox_producer', 'outbox_reader',
+                                'outbox_consumer'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = name) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', name);
         END IF;
@@ -52,10 +57,12 @@ $$;
 REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
     FROM PUBLIC;
 
-GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader;
+GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, outbox_consumer;
 
 -- The relay.
 GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
+-- the claim skips paused queues and keys (migration 005)
+GRANT SELECT ON outbox.paused TO outbox_relay;
 
 -- Producers.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
@@ -64,7 +71,12 @@ GRANT INSERT ON outbox.job TO outbox_producer;
 GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;
 
 -- Read-only status.
-GRANT SELECT ON outbox.job, outbox.schema_migrations TO outbox_reader;
+GRANT SELECT ON outbox.job, outbox.schema_migrations, outbox.paused TO outbox_reader;
+
+-- Consumers' inbox (migration 005).
+REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION outbox.inbox_accept(text, text) TO outbox_consumer;
+GRANT INSERT ON outbox.inbox TO outbox_consumer;
 
 DO $$
 BEGIN
