@@ -80,7 +80,14 @@ void outbox_error_clear(struct outbox_error *err);
 /*
  * What to enqueue. queue and payload_json are required; every other field
  * has the default of outbox.enqueue() when left zero/NULL (priority 0,
- * run at now, max_attempts 10, headers {}).
+ * run at now, max_attempts 10, headers {}, the relay's exchange, the queue
+ * as routing key).
+ *
+ * Trace context: a traceparent (W3C, version 00) here goes into the row's
+ * headers as "traceparent", with tracestate as "tracestate", validated by
+ * the database (an invalid one fails with SQLSTATE 22023, as
+ * OUTBOX_ERR_INVALID). A traceparent already in headers_json wins over this
+ * one; this one wins over the session's outbox.traceparent setting.
  */
 struct outbox_message {
     const char *queue;           /* 1-200 chars of [A-Za-z0-9._:-] */
@@ -91,6 +98,10 @@ struct outbox_message {
     int32_t priority;            /* higher is claimed first */
     int32_t max_attempts;        /* 0: default 10 */
     double delay_seconds;        /* run_at = now() + delay; 0: now */
+    const char *exchange;        /* NULL: the relay's --exchange; at most 255 bytes */
+    const char *routing_key;     /* NULL: the queue; AMQP routing key, Redis stream suffix */
+    const char *traceparent;     /* NULL: none (or the session's, see above) */
+    const char *tracestate;      /* NULL: none; used only with a traceparent */
 };
 
 /*
@@ -160,6 +171,8 @@ struct outbox_job {
     const char *ordering_key; /* NULL when none */
     double created_at;        /* epoch seconds, with fraction */
     int32_t replays;          /* times an operator replayed the row (outboxctl replay) */
+    const char *exchange;     /* NULL: the relay's --exchange */
+    const char *routing_key;  /* NULL: route by queue */
 };
 
 /* Claimed rows in ascending job_id order. */

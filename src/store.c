@@ -73,7 +73,7 @@ struct outbox_store {
     " FROM candidate WHERE j.job_id = candidate.job_id"                                            \
     " RETURNING j.job_id, j.attempts, j.max_attempts, j.queue, j.payload::text,"                   \
     "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8,"         \
-    "           j.replays"
+    "           j.replays, j.exchange, j.routing_key"
 
 static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("");
 static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(" AND c.queue = ANY ($5::text[])");
@@ -174,7 +174,13 @@ static const char SQL_INBOX_ACCEPT[] = "SELECT outbox.inbox_accept($1, $2)";
 
 static const char SQL_ENQUEUE[] =
     "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
-    " now() + make_interval(secs => $6), $7, $8)";
+    " now() + make_interval(secs => $6), $7, $8, $9, $10)";
+
+/* With the message's own trace context, which the caller's headers and the session's yield to. */
+static const char SQL_ENQUEUE_TRACED[] =
+    "SELECT outbox.enqueue($1, $2::jsonb, $3,"
+    " outbox.trace_headers(coalesce($4::jsonb, '{}'), $11, $12), $5,"
+    " now() + make_interval(secs => $6), $7, $8, $9, $10)";
 
 /*
  * The sweep of waiting rows: the first held row of up to $1 keys after the
@@ -710,6 +716,8 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
         job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
         job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
         job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
+        job->exchange = PQgetisnull(result, r, 9) ? NULL : PQgetvalue(result, r, 9);
+        job->routing_key = PQgetisnull(result, r, 10) ? NULL : PQgetvalue(result, r, 10);
     }
     qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
     batch->count = (size_t)rows;
@@ -1120,7 +1128,8 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
                struct outbox_error *err)
 {
     char priority[16], delay[32], max_attempts[16];
-    const char *values[8];
+    const char *values[12];
+    bool traced;
     PGresult *result;
 
     if (conn == NULL || message == NULL || message->queue == NULL || message->payload_json == NULL)
@@ -1148,7 +1157,13 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
     values[5] = delay;
     values[6] = max_attempts;
     values[7] = message->ordering_key;
-    result = PQexecParams(conn, SQL_ENQUEUE, 8, NULL, values, NULL, NULL, 0);
+    values[8] = message->exchange;
+    values[9] = message->routing_key;
+    values[10] = message->traceparent;
+    values[11] = message->tracestate;
+    traced = message->traceparent != NULL && message->traceparent[0] != '\0';
+    result = PQexecParams(conn, traced ? SQL_ENQUEUE_TRACED : SQL_ENQUEUE, traced ? 12 : 10, NULL,
+                          values, NULL, NULL, 0);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         char context[300];
 

@@ -54,7 +54,8 @@ END
 $$;
 
 -- Functions are executable by PUBLIC by default; enqueue is for producers only.
-REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
+REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
+                                      text, text, text)
     FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, outbox_consumer;
@@ -65,7 +66,8 @@ GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
 GRANT SELECT ON outbox.paused TO outbox_relay;
 
 -- Producers.
-GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer, text)
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
+                                         text, text, text)
     TO outbox_producer;
 GRANT INSERT ON outbox.job TO outbox_producer;
 GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;

@@ -365,7 +365,7 @@ test_migrate_creates_schema(void **state)
     assert_int_equal(
         query_number(db->conn,
                      "SELECT (to_regprocedure('outbox.enqueue(text, jsonb, text, jsonb, integer, "
-                     "timestamptz, integer, text)') IS NOT NULL)::int"),
+                     "timestamptz, integer, text, text, text)') IS NOT NULL)::int"),
         1);
     /* the schema works: enqueue returns an id */
     assert_true(query_number(db->conn, "SELECT outbox.enqueue('q', '{}')") > 0);
