@@ -113,6 +113,22 @@ struct outbox_message {
 int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
                    struct outbox_error *err);
 
+/*
+ * Inserts count outbox rows through outbox.enqueue_batch() on the caller's
+ * connection, inside its open transaction, and stores their job ids in
+ * job_ids[0..count-1] in message order, with the same rules as
+ * outbox_enqueue(): an idempotency key already in the queue, or repeated
+ * within the call, gives the existing (or first) row's id; rows of one
+ * ordering key keep their order and wait behind an unfinished earlier row.
+ * Consecutive messages with the same queue, headers, priority, max_attempts
+ * and delay go in one statement, so a batch of one queue costs one round
+ * trip however many rows it holds. On error nothing is stored in job_ids
+ * that the caller may rely on, and the transaction is aborted if the
+ * database refused a row (the caller rolls back, as after outbox_enqueue()).
+ */
+int outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, size_t count,
+                        int64_t *job_ids, struct outbox_error *err);
+
 /* ---- consumer side ------------------------------------------------------ */
 
 /*

@@ -182,6 +182,11 @@ static const char SQL_ENQUEUE_TRACED[] =
     " outbox.trace_headers(coalesce($4::jsonb, '{}'), $11, $12), $5,"
     " now() + make_interval(secs => $6), $7, $8, $9, $10)";
 
+/* One row per job id, in payload order. */
+static const char SQL_ENQUEUE_BATCH[] =
+    "SELECT unnest(outbox.enqueue_batch($1, $2::jsonb[], $3::text[], $4::text[],"
+    " coalesce($5::jsonb, '{}'), $6, now() + make_interval(secs => $7), $8))";
+
 /*
  * The sweep of waiting rows: the first held row of up to $1 keys after the
  * cursor ($2, $3), found by a loose scan of job_held_idx (one probe per key),
@@ -1123,6 +1128,23 @@ outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, 
     return 0;
 }
 
+/* Enqueueing needs the caller's open, healthy transaction. */
+static int
+check_producer_transaction(PGconn *conn, struct outbox_error *err)
+{
+    switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+        return 0;
+    case PQTRANS_INERROR:
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to enqueue: the transaction is aborted");
+    default:
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to enqueue: no open transaction on the connection"
+                                " (BEGIN first, so the row commits with your data)");
+    }
+}
+
 int
 outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
                struct outbox_error *err)
@@ -1134,17 +1156,8 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
 
     if (conn == NULL || message == NULL || message->queue == NULL || message->payload_json == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
-    switch (PQtransactionStatus(conn)) {
-    case PQTRANS_INTRANS:
-        break;
-    case PQTRANS_INERROR:
-        return outbox_error_set(err, OUTBOX_ERR_STATE,
-                                "unable to enqueue: the transaction is aborted");
-    default:
-        return outbox_error_set(err, OUTBOX_ERR_STATE,
-                                "unable to enqueue: no open transaction on the connection"
-                                " (BEGIN first, so the row commits with your data)");
-    }
+    if (check_producer_transaction(conn, err) != 0)
+        return -1;
     snprintf(priority, sizeof(priority), "%d", (int)message->priority);
     snprintf(delay, sizeof(delay), "%.6f", message->delay_seconds);
     snprintf(max_attempts, sizeof(max_attempts), "%d",
@@ -1174,5 +1187,136 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
     }
     *job_id = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
     PQclear(result);
+    return 0;
+}
+
+/* Whether two optional strings are equal (both NULL counts as equal). */
+static bool
+same_text(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Whether b can go in the same enqueue_batch() call as a. */
+static bool
+same_batch(const struct outbox_message *a, const struct outbox_message *b)
+{
+    return strcmp(a->queue, b->queue) == 0 && same_text(a->headers_json, b->headers_json) &&
+           a->priority == b->priority && a->max_attempts == b->max_attempts &&
+           a->delay_seconds == b->delay_seconds;
+}
+
+/*
+ * Appends one array element per message: the string field at offset, or an
+ * unquoted NULL. Stores whether any element was not NULL in *any.
+ */
+static void
+text_append_array_of(struct text *t, const struct outbox_message *messages, size_t count,
+                     size_t offset, bool *any)
+{
+    *any = false;
+    text_append(t, "{", 1);
+    for (size_t i = 0; i < count; i++) {
+        const char *value;
+
+        memcpy(&value, (const char *)&messages[i] + offset, sizeof(value));
+        if (i > 0)
+            text_append(t, ",", 1);
+        if (value == NULL) {
+            text_append(t, "NULL", 4);
+        } else {
+            text_append_array_string(t, value);
+            *any = true;
+        }
+    }
+    text_append(t, "}", 1);
+}
+
+/* One enqueue_batch() call for messages[0..count-1], which share their options. */
+static int
+enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count, int64_t *job_ids,
+              struct outbox_error *err)
+{
+    const struct outbox_message *first = &messages[0];
+    struct text payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
+    char priority[16], delay[32], max_attempts[16];
+    const char *values[8];
+    PGresult *result = NULL;
+    bool any_payload, any_idempotency_key, any_ordering_key;
+    int rc = -1;
+
+    text_append_array_of(&payloads, messages, count, offsetof(struct outbox_message, payload_json),
+                         &any_payload);
+    text_append_array_of(&idempotency_keys, messages, count,
+                         offsetof(struct outbox_message, idempotency_key), &any_idempotency_key);
+    text_append_array_of(&ordering_keys, messages, count,
+                         offsetof(struct outbox_message, ordering_key), &any_ordering_key);
+    if (payloads.failed || idempotency_keys.failed || ordering_keys.failed) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto cleanup;
+    }
+    snprintf(priority, sizeof(priority), "%d", (int)first->priority);
+    snprintf(delay, sizeof(delay), "%.6f", first->delay_seconds);
+    snprintf(max_attempts, sizeof(max_attempts), "%d",
+             first->max_attempts > 0 ? (int)first->max_attempts : 10);
+    values[0] = first->queue;
+    values[1] = payloads.data;
+    values[2] = any_idempotency_key ? idempotency_keys.data : NULL;
+    values[3] = any_ordering_key ? ordering_keys.data : NULL;
+    values[4] = first->headers_json;
+    values[5] = priority;
+    values[6] = delay;
+    values[7] = max_attempts;
+    result = PQexecParams(conn, SQL_ENQUEUE_BATCH, 8, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        char context[300];
+
+        snprintf(context, sizeof(context), "unable to enqueue to '%.200s'", first->queue);
+        outbox_error_from_pg(err, conn, result, context);
+        goto cleanup;
+    }
+    if ((size_t)PQntuples(result) != count) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL,
+                         "unable to enqueue to '%.200s': %d job ids returned for %zu rows",
+                         first->queue, PQntuples(result), count);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < count; i++)
+        job_ids[i] = strtoll(PQgetvalue(result, (int)i, 0), NULL, 10);
+    rc = 0;
+
+cleanup:
+    PQclear(result);
+    free(payloads.data);
+    free(idempotency_keys.data);
+    free(ordering_keys.data);
+    return rc;
+}
+
+int
+outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, size_t count,
+                    int64_t *job_ids, struct outbox_error *err)
+{
+    size_t start = 0;
+
+    if (conn == NULL || (count > 0 && (messages == NULL || job_ids == NULL)))
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
+    for (size_t i = 0; i < count; i++) {
+        if (messages[i].queue == NULL || messages[i].payload_json == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                    "enqueue needs a queue and a payload (message %zu has none)",
+                                    i);
+    }
+    if (check_producer_transaction(conn, err) != 0)
+        return -1;
+    while (start < count) {
+        size_t end = start + 1;
+
+        while (end < count && same_batch(&messages[start], &messages[end]))
+            end++;
+        if (enqueue_group(conn, messages + start, end - start, job_ids + start, err) != 0)
+            return -1;
+        start = end;
+    }
     return 0;
 }

@@ -18,12 +18,12 @@
 --                    deletes old succeeded rows (DELETE), samples the backlog
 --                    (SELECT). It never inserts and owns nothing.
 --   outbox_producer  services that enqueue: EXECUTE on outbox.enqueue() and
---                    INSERT on outbox.job, plus SELECT on the columns
---                    enqueue() reads (job_id, queue, idempotency_key, ordering_key, state) -
---                    not on payloads. No UPDATE, no DELETE. Only ready rows:
---                    the insert trigger of migration 003 refuses any other
---                    shape (state, worker, lease, attempts, hold) from a
---                    role that does not own outbox.job.
+--                    outbox.enqueue_batch(), INSERT on outbox.job, plus SELECT
+--                    on the columns they read (job_id, queue, idempotency_key,
+--                    ordering_key, state) - not on payloads. No UPDATE, no
+--                    DELETE. Only ready rows: the insert trigger of migration
+--                    003 refuses any other shape (state, worker, lease,
+--                    attempts, hold) from a role that does not own outbox.job.
 --   outbox_reader    `outboxctl status`, `outboxctl dead list` and
 --                    `outboxctl paused`: read only.
 --   outbox_consumer  consumers that use the inbox: EXECUTE on
@@ -57,6 +57,8 @@ $$;
 REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
                                       text, text, text)
     FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer, timestamptz, integer)
+    FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, outbox_consumer;
 
@@ -68,6 +70,8 @@ GRANT SELECT ON outbox.paused TO outbox_relay;
 -- Producers.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
                                          text, text, text)
+    TO outbox_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer, timestamptz, integer)
     TO outbox_producer;
 GRANT INSERT ON outbox.job TO outbox_producer;
 GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;

@@ -189,6 +189,22 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
                      harness_query_ll(f->admin, "SELECT job_id FROM outbox.job"
                                                 " WHERE idempotency_key = 'order:1'"));
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 2);
+    /* in bulk too: a known key, a new key, an ordering key behind an unfinished row */
+    assert_int_equal(harness_query_ll(producer,
+                                      "SELECT cardinality(outbox.enqueue_batch('orders',"
+                                      " '{3,4}', '{order:1,order:3}', '{NULL,order:2}'))"),
+                     2);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE held AND idempotency_key = 'order:3'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 3);
+    /* a row held behind an earlier row of the same call passes the insert guard */
+    assert_int_equal(harness_query_ll(producer, "SELECT cardinality(outbox.enqueue_batch('orders',"
+                                                " '{5,6}', NULL, '{order:5,order:5}'))"),
+                     2);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE ordering_key = 'order:5' AND held"),
+                     1);
 
     assert_string_equal(sqlstate_of(producer, "UPDATE outbox.job SET state = 'dead'"), "42501");
     assert_string_equal(sqlstate_of(producer, "DELETE FROM outbox.job"), "42501");
@@ -196,7 +212,7 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
     assert_string_equal(sqlstate_of(producer, "TRUNCATE outbox.job"), "42501");
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
                                                 " WHERE state = 'ready'"),
-                     2);
+                     5);
 
     PQfinish(producer);
     free(url);
@@ -304,6 +320,8 @@ test_relay_runs_as_relay_role(void **state)
                                               " VALUES ('orders', '{}')"),
                         "42501");
     assert_string_equal(sqlstate_of(as_relay, "SELECT outbox.enqueue('orders', '{}')"), "42501");
+    assert_string_equal(sqlstate_of(as_relay, "SELECT outbox.enqueue_batch('orders', '{1}')"),
+                        "42501");
     assert_string_equal(sqlstate_of(as_relay, "TRUNCATE outbox.job"), "42501");
     PQfinish(as_relay);
     free(url);
@@ -334,6 +352,8 @@ test_reader_runs_status_and_cannot_write(void **state)
     assert_string_equal(sqlstate_of(reader, "UPDATE outbox.job SET state = 'dead'"), "42501");
     assert_string_equal(sqlstate_of(reader, "DELETE FROM outbox.job"), "42501");
     assert_string_equal(sqlstate_of(reader, "SELECT outbox.enqueue('orders', '{}')"), "42501");
+    assert_string_equal(sqlstate_of(reader, "SELECT outbox.enqueue_batch('orders', '{1}')"),
+                        "42501");
     PQfinish(reader);
     free(url);
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "outbox.h"
@@ -828,6 +829,274 @@ test_sweep_releases_a_row_stranded_by_a_race(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE held"), 1);
 }
 
+/* Enqueues messages in one committed call of outbox_enqueue_many(). */
+static void
+enqueue_many_committed(PGconn *conn, const struct outbox_message *messages, size_t count,
+                       int64_t *ids)
+{
+    struct outbox_error err;
+
+    harness_exec(conn, "BEGIN");
+    if (outbox_enqueue_many(conn, messages, count, ids, &err) != 0)
+        fail_msg("enqueue_many: %s", err.message);
+    harness_exec(conn, "COMMIT");
+}
+
+/* The payload of one row as text, e.g. {"n": 1}; the caller frees it. */
+static char *
+row_payload(PGconn *conn, int64_t job_id)
+{
+    char sql[128];
+    PGresult *result;
+    char *payload;
+
+    snprintf(sql, sizeof(sql), "SELECT payload::text FROM outbox.job WHERE job_id = %lld",
+             (long long)job_id);
+    result = PQexec(conn, sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(result), 1);
+    payload = strdup(PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return payload;
+}
+
+static void
+test_enqueue_many_returns_ids_in_order(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message messages[5] = {
+        {.queue = "orders", .payload_json = "{\"n\": 0}"},
+        {.queue = "orders", .payload_json = "{\"n\": 1, \"q\": \"a \\\"quoted\\\" {x,y}\"}"},
+        {.queue = "orders", .payload_json = "[2]", .priority = 5},
+        {.queue = "invoices", .payload_json = "3", .headers_json = "{\"h\": \"v\"}"},
+        {.queue = "orders", .payload_json = "\"four\""},
+    };
+    const char *expected[5] = {"{\"n\": 0}", "{\"n\": 1, \"q\": \"a \\\"quoted\\\" {x,y}\"}", "[2]",
+                               "3", "\"four\""};
+    int64_t ids[5] = {0};
+
+    enqueue_many_committed(f->conn, messages, 5, ids);
+    for (int i = 0; i < 5; i++) {
+        char *payload = row_payload(f->conn, ids[i]);
+
+        assert_string_equal(payload, expected[i]);
+        free(payload);
+        if (i > 0)
+            assert_true(ids[i] > ids[i - 1]);
+    }
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 5);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
+                                               " 'invoices' AND headers = '{\"h\": \"v\"}'"),
+                     1);
+    assert_int_equal(
+        harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE priority = 5"), 1);
+
+    /* the same in SQL: ids in payload order; an empty array inserts nothing */
+    assert_int_equal(harness_query_ll(f->conn,
+                                      "SELECT (ids[1] < ids[2] AND ids[2] < ids[3])::int FROM ("
+                                      " SELECT outbox.enqueue_batch('q', '{1,2,3}') AS ids) AS b"),
+                     1);
+    assert_int_equal(
+        harness_query_ll(f->conn, "SELECT cardinality(outbox.enqueue_batch('q', '{}'))"), 0);
+    assert_int_equal(harness_query_ll(f->conn,
+                                      "SELECT (string_agg(payload::text, ',' ORDER BY job_id)"
+                                      " = '1,2,3')::int FROM outbox.job WHERE queue = 'q'"),
+                     1);
+}
+
+static void
+test_enqueue_many_is_idempotent_on_key(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message earlier = {
+        .queue = "orders", .payload_json = "\"earlier\"", .idempotency_key = "k1"};
+    struct outbox_message messages[5] = {
+        {.queue = "orders", .payload_json = "\"a\"", .idempotency_key = "k1"},
+        {.queue = "orders", .payload_json = "\"b\"", .idempotency_key = "k2"},
+        {.queue = "orders", .payload_json = "\"c\""},
+        {.queue = "orders", .payload_json = "\"d\"", .idempotency_key = "k2"},
+        {.queue = "orders", .payload_json = "\"e\"", .idempotency_key = "NULL"},
+    };
+    int64_t first = enqueue_committed(f->conn, &earlier);
+    int64_t ids[5] = {0}, again[5] = {0};
+    char *payload;
+
+    enqueue_many_committed(f->conn, messages, 5, ids);
+    assert_int_equal(ids[0], first);      /* an existing key returns its row */
+    assert_int_equal(ids[3], ids[1]);     /* a repeat inside the call returns the first */
+    assert_int_not_equal(ids[4], ids[2]); /* the key "NULL" is a key like any other */
+    payload = row_payload(f->conn, ids[1]);
+    assert_string_equal(payload, "\"b\"");
+    free(payload);
+    payload = row_payload(f->conn, first);
+    assert_string_equal(payload, "\"earlier\"");
+    free(payload);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 4);
+
+    /* again: every keyed row is found, the keyless one goes in anew */
+    enqueue_many_committed(f->conn, messages, 5, again);
+    assert_int_equal(again[0], ids[0]);
+    assert_int_equal(again[1], ids[1]);
+    assert_int_equal(again[3], ids[1]);
+    assert_int_equal(again[4], ids[4]);
+    assert_true(again[2] > ids[4]);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 5);
+
+    /* a key of another queue is another row */
+    messages[0].queue = "receipts";
+    enqueue_many_committed(f->conn, messages, 1, again);
+    assert_int_not_equal(again[0], first);
+}
+
+static void
+test_enqueue_many_waits_for_a_concurrent_key(void **state)
+{
+    struct fixture *f = *state;
+    PGconn *other = harness_connect(f->url);
+    PGresult *result;
+    long long first;
+
+    harness_exec(f->conn, "BEGIN");
+    first = harness_query_ll(f->conn, "SELECT (outbox.enqueue_batch('q', '{1}', '{k}'))[1]");
+    /* the second producer's insert of the same key waits for the first transaction */
+    assert_int_equal(PQsendQuery(other, "SELECT (outbox.enqueue_batch('q', '{2,3}', '{x,k}'))[2]"),
+                     1);
+    usleep(200 * 1000);
+    harness_exec(f->conn, "COMMIT");
+    result = PQgetResult(other);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    assert_int_equal(strtoll(PQgetvalue(result, 0, 0), NULL, 10), first);
+    PQclear(result);
+    assert_null(PQgetResult(other));
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 2);
+    PQfinish(other);
+}
+
+static void
+test_enqueue_many_keeps_key_order(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message unfinished = {.queue = "q", .payload_json = "0", .ordering_key = "b"};
+    struct outbox_message messages[5] = {
+        {.queue = "q", .payload_json = "1", .ordering_key = "a"},
+        {.queue = "q", .payload_json = "2", .ordering_key = "a"},
+        {.queue = "q", .payload_json = "3"},
+        {.queue = "q", .payload_json = "4", .ordering_key = "b"},
+        {.queue = "q", .payload_json = "5", .ordering_key = "a"},
+    };
+    int64_t head_b = enqueue_committed(f->conn, &unfinished);
+    int64_t ids[5], claimed[10];
+    struct outbox_lease lease;
+    struct outbox_error err;
+    bool done;
+    size_t changed;
+
+    enqueue_many_committed(f->conn, messages, 5, ids);
+    assert_false(is_held(f->conn, ids[0]));
+    assert_true(is_held(f->conn, ids[1]));
+    assert_false(is_held(f->conn, ids[2]));
+    assert_true(is_held(f->conn, ids[3])); /* behind head_b, in the table */
+    assert_true(is_held(f->conn, ids[4]));
+
+    /* each key hands out its rows one at a time, in array order */
+    assert_int_equal(claim_ids(f->a, claimed, 10), 3);
+    assert_int_equal(claimed[0], head_b);
+    assert_int_equal(claimed[1], ids[0]);
+    assert_int_equal(claimed[2], ids[2]);
+    for (int step = 0; step < 2; step++) {
+        lease = (struct outbox_lease){.job_id = claimed[1], .generation = 1};
+        assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+        assert_true(done);
+        assert_int_equal(claim_ids(f->a, claimed + 1, 1), 1);
+        assert_int_equal(claimed[1], step == 0 ? ids[1] : ids[4]);
+    }
+    lease = (struct outbox_lease){.job_id = head_b, .generation = 1};
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_int_equal(claim_ids(f->a, claimed, 10), 1);
+    assert_int_equal(claimed[0], ids[3]);
+}
+
+static void
+test_enqueue_many_rejects_bad_input(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message messages[2] = {{.queue = "ok", .payload_json = "{}"},
+                                         {.queue = "bad queue", .payload_json = "{}"}};
+    struct outbox_error err;
+    int64_t ids[2];
+
+    /* outside a transaction, like outbox_enqueue() */
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 1, ids, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_STATE);
+
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 2, ids, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    assert_non_null(strstr(err.message, "invalid outbox queue name 'bad queue'"));
+    harness_exec(f->conn, "ROLLBACK");
+
+    messages[1].queue = "ok";
+    messages[1].headers_json = "{\"n\": 1}";
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 2, ids, &err), -1);
+    assert_non_null(strstr(err.message, "outbox headers must be a JSON object of string values"));
+    harness_exec(f->conn, "ROLLBACK");
+
+    messages[1].headers_json = NULL;
+    messages[1].payload_json = "{not json";
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 2, ids, &err), -1);
+    assert_string_equal(err.sqlstate, "22P02");
+    harness_exec(f->conn, "ROLLBACK");
+
+    messages[1].payload_json = NULL;
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 2, ids, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    harness_exec(f->conn, "ROLLBACK");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
+
+    /* the SQL function gives enqueue()'s errors, and its own for mismatched arrays */
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SAVEPOINT s");
+    {
+        static const struct {
+            const char *sql;
+            const char *sqlstate;
+            const char *message;
+        } cases[] = {
+            {"SELECT outbox.enqueue_batch('q', ARRAY['1', NULL]::jsonb[])", "22004",
+             "outbox payload must not be NULL"},
+            {"SELECT outbox.enqueue_batch('q', NULL)", "22004", "outbox payload must not be NULL"},
+            {"SELECT outbox.enqueue_batch('q', '{1}', max_attempts => 0)", "22023",
+             "outbox max_attempts must be positive, got 0"},
+            {"SELECT outbox.enqueue_batch('q', '{1}', '{a,b}')", "22023",
+             "outbox enqueue_batch got 2 idempotency keys for 1 payloads"},
+            {"SELECT outbox.enqueue_batch('q', '{1,2}', ordering_keys => '{a}')", "22023",
+             "outbox enqueue_batch got 1 ordering keys for 2 payloads"},
+            {"SELECT outbox.enqueue_batch('q', '{{1},{2}}')", "22023",
+             "outbox enqueue_batch takes one-dimensional arrays"},
+            {"SELECT outbox.enqueue_batch('', '{1}')", "22023", "invalid outbox queue name ''"},
+            {"SELECT outbox.enqueue_batch('q', '{1}', headers => '{\"a\": [\"x\"]}')", "22023",
+             "outbox headers must be a JSON object of string values"},
+            {"SELECT outbox.enqueue_batch('q', '{1}', run_at => 'infinity')", "22023",
+             "outbox run_at must be a finite time, got infinity"},
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            PGresult *result = PQexec(f->conn, cases[i].sql);
+
+            assert_int_equal(PQresultStatus(result), PGRES_FATAL_ERROR);
+            assert_string_equal(PQresultErrorField(result, PG_DIAG_SQLSTATE), cases[i].sqlstate);
+            assert_string_equal(PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY),
+                                cases[i].message);
+            PQclear(result);
+            harness_exec(f->conn, "ROLLBACK TO SAVEPOINT s");
+        }
+    }
+    harness_exec(f->conn, "ROLLBACK");
+}
+
 static void
 test_connect_without_schema_is_a_clear_error(void **state)
 {
@@ -864,6 +1133,12 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_is_idempotent_on_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_rejects_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_many_returns_ids_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_many_is_idempotent_on_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_many_waits_for_a_concurrent_key, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_many_keeps_key_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_many_rejects_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
