@@ -20,6 +20,7 @@
 
 #include <uuid/uuid.h>
 
+#include "clock.h"
 #include "error.h"
 #include "log.h"
 #include "outbox.h"
@@ -105,16 +106,6 @@ struct relay {
     pthread_mutex_t fatal_lock;
     struct outbox_error fatal_error;
 };
-
-/* Monotonic seconds. */
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Wall-clock seconds since the epoch, to compare with created_at. */
 static double
@@ -229,7 +220,7 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 
     if (sink_connect(p->sink, err) == 0) {
         metrics_set_up(r->metrics, METRICS_BROKER, true);
-        p->last_sink_idle = now_seconds();
+        p->last_sink_idle = clock_monotonic_seconds();
         if (attempt > 1 || !first)
             log_event(OUTBOX_LOG_INFO, "broker connected", "pipeline=%d broker=%s attempts=%d",
                       p->index, sink_display_url(p->sink), attempt);
@@ -259,7 +250,7 @@ static int
 connect_ends(struct pipeline *p, bool want_store, bool want_sink, bool first)
 {
     relay *r = p->relay;
-    double started = now_seconds();
+    double started = clock_monotonic_seconds();
 
     for (int attempt = 1; !stopping(r); attempt++) {
         struct outbox_error store_err, sink_err;
@@ -273,7 +264,7 @@ connect_ends(struct pipeline *p, bool want_store, bool want_sink, bool first)
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
-        if (r->config->once && now_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
+        if (r->config->once && clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
             struct outbox_error err;
 
             if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)
@@ -501,7 +492,7 @@ extend_if_stale(struct pipeline *p, const struct outbox_batch *batch, double cla
     struct outbox_error err;
     size_t changed;
 
-    if (now_seconds() - claimed_at <= c->lease_seconds / 2.0 || p->store == NULL)
+    if (clock_monotonic_seconds() - claimed_at <= c->lease_seconds / 2.0 || p->store == NULL)
         return;
     lease_batch(p, batch);
     if (outbox_extend(p->store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
@@ -559,9 +550,9 @@ publish_batch(struct pipeline *p, struct settlement *st)
 
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
-    started = now_seconds();
+    started = clock_monotonic_seconds();
     rc = sink_publish(p->sink, p->messages, batch->count, st->outcomes, &err);
-    finished = now_seconds();
+    finished = clock_monotonic_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0) {
@@ -612,7 +603,7 @@ relay_turn(struct pipeline *p, double *claimed_at)
     struct settlement *last = &p->settlements[!p->current];
     struct outbox_batch next = {0};
     struct outbox_error err;
-    double next_claimed_at = now_seconds();
+    double next_claimed_at = clock_monotonic_seconds();
     bool marking = false, claiming = false;
 
     extend_if_stale(p, &now->batch, *claimed_at);
@@ -715,7 +706,7 @@ static void
 maintain(struct pipeline *p, bool force)
 {
     relay *r = p->relay;
-    double now = now_seconds();
+    double now = clock_monotonic_seconds();
     struct outbox_error err;
 
     if (force || now >= p->next_reap) {
@@ -786,8 +777,8 @@ wait_for_work(struct pipeline *p, int wait_ms)
         }
         wait_ms -= slice;
     }
-    if (now_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
-        p->last_sink_idle = now_seconds();
+    if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
+        p->last_sink_idle = clock_monotonic_seconds();
         if (sink_idle(p->sink, &err) != 0) {
             log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
                               "pipeline=%d broker=%s error=\"%s\"", p->index,
@@ -835,7 +826,7 @@ pipeline_run(void *arg)
         }
 
         if (!claimed && now->batch.count == 0) {
-            claimed_at = now_seconds();
+            claimed_at = clock_monotonic_seconds();
             if (outbox_claim(p->store, queues, c->queue_count, c->batch_size, c->lease_seconds,
                              &now->batch, &err) != 0) {
                 store_failed(p, &err);
@@ -855,7 +846,7 @@ pipeline_run(void *arg)
              * --poll-interval once the queue has been quiet for longer.
              */
             idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
-            if (now_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
+            if (clock_monotonic_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
                 idle_ms = BUSY_POLL_MAX_MS;
             if (idle_ms > c->poll_interval_ms)
                 idle_ms = c->poll_interval_ms;
@@ -863,7 +854,7 @@ pipeline_run(void *arg)
             continue;
         }
         idle_ms = 0;
-        last_work = now_seconds();
+        last_work = clock_monotonic_seconds();
         claimed = relay_turn(p, &claimed_at);
     }
     /* the last published batch is marked; a claim made for the next turn goes back */

@@ -19,6 +19,7 @@
 
 #include <netinet/in.h>
 
+#include "clock.h"
 #include "error.h"
 
 /* How long a lingering connection discards the client's bytes, and at most how many. */
@@ -110,16 +111,6 @@ invalid:
                             "invalid --metrics-addr '%s': expected HOST:PORT or off", text);
 }
 
-/* Milliseconds on the monotonic clock, for deadlines. */
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- connections ------------------------------------------------------------ */
 
 /* Closes a connection and frees its buffers; the slot becomes free. */
@@ -162,7 +153,7 @@ connection_write(struct connection *c)
     c->response = NULL;
     shutdown(c->fd, SHUT_WR);
     c->phase = PHASE_LINGERING;
-    c->deadline_ms = now_ms() + HTTP_LINGER_MS;
+    c->deadline_ms = clock_monotonic_ms() + HTTP_LINGER_MS;
 }
 
 /* Makes the answer and starts sending it; the request buffer is no longer needed. */
@@ -195,7 +186,7 @@ connection_answer(struct connection *c, int status, const char *reason, const ch
     c->response_len = total;
     c->response_sent = 0;
     c->phase = PHASE_WRITING;
-    c->deadline_ms = now_ms() + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
+    c->deadline_ms = clock_monotonic_ms() + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
     connection_write(c);
 }
 
@@ -406,7 +397,7 @@ accept_clients(struct http_server *s)
         if (fd < 0) {
             /* out of descriptors: the pending client stays queued; try again a little later */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-                s->accept_paused_until_ms = now_ms() + HTTP_ACCEPT_PAUSE_MS;
+                s->accept_paused_until_ms = clock_monotonic_ms() + HTTP_ACCEPT_PAUSE_MS;
             return; /* none left, or that client gone */
         }
         for (size_t i = 0; i < HTTP_MAX_CONNECTIONS && slot == NULL; i++)
@@ -423,7 +414,7 @@ accept_clients(struct http_server *s)
         }
         slot->fd = fd;
         slot->phase = PHASE_READING;
-        slot->accepted_ms = now_ms();
+        slot->accepted_ms = clock_monotonic_ms();
         slot->deadline_ms = slot->accepted_ms + HTTP_REQUEST_TIMEOUT_SECONDS * 1000;
         slot->request_len = 0;
         slot->request[0] = '\0';
@@ -443,7 +434,7 @@ server_thread(void *arg)
     struct connection *polled[2 + HTTP_MAX_CONNECTIONS];
 
     for (;;) {
-        int64_t now = now_ms(), next = -1;
+        int64_t now = clock_monotonic_ms(), next = -1;
         nfds_t count = 2;
         int timeout, n;
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buffer.h"
 #include "error.h"
 
 #define RATE_KEY_MAX 64
@@ -23,14 +24,6 @@ struct rate_slot {
     int64_t last_ms;
     uint64_t suppressed;
     bool used;
-};
-
-/* A growable line; `failed` records an allocation failure so callers check once. */
-struct line {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
 };
 
 /* One parsed field: pointers into the formatted fields string. */
@@ -62,58 +55,15 @@ real_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void
-line_reserve(struct line *l, size_t extra)
-{
-    size_t cap;
-    char *data;
-
-    if (l->failed || l->len + extra + 1 <= l->cap)
-        return;
-    cap = l->cap ? l->cap : 256;
-    while (cap < l->len + extra + 1)
-        cap *= 2;
-    data = realloc(l->data, cap);
-    if (data == NULL) {
-        l->failed = true;
-        return;
-    }
-    l->data = data;
-    l->cap = cap;
-}
-
-static void
-line_append(struct line *l, const char *s, size_t n)
-{
-    line_reserve(l, n);
-    if (l->failed)
-        return;
-    memcpy(l->data + l->len, s, n);
-    l->len += n;
-    l->data[l->len] = '\0';
-}
-
-static void
-line_puts(struct line *l, const char *s)
-{
-    line_append(l, s, strlen(s));
-}
-
-static void
-line_putc(struct line *l, char c)
-{
-    line_append(l, &c, 1);
-}
-
 /* Appends a \xNN escape, used for control bytes in text output. */
 static void
-line_put_hex_escape(struct line *l, unsigned char c, const char *prefix)
+line_put_hex_escape(struct buffer *l, unsigned char c, const char *prefix)
 {
     static const char hex[] = "0123456789abcdef";
 
-    line_puts(l, prefix);
-    line_putc(l, hex[c >> 4]);
-    line_putc(l, hex[c & 0xf]);
+    buffer_puts(l, prefix);
+    buffer_putc(l, hex[c >> 4]);
+    buffer_putc(l, hex[c & 0xf]);
 }
 
 static bool
@@ -211,24 +161,24 @@ text_needs_quotes(const char *v, size_t n)
 
 /* Text output: appends v, escaping control bytes (and quotes/backslashes when quoted). */
 static void
-text_put_escaped(struct line *l, const char *v, size_t n, bool quoted)
+text_put_escaped(struct buffer *l, const char *v, size_t n, bool quoted)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)v[i];
 
         if (c == '\n')
-            line_puts(l, "\\n");
+            buffer_puts(l, "\\n");
         else if (c == '\t')
-            line_puts(l, "\\t");
+            buffer_puts(l, "\\t");
         else if (c == '\r')
-            line_puts(l, "\\r");
+            buffer_puts(l, "\\r");
         else if (c < 0x20 || c == 0x7f)
             line_put_hex_escape(l, c, "\\x");
         else if (quoted && (c == '"' || c == '\\')) {
-            line_putc(l, '\\');
-            line_putc(l, (char)c);
+            buffer_putc(l, '\\');
+            buffer_putc(l, (char)c);
         } else
-            line_putc(l, (char)c);
+            buffer_putc(l, (char)c);
     }
 }
 
@@ -264,24 +214,24 @@ utf8_sequence_length(const unsigned char *s, size_t n)
 
 /* JSON output: appends a quoted string; invalid UTF-8 becomes U+FFFD. */
 static void
-json_put_string(struct line *l, const char *v, size_t n)
+json_put_string(struct buffer *l, const char *v, size_t n)
 {
     const unsigned char *s = (const unsigned char *)v;
     size_t i = 0;
 
-    line_putc(l, '"');
+    buffer_putc(l, '"');
     while (i < n) {
         unsigned char c = s[i];
         size_t len;
 
         if (c == '"' || c == '\\') {
-            line_putc(l, '\\');
-            line_putc(l, (char)c);
+            buffer_putc(l, '\\');
+            buffer_putc(l, (char)c);
             i++;
             continue;
         }
         if (c == '\n' || c == '\t' || c == '\r') {
-            line_puts(l, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
+            buffer_puts(l, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
             i++;
             continue;
         }
@@ -292,14 +242,14 @@ json_put_string(struct line *l, const char *v, size_t n)
         }
         len = utf8_sequence_length(s + i, n - i);
         if (len == 0) {
-            line_puts(l, "\\ufffd");
+            buffer_puts(l, "\\ufffd");
             i++;
             continue;
         }
-        line_append(l, v + i, len);
+        buffer_append(l, v + i, len);
         i += len;
     }
-    line_putc(l, '"');
+    buffer_putc(l, '"');
 }
 
 /* True when v is a JSON number as written (no leading zeros, optional fraction/exponent). */
@@ -359,68 +309,68 @@ format_timestamp(int64_t ms, char *buf, size_t size)
 }
 
 static void
-render_text(struct line *l, const char *ts, enum log_level level, const char *msg,
+render_text(struct buffer *l, const char *ts, enum log_level level, const char *msg,
             const struct field *fields, size_t nfields, uint64_t suppressed)
 {
     char level_column[8];
     char number[48];
 
     snprintf(level_column, sizeof(level_column), "%-5s", log_level_name(level));
-    line_puts(l, ts);
-    line_putc(l, ' ');
-    line_puts(l, level_column);
-    line_putc(l, ' ');
+    buffer_puts(l, ts);
+    buffer_putc(l, ' ');
+    buffer_puts(l, level_column);
+    buffer_putc(l, ' ');
     text_put_escaped(l, msg, strlen(msg), false);
     for (size_t i = 0; i < nfields; i++) {
         const struct field *f = &fields[i];
         bool quote = f->quoted || text_needs_quotes(f->value, f->value_len);
 
-        line_putc(l, ' ');
-        line_append(l, f->key, f->key_len);
-        line_putc(l, '=');
+        buffer_putc(l, ' ');
+        buffer_append(l, f->key, f->key_len);
+        buffer_putc(l, '=');
         if (quote)
-            line_putc(l, '"');
+            buffer_putc(l, '"');
         text_put_escaped(l, f->value, f->value_len, quote);
         if (quote)
-            line_putc(l, '"');
+            buffer_putc(l, '"');
     }
     if (suppressed > 0) {
         snprintf(number, sizeof(number), " suppressed=%llu", (unsigned long long)suppressed);
-        line_puts(l, number);
+        buffer_puts(l, number);
     }
-    line_putc(l, '\n');
+    buffer_putc(l, '\n');
 }
 
 static void
-render_json(struct line *l, const char *ts, enum log_level level, const char *msg,
+render_json(struct buffer *l, const char *ts, enum log_level level, const char *msg,
             const struct field *fields, size_t nfields, uint64_t suppressed)
 {
     char number[48];
 
-    line_puts(l, "{\"ts\":\"");
-    line_puts(l, ts);
-    line_puts(l, "\",\"level\":\"");
-    line_puts(l, log_level_name(level));
-    line_puts(l, "\",\"msg\":");
+    buffer_puts(l, "{\"ts\":\"");
+    buffer_puts(l, ts);
+    buffer_puts(l, "\",\"level\":\"");
+    buffer_puts(l, log_level_name(level));
+    buffer_puts(l, "\",\"msg\":");
     json_put_string(l, msg, strlen(msg));
     for (size_t i = 0; i < nfields; i++) {
         const struct field *f = &fields[i];
 
-        line_putc(l, ',');
+        buffer_putc(l, ',');
         json_put_string(l, f->key, f->key_len);
-        line_putc(l, ':');
+        buffer_putc(l, ':');
         if (!f->quoted && (is_json_number(f->value, f->value_len) ||
                            (f->value_len == 4 && memcmp(f->value, "true", 4) == 0) ||
                            (f->value_len == 5 && memcmp(f->value, "false", 5) == 0)))
-            line_append(l, f->value, f->value_len);
+            buffer_append(l, f->value, f->value_len);
         else
             json_put_string(l, f->value, f->value_len);
     }
     if (suppressed > 0) {
         snprintf(number, sizeof(number), ",\"suppressed\":%llu", (unsigned long long)suppressed);
-        line_puts(l, number);
+        buffer_puts(l, number);
     }
-    line_puts(l, "}\n");
+    buffer_puts(l, "}\n");
 }
 
 /* Writes the whole line to the configured stream; caller holds lock. */
@@ -456,7 +406,7 @@ log_emit(enum log_level level, const char *msg, const char *fields_text, uint64_
 {
     struct field fields[FIELDS_MAX];
     size_t nfields = parse_fields(fields_text, fields, FIELDS_MAX);
-    struct line l = {0};
+    struct buffer l = {0};
     char ts[96];
 
     pthread_mutex_lock(&lock);

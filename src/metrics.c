@@ -11,6 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "buffer.h"
+#include "clock.h"
+
 static const double bucket_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                        0.25,  0.5,    1,     2.5,  5,     10};
 static const char *const bucket_labels[] = {"0.001", "0.0025", "0.005", "0.01", "0.025",
@@ -86,21 +89,11 @@ struct metrics {
 };
 
 /* A growable output buffer; `failed` records an allocation failure. */
-struct out {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
-};
-
 static double
 monotonic_seconds(void *context)
 {
-    struct timespec ts;
-
     (void)context;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return clock_monotonic_seconds();
 }
 
 struct metrics *
@@ -391,124 +384,77 @@ done:
 
 /* ---- rendering ---------------------------------------------------------- */
 
-static void
-out_append(struct out *o, const char *s, size_t n)
-{
-    if (o->failed)
-        return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 4096;
-        char *data;
-
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        data = realloc(o->data, cap);
-        if (data == NULL) {
-            o->failed = true;
-            return;
-        }
-        o->data = data;
-        o->cap = cap;
-    }
-    memcpy(o->data + o->len, s, n);
-    o->len += n;
-    o->data[o->len] = '\0';
-}
-
-static void
-out_puts(struct out *o, const char *s)
-{
-    out_append(o, s, strlen(s));
-}
-
-static void __attribute__((format(printf, 2, 3))) out_printf(struct out *o, const char *format, ...)
-{
-    char buf[256];
-    va_list ap;
-    int n;
-
-    va_start(ap, format);
-    n = vsnprintf(buf, sizeof(buf), format, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(buf)) {
-        /* Only short fixed strings go through here; a longer one is a bug, not data loss. */
-        o->failed = true;
-        return;
-    }
-    out_append(o, buf, (size_t)n);
-}
-
 /* Appends a label value escaped per the text format: \\, \" and \n. */
 static void
-out_label_value(struct out *o, const char *v)
+out_label_value(struct buffer *o, const char *v)
 {
     for (; *v != '\0'; v++) {
         if (*v == '\\')
-            out_puts(o, "\\\\");
+            buffer_puts(o, "\\\\");
         else if (*v == '"')
-            out_puts(o, "\\\"");
+            buffer_puts(o, "\\\"");
         else if (*v == '\n')
-            out_puts(o, "\\n");
+            buffer_puts(o, "\\n");
         else
-            out_append(o, v, 1);
+            buffer_append(o, v, 1);
     }
 }
 
 /* Appends {broker="...",key="value"}; key NULL for none; nothing when no labels. */
 static void
-out_labels(struct out *o, const struct metrics *m, const char *key, const char *value)
+out_labels(struct buffer *o, const struct metrics *m, const char *key, const char *value)
 {
     bool any = false;
 
     if (m->broker == NULL && key == NULL)
         return;
-    out_puts(o, "{");
+    buffer_puts(o, "{");
     if (m->broker != NULL) {
-        out_puts(o, "broker=\"");
+        buffer_puts(o, "broker=\"");
         out_label_value(o, m->broker);
-        out_puts(o, "\"");
+        buffer_puts(o, "\"");
         any = true;
     }
     if (key != NULL) {
         if (any)
-            out_puts(o, ",");
-        out_puts(o, key);
-        out_puts(o, "=\"");
+            buffer_puts(o, ",");
+        buffer_puts(o, key);
+        buffer_puts(o, "=\"");
         out_label_value(o, value ? value : "");
-        out_puts(o, "\"");
+        buffer_puts(o, "\"");
     }
-    out_puts(o, "}");
+    buffer_puts(o, "}");
 }
 
 static void
-out_header(struct out *o, const char *name, const char *help, const char *type)
+out_header(struct buffer *o, const char *name, const char *help, const char *type)
 {
-    out_puts(o, "# HELP ");
-    out_puts(o, name);
-    out_puts(o, " ");
-    out_puts(o, help);
-    out_puts(o, "\n# TYPE ");
-    out_puts(o, name);
-    out_puts(o, " ");
-    out_puts(o, type);
-    out_puts(o, "\n");
+    buffer_puts(o, "# HELP ");
+    buffer_puts(o, name);
+    buffer_puts(o, " ");
+    buffer_puts(o, help);
+    buffer_puts(o, "\n# TYPE ");
+    buffer_puts(o, name);
+    buffer_puts(o, " ");
+    buffer_puts(o, type);
+    buffer_puts(o, "\n");
 }
 
 /* A sample value: integers exactly, others with enough digits, specials as Prometheus spells them.
  */
 static void
-out_double(struct out *o, double v)
+out_double(struct buffer *o, double v)
 {
     if (isnan(v))
-        out_puts(o, "NaN");
+        buffer_puts(o, "NaN");
     else if (isinf(v))
-        out_puts(o, v > 0 ? "+Inf" : "-Inf");
+        buffer_puts(o, v > 0 ? "+Inf" : "-Inf");
     else
-        out_printf(o, "%.15g", v);
+        buffer_printf(o, "%.15g", v);
 }
 
 static void
-render_histogram(struct out *o, const struct metrics *m, const struct family_info *info,
+render_histogram(struct buffer *o, const struct metrics *m, const struct family_info *info,
                  const struct histogram *h)
 {
     uint64_t cumulative = 0;
@@ -516,31 +462,31 @@ render_histogram(struct out *o, const struct metrics *m, const struct family_inf
     out_header(o, info->name, info->help, "histogram");
     for (size_t i = 0; i <= BUCKET_COUNT; i++) {
         cumulative += h->buckets[i];
-        out_printf(o, "%s_bucket", info->name);
+        buffer_printf(o, "%s_bucket", info->name);
         /* The broker label goes first, then le, as in the other families. */
         if (m->broker != NULL) {
-            out_puts(o, "{broker=\"");
+            buffer_puts(o, "{broker=\"");
             out_label_value(o, m->broker);
-            out_puts(o, "\",le=\"");
+            buffer_puts(o, "\",le=\"");
         } else {
-            out_puts(o, "{le=\"");
+            buffer_puts(o, "{le=\"");
         }
-        out_puts(o, i < BUCKET_COUNT ? bucket_labels[i] : "+Inf");
-        out_printf(o, "\"} %llu\n", (unsigned long long)cumulative);
+        buffer_puts(o, i < BUCKET_COUNT ? bucket_labels[i] : "+Inf");
+        buffer_printf(o, "\"} %llu\n", (unsigned long long)cumulative);
     }
-    out_printf(o, "%s_sum", info->name);
+    buffer_printf(o, "%s_sum", info->name);
     out_labels(o, m, NULL, NULL);
-    out_puts(o, " ");
+    buffer_puts(o, " ");
     out_double(o, h->sum);
-    out_printf(o, "\n%s_count", info->name);
+    buffer_printf(o, "\n%s_count", info->name);
     out_labels(o, m, NULL, NULL);
-    out_printf(o, " %llu\n", (unsigned long long)h->count);
+    buffer_printf(o, " %llu\n", (unsigned long long)h->count);
 }
 
 char *
 metrics_render(struct metrics *m, size_t *length)
 {
-    struct out o = {0};
+    struct buffer o = {0};
 
     if (m == NULL)
         return NULL;
@@ -549,76 +495,76 @@ metrics_render(struct metrics *m, size_t *length)
     for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
         out_header(&o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
         for (size_t q = 0; q < m->queue_count; q++) {
-            out_puts(&o, queue_counter_info[c].name);
+            buffer_puts(&o, queue_counter_info[c].name);
             out_labels(&o, m, "queue", m->queues[q].name);
-            out_printf(&o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
+            buffer_printf(&o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
         }
     }
     for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
         out_header(&o, counter_info[c].name, counter_info[c].help, "counter");
-        out_puts(&o, counter_info[c].name);
+        buffer_puts(&o, counter_info[c].name);
         out_labels(&o, m, NULL, NULL);
-        out_printf(&o, " %llu\n", (unsigned long long)m->counters[c]);
+        buffer_printf(&o, " %llu\n", (unsigned long long)m->counters[c]);
     }
     out_header(&o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
                "counter");
     for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        out_puts(&o, "outbox_reconnects_total");
+        buffer_puts(&o, "outbox_reconnects_total");
         out_labels(&o, m, "target", target_names[t]);
-        out_printf(&o, " %llu\n", (unsigned long long)m->reconnects[t]);
+        buffer_printf(&o, " %llu\n", (unsigned long long)m->reconnects[t]);
     }
 
     out_header(&o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
                "gauge");
-    out_puts(&o, "outbox_rows_in_flight");
+    buffer_puts(&o, "outbox_rows_in_flight");
     out_labels(&o, m, NULL, NULL);
-    out_printf(&o, " %lld\n", (long long)m->in_flight);
+    buffer_printf(&o, " %lld\n", (long long)m->in_flight);
 
     out_header(&o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
     for (size_t q = 0; q < m->queue_count; q++) {
-        out_puts(&o, "outbox_ready_rows");
+        buffer_puts(&o, "outbox_ready_rows");
         out_labels(&o, m, "queue", m->queues[q].name);
-        out_printf(&o, " %lld\n", (long long)m->queues[q].ready_rows);
+        buffer_printf(&o, " %lld\n", (long long)m->queues[q].ready_rows);
     }
     out_header(&o, "outbox_oldest_ready_age_seconds",
                "Age of the oldest ready row per queue at the last sample.", "gauge");
     for (size_t q = 0; q < m->queue_count; q++) {
-        out_puts(&o, "outbox_oldest_ready_age_seconds");
+        buffer_puts(&o, "outbox_oldest_ready_age_seconds");
         out_labels(&o, m, "queue", m->queues[q].name);
-        out_puts(&o, " ");
+        buffer_puts(&o, " ");
         out_double(&o, m->queues[q].oldest_ready_age_seconds);
-        out_puts(&o, "\n");
+        buffer_puts(&o, "\n");
     }
     out_header(&o, "outbox_queue_paused",
                "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
     for (size_t q = 0; q < m->queue_count; q++) {
-        out_puts(&o, "outbox_queue_paused");
+        buffer_puts(&o, "outbox_queue_paused");
         out_labels(&o, m, "queue", m->queues[q].name);
-        out_printf(&o, " %d\n", m->queues[q].paused ? 1 : 0);
+        buffer_printf(&o, " %d\n", m->queues[q].paused ? 1 : 0);
     }
     out_header(&o, "outbox_queue_paused_keys",
                "Ordering keys of the queue paused at the last sample.", "gauge");
     for (size_t q = 0; q < m->queue_count; q++) {
-        out_puts(&o, "outbox_queue_paused_keys");
+        buffer_puts(&o, "outbox_queue_paused_keys");
         out_labels(&o, m, "queue", m->queues[q].name);
-        out_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
+        buffer_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
     }
     out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
                "gauge");
     for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        out_puts(&o, "outbox_up");
+        buffer_puts(&o, "outbox_up");
         out_labels(&o, m, "target", target_names[t]);
-        out_printf(&o, " %d\n", m->up[t] ? 1 : 0);
+        buffer_printf(&o, " %d\n", m->up[t] ? 1 : 0);
     }
 
     out_header(&o, "outbox_xmin_horizon_age_seconds",
                "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
                "gauge");
-    out_puts(&o, "outbox_xmin_horizon_age_seconds");
+    buffer_puts(&o, "outbox_xmin_horizon_age_seconds");
     out_labels(&o, m, NULL, NULL);
-    out_puts(&o, " ");
+    buffer_puts(&o, " ");
     out_double(&o, m->horizon_age_seconds);
-    out_puts(&o, "\n");
+    buffer_puts(&o, "\n");
 
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);

@@ -39,6 +39,7 @@
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 
+#include "clock.h"
 #include "error.h"
 #include "json.h"
 
@@ -89,15 +90,6 @@ enum frame_result {
     FRAME_CHANNEL_CLOSED, /* the broker closed our channel; reasons filled */
     FRAME_CONNECTION_LOST /* err filled; the caller tears down */
 };
-
-static int64_t
-monotonic_ms(void)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 static struct timeval
 timeval_from_ms(int64_t ms)
@@ -631,7 +623,7 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
 {
     struct sink_amqp *impl = s->impl;
     struct batch batch = {.messages = messages, .outcomes = outcomes, .count = count};
-    int64_t deadline = monotonic_ms() + s->options.io_timeout_ms;
+    int64_t deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
     int rc = 0;
 
     for (size_t i = 0; i < count; i++)
@@ -669,7 +661,7 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
     }
 
     while (batch.unsettled > 0 && !batch.channel_closed) {
-        int64_t left = deadline - monotonic_ms();
+        int64_t left = deadline - clock_monotonic_ms();
         int got;
 
         if (left <= 0) {
@@ -688,7 +680,7 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
             goto lost;
         /* the broker is answering: a large batch gets as long as it keeps making progress */
         if (got == 1)
-            deadline = monotonic_ms() + s->options.io_timeout_ms;
+            deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
     }
 
     if (batch.channel_closed) {

@@ -58,6 +58,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "error.h"
 
 #define DEFAULT_DEDUP_WINDOW_MS (24LL * 60 * 60 * 1000)
@@ -125,16 +126,6 @@ struct redis_sink {
     size_t argvlen[SCRIPT_ARGS];
     long long last_used_ms; /* monotonic time of the last reply */
 };
-
-/* Monotonic milliseconds. */
-static long long
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct timeval
 timeval_from_ms(int ms)
@@ -344,7 +335,7 @@ redis_connect(sink *s, struct outbox_error *err)
     memcpy(r->sha, reply->str, 40);
     r->sha[40] = '\0';
     freeReplyObject(reply);
-    r->last_used_ms = now_ms();
+    r->last_used_ms = clock_monotonic_ms();
     s->connected = true;
     return 0;
 }
@@ -558,7 +549,7 @@ pipeline_pass(sink *s, const struct sink_message *messages, const size_t *order,
         freeReplyObject(reply);
         received += chunk;
     }
-    r->last_used_ms = now_ms();
+    r->last_used_ms = clock_monotonic_ms();
     return 0;
 }
 
@@ -611,7 +602,7 @@ redis_idle(sink *s, struct outbox_error *err)
     struct redis_sink *r = s->impl;
     redisReply *reply;
 
-    if (now_ms() - r->last_used_ms < IDLE_PING_MS)
+    if (clock_monotonic_ms() - r->last_used_ms < IDLE_PING_MS)
         return 0;
     reply = redisCommand(r->context, "PING");
     if (reply == NULL) {
@@ -630,7 +621,7 @@ redis_idle(sink *s, struct outbox_error *err)
         return -1;
     }
     freeReplyObject(reply);
-    r->last_used_ms = now_ms();
+    r->last_used_ms = clock_monotonic_ms();
     return 0;
 }
 

@@ -20,6 +20,7 @@
 
 #include <poll.h>
 
+#include "buffer.h"
 #include "error.h"
 #include "outbox.h"
 
@@ -263,83 +264,75 @@ static const struct statement {
     {"outbox_sweep_held", SQL_SWEEP_HELD},
 };
 
-/* ---- growable text buffer for array literals ----------------------------- */
+/* ---- PostgreSQL array literals -------------------------------------------- */
 
-struct text {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
+/*
+ * An array literal built element by element ("{1,2,3}", "{\"a\",\"b\"}"),
+ * passed as one text parameter and cast by the statement. Allocation
+ * failures surface once, from array_finish().
+ */
+struct pg_array {
+    struct buffer text;
+    size_t count;
 };
 
-/* Makes room for extra more bytes plus a NUL; sets failed on OOM. */
-static bool
-text_reserve(struct text *t, size_t extra)
+/* Starts the next element: the opening brace or a comma. */
+static void
+array_next(struct pg_array *a)
 {
-    if (t->failed)
-        return false;
-    if (t->len + extra + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        char *data;
+    buffer_putc(&a->text, a->count++ == 0 ? '{' : ',');
+}
 
-        while (cap < t->len + extra + 1)
-            cap *= 2;
-        data = realloc(t->data, cap);
-        if (data == NULL) {
-            t->failed = true;
-            return false;
-        }
-        t->data = data;
-        t->cap = cap;
+static void
+array_add_int(struct pg_array *a, long long value)
+{
+    array_next(a);
+    buffer_printf(&a->text, "%lld", value);
+}
+
+static void
+array_add_double(struct pg_array *a, double value)
+{
+    array_next(a);
+    buffer_printf(&a->text, "%.3f", value);
+}
+
+static void
+array_add_bool(struct pg_array *a, bool value)
+{
+    array_next(a);
+    buffer_putc(&a->text, value ? 't' : 'f');
+}
+
+/* A double-quoted element: any text, with '"' and '\' escaped. */
+static void
+array_add_text(struct pg_array *a, const char *text)
+{
+    array_next(a);
+    buffer_putc(&a->text, '"');
+    for (; text != NULL && *text != '\0'; text++) {
+        if (*text == '"' || *text == '\\')
+            buffer_putc(&a->text, '\\');
+        buffer_putc(&a->text, *text);
     }
-    return true;
+    buffer_putc(&a->text, '"');
+}
+
+/* Closes the literal; its text, or NULL when out of memory. */
+static const char *
+array_finish(struct pg_array *a)
+{
+    if (a->count == 0)
+        buffer_putc(&a->text, '{');
+    buffer_putc(&a->text, '}');
+    return a->text.failed ? NULL : a->text.data;
 }
 
 static void
-text_append(struct text *t, const char *s, size_t len)
+array_clear(struct pg_array *a)
 {
-    if (!text_reserve(t, len))
-        return;
-    memcpy(t->data + t->len, s, len);
-    t->len += len;
-    t->data[t->len] = '\0';
-}
-
-static void
-text_printf(struct text *t, const char *format, long long value)
-{
-    char buf[32];
-    int n = snprintf(buf, sizeof(buf), format, value);
-
-    text_append(t, buf, (size_t)n);
-}
-
-/* Appends s as one double-quoted element of a PostgreSQL array literal. */
-static void
-text_append_array_string(struct text *t, const char *s)
-{
-    text_append(t, "\"", 1);
-    for (; s != NULL && *s != '\0'; s++) {
-        if (*s == '"' || *s == '\\')
-            text_append(t, "\\", 1);
-        text_append(t, s, 1);
-    }
-    text_append(t, "\"", 1);
-}
-
-/* Builds "{a,b,c}" and "{g1,g2,g3}" from a lease set. */
-static void
-lease_arrays(const struct outbox_lease *leases, size_t count, struct text *ids,
-             struct text *generations)
-{
-    text_append(ids, "{", 1);
-    text_append(generations, "{", 1);
-    for (size_t i = 0; i < count; i++) {
-        text_printf(ids, i ? ",%lld" : "%lld", (long long)leases[i].job_id);
-        text_printf(generations, i ? ",%lld" : "%lld", (long long)leases[i].generation);
-    }
-    text_append(ids, "}", 1);
-    text_append(generations, "}", 1);
+    buffer_clear(&a->text);
+    a->count = 0;
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -652,7 +645,7 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
                   int lease_seconds, struct outbox_error *err)
 {
     char limit_text[16], lease_text[16];
-    struct text queue_array = {0};
+    struct pg_array queue_array = {0};
     const char *values[5];
     int rc;
 
@@ -665,23 +658,17 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
     values[2] = lease_text;
     values[3] = store->block_on_dead_head ? "true" : "false";
     if (queue_count > 0) {
-        text_append(&queue_array, "{", 1);
-        for (size_t i = 0; i < queue_count; i++) {
-            if (i > 0)
-                text_append(&queue_array, ",", 1);
-            text_append_array_string(&queue_array, queues[i]);
-        }
-        text_append(&queue_array, "}", 1);
-        if (queue_array.failed) {
-            free(queue_array.data);
+        for (size_t i = 0; i < queue_count; i++)
+            array_add_text(&queue_array, queues[i]);
+        if ((values[4] = array_finish(&queue_array)) == NULL) {
+            array_clear(&queue_array);
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         }
-        values[4] = queue_array.data;
     }
     rc = queue_prepared(store, queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all",
                         queue_count > 0 ? 5 : 4, values, "unable to claim jobs from 'outbox.job'",
                         err);
-    free(queue_array.data);
+    array_clear(&queue_array);
     return rc;
 }
 
@@ -758,24 +745,26 @@ lease_write_send(outbox_store *store, const char *statement, const char *context
                  const struct outbox_lease *leases, size_t count, const char *extra_param,
                  struct outbox_error *err)
 {
-    struct text ids = {0}, generations = {0};
+    struct pg_array ids = {0}, generations = {0};
     const char *values[4];
     int rc;
 
     if (count == 0)
         return 0;
-    lease_arrays(leases, count, &ids, &generations);
-    if (ids.failed || generations.failed) {
-        rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    } else {
-        values[0] = store->worker_id;
-        values[1] = ids.data;
-        values[2] = generations.data;
-        values[3] = extra_param;
-        rc = queue_prepared(store, statement, extra_param ? 4 : 3, values, context, err);
+    for (size_t i = 0; i < count; i++) {
+        array_add_int(&ids, (long long)leases[i].job_id);
+        array_add_int(&generations, (long long)leases[i].generation);
     }
-    free(ids.data);
-    free(generations.data);
+    values[0] = store->worker_id;
+    values[1] = array_finish(&ids);
+    values[2] = array_finish(&generations);
+    values[3] = extra_param;
+    if (values[1] == NULL || values[2] == NULL)
+        rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    else
+        rc = queue_prepared(store, statement, extra_param ? 4 : 3, values, context, err);
+    array_clear(&ids);
+    array_clear(&generations);
     return rc;
 }
 
@@ -881,53 +870,36 @@ int
 outbox_fail_send(outbox_store *store, const struct outbox_failure *failures, size_t count,
                  struct outbox_error *err)
 {
-    struct text ids = {0}, generations = {0}, errors = {0}, delays = {0}, permanent = {0};
+    struct pg_array ids = {0}, generations = {0}, errors = {0}, delays = {0}, permanent = {0};
     const char *values[7];
     int rc;
 
     if (count == 0)
         return 0;
-    text_append(&ids, "{", 1);
-    text_append(&generations, "{", 1);
-    text_append(&errors, "{", 1);
-    text_append(&delays, "{", 1);
-    text_append(&permanent, "{", 1);
     for (size_t i = 0; i < count; i++) {
-        char delay[32];
-        const char *comma = i ? "," : "";
-
-        text_printf(&ids, i ? ",%lld" : "%lld", (long long)failures[i].job_id);
-        text_printf(&generations, i ? ",%lld" : "%lld", (long long)failures[i].generation);
-        text_append(&errors, comma, strlen(comma));
-        text_append_array_string(&errors, failures[i].error ? failures[i].error : "");
-        snprintf(delay, sizeof(delay), "%s%.3f", comma,
-                 failures[i].retry_seconds > 0 ? failures[i].retry_seconds : 0.0);
-        text_append(&delays, delay, strlen(delay));
-        text_append(&permanent, comma, strlen(comma));
-        text_append(&permanent, failures[i].permanent ? "t" : "f", 1);
+        array_add_int(&ids, (long long)failures[i].job_id);
+        array_add_int(&generations, (long long)failures[i].generation);
+        array_add_text(&errors, failures[i].error ? failures[i].error : "");
+        array_add_double(&delays, failures[i].retry_seconds > 0 ? failures[i].retry_seconds : 0.0);
+        array_add_bool(&permanent, failures[i].permanent);
     }
-    text_append(&ids, "}", 1);
-    text_append(&generations, "}", 1);
-    text_append(&errors, "}", 1);
-    text_append(&delays, "}", 1);
-    text_append(&permanent, "}", 1);
-    if (ids.failed || generations.failed || errors.failed || delays.failed || permanent.failed) {
+    values[0] = store->worker_id;
+    values[1] = array_finish(&ids);
+    values[2] = array_finish(&generations);
+    values[3] = array_finish(&errors);
+    values[4] = array_finish(&delays);
+    values[5] = array_finish(&permanent);
+    values[6] = store->block_on_dead_head ? "true" : "false";
+    if (values[1] == NULL || values[2] == NULL || values[3] == NULL || values[4] == NULL ||
+        values[5] == NULL)
         rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    } else {
-        values[0] = store->worker_id;
-        values[1] = ids.data;
-        values[2] = generations.data;
-        values[3] = errors.data;
-        values[4] = delays.data;
-        values[5] = permanent.data;
-        values[6] = store->block_on_dead_head ? "true" : "false";
+    else
         rc = queue_prepared(store, "outbox_fail", 7, values, FAIL_CONTEXT, err);
-    }
-    free(ids.data);
-    free(generations.data);
-    free(errors.data);
-    free(delays.data);
-    free(permanent.data);
+    array_clear(&ids);
+    array_clear(&generations);
+    array_clear(&errors);
+    array_clear(&delays);
+    array_clear(&permanent);
     return rc;
 }
 
