@@ -126,8 +126,15 @@ main(int argc, char **argv)
     }
 
     if (config.check) {
-        if (relay_check(r, &err) != 0)
-            goto fail;
+        bool configuration = false;
+
+        if (relay_check(r, &configuration, &err) != 0) {
+            if (!configuration)
+                goto fail;
+            fprintf(stderr, "outbox-relay: %s\n", err.message);
+            status = EXIT_USAGE;
+            goto cleanup;
+        }
         printf("configuration OK\n");
         status = 0;
         goto cleanup;

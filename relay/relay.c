@@ -1000,17 +1000,31 @@ relay_free(relay *r)
 }
 
 int
-relay_check(relay *r, struct outbox_error *err)
+relay_check(relay *r, bool *configuration, struct outbox_error *err)
 {
     struct pipeline *p = &r->pipelines[0];
     outbox_store *store = outbox_store_connect(r->config->database_url, p->worker_id, err);
+    int rc;
 
-    if (store == NULL)
+    *configuration = false;
+    if (store == NULL) {
+        *configuration = strcmp(err->sqlstate, "42501") == 0;
         return -1;
+    }
+    rc = outbox_store_check_privileges(store, err);
     outbox_store_free(store);
+    if (rc != 0) {
+        *configuration = err->code == OUTBOX_ERR_CONFIG;
+        return -1;
+    }
     if (sink_connect(p->sink, err) != 0)
         return -1;
+    rc = sink_check(p->sink, err);
     sink_disconnect(p->sink);
+    if (rc != 0) {
+        *configuration = err->code == OUTBOX_ERR_CONFIG;
+        return -1;
+    }
     return 0;
 }
 

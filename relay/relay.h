@@ -27,10 +27,13 @@ relay *relay_new(const struct relay_config *config, struct metrics *m, struct ou
 void relay_free(relay *r);
 
 /*
- * --check: connect to the database (schema present) and the broker
- * (authenticated), then disconnect. 0, or -1 with err.
+ * --check: connect to the database (schema present, every privilege the
+ * relay uses granted) and the broker (authenticated, --exchange present),
+ * then disconnect. 0, or -1 with err; *configuration is then true when
+ * the fault is in the configuration (a missing privilege or exchange)
+ * rather than in reaching a server.
  */
-int relay_check(relay *r, struct outbox_error *err);
+int relay_check(relay *r, bool *configuration, struct outbox_error *err);
 
 /*
  * Starts the pipelines. When the last one returns, finished(arg) is called

@@ -73,7 +73,8 @@ static const struct option_spec OPTIONS[] = {
      "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
      " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY},
     {"check", NULL, KIND_FLAG, FIELD(check), NULL, 0, 0, NULL,
-     "validate the configuration, connect to both ends, print 'configuration OK'", COMMAND_LINE_ONLY},
+     "validate the configuration, connect to both ends, check the role's privileges and that"
+     " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY},
     {"poll-interval", "DURATION", KIND_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
      "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT},
     {"retry-base", "DURATION", KIND_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,

@@ -156,6 +156,14 @@ outbox_store *outbox_store_connect(const char *database_url, const char *worker_
                                    struct outbox_error *err);
 void outbox_store_free(outbox_store *store);
 
+/*
+ * Checks that the session's role has every privilege the relay uses: USAGE
+ * on schema outbox, SELECT, UPDATE and DELETE on outbox.job, EXECUTE on the
+ * functions its statements call. 0, or -1 with OUTBOX_ERR_CONFIG, SQLSTATE
+ * 42501 and a message naming the first one missing.
+ */
+int outbox_store_check_privileges(outbox_store *store, struct outbox_error *err);
+
 /* The underlying connection, e.g. for LISTEN and poll() on its socket. */
 PGconn *outbox_store_conn(outbox_store *store);
 const char *outbox_store_worker_id(const outbox_store *store);

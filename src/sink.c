@@ -125,6 +125,15 @@ sink_publish(sink *s, const struct sink_message *messages, size_t count,
 }
 
 int
+sink_check(sink *s, struct outbox_error *err)
+{
+    if (!s->connected)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
+                                s->ops->kind);
+    return s->ops->check != NULL ? s->ops->check(s, err) : 0;
+}
+
+int
 sink_idle(sink *s, struct outbox_error *err)
 {
     if (!s->connected)

@@ -102,6 +102,15 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
                  struct sink_outcome *outcomes, struct outbox_error *err);
 
 /*
+ * For --check, on a connected sink: checks that what publishing needs
+ * exists on the broker. AMQP: the exchange of options.exchange (a passive
+ * declare; the default exchange always exists). 0, or -1 with
+ * OUTBOX_ERR_CONFIG naming what is missing (the sink is then disconnected),
+ * or another code when the broker could not be asked.
+ */
+int sink_check(sink *s, struct outbox_error *err);
+
+/*
  * Keeps an idle connection alive (AMQP heartbeats, closed channels). Call
  * at least every few seconds while idle. Returns -1 when the connection
  * was found broken.

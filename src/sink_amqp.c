@@ -727,6 +727,44 @@ sink_amqp_idle(sink *s, struct outbox_error *err)
     return 0;
 }
 
+/*
+ * A passive declare of the exchange: the broker answers declare-ok, or
+ * closes the channel with 404 NOT_FOUND. Publishing to a missing exchange
+ * would close the channel on every batch.
+ */
+static int
+sink_amqp_check(sink *s, struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    amqp_rpc_reply_t reply;
+    char text[256], quoted[SINK_AMQP_SHORTSTR_MAX + 1];
+
+    if (s->options.exchange[0] == '\0')
+        return 0;
+    amqp_exchange_declare(impl->conn, SINK_AMQP_CHANNEL, amqp_cstring_bytes(s->options.exchange),
+                          amqp_cstring_bytes("direct"), 1, 0, 0, 0, amqp_empty_table);
+    reply = amqp_get_rpc_reply(impl->conn);
+    if (reply.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    describe_reply(reply, text, sizeof(text));
+    outbox_error_quote(quoted, sizeof(quoted), s->options.exchange);
+    if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+        ((const amqp_channel_close_t *)reply.reply.decoded)->reply_code == AMQP_NOT_FOUND) {
+        amqp_channel_close_ok_t close_ok = {0};
+
+        amqp_send_method(impl->conn, SINK_AMQP_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok);
+        impl->channel_open = false;
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: exchange '%s' not found on %s: %s",
+                         quoted, sink_display_url(s), text);
+    } else {
+        outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to look up exchange '%s' on %s: %s",
+                         quoted, sink_display_url(s), text);
+    }
+    drop_connection(s);
+    return -1;
+}
+
 static void
 sink_amqp_disconnect(sink *s)
 {
@@ -761,6 +799,7 @@ const struct sink_ops sink_amqp_ops = {
     .connect = sink_amqp_connect,
     .publish = sink_amqp_publish,
     .idle = sink_amqp_idle,
+    .check = sink_amqp_check,
     .disconnect = sink_amqp_disconnect,
     .destroy = sink_amqp_destroy,
 };

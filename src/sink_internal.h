@@ -19,6 +19,8 @@ struct sink_ops {
     int (*publish)(sink *s, const struct sink_message *messages, size_t count,
                    struct sink_outcome *outcomes, struct outbox_error *err);
     int (*idle)(sink *s, struct outbox_error *err);
+    /* --check on a connected sink: what publishing needs exists; NULL when nothing to check. */
+    int (*check)(sink *s, struct outbox_error *err);
     void (*disconnect)(sink *s);
     /* Frees s->impl (after disconnect). */
     void (*destroy)(sink *s);

@@ -245,6 +245,48 @@ static const char SQL_HORIZON[] =
     "   AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"
     " ORDER BY xact_start LIMIT 1";
 
+/*
+ * What the relay needs, in the order it is reported, each with whether the
+ * session's role has it: USAGE on the schema, SELECT, UPDATE and DELETE on
+ * outbox.job, SELECT on outbox.paused (the claim reads it), and EXECUTE on
+ * every function the statements above call, the
+ * CHECK constraint's outbox.headers_are_strings() included (it runs on every
+ * mark). Objects are found through the catalogs, which need no privilege,
+ * so a missing USAGE is reported instead of failing the lookup. A function
+ * this server does not have (extract() is one before PostgreSQL 14) is not
+ * listed.
+ */
+static const char SQL_PRIVILEGES[] =
+    "WITH schema AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'outbox'),"
+    " job AS (SELECT c.oid FROM pg_catalog.pg_class AS c JOIN schema AS n ON n.oid = c.relnamespace"
+    "         WHERE c.relname = 'job'),"
+    " called (position, schema_name, name, arguments) AS (VALUES"
+    "  (1, 'outbox', 'headers_are_strings', 'jsonb'),"
+    "  (2, 'pg_catalog', 'make_interval',"
+    "   'integer,integer,integer,integer,integer,integer,double precision'),"
+    "  (3, 'pg_catalog', 'clock_timestamp', ''), (4, 'pg_catalog', 'statement_timestamp', ''),"
+    "  (5, 'pg_catalog', 'now', ''), (6, 'pg_catalog', 'unnest', 'anyarray'),"
+    "  (7, 'pg_catalog', 'extract', 'text,timestamp with time zone'),"
+    "  (8, 'pg_catalog', 'count', ''), (9, 'pg_catalog', 'min', 'timestamp with time zone'),"
+    "  (10, 'pg_catalog', 'left', 'text,integer'), (11, 'pg_catalog', 'pg_backend_pid', ''),"
+    "  (12, 'pg_catalog', 'isfinite', 'timestamp with time zone'),"
+    "  (13, 'pg_catalog', 'bool_or', 'boolean')),"
+    " needed (position, what, granted) AS ("
+    "  SELECT 1, 'USAGE on schema outbox', has_schema_privilege(oid, 'USAGE') FROM schema"
+    "  UNION ALL SELECT 2, 'SELECT on table outbox.job', has_table_privilege(oid, 'SELECT') FROM job"
+    "  UNION ALL SELECT 3, 'UPDATE on table outbox.job', has_table_privilege(oid, 'UPDATE') FROM job"
+    "  UNION ALL SELECT 4, 'DELETE on table outbox.job', has_table_privilege(oid, 'DELETE') FROM job"
+    "  UNION ALL SELECT 5, 'SELECT on table outbox.paused', has_table_privilege(c.oid, 'SELECT')"
+    "   FROM pg_catalog.pg_class AS c JOIN schema AS n ON n.oid = c.relnamespace"
+    "   WHERE c.relname = 'paused'"
+    "  UNION ALL SELECT 10 + f.position, 'EXECUTE on function '"
+    "    || CASE WHEN f.schema_name = 'pg_catalog' THEN '' ELSE f.schema_name || '.' END"
+    "    || f.name || '(' || f.arguments || ')', has_function_privilege(p.oid, 'EXECUTE')"
+    "   FROM called AS f JOIN pg_catalog.pg_namespace AS n ON n.nspname = f.schema_name"
+    "   JOIN pg_catalog.pg_proc AS p ON p.pronamespace = n.oid AND p.proname = f.name"
+    "    AND array_to_string(p.proargtypes::regtype[], ',') = f.arguments)"
+    " SELECT what, current_user FROM needed WHERE NOT granted ORDER BY position LIMIT 1";
+
 /* clang-format on */
 
 static const struct statement {
@@ -471,6 +513,35 @@ collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
 
 /* ---- connection ------------------------------------------------------------ */
 
+/* A privilege the relay needs and role lacks: a configuration error, SQLSTATE 42501. */
+static int
+missing_privilege(struct outbox_error *err, const char *role, const char *what)
+{
+    char quoted[64];
+
+    outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                     "role '%s' lacks %s (grant it the outbox_relay role of"
+                     " sql/roles/outbox_relay_role.sql)",
+                     outbox_error_quote(quoted, sizeof(quoted), role), what);
+    if (err != NULL)
+        memcpy(err->sqlstate, "42501", 6);
+    return -1;
+}
+
+int
+outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
+{
+    PGresult *result = PQexec(store->conn, SQL_PRIVILEGES);
+    int rc = 0;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        rc = outbox_error_from_pg(err, store->conn, result, "unable to read the role's privileges");
+    else if (PQntuples(result) > 0)
+        rc = missing_privilege(err, PQgetvalue(result, 0, 1), PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return rc;
+}
+
 outbox_store *
 outbox_store_connect(const char *database_url, const char *worker_id, struct outbox_error *err)
 {
@@ -520,7 +591,12 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
                                  " SET plan_cache_mode = force_custom_plan;"
                                  " SET lock_timeout = '10s';"
                                  " SET default_transaction_isolation = 'read committed';"
-                                 " SELECT to_regclass('outbox.job') IS NOT NULL");
+                                 /* the catalogs: to_regclass() fails without USAGE */
+                                 " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"
+                                 "  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+                                 "  WHERE n.nspname = 'outbox' AND c.relname = 'job'),"
+                                 " has_schema_privilege((SELECT oid FROM pg_catalog.pg_namespace"
+                                 "  WHERE nspname = 'outbox'), 'USAGE'), current_user");
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         outbox_error_from_pg(err, store->conn, result, "unable to set up the database session");
         goto fail;
@@ -528,6 +604,10 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     if (PQgetvalue(result, 0, 0)[0] != 't') {
         outbox_error_set(err, OUTBOX_ERR_SCHEMA,
                          "table 'outbox.job' not found: run 'outboxctl migrate' first");
+        goto fail;
+    }
+    if (PQgetvalue(result, 0, 1)[0] != 't') {
+        missing_privilege(err, PQgetvalue(result, 0, 2), "USAGE on schema outbox");
         goto fail;
     }
     PQclear(result);

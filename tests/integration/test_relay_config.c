@@ -491,6 +491,144 @@ test_once_gives_up_on_an_unreachable_end(void **state)
                      5);
 }
 
+/* ---- --check verifies what the relay will do --------------------------------------- */
+
+/* url with its userinfo replaced by user (no password: the test server trusts loopback). */
+static char *
+url_as(const char *url, const char *user)
+{
+    const char *scheme_end = strstr(url, "://"), *at, *rest;
+    char *out;
+
+    assert_non_null(scheme_end);
+    at = strchr(scheme_end + 3, '@');
+    rest = at != NULL ? at + 1 : scheme_end + 3;
+    out = malloc(strlen(url) + strlen(user) + 2);
+    assert_non_null(out);
+    sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
+    return out;
+}
+
+/* Runs sql/roles/outbox_relay_role.sql in the test's database. */
+static void
+run_roles_script(PGconn *conn)
+{
+    char path[1024], *text;
+    FILE *file;
+    long size;
+
+    snprintf(path, sizeof(path), "%s/sql/roles/outbox_relay_role.sql",
+             harness_env("OUTBOX_SOURCE_DIR"));
+    file = fopen(path, "r");
+    if (file == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(file, 0, SEEK_END);
+    size = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    text = malloc((size_t)size + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)size, file), (size_t)size);
+    text[size] = '\0';
+    fclose(file);
+    harness_exec(conn, text);
+    free(text);
+}
+
+/* --check as user after grants (run as the owner); exit 2 naming missing, or 0 when NULL. */
+static void
+check_as_role(struct fixture *f, const char *user, const char *grants, const char *missing)
+{
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char sql[1024], output[4096];
+    char *url = url_as(f->url, user);
+    const char *argv[] = {"--database-url", url, "--broker", broker, "--check", NULL};
+    int status;
+
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN; %s",
+             user, user,
+             grants);
+    harness_exec(f->conn, sql);
+    status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", user, user);
+    harness_exec(f->conn, sql);
+    free(url);
+    if (missing == NULL) {
+        if (status != 0 || strstr(output, "configuration OK") == NULL)
+            fail_msg("--check as a role with every privilege: exit %d\n%s", status, output);
+        return;
+    }
+    if (status != 2 || strstr(output, missing) == NULL || count_lines(output) != 1)
+        fail_msg("--check as a role without %s: exit %d, expected 2 and one line naming it:\n%s",
+                 missing, status, output);
+}
+
+static void
+test_check_names_a_missing_privilege(void **state)
+{
+    struct fixture *f = *state;
+    char user[64];
+
+    snprintf(user, sizeof(user), "check_role_%d", (int)getpid());
+#define GRANTS(...) (snprintf(grants, sizeof(grants), __VA_ARGS__), grants)
+    {
+        char grants[512];
+
+        check_as_role(f, user, GRANTS("GRANT SELECT, UPDATE, DELETE ON outbox.job TO %s", user),
+                      "USAGE on schema outbox");
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT UPDATE, DELETE ON outbox.job TO %1$s", user),
+                      "SELECT on table outbox.job");
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT SELECT, DELETE ON outbox.job TO %1$s", user),
+                      "UPDATE on table outbox.job");
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT SELECT, UPDATE ON outbox.job TO %1$s", user),
+                      "DELETE on table outbox.job");
+        /* the CHECK on headers calls this function on every mark */
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+                                      " REVOKE EXECUTE ON FUNCTION outbox.headers_are_strings(jsonb)"
+                                      " FROM PUBLIC",
+                                      user),
+                      "EXECUTE on function outbox.headers_are_strings(jsonb)");
+        harness_exec(f->conn, "GRANT EXECUTE ON FUNCTION outbox.headers_are_strings(jsonb)"
+                              " TO PUBLIC");
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+                                      " REVOKE EXECUTE ON FUNCTION pg_catalog.make_interval(integer,"
+                                      " integer, integer, integer, integer, integer, double precision)"
+                                      " FROM PUBLIC",
+                                      user),
+                      "EXECUTE on function make_interval(");
+        harness_exec(f->conn, "GRANT EXECUTE ON FUNCTION pg_catalog.make_interval(integer, integer,"
+                              " integer, integer, integer, integer, double precision) TO PUBLIC");
+        /* what sql/roles grants the relay is enough */
+        run_roles_script(f->conn);
+        check_as_role(f, user, GRANTS("GRANT outbox_relay TO %s", user), NULL);
+    }
+#undef GRANTS
+}
+
+static void
+test_check_looks_for_the_exchange(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    char output[4096];
+    const char *argv[] = {"--database-url", f->url, "--broker", broker, "--exchange",
+                          "no-such-exchange-here", "--check", NULL};
+
+    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 30000), 2);
+    if (strstr(output, "--exchange") == NULL || strstr(output, "no-such-exchange-here") == NULL ||
+        count_lines(output) != 1)
+        fail_msg("--check with a missing exchange, expected one line naming --exchange:\n%s",
+                 output);
+    argv[5] = "amq.topic";
+    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 30000), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+}
+
 int
 main(void)
 {
@@ -506,6 +644,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_health_names_the_end_that_is_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_once_gives_up_on_an_unreachable_end, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_check_names_a_missing_privilege, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_looks_for_the_exchange, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("relay configuration", tests, NULL, NULL);
