@@ -585,9 +585,14 @@ test_check_names_a_missing_privilege(void **state)
         check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
                                       " GRANT SELECT, UPDATE ON outbox.job TO %1$s", user),
                       "DELETE on table outbox.job");
+        /* the claim skips paused queues */
+        check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
+                                      " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s", user),
+                      "SELECT on table outbox.paused");
         /* the CHECK on headers calls this function on every mark */
         check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
                                       " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+                                      " GRANT SELECT ON outbox.paused TO %1$s;"
                                       " REVOKE EXECUTE ON FUNCTION outbox.headers_are_strings(jsonb)"
                                       " FROM PUBLIC",
                                       user),
@@ -596,6 +601,7 @@ test_check_names_a_missing_privilege(void **state)
                               " TO PUBLIC");
         check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
                                       " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+                                      " GRANT SELECT ON outbox.paused TO %1$s;"
                                       " REVOKE EXECUTE ON FUNCTION pg_catalog.make_interval(integer,"
                                       " integer, integer, integer, integer, integer, double precision)"
                                       " FROM PUBLIC",
