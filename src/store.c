@@ -346,6 +346,14 @@ array_add_bool(struct pg_array *a, bool value)
     buffer_putc(&a->text, value ? 't' : 'f');
 }
 
+/* An unquoted NULL element. */
+static void
+array_add_null(struct pg_array *a)
+{
+    array_next(a);
+    buffer_puts(&a->text, "NULL");
+}
+
 /* A double-quoted element: any text, with '"' and '\' escaped. */
 static void
 array_add_text(struct pg_array *a, const char *text)
@@ -1259,29 +1267,25 @@ same_batch(const struct outbox_message *a, const struct outbox_message *b)
 }
 
 /*
- * Appends one array element per message: the string field at offset, or an
+ * Adds one array element per message: the string field at offset, or an
  * unquoted NULL. Stores whether any element was not NULL in *any.
  */
 static void
-text_append_array_of(struct text *t, const struct outbox_message *messages, size_t count,
-                     size_t offset, bool *any)
+array_add_field_of(struct pg_array *a, const struct outbox_message *messages, size_t count,
+                   size_t offset, bool *any)
 {
     *any = false;
-    text_append(t, "{", 1);
     for (size_t i = 0; i < count; i++) {
         const char *value;
 
         memcpy(&value, (const char *)&messages[i] + offset, sizeof(value));
-        if (i > 0)
-            text_append(t, ",", 1);
         if (value == NULL) {
-            text_append(t, "NULL", 4);
+            array_add_null(a);
         } else {
-            text_append_array_string(t, value);
+            array_add_text(a, value);
             *any = true;
         }
     }
-    text_append(t, "}", 1);
 }
 
 /* One enqueue_batch() call for messages[0..count-1], which share their options. */
@@ -1290,20 +1294,23 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
               struct outbox_error *err)
 {
     const struct outbox_message *first = &messages[0];
-    struct text payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
+    struct pg_array payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
     char priority[16], delay[32], max_attempts[16];
     const char *values[8];
     PGresult *result = NULL;
     bool any_payload, any_idempotency_key, any_ordering_key;
     int rc = -1;
 
-    text_append_array_of(&payloads, messages, count, offsetof(struct outbox_message, payload_json),
-                         &any_payload);
-    text_append_array_of(&idempotency_keys, messages, count,
-                         offsetof(struct outbox_message, idempotency_key), &any_idempotency_key);
-    text_append_array_of(&ordering_keys, messages, count,
-                         offsetof(struct outbox_message, ordering_key), &any_ordering_key);
-    if (payloads.failed || idempotency_keys.failed || ordering_keys.failed) {
+    array_add_field_of(&payloads, messages, count, offsetof(struct outbox_message, payload_json),
+                       &any_payload);
+    array_add_field_of(&idempotency_keys, messages, count,
+                       offsetof(struct outbox_message, idempotency_key), &any_idempotency_key);
+    array_add_field_of(&ordering_keys, messages, count,
+                       offsetof(struct outbox_message, ordering_key), &any_ordering_key);
+    values[1] = array_finish(&payloads);
+    values[2] = array_finish(&idempotency_keys);
+    values[3] = array_finish(&ordering_keys);
+    if (values[1] == NULL || values[2] == NULL || values[3] == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto cleanup;
     }
@@ -1312,9 +1319,10 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
     snprintf(max_attempts, sizeof(max_attempts), "%d",
              first->max_attempts > 0 ? (int)first->max_attempts : 10);
     values[0] = first->queue;
-    values[1] = payloads.data;
-    values[2] = any_idempotency_key ? idempotency_keys.data : NULL;
-    values[3] = any_ordering_key ? ordering_keys.data : NULL;
+    if (!any_idempotency_key)
+        values[2] = NULL;
+    if (!any_ordering_key)
+        values[3] = NULL;
     values[4] = first->headers_json;
     values[5] = priority;
     values[6] = delay;
@@ -1339,9 +1347,9 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
 
 cleanup:
     PQclear(result);
-    free(payloads.data);
-    free(idempotency_keys.data);
-    free(ordering_keys.data);
+    array_clear(&payloads);
+    array_clear(&idempotency_keys);
+    array_clear(&ordering_keys);
     return rc;
 }
 
