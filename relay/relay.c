@@ -195,6 +195,7 @@ try_store(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
     if (p->store != NULL) {
         PQsetNoticeProcessor(outbox_store_conn(p->store), log_database_notice, p);
         outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
+        outbox_store_set_delete_on_success(p->store, r->config->delete_on_success);
         metrics_set_up(r->metrics, METRICS_DATABASE, true);
         if (attempt > 1 || !first)
             log_event(OUTBOX_LOG_INFO, "database connected", "pipeline=%d attempts=%d", p->index,

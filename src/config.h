@@ -53,6 +53,7 @@ struct relay_config {
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N, 0 off */
     int64_t max_message_bytes; /* larger payloads fail as permanent */
     bool block_on_dead_head;   /* --ordering-dead-policy block */
+    bool delete_on_success;    /* --on-success delete */
     bool tls_verify;           /* amqps: verify the broker's certificate */
     int log_level;  /* enum config_log_level */
     int log_format; /* enum config_log_format */

@@ -11,7 +11,7 @@
  *            statement, mark them running, set worker + lease, and bump
  *            attempts, which is the generation of this claim
  *   extend   push the lease of rows still owned
- *   complete mark owned rows succeeded
+ *   complete mark owned rows succeeded (or delete them, if the store is set so)
  *   fail     give owned rows back with a backoff delay, or make them dead
  *   release  give owned rows back at once without spending an attempt
  *   reap     recover rows whose lease expired (any worker's)
@@ -174,6 +174,15 @@ const char *outbox_store_worker_id(const outbox_store *store);
  * removes the dead row.
  */
 void outbox_store_set_block_on_dead_head(outbox_store *store, bool block);
+
+/*
+ * What complete does with a published row: false (default) marks it
+ * succeeded and keeps it until cleanup; true deletes it, fenced exactly like
+ * the mark, which costs PostgreSQL less per row but keeps nothing to
+ * replay or audit, and an idempotency key is free again once its row is
+ * gone. Switch it only while no complete is sent ahead.
+ */
+void outbox_store_set_delete_on_success(outbox_store *store, bool delete_rows);
 
 /*
  * Wait until a notification arrives on channel outbox_job, the socket

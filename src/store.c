@@ -32,6 +32,7 @@ struct outbox_store {
     char *worker_id;
     bool listening;
     bool block_on_dead_head; /* ordering: a dead head keeps its key blocked */
+    bool delete_on_success;  /* complete deletes the row instead of marking it succeeded */
     char *sweep_queue;       /* where the sweep of held rows goes on; NULL: from the start */
     char *sweep_key;
     /* statements sent in pipeline mode whose results are not collected yet, oldest first */
@@ -121,6 +122,20 @@ static const char SQL_COMPLETE[] =
     " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
     "     finished_at = clock_timestamp()"
     " FROM input" STILL_OWNED
+    " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
+    RELEASE_NEXT_OF_KEY " SELECT job_id FROM finished";
+
+/*
+ * The complete of --on-success delete: the same lock, the same fence, the
+ * same release of the key's next row, but the row goes instead of staying
+ * as succeeded. A delete writes no new row version and no index entry (the
+ * mark writes a version with entries in the primary key and
+ * job_succeeded_idx, which retention deletes again later).
+ */
+static const char SQL_COMPLETE_DELETE[] =
+    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
+    " DELETE FROM outbox.job AS j"
+    " USING input" STILL_OWNED
     " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
     RELEASE_NEXT_OF_KEY " SELECT job_id FROM finished";
 
@@ -297,6 +312,7 @@ static const struct statement {
     {"outbox_claim_queues", SQL_CLAIM_QUEUES},
     {"outbox_extend", SQL_EXTEND},
     {"outbox_complete", SQL_COMPLETE},
+    {"outbox_complete_delete", SQL_COMPLETE_DELETE},
     {"outbox_release", SQL_RELEASE},
     {"outbox_fail", SQL_FAIL},
     {"outbox_reap", SQL_REAP},
@@ -673,6 +689,12 @@ outbox_store_set_block_on_dead_head(outbox_store *store, bool block)
     store->block_on_dead_head = block;
 }
 
+void
+outbox_store_set_delete_on_success(outbox_store *store, bool delete_rows)
+{
+    store->delete_on_success = delete_rows;
+}
+
 int
 outbox_store_wait(outbox_store *store, int timeout_ms, bool *notified, struct outbox_error *err)
 {
@@ -921,27 +943,35 @@ outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t cou
 
 #define COMPLETE_CONTEXT "unable to mark jobs succeeded"
 
+/* The complete statement of the store's --on-success mode. */
+static const char *
+complete_statement(const outbox_store *store)
+{
+    return store->delete_on_success ? "outbox_complete_delete" : "outbox_complete";
+}
+
 int
 outbox_complete(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
                 size_t *changed, struct outbox_error *err)
 {
-    return fenced_lease_write(store, "outbox_complete", COMPLETE_CONTEXT, leases, count, NULL, done,
-                              changed, err);
+    return fenced_lease_write(store, complete_statement(store), COMPLETE_CONTEXT, leases, count,
+                              NULL, done, changed, err);
 }
 
 int
 outbox_complete_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
                      struct outbox_error *err)
 {
-    return lease_write_send(store, "outbox_complete", COMPLETE_CONTEXT, leases, count, NULL, err);
+    return lease_write_send(store, complete_statement(store), COMPLETE_CONTEXT, leases, count, NULL,
+                            err);
 }
 
 int
 outbox_complete_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
                         bool *done, size_t *changed, struct outbox_error *err)
 {
-    return fenced_write_receive(store, "outbox_complete", COMPLETE_CONTEXT, leases, sizeof(*leases),
-                                count, done, NULL, changed, err);
+    return fenced_write_receive(store, complete_statement(store), COMPLETE_CONTEXT, leases,
+                                sizeof(*leases), count, done, NULL, changed, err);
 }
 
 int

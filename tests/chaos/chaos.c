@@ -80,6 +80,8 @@ struct producer {
     struct id_list rolled_back; /* new rows inside transactions rolled back */
     long duplicate_commits;     /* committed transactions that reused a key */
     long duplicate_mismatches;  /* a reused key that returned another job id */
+    struct id_list forgotten;   /* --on-success delete: rows whose key a later enqueue reused
+                                   after the row was gone (a new row then, by design) */
     long uncertain;             /* COMMIT failed: outcome unknown, settled from the table */
     long errors;                /* transactions broken by a fault */
     char keys[64][48];          /* recently committed idempotency keys and their ids */
@@ -255,7 +257,11 @@ control_value(struct chaos *c, const char *sql)
     return value;
 }
 
-/* The business table and the audit of every state transition of outbox.job. */
+/*
+ * The business table and the audit of every state transition of outbox.job;
+ * a deleted row (--on-success delete) is logged as new state 'deleted',
+ * with its ordering key.
+ */
 static const char SETUP_SQL[] =
     "CREATE TABLE chaos_order ("
     "  order_id bigserial PRIMARY KEY, job_id bigint NOT NULL, producer int NOT NULL,"
@@ -263,12 +269,19 @@ static const char SETUP_SQL[] =
     "CREATE TABLE chaos_audit ("
     "  seq bigserial PRIMARY KEY, job_id bigint NOT NULL, old_state text, new_state text,"
     "  old_worker text, new_worker text, old_attempts int, new_attempts int,"
-    "  old_lease timestamptz, new_lease timestamptz, last_error text, actor text,"
-    "  at timestamptz NOT NULL);"
+    "  old_lease timestamptz, new_lease timestamptz, last_error text, ordering_key text,"
+    "  actor text, at timestamptz NOT NULL);"
     "CREATE INDEX ON chaos_audit (job_id, seq);"
     "CREATE FUNCTION chaos_audit_job() RETURNS trigger LANGUAGE plpgsql AS $$"
     " BEGIN"
-    "  IF TG_OP = 'INSERT' THEN"
+    "  IF TG_OP = 'DELETE' THEN"
+    "   INSERT INTO chaos_audit (job_id, old_state, new_state, old_worker, old_attempts,"
+    "     new_attempts, old_lease, last_error, ordering_key, actor, at)"
+    "   VALUES (OLD.job_id, OLD.state, 'deleted', OLD.worker_id, OLD.attempts, OLD.attempts,"
+    "     OLD.lease_until, OLD.last_error, OLD.ordering_key,"
+    "     current_setting('application_name'), clock_timestamp());"
+    "   RETURN OLD;"
+    "  ELSIF TG_OP = 'INSERT' THEN"
     "   INSERT INTO chaos_audit (job_id, new_state, new_attempts, actor, at)"
     "   VALUES (NEW.job_id, NEW.state, NEW.attempts, current_setting('application_name'),"
     "           clock_timestamp());"
@@ -283,15 +296,15 @@ static const char SETUP_SQL[] =
     "  END IF;"
     "  RETURN NEW;"
     " END $$;"
-    "CREATE TRIGGER chaos_audit_job BEFORE INSERT OR UPDATE ON outbox.job"
+    "CREATE TRIGGER chaos_audit_job BEFORE INSERT OR UPDATE OR DELETE ON outbox.job"
     " FOR EACH ROW EXECUTE FUNCTION chaos_audit_job();";
 
 /*
- * Fenced writes (extend, complete, fail, release: every change of a running
- * row except a reap) that were not made by the session, worker and
- * generation of the row's latest claim, or were made after its lease ended.
- * A reap is recognised by its 'lease expired' error and must come after
- * the lease ended.
+ * Fenced writes (extend, complete, fail, release, and the delete of
+ * --on-success delete: every change of a running row except a reap) that
+ * were not made by the session, worker and generation of the row's latest
+ * claim, or were made after its lease ended. A reap is recognised by its
+ * 'lease expired' error and must come after the lease ended.
  */
 static const char AUDIT_VIOLATIONS_SQL[] =
     "WITH t AS (SELECT *, (last_error LIKE 'lease expired%%' AND new_state IN ('ready', 'dead')"
@@ -387,6 +400,7 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
     int64_t job_id = 0, expected = 0;
     long roll = random_between(&p->rng, 0, 99);
     bool rollback = roll < 10, reuse = false, ok;
+    int reuse_slot = 0;
     PGresult *result;
 
     snprintf(payload, sizeof(payload), "{\"producer\": %d, \"sequence\": %ld}", p->index, sequence);
@@ -407,6 +421,7 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
 
         snprintf(key, sizeof(key), "%s", p->keys[slot]);
         expected = p->key_ids[slot];
+        reuse_slot = slot;
         reuse = true;
         message.idempotency_key = key;
     } else if (roll < 40) {
@@ -453,8 +468,14 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
     }
     if (reuse) {
         p->duplicate_commits++;
-        if (job_id != expected)
+        if (job_id != expected && c->options->delete_on_success) {
+            /* the key went with its deleted row (the verdict checks it was deleted) */
+            id_list_add(&p->forgotten, expected);
+            id_list_add(&p->committed, job_id);
+            p->key_ids[reuse_slot] = job_id;
+        } else if (job_id != expected) {
             p->duplicate_mismatches++;
+        }
     } else {
         id_list_add(&p->committed, job_id);
         if (message.idempotency_key != NULL)
@@ -531,6 +552,10 @@ relay_start(struct chaos *c, int index)
     if (c->options->broker == CHAOS_REDIS) {
         argv[n++] = "--stream-prefix";
         argv[n++] = c->stream_prefix;
+    }
+    if (c->options->delete_on_success) {
+        argv[n++] = "--on-success";
+        argv[n++] = "delete";
     }
     argv[n] = NULL;
     if (r->log_path[0] == '\0') {
@@ -990,9 +1015,13 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     long missing = 0, duplicates = 0, duplicated_jobs = 0, rolled_back_delivered = 0,
          not_committed = 0, out_of_order = 0, keyed = 0, not_succeeded;
     long long rows_total, orphans, audit_rows, completions, fenced_bad, reap_bad, dead, reclaimed;
+    long long deleted, kept_succeeded = 0, forgotten = 0, forgotten_bad = 0;
     struct id_list duplicated = {0};
 
-    rows = control_exec(c, "SELECT job_id, ordering_key FROM outbox.job ORDER BY job_id");
+    /* the committed rows: those left, and those deleted at completion */
+    rows = control_exec(c, "SELECT job_id, ordering_key FROM outbox.job UNION ALL"
+                           " SELECT job_id, ordering_key FROM chaos_audit"
+                           " WHERE new_state = 'deleted' ORDER BY job_id");
     rows_total = PQntuples(rows);
     if (rows_total > 0)
         max_id = strtoll(PQgetvalue(rows, (int)rows_total - 1, 0), NULL, 10);
@@ -1022,6 +1051,17 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
         struct producer *p = &c->producers[i];
 
         committed_known += (long)p->committed.count;
+        forgotten += (long long)p->forgotten.count;
+        for (size_t j = 0; j < p->forgotten.count; j++) {
+            char sql[160];
+
+            snprintf(sql, sizeof(sql),
+                     "SELECT count(*) FROM chaos_audit WHERE job_id = %" PRId64
+                     " AND old_state = 'running' AND new_state = 'deleted'",
+                     p->forgotten.ids[j]);
+            if (control_value(c, sql) != 1)
+                forgotten_bad++;
+        }
         rolled_back += (long)p->rolled_back.count;
         uncertain += p->uncertain;
         duplicate_commits += p->duplicate_commits;
@@ -1078,20 +1118,27 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     not_succeeded = (long)control_value(c, "SELECT count(*) FROM outbox.job"
                                            " WHERE state NOT IN ('succeeded')");
     dead = control_value(c, "SELECT count(*) FROM outbox.job WHERE state = 'dead'");
+    deleted = control_value(c, "SELECT count(*) FROM chaos_audit WHERE new_state = 'deleted'");
+    if (c->options->delete_on_success)
+        kept_succeeded = control_value(c, "SELECT count(*) FROM outbox.job"
+                                          " WHERE state = 'succeeded'");
     orphans = control_value(c, "SELECT (SELECT count(*) FROM outbox.job j WHERE NOT EXISTS"
                                "  (SELECT 1 FROM chaos_order o WHERE o.job_id = j.job_id))"
                                " + (SELECT count(*) FROM chaos_order o WHERE NOT EXISTS"
-                               "  (SELECT 1 FROM outbox.job j WHERE j.job_id = o.job_id))");
+                               "  (SELECT 1 FROM outbox.job j WHERE j.job_id = o.job_id)"
+                               "  AND NOT EXISTS (SELECT 1 FROM chaos_audit a"
+                               "   WHERE a.job_id = o.job_id AND a.new_state = 'deleted'))");
     audit_rows = control_value(c, "SELECT count(*) FROM chaos_audit");
     reclaimed = control_value(c, "SELECT count(*) FROM (SELECT job_id FROM chaos_audit"
                                  " WHERE old_state = 'ready' AND new_state = 'running'"
                                  " GROUP BY job_id HAVING count(*) > 1) j");
     completions = control_value(c, "SELECT count(*) FROM chaos_audit WHERE old_state = 'running'"
-                                   " AND new_state = 'succeeded'");
+                                   " AND new_state IN ('succeeded', 'deleted')");
 
-    printf("\nchaos verdict: %s, seed %" PRIu64 " (replay: OUTBOX_CHAOS_SEED=%" PRIu64
+    printf("\nchaos verdict: %s%s, seed %" PRIu64 " (replay: OUTBOX_CHAOS_SEED=%" PRIu64
            "), %d s of faults, %.0f s in all\n",
-           broker_service(c), c->options->seed, c->options->seed, c->options->seconds, seconds);
+           broker_service(c), c->options->delete_on_success ? " --on-success delete" : "",
+           c->options->seed, c->options->seed, c->options->seconds, seconds);
     printf("  rows committed:     %lld (acknowledged commits %ld, commits with unknown outcome"
            " %ld)\n",
            rows_total, committed_known, uncertain);
@@ -1099,8 +1146,13 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     printf("  duplicate keys:     %ld committed transactions reused a key, %ld got another id\n",
            duplicate_commits, mismatches);
     printf("  producer retries:   %ld transactions broken by faults\n", producer_errors);
-    printf("  rows final state:   %lld succeeded, %lld dead, %lld not finished\n",
-           rows_total - not_succeeded, dead, (long long)not_succeeded - dead);
+    printf("  rows final state:   %lld succeeded (%lld of them deleted), %lld dead, %lld not"
+           " finished\n",
+           rows_total - not_succeeded, deleted, dead, (long long)not_succeeded - dead);
+    if (c->options->delete_on_success)
+        printf("  on success delete:  %lld succeeded rows kept, %lld reused keys found their row"
+               " gone (%lld of those rows never deleted by a completion)\n",
+               kept_succeeded, forgotten, forgotten_bad);
     printf("  delivered:          %zu messages, %lld distinct jobs, %ld missing, %ld"
            " duplicates (%ld jobs)\n",
            delivered->count,
@@ -1132,6 +1184,8 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     check(&v, lost_known == 0, "acknowledged commits missing from outbox.job");
     check(&v, rolled_back_present == 0, "rolled-back rows present in outbox.job");
     check(&v, mismatches == 0, "a reused idempotency key returned another job id");
+    check(&v, forgotten_bad == 0, "a reused key returned another job id while its row existed");
+    check(&v, kept_succeeded == 0, "--on-success delete kept succeeded rows");
     check(&v, not_succeeded == 0, "rows not succeeded after the drain");
     check(&v, missing == 0, "committed rows never delivered");
     check(&v, rolled_back_delivered == 0 && not_committed + foreign == 0,
@@ -1202,10 +1256,11 @@ chaos_run(const struct chaos_options *options)
              (long)time(NULL) % 100000);
     snprintf(c->stream_prefix, sizeof(c->stream_prefix), "%s:", c->name);
     snprintf(c->stream, sizeof(c->stream), "%s%s", c->stream_prefix, c->name);
-    printf("chaos: %s, seed %" PRIu64 " (replay with OUTBOX_CHAOS_SEED=%" PRIu64 "), %d s,"
+    printf("chaos: %s%s, seed %" PRIu64 " (replay with OUTBOX_CHAOS_SEED=%" PRIu64 "), %d s,"
            " %d transactions/s, %d relays, lease %d s\n",
-           broker_service(c), options->seed, options->seed, options->seconds, options->rate,
-           RELAY_COUNT, LEASE_SECONDS);
+           broker_service(c), options->delete_on_success ? " --on-success delete" : "",
+           options->seed, options->seed, options->seconds, options->rate, RELAY_COUNT,
+           LEASE_SECONDS);
     fflush(stdout);
 
     c->database_url = harness_database_new();
@@ -1285,6 +1340,7 @@ chaos_run(const struct chaos_options *options)
     for (int i = 0; i < PRODUCER_COUNT; i++) {
         id_list_clear(&c->producers[i].committed);
         id_list_clear(&c->producers[i].rolled_back);
+        id_list_clear(&c->producers[i].forgotten);
     }
     chaos_proxy_free(c->database_proxy);
     chaos_proxy_free(c->broker_proxy);

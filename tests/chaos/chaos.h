@@ -14,6 +14,8 @@
  *     than the lease then SIGCONT, broker stop/start, PostgreSQL fast
  *     restart, proxy cut / stall / slow
  *   - a trigger on outbox.job logs every state transition to an audit table
+ * Relays mark published rows succeeded, or with delete_on_success delete
+ * them (--on-success delete); the audit logs deletes like any transition.
  * Then the faults stop, the relays drain and stop, every message is read
  * from the broker, and the verdict is printed: every committed row
  * succeeded and was delivered (exactly once on Redis), no rolled-back row
@@ -43,6 +45,7 @@ struct chaos_options {
     uint64_t seed; /* the fault schedule */
     int rate;      /* business transactions per second, all producers together */
     bool soak;     /* also judge the relay's memory and descriptors over time */
+    bool delete_on_success; /* relays run with --on-success delete */
 };
 
 /*

@@ -1,7 +1,9 @@
 /*
  * test_chaos.c - the bounded fault-injection run of `make test`: the chaos
  * driver (tests/chaos/chaos.h) against RabbitMQ, then against Redis, each
- * with faults for OUTBOX_CHAOS_SECONDS (default 50) plus the drain.
+ * with faults for OUTBOX_CHAOS_SECONDS (default 50) plus the drain, then
+ * against Redis once more with relays that delete rows at completion
+ * (--on-success delete; default 30 s of faults).
  *
  * OUTBOX_CHAOS_SEED replays a schedule; OUTBOX_CHAOS_BROKERS (rabbitmq,
  * redis or both, the default) picks the runs; `make soak` runs this binary
@@ -24,6 +26,7 @@
 #include "relay_runner.h"
 
 #define DEFAULT_SECONDS 50
+#define DEFAULT_SECONDS_DELETE 30
 
 /*
  * True when OUTBOX_CHAOS_BROKERS leaves this broker in (unset: both). Not
@@ -104,6 +107,26 @@ test_audit_catches_stale_writes(void **state)
                         " lease_until = NULL, finished_at = now() WHERE state = 'running'");
     assert_int_equal(chaos_audit_violations(conn), 1);
 
+    /* --on-success delete: the owner's delete passes, a delete that skips the fence is caught */
+    outbox_store_set_delete_on_success(b, true);
+    assert_int_equal(outbox_claim(b, NULL, 0, 1, 30, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    lease = (struct outbox_lease){batch.jobs[0].job_id, batch.jobs[0].generation};
+    outbox_batch_release_memory(&batch);
+    assert_int_equal(outbox_complete(b, &lease, 1, &done, NULL, &err), 0);
+    assert_true(done);
+    assert_int_equal(harness_query_ll(conn,
+                                      "SELECT count(*) FROM chaos_audit"
+                                      " WHERE old_state = 'running' AND new_state = 'deleted'"),
+                     1);
+    assert_int_equal(chaos_audit_violations(conn), 1);
+    enqueue_rows(conn, "audit", 1);
+    assert_int_equal(outbox_claim(b, NULL, 0, 1, 30, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    outbox_batch_release_memory(&batch);
+    harness_exec(stale, "DELETE FROM outbox.job WHERE state = 'running'");
+    assert_int_equal(chaos_audit_violations(conn), 2);
+
     PQfinish(stale);
     outbox_store_free(a);
     outbox_store_free(b);
@@ -135,6 +158,19 @@ test_chaos_redis(void **state)
     assert_true(chaos_run(&options));
 }
 
+static void
+test_chaos_redis_on_success_delete(void **state)
+{
+    struct chaos_options options;
+
+    (void)state;
+    if (!broker_selected("redis"))
+        skip();
+    chaos_options_from_env(&options, CHAOS_REDIS, DEFAULT_SECONDS_DELETE);
+    options.delete_on_success = true;
+    assert_true(chaos_run(&options));
+}
+
 int
 main(void)
 {
@@ -142,6 +178,7 @@ main(void)
         cmocka_unit_test(test_audit_catches_stale_writes),
         cmocka_unit_test(test_chaos_rabbitmq),
         cmocka_unit_test(test_chaos_redis),
+        cmocka_unit_test(test_chaos_redis_on_success_delete),
     };
 
     return cmocka_run_group_tests_name("chaos", tests, NULL, NULL);

@@ -1098,6 +1098,66 @@ test_enqueue_many_rejects_bad_input(void **state)
 }
 
 static void
+test_delete_on_success_is_fenced_and_keeps_key_order(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message keyed = {
+        .queue = "q", .payload_json = "{}", .ordering_key = "k", .idempotency_key = "once"};
+    struct outbox_message next = {.queue = "q", .payload_json = "{}", .ordering_key = "k"};
+    int64_t head = enqueue_committed(f->conn, &keyed);
+    int64_t second = enqueue_committed(f->conn, &next);
+    int64_t ids[10];
+    struct outbox_lease lease = {.job_id = head, .generation = 1}, stale;
+    struct outbox_error err;
+    bool done;
+    size_t changed;
+
+    outbox_store_set_delete_on_success(f->a, true);
+    outbox_store_set_delete_on_success(f->b, true);
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    assert_int_equal(ids[0], head);
+
+    /* the fence of the mark holds for the delete: wrong generation, worker or expired lease */
+    stale = (struct outbox_lease){.job_id = head, .generation = 2};
+    assert_int_equal(outbox_complete(f->a, &stale, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(outbox_complete(f->b, &lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    expire_lease(f->conn, head);
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_state(f->conn, head, "running");
+    harness_exec(f->conn, "UPDATE outbox.job SET lease_until = now() + interval '1 minute'"
+                          " WHERE state = 'running'");
+
+    /* the owner's complete deletes the row and releases the next row of its key */
+    assert_true(is_held(f->conn, second));
+    assert_int_equal(outbox_complete_send(f->a, &lease, 1, &err), 0);
+    assert_int_equal(outbox_complete_receive(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(changed, 1);
+    assert_state(f->conn, head, "gone");
+    assert_false(is_held(f->conn, second));
+    assert_int_equal(claim_ids(f->b, ids, 10), 1);
+    assert_int_equal(ids[0], second);
+    lease = (struct outbox_lease){.job_id = second, .generation = 1};
+    assert_int_equal(outbox_complete(f->b, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
+
+    /* what it gives up: the idempotency key went with its row */
+    assert_true(enqueue_committed(f->conn, &keyed) > second);
+
+    /* mark again: rows stay as succeeded */
+    outbox_store_set_delete_on_success(f->a, false);
+    assert_int_equal(claim_ids(f->a, ids, 10), 1);
+    lease = (struct outbox_lease){.job_id = ids[0], .generation = 1};
+    assert_int_equal(outbox_complete(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_state(f->conn, ids[0], "succeeded");
+}
+
+static void
 test_connect_without_schema_is_a_clear_error(void **state)
 {
     char *url = harness_database_new_empty();
@@ -1139,6 +1199,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_many_keeps_key_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enqueue_many_rejects_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_on_success_is_fenced_and_keeps_key_order, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),

@@ -2,6 +2,7 @@
  * outbox_bench - the measurements behind tests/bench/run.sh that need C.
  *
  *   outbox_bench claim-ceiling --database-url URL [--threads 2] [--batch 500]
+ *                              [--on-success mark|delete]
  *       claims and completes ready rows with the store library until none is
  *       left (threads each with their own store); prints rows, seconds, rate
  *   outbox_bench claim-latency --database-url URL [--batch 500] [--repeat 7]
@@ -57,6 +58,7 @@ struct options {
     int window;
     int payload_bytes;
     bool purge;
+    bool delete_on_success;
 };
 
 static double
@@ -112,6 +114,7 @@ claim_worker_run(void *arg)
         w->failed = 1;
         goto out;
     }
+    outbox_store_set_delete_on_success(store, w->options->delete_on_success);
     for (;;) {
         struct outbox_batch batch = {0};
         size_t changed = 0;
@@ -577,7 +580,7 @@ static void
 usage(void)
 {
     fputs("usage: outbox_bench claim-ceiling|claim-latency --database-url URL [--threads N]\n"
-          "                    [--batch N] [--repeat N]\n"
+          "                    [--batch N] [--repeat N] [--on-success mark|delete]\n"
           "       outbox_bench amqp-confirm|redis-xadd --broker URL [--count N] [--window N]\n"
           "                    [--payload-bytes N]\n"
           "       outbox_bench amqp-count --broker URL --queue Q [--purge yes]\n"
@@ -628,6 +631,10 @@ main(int argc, char **argv)
             o.payload_bytes = atoi(value);
         else if (strcmp(name, "--purge") == 0 && strcmp(value, "yes") == 0)
             o.purge = true;
+        else if (strcmp(name, "--on-success") == 0 && strcmp(value, "mark") == 0)
+            o.delete_on_success = false;
+        else if (strcmp(name, "--on-success") == 0 && strcmp(value, "delete") == 0)
+            o.delete_on_success = true;
         else
             usage();
     }

@@ -59,6 +59,7 @@ test_defaults(void **state)
     assert_int_equal(c.dedup_window_ms, 24LL * 3600 * 1000);
     assert_true(c.tls_verify);
     assert_false(c.block_on_dead_head);
+    assert_false(c.delete_on_success);
     assert_int_equal(c.log_level, CONFIG_LOG_INFO);
     config_clear(&c);
 }
@@ -96,12 +97,13 @@ test_forms(void **state)
     (void)state;
     assert_int_equal(PARSE(&c, &err, BASE, "--lease=30", "--retention", "7d", "--poll-interval",
                            "250ms", "--ordering-dead-policy", "block", "--log-format", "json",
-                           "--check"),
+                           "--on-success", "delete", "--check"),
                      0);
     assert_int_equal(c.lease_seconds, 30);
     assert_float_equal(c.retention_seconds, 7 * 86400.0, 0.001);
     assert_int_equal(c.poll_interval_ms, 250);
     assert_true(c.block_on_dead_head);
+    assert_true(c.delete_on_success);
     assert_int_equal(c.log_format, CONFIG_LOG_JSON);
     assert_true(c.check);
     config_clear(&c);
