@@ -11,6 +11,7 @@
 #      (their ratio) and 1000 outbox.enqueue() calls
 #   2. commit -> publish latency at a steady offered load (relay to Redis)
 #   3. the ceilings: claim + complete in PostgreSQL alone (store library),
+#      also with pauses of other queues and keys in place,
 #      publish with confirms to RabbitMQ, pipelined XADD to Redis; and the
 #      relay's RabbitMQ sink alone, without a database
 #   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
@@ -355,6 +356,17 @@ claim_ceiling() {
     RATE=$(field rate "$out")
 }
 
+# claim_ceiling_paused: the same with pauses in place that match none of
+# the rows (another queue, and 100 ordering keys): what the claim's probe of
+# outbox.paused costs when something is paused elsewhere
+claim_ceiling_paused() {
+    sql "SELECT outbox.pause('bench-paused', NULL, 'bench');
+         SELECT count(outbox.pause('bench', 'key-' || g, 'bench')) FROM generate_series(1, 100) AS g" \
+        >/dev/null
+    claim_ceiling
+    sql "DELETE FROM outbox.paused" >/dev/null
+}
+
 amqp_ceiling() {
     local out
     out=$(timeout "$STEP_TIMEOUT" "$TOOLS/outbox_bench" amqp-confirm --broker "$AMQP_URL" \
@@ -415,11 +427,13 @@ else
     "$TOOLS/outbox_consumer" --broker "$AMQP_URL" --queue bench --declare --expect 0 ||
         die "declaring queue bench failed"
 fi
-CLAIM_RUNS=() REDIS_RUNS=() AMQP_CEILING_RUNS=() AMQP_SINK_RUNS=() AMQP_RUNS=()
+CLAIM_RUNS=() CLAIM_PAUSED_RUNS=() REDIS_RUNS=() AMQP_CEILING_RUNS=() AMQP_SINK_RUNS=() AMQP_RUNS=()
 for round in $(seq 1 "$ROUNDS"); do
     log "round $round of $ROUNDS: claim+complete ceiling, drain to Redis"
     claim_ceiling
     CLAIM_RUNS+=("$RATE")
+    claim_ceiling_paused
+    CLAIM_PAUSED_RUNS+=("$RATE")
     drain_redis
     REDIS_RUNS+=("$RATE")
     if [ "$AMQP_OK" = 1 ]; then
@@ -443,6 +457,9 @@ REDIS_CEILING=$(field rate "$out")
 section "3. ceilings (same payload; median of $ROUNDS runs, taken in turns with the drains)"
 result "PostgreSQL claim+complete (batch 500, 2 threads)" "$(fmt_rate "$CLAIM_CEILING") rows/s" \
     "runs: $(runs "${CLAIM_RUNS[@]}")"
+CLAIM_PAUSED=$(median "${CLAIM_PAUSED_RUNS[@]}")
+result "  the same, another queue and 100 keys paused" "$(fmt_rate "$CLAIM_PAUSED") rows/s" \
+    "$(printf '%.2f' "$(ratio "$CLAIM_PAUSED" "$CLAIM_CEILING")") of the ceiling with nothing paused; runs: $(runs "${CLAIM_PAUSED_RUNS[@]}")"
 if [ "$AMQP_OK" = 1 ]; then
     AMQP_CEILING=$(median "${AMQP_CEILING_RUNS[@]}")
     result "RabbitMQ publish+confirm (persistent, durable, window 1000)" \
