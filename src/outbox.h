@@ -220,8 +220,10 @@ struct outbox_batch {
  * every queue when queue_count is 0, preferring higher priority, then earlier
  * run_at, then lower job_id. Sets a lease of lease_seconds. Rows with an
  * ordering key are claimed only when no earlier row of that key in that queue
- * is ready or running. On success batch holds 0..limit rows; free it with
- * outbox_batch_release_memory().
+ * is ready or running. Rows of a paused queue or ordering key (outbox.paused)
+ * are not claimed; the store reads the pauses again when they are half a
+ * second old, and after a notification on outbox_job. On success batch holds
+ * 0..limit rows; free it with outbox_batch_release_memory().
  */
 int outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
                  int lease_seconds, struct outbox_batch *batch, struct outbox_error *err);

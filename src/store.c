@@ -19,13 +19,27 @@
 #include <string.h>
 
 #include <poll.h>
+#include <time.h>
 
 #include "buffer.h"
 #include "error.h"
 #include "outbox.h"
 
-/* At most this many statements are sent ahead of their results. */
-#define STORE_QUEUE_MAX 4
+/* At most this many statements are sent ahead of their results: the four
+ * callers may send, and a read of the pauses ahead of a claim. */
+#define STORE_QUEUE_MAX 5
+/* Pauses are read again before a claim once they are this old (seconds). */
+#define STORE_PAUSES_MAX_AGE 0.5
+
+/* The pauses as claim parameters (array literals), from SQL_PAUSES. */
+struct pauses {
+    bool any;
+    char *queues;     /* whole queues paused */
+    char *key_queues; /* with keys: the (queue, key) pairs paused */
+    char *keys;
+    double read_at; /* monotonic seconds; 0: read before the next claim */
+    bool pending;   /* a read is sent ahead and not collected yet */
+};
 
 struct outbox_store {
     PGconn *conn;
@@ -38,6 +52,7 @@ struct outbox_store {
     /* statements sent in pipeline mode whose results are not collected yet, oldest first */
     const char *queued[STORE_QUEUE_MAX];
     int queued_count;
+    struct pauses pauses;
 };
 
 /* ---- SQL: the only place that knows the worker protocol's statements ---- */
@@ -49,23 +64,23 @@ struct outbox_store {
  * a candidate only when no earlier row of its key is unfinished: that earlier
  * row is still 'ready' in this statement's snapshot even while another relay
  * holds it locked and uncommitted, so a key never has two rows in flight.
- * Rows of a paused queue or ordering key (outbox.paused) are no candidates:
- * the queue probe is one lookup of paused_queue_idx per candidate, the key
- * probe a hash of the paused keys built once per claim, so an empty
- * outbox.paused costs a claim next to nothing.
+ *
+ * Pauses (outbox.paused) reach the claim as constant arrays the store reads
+ * every STORE_PAUSES_MAX_AGE seconds, never as a join: with nothing paused
+ * the claim is the plain statement, and with pauses the planner sees the
+ * paused names themselves, so its estimates stay those of the plain claim
+ * (a join with outbox.paused misjudged them by orders of magnitude, enough
+ * to JIT-compile every claim). Paused queues are left out by a comparison
+ * per candidate, paused keys by a hash of the (queue, key) pairs built once.
  */
-#define CLAIM_CANDIDATES(queue_filter)                                                             \
+#define CLAIM_CANDIDATES(queue_filter, pause_filter)                                               \
     "WITH candidate AS MATERIALIZED ("                                                             \
     " SELECT c.job_id FROM outbox.job AS c"                                                        \
     " WHERE c.state = 'ready' AND NOT c.held AND c.run_at <= statement_timestamp()" queue_filter   \
     "   AND (c.ordering_key IS NULL OR NOT EXISTS ("                                               \
     "     SELECT 1 FROM outbox.job AS e"                                                           \
     "     WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key AND e.job_id < c.job_id"     \
-    "       AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead'))))"                  \
-    "   AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p"                                          \
-    "     WHERE p.queue = c.queue AND p.ordering_key IS NULL)"                                     \
-    "   AND (c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox.paused AS k"               \
-    "     WHERE k.queue = c.queue AND k.ordering_key = c.ordering_key))"                           \
+    "       AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead'))))" pause_filter     \
     " ORDER BY c.priority DESC, c.run_at, c.job_id"                                                \
     " LIMIT $2"                                                                                    \
     " FOR UPDATE SKIP LOCKED)"                                                                     \
@@ -77,8 +92,29 @@ struct outbox_store {
     "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8,"         \
     "           j.replays, j.exchange, j.routing_key"
 
-static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("");
-static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(" AND c.queue = ANY ($5::text[])");
+/* Paused queues ($N), and paused keys as (queue, key) pairs ($N+1, $N+2). */
+#define PAUSE_FILTER(queues, key_queues, keys)                                                     \
+    "   AND c.queue <> ALL (" queues "::text[])"                                                   \
+    "   AND (c.ordering_key IS NULL OR (c.queue, c.ordering_key) NOT IN ("                         \
+    "     SELECT * FROM unnest(" key_queues "::text[], " keys "::text[])))"
+
+#define QUEUE_FILTER " AND c.queue = ANY ($5::text[])"
+
+static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("", "");
+static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(QUEUE_FILTER, "");
+static const char SQL_CLAIM_ALL_PAUSED[] = CLAIM_CANDIDATES("", PAUSE_FILTER("$5", "$6", "$7"));
+static const char SQL_CLAIM_QUEUES_PAUSED[] =
+    CLAIM_CANDIDATES(QUEUE_FILTER, PAUSE_FILTER("$6", "$7", "$8"));
+
+/* The pauses as three array literals: whole queues, then (queue, key) pairs. */
+static const char SQL_PAUSES[] =
+    "SELECT count(*),"
+    "       coalesce(array_agg(queue ORDER BY queue) FILTER (WHERE ordering_key IS NULL), '{}'),"
+    "       coalesce(array_agg(queue ORDER BY queue, ordering_key)"
+    "                FILTER (WHERE ordering_key IS NOT NULL), '{}'),"
+    "       coalesce(array_agg(ordering_key ORDER BY queue, ordering_key)"
+    "                FILTER (WHERE ordering_key IS NOT NULL), '{}')"
+    " FROM outbox.paused";
 
 /* Locks the rows named by the input lease arrays, in job_id order to avoid deadlocks. */
 #define LOCK_OWNED(input)                                                                          \
@@ -310,6 +346,9 @@ static const struct statement {
 } STATEMENTS[] = {
     {"outbox_claim_all", SQL_CLAIM_ALL},
     {"outbox_claim_queues", SQL_CLAIM_QUEUES},
+    {"outbox_claim_all_paused", SQL_CLAIM_ALL_PAUSED},
+    {"outbox_claim_queues_paused", SQL_CLAIM_QUEUES_PAUSED},
+    {"outbox_pauses", SQL_PAUSES},
     {"outbox_extend", SQL_EXTEND},
     {"outbox_complete", SQL_COMPLETE},
     {"outbox_complete_delete", SQL_COMPLETE_DELETE},
@@ -535,6 +574,98 @@ collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
     return result;
 }
 
+/* ---- pauses ---------------------------------------------------------------- */
+
+static double
+monotonic_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Keeps the pauses of a SQL_PAUSES result; -1 when out of memory. */
+static int
+pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *err)
+{
+    struct pauses *p = &store->pauses;
+    char *queues = strdup(PQgetvalue(result, 0, 1));
+    char *key_queues = strdup(PQgetvalue(result, 0, 2));
+    char *keys = strdup(PQgetvalue(result, 0, 3));
+
+    if (queues == NULL || key_queues == NULL || keys == NULL) {
+        free(queues);
+        free(key_queues);
+        free(keys);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    free(p->queues);
+    free(p->key_queues);
+    free(p->keys);
+    p->queues = queues;
+    p->key_queues = key_queues;
+    p->keys = keys;
+    p->any = strtoll(PQgetvalue(result, 0, 0), NULL, 10) > 0;
+    p->read_at = monotonic_seconds();
+    return 0;
+}
+
+/* Reads the pauses now; nothing may be queued. */
+static int
+pauses_read(outbox_store *store, struct outbox_error *err)
+{
+    PGresult *result = run_prepared(store, "outbox_pauses", 0, NULL, PGRES_TUPLES_OK,
+                                    "unable to read 'outbox.paused'", err);
+    int rc;
+
+    if (result == NULL)
+        return -1;
+    rc = pauses_keep(store, result, err);
+    PQclear(result);
+    return rc;
+}
+
+/*
+ * Before a claim: pauses older than STORE_PAUSES_MAX_AGE are read again, at
+ * once when nothing is queued (an idle relay), else sent ahead of the claim
+ * and kept for the next one (a busy relay, one turn later).
+ */
+static int
+pauses_refresh(outbox_store *store, struct outbox_error *err)
+{
+    struct pauses *p = &store->pauses;
+
+    if (p->pending || monotonic_seconds() - p->read_at < STORE_PAUSES_MAX_AGE)
+        return 0;
+    if (store->queued_count == 0)
+        return pauses_read(store, err);
+    if (queue_prepared(store, "outbox_pauses", 0, NULL, "unable to read 'outbox.paused'", err) !=
+        0)
+        return -1;
+    p->pending = true;
+    return 0;
+}
+
+/* Collects a read of the pauses sent ahead of the claim being collected. */
+static int
+pauses_collect(outbox_store *store, struct outbox_error *err)
+{
+    PGresult *result;
+    int rc;
+
+    if (!store->pauses.pending)
+        return 0;
+    store->pauses.pending = false;
+    result = collect_prepared(store, "outbox_pauses", PGRES_TUPLES_OK,
+                              "unable to read 'outbox.paused'", err);
+    if (result == NULL)
+        return -1;
+    rc = pauses_keep(store, result, err);
+    PQclear(result);
+    return rc;
+}
+
 /* ---- connection ------------------------------------------------------------ */
 
 /* A privilege the relay needs and role lacks: a configuration error, SQLSTATE 42501. */
@@ -609,11 +740,13 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     /*
      * Custom plans: the fenced writes take arrays whose length the planner
      * must see, or after five runs a generic plan that guesses one row turns
-     * a 500-row complete into a quadratic join.
+     * a 500-row complete into a quadratic join. No JIT: every statement here
+     * runs for milliseconds, and a claim the planner costs high (a paused
+     * queue holding every ready row, say) spent a second and more compiling.
      */
     result = PQexec(store->conn, "SET synchronous_commit = off; SET statement_timeout = '30s';"
                                  " SET plan_cache_mode = force_custom_plan;"
-                                 " SET lock_timeout = '10s';"
+                                 " SET lock_timeout = '10s'; SET jit = off;"
                                  " SET default_transaction_isolation = 'read committed';"
                                  /* the catalogs: to_regclass() fails without USAGE */
                                  " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"
@@ -651,6 +784,9 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
         PQclear(result);
         result = NULL;
     }
+    /* a relay started during a pause must not claim one batch of it */
+    if (pauses_read(store, err) != 0)
+        goto fail;
     return store;
 
 fail:
@@ -668,6 +804,9 @@ outbox_store_free(outbox_store *store)
     free(store->worker_id);
     free(store->sweep_queue);
     free(store->sweep_key);
+    free(store->pauses.queues);
+    free(store->pauses.key_queues);
+    free(store->pauses.keys);
     free(store);
 }
 
@@ -737,6 +876,9 @@ outbox_store_wait(outbox_store *store, int timeout_ms, bool *notified, struct ou
         *notified = true;
         PQfreemem(notify);
     }
+    /* outbox.resume() notifies: the next claim reads the pauses first */
+    if (*notified)
+        store->pauses.read_at = 0;
     return 0;
 }
 
@@ -756,11 +898,14 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
 {
     char limit_text[16], lease_text[16];
     struct pg_array queue_array = {0};
-    const char *values[5];
-    int rc;
+    const char *values[8];
+    const char *statement;
+    int rc, count;
 
     if (limit <= 0 || lease_seconds <= 0)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "claim limit and lease must be positive");
+    if (pauses_refresh(store, err) != 0)
+        return -1;
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
     snprintf(lease_text, sizeof(lease_text), "%d", lease_seconds);
     values[0] = store->worker_id;
@@ -775,8 +920,16 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         }
     }
-    rc = queue_prepared(store, queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all",
-                        queue_count > 0 ? 5 : 4, values, "unable to claim jobs from 'outbox.job'",
+    count = queue_count > 0 ? 5 : 4;
+    if (store->pauses.any) {
+        values[count++] = store->pauses.queues;
+        values[count++] = store->pauses.key_queues;
+        values[count++] = store->pauses.keys;
+        statement = queue_count > 0 ? "outbox_claim_queues_paused" : "outbox_claim_all_paused";
+    } else {
+        statement = queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all";
+    }
+    rc = queue_prepared(store, statement, count, values, "unable to claim jobs from 'outbox.job'",
                         err);
     array_clear(&queue_array);
     return rc;
@@ -789,6 +942,8 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
     int rows;
 
     memset(batch, 0, sizeof(*batch));
+    if (pauses_collect(store, err) != 0)
+        return -1;
     result = collect_prepared(store, "outbox_claim_", PGRES_TUPLES_OK,
                               "unable to claim jobs from 'outbox.job'", err);
     if (result == NULL)
