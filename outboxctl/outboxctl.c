@@ -58,9 +58,10 @@ static const char usage_text[] =
     "  purge --older-than DURATION      delete succeeded jobs finished longer ago\n"
     "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m),\n"
     "                                   in batches of 5000\n"
-    "  enqueue --queue Q --payload JSON [--key K]\n"
+    "  enqueue --queue Q --payload JSON [--key K] [--exchange X] [--routing-key R]\n"
     "                                   add one job and print its id; a known key\n"
-    "                                   prints the existing job's id\n"
+    "                                   prints the existing job's id; X and R route\n"
+    "                                   it (default: the relay's --exchange, Q)\n"
     "  pause QUEUE [--key ORDERING_KEY] [--reason TEXT]\n"
     "                                   relays stop claiming the queue (or only\n"
     "                                   that ordering key of it); producers go on\n"
@@ -784,25 +785,27 @@ command_purge(struct ctl *ctl, int argc, char **argv, int first)
 static int
 command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
 {
-    const char *queue = NULL, *payload = NULL, *key = NULL;
+    struct outbox_message message = {0};
     int64_t job_id = 0;
     struct outbox_error err;
     int taken;
 
-    const struct command_option options[] = {{"--queue", &queue, NULL},
-                                             {"--payload", &payload, NULL},
-                                             {"--key", &key, NULL}};
+    const struct command_option options[] = {{"--queue", &message.queue, NULL},
+                                             {"--payload", &message.payload_json, NULL},
+                                             {"--key", &message.idempotency_key, NULL},
+                                             {"--exchange", &message.exchange, NULL},
+                                             {"--routing-key", &message.routing_key, NULL}};
 
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 3)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 5)) != PARSE_GO_ON)
         return taken;
-    if (queue == NULL)
+    if (message.queue == NULL)
         return usage_error("'enqueue' needs --queue Q");
-    if (payload == NULL)
+    if (message.payload_json == NULL)
         return usage_error("'enqueue' needs --payload JSON");
     if ((taken = connect_database(ctl)) != 0)
         return taken;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_enqueue(ctl->conn, queue, payload, key, &job_id, &err) < 0)
+        store_admin_enqueue(ctl->conn, &message, &job_id, &err) < 0)
         return runtime_error(ctl, &err);
     printf("%lld\n", (long long)job_id);
     return 0;

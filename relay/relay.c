@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "json.h"
 #include "log.h"
 #include "outbox.h"
 #include "sink.h"
@@ -362,6 +363,52 @@ has_rows(const struct settlement *st)
     return st->accepted + st->failed > 0;
 }
 
+/*
+ * ' trace_id="<32 hex>"' for the log lines about a row, empty for a row
+ * without a W3C traceparent; quoted, so that a JSON log keeps it a string.
+ */
+struct trace_field {
+    char text[48];
+};
+
+/*
+ * The trace field of row job_id of the settlement's batch (sorted by job
+ * id), read from its traceparent header "00-<trace id>-<parent id>-<flags>".
+ * Only log lines about single rows need it, so the headers are parsed here
+ * and not on the way to the broker.
+ */
+static struct trace_field
+trace_field_of(const struct settlement *st, int64_t job_id)
+{
+    struct trace_field field = {{0}};
+    struct json_string_object headers = {0};
+    struct outbox_error err;
+    size_t low = 0, high = st->batch.count;
+
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+
+        if (st->batch.jobs[mid].job_id < job_id)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    if (low == st->batch.count || st->batch.jobs[low].job_id != job_id ||
+        strstr(st->batch.jobs[low].headers, "traceparent") == NULL ||
+        json_parse_string_object(st->batch.jobs[low].headers, strlen(st->batch.jobs[low].headers),
+                                 &headers, &err) != 0)
+        return field;
+    for (size_t i = 0; i < headers.count; i++) {
+        const struct json_member *m = &headers.members[i];
+
+        if (strcmp(m->key, "traceparent") == 0 && m->value_len == 55 && m->value[2] == '-' &&
+            m->value[35] == '-' && strspn(m->value + 3, "0123456789abcdef") == 32)
+            snprintf(field.text, sizeof(field.text), " trace_id=\"%.32s\"", m->value + 3);
+    }
+    json_string_object_clear(&headers);
+    return field;
+}
+
 /* Records what marking the accepted rows changed; the rest lost their lease. */
 static void
 record_completed(struct pipeline *p, const struct settlement *st, size_t changed)
@@ -375,9 +422,11 @@ record_completed(struct pipeline *p, const struct settlement *st, size_t changed
         metrics_add(r->metrics, METRICS_LEASE_LOST, st->accepted - changed);
         for (size_t i = 0; i < st->accepted; i++)
             if (!st->done[i])
-                log_event_limited(
-                    "lease-lost", OUTBOX_LOG_WARN, "lease lost before marking a published row",
-                    "pipeline=%d job_id=%lld", p->index, (long long)st->leases[i].job_id);
+                log_event_limited("lease-lost", OUTBOX_LOG_WARN,
+                                  "lease lost before marking a published row",
+                                  "pipeline=%d job_id=%lld%s", p->index,
+                                  (long long)st->leases[i].job_id,
+                                  trace_field_of(st, st->leases[i].job_id).text);
     }
 }
 
@@ -395,13 +444,15 @@ record_failed(struct pipeline *p, const struct settlement *st, size_t changed)
         /* a row's last attempt counts as dead only, as the metric's help says */
         if (st->dead[i]) {
             metrics_add_queue(r->metrics, METRICS_ROWS_DEAD, st->failure_queues[i], 1);
-            log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld error=\"%s\"",
-                      p->index, (long long)f->job_id, f->error);
+            log_event(OUTBOX_LOG_ERROR, "row is dead", "pipeline=%d job_id=%lld%s error=\"%s\"",
+                      p->index, (long long)f->job_id, trace_field_of(st, f->job_id).text,
+                      f->error);
         } else {
             metrics_add_queue(r->metrics, METRICS_ROWS_FAILED, st->failure_queues[i], 1);
             log_event_limited("publish-failed", OUTBOX_LOG_WARN, "publish failed, will retry",
-                              "pipeline=%d job_id=%lld retry_in=%.1fs error=\"%s\"", p->index,
-                              (long long)f->job_id, f->retry_seconds, f->error);
+                              "pipeline=%d job_id=%lld%s retry_in=%.1fs error=\"%s\"", p->index,
+                              (long long)f->job_id, trace_field_of(st, f->job_id).text,
+                              f->retry_seconds, f->error);
         }
     }
     if (changed < st->failed)
@@ -545,6 +596,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
             .headers = job->headers,
             .created_at = job->created_at,
             .replay = job->replays,
+            .exchange = job->exchange,
+            .routing_key = job->routing_key,
         };
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }

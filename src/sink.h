@@ -32,8 +32,8 @@
 /* Options common to every sink; each sink reads the ones it understands. */
 struct sink_options {
     const char *url;           /* broker URL, with password: never log it */
-    const char *exchange;      /* AMQP exchange, "" for the default exchange */
-    const char *stream_prefix; /* Redis stream key = prefix + queue */
+    const char *exchange;      /* AMQP exchange of rows without their own, "" for the default */
+    const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
     int connect_timeout_ms;    /* connect and handshake */
@@ -47,12 +47,14 @@ struct sink_options {
 struct sink_message {
     int64_t job_id;      /* message id */
     int32_t attempt;     /* the claim generation, sent as x-outbox-attempt / attempt */
-    const char *queue;   /* routing key / stream suffix */
+    const char *queue;   /* the row's queue: AMQP type, Redis queue field */
     const char *payload; /* JSON text, the body */
     size_t payload_len;
     const char *headers; /* JSON object of string values */
     double created_at;   /* epoch seconds */
     int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
+    const char *exchange;    /* AMQP exchange; NULL: options.exchange */
+    const char *routing_key; /* AMQP routing key / Redis stream suffix; NULL: queue */
 };
 
 /* What happened to one message. */

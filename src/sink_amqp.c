@@ -19,6 +19,17 @@
  * Delivery tags count publishes on the channel from 1 after confirm.select;
  * the sink keeps that count so each tag maps back to one message.
  *
+ * Destination: a message goes to its own exchange (else options.exchange)
+ * with its own routing key (else its queue). RabbitMQ answers a publish to
+ * a missing exchange by closing the channel, which would take the confirms
+ * of the whole window with it; so before a batch is published, every named
+ * exchange the connection has not seen yet is looked up with a passive
+ * exchange.declare. A missing one fails just its messages with the broker's
+ * text ("404 NOT_FOUND - no exchange ...") and the channel is reopened for
+ * the rest. Exchanges found are remembered for the life of the connection
+ * (at most SINK_AMQP_KNOWN_EXCHANGES names; any channel close forgets them,
+ * since an exchange deleted later closes the channel on the next publish).
+ *
  * Heartbeats: options.heartbeat_seconds as given, 0 disables them (see
  * sink.h); the relay passes its own default.
  *
@@ -52,6 +63,8 @@
 #define SINK_AMQP_ATTEMPT_HEADER "x-outbox-attempt"
 #define SINK_AMQP_SHORTSTR_MAX 255
 #define SINK_AMQP_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
+/* Exchanges remembered as existing; past this many the list starts over. */
+#define SINK_AMQP_KNOWN_EXCHANGES 64
 
 struct sink_amqp {
     amqp_connection_state_t conn; /* NULL when disconnected */
@@ -59,6 +72,8 @@ struct sink_amqp {
     uint64_t next_tag;            /* delivery tag of the next publish on the channel */
     amqp_table_entry_t *entries; /* scratch for one message's headers */
     size_t entries_capacity;
+    char *known_exchanges[SINK_AMQP_KNOWN_EXCHANGES]; /* found by a passive declare */
+    size_t known_count;
 };
 
 /* Where one message of the batch being published stands. */
@@ -103,12 +118,22 @@ timeval_from_ms(int64_t ms)
     return tv;
 }
 
+/* Forgets which exchanges exist (new connection, or the channel was closed). */
+static void
+forget_exchanges(struct sink_amqp *impl)
+{
+    for (size_t i = 0; i < impl->known_count; i++)
+        free(impl->known_exchanges[i]);
+    impl->known_count = 0;
+}
+
 /* Frees the connection without talking to the broker and marks the sink disconnected. */
 static void
 drop_connection(sink *s)
 {
     struct sink_amqp *impl = s->impl;
 
+    forget_exchanges(impl);
     if (impl->conn != NULL)
         amqp_destroy_connection(impl->conn);
     impl->conn = NULL;
@@ -420,6 +445,7 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
                  close->reply_code, (int)close->reply_text.len,
                  (const char *)close->reply_text.bytes);
         impl->channel_open = false;
+        forget_exchanges(impl);
         if (batch != NULL) {
             batch->channel_closed = true;
             snprintf(batch->close_reason, sizeof(batch->close_reason), "%s", reason);
@@ -476,6 +502,20 @@ read_one_frame(sink *s, struct batch *batch, int64_t timeout_ms, struct outbox_e
     return result == FRAME_HANDLED ? 1 : -(int)result;
 }
 
+/* The exchange a message goes to: its own, else the sink's. */
+static const char *
+message_exchange(const sink *s, const struct sink_message *message)
+{
+    return message->exchange != NULL ? message->exchange : s->options.exchange;
+}
+
+/* The routing key of a message: its own, else its queue. */
+static const char *
+message_routing_key(const struct sink_message *message)
+{
+    return message->routing_key != NULL ? message->routing_key : message->queue;
+}
+
 /*
  * Checks that a message can be published as is: 0 with headers filled (the
  * caller clears them), or -1 with the outcome set to SINK_REJECTED and why.
@@ -495,8 +535,9 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
                          message->payload_len, s->options.max_message_bytes);
         return -1;
     }
-    if (strlen(message->queue) > SINK_AMQP_SHORTSTR_MAX) {
-        sink_outcome_set(outcome, SINK_REJECTED, "queue name longer than %d bytes",
+    if (strlen(message_routing_key(message)) > SINK_AMQP_SHORTSTR_MAX ||
+        strlen(message_exchange(s, message)) > SINK_AMQP_SHORTSTR_MAX) {
+        sink_outcome_set(outcome, SINK_REJECTED, "routing key or exchange longer than %d bytes",
                          SINK_AMQP_SHORTSTR_MAX);
         return -1;
     }
@@ -586,8 +627,9 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     props.headers.num_entries = (int)entry_count;
     props.headers.entries = impl->entries;
 
-    rc = amqp_basic_publish(impl->conn, SINK_AMQP_CHANNEL, amqp_cstring_bytes(s->options.exchange),
-                            amqp_cstring_bytes(message->queue), 1, 0, &props,
+    rc = amqp_basic_publish(impl->conn, SINK_AMQP_CHANNEL,
+                            amqp_cstring_bytes(message_exchange(s, message)),
+                            amqp_cstring_bytes(message_routing_key(message)), 1, 0, &props,
                             (amqp_bytes_t){.len = message->payload_len,
                                            .bytes = (void *)message->payload});
     if (rc != AMQP_STATUS_OK) {
@@ -617,6 +659,95 @@ drain_arrived(sink *s, struct batch *batch, struct outbox_error *err)
     return rc;
 }
 
+/* True when the connection has already found this exchange. */
+static bool
+exchange_known(const struct sink_amqp *impl, const char *exchange)
+{
+    for (size_t i = 0; i < impl->known_count; i++)
+        if (strcmp(impl->known_exchanges[i], exchange) == 0)
+            return true;
+    return false;
+}
+
+static void
+remember_exchange(struct sink_amqp *impl, const char *exchange)
+{
+    char *copy;
+
+    if (impl->known_count == SINK_AMQP_KNOWN_EXCHANGES)
+        forget_exchanges(impl);
+    copy = strdup(exchange);
+    if (copy != NULL) /* out of memory: looked up again next time */
+        impl->known_exchanges[impl->known_count++] = copy;
+}
+
+/*
+ * Looks up, with a passive exchange.declare, every exchange the batch names
+ * that the connection has not found yet (see the top of the file). The
+ * messages to an exchange the broker refuses are settled as failed with its
+ * text, and the channel it closed is opened again. Returns -1 only when the
+ * connection failed (err filled).
+ */
+static int
+verify_exchanges(sink *s, struct batch *batch, struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    const char *previous = ""; /* the last one found: batches mostly name one exchange */
+
+    for (size_t i = 0; i < batch->count; i++) {
+        const char *exchange = message_exchange(s, &batch->messages[i]);
+        amqp_channel_close_ok_t close_ok = {0};
+        amqp_rpc_reply_t reply;
+        char text[SINK_REASON_MAX - 64];
+
+        /* "" is the default exchange, which always exists; too long is refused later */
+        if (strcmp(exchange, previous) == 0 || batch->states[i] == MESSAGE_SETTLED ||
+            strlen(exchange) > SINK_AMQP_SHORTSTR_MAX)
+            continue;
+        if (exchange_known(impl, exchange)) {
+            previous = exchange;
+            continue;
+        }
+        amqp_exchange_declare(impl->conn, SINK_AMQP_CHANNEL, amqp_cstring_bytes(exchange),
+                              amqp_cstring_bytes("direct"), 1, 0, 0, 0, amqp_empty_table);
+        reply = amqp_get_rpc_reply(impl->conn);
+        if (reply.reply_type == AMQP_RESPONSE_NORMAL) {
+            remember_exchange(impl, exchange);
+            previous = exchange;
+            continue;
+        }
+        describe_reply(reply, text, sizeof(text));
+        if (reply.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION ||
+            reply.reply.id != AMQP_CHANNEL_CLOSE_METHOD) {
+            if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
+                amqp_connection_close_ok_t connection_close_ok = {0};
+
+                amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
+                                 &connection_close_ok);
+            }
+            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
+                                    sink_display_url(s), text);
+        }
+        /* the broker refused the exchange (404 missing, 403 not allowed) and closed the channel */
+        impl->channel_open = false;
+        if (amqp_send_method(impl->conn, SINK_AMQP_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
+                             &close_ok) != AMQP_STATUS_OK)
+            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
+                                    sink_display_url(s), text);
+        for (size_t j = i; j < batch->count; j++) {
+            if (batch->states[j] != MESSAGE_SETTLED &&
+                strcmp(message_exchange(s, &batch->messages[j]), exchange) == 0) {
+                sink_outcome_set(&batch->outcomes[j], SINK_FAILED,
+                                 "channel closed by the broker: %s", text);
+                batch->states[j] = MESSAGE_SETTLED;
+            }
+        }
+        if (open_channel(s, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int
 sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
                   struct sink_outcome *outcomes, struct outbox_error *err)
@@ -638,12 +769,16 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
     }
     if (!impl->channel_open && open_channel(s, err) != 0)
         goto lost;
+    if (verify_exchanges(s, &batch, err) != 0)
+        goto lost;
     batch.base_tag = impl->next_tag;
 
     for (size_t i = 0; i < count && !batch.channel_closed; i++) {
         struct json_string_object headers;
         int published;
 
+        if (batch.states[i] == MESSAGE_SETTLED)
+            continue; /* failed by verify_exchanges() */
         if (check_message(s, &messages[i], &headers, &outcomes[i]) != 0) {
             batch.states[i] = MESSAGE_SETTLED;
             continue;

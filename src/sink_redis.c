@@ -3,8 +3,10 @@
  *
  * Every message becomes one stream entry, exactly
  *
- *   XADD <stream_prefix><queue> [MAXLEN ~ N] * job_id <id> queue <queue>
+ *   XADD <stream_prefix><suffix> [MAXLEN ~ N] * job_id <id> queue <queue>
  *        payload <json> headers <json> attempt <n>
+ *
+ * where the suffix is the row's routing key, else its queue (stream_suffix()).
  *
  * and is appended at most once per job per stream within the dedup window.
  * The check and the append are one atomic step in Redis: APPEND_SCRIPT below
@@ -356,11 +358,18 @@ reserve_keys(struct redis_sink *r, size_t size)
     return 0;
 }
 
+/* The stream of a message is stream_prefix + this: its routing key, else its queue. */
+static const char *
+stream_suffix(const struct sink_message *message)
+{
+    return message->routing_key != NULL ? message->routing_key : message->queue;
+}
+
 /* Bytes of scratch one message takes in append_chunk(). */
 static size_t
 scratch_size(const sink *s, const struct sink_message *message)
 {
-    size_t stream_len = strlen(s->options.stream_prefix) + strlen(message->queue);
+    size_t stream_len = strlen(s->options.stream_prefix) + strlen(stream_suffix(message));
 
     /* stream, dedup record (with ":<replay>"), job id, attempt, each with its NUL */
     return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 21 + 12) + 21 + 12;
@@ -407,13 +416,14 @@ append_chunk(sink *s, const struct sink_message *messages, const size_t *order, 
 
     for (size_t i = 0; i < n; i++) {
         const struct sink_message *m = &messages[order[i]];
-        size_t stream_len = prefix_len + strlen(m->queue);
+        const char *suffix = stream_suffix(m);
+        size_t stream_len = prefix_len + strlen(suffix);
         char *stream = r->keys + at, *dedup = stream + stream_len + 1;
         int id_len;
 
-        /* "<prefix><queue>", then "<prefix><queue>:outbox-dedup:<job_id>[:<replay>]" */
+        /* "<prefix><suffix>", then "<prefix><suffix>:outbox-dedup:<job_id>[:<replay>]" */
         memcpy(stream, prefix, prefix_len);
-        memcpy(stream + prefix_len, m->queue, stream_len - prefix_len);
+        memcpy(stream + prefix_len, suffix, stream_len - prefix_len);
         stream[stream_len] = '\0';
         memcpy(dedup, stream, stream_len);
         memcpy(dedup + stream_len, DEDUP_INFIX, infix_len);
@@ -458,7 +468,7 @@ settle_message(sink *s, const struct sink_message *message, const redisReply *re
     if (reply->type == REDIS_REPLY_ERROR) {
         copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
         sink_outcome_set(outcome, SINK_FAILED, "redis refused the append to '%s%.100s': %s",
-                         s->options.stream_prefix, message->queue, reason);
+                         s->options.stream_prefix, stream_suffix(message), reason);
         return;
     }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
@@ -497,7 +507,7 @@ settle_chunk(sink *s, const struct sink_message *messages, const size_t *order, 
     for (size_t i = 0; i < n; i++)
         sink_outcome_set(&outcomes[order[i]], SINK_FAILED,
                          "redis refused the append to '%s%.100s': %s", s->options.stream_prefix,
-                         messages[order[i]].queue, reason);
+                         stream_suffix(&messages[order[i]]), reason);
     return false;
 }
 

@@ -647,11 +647,9 @@ cleanup:
 }
 
 int
-store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
-                    int64_t *job_id, struct outbox_error *err)
+store_admin_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
+                    struct outbox_error *err)
 {
-    struct outbox_message message = {
-        .queue = queue, .payload_json = payload_json, .idempotency_key = key};
     PGresult *result = NULL;
     PGTransactionStatusType state;
 
@@ -661,7 +659,7 @@ store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, c
         goto fail;
     PQclear(result);
     result = NULL;
-    if (outbox_enqueue(conn, &message, job_id, err) != 0)
+    if (outbox_enqueue(conn, message, job_id, err) != 0)
         goto rollback;
     /* delivered on commit; a relay waiting on the channel wakes at once */
     result = PQexec(conn, "NOTIFY outbox_job");

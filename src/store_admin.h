@@ -144,12 +144,12 @@ int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, 
                       struct outbox_error *err);
 
 /*
- * Enqueues one row through outbox.enqueue() in its own transaction and
- * notifies channel outbox_job on commit. key may be NULL. Stores the job id
- * (the existing one for a known key) in *job_id.
+ * Enqueues one row through outbox_enqueue() in its own transaction and
+ * notifies channel outbox_job on commit. Stores the job id (the existing one
+ * for a known idempotency key) in *job_id.
  */
-int store_admin_enqueue(PGconn *conn, const char *queue, const char *payload_json, const char *key,
-                        int64_t *job_id, struct outbox_error *err);
+int store_admin_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
+                        struct outbox_error *err);
 
 /*
  * Pauses queue, or only its rows of ordering key key (not NULL), through

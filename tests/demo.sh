@@ -77,6 +77,21 @@ echo "...and the stream still holds each job once (job_id is the dedup key):"
 "$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_REDIS_URL" --queue orders \
     --stream-prefix events: --expect "$COMMITTED" --idle-timeout 5
 
+step "one routed, traced event: topic exchange 'events', queue 'eu-orders' bound to 'order.*.eu'"
+"$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue eu-orders --declare \
+    --bind 'events:order.*.eu' --expect 0
+ROUTED="BEGIN;
+SET LOCAL outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+SELECT outbox.enqueue('orders', '{\"order_id\": 1842}', exchange => 'events',
+                      routing_key => 'order.created.eu');
+COMMIT;"
+printf '%s\n' "$ROUTED"
+psql -q "$DB" -c "$ROUTED" >/dev/null
+"$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_AMQP_URL" --metrics-addr off \
+    --log-level warn --once
+"$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue eu-orders --expect 1 \
+    --idle-timeout 10 --show
+
 step "outboxctl status (after)"
 "$BIN/outboxctl" --database-url "$DB" status
 echo

@@ -17,8 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "amqp_consumer.h"
 #include "harness.h"
 #include "outbox.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
 
 #define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #define TRACESTATE "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
@@ -264,6 +267,330 @@ test_library_enqueue_and_claim_carry_destination_and_trace(void **state)
     outbox_store_free(store);
 }
 
+/* ---- RabbitMQ ------------------------------------------------------------- */
+
+/* What one AMQP queue received, in arrival order. */
+struct received {
+    long long job_id[64];
+    char routing_key[64][64];
+    char exchange[64][96];
+    char traceparent[64][64];
+    size_t count;
+};
+
+/* Drains queue (auto-ack) into *got; fails the test past 64 messages. */
+static void
+drain_queue(queue_consumer *mq, const char *queue, struct received *got)
+{
+    struct queue_consumer_message messages[16];
+    size_t fetched;
+
+    memset(got, 0, sizeof(*got));
+    do {
+        assert_int_equal(queue_consumer_fetch(mq, queue, messages, 16, 1000, &fetched), 0);
+        for (size_t i = 0; i < fetched; i++) {
+            const struct queue_consumer_header *trace =
+                queue_consumer_message_header(&messages[i], "traceparent");
+
+            assert_true(got->count < 64);
+            got->job_id[got->count] = atoll(messages[i].message_id);
+            snprintf(got->routing_key[got->count], 64, "%s",
+                     messages[i].routing_key ? messages[i].routing_key : "");
+            snprintf(got->exchange[got->count], 96, "%s",
+                     messages[i].exchange ? messages[i].exchange : "");
+            snprintf(got->traceparent[got->count], 64, "%s",
+                     trace != NULL && trace->text != NULL ? trace->text : "");
+            got->count++;
+            queue_consumer_message_clear(&messages[i]);
+        }
+    } while (fetched > 0);
+}
+
+/* The job ids got holds, as "1 3 4" in arrival order. */
+static const char *
+received_ids(const struct received *got, char *text, size_t size)
+{
+    size_t used = 0;
+
+    text[0] = '\0';
+    for (size_t i = 0; i < got->count && used < size; i++)
+        used += (size_t)snprintf(text + used, size - used, i ? " %lld" : "%lld", got->job_id[i]);
+    return text;
+}
+
+/* Enqueues one committed row with the given SQL arguments after queue and payload. */
+static long long
+enqueue_sql(struct fixture *f, const char *queue, const char *more)
+{
+    char sql[512];
+
+    snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('%s', '{}'%s%s)", queue, more[0] ? ", " : "",
+             more);
+    return harness_query_ll(f->conn, sql);
+}
+
+static void
+test_topic_exchange_routes_each_row_by_its_key(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    queue_consumer *mq = queue_consumer_connect(broker);
+    char topic[96], direct[96], eu[96], created[96], plain[96], more[256], want[128], text[512];
+    const char *extra[] = {"--exchange", direct, NULL};
+    long long created_eu, paid_eu, created_us, by_queue;
+    struct received got;
+
+    assert_non_null(mq);
+    snprintf(topic, sizeof(topic), "%s.events", f->name);
+    snprintf(direct, sizeof(direct), "%s.direct", f->name);
+    snprintf(eu, sizeof(eu), "%s.eu", f->name);
+    snprintf(created, sizeof(created), "%s.created", f->name);
+    snprintf(plain, sizeof(plain), "%s.plain", f->name);
+    assert_int_equal(queue_consumer_declare_exchange(mq, topic, "topic"), 0);
+    assert_int_equal(queue_consumer_declare_exchange(mq, direct, "direct"), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, eu), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, created), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, plain), 0);
+    assert_int_equal(queue_consumer_bind(mq, eu, topic, "order.*.eu"), 0);
+    assert_int_equal(queue_consumer_bind(mq, created, topic, "order.created.*"), 0);
+    assert_int_equal(queue_consumer_bind(mq, plain, direct, plain), 0);
+
+    /* one relay with --exchange direct: rows naming the topic exchange go there instead */
+    snprintf(more, sizeof(more), "exchange => '%s', routing_key => 'order.created.eu'", topic);
+    created_eu = enqueue_sql(f, "orders", more);
+    snprintf(more, sizeof(more), "exchange => '%s', routing_key => 'order.paid.eu'", topic);
+    paid_eu = enqueue_sql(f, "orders", more);
+    snprintf(more, sizeof(more), "exchange => '%s', routing_key => 'order.created.us'", topic);
+    created_us = enqueue_sql(f, "orders", more);
+    by_queue = enqueue_sql(f, plain, "");
+    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 1"),
+                     4);
+
+    drain_queue(mq, eu, &got);
+    snprintf(want, sizeof(want), "%lld %lld", created_eu, paid_eu);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.exchange[0], topic);
+    assert_string_equal(got.routing_key[0], "order.created.eu");
+    assert_string_equal(got.routing_key[1], "order.paid.eu");
+    drain_queue(mq, created, &got);
+    snprintf(want, sizeof(want), "%lld %lld", created_eu, created_us);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.routing_key[1], "order.created.us");
+    /* a row without a routing key still goes by its queue name, to --exchange */
+    drain_queue(mq, plain, &got);
+    snprintf(want, sizeof(want), "%lld", by_queue);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.exchange[0], direct);
+    assert_string_equal(got.routing_key[0], plain);
+
+    queue_consumer_delete_queue(mq, eu);
+    queue_consumer_delete_queue(mq, created);
+    queue_consumer_delete_queue(mq, plain);
+    queue_consumer_delete_exchange(mq, topic);
+    queue_consumer_delete_exchange(mq, direct);
+    queue_consumer_free(mq);
+}
+
+static void
+test_missing_exchange_fails_only_its_row(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    queue_consumer *mq = queue_consumer_connect(broker);
+    const char *argv[] = {"--database-url", f->url, "--broker", broker, "--once",
+                          "--metrics-addr", "off", NULL};
+    char queue[96], more[256], want[128], text[512], log[8192];
+    long long ids[4], missing;
+    struct received got;
+
+    assert_non_null(mq);
+    snprintf(queue, sizeof(queue), "%s.q", f->name);
+    assert_int_equal(queue_consumer_declare_queue(mq, queue), 0);
+    snprintf(more, sizeof(more), "exchange => '%s.nowhere', max_attempts => 1", f->name);
+    /* one batch: the bad row sits between good ones; it carries a trace */
+    ids[0] = enqueue_sql(f, queue, "");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SET LOCAL outbox.traceparent = '" TRACEPARENT "'");
+    missing = enqueue_sql(f, queue, more);
+    harness_exec(f->conn, "COMMIT");
+    ids[1] = enqueue_sql(f, queue, "");
+    ids[2] = enqueue_sql(f, queue, "");
+    assert_int_equal(relay_run_capture(argv, log, sizeof(log)), 0);
+    /* the relay's line about the row names its trace */
+    snprintf(text, sizeof(text), "job_id=%lld trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
+             missing);
+    if (strstr(log, "row is dead") == NULL || strstr(log, text) == NULL) {
+        fprintf(stderr, "%s", log);
+        fail_msg("no 'row is dead' line with '%s'", text);
+    }
+
+    snprintf(text, sizeof(text),
+             "SELECT count(*) FROM outbox.job WHERE job_id = %lld AND state = 'dead'"
+             " AND last_error LIKE '%%404 NOT_FOUND - no exchange ''%s.nowhere''%%'",
+             missing, f->name);
+    assert_int_equal(harness_query_ll(f->conn, text), 1);
+    /* the others were published in the same run, on their first attempt */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 1"),
+                     3);
+    drain_queue(mq, queue, &got);
+    snprintf(want, sizeof(want), "%lld %lld %lld", ids[0], ids[1], ids[2]);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    queue_consumer_delete_queue(mq, queue);
+    queue_consumer_free(mq);
+}
+
+static void
+test_ordering_key_holds_across_routing_keys(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    queue_consumer *mq = queue_consumer_connect(broker);
+    const char *extra[] = {"--batch-size", "3", "--concurrency", "2", NULL};
+    char topic[96], queue[96], more[256];
+    struct received got;
+    long long last_of_key[2] = {0, 0};
+
+    assert_non_null(mq);
+    snprintf(topic, sizeof(topic), "%s.events", f->name);
+    snprintf(queue, sizeof(queue), "%s.all", f->name);
+    assert_int_equal(queue_consumer_declare_exchange(mq, topic, "topic"), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, queue), 0);
+    assert_int_equal(queue_consumer_bind(mq, queue, topic, "order.#"), 0);
+    /* two keys, each row of a key with another routing key than the one before */
+    for (int i = 0; i < 24; i++) {
+        snprintf(more, sizeof(more),
+                 "ordering_key => 'k%d', exchange => '%s', routing_key => 'order.%s.%d'", i % 2,
+                 topic, i % 4 < 2 ? "created" : "paid", i);
+        enqueue_sql(f, "orders", more);
+    }
+    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
+    drain_queue(mq, queue, &got);
+    assert_int_equal(got.count, 24);
+    for (size_t i = 0; i < got.count; i++) {
+        char sql[128];
+        int key;
+
+        snprintf(sql, sizeof(sql),
+                 "SELECT right(ordering_key, 1)::int FROM outbox.job WHERE job_id = %lld",
+                 got.job_id[i]);
+        key = (int)harness_query_ll(f->conn, sql);
+        if (got.job_id[i] < last_of_key[key])
+            fail_msg("job %lld of key k%d arrived after job %lld", got.job_id[i], key,
+                     last_of_key[key]);
+        last_of_key[key] = got.job_id[i];
+    }
+    queue_consumer_delete_queue(mq, queue);
+    queue_consumer_delete_exchange(mq, topic);
+    queue_consumer_free(mq);
+}
+
+/* ---- Redis ------------------------------------------------------------------ */
+
+static void
+test_redis_stream_per_routing_key_with_dedup(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    redisContext *redis = stream_consumer_connect(broker);
+    char prefix[96], stream[160], more[64];
+    const char *extra[] = {"--stream-prefix", prefix, NULL};
+    struct stream_consumer_stream entries;
+
+    assert_non_null(redis);
+    snprintf(prefix, sizeof(prefix), "%s:", f->name);
+    snprintf(more, sizeof(more), "routing_key => 'order.created.eu'");
+    enqueue_sql(f, "orders", more);
+    enqueue_sql(f, "orders", more);
+    enqueue_sql(f, "orders", "routing_key => 'order.paid.eu'");
+    enqueue_sql(f, "orders", "");
+    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
+
+    snprintf(stream, sizeof(stream), "%sorder.created.eu", prefix);
+    assert_int_equal(stream_consumer_read_stream(redis, stream, &entries), 0);
+    assert_int_equal(entries.count, 2);
+    assert_string_equal(entries.entries[0].queue, "orders");
+    stream_consumer_stream_clear(&entries);
+    snprintf(stream, sizeof(stream), "%sorder.paid.eu", prefix);
+    assert_int_equal(stream_consumer_stream_length(redis, stream), 1);
+    /* without a routing key: prefix + queue, as before */
+    snprintf(stream, sizeof(stream), "%sorders", prefix);
+    assert_int_equal(stream_consumer_stream_length(redis, stream), 1);
+
+    /* a row published again (say its relay died before marking it) is not appended twice */
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL");
+    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 2"),
+                     4);
+    snprintf(stream, sizeof(stream), "%sorder.created.eu", prefix);
+    assert_int_equal(stream_consumer_stream_length(redis, stream), 2);
+    snprintf(stream, sizeof(stream), "%sorder.paid.eu", prefix);
+    assert_int_equal(stream_consumer_stream_length(redis, stream), 1);
+    assert_true(stream_consumer_delete_prefix(redis, prefix) > 0);
+    redisFree(redis);
+}
+
+/* ---- trace context at the brokers ------------------------------------------ */
+
+static void
+test_trace_context_reaches_both_brokers(void **state)
+{
+    struct fixture *f = *state;
+    const char *amqp = harness_env("OUTBOX_TEST_AMQP_URL");
+    const char *redis_url = harness_env("OUTBOX_TEST_REDIS_URL");
+    queue_consumer *mq = queue_consumer_connect(amqp);
+    redisContext *redis = stream_consumer_connect(redis_url);
+    char queue[96], prefix[96], stream[256], sql[256];
+    const char *extra[] = {"--stream-prefix", prefix, NULL};
+    struct queue_consumer_message message;
+    const struct queue_consumer_header *header;
+    struct stream_consumer_stream entries;
+    size_t fetched;
+
+    assert_non_null(mq);
+    assert_non_null(redis);
+    snprintf(queue, sizeof(queue), "%s.traced", f->name);
+    snprintf(prefix, sizeof(prefix), "%s:", f->name);
+    assert_int_equal(queue_consumer_declare_queue(mq, queue), 0);
+
+    /* the business transaction links its trace with one SET LOCAL */
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SET LOCAL outbox.traceparent = '" TRACEPARENT "'");
+    harness_exec(f->conn, "SET LOCAL outbox.tracestate = '" TRACESTATE "'");
+    enqueue_sql(f, queue, "");
+    harness_exec(f->conn, "COMMIT");
+    assert_int_equal(relay_run_once(f->url, amqp, NULL), 0);
+    assert_int_equal(queue_consumer_fetch(mq, queue, &message, 1, 2000, &fetched), 0);
+    assert_int_equal(fetched, 1);
+    header = queue_consumer_message_header(&message, "traceparent");
+    assert_non_null(header);
+    assert_string_equal(header->text, TRACEPARENT);
+    header = queue_consumer_message_header(&message, "tracestate");
+    assert_non_null(header);
+    assert_string_equal(header->text, TRACESTATE);
+    queue_consumer_message_clear(&message);
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SET LOCAL outbox.traceparent = '" TRACEPARENT "'");
+    snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('%s.stream', '{}')", f->name);
+    harness_query_ll(f->conn, sql);
+    harness_exec(f->conn, "COMMIT");
+    assert_int_equal(relay_run_once(f->url, redis_url, extra), 0);
+    snprintf(stream, sizeof(stream), "%s%s.stream", prefix, f->name);
+    assert_int_equal(stream_consumer_read_stream(redis, stream, &entries), 0);
+    assert_int_equal(entries.count, 1);
+    assert_string_equal(entries.entries[0].headers, "{\"traceparent\": \"" TRACEPARENT "\"}");
+    stream_consumer_stream_clear(&entries);
+
+    stream_consumer_delete_prefix(redis, prefix);
+    redisFree(redis);
+    queue_consumer_delete_queue(mq, queue);
+    queue_consumer_free(mq);
+}
+
 int
 main(void)
 {
@@ -273,6 +600,14 @@ main(void)
         cmocka_unit_test_setup_teardown(test_invalid_trace_context_is_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_library_enqueue_and_claim_carry_destination_and_trace,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_topic_exchange_routes_each_row_by_its_key, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_missing_exchange_fails_only_its_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ordering_key_holds_across_routing_keys, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_redis_stream_per_routing_key_with_dedup, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_trace_context_reaches_both_brokers, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

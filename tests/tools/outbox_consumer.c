@@ -2,10 +2,13 @@
  * outbox_consumer - reads what the relay published, for the demo and benchmark.
  *
  *   outbox_consumer --broker URL --queue Q [--expect N] [--idle-timeout SECONDS]
- *                   [--declare] [--stream-prefix P] [--ids-file PATH]
+ *                   [--declare] [--bind EXCHANGE:PATTERN] [--show]
+ *                   [--stream-prefix P] [--ids-file PATH]
  *
  * AMQP: consumes queue Q (declared durable first with --declare, then exits
- * at once when only --declare is asked with --expect 0). Redis: reads stream
+ * at once when only --declare is asked with --expect 0). --bind declares a
+ * durable topic exchange and binds Q to it with PATTERN; --show prints the
+ * exchange, routing key and traceparent header of every message. Redis: reads stream
  * P+Q from the beginning. Counts messages and distinct message ids, stops
  * after --expect distinct ids or --idle-timeout seconds without a message,
  * and prints: received, unique, duplicates, seconds, rate. --ids-file writes
@@ -73,6 +76,8 @@ struct options {
     long expect;
     double idle_timeout;
     bool declare;
+    const char *bind; /* "exchange:pattern" */
+    bool show;
 };
 
 struct tally {
@@ -102,6 +107,28 @@ amqp_ok(amqp_rpc_reply_t reply, const char *what)
     return -1;
 }
 
+/* Prints where one message came from and the trace it carries. */
+static void
+show_message(const char *id, const amqp_envelope_t *envelope)
+{
+    const amqp_table_t *headers = &envelope->message.properties.headers;
+    int trace_len = 0;
+    const char *trace = "";
+
+    if (envelope->message.properties._flags & AMQP_BASIC_HEADERS_FLAG)
+        for (int h = 0; h < headers->num_entries; h++)
+            if (headers->entries[h].key.len == 11 &&
+                memcmp(headers->entries[h].key.bytes, "traceparent", 11) == 0 &&
+                headers->entries[h].value.kind == AMQP_FIELD_KIND_UTF8) {
+                trace = headers->entries[h].value.value.bytes.bytes;
+                trace_len = (int)headers->entries[h].value.value.bytes.len;
+            }
+    printf("message_id=%s exchange=%.*s routing_key=%.*s traceparent=%.*s\n", id,
+           (int)envelope->exchange.len, (const char *)envelope->exchange.bytes,
+           (int)envelope->routing_key.len, (const char *)envelope->routing_key.bytes, trace_len,
+           trace);
+}
+
 static int
 consume_amqp(const struct options *o, const struct broker_url *url, struct tally *t)
 {
@@ -127,6 +154,19 @@ consume_amqp(const struct options *o, const struct broker_url *url, struct tally
         amqp_queue_declare(conn, 1, queue, 0, 1, 0, 0, amqp_empty_table);
         if (amqp_ok(amqp_get_rpc_reply(conn), "queue.declare") != 0)
             goto out;
+        if (o->bind != NULL && strchr(o->bind, ':') != NULL) {
+            const char *colon = strchr(o->bind, ':');
+            amqp_bytes_t exchange = {.len = (size_t)(colon - o->bind), .bytes = (void *)o->bind};
+
+            amqp_exchange_declare(conn, 1, exchange, amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                                  amqp_empty_table);
+            if (amqp_ok(amqp_get_rpc_reply(conn), "exchange.declare") != 0)
+                goto out;
+            amqp_queue_bind(conn, 1, queue, exchange, amqp_cstring_bytes(colon + 1),
+                            amqp_empty_table);
+            if (amqp_ok(amqp_get_rpc_reply(conn), "queue.bind") != 0)
+                goto out;
+        }
         if (o->expect == 0) {
             rc = 0;
             goto out;
@@ -161,6 +201,8 @@ consume_amqp(const struct options *o, const struct broker_url *url, struct tally
 
             memcpy(id, bytes.bytes, bytes.len < sizeof(id) - 1 ? bytes.len : sizeof(id) - 1);
             record(t, atoll(id));
+            if (o->show)
+                show_message(id, &envelope);
         }
         /* ack every 500 messages with multiple, and the last one */
         if (t->received % 500 == 0 || (o->expect > 0 && (long)t->ids.count >= o->expect))
@@ -246,6 +288,10 @@ main(int argc, char **argv)
             o.declare = true;
             continue;
         }
+        if (strcmp(name, "--show") == 0) {
+            o.show = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "outbox_consumer: %s needs a value\n", name);
             return 2;
@@ -260,6 +306,8 @@ main(int argc, char **argv)
             o.idle_timeout = atof(argv[++i]);
         else if (strcmp(name, "--stream-prefix") == 0)
             o.stream_prefix = argv[++i];
+        else if (strcmp(name, "--bind") == 0)
+            o.bind = argv[++i];
         else if (strcmp(name, "--ids-file") == 0)
             o.ids_file = argv[++i];
         else {
