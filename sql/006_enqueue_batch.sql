@@ -12,12 +12,17 @@
 --   ordering        rows of one ordering key get rising job_ids in array
 --                   order; each is held behind an unfinished earlier row of
 --                   its key, in the table or earlier in the same call
+--   routing, trace  exchange and routing_key as enqueue() takes them; the
+--                   session's outbox.traceparent / outbox.tracestate go into
+--                   the headers unless they hold a traceparent (004's
+--                   check_destination() and trace_headers(), once per call)
 --
 -- Returns the job_ids in payload order. Adds a function only: no lock on
 -- outbox.job beyond what CREATE FUNCTION takes in the catalog.
 
 -- The rows one call inserts (or finds), with the job_ids returned in payload
--- order. priority, run_at and max_attempts apply to every row of the call.
+-- order. headers, priority, run_at, max_attempts, exchange and routing_key
+-- apply to every row of the call.
 CREATE FUNCTION outbox.enqueue_batch(
     queue            text,
     payloads         jsonb[],
@@ -26,7 +31,9 @@ CREATE FUNCTION outbox.enqueue_batch(
     headers          jsonb DEFAULT '{}',
     priority         int DEFAULT 0,
     run_at           timestamptz DEFAULT now(),
-    max_attempts     int DEFAULT 10
+    max_attempts     int DEFAULT 10,
+    exchange         text DEFAULT NULL,
+    routing_key      text DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 AS $$
@@ -62,6 +69,10 @@ BEGIN
         RAISE EXCEPTION 'outbox max_attempts must be positive, got %', coalesce(enqueue_batch.max_attempts::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF enqueue_batch.exchange IS NOT NULL OR enqueue_batch.routing_key IS NOT NULL THEN
+        PERFORM outbox.check_destination('exchange', enqueue_batch.exchange),
+                outbox.check_destination('routing key', enqueue_batch.routing_key);
+    END IF;
     IF cardinality(enqueue_batch.idempotency_keys) <> row_count THEN
         RAISE EXCEPTION 'outbox enqueue_batch got % idempotency keys for % payloads',
                         cardinality(enqueue_batch.idempotency_keys), row_count
@@ -77,14 +88,20 @@ BEGIN
     IF row_count = 0 THEN
         RETURN '{}';
     END IF;
+    -- the trace context of the session; one settings lookup when there is none
+    IF current_setting('outbox.traceparent', true) <> '' THEN
+        enqueue_batch.headers := outbox.trace_headers(enqueue_batch.headers);
+    END IF;
 
     -- All rows new, none keyed: one INSERT ... SELECT. Identity values are
     -- drawn in the order the rows are inserted, which is array order.
     IF enqueue_batch.idempotency_keys IS NULL AND enqueue_batch.ordering_keys IS NULL THEN
         WITH inserted AS (
-            INSERT INTO outbox.job (queue, payload, headers, priority, run_at, max_attempts)
+            INSERT INTO outbox.job (queue, payload, headers, priority, run_at, max_attempts,
+                                    exchange, routing_key)
             SELECT enqueue_batch.queue, p, enqueue_batch.headers, coalesce(enqueue_batch.priority, 0),
-                   coalesce(enqueue_batch.run_at, now()), enqueue_batch.max_attempts
+                   coalesce(enqueue_batch.run_at, now()), enqueue_batch.max_attempts,
+                   enqueue_batch.exchange, enqueue_batch.routing_key
             FROM unnest(enqueue_batch.payloads) AS p
             RETURNING job_id)
         SELECT array_agg(job_id ORDER BY job_id) INTO ids FROM inserted;
@@ -125,10 +142,11 @@ BEGIN
                               WHERE x.idempotency_key = s.idempotency_key)),
         inserted AS (
             INSERT INTO outbox.job (queue, payload, headers, idempotency_key, priority, run_at,
-                                    max_attempts, ordering_key, held)
+                                    max_attempts, ordering_key, exchange, routing_key, held)
             SELECT enqueue_batch.queue, t.payload, enqueue_batch.headers, t.idempotency_key,
                    coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.run_at, now()),
-                   enqueue_batch.max_attempts, t.ordering_key, t.held
+                   enqueue_batch.max_attempts, t.ordering_key, enqueue_batch.exchange,
+                   enqueue_batch.routing_key, t.held
             FROM todo AS t ORDER BY t.ord
             ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING job_id, idempotency_key),

@@ -120,9 +120,9 @@ int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *
  * outbox_enqueue(): an idempotency key already in the queue, or repeated
  * within the call, gives the existing (or first) row's id; rows of one
  * ordering key keep their order and wait behind an unfinished earlier row.
- * Consecutive messages with the same queue, headers, priority, max_attempts
- * and delay go in one statement, so a batch of one queue costs one round
- * trip however many rows it holds. On error nothing is stored in job_ids
+ * Consecutive messages with the same queue, headers, priority, max_attempts,
+ * delay, exchange, routing key and trace context go in one statement, so a
+ * batch of one queue costs one round trip however many rows it holds. On error nothing is stored in job_ids
  * that the caller may rely on, and the transaction is aborted if the
  * database refused a row (the caller rolls back, as after outbox_enqueue()).
  */

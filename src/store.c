@@ -237,7 +237,13 @@ static const char SQL_ENQUEUE_TRACED[] =
 /* One row per job id, in payload order. */
 static const char SQL_ENQUEUE_BATCH[] =
     "SELECT unnest(outbox.enqueue_batch($1, $2::jsonb[], $3::text[], $4::text[],"
-    " coalesce($5::jsonb, '{}'), $6, now() + make_interval(secs => $7), $8))";
+    " coalesce($5::jsonb, '{}'), $6, now() + make_interval(secs => $7), $8, $9, $10))";
+
+/* With the messages' own trace context, as SQL_ENQUEUE_TRACED. */
+static const char SQL_ENQUEUE_BATCH_TRACED[] =
+    "SELECT unnest(outbox.enqueue_batch($1, $2::jsonb[], $3::text[], $4::text[],"
+    " outbox.trace_headers(coalesce($5::jsonb, '{}'), $11, $12), $6,"
+    " now() + make_interval(secs => $7), $8, $9, $10))";
 
 /*
  * The sweep of waiting rows: the first held row of up to $1 keys after the
@@ -1448,7 +1454,9 @@ same_batch(const struct outbox_message *a, const struct outbox_message *b)
 {
     return strcmp(a->queue, b->queue) == 0 && same_text(a->headers_json, b->headers_json) &&
            a->priority == b->priority && a->max_attempts == b->max_attempts &&
-           a->delay_seconds == b->delay_seconds;
+           a->delay_seconds == b->delay_seconds && same_text(a->exchange, b->exchange) &&
+           same_text(a->routing_key, b->routing_key) && same_text(a->traceparent, b->traceparent) &&
+           same_text(a->tracestate, b->tracestate);
 }
 
 /*
@@ -1481,9 +1489,9 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
     const struct outbox_message *first = &messages[0];
     struct pg_array payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
     char priority[16], delay[32], max_attempts[16];
-    const char *values[8];
+    const char *values[12];
     PGresult *result = NULL;
-    bool any_payload, any_idempotency_key, any_ordering_key;
+    bool any_payload, any_idempotency_key, any_ordering_key, traced;
     int rc = -1;
 
     array_add_field_of(&payloads, messages, count, offsetof(struct outbox_message, payload_json),
@@ -1512,7 +1520,13 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
     values[5] = priority;
     values[6] = delay;
     values[7] = max_attempts;
-    result = PQexecParams(conn, SQL_ENQUEUE_BATCH, 8, NULL, values, NULL, NULL, 0);
+    values[8] = first->exchange;
+    values[9] = first->routing_key;
+    values[10] = first->traceparent;
+    values[11] = first->tracestate;
+    traced = first->traceparent != NULL && first->traceparent[0] != '\0';
+    result = PQexecParams(conn, traced ? SQL_ENQUEUE_BATCH_TRACED : SQL_ENQUEUE_BATCH,
+                          traced ? 12 : 10, NULL, values, NULL, NULL, 0);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         char context[300];
 

@@ -57,7 +57,8 @@ $$;
 REVOKE ALL ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
                                       text, text, text)
     FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer, timestamptz, integer)
+REVOKE ALL ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer,
+                                            timestamptz, integer, text, text)
     FROM PUBLIC;
 
 GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, outbox_consumer;
@@ -71,7 +72,8 @@ GRANT SELECT ON outbox.paused TO outbox_relay;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
                                          text, text, text)
     TO outbox_producer;
-GRANT EXECUTE ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer, timestamptz, integer)
+GRANT EXECUTE ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer,
+                                            timestamptz, integer, text, text)
     TO outbox_producer;
 GRANT INSERT ON outbox.job TO outbox_producer;
 GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;

@@ -218,6 +218,45 @@ test_invalid_trace_context_is_rejected(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
 }
 
+static void
+test_batch_carries_destination_and_trace(void **state)
+{
+    struct fixture *f = *state;
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SET LOCAL outbox.traceparent = '" TRACEPARENT "'");
+    harness_exec(f->conn, "SET LOCAL outbox.tracestate = '" TRACESTATE "'");
+    harness_query_ll(f->conn, "SELECT cardinality(outbox.enqueue_batch('q', '{1,2}',"
+                              " headers => '{\"a\": \"b\"}', exchange => 'events',"
+                              " routing_key => 'order.created.eu'))");
+    harness_query_ll(f->conn, "SELECT cardinality(outbox.enqueue_batch('q', '{3}', '{k}',"
+                              " headers => '{\"traceparent\": \"from-the-caller\"}'))");
+    harness_exec(f->conn, "COMMIT");
+    harness_query_ll(f->conn, "SELECT cardinality(outbox.enqueue_batch('q', '{4}'))");
+
+    assert_query_text(f->conn,
+                      "SELECT string_agg(payload::text || ' ' || headers::text || ' '"
+                      " || coalesce(exchange, '-') || ' ' || coalesce(routing_key, '-'), ' | '"
+                      " ORDER BY job_id) FROM outbox.job",
+                      "1 {\"a\": \"b\", \"tracestate\": \"" TRACESTATE "\", \"traceparent\": \""
+                      TRACEPARENT "\"} events order.created.eu | "
+                      "2 {\"a\": \"b\", \"tracestate\": \"" TRACESTATE "\", \"traceparent\": \""
+                      TRACEPARENT "\"} events order.created.eu | "
+                      "3 {\"traceparent\": \"from-the-caller\"} - - | 4 {} - -");
+
+    expect_sql_error(f->conn, "SELECT outbox.enqueue_batch('q', '{1}', exchange => E'ex\\x01')",
+                     "22023", "invalid outbox exchange");
+    expect_sql_error(f->conn,
+                     "SELECT outbox.enqueue_batch('q', '{1}', routing_key => repeat('r', 256))",
+                     "22023", "invalid outbox routing key");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SET LOCAL outbox.traceparent = 'not a traceparent'");
+    expect_sql_error(f->conn, "SELECT outbox.enqueue_batch('q', '{1}')", "22023",
+                     "invalid traceparent");
+    harness_exec(f->conn, "ROLLBACK");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 4);
+}
+
 /* ---- the C library ------------------------------------------------------- */
 
 static void
@@ -591,6 +630,42 @@ test_trace_context_reaches_both_brokers(void **state)
     queue_consumer_free(mq);
 }
 
+static void
+test_library_enqueue_many_carries_destination_and_trace(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message messages[4] = {
+        {.queue = "q", .payload_json = "1", .exchange = "events", .routing_key = "a",
+         .traceparent = TRACEPARENT, .tracestate = TRACESTATE},
+        {.queue = "q", .payload_json = "2", .exchange = "events", .routing_key = "a",
+         .traceparent = TRACEPARENT, .tracestate = TRACESTATE},
+        {.queue = "q", .payload_json = "3", .routing_key = "b"},
+        {.queue = "q", .payload_json = "4"},
+    };
+    struct outbox_message bad = {.queue = "q", .payload_json = "{}", .traceparent = "00-zz"};
+    struct outbox_error err;
+    int64_t ids[4];
+
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, messages, 4, ids, &err), 0);
+    harness_exec(f->conn, "COMMIT");
+    assert_true(ids[0] < ids[1] && ids[1] < ids[2] && ids[2] < ids[3]);
+    assert_query_text(f->conn,
+                      "SELECT string_agg(payload::text || ' ' || headers::text || ' '"
+                      " || coalesce(exchange, '-') || ' ' || coalesce(routing_key, '-'), ' | '"
+                      " ORDER BY job_id) FROM outbox.job",
+                      "1 {\"tracestate\": \"" TRACESTATE "\", \"traceparent\": \"" TRACEPARENT
+                      "\"} events a | 2 {\"tracestate\": \"" TRACESTATE "\", \"traceparent\": \""
+                      TRACEPARENT "\"} events a | 3 {} - b | 4 {} - -");
+
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_enqueue_many(f->conn, &bad, 1, ids, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    assert_string_equal(err.sqlstate, "22023");
+    assert_non_null(strstr(err.message, "invalid traceparent"));
+    harness_exec(f->conn, "ROLLBACK");
+}
+
 int
 main(void)
 {
@@ -598,6 +673,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_destination_is_stored_and_validated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trace_context_from_the_session, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_trace_context_is_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_carries_destination_and_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_library_enqueue_and_claim_carry_destination_and_trace,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_topic_exchange_routes_each_row_by_its_key, setup,
@@ -608,6 +684,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_redis_stream_per_routing_key_with_dedup, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_trace_context_reaches_both_brokers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_enqueue_many_carries_destination_and_trace,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
