@@ -1009,6 +1009,7 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             .stream_prefix = config->stream_prefix,
             .dedup_window_ms = config->dedup_window_ms,
             .stream_maxlen = config->stream_maxlen,
+            .redis_wait_replicas = config->redis_wait,
             .max_message_bytes = (size_t)config->max_message_bytes,
             .connect_timeout_ms = 5000,
             .io_timeout_ms = 10000,

@@ -54,7 +54,9 @@ static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", KIND_STRING, FIELD(database_url), NULL, 0, 0, NULL,
      "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT},
     {"broker", "URL", KIND_STRING, FIELD(broker_url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port/vhost, amqps://..., or redis://[:pass@]host:port[/db]; required", FROM_ENVIRONMENT},
+     "amqp://user:pass@host:port/vhost, amqps://..., redis://[:pass@]host:port[/db],"
+     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
+     " required", FROM_ENVIRONMENT},
     {"queues", "A,B", KIND_LIST, FIELD(queues), NULL, 0, 0, NULL,
      "publish only these queues (default: every queue)", FROM_ENVIRONMENT},
     {"exchange", "NAME", KIND_STRING, FIELD(exchange), "", 0, 0, NULL,
@@ -87,6 +89,9 @@ static const struct option_spec OPTIONS[] = {
      NULL, "Redis: a job is appended at most once per stream within this window", FROM_ENVIRONMENT},
     {"stream-maxlen", "N", KIND_INT64, FIELD(stream_maxlen), "0", 0, 1e15, NULL,
      "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims", FROM_ENVIRONMENT},
+    {"redis-wait", "N", KIND_INT, FIELD(redis_wait), "0", 0, 100, NULL,
+     "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000)",
+     FROM_ENVIRONMENT},
     {"max-message-bytes", "N", KIND_INT64, FIELD(max_message_bytes), "134217728", 1, 2147483647,
      NULL, "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)", FROM_ENVIRONMENT},
     {"ordering-dead-policy", "skip|block", KIND_CHOICE, FIELD(block_on_dead_head), "skip", 0, 0,

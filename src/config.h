@@ -51,6 +51,7 @@ struct relay_config {
     double retention_seconds;  /* succeeded rows kept this long; 0 keeps forever */
     int64_t dedup_window_ms;   /* Redis: one append per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N, 0 off */
+    int redis_wait;            /* Redis: replicas that must acknowledge an append */
     int64_t max_message_bytes; /* larger payloads fail as permanent */
     bool block_on_dead_head;   /* --ordering-dead-policy block */
     bool delete_on_success;    /* --on-success delete */

@@ -50,13 +50,10 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         s->ops = &sink_amqp_ops;
         break;
     case URL_REDIS:
-        s->ops = &sink_redis_ops;
-        break;
     case URL_REDIS_SENTINEL:
     case URL_REDIS_CLUSTER:
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s:// is not supported by this relay",
-                         url_scheme_name(s->url.scheme));
-        goto fail;
+        s->ops = &sink_redis_ops;
+        break;
     }
     if (s->ops->init(s, err) != 0)
         goto fail;

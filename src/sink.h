@@ -4,7 +4,8 @@
  * The relay loop publishes a batch of claimed rows through a sink and gets
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
- * the URL scheme (amqp://, amqps://, redis://).
+ * the URL scheme (amqp://, amqps://, redis://, redis+sentinel://,
+ * redis+cluster://).
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
@@ -36,6 +37,7 @@ struct sink_options {
     const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
+    int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */
     int connect_timeout_ms;    /* connect and handshake */
     int io_timeout_ms;         /* longest wait for the broker without progress */
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
