@@ -8,7 +8,8 @@
 #
 # Runs as root; the servers run as user redis when it exists. Every server listens on
 # 127.0.0.1 only, on a free port from OUTBOX_TEST_PORT_RANGE (default 20000-32000; cluster
-# nodes also need port + 10000 free for their bus, so the range must stay below 55536), picked
+# nodes also need port + 10000 free for their bus, below the kernel's ephemeral ports, so only
+# the low end of the range is used), picked
 # under the same lock as tests/harness/stack.sh. Every server requires the password
 # outbox-test-secret (sentinels too). Nothing is persisted: a killed server restarts empty.
 #
@@ -33,12 +34,15 @@ port_in_use() {
 }
 
 PICKED_PORTS=" "
-# Prints a free port whose bus port (port + 10000) is free too.
+# Prints a free port whose bus port (port + 10000) is free too, and below the kernel's
+# ephemeral ports, where an outgoing connection could take it before the node binds it.
 pick_port() {
     local range=${OUTBOX_TEST_PORT_RANGE:-20000-32000}
-    local low=${range%-*} high=${range#*-} span port i
+    local low=${range%-*} high=${range#*-} span port i ephemeral
+    ephemeral=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$high" -lt $((ephemeral - 10000)) ] || high=$((ephemeral - 10001))
+    [ "$low" -le "$high" ] || die "OUTBOX_TEST_PORT_RANGE leaves no port whose bus port (+10000) is below $ephemeral"
     span=$((high - low + 1))
-    [ "$high" -lt 55536 ] || die "OUTBOX_TEST_PORT_RANGE must stay below 55536 (cluster bus ports)"
     port=$((low + (RANDOM * 32768 + RANDOM) % span))
     for ((i = 0; i < span && i < 2000; i++)); do
         case "$PICKED_PORTS" in
@@ -150,6 +154,7 @@ sentinel auth-pass $MASTER_NAME $PASSWORD
 sentinel down-after-milliseconds $MASTER_NAME 1000
 sentinel failover-timeout $MASTER_NAME 10000
 sentinel parallel-syncs $MASTER_NAME 1
+sentinel known-replica $MASTER_NAME 127.0.0.1 $replica
 EOF
         echo "$s" >"$DIR/sentinel$i.port"
         echo sentinel >"$DIR/sentinel$i.mode"
@@ -193,8 +198,17 @@ EOF
     # shellcheck disable=SC2086
     REDISCLI_AUTH=$PASSWORD timeout 60 redis-cli --cluster create $seeds --cluster-replicas 1 \
         --cluster-yes >"$DIR/create.log" 2>&1 || die "cluster create failed (log $DIR/create.log)"
+    # every node sees the cluster ok, with its three replicas
     for ((i = 0; i < START_TIMEOUT * 10; i++)); do
-        [ "$(cli "${ports%%,*}" cluster info | tr -d '\r' | grep '^cluster_state:')" = cluster_state:ok ] && break
+        local settled=1 node
+        for node in ${ports//,/ }; do
+            if [ "$(cli "$node" cluster info | tr -d '\r' | grep '^cluster_state:')" != cluster_state:ok ] ||
+                [ "$(cli "$node" cluster nodes | awk '$3 ~ /slave/' | wc -l)" != 3 ]; then
+                settled=0
+                break
+            fi
+        done
+        [ "$settled" = 1 ] && break
         sleep 0.1
     done
     cat >"$DIR/env" <<EOF
