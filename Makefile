@@ -2,6 +2,7 @@
 #
 #   make            bin/outbox-relay, bin/outboxctl, lib/liboutbox.a
 #   make test       unit tests, then integration tests against throwaway servers
+#   make test-ha    multi-node tests (tests/ha): failover, clusters; longer, run by CI too
 #   make asan       the same tests built with AddressSanitizer + UBSan
 #   make valgrind   the same tests under valgrind (leaks are errors)
 #   make demo       a throwaway stack, producers, the relay, a consumer
@@ -56,6 +57,9 @@ INTEG_SRC  := $(sort $(wildcard tests/integration/test_*.c))
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 INTEG_HELPERS := $(filter-out $(INTEG_SRC),$(sort $(wildcard tests/integration/*.c)))
 INTEG_HELPER_OBJ := $(INTEG_HELPERS:%.c=$(BUILD)/%.o)
+# tests/ha: multi-node deployments, linked like the integration tests.
+HA_SRC     := $(sort $(wildcard tests/ha/test_*.c))
+HA_BIN     := $(HA_SRC:tests/ha/%.c=$(BUILD)/tests/ha/%)
 # tests/chaos: the fault-injection driver and its TCP proxy, linked into test_chaos.
 CHAOS_SRC  := $(sort $(wildcard tests/chaos/*.c))
 CHAOS_OBJ  := $(CHAOS_SRC:%.c=$(BUILD)/%.o)
@@ -64,7 +68,7 @@ TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a
 
-.PHONY: all test unit integration test-binaries asan valgrind demo bench soak fuzz deps \
+.PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak fuzz deps \
         format analyze clean check-deps install man deb
 
 all: check-deps $(PRODUCTS)
@@ -109,6 +113,9 @@ $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
 
+$(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+
 $(BUILD)/tests/integration/test_chaos: $(BUILD)/tests/integration/test_chaos.o $(CHAOS_OBJ) \
                                       $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
@@ -118,7 +125,7 @@ $(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(LIB)/liboutbox.a
 
 .SECONDARY:
 
-test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(TOOL_BIN)
+test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(HA_BIN) $(TOOL_BIN)
 
 # `make test` installs missing packages first when run as root.
 test:
@@ -131,6 +138,11 @@ unit: test-binaries
 
 integration: test-binaries
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh integration
+
+test-ha:
+	tests/harness/deps.sh
+	$(MAKE) test-binaries
+	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh ha
 
 ASAN_VARS := BUILD=build-asan BIN=build-asan/bin LIB=build-asan/lib OPT="-O1 -g" \
              SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # run.sh - run the test binaries: unit tests, then integration tests against a throwaway stack.
 #
-#   tests/run.sh [unit|integration|all]     (default all)
+#   tests/run.sh [unit|integration|all|ha]     (default all; ha: the multi-node tests of tests/ha)
 #
 # BUILD (default build) holds the test binaries, BIN (default bin) the products.
 # Integration tests get a fresh stack (tests/harness/stack.sh) in a temp dir, stopped on
@@ -20,9 +20,9 @@ WHAT=${1:-all}
 TIMEOUT=${OUTBOX_TEST_TIMEOUT:-600}
 
 case "$WHAT" in
-unit | integration | all) ;;
+unit | integration | all | ha) ;;
 *)
-    echo "usage: tests/run.sh [unit|integration|all]" >&2
+    echo "usage: tests/run.sh [unit|integration|all|ha]" >&2
     exit 2
     ;;
 esac
@@ -104,7 +104,7 @@ on_signal() {
 trap stop_stack EXIT
 trap on_signal INT TERM
 
-if [ "$WHAT" != integration ]; then
+if [ "$WHAT" = unit ] || [ "$WHAT" = all ]; then
     echo "== unit tests"
     run_dir "$BUILD/tests/unit"
     if BIN="$BIN" "$SOURCE_DIR/tests/check_docs.sh" >/dev/null; then
@@ -118,7 +118,11 @@ if [ "$WHAT" != integration ]; then
 fi
 
 if [ "$WHAT" != unit ]; then
-    echo "== integration tests"
+    if [ "$WHAT" = ha ]; then
+        echo "== multi-node tests"
+    else
+        echo "== integration tests"
+    fi
     STACK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/outbox-stack.XXXXXX") || exit 1
     stack_start=$(now_ms)
     if ! "$SOURCE_DIR/tests/harness/stack.sh" start "$STACK_DIR"; then
@@ -134,8 +138,12 @@ if [ "$WHAT" != unit ]; then
         OUTBOX_BIN=$(cd "$BIN" 2>/dev/null && pwd) || OUTBOX_BIN=$SOURCE_DIR/$BIN
         export OUTBOX_BIN
         export OUTBOX_SOURCE_DIR=$SOURCE_DIR
-        run_dir "$BUILD/tests/integration"
-        run_dir tests/deploy
+        if [ "$WHAT" = ha ]; then
+            run_dir "$BUILD/tests/ha"
+        else
+            run_dir "$BUILD/tests/integration"
+            run_dir tests/deploy
+        fi
     fi
     stop_stack
 fi

@@ -6,7 +6,7 @@
 set -eu
 
 PACKAGES="build-essential pkg-config libpq-dev librabbitmq-dev libhiredis-dev uuid-dev libcmocka-dev
-postgresql-15 rabbitmq-server redis-server iproute2
+postgresql-15 rabbitmq-server redis-server redis-sentinel iproute2
 systemd prometheus lintian dpkg-dev curl jq"
 
 if [ "${1:-}" = "--list" ]; then

@@ -612,10 +612,7 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     long long rows, succeeded, retried;
     struct producer producer;
 
-    double t0 = now_seconds();
-
     assert_int_equal(ha_script("cluster", f->dir, NULL), 0);
-    print_message("T cluster up %.1f\n", now_seconds() - t0);
     node_count = 0;
     {
         char name[32];
@@ -666,9 +663,7 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     producer = (struct producer){.database_url = f->url, .queue = "q07", .total = 1000000,
                                  .per_commit = 2, .pause_ms = 20};
     producer_start(&producer);
-    print_message("T before move %.1f\n", now_seconds() - t0);
     move_slot(nodes, node_count, moved_slot, from, to);
-    print_message("T after move %.1f\n", now_seconds() - t0);
     sleep_ms(300);
     atomic_store(&producer.stop, true);
     producer_join(&producer);
@@ -680,7 +675,6 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     if (succeeded != rows)
         relay_dump_log(&relay);
     assert_int_equal(succeeded, rows);
-    print_message("T all succeeded %.1f\n", now_seconds() - t0);
     /* the move was met: rows of q07 were refused (TRYAGAIN) or redirected and retried */
     retried = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE attempts > 1");
     print_message("%lld rows, %lld of them needed more than one attempt\n", rows, retried);
@@ -688,7 +682,6 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     /* job ids of this database are 1..rows */
     assert_int_equal(harness_query_ll(f->conn, "SELECT max(job_id) FROM outbox.job"), rows);
     assert_each_job_once(nodes, node_count, rows);
-    print_message("T checked %.1f\n", now_seconds() - t0);
 
     /* re-drive every row: published again, appended never */
     harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', worker_id = NULL,"
@@ -700,9 +693,7 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     assert_int_equal(succeeded, rows);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 30000), 0);
-    print_message("T redriven %.1f\n", now_seconds() - t0);
     assert_each_job_once(nodes, node_count, rows);
-    print_message("T end %.1f\n", now_seconds() - t0);
 }
 
 int
