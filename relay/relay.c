@@ -1,5 +1,6 @@
 /*
- * relay.c - claim, publish, mark: the pipelines of outbox-relay.
+ * relay.c - claim, publish, mark: the pipelines of outbox-relay, and its
+ * maintenance thread.
  *
  * Each pipeline owns one database connection and one broker connection and
  * repeats a turn (relay_turn): the marks of the batch published last and the
@@ -7,6 +8,10 @@
  * the current batch is published meanwhile, then the results are collected.
  * The database and the broker work at the same time, and no row is marked
  * before the broker confirmed it.
+ *
+ * The maintenance thread has a database connection of its own and runs a
+ * loop of named, bounded phases (reap, release waiting rows, cleanup,
+ * sample), so none of that work ever holds up a pipeline's publishing.
  */
 #include "relay.h"
 
@@ -35,10 +40,12 @@
 /* Reconnect backoff: from the first to the longest wait. */
 #define RECONNECT_FIRST_MS 200
 #define RECONNECT_MAX_MS 10000
-/* Maintenance cadence of pipeline 0, and its bounded batch sizes. */
+/* Maintenance phases: how often each runs, and the bounds of one run. */
 #define REAP_EVERY_SECONDS 5.0
 #define REAP_LIMIT 1000
+#define REAP_MAX_ROUNDS 20 /* per run; more expired leases: the phase runs again at once */
 #define REAP_RETRY_SECONDS 1.0
+#define SWEEP_EVERY_SECONDS 5.0
 #define SWEEP_KEY_LIMIT 1000
 #define CLEANUP_EVERY_SECONDS 60.0
 #define CLEANUP_LIMIT 5000
@@ -69,29 +76,55 @@ struct settlement {
     bool *dead;
 };
 
+/*
+ * A thread's own database connection: each pipeline and the maintenance
+ * thread has one, and reconnects it on its own.
+ */
+struct database {
+    relay *relay;
+    outbox_store *store; /* NULL while disconnected */
+    char worker_id[192];
+    char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
+    unsigned int seed; /* reconnect jitter, and a pipeline's retry jitter */
+};
+
 struct pipeline {
     relay *relay;
     int index;
     pthread_t thread;
     bool started;
-    char worker_id[192];
-    outbox_store *store;
+    struct database db;
     sink *sink;
-    unsigned int seed; /* for retry jitter */
 
     /* per-batch scratch, sized for --batch-size */
     struct sink_message *messages;
     struct outbox_lease *leases; /* for extend and give back */
     bool *done;
     double *lags; /* commit-to-publish seconds of accepted rows */
-    /* a batch being published and the one before it, being marked (see relay_turn) */
+    /*
+     * settlements[current] holds the batch being published, the other slot
+     * the one before it, being marked (see relay_turn)
+     */
     struct settlement settlements[2];
     int current;
 
-    double next_reap;
-    double next_cleanup;
-    double next_sample;
     double last_sink_idle;
+};
+
+/* The maintenance phases, in the order one pass of the loop runs them. */
+enum maintenance_phase {
+    PHASE_REAP = 0,        /* expired leases back to ready (or dead) */
+    PHASE_RELEASE_WAITING, /* held rows whose key's head finished while they were inserted */
+    PHASE_CLEANUP,         /* succeeded rows older than --retention */
+    PHASE_SAMPLE,          /* backlog gauges and the xmin horizon warning */
+    PHASE_COUNT,
+};
+
+struct maintenance {
+    pthread_t thread;
+    bool started;
+    struct database db;
+    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
 };
 
 struct relay {
@@ -99,9 +132,12 @@ struct relay {
     struct metrics *metrics;
     char worker_prefix[160];
     struct pipeline *pipelines;
+    struct maintenance maintenance;
     atomic_int stopping;
-    atomic_int running; /* pipelines not yet returned */
-    void (*finished)(void *arg); /* called by the last pipeline to return */
+    atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
+    atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
+    atomic_int reaped;            /* the maintenance thread reaped once (--once waits for it) */
+    void (*finished)(void *arg);  /* called by the last thread to return */
     void *finished_arg;
     atomic_int fatal;
     pthread_mutex_t fatal_lock;
@@ -150,11 +186,11 @@ set_fatal(relay *r, const struct outbox_error *err)
 
 /* The next reconnect wait: doubling, capped, with jitter. */
 static int
-next_backoff_ms(struct pipeline *p, int attempt)
+next_backoff_ms(unsigned int *seed, int attempt)
 {
     double seconds =
         outbox_backoff_seconds(attempt, RECONNECT_FIRST_MS / 1000.0, RECONNECT_MAX_MS / 1000.0,
-                               (double)rand_r(&p->seed) / ((double)RAND_MAX + 1));
+                               (double)rand_r(seed) / ((double)RAND_MAX + 1));
 
     return (int)(seconds * 1000);
 }
@@ -165,18 +201,18 @@ next_backoff_ms(struct pipeline *p, int attempt)
  * libpq hands what the server says outside a query result (a WARNING from a
  * user's trigger, the FATAL sent to idle sessions at shutdown) to a notice
  * processor whose default writes it raw to stderr, in the middle of the log.
- * This one makes it a log event of the pipeline, rate-limited.
+ * This one makes it a log event of the thread, rate-limited.
  */
 static void
 log_database_notice(void *arg, const char *message)
 {
-    const struct pipeline *p = arg;
+    const struct database *db = arg;
     size_t len = strlen(message);
 
     while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
         len--;
     log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
-                      "pipeline=%d notice=\"%.*s\"", p->index, (int)len, message);
+                      "%s notice=\"%.*s\"", db->who, (int)len, message);
 }
 
 /* What one connection attempt came to. */
@@ -186,21 +222,20 @@ enum attempt_result {
     ATTEMPT_FATAL,  /* bad password, no schema at first start: set_fatal() done */
 };
 
-/* One attempt to connect the store; err says why it failed. */
+/* One attempt to connect a thread's store; err says why it failed. */
 static enum attempt_result
-try_store(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
+try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
 {
-    relay *r = p->relay;
+    relay *r = db->relay;
 
-    p->store = outbox_store_connect(r->config->database_url, p->worker_id, err);
-    if (p->store != NULL) {
-        PQsetNoticeProcessor(outbox_store_conn(p->store), log_database_notice, p);
-        outbox_store_set_block_on_dead_head(p->store, r->config->block_on_dead_head);
-        outbox_store_set_delete_on_success(p->store, r->config->delete_on_success);
+    db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
+    if (db->store != NULL) {
+        PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
+        outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
+        outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);
         metrics_set_up(r->metrics, METRICS_DATABASE, true);
         if (attempt > 1 || !first)
-            log_event(OUTBOX_LOG_INFO, "database connected", "pipeline=%d attempts=%d", p->index,
-                      attempt);
+            log_event(OUTBOX_LOG_INFO, "database connected", "%s attempts=%d", db->who, attempt);
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
@@ -209,12 +244,12 @@ try_store(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         return ATTEMPT_FATAL;
     }
     log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
-                      "pipeline=%d error=\"%s\"", p->index, err->message);
+                      "%s error=\"%s\"", db->who, err->message);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
     return ATTEMPT_FAILED;
 }
 
-/* Like try_store, for the broker. */
+/* Like try_store, for a pipeline's broker. */
 static enum attempt_result
 try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 {
@@ -224,8 +259,8 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         metrics_set_up(r->metrics, METRICS_BROKER, true);
         p->last_sink_idle = clock_monotonic_seconds();
         if (attempt > 1 || !first)
-            log_event(OUTBOX_LOG_INFO, "broker connected", "pipeline=%d broker=%s attempts=%d",
-                      p->index, sink_display_url(p->sink), attempt);
+            log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
+                      sink_display_url(p->sink), attempt);
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_BROKER, false);
@@ -234,33 +269,34 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         return ATTEMPT_FATAL;
     }
     log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
-                      "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
+                      "%s broker=%s error=\"%s\"", p->db.who, sink_display_url(p->sink),
                       err->message);
     metrics_reconnected(r->metrics, METRICS_BROKER);
     return ATTEMPT_FAILED;
 }
 
 /*
- * Connects what is not connected (the database when want_store, the broker
- * when want_sink), trying each end on every attempt so that /healthz knows
- * the state of both, until both work, the relay stops, or a fatal error (bad
- * password, no schema) at first start. With --once it gives up after
- * ONCE_CONNECT_BUDGET_SECONDS: a one-shot run must end. Returns 0 when
- * connected.
+ * The one connect-with-backoff loop, for every thread and both ends.
+ * Connects what is not connected (db's store when want_store, pipeline p's
+ * broker when want_sink; p is NULL for the maintenance thread), trying each
+ * end on every attempt so that /healthz knows the state of both, until both
+ * work, the relay stops, or a fatal error (bad password, no schema) at first
+ * start. With --once it gives up after ONCE_CONNECT_BUDGET_SECONDS: a
+ * one-shot run must end. Returns 0 when connected.
  */
 static int
-connect_ends(struct pipeline *p, bool want_store, bool want_sink, bool first)
+connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first)
 {
-    relay *r = p->relay;
+    relay *r = db->relay;
     double started = clock_monotonic_seconds();
 
     for (int attempt = 1; !stopping(r); attempt++) {
         struct outbox_error store_err, sink_err;
         enum attempt_result store = ATTEMPT_CONNECTED, broker = ATTEMPT_CONNECTED;
 
-        if (want_store && p->store == NULL)
-            store = try_store(p, first, attempt, &store_err);
-        if (store != ATTEMPT_FATAL && want_sink && !sink_is_connected(p->sink))
+        if (want_store && db->store == NULL)
+            store = try_store(db, first, attempt, &store_err);
+        if (store != ATTEMPT_FATAL && want_sink && p != NULL && !sink_is_connected(p->sink))
             broker = try_sink(p, first, attempt, &sink_err);
         if (store == ATTEMPT_FATAL || broker == ATTEMPT_FATAL)
             return -1;
@@ -283,29 +319,31 @@ connect_ends(struct pipeline *p, bool want_store, bool want_sink, bool first)
             set_fatal(r, &err);
             return -1;
         }
-        sleep_ms(r, next_backoff_ms(p, attempt));
+        sleep_ms(r, next_backoff_ms(&db->seed, attempt));
     }
     return -1;
 }
 
+/* Connects a thread's store; see connect_ends(). */
 static int
-connect_store(struct pipeline *p, bool first)
+connect_store(struct database *db, bool first)
 {
-    return connect_ends(p, true, false, first);
+    return connect_ends(db, NULL, true, false, first);
 }
 
 static void
-drop_store(struct pipeline *p)
+drop_store(struct database *db)
 {
-    outbox_store_free(p->store);
-    p->store = NULL;
-    metrics_set_up(p->relay->metrics, METRICS_DATABASE, false);
+    outbox_store_free(db->store);
+    db->store = NULL;
+    metrics_set_up(db->relay->metrics, METRICS_DATABASE, false);
 }
 
+/* Connects a pipeline's broker; see connect_ends(). */
 static int
 connect_sink(struct pipeline *p, bool first)
 {
-    return connect_ends(p, false, true, first);
+    return connect_ends(&p->db, p, false, true, first);
 }
 
 /*
@@ -315,16 +353,23 @@ connect_sink(struct pipeline *p, bool first)
  * the rows involved keep their lease and come back after it, never lost.
  */
 static void
-store_failed(struct pipeline *p, const struct outbox_error *err)
+database_failed(struct database *db, const struct outbox_error *err)
 {
     if (err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_CONFIG) {
-        set_fatal(p->relay, err);
+        set_fatal(db->relay, err);
         return;
     }
     log_event_limited(
         "database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
-        "database error, reconnecting", "pipeline=%d error=\"%s\"", p->index, err->message);
-    drop_store(p);
+        "database error, reconnecting", "%s error=\"%s\"", db->who, err->message);
+    drop_store(db);
+}
+
+/* database_failed() of a pipeline's connection. */
+static void
+store_failed(struct pipeline *p, const struct outbox_error *err)
+{
+    database_failed(&p->db, err);
 }
 
 /* ---- one batch -------------------------------------------------------------- */
@@ -352,7 +397,7 @@ add_failure(struct pipeline *p, struct outbox_failure *failure, const struct out
         .error = outcome->reason[0] ? outcome->reason : "publish failed",
         .retry_seconds =
             outbox_backoff_seconds(job->generation, c->retry_base_seconds, c->retry_max_seconds,
-                                   (double)rand_r(&p->seed) / ((double)RAND_MAX + 1)),
+                                   (double)rand_r(&p->db.seed) / ((double)RAND_MAX + 1)),
         .permanent = outcome->status == SINK_REJECTED,
     };
 }
@@ -477,8 +522,8 @@ settle_send(struct pipeline *p, const struct settlement *st)
 {
     struct outbox_error err;
 
-    if (outbox_complete_send(p->store, st->leases, st->accepted, &err) != 0 ||
-        outbox_fail_send(p->store, st->failures, st->failed, &err) != 0) {
+    if (outbox_complete_send(p->db.store, st->leases, st->accepted, &err) != 0 ||
+        outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0) {
         store_failed(p, &err);
         return -1;
     }
@@ -495,14 +540,14 @@ settle_receive(struct pipeline *p, struct settlement *st)
     struct outbox_error err;
     size_t changed;
 
-    if (outbox_complete_receive(p->store, st->leases, st->accepted, st->done, &changed, &err) !=
+    if (outbox_complete_receive(p->db.store, st->leases, st->accepted, st->done, &changed, &err) !=
         0) {
         store_failed(p, &err);
         return;
     }
     record_completed(p, st, changed);
     st->accepted = 0;
-    if (outbox_fail_receive(p->store, st->failures, st->failed, st->done, st->dead, &changed,
+    if (outbox_fail_receive(p->db.store, st->failures, st->failed, st->done, st->dead, &changed,
                             &err) != 0) {
         store_failed(p, &err);
         return;
@@ -520,7 +565,7 @@ static void
 settle_now(struct pipeline *p, struct settlement *st)
 {
     for (int attempt = 0; attempt < 2 && has_rows(st); attempt++) {
-        if (p->store == NULL && connect_store(p, false) != 0)
+        if (p->db.store == NULL && connect_store(&p->db, false) != 0)
             break;
         if (settle_send(p, st) == 0)
             settle_receive(p, st);
@@ -544,10 +589,11 @@ extend_if_stale(struct pipeline *p, const struct outbox_batch *batch, double cla
     struct outbox_error err;
     size_t changed;
 
-    if (clock_monotonic_seconds() - claimed_at <= c->lease_seconds / 2.0 || p->store == NULL)
+    if (batch->count == 0 || clock_monotonic_seconds() - claimed_at <= c->lease_seconds / 2.0 ||
+        p->db.store == NULL)
         return;
     lease_batch(p, batch);
-    if (outbox_extend(p->store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+    if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
                       &err) != 0)
         store_failed(p, &err);
 }
@@ -563,9 +609,9 @@ give_back(struct pipeline *p, struct outbox_batch *batch)
     struct outbox_error err;
     size_t changed;
 
-    if (batch->count > 0 && p->store != NULL) {
+    if (batch->count > 0 && p->db.store != NULL) {
         lease_batch(p, batch);
-        if (outbox_release(p->store, p->leases, batch->count, p->done, &changed, &err) != 0)
+        if (outbox_release(p->db.store, p->leases, batch->count, p->done, &changed, &err) != 0)
             store_failed(p, &err);
     }
     outbox_batch_release_memory(batch);
@@ -635,11 +681,12 @@ publish_batch(struct pipeline *p, struct settlement *st)
 }
 
 /*
- * One turn of a pipeline. settlements[current] holds a claimed batch (maybe
- * empty), the other slot the previous batch, published but not yet marked.
- * The marks of the previous batch and the next claim go to the database
- * ahead of their results, then this batch is published while the database
- * works on them, then their results are collected:
+ * One turn of a pipeline. settlements[current] holds a claimed batch (empty
+ * on the first turn and after an outage), settlements[previous] the batch
+ * before it, published but not yet marked. The marks of the previous batch
+ * and the next claim go to the database ahead of their results, then the
+ * current batch is published while the database works on them, then their
+ * results are collected:
  *
  *   database  | mark N-1, claim N+1 |              | mark N, claim N+2 | ...
  *   broker    | publish N ........  |              | publish N+1 ....  |
@@ -653,44 +700,44 @@ relay_turn(struct pipeline *p, double *claimed_at)
 {
     relay *r = p->relay;
     const struct relay_config *c = r->config;
-    struct settlement *now = &p->settlements[p->current];
-    struct settlement *last = &p->settlements[!p->current];
+    struct settlement *current = &p->settlements[p->current];
+    struct settlement *previous = &p->settlements[!p->current];
     struct outbox_batch next = {0};
     struct outbox_error err;
     double next_claimed_at = clock_monotonic_seconds();
     bool marking = false, claiming = false;
 
-    extend_if_stale(p, &now->batch, *claimed_at);
-    if (p->store != NULL && has_rows(last))
-        marking = settle_send(p, last) == 0;
-    if (p->store != NULL && !stopping(r)) {
-        if (outbox_claim_send(p->store, (const char *const *)c->queues, c->queue_count,
+    extend_if_stale(p, &current->batch, *claimed_at);
+    if (p->db.store != NULL && has_rows(previous))
+        marking = settle_send(p, previous) == 0;
+    if (p->db.store != NULL && !stopping(r)) {
+        if (outbox_claim_send(p->db.store, (const char *const *)c->queues, c->queue_count,
                               c->batch_size, c->lease_seconds, &err) == 0)
             claiming = true;
         else
             store_failed(p, &err);
     }
-    publish_batch(p, now);
-    if (marking && p->store != NULL)
-        settle_receive(p, last);
-    if (claiming && p->store == NULL)
+    publish_batch(p, current);
+    if (marking && p->db.store != NULL)
+        settle_receive(p, previous);
+    if (claiming && p->db.store == NULL)
         claiming = false; /* collecting the marks failed and dropped the connection */
-    if (claiming && outbox_claim_receive(p->store, &next, &err) != 0) {
+    if (claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
         store_failed(p, &err);
         claiming = false;
     }
     if (claiming)
         metrics_add(r->metrics, METRICS_CLAIMS, 1);
     /* marks not confirmed above (the database failed) get one more try */
-    settle_now(p, last);
+    settle_now(p, previous);
 
-    last->batch = next;
+    previous->batch = next;
     p->current = !p->current;
     *claimed_at = next_claimed_at;
     return claiming;
 }
 
-/* ---- maintenance (pipeline 0) ----------------------------------------------- */
+/* ---- the maintenance thread ------------------------------------------------- */
 
 /* Collects backlog samples; queue names are copied out of the result. */
 struct samples {
@@ -723,29 +770,98 @@ record_backlog(void *arg, const struct outbox_backlog *backlog)
     s->count++;
 }
 
-/* Samples the backlog for the gauges, and warns about an old open transaction. */
-static void
-relay_sample(struct pipeline *p)
+/* What one run of a phase left behind. */
+enum phase_result {
+    PHASE_DONE,   /* caught up: the phase runs again after its interval */
+    PHASE_MORE,   /* stopped at its bound with work left: it runs again at once */
+    PHASE_FAILED, /* the database failed and the connection is dropped */
+};
+
+/* Reaps expired leases, up to REAP_MAX_ROUNDS x REAP_LIMIT rows. */
+static enum phase_result
+phase_reap(struct maintenance *m)
 {
-    relay *r = p->relay;
-    struct outbox_horizon horizon;
+    relay *r = m->db.relay;
+    struct outbox_reap_result reaped;
     struct outbox_error err;
 
+    for (int round = 0; round < REAP_MAX_ROUNDS && !stopping(r); round++) {
+        if (outbox_reap(m->db.store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0) {
+            database_failed(&m->db, &err);
+            return PHASE_FAILED;
+        }
+        if (reaped.ready + reaped.dead > 0)
+            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
+                      reaped.ready, reaped.dead);
+        metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
+        if (reaped.ready + reaped.dead < REAP_LIMIT) {
+            atomic_store(&r->reaped, 1);
+            return PHASE_DONE;
+        }
+    }
+    return PHASE_MORE;
+}
+
+/* Releases held rows whose key's head finished while they were being inserted. */
+static enum phase_result
+phase_release_waiting(struct maintenance *m)
+{
+    struct outbox_error err;
+    size_t released = 0;
+
+    if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &released, &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    if (released > 0)
+        log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
+                  released);
+    return PHASE_DONE;
+}
+
+/* Deletes succeeded rows older than --retention, up to CLEANUP_MAX_ROUNDS batches. */
+static enum phase_result
+phase_cleanup(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    size_t deleted = 0, total = 0;
+    struct outbox_error err;
+
+    if (r->config->retention_seconds <= 0)
+        return PHASE_DONE;
+    for (int round = 0; round < CLEANUP_MAX_ROUNDS && !stopping(r); round++) {
+        if (outbox_cleanup(m->db.store, r->config->retention_seconds, CLEANUP_LIMIT, &deleted,
+                           &err) != 0) {
+            database_failed(&m->db, &err);
+            return PHASE_FAILED;
+        }
+        total += deleted;
+        if (deleted < CLEANUP_LIMIT)
+            break;
+    }
+    if (total > 0)
+        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu", total);
+    return PHASE_DONE;
+}
+
+/* Samples the backlog for the gauges, and warns about an old open transaction. */
+static enum phase_result
+phase_sample(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    struct outbox_horizon horizon;
+    struct outbox_error err;
     struct samples samples = {0};
-    int rc = outbox_sample_backlog(p->store, record_backlog, &samples, &err);
+    int rc = outbox_sample_backlog(m->db.store, record_backlog, &samples, &err);
 
     if (rc == 0)
         metrics_set_queue_samples(r->metrics, samples.items, samples.count);
     for (size_t i = 0; i < samples.count; i++)
         free((char *)samples.items[i].queue);
     free(samples.items);
-    if (rc != 0) {
-        store_failed(p, &err);
-        return;
-    }
-    if (outbox_sample_horizon(p->store, &horizon, &err) != 0) {
-        store_failed(p, &err);
-        return;
+    if (rc != 0 || outbox_sample_horizon(m->db.store, &horizon, &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
     }
     metrics_set_horizon_age(r->metrics, horizon.found ? horizon.age_seconds : 0);
     if (horizon.found && r->config->horizon_warning_seconds > 0 &&
@@ -754,62 +870,113 @@ relay_sample(struct pipeline *p)
                           "an open transaction holds back vacuum; the queue will slow down",
                           "age=%.0fs pid=%d application=\"%s\" state=\"%s\"", horizon.age_seconds,
                           horizon.pid, horizon.application, horizon.state);
+    return PHASE_DONE;
 }
 
-static void
-maintain(struct pipeline *p, bool force)
+/* The phases, like pg_cron's loop: each named, bounded, run when due. */
+static const struct phase {
+    const char *name;
+    double every_seconds;
+    enum phase_result (*run)(struct maintenance *m);
+} PHASES[PHASE_COUNT] = {
+    [PHASE_REAP] = {"reap", REAP_EVERY_SECONDS, phase_reap},
+    [PHASE_RELEASE_WAITING] = {"release-waiting", SWEEP_EVERY_SECONDS, phase_release_waiting},
+    [PHASE_CLEANUP] = {"cleanup", CLEANUP_EVERY_SECONDS, phase_cleanup},
+    [PHASE_SAMPLE] = {"sample", SAMPLE_EVERY_SECONDS, phase_sample},
+};
+
+/* A phase whose database failed tries again this soon after the reconnect. */
+#define PHASE_RETRY_SECONDS 1.0
+
+/* Runs one phase and schedules its next run. */
+static enum phase_result
+run_phase(struct maintenance *m, enum maintenance_phase phase)
 {
-    relay *r = p->relay;
-    double now = clock_monotonic_seconds();
-    struct outbox_error err;
+    const struct phase *ph = &PHASES[phase];
+    double started = clock_monotonic_seconds();
+    enum phase_result result = ph->run(m);
+    double finished = clock_monotonic_seconds();
 
-    if (force || now >= p->next_reap) {
-        struct outbox_reap_result reaped;
+    log_event(OUTBOX_LOG_DEBUG, "maintenance phase ran", "phase=%s seconds=%.3f result=%s",
+              ph->name, finished - started,
+              result == PHASE_DONE ? "done" : result == PHASE_MORE ? "more" : "failed");
+    m->due[phase] = result == PHASE_DONE   ? finished + ph->every_seconds
+                    : result == PHASE_MORE ? finished
+                                           : finished + PHASE_RETRY_SECONDS;
+    return result;
+}
 
-        p->next_reap = now + REAP_EVERY_SECONDS;
-        do {
-            if (outbox_reap(p->store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0) {
-                store_failed(p, &err);
-                return;
-            }
-            if (reaped.ready + reaped.dead > 0)
-                log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
-                          reaped.ready, reaped.dead);
-            metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        } while (reaped.ready + reaped.dead == REAP_LIMIT && !stopping(r));
-        {
-            size_t released = 0;
+/* The maintenance thread goes on while the relay runs and a pipeline works. */
+static bool
+maintenance_goes_on(relay *r)
+{
+    return !stopping(r) && atomic_load(&r->pipelines_running) > 0;
+}
 
-            if (outbox_release_waiting(p->store, SWEEP_KEY_LIMIT, &released, &err) != 0) {
-                store_failed(p, &err);
-                return;
-            }
-            if (released > 0)
-                log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
-                          released);
+/* Called by each thread as it returns; the last one tells the caller. */
+static void
+thread_returned(relay *r)
+{
+    if (atomic_fetch_sub(&r->running, 1) == 1 && r->finished != NULL)
+        r->finished(r->finished_arg);
+}
+
+/*
+ * Starts the phases that are due, in order. A whole pass (the first one of
+ * --once) runs each phase until it is done, even after the pipelines
+ * returned, so --once reaps, cleans up and samples completely.
+ */
+static void
+run_due_phases(struct maintenance *m, bool whole)
+{
+    relay *r = m->db.relay;
+
+    for (int i = 0; i < PHASE_COUNT; i++) {
+        enum phase_result result = PHASE_DONE;
+
+        if (m->db.store == NULL || stopping(r) || (!whole && !maintenance_goes_on(r)))
+            return;
+        if (clock_monotonic_seconds() < m->due[i])
+            continue;
+        do
+            result = run_phase(m, (enum maintenance_phase)i);
+        while (whole && result == PHASE_MORE && !stopping(r));
+    }
+}
+
+static void *
+maintenance_run(void *arg)
+{
+    relay *r = arg;
+    struct maintenance *m = &r->maintenance;
+    bool whole = r->config->once;
+
+    if (connect_store(&m->db, true) != 0)
+        goto done;
+    while (whole || maintenance_goes_on(r)) {
+        double next;
+
+        if (m->db.store == NULL && connect_store(&m->db, false) != 0)
+            break;
+        run_due_phases(m, whole);
+        if (m->db.store == NULL)
+            continue; /* reconnect; a whole pass starts over */
+        whole = false;
+        /* wait for the next phase due */
+        next = m->due[0];
+        for (int i = 1; i < PHASE_COUNT; i++)
+            if (m->due[i] < next)
+                next = m->due[i];
+        while (maintenance_goes_on(r) && clock_monotonic_seconds() < next) {
+            int ms = (int)((next - clock_monotonic_seconds()) * 1000) + 1;
+
+            usleep((useconds_t)(ms < WAIT_SLICE_MS ? ms : WAIT_SLICE_MS) * 1000);
         }
     }
-    if (r->config->retention_seconds > 0 && now >= p->next_cleanup) {
-        size_t deleted = 0, total = 0;
-
-        p->next_cleanup = now + CLEANUP_EVERY_SECONDS;
-        for (int round = 0; round < CLEANUP_MAX_ROUNDS && !stopping(r); round++) {
-            if (outbox_cleanup(p->store, r->config->retention_seconds, CLEANUP_LIMIT, &deleted,
-                               &err) != 0) {
-                store_failed(p, &err);
-                return;
-            }
-            total += deleted;
-            if (deleted < CLEANUP_LIMIT)
-                break;
-        }
-        if (total > 0)
-            log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu", total);
-    }
-    if (now >= p->next_sample) {
-        p->next_sample = now + SAMPLE_EVERY_SECONDS;
-        relay_sample(p);
-    }
+done:
+    drop_store(&m->db);
+    thread_returned(r);
+    return NULL;
 }
 
 /* ---- the pipeline thread ---------------------------------------------------- */
@@ -825,7 +992,7 @@ wait_for_work(struct pipeline *p, int wait_ms)
     while (wait_ms > 0 && !stopping(r) && !notified) {
         int slice = wait_ms < WAIT_SLICE_MS ? wait_ms : WAIT_SLICE_MS;
 
-        if (outbox_store_wait(p->store, slice, &notified, &err) != 0) {
+        if (outbox_store_wait(p->db.store, slice, &notified, &err) != 0) {
             store_failed(p, &err);
             return;
         }
@@ -842,74 +1009,70 @@ wait_for_work(struct pipeline *p, int wait_ms)
     }
 }
 
+/* --once: pipelines claim only after the maintenance thread reaped expired leases. */
+static void
+wait_for_first_reap(relay *r)
+{
+    while (!atomic_load(&r->reaped) && !stopping(r))
+        usleep(10 * 1000);
+}
+
 static void *
 pipeline_run(void *arg)
 {
     struct pipeline *p = arg;
     relay *r = p->relay;
     const struct relay_config *c = r->config;
-    const char *const *queues = (const char *const *)c->queues;
     int idle_ms = 0;
     double last_work = 0, claimed_at = 0;
-    bool reaped_once = false;
-    bool claimed = false; /* the current slot holds a claim made by relay_turn() */
 
-    if (connect_ends(p, true, true, true) != 0)
+    if (connect_ends(&p->db, p, true, true, true) != 0)
         goto done;
+    if (c->once)
+        wait_for_first_reap(r);
 
     while (!stopping(r)) {
-        struct settlement *now = &p->settlements[p->current];
-        struct outbox_error err;
+        const struct settlement *current, *previous;
 
-        if (p->store == NULL && connect_store(p, false) != 0)
+        /* connect */
+        if (p->db.store == NULL && connect_store(&p->db, false) != 0)
             break;
         if (!sink_is_connected(p->sink)) {
             /* published rows are marked and claimed ones handed back before the outage */
             settle_now(p, &p->settlements[!p->current]);
-            give_back(p, &now->batch);
-            claimed = false;
+            give_back(p, &p->settlements[p->current].batch);
             if (connect_sink(p, false) != 0)
                 break;
         }
         metrics_loop_turned(r->metrics);
-        if (p->index == 0) {
-            maintain(p, c->once && !reaped_once);
-            reaped_once = true;
-            if (p->store == NULL)
-                continue;
-        }
 
-        if (!claimed && now->batch.count == 0) {
-            claimed_at = clock_monotonic_seconds();
-            if (outbox_claim(p->store, queues, c->queue_count, c->batch_size, c->lease_seconds,
-                             &now->batch, &err) != 0) {
-                store_failed(p, &err);
-                continue;
-            }
-            metrics_add(r->metrics, METRICS_CLAIMS, 1);
-        }
-        claimed = false;
-        if (now->batch.count == 0 && !has_rows(&p->settlements[!p->current])) {
-            outbox_batch_release_memory(&now->batch);
-            if (c->once)
-                break;
-            /*
-             * Adaptive polling: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
-             * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady
-             * stream must not cost its next rows a long sleep), and up to
-             * --poll-interval once the queue has been quiet for longer.
-             */
-            idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
-            if (clock_monotonic_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
-                idle_ms = BUSY_POLL_MAX_MS;
-            if (idle_ms > c->poll_interval_ms)
-                idle_ms = c->poll_interval_ms;
-            wait_for_work(p, idle_ms);
+        /* turn: publish the current batch, mark the previous one, claim the next */
+        if (!relay_turn(p, &claimed_at))
+            continue; /* no claim made: reconnect, or stop */
+        current = &p->settlements[p->current];
+        previous = &p->settlements[!p->current];
+        if (current->batch.count > 0 || has_rows(previous)) {
+            idle_ms = 0;
+            last_work = clock_monotonic_seconds();
             continue;
         }
-        idle_ms = 0;
-        last_work = clock_monotonic_seconds();
-        claimed = relay_turn(p, &claimed_at);
+
+        /* or wait */
+        outbox_batch_release_memory(&p->settlements[p->current].batch);
+        if (c->once)
+            break;
+        /*
+         * Adaptive polling: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
+         * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady
+         * stream must not cost its next rows a long sleep), and up to
+         * --poll-interval once the queue has been quiet for longer.
+         */
+        idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
+        if (clock_monotonic_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
+            idle_ms = BUSY_POLL_MAX_MS;
+        if (idle_ms > c->poll_interval_ms)
+            idle_ms = c->poll_interval_ms;
+        wait_for_work(p, idle_ms);
     }
     /* the last published batch is marked; a claim made for the next turn goes back */
     settle_now(p, &p->settlements[!p->current]);
@@ -917,9 +1080,9 @@ pipeline_run(void *arg)
 
 done:
     sink_disconnect(p->sink);
-    drop_store(p);
-    if (atomic_fetch_sub(&r->running, 1) == 1 && r->finished != NULL)
-        r->finished(r->finished_arg);
+    drop_store(&p->db);
+    atomic_fetch_sub(&r->pipelines_running, 1);
+    thread_returned(r);
     return NULL;
 }
 
@@ -973,7 +1136,7 @@ static void
 pipeline_clear(struct pipeline *p)
 {
     sink_free(p->sink);
-    outbox_store_free(p->store);
+    outbox_store_free(p->db.store);
     free(p->messages);
     free(p->leases);
     free(p->done);
@@ -996,6 +1159,11 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     r->metrics = m;
     pthread_mutex_init(&r->fatal_lock, NULL);
     make_worker_prefix(r->worker_prefix, sizeof(r->worker_prefix));
+    r->maintenance.db.relay = r;
+    r->maintenance.db.seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x9e3779b9u;
+    snprintf(r->maintenance.db.worker_id, sizeof(r->maintenance.db.worker_id), "%s/maintenance",
+             r->worker_prefix);
+    snprintf(r->maintenance.db.who, sizeof(r->maintenance.db.who), "thread=maintenance");
     r->pipelines = calloc((size_t)config->concurrency, sizeof(*r->pipelines));
     if (r->pipelines == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -1019,8 +1187,10 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
 
         p->relay = r;
         p->index = i;
-        p->seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
-        snprintf(p->worker_id, sizeof(p->worker_id), "%s/%d", r->worker_prefix, i);
+        p->db.relay = r;
+        p->db.seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
+        snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
+        snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
         p->sink = sink_new(&options, err);
         p->messages = calloc(n, sizeof(*p->messages));
         p->leases = calloc(n, sizeof(*p->leases));
@@ -1050,6 +1220,7 @@ relay_free(relay *r)
     for (int i = 0; r->pipelines != NULL && i < r->config->concurrency; i++)
         pipeline_clear(&r->pipelines[i]);
     free(r->pipelines);
+    outbox_store_free(r->maintenance.db.store);
     pthread_mutex_destroy(&r->fatal_lock);
     free(r);
 }
@@ -1058,7 +1229,7 @@ int
 relay_check(relay *r, bool *configuration, struct outbox_error *err)
 {
     struct pipeline *p = &r->pipelines[0];
-    outbox_store *store = outbox_store_connect(r->config->database_url, p->worker_id, err);
+    outbox_store *store = outbox_store_connect(r->config->database_url, p->db.worker_id, err);
     int rc;
 
     *configuration = false;
@@ -1096,13 +1267,22 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
         struct pipeline *p = &r->pipelines[i];
 
         atomic_fetch_add(&r->running, 1);
+        atomic_fetch_add(&r->pipelines_running, 1);
         if (pthread_create(&p->thread, NULL, pipeline_run, p) != 0) {
+            atomic_fetch_sub(&r->pipelines_running, 1);
             atomic_fetch_sub(&r->running, 1);
             relay_stop(r);
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start pipeline %d", i);
         }
         p->started = true;
     }
+    atomic_fetch_add(&r->running, 1);
+    if (pthread_create(&r->maintenance.thread, NULL, maintenance_run, r) != 0) {
+        atomic_fetch_sub(&r->running, 1);
+        relay_stop(r);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the maintenance thread");
+    }
+    r->maintenance.started = true;
     return 0;
 }
 
@@ -1126,6 +1306,9 @@ relay_join(relay *r, struct outbox_error *err)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;
     }
+    if (r->maintenance.started)
+        pthread_join(r->maintenance.thread, NULL);
+    r->maintenance.started = false;
     if (atomic_load(&r->fatal)) {
         *err = r->fatal_error;
         return -1;

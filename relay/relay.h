@@ -7,11 +7,13 @@
  * confirmed succeeded and fail the rest with a backoff, then claim again at
  * once while there is work, or wait (LISTEN + adaptive polling) when there
  * is none. The marks of one batch and the next claim run in the database
- * while the broker takes the batch between them. Pipeline 0 also reaps expired leases, deletes old succeeded rows
- * and samples the backlog for the metrics.
+ * while the broker takes the batch between them. A maintenance thread with
+ * a database connection of its own reaps expired leases, deletes old
+ * succeeded rows and samples the backlog for the metrics.
  *
  * Stopping: relay_stop() makes every pipeline finish the batch in flight
- * and return; nothing claimed is left behind running. The caller (main)
+ * and return, and the maintenance thread its phase; nothing claimed is left
+ * behind running. The caller (main)
  * owns signals.
  */
 #ifndef OUTBOX_RELAY_H
@@ -36,8 +38,9 @@ void relay_free(relay *r);
 int relay_check(relay *r, bool *configuration, struct outbox_error *err);
 
 /*
- * Starts the pipelines. When the last one returns, finished(arg) is called
- * from its thread (finished may be NULL), so the caller need not poll.
+ * Starts the pipelines and the maintenance thread. When the last of them
+ * returns, finished(arg) is called from its thread (finished may be NULL),
+ * so the caller need not poll.
  */
 int relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err);
 
