@@ -18,6 +18,7 @@
 
 #include <libpq-fe.h>
 
+#include "config.h"
 #include "error.h"
 #include "migrate.h"
 #include "outbox.h"
@@ -45,8 +46,11 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  migrate                          apply the schema migrations not yet applied\n"
-    "  status [--json]                  jobs per queue and state, oldest ready age,\n"
+    "  status [--json] [--retention DURATION]\n"
+    "                                   jobs per queue and state, oldest ready age,\n"
     "                                   table size, vacuum and xmin horizon figures,\n"
+    "                                   succeeded jobs past the relays' retention\n"
+    "                                   (default $OUTBOX_RETENTION, else " CONFIG_RETENTION_DEFAULT "),\n"
     "                                   ordering keys blocked by a dead, retrying or\n"
     "                                   stuck running head\n"
     "  dead list [--queue Q] [--limit N]\n"
@@ -533,6 +537,12 @@ print_status_json(const struct store_status *status)
     json_string(stdout, status->last_autovacuum);
     fputs(",\"last_autoanalyze\":", stdout);
     json_string(stdout, status->last_autoanalyze);
+    printf(",\"retention_seconds\":%.0f,\"succeeded_rows\":%lld,"
+           "\"succeeded_past_retention_rows\":%lld,"
+           "\"oldest_succeeded_past_retention_seconds\":%.3f",
+           status->retention_seconds, (long long)status->cleanup.succeeded_rows,
+           (long long)status->cleanup.past_retention_rows,
+           status->cleanup.oldest_past_retention_seconds);
     fputs("},\"oldest_transaction\":", stdout);
     if (!oldest->present) {
         fputs("null", stdout);
@@ -573,6 +583,16 @@ print_status_text(const struct store_status *status)
                              status->last_autovacuum ? status->last_autovacuum : "never");
     ok = ok && table_add_row(&summary, "last autoanalyze",
                              status->last_autoanalyze ? status->last_autoanalyze : "never");
+    if (status->cleanup.past_retention_rows > 0)
+        snprintf(line, sizeof(line),
+                 "%lld, of them %lld past the retention of %.0fs (the oldest by %.1fs)",
+                 (long long)status->cleanup.succeeded_rows,
+                 (long long)status->cleanup.past_retention_rows, status->retention_seconds,
+                 status->cleanup.oldest_past_retention_seconds);
+    else
+        snprintf(line, sizeof(line), "%lld, none past the retention of %.0fs",
+                 (long long)status->cleanup.succeeded_rows, status->retention_seconds);
+    ok = ok && table_add_row(&summary, "succeeded rows", line);
     if (oldest->present)
         snprintf(line, sizeof(line), "pid %d (%s, %s), open %.1fs, xmin %lld transactions old",
                  oldest->pid,
@@ -659,15 +679,22 @@ command_status(struct ctl *ctl, int argc, char **argv, int first)
     struct store_status status;
     struct outbox_error err;
     bool json = false;
+    const char *retention = getenv("OUTBOX_RETENTION");
+    int64_t retention_seconds = 0;
     int taken, rc;
 
-    const struct command_option options[] = {{"--json", NULL, &json}};
+    const struct command_option options[] = {{"--json", NULL, &json},
+                                             {"--retention", &retention, NULL}};
 
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
         return taken;
+    if (retention == NULL || retention[0] == '\0')
+        retention = CONFIG_RETENTION_DEFAULT;
+    if (parse_duration(retention, &retention_seconds, &err) < 0)
+        return usage_error("--retention: %s", err.message);
     if ((taken = connect_database(ctl)) != 0)
         return taken;
-    if (store_admin_status(ctl->conn, &status, &err) < 0)
+    if (store_admin_status(ctl->conn, (double)retention_seconds, &status, &err) < 0)
         return runtime_error(ctl, &err);
     rc = 0;
     if (json)

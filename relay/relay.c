@@ -47,12 +47,14 @@
 #define REAP_RETRY_SECONDS 1.0
 #define SWEEP_EVERY_SECONDS 5.0
 #define SWEEP_KEY_LIMIT 1000
-#define CLEANUP_EVERY_SECONDS 60.0
+/* cleanup: batches back to back while old rows remain, each run at most CLEANUP_RUN_SECONDS */
+#define CLEANUP_EVERY_SECONDS 10.0
 #define CLEANUP_LIMIT 5000
-#define CLEANUP_MAX_ROUNDS 20
+#define CLEANUP_RUN_SECONDS 0.5
 #define SAMPLE_EVERY_SECONDS 15.0
 /* --once gives up on an end it cannot reach for this long (connect_ends). */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
+#define TABLE_SAMPLE_EVERY_SECONDS 30.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -117,6 +119,7 @@ enum maintenance_phase {
     PHASE_RELEASE_WAITING, /* held rows whose key's head finished while they were inserted */
     PHASE_CLEANUP,         /* succeeded rows older than --retention */
     PHASE_SAMPLE,          /* backlog gauges and the xmin horizon warning */
+    PHASE_TABLE_SAMPLE,    /* size, dead tuples and succeeded rows of outbox.job */
     PHASE_COUNT,
 };
 
@@ -125,6 +128,8 @@ struct maintenance {
     bool started;
     struct database db;
     double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
+    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
+    double cleanup_started;  /* when those runs began */
 };
 
 struct relay {
@@ -623,7 +628,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
-    size_t accepted = 0, failed = 0;
+    size_t accepted = 0, failed = 0, timed = 0;
     struct outbox_error err;
     double started, finished, wall;
     int rc;
@@ -667,7 +672,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
 
         if (st->outcomes[i].status == SINK_ACCEPTED) {
             st->lease_queues[accepted] = job->queue;
-            p->lags[accepted] = wall - job->created_at;
+            if (job->created_at > 0) /* 0: an infinite created_at, no latency to observe */
+                p->lags[timed++] = wall - job->created_at;
             st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
             metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
         } else {
@@ -675,7 +681,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, accepted);
+    metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
 }
@@ -819,28 +825,74 @@ phase_release_waiting(struct maintenance *m)
     return PHASE_DONE;
 }
 
-/* Deletes succeeded rows older than --retention, up to CLEANUP_MAX_ROUNDS batches. */
+/*
+ * Deletes succeeded rows older than --retention: batches of CLEANUP_LIMIT
+ * rows, each its own short transaction, back to back for up to
+ * CLEANUP_RUN_SECONDS; with old rows left the phase runs again at once
+ * (after the other phases due), so cleanup keeps up with any drain rate.
+ * A batch that finds another relay's (or a purge's) batch holding the
+ * cleanup lock leaves the work to it until the next interval.
+ */
 static enum phase_result
 phase_cleanup(struct maintenance *m)
 {
     relay *r = m->db.relay;
-    size_t deleted = 0, total = 0;
+    PGconn *conn = outbox_store_conn(m->db.store);
+    struct outbox_cleanup_result cleaned = {.locked = true};
+    double started = clock_monotonic_seconds();
     struct outbox_error err;
+    char cutoff[64];
 
     if (r->config->retention_seconds <= 0)
         return PHASE_DONE;
-    for (int round = 0; round < CLEANUP_MAX_ROUNDS && !stopping(r); round++) {
-        if (outbox_cleanup(m->db.store, r->config->retention_seconds, CLEANUP_LIMIT, &deleted,
-                           &err) != 0) {
+    if (m->cleaned == 0)
+        m->cleanup_started = started;
+    if (outbox_cleanup_cutoff(conn, r->config->retention_seconds, cutoff, sizeof(cutoff), &err) !=
+        0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    do {
+        if (outbox_cleanup_batch(conn, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
             database_failed(&m->db, &err);
             return PHASE_FAILED;
         }
-        total += deleted;
-        if (deleted < CLEANUP_LIMIT)
-            break;
+        m->cleaned += cleaned.deleted;
+        metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
+    } while (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT && !stopping(r) &&
+             clock_monotonic_seconds() - started < CLEANUP_RUN_SECONDS);
+    if (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT)
+        return PHASE_MORE;
+    if (m->cleaned > 0)
+        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu seconds=%.1f",
+                  m->cleaned, clock_monotonic_seconds() - m->cleanup_started);
+    m->cleaned = 0;
+    return PHASE_DONE;
+}
+
+/* Samples the size and cleanup figures of outbox.job for the gauges. */
+static enum phase_result
+phase_table_sample(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    struct outbox_table_sample t;
+    struct outbox_error err;
+
+    if (outbox_sample_table(outbox_store_conn(m->db.store), r->config->retention_seconds, &t,
+                            &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
     }
-    if (total > 0)
-        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu", total);
+    metrics_set_table_sample(r->metrics, &(struct metrics_table_sample){
+                                              .table_bytes = t.table_bytes,
+                                              .index_bytes = t.index_bytes,
+                                              .dead_tuples = t.dead_tuples,
+                                              .succeeded_rows = t.succeeded_rows,
+                                              .succeeded_past_retention_rows =
+                                                  t.past_retention_rows,
+                                              .oldest_succeeded_past_retention_seconds =
+                                                  t.oldest_past_retention_seconds,
+                                          });
     return PHASE_DONE;
 }
 
@@ -883,6 +935,7 @@ static const struct phase {
     [PHASE_RELEASE_WAITING] = {"release-waiting", SWEEP_EVERY_SECONDS, phase_release_waiting},
     [PHASE_CLEANUP] = {"cleanup", CLEANUP_EVERY_SECONDS, phase_cleanup},
     [PHASE_SAMPLE] = {"sample", SAMPLE_EVERY_SECONDS, phase_sample},
+    [PHASE_TABLE_SAMPLE] = {"table-sample", TABLE_SAMPLE_EVERY_SECONDS, phase_table_sample},
 };
 
 /* A phase whose database failed tries again this soon after the reconnect. */

@@ -30,6 +30,12 @@ enum config_log_format {
     CONFIG_LOG_JSON,
 };
 
+/*
+ * The default --retention of succeeded rows; outboxctl status compares
+ * with it too (see docs/operating.md, "Retention", for the choice).
+ */
+#define CONFIG_RETENTION_DEFAULT "1h"
+
 struct relay_config {
     char *database_url;
     char *broker_url;

@@ -40,6 +40,7 @@ static const struct family_info counter_info[METRICS_COUNTER_COUNT] = {
     {"outbox_rows_released_total", "Rows given back without spending an attempt."},
     {"outbox_lease_lost_total", "Rows whose lease was lost before they were marked done."},
     {"outbox_claims_total", "Claim statements run."},
+    {"outbox_rows_deleted_total", "Succeeded rows deleted by the retention cleanup."},
 };
 
 static const struct family_info histogram_info[METRICS_HISTOGRAM_COUNT] = {
@@ -81,6 +82,7 @@ struct metrics {
     uint64_t reconnects[METRICS_TARGET_COUNT];
     bool up[METRICS_TARGET_COUNT];
     int64_t in_flight;
+    struct metrics_table_sample table;
     struct histogram histograms[METRICS_HISTOGRAM_COUNT];
 
     bool loop_turned; /* false until the first metrics_loop_turned() */
@@ -248,6 +250,16 @@ metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *
         series->paused = samples[i].paused;
         series->paused_keys = samples[i].paused_keys;
     }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_table_sample(struct metrics *m, const struct metrics_table_sample *sample)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->table = *sample;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -483,6 +495,43 @@ render_histogram(struct buffer *o, const struct metrics *m, const struct family_
     buffer_printf(o, " %llu\n", (unsigned long long)h->count);
 }
 
+/* One unlabelled gauge. */
+static void
+render_gauge(struct buffer *o, const struct metrics *m, const char *name, const char *help,
+             double value)
+{
+    out_header(o, name, help, "gauge");
+    buffer_puts(o, name);
+    out_labels(o, m, NULL, NULL);
+    buffer_puts(o, " ");
+    out_double(o, value);
+    buffer_puts(o, "\n");
+}
+
+/* The size and cleanup gauges of outbox.job. */
+static void
+render_table_gauges(struct buffer *o, const struct metrics *m)
+{
+    const struct metrics_table_sample *t = &m->table;
+
+    render_gauge(o, m, "outbox_table_bytes",
+                 "Size of outbox.job (heap and TOAST) at the last sample.",
+                 (double)t->table_bytes);
+    render_gauge(o, m, "outbox_index_bytes", "Size of the indexes of outbox.job at the last sample.",
+                 (double)t->index_bytes);
+    render_gauge(o, m, "outbox_dead_tuples",
+                 "Dead row versions of outbox.job not yet vacuumed, at the last sample.",
+                 (double)t->dead_tuples);
+    render_gauge(o, m, "outbox_succeeded_rows", "Succeeded rows in outbox.job at the last sample.",
+                 (double)t->succeeded_rows);
+    render_gauge(o, m, "outbox_succeeded_past_retention_rows",
+                 "Succeeded rows older than --retention, still waiting for cleanup.",
+                 (double)t->succeeded_past_retention_rows);
+    render_gauge(o, m, "outbox_oldest_succeeded_past_retention_seconds",
+                 "How long the oldest succeeded row has been past --retention (0: none).",
+                 t->oldest_succeeded_past_retention_seconds);
+}
+
 char *
 metrics_render(struct metrics *m, size_t *length)
 {
@@ -549,6 +598,7 @@ metrics_render(struct metrics *m, size_t *length)
         out_labels(&o, m, "queue", m->queues[q].name);
         buffer_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
     }
+    render_table_gauges(&o, m);
     out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
                "gauge");
     for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {

@@ -39,6 +39,7 @@ enum metrics_counter {
     METRICS_ROWS_RELEASED,   /* outbox_rows_released_total: rows given back without an attempt */
     METRICS_LEASE_LOST,      /* outbox_lease_lost_total: rows whose lease was lost before done */
     METRICS_CLAIMS,          /* outbox_claims_total: claim statements run */
+    METRICS_ROWS_DELETED,    /* outbox_rows_deleted_total: succeeded rows deleted by retention */
     METRICS_COUNTER_COUNT,
 };
 
@@ -63,6 +64,16 @@ struct metrics_queue_sample {
     double oldest_ready_age_seconds;
     bool paused;         /* outbox_queue_paused{queue} */
     int64_t paused_keys; /* outbox_queue_paused_keys{queue} */
+};
+
+/* Size and cleanup figures of outbox.job, as sampled from the database. */
+struct metrics_table_sample {
+    int64_t table_bytes;                            /* outbox_table_bytes */
+    int64_t index_bytes;                            /* outbox_index_bytes */
+    int64_t dead_tuples;                            /* outbox_dead_tuples */
+    int64_t succeeded_rows;                         /* outbox_succeeded_rows */
+    int64_t succeeded_past_retention_rows;          /* outbox_succeeded_past_retention_rows */
+    double oldest_succeeded_past_retention_seconds; /* outbox_oldest_succeeded_past_retention_seconds */
 };
 
 /* The relay is unhealthy when its loop has not turned for this long. */
@@ -104,6 +115,9 @@ void metrics_add_in_flight(struct metrics *m, int64_t delta);
  */
 void metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *samples,
                                size_t count);
+
+/* Replaces the table gauges with one sample (all 0 until the first). */
+void metrics_set_table_sample(struct metrics *m, const struct metrics_table_sample *sample);
 
 /* Records one observation in seconds, or count of them at once. */
 void metrics_observe(struct metrics *m, enum metrics_histogram histogram, double seconds);

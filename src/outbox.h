@@ -202,7 +202,7 @@ struct outbox_job {
     size_t payload_len;
     const char *headers;      /* JSON object text, string values */
     const char *ordering_key; /* NULL when none */
-    double created_at;        /* epoch seconds, with fraction */
+    double created_at;        /* epoch seconds, with fraction; 0 when infinite */
     int32_t replays;          /* times an operator replayed the row (outboxctl replay) */
     const char *exchange;     /* NULL: the relay's --exchange */
     const char *routing_key;  /* NULL: route by queue */
@@ -315,11 +315,33 @@ int outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
                            struct outbox_error *err);
 
 /*
- * Deletes at most limit succeeded rows finished more than
- * retention_seconds ago. Call again while *deleted == limit.
+ * Retention cleanup, shared by the relays and `outboxctl purge`: a cutoff
+ * fixed once (so a run ends), then batches of at most limit rows, each its
+ * own short transaction, until a batch deletes fewer than limit rows.
+ *
+ * Every batch first takes the transaction-scoped advisory lock
+ * OUTBOX_CLEANUP_LOCK_KEY with pg_try_advisory_xact_lock(), so the whole
+ * database runs at most one cleanup batch at a time however many relays
+ * and purges there are; a batch that finds it taken deletes nothing and
+ * reports locked = false. Both calls run on conn with no transaction open
+ * (a store's connection: outbox_store_conn()).
  */
-int outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t *deleted,
-                   struct outbox_error *err);
+/* the bigint of the ASCII bytes "outboxcl"; also in docs/operating.md */
+#define OUTBOX_CLEANUP_LOCK_KEY "8031453476610925420"
+
+/* Writes the database's now minus older_than_seconds to cutoff (timestamptz text). */
+int outbox_cleanup_cutoff(PGconn *conn, double older_than_seconds, char *cutoff, size_t size,
+                          struct outbox_error *err);
+
+/* What one cleanup batch did. */
+struct outbox_cleanup_result {
+    bool locked;    /* false: another session's batch held the lock, nothing was deleted */
+    size_t deleted; /* rows deleted */
+};
+
+/* Deletes at most limit succeeded rows finished before cutoff, oldest first. */
+int outbox_cleanup_batch(PGconn *conn, const char *cutoff, int limit,
+                         struct outbox_cleanup_result *cleaned, struct outbox_error *err);
 
 /* ---- observation --------------------------------------------------------- */
 
@@ -352,6 +374,24 @@ struct outbox_horizon {
 
 int outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon,
                           struct outbox_error *err);
+
+/* Size and cleanup figures of outbox.job, from outbox_sample_table(). */
+struct outbox_table_sample {
+    int64_t table_bytes;    /* heap + TOAST */
+    int64_t index_bytes;    /* all indexes */
+    int64_t dead_tuples;    /* not yet vacuumed, from the statistics collector */
+    int64_t succeeded_rows; /* succeeded rows in the table */
+    int64_t past_retention_rows;   /* of them, finished longer than the retention ago */
+    double oldest_past_retention_seconds; /* how far the oldest succeeded row is past the retention; 0: none */
+};
+
+/*
+ * Samples outbox.job on conn (no transaction open). The succeeded counts
+ * read job_succeeded_idx: their cost follows rate x retention, so call this
+ * every few tens of seconds, not per batch. Infinite timestamps never fail it.
+ */
+int outbox_sample_table(PGconn *conn, double retention_seconds,
+                        struct outbox_table_sample *sample, struct outbox_error *err);
 
 /*
  * The retry delay after the given attempt failed: base * 2^(attempt-1),

@@ -13,6 +13,7 @@
  * clock_timestamp() after the lock is held, so time spent waiting for the
  * lock never counts in the owner's favour. Rows not returned are "lease lost".
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,12 +216,6 @@ static const char SQL_REAP[] =
     " FROM overdue WHERE j.job_id = overdue.job_id"
     " RETURNING j.state = 'dead'";
 
-static const char SQL_CLEANUP[] =
-    "WITH old AS MATERIALIZED ("
-    " SELECT job_id FROM outbox.job"
-    " WHERE state = 'succeeded' AND finished_at < clock_timestamp() - make_interval(secs => $1)"
-    " ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-    " DELETE FROM outbox.job AS j USING old WHERE j.job_id = old.job_id";
 
 static const char SQL_INBOX_ACCEPT[] = "SELECT outbox.inbox_accept($1, $2)";
 
@@ -361,7 +356,6 @@ static const struct statement {
     {"outbox_release", SQL_RELEASE},
     {"outbox_fail", SQL_FAIL},
     {"outbox_reap", SQL_REAP},
-    {"outbox_cleanup", SQL_CLEANUP},
     {"outbox_backlog", SQL_BACKLOG},
     {"outbox_horizon", SQL_HORIZON},
     {"outbox_sweep_held", SQL_SWEEP_HELD},
@@ -978,6 +972,8 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
         job->headers = PQgetvalue(result, r, 5);
         job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
         job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
+        if (!isfinite(job->created_at))
+            job->created_at = 0; /* an infinite created_at has no age */
         job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
         job->exchange = PQgetisnull(result, r, 9) ? NULL : PQgetvalue(result, r, 9);
         job->routing_key = PQgetisnull(result, r, 10) ? NULL : PQgetvalue(result, r, 10);
@@ -1264,25 +1260,127 @@ outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
     return 0;
 }
 
+/* ---- retention cleanup, shared with outboxctl purge ------------------------- */
+
+/* clang-format off */
+static const char SQL_CLEANUP_CUTOFF[] =
+    "SELECT (clock_timestamp() - make_interval(secs => $1::float8))::text";
+
+/*
+ * One batch: succeeded rows finished before the cutoff, oldest first, at
+ * most $2, rows locked by others skipped. The transaction-scoped advisory
+ * lock keeps cleanup batches of all relays and purges one at a time; when
+ * another session holds it, the batch deletes nothing and says so.
+ */
+static const char SQL_CLEANUP_BATCH[] =
+    "WITH lock AS MATERIALIZED ("
+    "  SELECT pg_try_advisory_xact_lock(" OUTBOX_CLEANUP_LOCK_KEY ") AS held),"
+    " doomed AS MATERIALIZED ("
+    "  SELECT job_id FROM outbox.job"
+    "   WHERE (SELECT held FROM lock) AND state = 'succeeded' AND finished_at < $1::timestamptz"
+    "   ORDER BY finished_at LIMIT $2::integer"
+    "   FOR UPDATE SKIP LOCKED),"
+    " gone AS ("
+    "  DELETE FROM outbox.job AS j USING doomed AS d WHERE j.job_id = d.job_id RETURNING 1)"
+    " SELECT (SELECT held FROM lock), (SELECT count(*) FROM gone)";
+
+/*
+ * Size and cleanup figures of outbox.job. The counts use job_succeeded_idx;
+ * $1 is the retention in seconds. The age is a difference of epoch seconds,
+ * held within 1e9 s, so a finished_at at -infinity (written by hand) reads
+ * as the largest age instead of failing the statement.
+ */
+static const char SQL_TABLE_SAMPLE[] =
+    "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid), coalesce(s.n_dead_tup, 0),"
+    "       d.succeeded, d.overdue,"
+    "       least(greatest(extract(epoch FROM now()) - extract(epoch FROM d.oldest) - $1::float8,"
+    "                      0), 1e9)::float8"
+    "  FROM pg_class AS c"
+    "  LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid"
+    "  CROSS JOIN (SELECT count(*) AS succeeded,"
+    "                     count(*) FILTER (WHERE finished_at < now() - make_interval(secs => $1::float8))"
+    "                       AS overdue,"
+    "                     min(finished_at) AS oldest"
+    "                FROM outbox.job WHERE state = 'succeeded') AS d"
+    " WHERE c.oid = 'outbox.job'::regclass";
+/* clang-format on */
+
 int
-outbox_cleanup(outbox_store *store, double retention_seconds, int limit, size_t *deleted,
-               struct outbox_error *err)
+outbox_cleanup_cutoff(PGconn *conn, double older_than_seconds, char *cutoff, size_t size,
+                      struct outbox_error *err)
 {
-    char retention_text[32], limit_text[16];
-    const char *values[2] = {retention_text, limit_text};
+    char seconds_text[32];
+    const char *values[1] = {seconds_text};
     PGresult *result;
 
-    *deleted = 0;
-    if (limit <= 0 || retention_seconds < 0)
+    if (older_than_seconds < 0 || size == 0)
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "cleanup limit must be positive and retention not negative");
-    snprintf(retention_text, sizeof(retention_text), "%.3f", retention_seconds);
-    snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    result = run_prepared(store, "outbox_cleanup", 2, values, PGRES_COMMAND_OK,
-                          "unable to delete old succeeded jobs", err);
-    if (result == NULL)
+                                "unable to delete old succeeded jobs: negative age");
+    snprintf(seconds_text, sizeof(seconds_text), "%.3f", older_than_seconds);
+    result = PQexecParams(conn, SQL_CLEANUP_CUTOFF, 1, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to delete old succeeded jobs");
+        PQclear(result);
         return -1;
-    *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
+    }
+    if (strlen(PQgetvalue(result, 0, 0)) >= size) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL,
+                                "unable to delete old succeeded jobs: cutoff too long");
+    }
+    snprintf(cutoff, size, "%s", PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return 0;
+}
+
+int
+outbox_cleanup_batch(PGconn *conn, const char *cutoff, int limit,
+                     struct outbox_cleanup_result *cleaned, struct outbox_error *err)
+{
+    char limit_text[16];
+    const char *values[2] = {cutoff, limit_text};
+    PGresult *result;
+
+    *cleaned = (struct outbox_cleanup_result){0};
+    if (limit <= 0)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "unable to delete old succeeded jobs: limit must be positive");
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    result = PQexecParams(conn, SQL_CLEANUP_BATCH, 2, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to delete old succeeded jobs");
+        PQclear(result);
+        return -1;
+    }
+    cleaned->locked = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    cleaned->deleted = (size_t)strtoull(PQgetvalue(result, 0, 1), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+int
+outbox_sample_table(PGconn *conn, double retention_seconds, struct outbox_table_sample *sample,
+                    struct outbox_error *err)
+{
+    char retention_text[32];
+    const char *values[1] = {retention_text};
+    PGresult *result;
+
+    memset(sample, 0, sizeof(*sample));
+    snprintf(retention_text, sizeof(retention_text), "%.3f",
+             retention_seconds > 0 ? retention_seconds : 0);
+    result = PQexecParams(conn, SQL_TABLE_SAMPLE, 1, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read the size of 'outbox.job'");
+        PQclear(result);
+        return -1;
+    }
+    sample->table_bytes = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
+    sample->index_bytes = strtoll(PQgetvalue(result, 0, 1), NULL, 10);
+    sample->dead_tuples = strtoll(PQgetvalue(result, 0, 2), NULL, 10);
+    sample->succeeded_rows = strtoll(PQgetvalue(result, 0, 3), NULL, 10);
+    sample->past_retention_rows = strtoll(PQgetvalue(result, 0, 4), NULL, 10);
+    sample->oldest_past_retention_seconds = strtod(PQgetvalue(result, 0, 5), NULL);
     PQclear(result);
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "migrate.h"
@@ -119,16 +120,8 @@ static const char dead_retry_sql[] = "UPDATE outbox.job"
                                      "   AND ($1::text IS NULL OR queue = $1::text)"
                                      "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
 
-static const char purge_cutoff_sql[] = "SELECT (now() - make_interval(secs => $1::float8))::text";
-
-static const char purge_batch_sql[] =
-    "WITH doomed AS ("
-    "    SELECT job_id FROM outbox.job"
-    "     WHERE state = 'succeeded' AND finished_at < $1::timestamptz"
-    "     ORDER BY finished_at"
-    "     LIMIT $2::integer"
-    "       FOR UPDATE SKIP LOCKED)"
-    " DELETE FROM outbox.job AS j USING doomed AS d WHERE j.job_id = d.job_id";
+/* A purge batch that found the cleanup lock taken tries again after this long. */
+#define PURGE_LOCKED_WAIT_US 20000
 
 /* ---- pause, replay, inbox ---- */
 
@@ -473,13 +466,16 @@ apply_pauses(struct store_status *status)
 }
 
 int
-store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
+store_admin_status(PGconn *conn, double retention_seconds, struct store_status *status,
+                   struct outbox_error *err)
 {
     memset(status, 0, sizeof(*status));
     if (store_admin_check_schema(conn, err) < 0)
         return -1;
+    status->retention_seconds = retention_seconds;
     if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
         read_queue_status(conn, status, err) < 0 || read_table_status(conn, status, err) < 0 ||
+        outbox_sample_table(conn, retention_seconds, &status->cleanup, err) < 0 ||
         read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||
         read_blocked_keys(conn, status, err) < 0 || read_pauses(conn, &status->paused, err) < 0) {
         store_status_clear(status);
@@ -598,52 +594,28 @@ int
 store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
                   struct outbox_error *err)
 {
-    char seconds_text[24], batch_text[16];
-    char *cutoff = NULL;
-    const char *cutoff_params[1] = {seconds_text};
-    PGresult *result;
-    int rc = -1;
+    char cutoff[64];
 
     *count = 0;
     if (older_than_seconds < 0 || batch_size < 1)
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
                                 "unable to purge succeeded jobs: bad age or batch size");
-    snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
-    snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
-
-    result = run(conn, purge_cutoff_sql, 1, cutoff_params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to purge succeeded jobs");
-        PQclear(result);
+    if (outbox_cleanup_cutoff(conn, (double)older_than_seconds, cutoff, sizeof(cutoff), err) < 0)
         return -1;
-    }
-    cutoff = strdup(PQgetvalue(result, 0, 0));
-    PQclear(result);
-    if (cutoff == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-
     for (;;) {
-        const char *params[2] = {cutoff, batch_text};
-        int64_t deleted;
+        struct outbox_cleanup_result cleaned;
 
         /* each batch commits on its own: locks stay short and progress is kept */
-        result = run(conn, purge_batch_sql, 2, params);
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            fail_with(err, conn, result, "unable to purge succeeded jobs");
-            PQclear(result);
-            goto cleanup;
+        if (outbox_cleanup_batch(conn, cutoff, batch_size, &cleaned, err) < 0)
+            return -1;
+        *count += (int64_t)cleaned.deleted;
+        if (!cleaned.locked) {
+            usleep(PURGE_LOCKED_WAIT_US); /* a relay's cleanup batch runs: wait for its turn */
+            continue;
         }
-        deleted = strtoll(PQcmdTuples(result), NULL, 10);
-        PQclear(result);
-        *count += deleted;
-        if (deleted < batch_size)
-            break;
+        if (cleaned.deleted < (size_t)batch_size)
+            return 0;
     }
-    rc = 0;
-
-cleanup:
-    free(cutoff);
-    return rc;
 }
 
 int

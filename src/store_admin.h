@@ -93,6 +93,9 @@ struct store_status {
     int64_t dead_tuples;    /* not yet vacuumed */
     char *last_autovacuum;  /* ISO 8601 UTC, NULL: never */
     char *last_autoanalyze; /* ISO 8601 UTC, NULL: never */
+    /* succeeded rows against the retention given to store_admin_status() */
+    double retention_seconds;
+    struct outbox_table_sample cleanup;
     struct store_oldest_transaction oldest_transaction;
     struct store_blocked_key *blocked; /* by queue, then head job_id; see blocked_keys */
     size_t blocked_count;
@@ -101,9 +104,11 @@ struct store_status {
 
 /*
  * Fills status. Per-queue counts scan outbox.job; blocked keys start from the
- * partial indexes of dead, ready and running rows only.
+ * partial indexes of dead, ready and running rows only; the cleanup figures
+ * compare succeeded rows with retention_seconds (the relays' --retention).
  */
-int store_admin_status(PGconn *conn, struct store_status *status, struct outbox_error *err);
+int store_admin_status(PGconn *conn, double retention_seconds, struct store_status *status,
+                       struct outbox_error *err);
 void store_status_clear(struct store_status *status);
 
 /* One dead row. */
@@ -137,8 +142,10 @@ int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int3
 /*
  * Deletes succeeded rows finished more than older_than_seconds ago, in
  * transactions of at most batch_size rows, skipping rows locked by others,
- * until none is left. The cutoff is fixed at the start, so this ends. Stores
- * the rows deleted in *count, also on failure.
+ * until none is left: the relays' cleanup batches (outbox_cleanup_batch()),
+ * taking turns with them under the same advisory lock. The cutoff is fixed
+ * at the start, so this ends. Stores the rows deleted in *count, also on
+ * failure.
  */
 int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
                       struct outbox_error *err);

@@ -470,6 +470,54 @@ test_counters_match_what_happened(void **state)
     unlink(relay.log_path);
 }
 
+/*
+ * The table gauges: a succeeded row past --retention that the cleanup
+ * cannot take (another session holds its row lock) shows as waiting for
+ * cleanup, with how long it is past the retention; rows within the
+ * retention count as succeeded only.
+ */
+static void
+test_table_gauges(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr,
+                           "--retention", "1h", NULL};
+    struct relay_process relay;
+    PGconn *holder = harness_connect(f->url);
+    double overdue;
+    char *text;
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'orders', '{}', 'succeeded', now() - interval '10 minutes'"
+                          " FROM generate_series(1, 5);"
+                          "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " VALUES ('orders', '{}', 'succeeded', now() - interval '2 hours')");
+    harness_exec(holder, "BEGIN");
+    harness_exec(holder, "SELECT * FROM outbox.job WHERE finished_at < now() - interval '1 hour'"
+                         " FOR UPDATE");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    if (wait_for_status(f->port, "/healthz", 200, 10000) != 200 ||
+        wait_for_metric(f, "outbox_succeeded_rows", NULL, 6, 15000) != 6)
+        relay_dump_log(&relay);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_succeeded_rows", NULL) == 6);
+    assert_true(metric_value(text, "outbox_succeeded_past_retention_rows", NULL) == 1);
+    overdue = metric_value(text, "outbox_oldest_succeeded_past_retention_seconds", NULL);
+    assert_true(overdue > 3500 && overdue < 3700);
+    assert_true(metric_value(text, "outbox_table_bytes", NULL) > 0);
+    assert_true(metric_value(text, "outbox_index_bytes", NULL) > 0);
+    assert_true(metric_value(text, "outbox_dead_tuples", NULL) >= 0);
+    assert_true(metric_value(text, "outbox_rows_deleted_total", NULL) == 0);
+    free(text);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    harness_exec(holder, "ROLLBACK");
+    PQfinish(holder);
+}
+
 static void
 test_other_paths(void **state)
 {
@@ -563,6 +611,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counters_match_what_happened, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
     };

@@ -563,6 +563,59 @@ test_status_json_counts(void **state)
 }
 
 /*
+ * Succeeded rows against the retention; a row that finished at -infinity
+ * (PostgreSQL refuses to subtract it) reads as the largest age instead of
+ * failing status.
+ */
+static void
+test_status_retention_and_infinite_times(void **state)
+{
+    struct testdb *db = test_database(state);
+    const char *params[1];
+    struct ctl_run run;
+    PGresult *result;
+
+    migrate_ok(db);
+    exec_ok(db->conn,
+            "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at) VALUES"
+            " ('a', '{}', 'succeeded', 1, '-infinity'),"
+            " ('a', '{}', 'succeeded', 1, now() - interval '2 hours'),"
+            " ('a', '{}', 'succeeded', 1, now() - interval '10 minutes')");
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json", "--retention", "1h");
+    assert_exit(&run, 0);
+    params[0] = run.out;
+    result = PQexecParams(db->conn,
+                          "SELECT t->>'retention_seconds', t->>'succeeded_rows',"
+                          "       t->>'succeeded_past_retention_rows',"
+                          "       (t->>'oldest_succeeded_past_retention_seconds')::float8 >= 1e8"
+                          "  FROM (SELECT $1::jsonb->'table' AS t) AS s",
+                          1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        fail_msg("status --json is not the expected JSON: %s\n%s", PQerrorMessage(db->conn),
+                 run.out);
+    assert_string_equal(PQgetvalue(result, 0, 0), "3600");
+    assert_string_equal(PQgetvalue(result, 0, 1), "3");
+    assert_string_equal(PQgetvalue(result, 0, 2), "2");
+    assert_string_equal(PQgetvalue(result, 0, 3), "t");
+    PQclear(result);
+    run_clear(&run);
+
+    /* the text form says the same; the default retention comes from $OUTBOX_RETENTION */
+    setenv("OUTBOX_RETENTION", "3h", 1);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status");
+    unsetenv("OUTBOX_RETENTION");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "3, of them 1 past the retention of 10800s"));
+    run_clear(&run);
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--retention", "soon");
+    assert_exit(&run, 2);
+    assert_non_null(strstr(run.err, "--retention"));
+    run_clear(&run);
+}
+
+/*
  * Keys held up by their head: k-dead (dead head, two rows behind it),
  * k-retry (head failed once, retry in an hour), k-running (head on its
  * second attempt now); k-fine and k-done are not blocked (a first attempt
@@ -1068,6 +1121,7 @@ main(void)
         DB_TEST(test_concurrent_migrate),
         DB_TEST(test_status_without_schema),
         DB_TEST(test_status_json_counts),
+        DB_TEST(test_status_retention_and_infinite_times),
         DB_TEST(test_status_shows_blocked_keys),
         DB_TEST(test_status_survives_infinite_times),
         DB_TEST(test_status_shows_keys_blocked_by_odd_heads),

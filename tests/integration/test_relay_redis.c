@@ -255,6 +255,34 @@ test_bad_rows_fail_alone(void **state)
     assert_int_equal(stream_consumer_stream_length(f->redis, stream), 1);
 }
 
+/*
+ * Cleanup keeps up: --once deletes every succeeded row past --retention,
+ * however many (here more than the old 100 000 a minute), in short batches,
+ * and keeps the ones within it; the rows it publishes meanwhile are fine.
+ */
+static void
+test_once_cleans_up_everything_past_retention(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--retention", "1h", NULL};
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'old', '{}', 'succeeded', now() - interval '2 hours'"
+                          " FROM generate_series(1, 130000);"
+                          "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'old', '{}', 'succeeded', now() - interval '10 minutes'"
+                          " FROM generate_series(1, 10)");
+    enqueue_rows(f->conn, "orders", 3);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE finished_at < now() - interval '1 hour'"),
+                     0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'old'"),
+                     10);
+    assert_each_row_once(f, 3);
+}
+
 static void
 test_check_reports_bad_credentials(void **state)
 {
@@ -291,6 +319,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_rows_fail_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_once_cleans_up_everything_past_retention, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_check_reports_bad_credentials, setup, teardown),
     };
 

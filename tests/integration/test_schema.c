@@ -330,6 +330,34 @@ test_claim_uses_ready_index(void **state)
     assert_true(found);
 }
 
+/*
+ * Autovacuum of outbox.job starts after a fixed number of dead row
+ * versions, whatever the table size (migration 007), and runs faster than
+ * the server default.
+ */
+static void
+test_autovacuum_follows_the_churn(void **state)
+{
+    struct schema_test *test = *state;
+
+    assert_int_equal(
+        harness_query_ll(test->conn,
+                         "SELECT count(*) FROM pg_options_to_table("
+                         "  (SELECT reloptions FROM pg_class WHERE oid = 'outbox.job'::regclass))"
+                         " WHERE (option_name, option_value) IN ("
+                         "   ('autovacuum_vacuum_scale_factor', '0'),"
+                         "   ('autovacuum_vacuum_insert_scale_factor', '0'),"
+                         "   ('autovacuum_analyze_scale_factor', '0'))"),
+        3);
+    assert_true(harness_query_ll(test->conn,
+                                 "SELECT option_value::int FROM pg_options_to_table("
+                                 "  (SELECT reloptions FROM pg_class"
+                                 "    WHERE oid = 'outbox.job'::regclass))"
+                                 " WHERE option_name = 'autovacuum_vacuum_cost_limit'") >
+                harness_query_ll(test->conn, "SELECT setting::int FROM pg_settings"
+                                             " WHERE name = 'vacuum_cost_limit'"));
+}
+
 int
 main(void)
 {
@@ -345,6 +373,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_queue_name_check_on_direct_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_shape_constraints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_uses_ready_index, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_autovacuum_follows_the_churn, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

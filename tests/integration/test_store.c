@@ -646,8 +646,11 @@ static void
 test_cleanup_removes_only_old_succeeded_rows(void **state)
 {
     struct fixture *f = *state;
+    PGconn *conn = outbox_store_conn(f->a);
+    struct outbox_cleanup_result cleaned;
     struct outbox_error err;
-    size_t deleted, total = 0;
+    char cutoff[64];
+    size_t total = 0;
 
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
                           " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
@@ -660,15 +663,72 @@ test_cleanup_removes_only_old_succeeded_rows(void **state)
                           " FROM generate_series(1, 5);"
                           "INSERT INTO outbox.job (queue, payload) SELECT 'q', '{}'"
                           " FROM generate_series(1, 5)");
+    assert_int_equal(outbox_cleanup_cutoff(conn, 3600, cutoff, sizeof(cutoff), &err), 0);
     do {
-        assert_int_equal(outbox_cleanup(f->a, 3600, 100, &deleted, &err), 0);
-        total += deleted;
-    } while (deleted == 100);
+        assert_int_equal(outbox_cleanup_batch(conn, cutoff, 100, &cleaned, &err), 0);
+        assert_true(cleaned.locked);
+        total += cleaned.deleted;
+    } while (cleaned.deleted == 100);
     assert_int_equal(total, 250);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 15);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      5);
+}
+
+/*
+ * One cleanup batch at a time across all sessions: while another session's
+ * batch holds the cleanup lock, a batch deletes nothing and says so; once
+ * that transaction ends, the next batch goes ahead.
+ */
+static void
+test_cleanup_batches_take_turns(void **state)
+{
+    struct fixture *f = *state;
+    PGconn *conn = outbox_store_conn(f->a);
+    struct outbox_cleanup_result cleaned;
+    struct outbox_error err;
+    char cutoff[64];
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
+                          " FROM generate_series(1, 30)");
+    assert_int_equal(outbox_cleanup_cutoff(conn, 3600, cutoff, sizeof(cutoff), &err), 0);
+    harness_exec(f->conn, "BEGIN; SELECT pg_advisory_xact_lock(" OUTBOX_CLEANUP_LOCK_KEY ")");
+    assert_int_equal(outbox_cleanup_batch(conn, cutoff, 100, &cleaned, &err), 0);
+    assert_false(cleaned.locked);
+    assert_int_equal(cleaned.deleted, 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 30);
+    harness_exec(f->conn, "COMMIT");
+    assert_int_equal(outbox_cleanup_batch(conn, cutoff, 100, &cleaned, &err), 0);
+    assert_true(cleaned.locked);
+    assert_int_equal(cleaned.deleted, 30);
+    /* the batch's own transaction ended with it: the lock is free again */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM pg_locks"
+                                               " WHERE locktype = 'advisory'"),
+                     0);
+}
+
+/*
+ * The table sample: succeeded rows against the retention. A finish time at
+ * -infinity (PostgreSQL refuses to subtract it) reads as the largest age.
+ */
+static void
+test_table_sample(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_table_sample sample;
+    struct outbox_error err;
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " VALUES ('q', '{}', 'succeeded', '-infinity'),"
+                          "        ('q', '{}', 'succeeded', now())");
+    assert_int_equal(outbox_sample_table(outbox_store_conn(f->a), 60, &sample, &err), 0);
+    assert_int_equal(sample.succeeded_rows, 2);
+    assert_int_equal(sample.past_retention_rows, 1);
+    assert_true(sample.oldest_past_retention_seconds > 1e8);
+    assert_true(sample.table_bytes > 0);
+    assert_true(sample.index_bytes > 0);
 }
 
 /* Claims everything claimable now and returns how many rows, recording ids. */
@@ -1215,6 +1275,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_release_keeps_the_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_claimers_get_disjoint_rows, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_cleanup_batches_take_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_sample, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_removes_only_old_succeeded_rows, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ordering_key_one_at_a_time, setup, teardown),

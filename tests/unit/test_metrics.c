@@ -300,12 +300,19 @@ static const char *const expected_families[] = {
     "outbox_rows_released_total",
     "outbox_lease_lost_total",
     "outbox_claims_total",
+    "outbox_rows_deleted_total",
     "outbox_reconnects_total",
     "outbox_rows_in_flight",
     "outbox_ready_rows",
     "outbox_oldest_ready_age_seconds",
     "outbox_queue_paused",
     "outbox_queue_paused_keys",
+    "outbox_table_bytes",
+    "outbox_index_bytes",
+    "outbox_dead_tuples",
+    "outbox_succeeded_rows",
+    "outbox_succeeded_past_retention_rows",
+    "outbox_oldest_succeeded_past_retention_seconds",
     "outbox_up",
     "outbox_publish_duration_seconds",
     "outbox_commit_to_publish_seconds",
@@ -416,6 +423,26 @@ test_counts_add_up(void **state)
     /* a resumed queue drops back to 0 at the next sample */
     assert_true(value_of(&exposition, "outbox_queue_paused", "queue", "orders") == 0);
     assert_true(value_of(&exposition, "outbox_queue_paused_keys", "queue", "billing") == 0);
+
+    /* The table sample replaces the table gauges as a whole. */
+    metrics_set_table_sample(m, &(struct metrics_table_sample){
+                                    .table_bytes = 8192000,
+                                    .index_bytes = 4096000,
+                                    .dead_tuples = 1234,
+                                    .succeeded_rows = 300000,
+                                    .succeeded_past_retention_rows = 25,
+                                    .oldest_succeeded_past_retention_seconds = 7.5,
+                                });
+    metrics_add(m, METRICS_ROWS_DELETED, 5000);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_table_bytes", NULL, NULL) == 8192000);
+    assert_true(value_of(&exposition, "outbox_index_bytes", NULL, NULL) == 4096000);
+    assert_true(value_of(&exposition, "outbox_dead_tuples", NULL, NULL) == 1234);
+    assert_true(value_of(&exposition, "outbox_succeeded_rows", NULL, NULL) == 300000);
+    assert_true(value_of(&exposition, "outbox_succeeded_past_retention_rows", NULL, NULL) == 25);
+    assert_true(value_of(&exposition, "outbox_oldest_succeeded_past_retention_seconds", NULL,
+                         NULL) == 7.5);
+    assert_true(value_of(&exposition, "outbox_rows_deleted_total", NULL, NULL) == 5000);
     metrics_free(m);
 }
 
@@ -530,6 +557,7 @@ test_null_is_ignored(void **state)
     metrics_add_queue(NULL, METRICS_ROWS_CLAIMED, "q", 1);
     metrics_observe(NULL, METRICS_PUBLISH_DURATION, 1);
     metrics_set_health(NULL, true, true);
+    metrics_set_table_sample(NULL, &(struct metrics_table_sample){0});
     metrics_free(NULL);
     assert_null(metrics_render(NULL, NULL));
 }
