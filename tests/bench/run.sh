@@ -9,14 +9,18 @@
 #      outbox.enqueue() and through a bare INSERT (their ratio); 1000 rows per
 #      statement through outbox.enqueue_batch(), a bare INSERT ... SELECT
 #      (their ratio) and 1000 outbox.enqueue() calls
-#   2. commit -> publish latency at a steady offered load (relay to Redis)
+#   2. commit -> publish latency at a steady offered load (relay to Redis):
+#      1000 rows/s of single-row transactions, and 5000 rows/s as 1000
+#      transactions/s of 5 rows through outbox.enqueue_batch()
 #   3. the ceilings: claim + complete in PostgreSQL alone (store library),
 #      also with pauses of other queues and keys in place,
 #      publish with confirms to RabbitMQ, pipelined XADD to Redis; and the
 #      relay's RabbitMQ sink alone, without a database
 #   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
-#      Redis and to RabbitMQ, checked row by row and message by message, with
-#      the relay's max RSS
+#      Redis (with --on-success mark, the default, and delete) and to RabbitMQ,
+#      checked row by row and message by message, with the relay's max RSS and
+#      PostgreSQL's CPU time per relayed row (utime + stime of the server's
+#      processes from /proc, the exited ones through the postmaster's cutime)
 #   5. claim latency against a growing ready backlog, table and index sizes
 #   6. claim latency with ordering keys
 #
@@ -27,7 +31,8 @@
 # Environment: BUILD, BIN (as make sets them), BENCH_N (rows, default 100000),
 # BENCH_BIG=1 (adds a 10M-row step to the claim scaling), BENCH_SECONDS
 # (pgbench duration, default 10), BENCH_LATENCY_SECONDS (default 15),
-# BENCH_LATENCY_RATE (rows/s, default 1000), BENCH_ROUNDS (default 3),
+# BENCH_LATENCY_RATES (rows/s, default "1000 5000"; up to 1000 as single-row
+# transactions, above that 5 rows per transaction), BENCH_ROUNDS (default 3),
 # OUTBOX_BENCH_STACK_SH (another
 # stack.sh). Results are printed and written to $BUILD/bench/results.txt.
 # A measuring script: it fails only when a step fails or a check of the
@@ -47,7 +52,7 @@ N=${BENCH_N:-100000}
 BIG=${BENCH_BIG:-0}
 PGBENCH_SECONDS=${BENCH_SECONDS:-10}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-15}
-LATENCY_RATE=${BENCH_LATENCY_RATE:-1000}
+LATENCY_RATES=${BENCH_LATENCY_RATES:-${BENCH_LATENCY_RATE:-1000 5000}}
 ROUNDS=${BENCH_ROUNDS:-3}
 STEP_TIMEOUT=600 # no single step may take longer (seconds)
 RESULTS_FILE="$BUILD/bench/results.txt"
@@ -148,10 +153,12 @@ pgbench_rate() {
 }
 
 # relay_once BROKER_URL NAME [OPTIONS...]: times `outbox-relay --once` from
-# start to exit; sets DRAIN_SECONDS and DRAIN_RSS_KB.
+# start to exit; sets DRAIN_SECONDS, DRAIN_RSS_KB and DRAIN_PG_TICKS
+# (PostgreSQL's CPU during the drain).
 relay_once() {
-    local broker=$1 name=$2 start end status
+    local broker=$1 name=$2 start end status ticks
     shift 2
+    ticks=$(pg_cpu_ticks)
     start=$(now)
     set +e
     /usr/bin/time -v -o "$STACK/time-$name" timeout "$STEP_TIMEOUT" \
@@ -165,8 +172,28 @@ relay_once() {
         die "outbox-relay --once to $name exited with $status"
     fi
     DRAIN_SECONDS=$(calc "$end - $start")
+    sleep 0.2 # the postmaster reaps the relay's backends
+    DRAIN_PG_TICKS=$(($(pg_cpu_ticks) - ticks))
     DRAIN_RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$STACK/time-$name")
 }
+
+# pg_cpu_ticks: CPU clock ticks (user + system) PostgreSQL has used so far:
+# the postmaster and its live children, plus the children it has reaped
+# (cutime + cstime), so backends that exit during a step still count.
+CLOCK_TICKS=$(getconf CLK_TCK)
+pg_cpu_ticks() {
+    local postmaster child
+    postmaster=$(head -n 1 "$STACK/pg/postmaster.pid")
+    {
+        awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat"
+        for child in $(ps -o pid= --ppid "$postmaster"); do
+            awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || true
+        done
+    } | awk '{ sum += $1 } END { print sum }'
+}
+
+# pg_cpu_us_per_row TICKS_BEFORE TICKS_AFTER ROWS: microseconds of PostgreSQL CPU per row.
+pg_cpu_us_per_row() { calc "($2 - $1) * 1000000 / $CLOCK_TICKS / $3"; }
 
 # check_succeeded ROWS: every row of the backlog is succeeded.
 check_succeeded() {
@@ -263,12 +290,16 @@ result "1000 rows/stmt, 4 clients, outbox.enqueue() per row" "$(fmt_rate "$BATCH
 
 # ---- 2. latency -------------------------------------------------------------------------
 
-# latency_round N: one steady run with the relay in the background; appends
-# its figures to the L_* arrays. It runs before the drains, while RabbitMQ
-# has no backlog to clean up in the background.
-L_OFFERED=() L_ROWS=() L_B50=() L_B99=() L_BMAX=() L_F50=() L_F99=() L_LAG=()
+# latency_round N RATE: one steady run of RATE rows/s with the relay in the
+# background; appends its figures to the L_* arrays. It runs before the
+# drains, while RabbitMQ has no backlog to clean up in the background.
 latency_round() {
-    local round=$1 out rows count b50 b99 bmax f50 f99 fmax
+    local round=$1 rate=$2 out rows count b50 b99 bmax f50 f99 fmax script=latency-load.sql
+    local transactions=$rate
+    if [ "$rate" -gt 1000 ]; then
+        script=latency-load-5.sql
+        transactions=$((rate / 5))
+    fi
     reset_outbox
     "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
         --stream-prefix "latency$round:" --metrics-addr off --log-level warn \
@@ -280,12 +311,12 @@ latency_round() {
         die "the relay did not start"
     }
     # pgbench -R schedules transactions at the given mean rate (Poisson arrivals)
-    out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$LATENCY_RATE" \
-        -T "$LATENCY_SECONDS" -f "$STACK/latency-load.sql" "$DB" 2>&1) || {
+    out=$(timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$transactions" \
+        -T "$LATENCY_SECONDS" -f "$STACK/$script" "$DB" 2>&1) || {
         printf '%s\n' "$out" >&2
-        die "pgbench at $LATENCY_RATE rows/s failed"
+        die "pgbench at $rate rows/s failed"
     }
-    L_OFFERED+=("$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)")
+    L_OFFERED+=("$(calc "$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1) * $rate / $transactions")")
     L_LAG+=("$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg [0-9.]* (max \([0-9.]*\)) ms/\1/p')")
     rows=$(sql "SELECT count(*) FROM outbox.job")
     for _ in $(seq 1 600); do
@@ -307,6 +338,8 @@ latency_round() {
 }
 
 sed 's/bench_enqueue/latency/' "$STACK/enqueue.sql" >"$STACK/latency-load.sql"
+printf "SELECT cardinality(outbox.enqueue_batch('latency', array_fill('%s'::jsonb, ARRAY[5])));\n" \
+    "$PAYLOAD" >"$STACK/latency-load-5.sql"
 cat >"$STACK/latency.sql" <<EOF
 CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
 \\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
@@ -324,20 +357,28 @@ SELECT count(to_broker),
        round(max(to_finished)::numeric, 1)
 FROM l;
 EOF
-for round in $(seq 1 "$ROUNDS"); do
-    log "latency: $LATENCY_RATE rows/s for ${LATENCY_SECONDS}s with the relay running, round $round of $ROUNDS"
-    latency_round "$round"
-done
 joined() { printf '%s, ' "$@" | sed 's/, $//'; }
-section "2. commit -> publish latency, ${LATENCY_RATE} rows/s offered for ${LATENCY_SECONDS}s, $ROUNDS runs (pgbench -R, 1 row/txn, 16 clients, relay to Redis)"
-result "load achieved (rows per run: $(joined "${L_ROWS[@]}"))" \
-    "$(fmt_rate "$(median "${L_OFFERED[@]}")") rows/s" \
-    "pgbench's own schedule lag, max per run: $(joined "${L_LAG[@]}") ms"
-result "created_at -> Redis receive time, median of runs" "p50 $(median "${L_B50[@]}") ms" \
-    "p99 $(median "${L_B99[@]}") ms (goal <= 50); per run p99 $(joined "${L_B99[@]}") ms, max $(joined "${L_BMAX[@]}") ms"
-result "created_at -> finished_at (marked succeeded), median" "p50 $(median "${L_F50[@]}") ms" \
-    "p99 $(median "${L_F99[@]}") ms; per run p99 $(joined "${L_F99[@]}") ms"
-section "  created_at is the single-row transaction's start (now()), a few ms before its commit;
+section "2. commit -> publish latency for ${LATENCY_SECONDS}s at each offered rate, $ROUNDS runs (pgbench -R, 16 clients, relay to Redis)"
+for latency_rate in $LATENCY_RATES; do
+    L_OFFERED=() L_ROWS=() L_B50=() L_B99=() L_BMAX=() L_F50=() L_F99=() L_LAG=()
+    for round in $(seq 1 "$ROUNDS"); do
+        log "latency: $latency_rate rows/s for ${LATENCY_SECONDS}s with the relay running, round $round of $ROUNDS"
+        latency_round "$round" "$latency_rate"
+    done
+    if [ "$latency_rate" -gt 1000 ]; then
+        shape="$((latency_rate / 5)) txn/s x 5 rows, outbox.enqueue_batch()"
+    else
+        shape="$latency_rate txn/s x 1 row, outbox.enqueue()"
+    fi
+    result "$latency_rate rows/s offered ($shape)" \
+        "$(fmt_rate "$(median "${L_OFFERED[@]}")") rows/s" \
+        "achieved; rows per run: $(joined "${L_ROWS[@]}"); pgbench's schedule lag, max per run: $(joined "${L_LAG[@]}") ms"
+    result "  created_at -> Redis receive time, median of runs" "p50 $(median "${L_B50[@]}") ms" \
+        "p99 $(median "${L_B99[@]}") ms (goal <= 50); per run p99 $(joined "${L_B99[@]}") ms, max $(joined "${L_BMAX[@]}") ms"
+    result "  created_at -> finished_at (marked succeeded), median" "p50 $(median "${L_F50[@]}") ms" \
+        "p99 $(median "${L_F99[@]}") ms; per run p99 $(joined "${L_F99[@]}") ms"
+done
+section "  created_at is the transaction's start (now()), a few ms before its commit;
   the receive time is the millisecond Redis assigned the entry id (same host clock)."
 
 # ---- 3 + 4. ceilings and drains, interleaved ------------------------------------
@@ -347,11 +388,14 @@ section "  created_at is the single-row transaction's start (now()), a few ms be
 # and fast spells fall on both alike; the medians are compared. Each step
 # sets RATE.
 claim_ceiling() {
-    local out
+    local out ticks
     reset_outbox
     fill "$N"
+    ticks=$(pg_cpu_ticks)
     out=$("$TOOLS/outbox_bench" claim-ceiling --database-url "$DB" --threads 2 --batch 500) ||
         die "claim-ceiling failed"
+    sleep 0.2
+    PG_US=$(pg_cpu_us_per_row "$ticks" "$(pg_cpu_ticks)" "$N")
     [ "$(field rows "$out")" = "$N" ] || die "claim-ceiling completed $(field rows "$out") of $N rows"
     RATE=$(field rate "$out")
 }
@@ -399,6 +443,23 @@ drain_redis() {
     redis_cli DEL drain:bench >/dev/null
     REDIS_RSS_KB=$DRAIN_RSS_KB
     RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
+}
+
+# drain_redis_delete: the same with --on-success delete; every row is gone
+drain_redis_delete() {
+    local xlen left
+    reset_outbox
+    fill "$N"
+    redis_cli DEL drain:bench >/dev/null
+    relay_once "$REDIS_URL" redis-delete --stream-prefix drain: --on-success delete
+    left=$(sql "SELECT count(*) FROM outbox.job")
+    [ "$left" = 0 ] || die "--on-success delete left $left rows in outbox.job"
+    xlen=$(redis_cli XLEN drain:bench)
+    [ "$xlen" = "$N" ] || die "stream drain:bench holds $xlen entries, expected $N"
+    redis_cli DEL drain:bench >/dev/null
+    RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
 }
 
 # drain_amqp: relays the backlog to queue bench and checks it
@@ -428,14 +489,17 @@ else
         die "declaring queue bench failed"
 fi
 CLAIM_RUNS=() CLAIM_PAUSED_RUNS=() REDIS_RUNS=() AMQP_CEILING_RUNS=() AMQP_SINK_RUNS=() AMQP_RUNS=()
+CLAIM_PG=() REDIS_PG=() DELETE_RUNS=() DELETE_PG=()
 for round in $(seq 1 "$ROUNDS"); do
-    log "round $round of $ROUNDS: claim+complete ceiling, drain to Redis"
+    log "round $round of $ROUNDS: claim+complete ceiling, drain to Redis (mark, delete)"
     claim_ceiling
-    CLAIM_RUNS+=("$RATE")
+    CLAIM_RUNS+=("$RATE") CLAIM_PG+=("$PG_US")
     claim_ceiling_paused
     CLAIM_PAUSED_RUNS+=("$RATE")
     drain_redis
-    REDIS_RUNS+=("$RATE")
+    REDIS_RUNS+=("$RATE") REDIS_PG+=("$PG_US")
+    drain_redis_delete
+    DELETE_RUNS+=("$RATE") DELETE_PG+=("$PG_US")
     if [ "$AMQP_OK" = 1 ]; then
         log "round $round of $ROUNDS: RabbitMQ confirm ceiling, drain to RabbitMQ"
         amqp_ceiling
@@ -456,7 +520,7 @@ REDIS_CEILING=$(field rate "$out")
 
 section "3. ceilings (same payload; median of $ROUNDS runs, taken in turns with the drains)"
 result "PostgreSQL claim+complete (batch 500, 2 threads)" "$(fmt_rate "$CLAIM_CEILING") rows/s" \
-    "runs: $(runs "${CLAIM_RUNS[@]}")"
+    "PostgreSQL CPU $(printf '%.1f' "$(median "${CLAIM_PG[@]}")") us/row; runs: $(runs "${CLAIM_RUNS[@]}")"
 CLAIM_PAUSED=$(median "${CLAIM_PAUSED_RUNS[@]}")
 result "  the same, another queue and 100 keys paused" "$(fmt_rate "$CLAIM_PAUSED") rows/s" \
     "$(printf '%.2f' "$(ratio "$CLAIM_PAUSED" "$CLAIM_CEILING")") of the ceiling with nothing paused; runs: $(runs "${CLAIM_PAUSED_RUNS[@]}")"
@@ -473,7 +537,14 @@ result "Redis pipelined XADD (window 4096, one run)" "$(fmt_rate "$REDIS_CEILING
 
 section "4. drain of a $N-row backlog by outbox-relay --once (default options; median of $ROUNDS)"
 result "to Redis (all rows succeeded, XLEN = $N)" "$(fmt_rate "$REDIS_DRAIN") rows/s" \
-    "$(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$CLAIM_CEILING")") of claim+complete (goal >= 0.80), $(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$REDIS_CEILING")") of raw XADD; runs: $(runs "${REDIS_RUNS[@]}")"
+    "$(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$CLAIM_CEILING")") of claim+complete (goal >= 0.80), $(printf '%.2f' "$(ratio "$REDIS_DRAIN" "$REDIS_CEILING")") of raw XADD; goal >= 60 000 rows/s; runs: $(runs "${REDIS_RUNS[@]}")"
+result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${REDIS_PG[@]}")") us" \
+    "goal <= 25; runs: $(printf '%.1f ' "${REDIS_PG[@]}" | sed 's/ $//; s/ /, /g') us"
+DELETE_DRAIN=$(median "${DELETE_RUNS[@]}")
+result "to Redis with --on-success delete (no row left, XLEN = $N)" "$(fmt_rate "$DELETE_DRAIN") rows/s" \
+    "$(printf '%.2f' "$(ratio "$DELETE_DRAIN" "$REDIS_DRAIN")") of the drain with mark; goal >= 60 000 rows/s; runs: $(runs "${DELETE_RUNS[@]}")"
+result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${DELETE_PG[@]}")") us" \
+    "goal <= 25; runs: $(printf '%.1f ' "${DELETE_PG[@]}" | sed 's/ $//; s/ /, /g') us"
 result "  relay max RSS during the last Redis drain" "$((REDIS_RSS_KB / 1024)) MiB" \
     "(${REDIS_RSS_KB} kB)"
 if [ "$AMQP_OK" = 1 ]; then
