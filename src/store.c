@@ -23,8 +23,17 @@
 #include <time.h>
 
 #include "buffer.h"
+#include "clock.h"
 #include "error.h"
 #include "outbox.h"
+
+/*
+ * The server cancels a statement after STORE_STATEMENT_TIMEOUT (and a lock
+ * wait as long); if no answer came STORE_STATEMENT_DEADLINE_MS after we
+ * began to wait, the server is stalled and the connection is dropped.
+ */
+#define STORE_STATEMENT_TIMEOUT "10s"
+#define STORE_STATEMENT_DEADLINE_MS 12000
 
 /* At most this many statements are sent ahead of their results: the four
  * callers may send, and a read of the pauses ahead of a claim. */
@@ -499,14 +508,89 @@ mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool
     return 0;
 }
 
+/*
+ * Waits until the next result can be read without blocking, for at most
+ * STORE_STATEMENT_DEADLINE_MS: libpq itself would wait for ever on a
+ * server that stopped answering (a stopped backend, a frozen host whose
+ * kernel still acknowledges). On expiry the error is a transient
+ * OUTBOX_ERR_TIMEOUT: the caller drops the connection and makes a new one,
+ * and rows claimed meanwhile come back after their lease.
+ */
+static int
+await_result(outbox_store *store, const char *context, struct outbox_error *err)
+{
+    int64_t deadline = clock_monotonic_ms() + STORE_STATEMENT_DEADLINE_MS;
+
+    if (PQflush(store->conn) < 0)
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    while (PQisBusy(store->conn)) {
+        int64_t remaining = deadline - clock_monotonic_ms();
+        struct pollfd pfd = {.fd = PQsocket(store->conn), .events = POLLIN};
+
+        if (remaining <= 0)
+            return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
+                                    "%s: the database did not answer within %d s (server stalled"
+                                    " or unreachable); dropping the connection",
+                                    context, STORE_STATEMENT_DEADLINE_MS / 1000);
+        if (pfd.fd < 0)
+            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s: database connection is closed",
+                                    context);
+        if (poll(&pfd, 1, (int)remaining) > 0 && !PQconsumeInput(store->conn))
+            return outbox_error_from_pg(err, store->conn, NULL, context);
+    }
+    return 0;
+}
+
+/*
+ * Collects the results of a statement sent outside pipeline mode within the
+ * deadline and returns the last one (libpq's PQexec does the same without a
+ * deadline), or NULL with err.
+ */
+static PGresult *
+await_last_result(outbox_store *store, const char *context, struct outbox_error *err)
+{
+    PGresult *last = NULL, *next;
+
+    for (;;) {
+        if (await_result(store, context, err) != 0) {
+            PQclear(last);
+            return NULL;
+        }
+        next = PQgetResult(store->conn);
+        if (next == NULL)
+            break;
+        PQclear(last);
+        last = next;
+    }
+    if (last == NULL)
+        outbox_error_from_pg(err, store->conn, NULL, context);
+    return last;
+}
+
+/* Runs sql (one or more statements, no parameters) within the deadline; its last result. */
+static PGresult *
+exec_bounded(outbox_store *store, const char *sql, const char *context, struct outbox_error *err)
+{
+    if (!PQsendQuery(store->conn, sql)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        return NULL;
+    }
+    return await_last_result(store, context, err);
+}
+
 /* Runs a prepared statement, checking for the expected result status. */
 static PGresult *
 run_prepared(outbox_store *store, const char *name, int nparams, const char *const *values,
              ExecStatusType expected, const char *context, struct outbox_error *err)
 {
-    PGresult *result = PQexecPrepared(store->conn, name, nparams, values, NULL, NULL, 0);
+    PGresult *result;
 
-    if (PQresultStatus(result) != expected) {
+    if (!PQsendQueryPrepared(store->conn, name, nparams, values, NULL, NULL, 0)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        return NULL;
+    }
+    result = await_last_result(store, context, err);
+    if (result != NULL && PQresultStatus(result) != expected) {
         outbox_error_from_pg(err, store->conn, result, context);
         PQclear(result);
         return NULL;
@@ -553,10 +637,23 @@ collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
     store->queued_count--;
     memmove(store->queued, store->queued + 1, (size_t)store->queued_count * sizeof(*store->queued));
 
+    if (await_result(store, context, err) != 0)
+        return NULL;
     result = PQgetResult(store->conn);
     /* the statement's results end with NULL, then comes its Sync */
-    while ((extra = PQgetResult(store->conn)) != NULL)
+    for (;;) {
+        if (await_result(store, context, err) != 0) {
+            PQclear(result);
+            return NULL;
+        }
+        if ((extra = PQgetResult(store->conn)) == NULL)
+            break;
         PQclear(extra);
+    }
+    if (await_result(store, context, err) != 0) {
+        PQclear(result);
+        return NULL;
+    }
     extra = PQgetResult(store->conn);
     if (PQresultStatus(result) != expected || PQresultStatus(extra) != PGRES_PIPELINE_SYNC) {
         outbox_error_from_pg(err, store->conn, PQresultStatus(result) != expected ? result : extra,
@@ -686,9 +783,12 @@ missing_privilege(struct outbox_error *err, const char *role, const char *what)
 int
 outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
 {
-    PGresult *result = PQexec(store->conn, SQL_PRIVILEGES);
+    PGresult *result =
+        exec_bounded(store, SQL_PRIVILEGES, "unable to read the role's privileges", err);
     int rc = 0;
 
+    if (result == NULL)
+        return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
         rc = outbox_error_from_pg(err, store->conn, result, "unable to read the role's privileges");
     else if (PQntuples(result) > 0)
@@ -701,14 +801,24 @@ outbox_store *
 outbox_store_connect(const char *database_url, const char *worker_id, struct outbox_error *err)
 {
     /*
-     * Defaults come before dbname so the URL's own settings win. Keepalives
-     * notice a dead server between claims; the statement timeout keeps a
-     * stuck lock from freezing the loop.
+     * Defaults come before dbname so the URL's own settings win. Every wait
+     * on the server is bounded: connect_timeout the connection; keepalives
+     * (idle 10 s, then 3 probes 5 s apart) notice a peer that vanished while
+     * the connection is idle; tcp_user_timeout drops it when data sent stays
+     * unacknowledged for 15 s (a host gone mid-statement); the server's
+     * statement_timeout a slow statement; and STORE_STATEMENT_DEADLINE_MS on
+     * our side a server that stopped answering altogether (await_result).
      */
-    const char *keywords[] = {
-        "fallback_application_name", "connect_timeout",  "keepalives", "keepalives_idle",
-        "keepalives_interval",       "keepalives_count", "dbname",     NULL};
-    const char *values[] = {"outbox-relay", "10", "1", "30", "10", "3", database_url, NULL};
+    const char *keywords[] = {"fallback_application_name",
+                              "connect_timeout",
+                              "keepalives",
+                              "keepalives_idle",
+                              "keepalives_interval",
+                              "keepalives_count",
+                              "tcp_user_timeout",
+                              "dbname",
+                              NULL};
+    const char *values[] = {"outbox-relay", "10", "1", "10", "5", "3", "15000", database_url, NULL};
     outbox_store *store;
     PGresult *result = NULL;
 
@@ -744,16 +854,21 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
      * runs for milliseconds, and a claim the planner costs high (a paused
      * queue holding every ready row, say) spent a second and more compiling.
      */
-    result = PQexec(store->conn, "SET synchronous_commit = off; SET statement_timeout = '30s';"
-                                 " SET plan_cache_mode = force_custom_plan;"
-                                 " SET lock_timeout = '10s'; SET jit = off;"
-                                 " SET default_transaction_isolation = 'read committed';"
-                                 /* the catalogs: to_regclass() fails without USAGE */
-                                 " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"
-                                 "  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
-                                 "  WHERE n.nspname = 'outbox' AND c.relname = 'job'),"
-                                 " has_schema_privilege((SELECT oid FROM pg_catalog.pg_namespace"
-                                 "  WHERE nspname = 'outbox'), 'USAGE'), current_user");
+    result = exec_bounded(store,
+                          "SET synchronous_commit = off; SET statement_timeout = '"
+                          STORE_STATEMENT_TIMEOUT "';"
+                          " SET plan_cache_mode = force_custom_plan;"
+                          " SET lock_timeout = '" STORE_STATEMENT_TIMEOUT "'; SET jit = off;"
+                          " SET default_transaction_isolation = 'read committed';"
+                          /* the catalogs: to_regclass() fails without USAGE */
+                          " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"
+                          "  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+                          "  WHERE n.nspname = 'outbox' AND c.relname = 'job'),"
+                          " has_schema_privilege((SELECT oid FROM pg_catalog.pg_namespace"
+                          "  WHERE nspname = 'outbox'), 'USAGE'), current_user",
+                          "unable to set up the database session", err);
+    if (result == NULL)
+        goto fail;
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         outbox_error_from_pg(err, store->conn, result, "unable to set up the database session");
         goto fail;
@@ -771,11 +886,17 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     result = NULL;
 
     for (size_t i = 0; i < sizeof(STATEMENTS) / sizeof(STATEMENTS[0]); i++) {
-        result = PQprepare(store->conn, STATEMENTS[i].name, STATEMENTS[i].sql, 0, NULL);
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            char context[96];
+        char context[96];
 
-            snprintf(context, sizeof(context), "unable to prepare '%s'", STATEMENTS[i].name);
+        snprintf(context, sizeof(context), "unable to prepare '%s'", STATEMENTS[i].name);
+        if (!PQsendPrepare(store->conn, STATEMENTS[i].name, STATEMENTS[i].sql, 0, NULL)) {
+            outbox_error_from_pg(err, store->conn, NULL, context);
+            goto fail;
+        }
+        result = await_last_result(store, context, err);
+        if (result == NULL)
+            goto fail;
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
             outbox_error_from_pg(err, store->conn, result, context);
             if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
                 err->code = OUTBOX_ERR_SCHEMA; /* an old or altered schema */
@@ -843,8 +964,11 @@ outbox_store_wait(outbox_store *store, int timeout_ms, bool *notified, struct ou
 
     *notified = false;
     if (!store->listening) {
-        PGresult *result = PQexec(store->conn, "LISTEN outbox_job");
+        PGresult *result =
+            exec_bounded(store, "LISTEN outbox_job", "unable to listen on 'outbox_job'", err);
 
+        if (result == NULL)
+            return -1;
         if (PQresultStatus(result) != PGRES_COMMAND_OK) {
             outbox_error_from_pg(err, store->conn, result, "unable to listen on 'outbox_job'");
             PQclear(result);
