@@ -81,6 +81,7 @@ struct metrics {
     uint64_t counters[METRICS_COUNTER_COUNT];
     uint64_t reconnects[METRICS_TARGET_COUNT];
     bool up[METRICS_TARGET_COUNT];
+    bool known[METRICS_TARGET_COUNT]; /* up[] was set at least once: the end was tried */
     int64_t in_flight;
     struct metrics_table_sample table;
     struct histogram histograms[METRICS_HISTOGRAM_COUNT];
@@ -305,6 +306,7 @@ metrics_set_up(struct metrics *m, enum metrics_target target, bool up)
         return;
     pthread_mutex_lock(&m->lock);
     m->up[target] = up;
+    m->known[target] = true;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -327,6 +329,7 @@ metrics_set_health(struct metrics *m, bool database_up, bool broker_up)
     pthread_mutex_lock(&m->lock);
     m->up[METRICS_DATABASE] = database_up;
     m->up[METRICS_BROKER] = broker_up;
+    m->known[METRICS_DATABASE] = m->known[METRICS_BROKER] = true;
     m->last_loop_turn = m->now(m->now_context);
     m->loop_turned = true;
     pthread_mutex_unlock(&m->lock);
@@ -371,12 +374,22 @@ metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
     pthread_mutex_lock(&m->lock);
     if (ready != NULL)
         *ready = m->up[METRICS_DATABASE] && m->up[METRICS_BROKER];
-    if (!m->up[METRICS_DATABASE] && !m->up[METRICS_BROKER]) {
-        snprintf(why, sizeof(why), "database and broker down");
-    } else if (!m->up[METRICS_DATABASE]) {
-        snprintf(why, sizeof(why), "database down");
-    } else if (!m->up[METRICS_BROKER]) {
-        snprintf(why, sizeof(why), "broker down");
+    if (!m->up[METRICS_DATABASE] || !m->up[METRICS_BROKER]) {
+        /* an end not tried yet is not called down: the reason names only what is known */
+        const char *database = m->up[METRICS_DATABASE] ? NULL
+                               : m->known[METRICS_DATABASE] ? "database down"
+                                                            : "database not connected yet";
+        const char *broker = m->up[METRICS_BROKER] ? NULL
+                             : m->known[METRICS_BROKER] ? "broker down"
+                                                        : "broker not connected yet";
+
+        if (database != NULL && broker != NULL && m->known[METRICS_DATABASE] &&
+            m->known[METRICS_BROKER])
+            snprintf(why, sizeof(why), "database and broker down");
+        else if (database != NULL && broker != NULL)
+            snprintf(why, sizeof(why), "%s; %s", database, broker);
+        else
+            snprintf(why, sizeof(why), "%s", database != NULL ? database : broker);
     } else if (!m->loop_turned) {
         snprintf(why, sizeof(why), "relay loop not started");
     } else {

@@ -486,6 +486,17 @@ test_health(void **state)
     fake_seconds = 1000;
     metrics_set_clock(m, fake_clock, NULL);
 
+    /* an end not tried yet is not called down */
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "database not connected yet; broker not connected yet");
+    assert_false(ready);
+    metrics_set_up(m, METRICS_DATABASE, false);
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "database down; broker not connected yet");
+    metrics_set_up(m, METRICS_BROKER, true);
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "database down");
+    metrics_set_up(m, METRICS_BROKER, false);
     assert_false(metrics_health(m, reason, sizeof(reason), &ready));
     assert_string_equal(reason, "database and broker down");
     assert_false(ready);
