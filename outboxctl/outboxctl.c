@@ -9,6 +9,7 @@
  * password from the database URL (or PGPASSWORD) never reaches the output:
  * every error message is scrubbed of it before printing.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -62,10 +63,12 @@ static const char usage_text[] =
     "  purge --older-than DURATION      delete succeeded jobs finished longer ago\n"
     "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m),\n"
     "                                   in batches of 5000\n"
-    "  enqueue --queue Q --payload JSON [--key K] [--exchange X] [--routing-key R]\n"
+    "  enqueue --queue Q (--payload JSON | --payload-file PATH) [--key K]\n"
+    "          [--exchange X] [--routing-key R]\n"
     "                                   add one job and print its id; a known key\n"
-    "                                   prints the existing job's id; X and R route\n"
-    "                                   it (default: the relay's --exchange, Q)\n"
+    "                                   prints the existing job's id; the payload\n"
+    "                                   is read from PATH, or stdin for '-'; X and R\n"
+    "                                   route it (default: the relay's --exchange, Q)\n"
     "  pause QUEUE [--key ORDERING_KEY] [--reason TEXT]\n"
     "                                   relays stop claiming the queue (or only\n"
     "                                   that ordering key of it); producers go on\n"
@@ -809,33 +812,113 @@ command_purge(struct ctl *ctl, int argc, char **argv, int first)
     return 0;
 }
 
+/* The largest payload file read: PostgreSQL's jsonb stops at 255 MiB. */
+#define PAYLOAD_FILE_MAX ((size_t)256 * 1024 * 1024)
+
+/*
+ * Reads the payload from path ("-" for stdin) into *payload (malloc'd).
+ * Returns 0, or an exit code after the message.
+ */
+static int
+read_payload_file(const char *path, char **payload)
+{
+    bool from_stdin = strcmp(path, "-") == 0;
+    FILE *file = from_stdin ? stdin : fopen(path, "rb");
+    size_t len = 0, capacity = 64 * 1024;
+    char *text;
+
+    if (file == NULL)
+        return usage_error("--payload-file: unable to read '%s': %s", path, strerror(errno));
+    text = malloc(capacity + 1);
+    while (text != NULL) {
+        size_t got = fread(text + len, 1, capacity - len, file);
+
+        len += got;
+        if (len < capacity) {
+            if (ferror(file)) {
+                int saved_errno = errno;
+
+                free(text);
+                if (!from_stdin)
+                    fclose(file);
+                return usage_error("--payload-file: unable to read '%s': %s", path,
+                                   strerror(saved_errno));
+            }
+            break; /* end of file */
+        }
+        if (capacity >= PAYLOAD_FILE_MAX) {
+            free(text);
+            if (!from_stdin)
+                fclose(file);
+            return usage_error("--payload-file: '%s' is larger than 256 MiB", path);
+        }
+        {
+            char *bigger = realloc(text, capacity * 2 + 1);
+
+            if (bigger == NULL) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = bigger;
+            capacity *= 2;
+        }
+    }
+    if (!from_stdin)
+        fclose(file);
+    if (text == NULL)
+        return out_of_memory();
+    text[len] = '\0';
+    if (memchr(text, '\0', len) != NULL) {
+        free(text);
+        return usage_error("--payload-file: '%s' holds a NUL byte, not JSON text", path);
+    }
+    *payload = text;
+    return 0;
+}
+
 static int
 command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
 {
     struct outbox_message message = {0};
+    const char *payload_file = NULL;
+    char *file_payload = NULL;
     int64_t job_id = 0;
     struct outbox_error err;
     int taken;
 
     const struct command_option options[] = {{"--queue", &message.queue, NULL},
                                              {"--payload", &message.payload_json, NULL},
+                                             {"--payload-file", &payload_file, NULL},
                                              {"--key", &message.idempotency_key, NULL},
                                              {"--exchange", &message.exchange, NULL},
                                              {"--routing-key", &message.routing_key, NULL}};
 
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 5)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 6)) != PARSE_GO_ON)
         return taken;
     if (message.queue == NULL)
         return usage_error("'enqueue' needs --queue Q");
-    if (message.payload_json == NULL)
-        return usage_error("'enqueue' needs --payload JSON");
+    if (message.payload_json != NULL && payload_file != NULL)
+        return usage_error("'enqueue' takes --payload or --payload-file, not both");
+    if (message.payload_json == NULL && payload_file == NULL)
+        return usage_error("'enqueue' needs --payload JSON or --payload-file PATH");
+    if (payload_file != NULL) {
+        if ((taken = read_payload_file(payload_file, &file_payload)) != 0)
+            return taken;
+        message.payload_json = file_payload;
+    }
     if ((taken = connect_database(ctl)) != 0)
-        return taken;
+        goto done;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_enqueue(ctl->conn, &message, &job_id, &err) < 0)
-        return runtime_error(ctl, &err);
+        store_admin_enqueue(ctl->conn, &message, &job_id, &err) < 0) {
+        taken = runtime_error(ctl, &err);
+        goto done;
+    }
     printf("%lld\n", (long long)job_id);
-    return 0;
+    taken = 0;
+done:
+    free(file_payload);
+    return taken;
 }
 
 /*

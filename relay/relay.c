@@ -1226,6 +1226,7 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         struct pipeline *p = &r->pipelines[i];
         struct sink_options options = {
             .url = config->broker_url,
+            .password = config->broker_password,
             .exchange = config->exchange,
             .stream_prefix = config->stream_prefix,
             .dedup_window_ms = config->dedup_window_ms,
@@ -1307,6 +1308,28 @@ relay_check(relay *r, bool *configuration, struct outbox_error *err)
     return 0;
 }
 
+/*
+ * Options of the broker not in use do nothing; one warning line at start
+ * says which, so a mistyped --broker or a copied option is noticed.
+ */
+static void
+warn_other_broker_options(const relay *r)
+{
+    const struct relay_config *c = r->config;
+    bool redis = strcmp(sink_kind(r->pipelines[0].sink), "redis") == 0;
+    char ignored[128] = "";
+
+    if (redis && c->exchange[0] != '\0')
+        strcat(ignored, " --exchange");
+    if (!redis && c->stream_prefix[0] != '\0')
+        strcat(ignored, " --stream-prefix");
+    if (!redis && c->stream_maxlen != 0)
+        strcat(ignored, " --stream-maxlen");
+    if (ignored[0] != '\0')
+        log_event(OUTBOX_LOG_WARN, "options for the other broker are ignored",
+                  "broker=%s ignored=\"%s\"", sink_kind(r->pipelines[0].sink), ignored + 1);
+}
+
 int
 relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err)
 {
@@ -1316,6 +1339,7 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
               "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
               sink_display_url(r->pipelines[0].sink), r->config->concurrency, r->config->batch_size,
               r->config->lease_seconds);
+    warn_other_broker_options(r);
     for (int i = 0; i < r->config->concurrency; i++) {
         struct pipeline *p = &r->pipelines[i];
 

@@ -57,6 +57,9 @@ static const struct option_spec OPTIONS[] = {
      "amqp://user:pass@host:port/vhost, amqps://..., redis://[:pass@]host:port[/db],"
      " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
      " required", FROM_ENVIRONMENT},
+    {"broker-password-file", "PATH", KIND_STRING, FIELD(broker_password_file), NULL, 0, 0, NULL,
+     "the broker password, read from this file (out of the process list); overrides one in"
+     " --broker", FROM_ENVIRONMENT},
     {"queues", "A,B", KIND_LIST, FIELD(queues), NULL, 0, 0, NULL,
      "publish only these queues (default: every queue)", FROM_ENVIRONMENT},
     {"exchange", "NAME", KIND_STRING, FIELD(exchange), "", 0, 0, NULL,
@@ -332,6 +335,58 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
     return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unknown option kind");
 }
 
+/* Longest password file read. */
+#define PASSWORD_FILE_MAX 4096
+
+/*
+ * Reads the password in path into *password (malloc'd): the whole file but
+ * one trailing newline ("\n" or "\r\n"). An unreadable, empty or oversized
+ * file, or one holding a NUL or a line break inside, is an error naming
+ * --broker-password-file; the file's content is never quoted.
+ */
+static int
+read_password_file(const char *path, char **password, struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+    char *text = malloc(PASSWORD_FILE_MAX + 2);
+    FILE *file;
+    size_t len;
+    int saved_errno;
+
+    if (text == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    file = fopen(path, "r");
+    if (file == NULL) {
+        saved_errno = errno;
+        free(text);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
+                                " '%s': %s", quote(path, quoted), strerror(saved_errno));
+    }
+    len = fread(text, 1, PASSWORD_FILE_MAX + 1, file);
+    saved_errno = ferror(file) ? errno : 0;
+    fclose(file);
+    if (saved_errno != 0 || len > PASSWORD_FILE_MAX) {
+        free(text);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
+                                " '%s': %s", quote(path, quoted),
+                                saved_errno != 0 ? strerror(saved_errno) : "longer than 4096 bytes");
+    }
+    if (len > 0 && text[len - 1] == '\n')
+        len--;
+    if (len > 0 && text[len - 1] == '\r')
+        len--;
+    text[len] = '\0';
+    if (len == 0 || memchr(text, '\0', len) != NULL || strpbrk(text, "\r\n") != NULL) {
+        memset(text, 0, len);
+        free(text);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--broker-password-file: '%s' %s", quote(path, quoted),
+                                len == 0 ? "is empty" : "holds more than one line");
+    }
+    *password = text;
+    return 0;
+}
+
 static const struct option_spec *
 find_option(const char *name, size_t len)
 {
@@ -447,6 +502,9 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
         }
         url_clear(&url);
     }
+    if (config->broker_password_file != NULL &&
+        read_password_file(config->broker_password_file, &config->broker_password, err) != 0)
+        goto fail;
     /* AMQP's shortstr: the broker would close the connection on a longer one */
     if (strlen(config->exchange) > CONFIG_EXCHANGE_MAX) {
         outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: longer than %d bytes (%zu)",
@@ -473,6 +531,10 @@ config_clear(struct relay_config *config)
 {
     if (config == NULL)
         return;
+    if (config->broker_password != NULL) {
+        memset(config->broker_password, 0, strlen(config->broker_password));
+        free(config->broker_password);
+    }
     for (size_t i = 0; i < OPTION_COUNT; i++)
         clear_value(config, &OPTIONS[i]);
     memset(config, 0, sizeof(*config));

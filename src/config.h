@@ -39,6 +39,8 @@ enum config_log_format {
 struct relay_config {
     char *database_url;
     char *broker_url;
+    char *broker_password_file; /* --broker-password-file */
+    char *broker_password;      /* read from it; overrides the URL's; NULL when not given */
     char **queues; /* NULL-terminated; NULL means every queue */
     size_t queue_count;
     char *exchange;

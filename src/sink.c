@@ -42,8 +42,22 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         s->options.io_timeout_ms = 10000;
     if (s->options.max_message_bytes == 0)
         s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
+    s->options.password = NULL; /* copied into s->url below, not kept */
     if (url_parse(options->url, &s->url, err) != 0)
         goto fail;
+    if (options->password != NULL) {
+        char *password = strdup(options->password);
+
+        if (password == NULL) {
+            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+            goto fail;
+        }
+        if (s->url.password != NULL) {
+            memset(s->url.password, 0, strlen(s->url.password));
+            free(s->url.password);
+        }
+        s->url.password = password;
+    }
     switch (s->url.scheme) {
     case URL_AMQP:
     case URL_AMQPS:

@@ -35,6 +35,7 @@ struct sink_options {
     const char *url;           /* broker URL, with password: never log it */
     const char *exchange;      /* AMQP exchange of rows without their own, "" for the default */
     const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
+    const char *password;      /* overrides the URL's password when not NULL; never logged */
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
     int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */

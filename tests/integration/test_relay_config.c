@@ -362,13 +362,14 @@ get_health(int port, char *body, size_t size)
     snprintf(body, size, "%s", start != NULL ? start + 4 : "");
 }
 
-/* Polls /healthz until its body holds want, for up to 10 s; the last body. */
+/* Polls /healthz until its body (first line) is want, for up to 10 s; the last body. */
 static void
 wait_for_health(int port, const char *want, char *body, size_t size)
 {
     for (int i = 0; i < 100; i++) {
         get_health(port, body, size);
-        if (strstr(body, want) != NULL)
+        body[strcspn(body, "\r\n")] = '\0';
+        if (strcmp(body, want) == 0)
             return;
         usleep(100 * 1000);
     }
@@ -389,21 +390,21 @@ test_health_names_the_end_that_is_down(void **state)
     snprintf(database, sizeof(database), "postgresql://postgres@127.0.0.1:%d/postgres",
              harness_closed_port());
     relay_start_process(&relay, database, broker, extra);
-    wait_for_health(port, "down", body, sizeof(body));
+    wait_for_health(port, "database down", body, sizeof(body));
     relay_signal(&relay, SIGTERM);
     harness_wait_exit(relay.pid, 15000);
     unlink(relay.log_path);
-    if (strstr(body, "database") == NULL || strstr(body, "broker") != NULL)
+    if (strcmp(body, "database down") != 0)
         fail_msg("only the database is down, /healthz says '%s'", body);
 
     /* both down */
     snprintf(closed_broker, sizeof(closed_broker), "redis://127.0.0.1:%d/0", harness_closed_port());
     relay_start_process(&relay, database, closed_broker, extra);
-    wait_for_health(port, "broker", body, sizeof(body));
+    wait_for_health(port, "database and broker down", body, sizeof(body));
     relay_signal(&relay, SIGTERM);
     harness_wait_exit(relay.pid, 15000);
     unlink(relay.log_path);
-    if (strstr(body, "database") == NULL || strstr(body, "broker") == NULL)
+    if (strcmp(body, "database and broker down") != 0)
         fail_msg("both ends are down, /healthz says '%s'", body);
 }
 
@@ -635,6 +636,192 @@ test_check_looks_for_the_exchange(void **state)
     assert_non_null(strstr(output, "configuration OK"));
 }
 
+/* ---- the broker password from a file ------------------------------------------------ */
+
+/* Writes text to a new file under /tmp; returns its malloc'd path. */
+static char *
+write_file(const char *name, const char *text)
+{
+    char *path = malloc(128);
+    FILE *file;
+
+    assert_non_null(path);
+    snprintf(path, 128, "/tmp/outbox-config-test-%d-%s", (int)getpid(), name);
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fputs(text, file);
+    fclose(file);
+    return path;
+}
+
+/*
+ * Redis (whose test server wants a password) and RabbitMQ take the password
+ * from --broker-password-file, with or without a trailing newline, over
+ * none or a wrong one in the URL; an unreadable file is exit 2 naming the
+ * option.
+ */
+static void
+test_broker_password_file(void **state)
+{
+    struct fixture *f = *state;
+    const char *password = harness_env("OUTBOX_TEST_REDIS_PASSWORD");
+    int redis_port = atoi(harness_env("OUTBOX_TEST_REDIS_PORT"));
+    int amqp_port = atoi(harness_env("OUTBOX_TEST_AMQP_PORT"));
+    char text[256], redis_bare[128], redis_wrong[128], amqp_wrong[128], output[4096];
+    char *with_newline, *without_newline, *guest;
+    const char *check[] = {"--database-url", f->url, "--broker", redis_bare, "--check", NULL};
+    const char *with_file[] = {"--database-url", f->url, "--broker", redis_bare,
+                               "--broker-password-file", NULL, "--check", NULL};
+    const char *once[] = {"--broker-password-file", NULL, "--stream-prefix", "password-file-test:",
+                          NULL};
+
+    snprintf(text, sizeof(text), "%s\n", password);
+    with_newline = write_file("redis-password", text);
+    without_newline = write_file("redis-password-bare", password);
+    guest = write_file("amqp-password", "guest\r\n");
+    snprintf(redis_bare, sizeof(redis_bare), "redis://127.0.0.1:%d/0", redis_port);
+    snprintf(redis_wrong, sizeof(redis_wrong), "redis://:not-it@127.0.0.1:%d/0", redis_port);
+    snprintf(amqp_wrong, sizeof(amqp_wrong), "amqp://guest:not-it@127.0.0.1:%d/", amqp_port);
+
+    /* without it the Redis server refuses */
+    assert_int_equal(run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
+    with_file[5] = with_newline;
+    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+        fail_msg("redis with --broker-password-file:\n%s", output);
+    with_file[5] = without_newline;
+    with_file[3] = redis_wrong;
+    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+        fail_msg("redis, wrong password in the URL, the right one in the file:\n%s", output);
+    assert_null(strstr(output, password));
+    with_file[5] = guest;
+    with_file[3] = amqp_wrong;
+    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+        fail_msg("amqp, wrong password in the URL, the right one in the file:\n%s", output);
+
+    /* rows go through with it */
+    enqueue_rows(f->conn, "password-file", 20);
+    once[1] = with_newline;
+    assert_int_equal(relay_run_once(f->url, redis_bare, once), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     20);
+
+    /* unreadable and empty files */
+    with_file[3] = redis_bare;
+    with_file[5] = "/nonexistent/outbox-password";
+    assert_int_equal(run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
+    if (strstr(output, "--broker-password-file") == NULL || count_lines(output) != 1 ||
+        strstr(output, "No such file") == NULL)
+        fail_msg("an unreadable password file, expected one line naming the option:\n%s", output);
+    unlink(without_newline);
+    free(without_newline);
+    without_newline = write_file("redis-password-empty", "\n");
+    with_file[5] = without_newline;
+    assert_int_equal(run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
+    assert_non_null(strstr(output, "--broker-password-file"));
+
+    unlink(with_newline);
+    unlink(without_newline);
+    unlink(guest);
+    free(with_newline);
+    free(without_newline);
+    free(guest);
+}
+
+/* ---- small gaps ------------------------------------------------------------------------ */
+
+/* An option of the other broker: one warning line at start naming it. */
+static void
+test_options_of_the_other_broker_are_named(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--exchange", "events", "--once", NULL};
+    struct relay_process relay;
+    char text[16384];
+    size_t len = 0;
+    FILE *log;
+
+    relay_start_process(&relay, f->url, harness_env("OUTBOX_TEST_REDIS_URL"), extra);
+    assert_int_equal(relay_wait(&relay, 30000), 0);
+    log = fopen(relay.log_path, "r");
+    if (log != NULL) {
+        len = fread(text, 1, sizeof(text) - 1, log);
+        fclose(log);
+    }
+    text[len] = '\0';
+    unlink(relay.log_path);
+    if (count_occurrences(text, "options for the other broker") != 1 ||
+        strstr(text, "--exchange") == NULL ||
+        strstr(text, "warn") == NULL)
+        fail_msg("--exchange with a redis broker, expected one warning naming it:\n%s", text);
+}
+
+/* Runs a shell command line; its exit status. */
+static int
+run_shell(const char *command)
+{
+    const char *argv[] = {"/bin/sh", "-c", command, NULL};
+    char path[128];
+    int status;
+
+    snprintf(path, sizeof(path), "/tmp/outbox-config-test-%d-shell.log", (int)getpid());
+    status = harness_wait_exit(harness_spawn(argv, path), 60000);
+    if (status != 0) {
+        char text[4096];
+        size_t len = 0;
+        FILE *log = fopen(path, "r");
+
+        if (log != NULL) {
+            len = fread(text, 1, sizeof(text) - 1, log);
+            fclose(log);
+        }
+        text[len] = '\0';
+        fprintf(stderr, "'%s' failed:\n%s\n", command, text);
+    }
+    unlink(path);
+    return status;
+}
+
+/* outboxctl enqueue takes a 10 MB payload from a file and from stdin. */
+static void
+test_enqueue_payload_from_a_file_or_stdin(void **state)
+{
+    struct fixture *f = *state;
+    char path[128], command[1024], output[4096];
+    const size_t pad = 10 * 1024 * 1024;
+    FILE *file;
+    const char *missing[] = {"--database-url", f->url, "enqueue", "--queue", "big",
+                             "--payload-file", "/nonexistent/payload.json", NULL};
+
+    snprintf(path, sizeof(path), "/tmp/outbox-config-test-%d-payload.json", (int)getpid());
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fputs("{\"pad\": \"", file);
+    for (size_t i = 0; i < pad; i++)
+        fputc('a' + (int)(i % 26), file);
+    fputs("\"}\n", file);
+    fclose(file);
+
+    snprintf(command, sizeof(command),
+             "'%s/outboxctl' --database-url '%s' enqueue --queue big --payload-file '%s'",
+             harness_env("OUTBOX_BIN"), f->url, path);
+    assert_int_equal(run_shell(command), 0);
+    snprintf(command, sizeof(command),
+             "'%s/outboxctl' --database-url '%s' enqueue --queue big --payload-file - < '%s'",
+             harness_env("OUTBOX_BIN"), f->url, path);
+    assert_int_equal(run_shell(command), 0);
+    unlink(path);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'big'"
+                                               " AND length(payload->>'pad') = 10485760"
+                                               " AND right(payload->>'pad', 3) = 'jkl'"),
+                     2);
+
+    assert_int_equal(run_program("outboxctl", missing, output, sizeof(output), 20000), 2);
+    if (strstr(output, "--payload-file") == NULL || count_lines(output) != 1)
+        fail_msg("an unreadable payload file, expected one line naming --payload-file:\n%s",
+                 output);
+}
+
 int
 main(void)
 {
@@ -652,6 +839,11 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check_names_a_missing_privilege, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_looks_for_the_exchange, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_password_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_options_of_the_other_broker_are_named, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_enqueue_payload_from_a_file_or_stdin, setup,
+                                        teardown),
     };
 
     return cmocka_run_group_tests_name("relay configuration", tests, NULL, NULL);
