@@ -308,10 +308,10 @@ static const char SQL_HORIZON[] =
 
 /*
  * What the relay needs, in the order it is reported, each with whether the
- * session's role has it: USAGE on the schema, SELECT, UPDATE and DELETE on
- * outbox.job, SELECT on outbox.paused (the claim reads it), and EXECUTE on
- * every function the statements above call, the
- * CHECK constraint's outbox.headers_are_strings() included (it runs on every
+ * session's role has it: USAGE on the schema, SELECT, UPDATE and (when $1)
+ * DELETE on outbox.job, SELECT on outbox.paused (the claim reads it), and
+ * EXECUTE on every function the statements above call, the CHECK
+ * constraint's outbox.headers_are_strings() included (it runs on every
  * mark). Objects are found through the catalogs, which need no privilege,
  * so a missing USAGE is reported instead of failing the lookup. A function
  * this server does not have (extract() is one before PostgreSQL 14) is not
@@ -337,6 +337,7 @@ static const char SQL_PRIVILEGES[] =
     "  UNION ALL SELECT 2, 'SELECT on table outbox.job', has_table_privilege(oid, 'SELECT') FROM job"
     "  UNION ALL SELECT 3, 'UPDATE on table outbox.job', has_table_privilege(oid, 'UPDATE') FROM job"
     "  UNION ALL SELECT 4, 'DELETE on table outbox.job', has_table_privilege(oid, 'DELETE') FROM job"
+    "   WHERE $1"
     "  UNION ALL SELECT 5, 'SELECT on table outbox.paused', has_table_privilege(c.oid, 'SELECT')"
     "   FROM pg_catalog.pg_class AS c JOIN schema AS n ON n.oid = c.relnamespace"
     "   WHERE c.relname = 'paused'"
@@ -780,13 +781,20 @@ missing_privilege(struct outbox_error *err, const char *role, const char *what)
     return -1;
 }
 
-int
-outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
+/*
+ * The first privilege the session's role lacks (SQL_PRIVILEGES), DELETE
+ * included when with_delete: -1 with missing_privilege()'s error, or 0.
+ */
+static int
+check_privileges(outbox_store *store, bool with_delete, struct outbox_error *err)
 {
-    PGresult *result =
-        exec_bounded(store, SQL_PRIVILEGES, "unable to read the role's privileges", err);
+    const char *values[1] = {with_delete ? "true" : "false"};
+    PGresult *result;
     int rc = 0;
 
+    if (!PQsendQueryParams(store->conn, SQL_PRIVILEGES, 1, NULL, values, NULL, NULL, 0))
+        return outbox_error_from_pg(err, store->conn, NULL, "unable to read the role's privileges");
+    result = await_last_result(store, "unable to read the role's privileges", err);
     if (result == NULL)
         return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
@@ -795,6 +803,12 @@ outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
         rc = missing_privilege(err, PQgetvalue(result, 0, 1), PQgetvalue(result, 0, 0));
     PQclear(result);
     return rc;
+}
+
+int
+outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
+{
+    return check_privileges(store, true, err);
 }
 
 outbox_store *
@@ -884,6 +898,13 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     }
     PQclear(result);
     result = NULL;
+    /*
+     * What every turn needs, named now rather than failing a claim later;
+     * DELETE (retention) only in outbox_store_check_privileges(), since
+     * --retention 0 never deletes.
+     */
+    if (check_privileges(store, false, err) != 0)
+        goto fail;
 
     for (size_t i = 0; i < sizeof(STATEMENTS) / sizeof(STATEMENTS[0]); i++) {
         char context[96];

@@ -584,7 +584,8 @@ test_check_names_a_missing_privilege(void **state)
                                       " GRANT SELECT, DELETE ON outbox.job TO %1$s", user),
                       "UPDATE on table outbox.job");
         check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
-                                      " GRANT SELECT, UPDATE ON outbox.job TO %1$s", user),
+                                      " GRANT SELECT, UPDATE ON outbox.job TO %1$s;"
+                                      " GRANT SELECT ON outbox.paused TO %1$s", user),
                       "DELETE on table outbox.job");
         /* the claim skips paused queues */
         check_as_role(f, user, GRANTS("GRANT USAGE ON SCHEMA outbox TO %1$s;"
