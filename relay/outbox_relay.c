@@ -128,7 +128,7 @@ main(int argc, char **argv)
     if (config.check) {
         bool configuration = false;
 
-        if (relay_check(r, &configuration, &err) != 0) {
+        if (relay_check(r, stdout, &configuration, &err) != 0) {
             if (!configuration)
                 goto fail;
             fprintf(stderr, "outbox-relay: %s\n", err.message);

@@ -97,6 +97,8 @@ struct pipeline {
     bool started;
     struct database db;
     sink *sink;
+    bool sink_counted;      /* connected and counted in outbox_broker_endpoint */
+    size_t endpoint_in_use; /* the endpoint connected to, while sink_counted */
 
     /* per-batch scratch, sized for --batch-size */
     struct sink_message *messages;
@@ -239,8 +241,10 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
         outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);
         metrics_set_up(r->metrics, METRICS_DATABASE, true);
-        if (attempt > 1 || !first)
-            log_event(OUTBOX_LOG_INFO, "database connected", "%s attempts=%d", db->who, attempt);
+        /* the server in use, so that a failover to another host shows in the log */
+        log_event(OUTBOX_LOG_INFO, "database connected", "%s server=%s:%s attempts=%d", db->who,
+                  PQhost(outbox_store_conn(db->store)), PQport(outbox_store_conn(db->store)),
+                  attempt);
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
@@ -262,8 +266,15 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 
     if (sink_connect(p->sink, err) == 0) {
         metrics_set_up(r->metrics, METRICS_BROKER, true);
+        p->endpoint_in_use = sink_endpoint(p->sink);
+        metrics_add_endpoint_connections(r->metrics, p->endpoint_in_use, 1);
+        p->sink_counted = true;
         p->last_sink_idle = clock_monotonic_seconds();
-        if (attempt > 1 || !first)
+        /* each (re)connect names the endpoint, so a failover can be read from the log */
+        if (sink_endpoint_count(p->sink) > 0)
+            log_event(OUTBOX_LOG_INFO, "broker connected", "%s endpoint=%s attempts=%d",
+                      p->db.who, sink_endpoint_name(p->sink, p->endpoint_in_use), attempt);
+        else
             log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
                       sink_display_url(p->sink), attempt);
         return ATTEMPT_CONNECTED;
@@ -278,6 +289,37 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
                       err->message);
     metrics_reconnected(r->metrics, METRICS_BROKER);
     return ATTEMPT_FAILED;
+}
+
+/* Logs a lost broker connection with the endpoint it was on and updates the metrics. */
+static void
+sink_lost(struct pipeline *p, const struct outbox_error *err)
+{
+    relay *r = p->relay;
+    size_t lost = p->sink_counted ? p->endpoint_in_use : sink_endpoint(p->sink);
+
+    if (sink_endpoint_count(p->sink) > 0)
+        log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
+                          "%s endpoint=%s error=\"%s\"", p->db.who,
+                          sink_endpoint_name(p->sink, lost), err->message);
+    else
+        log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
+                          "%s broker=%s error=\"%s\"", p->db.who, sink_display_url(p->sink),
+                          err->message);
+    metrics_set_up(r->metrics, METRICS_BROKER, false);
+    if (p->sink_counted)
+        metrics_add_endpoint_connections(r->metrics, lost, -1);
+    p->sink_counted = false;
+}
+
+/* Closes a pipeline's broker connection on the way out. */
+static void
+sink_close(struct pipeline *p)
+{
+    if (p->sink_counted)
+        metrics_add_endpoint_connections(p->relay->metrics, p->endpoint_in_use, -1);
+    p->sink_counted = false;
+    sink_disconnect(p->sink);
 }
 
 /*
@@ -660,12 +702,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
-    if (rc != 0) {
-        log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
-                          "pipeline=%d broker=%s error=\"%s\"", p->index, sink_display_url(p->sink),
-                          err.message);
-        metrics_set_up(r->metrics, METRICS_BROKER, false);
-    }
+    if (rc != 0)
+        sink_lost(p, &err);
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
@@ -1053,12 +1091,8 @@ wait_for_work(struct pipeline *p, int wait_ms)
     }
     if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
         p->last_sink_idle = clock_monotonic_seconds();
-        if (sink_idle(p->sink, &err) != 0) {
-            log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
-                              "pipeline=%d broker=%s error=\"%s\"", p->index,
-                              sink_display_url(p->sink), err.message);
-            metrics_set_up(r->metrics, METRICS_BROKER, false);
-        }
+        if (sink_idle(p->sink, &err) != 0)
+            sink_lost(p, &err);
     }
 }
 
@@ -1132,7 +1166,7 @@ pipeline_run(void *arg)
     give_back(p, &p->settlements[p->current].batch);
 
 done:
-    sink_disconnect(p->sink);
+    sink_close(p);
     drop_store(&p->db);
     atomic_fetch_sub(&r->pipelines_running, 1);
     thread_returned(r);
@@ -1259,6 +1293,18 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             goto fail;
         }
     }
+    {
+        const sink *first = r->pipelines[0].sink;
+        const char *names[METRICS_MAX_ENDPOINTS];
+        size_t count = sink_endpoint_count(first);
+
+        for (size_t i = 0; i < count && i < METRICS_MAX_ENDPOINTS; i++)
+            names[i] = sink_endpoint_name(first, i);
+        if (metrics_set_endpoints(m, names, count) != 0) {
+            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+            goto fail;
+        }
+    }
     return r;
 
 fail:
@@ -1280,10 +1326,12 @@ relay_free(relay *r)
 }
 
 int
-relay_check(relay *r, bool *configuration, struct outbox_error *err)
+relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *err)
 {
     struct pipeline *p = &r->pipelines[0];
     outbox_store *store = outbox_store_connect(r->config->database_url, p->db.worker_id, err);
+    size_t count = sink_endpoint_count(p->sink), reached = 0;
+    struct outbox_error endpoint_err, refused = {.code = OUTBOX_OK}, missing = {.code = OUTBOX_OK};
     int rc;
 
     *configuration = false;
@@ -1297,14 +1345,52 @@ relay_check(relay *r, bool *configuration, struct outbox_error *err)
         *configuration = err->code == OUTBOX_ERR_CONFIG;
         return -1;
     }
-    if (sink_connect(p->sink, err) != 0)
-        return -1;
-    rc = sink_check(p->sink, err);
-    sink_disconnect(p->sink);
-    if (rc != 0) {
-        *configuration = err->code == OUTBOX_ERR_CONFIG;
+    if (count <= 1) {
+        if (sink_connect(p->sink, err) != 0)
+            return -1;
+        rc = sink_check(p->sink, err);
+        sink_disconnect(p->sink);
+        if (rc != 0) {
+            *configuration = err->code == OUTBOX_ERR_CONFIG;
+            return -1;
+        }
+        return 0;
+    }
+    /* every endpoint of the list, so that one down is seen before it matters */
+    for (size_t i = 0; i < count; i++) {
+        const char *name = sink_endpoint_name(p->sink, i);
+
+        if (sink_connect_endpoint(p->sink, i, &endpoint_err) != 0) {
+            fprintf(report, "broker endpoint %s: skipped: %s\n", name, endpoint_err.message);
+            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
+                refused = endpoint_err;
+        } else if (sink_check(p->sink, &endpoint_err) != 0) {
+            fprintf(report, "broker endpoint %s: %s: %s\n", name,
+                    endpoint_err.code == OUTBOX_ERR_CONFIG ? "misses what publishing needs"
+                                                           : "skipped",
+                    endpoint_err.message);
+            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
+                missing = endpoint_err;
+        } else {
+            fprintf(report, "broker endpoint %s: reachable\n", name);
+            reached++;
+        }
+        sink_disconnect(p->sink);
+    }
+    /* a refused login, a missing vhost or exchange is wrong even when other nodes answered */
+    if (refused.code != OUTBOX_OK) {
+        *err = refused;
         return -1;
     }
+    if (missing.code != OUTBOX_OK) {
+        *err = missing;
+        *configuration = true;
+        return -1;
+    }
+    if (reached == 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
+                                "no endpoint of %s answered (%zu tried), the last: %s",
+                                sink_display_url(p->sink), count, endpoint_err.message);
     return 0;
 }
 

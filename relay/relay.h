@@ -19,6 +19,8 @@
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "metrics.h"
 
@@ -31,11 +33,14 @@ void relay_free(relay *r);
 /*
  * --check: connect to the database (schema present, every privilege the
  * relay uses granted) and the broker (authenticated, --exchange present),
- * then disconnect. 0, or -1 with err; *configuration is then true when
- * the fault is in the configuration (a missing privilege or exchange)
- * rather than in reaching a server.
+ * then disconnect. When the broker URL lists several endpoints, each is
+ * tried and reported on report, one line each ("broker endpoint h:p:
+ * reachable" or "...: skipped: <why>"); one that answers is enough, but a
+ * refused login or a missing exchange on any is an error. 0, or -1 with
+ * err; *configuration is then true when the fault is in the configuration
+ * (a missing privilege or exchange) rather than in reaching a server.
  */
-int relay_check(relay *r, bool *configuration, struct outbox_error *err);
+int relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *err);
 
 /*
  * Starts the pipelines and the maintenance thread. When the last of them

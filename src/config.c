@@ -54,7 +54,7 @@ static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", KIND_STRING, FIELD(database_url), NULL, 0, 0, NULL,
      "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT},
     {"broker", "URL", KIND_STRING, FIELD(broker_url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port/vhost, amqps://..., redis://[:pass@]host:port[/db],"
+     "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
      " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
      " required", FROM_ENVIRONMENT},
     {"broker-password-file", "PATH", KIND_STRING, FIELD(broker_password_file), NULL, 0, 0, NULL,

@@ -100,6 +100,9 @@ outbox_error_code_for_sqlstate(const char *sqlstate, bool connection_ok)
     if (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57P", 3) == 0 ||
         strcmp(sqlstate, "53300") == 0) /* connection exception, shutdown, too many connections */
         return OUTBOX_ERR_CONNECTION;
+    /* a standby, or a primary demoted under us: another connection finds the writable one */
+    if (strcmp(sqlstate, "25006") == 0) /* read_only_sql_transaction */
+        return OUTBOX_ERR_CONNECTION;
     if (strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "40P01") == 0 ||
         strcmp(sqlstate, "55P03") == 0) /* serialization, deadlock, lock not available */
         return OUTBOX_ERR_BUSY;

@@ -86,6 +86,10 @@ struct metrics {
     struct metrics_table_sample table;
     struct histogram histograms[METRICS_HISTOGRAM_COUNT];
 
+    char *endpoints[METRICS_MAX_ENDPOINTS]; /* broker endpoint names, "host:port" */
+    int64_t endpoint_connections[METRICS_MAX_ENDPOINTS];
+    size_t endpoint_count;
+
     bool loop_turned; /* false until the first metrics_loop_turned() */
     double last_loop_turn;
     double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
@@ -123,6 +127,8 @@ metrics_free(struct metrics *m)
     for (size_t i = 0; i < m->queue_count; i++)
         free(m->queues[i].name);
     free(m->queues);
+    for (size_t i = 0; i < m->endpoint_count; i++)
+        free(m->endpoints[i]);
     free(m->broker);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -296,6 +302,41 @@ metrics_observe_many(struct metrics *m, enum metrics_histogram histogram, const 
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < count; i++)
         histogram_add(&m->histograms[histogram], seconds[i]);
+    pthread_mutex_unlock(&m->lock);
+}
+
+int
+metrics_set_endpoints(struct metrics *m, const char *const *names, size_t count)
+{
+    int rc = 0;
+
+    if (m == NULL)
+        return 0;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->endpoint_count; i++)
+        free(m->endpoints[i]);
+    m->endpoint_count = 0;
+    for (size_t i = 0; i < count && i < METRICS_MAX_ENDPOINTS; i++) {
+        m->endpoints[i] = strdup(names[i]);
+        if (m->endpoints[i] == NULL) {
+            rc = -1;
+            break;
+        }
+        m->endpoint_connections[i] = 0;
+        m->endpoint_count++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+void
+metrics_add_endpoint_connections(struct metrics *m, size_t index, int delta)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    if (index < m->endpoint_count)
+        m->endpoint_connections[index] += delta;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -628,6 +669,17 @@ metrics_render(struct metrics *m, size_t *length)
     buffer_puts(&o, " ");
     out_double(&o, m->horizon_age_seconds);
     buffer_puts(&o, "\n");
+
+    if (m->endpoint_count > 0) {
+        out_header(&o, "outbox_broker_endpoint",
+                   "Connections to each broker endpoint (host:port); 0 for one not in use.",
+                   "gauge");
+        for (size_t i = 0; i < m->endpoint_count; i++) {
+            buffer_puts(&o, "outbox_broker_endpoint");
+            out_labels(&o, m, "endpoint", m->endpoints[i]);
+            buffer_printf(&o, " %lld\n", (long long)m->endpoint_connections[i]);
+        }
+    }
 
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);

@@ -127,6 +127,20 @@ void metrics_observe_many(struct metrics *m, enum metrics_histogram histogram,
 /* Sets outbox_up{target} (1 or 0); also an input of health. */
 void metrics_set_up(struct metrics *m, enum metrics_target target, bool up);
 
+/* Most broker endpoints outbox_broker_endpoint{endpoint} tracks (a URL's limit). */
+#define METRICS_MAX_ENDPOINTS 16
+
+/*
+ * Names the broker endpoints ("host:port", never a secret) in the URL's
+ * order, at most METRICS_MAX_ENDPOINTS; each gets an outbox_broker_endpoint
+ * series at 0. Call once, before the pipelines start. 0, or -1 when out of
+ * memory.
+ */
+int metrics_set_endpoints(struct metrics *m, const char *const *names, size_t count);
+
+/* Adds delta (+1 at a connect, -1 at a loss) to the connections on endpoint index. */
+void metrics_add_endpoint_connections(struct metrics *m, size_t index, int delta);
+
 /* Records that the relay loop turned now (by the metrics clock). */
 void metrics_loop_turned(struct metrics *m);
 

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -15,6 +18,19 @@ static char *
 copy_or_empty(const char *text)
 {
     return strdup(text != NULL ? text : "");
+}
+
+/* A random endpoint index below count, so that relays spread over a cluster's nodes. */
+static size_t
+random_endpoint(size_t count)
+{
+    unsigned int value;
+
+    if (count <= 1)
+        return 0;
+    if (getrandom(&value, sizeof(value), GRND_NONBLOCK) != (ssize_t)sizeof(value))
+        value = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)clock();
+    return value % count;
 }
 
 sink *
@@ -69,6 +85,10 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         s->ops = &sink_redis_ops;
         break;
     }
+    for (size_t i = 0; i < s->url.endpoint_count; i++)
+        url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
+                            sizeof(s->endpoint_names[i]));
+    s->endpoint = random_endpoint(s->url.endpoint_count);
     if (s->ops->init(s, err) != 0)
         goto fail;
     return s;
@@ -108,12 +128,69 @@ sink_display_url(const sink *s)
     return s->display_url;
 }
 
+const char *
+sink_target(const sink *s)
+{
+    return s->url.endpoint_count > 1 ? s->endpoint_names[s->endpoint] : s->display_url;
+}
+
+/* After a lost connection the next connect starts at the following endpoint. */
+static void
+next_endpoint_if_lost(sink *s, bool was_connected)
+{
+    if (was_connected && !s->connected)
+        s->endpoint = (s->endpoint + 1) % s->url.endpoint_count;
+}
+
 int
 sink_connect(sink *s, struct outbox_error *err)
 {
+    size_t count = s->url.endpoint_count;
+    bool refused_login = false;
+    struct outbox_error last;
+
     if (s->connected)
         return 0;
+    if (count <= 1)
+        return s->ops->connect(s, err);
+    for (size_t tried = 0; tried < count; tried++) {
+        if (s->ops->connect(s, &last) == 0)
+            return 0;
+        refused_login |= last.code == OUTBOX_ERR_CONFIG;
+        s->endpoint = (s->endpoint + 1) % count;
+    }
+    /* a full round: s->endpoint is back where it started */
+    return outbox_error_set(err, refused_login ? OUTBOX_ERR_CONFIG : last.code,
+                            "no endpoint of %s answered (%zu tried), the last: %s",
+                            s->display_url, count, last.message);
+}
+
+int
+sink_connect_endpoint(sink *s, size_t index, struct outbox_error *err)
+{
+    if (index >= s->url.endpoint_count)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "no endpoint %zu", index + 1);
+    sink_disconnect(s);
+    s->endpoint = index;
     return s->ops->connect(s, err);
+}
+
+size_t
+sink_endpoint_count(const sink *s)
+{
+    return s->url.endpoint_count;
+}
+
+const char *
+sink_endpoint_name(const sink *s, size_t index)
+{
+    return index < s->url.endpoint_count ? s->endpoint_names[index] : "";
+}
+
+size_t
+sink_endpoint(const sink *s)
+{
+    return s->endpoint;
 }
 
 bool
@@ -126,13 +203,17 @@ int
 sink_publish(sink *s, const struct sink_message *messages, size_t count,
              struct sink_outcome *outcomes, struct outbox_error *err)
 {
+    int rc;
+
     if (!s->connected) {
         for (size_t i = 0; i < count; i++)
             sink_outcome_set(&outcomes[i], SINK_FAILED, "%s broker not connected", s->ops->kind);
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
                                 s->ops->kind);
     }
-    return s->ops->publish(s, messages, count, outcomes, err);
+    rc = s->ops->publish(s, messages, count, outcomes, err);
+    next_endpoint_if_lost(s, true);
+    return rc;
 }
 
 int
@@ -147,9 +228,13 @@ sink_check(sink *s, struct outbox_error *err)
 int
 sink_idle(sink *s, struct outbox_error *err)
 {
+    int rc;
+
     if (!s->connected)
         return 0;
-    return s->ops->idle(s, err);
+    rc = s->ops->idle(s, err);
+    next_endpoint_if_lost(s, true);
+    return rc;
 }
 
 void

@@ -17,6 +17,11 @@
  * - When the connection breaks, sink_publish() fails every message it could
  *   not confirm, returns -1 with a transient error, and the sink is left
  *   disconnected; the next sink_connect() reconnects.
+ * - A URL may list several endpoints (amqp://u:p@h1:p1,h2:p2/vhost, the
+ *   nodes of one cluster). The sink starts at a random one, so that many
+ *   relays spread over the nodes; sink_connect() tries each in turn from
+ *   there and keeps the first that answers; after a lost connection the
+ *   next sink_connect() starts at the endpoint after the lost one.
  * - A sink is used by one thread at a time.
  */
 #ifndef OUTBOX_SINK_H
@@ -92,7 +97,10 @@ const char *sink_display_url(const sink *s);
 /*
  * Connects (or reconnects) and authenticates. A no-op when connected.
  * Authentication or a missing vhost/db is OUTBOX_ERR_CONFIG; an unreachable
- * broker is OUTBOX_ERR_CONNECTION.
+ * broker is OUTBOX_ERR_CONNECTION. With several endpoints each is tried
+ * once, from sink_endpoint() on; when none answers, err names how many were
+ * tried and the last failure, and is OUTBOX_ERR_CONFIG if any endpoint
+ * refused the login (a configuration error, not an outage).
  */
 int sink_connect(sink *s, struct outbox_error *err);
 bool sink_is_connected(const sink *s);
@@ -124,5 +132,20 @@ int sink_idle(sink *s, struct outbox_error *err);
 
 /* Closes the connection politely; the sink can connect again later. */
 void sink_disconnect(sink *s);
+
+/* How many endpoints the URL lists (1 for a single host). */
+size_t sink_endpoint_count(const sink *s);
+
+/* "host:port" ("[v6]:port") of endpoint index, without secrets: for logs and metric labels. */
+const char *sink_endpoint_name(const sink *s, size_t index);
+
+/* The index of the endpoint connected to, or of the one the next sink_connect() tries first. */
+size_t sink_endpoint(const sink *s);
+
+/*
+ * Connects to endpoint index and no other (for --check), disconnecting
+ * first when connected. Errors as sink_connect().
+ */
+int sink_connect_endpoint(sink *s, size_t index, struct outbox_error *err);
 
 #endif

@@ -191,7 +191,7 @@ open_channel(sink *s, struct outbox_error *err)
         describe_reply(reply, text, sizeof(text));
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
                                 "unable to open a confirm channel on %s: %s",
-                                sink_display_url(s), text);
+                                sink_target(s), text);
     }
     impl->channel_open = true;
     impl->next_tag = 1;
@@ -212,7 +212,7 @@ load_ca_bundle(sink *s, amqp_socket_t *socket, struct outbox_error *err)
     if (amqp_ssl_socket_set_cacert(socket, ca_file) != AMQP_STATUS_OK)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "unable to load ca certificates from '%s' for %s", ca_file,
-                                sink_display_url(s));
+                                sink_target(s));
     return 0;
 }
 
@@ -258,13 +258,14 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     }
     if (socket == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to create a socket for %s",
-                         sink_display_url(s));
+                         sink_target(s));
         goto fail;
     }
-    rc = amqp_socket_open_noblock(socket, s->url.host, s->url.port, &connect_timeout);
+    rc = amqp_socket_open_noblock(socket, s->url.endpoints[s->endpoint].host,
+                                  s->url.endpoints[s->endpoint].port, &connect_timeout);
     if (rc != AMQP_STATUS_OK) {
         outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to connect to %s: %s",
-                         sink_display_url(s), amqp_error_string2(rc));
+                         sink_target(s), amqp_error_string2(rc));
         goto fail;
     }
     amqp_set_handshake_timeout(impl->conn, &connect_timeout);
@@ -281,10 +282,10 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
 
             amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
             outbox_error_set(err, OUTBOX_ERR_CONFIG, "unable to log in to %s as '%s': %s",
-                             sink_display_url(s), s->url.user, text);
+                             sink_target(s), s->url.user, text);
         } else {
             outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to log in to %s as '%s': %s",
-                             sink_display_url(s), s->url.user, text);
+                             sink_target(s), s->url.user, text);
         }
         goto fail;
     }
@@ -380,7 +381,7 @@ handle_return(sink *s, struct batch *batch, const amqp_basic_return_t *returned,
     if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
         describe_reply(reply, text, sizeof(text));
         outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                         sink_display_url(s), text);
+                         sink_target(s), text);
         return FRAME_CONNECTION_LOST;
     }
     if (batch != NULL && (message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) &&
@@ -454,7 +455,7 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
         if (amqp_send_method(impl->conn, frame->channel, AMQP_CHANNEL_CLOSE_OK_METHOD,
                              &close_ok) != AMQP_STATUS_OK) {
             outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                             sink_display_url(s), reason);
+                             sink_target(s), reason);
             return FRAME_CONNECTION_LOST;
         }
         return FRAME_CHANNEL_CLOSED;
@@ -464,7 +465,7 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
         amqp_connection_close_ok_t close_ok = {0};
 
         outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s closed by the broker: %u %.*s",
-                         sink_display_url(s), close->reply_code, (int)close->reply_text.len,
+                         sink_target(s), close->reply_code, (int)close->reply_text.len,
                          (const char *)close->reply_text.bytes);
         amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
         return FRAME_CONNECTION_LOST;
@@ -495,7 +496,7 @@ read_one_frame(sink *s, struct batch *batch, int64_t timeout_ms, struct outbox_e
         return 0;
     if (rc != AMQP_STATUS_OK) {
         outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                         sink_display_url(s), amqp_error_string2(rc));
+                         sink_target(s), amqp_error_string2(rc));
         return -FRAME_CONNECTION_LOST;
     }
     result = handle_frame(s, batch, &frame, err);
@@ -635,7 +636,7 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     if (rc != AMQP_STATUS_OK) {
         /* Frames may be half written: the connection cannot be trusted any more. */
         outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                         sink_display_url(s), amqp_error_string2(rc));
+                         sink_target(s), amqp_error_string2(rc));
         return -1;
     }
     batch->states[i] = MESSAGE_IN_FLIGHT;
@@ -806,7 +807,7 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
                      s->options.io_timeout_ms);
             fail_unsettled(&batch, reason);
             rc = outbox_error_set(err, OUTBOX_ERR_TIMEOUT, "%s at %s", reason,
-                                  sink_display_url(s));
+                                  sink_target(s));
             drop_connection(s);
             goto cleanup;
         }

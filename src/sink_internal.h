@@ -15,6 +15,7 @@ struct sink_ops {
     const char *kind;
     /* Allocates s->impl from s->url and s->options; no I/O. */
     int (*init)(sink *s, struct outbox_error *err);
+    /* Connects to s->url.endpoints[s->endpoint]; sets s->connected. */
     int (*connect)(sink *s, struct outbox_error *err);
     int (*publish)(sink *s, const struct sink_message *messages, size_t count,
                    struct sink_outcome *outcomes, struct outbox_error *err);
@@ -33,7 +34,16 @@ struct sink {
     char *display_url;           /* password redacted */
     bool connected;
     void *impl;
+    /* index in url.endpoints of the endpoint connected to, or the one tried next */
+    size_t endpoint;
+    char endpoint_names[URL_MAX_ENDPOINTS][URL_ENDPOINT_TEXT_MAX]; /* "host:port" each */
 };
+
+/*
+ * What a connect error names: the display URL when the URL lists one
+ * endpoint, else the endpoint in use ("host:port").
+ */
+const char *sink_target(const sink *s);
 
 extern const struct sink_ops sink_amqp_ops;
 extern const struct sink_ops sink_redis_ops;

@@ -386,6 +386,62 @@ test_check(void **state)
     assert_non_null(strstr(output, "--broker"));
 }
 
+/*
+ * A broker URL listing two closed ports around the real node: --check names
+ * the endpoints it skipped and still says configuration OK; the relay finds
+ * the node that answers whichever endpoint it starts from, and says which.
+ */
+static void
+test_endpoint_list_skips_dead_endpoints(void **state)
+{
+    struct fixture *f = *state;
+    char output[8192], list[512], dead[512], expected[128];
+    const char *port = harness_env("OUTBOX_TEST_AMQP_PORT");
+    int closed1 = harness_closed_port(), closed2 = harness_closed_port();
+    const char *argv[] = {"--database-url", f->url, "--broker", list, "--check", NULL};
+
+    snprintf(list, sizeof(list), "amqp://guest:guest@127.0.0.1:%d,127.0.0.1:%s,127.0.0.1:%d/",
+             closed1, port, closed2);
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "configuration OK"));
+    snprintf(expected, sizeof(expected), "broker endpoint 127.0.0.1:%s: reachable", port);
+    assert_non_null(strstr(output, expected));
+    snprintf(expected, sizeof(expected), "broker endpoint 127.0.0.1:%d: skipped", closed1);
+    assert_non_null(strstr(output, expected));
+    snprintf(expected, sizeof(expected), "broker endpoint 127.0.0.1:%d: skipped", closed2);
+    assert_non_null(strstr(output, expected));
+
+    /* the start is random: a few runs start on each endpoint and all deliver */
+    for (int run = 0; run < 4; run++) {
+        const char *once[] = {"--database-url", f->url, "--broker", list, "--once",
+                              "--metrics-addr", "off", NULL};
+
+        enqueue(f, 20);
+        assert_int_equal(relay_run_capture(once, output, sizeof(output)), 0);
+        snprintf(expected, sizeof(expected), "endpoint=127.0.0.1:%s", port);
+        if (strstr(output, "broker connected") == NULL || strstr(output, expected) == NULL)
+            fail_msg("the relay did not log the endpoint it connected to:\n%s", output);
+        assert_int_equal(count_where(f, "state <> 'succeeded'"), 0);
+    }
+    assert_int_equal(assert_every_row_delivered(f, 80), 0);
+
+    /* none answers: exit 1, and the message says how many were tried without the password */
+    snprintf(dead, sizeof(dead), "amqp://guest:hunter2@127.0.0.1:%d,127.0.0.1:%d/", closed1,
+             closed2);
+    argv[3] = dead;
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "(2 tried)"));
+    assert_null(strstr(output, "hunter2"));
+
+    /* a login refused by the node that answers is a configuration error, not a skip */
+    snprintf(dead, sizeof(dead), "amqp://guest:hunter2@127.0.0.1:%d,127.0.0.1:%s/", closed1,
+             port);
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "ACCESS_REFUSED"));
+    assert_null(strstr(output, "configuration OK"));
+    assert_null(strstr(output, "hunter2"));
+}
+
 int
 main(void)
 {
@@ -399,6 +455,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_sigterm_leaves_nothing_running, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endpoint_list_skips_dead_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_down_at_start_and_restarted_mid_run, setup,
                                         teardown),
     };

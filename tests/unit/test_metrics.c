@@ -560,6 +560,34 @@ test_horizon_age_gauge(void **state)
     metrics_free(m);
 }
 
+/* outbox_broker_endpoint names each endpoint and counts the connections on it. */
+static void
+test_broker_endpoints(void **state)
+{
+    struct metrics *m = metrics_new("amqp");
+    const char *const names[] = {"mq1:5672", "[::1]:5673", "mq3:5672"};
+
+    (void)state;
+    render_and_parse(m);
+    assert_null(find_family(&exposition, "outbox_broker_endpoint"));
+
+    assert_int_equal(metrics_set_endpoints(m, names, 3), 0);
+    metrics_add_endpoint_connections(m, 1, 1);
+    metrics_add_endpoint_connections(m, 1, 1);
+    metrics_add_endpoint_connections(m, 0, 1);
+    metrics_add_endpoint_connections(m, 0, -1); /* that pipeline lost mq1 ... */
+    metrics_add_endpoint_connections(m, 2, 1);  /* ... and moved on to mq3 */
+    metrics_add_endpoint_connections(m, 7, 1);  /* no such endpoint: ignored */
+    render_and_parse(m);
+    assert_non_null(find_family(&exposition, "outbox_broker_endpoint"));
+    assert_true(value_of(&exposition, "outbox_broker_endpoint", "endpoint", "mq1:5672") == 0);
+    assert_true(value_of(&exposition, "outbox_broker_endpoint", "endpoint", "[::1]:5673") == 2);
+    assert_true(value_of(&exposition, "outbox_broker_endpoint", "endpoint", "mq3:5672") == 1);
+    metrics_add_endpoint_connections(NULL, 0, 1);
+    assert_int_equal(metrics_set_endpoints(NULL, names, 3), 0);
+    metrics_free(m);
+}
+
 static void
 test_null_is_ignored(void **state)
 {
@@ -616,6 +644,7 @@ main(void)
         cmocka_unit_test(test_null_is_ignored),         cmocka_unit_test(test_concurrent_updates),
         cmocka_unit_test(test_loop_alive_ignores_the_ends),
         cmocka_unit_test(test_horizon_age_gauge),
+        cmocka_unit_test(test_broker_endpoints),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
