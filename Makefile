@@ -57,12 +57,15 @@ INTEG_SRC  := $(sort $(wildcard tests/integration/test_*.c))
 INTEG_BIN  := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 INTEG_HELPERS := $(filter-out $(INTEG_SRC),$(sort $(wildcard tests/integration/*.c)))
 INTEG_HELPER_OBJ := $(INTEG_HELPERS:%.c=$(BUILD)/%.o)
-# tests/ha: multi-node deployments, linked like the integration tests.
+# tests/ha: multi-node deployments, linked like the integration tests plus tests/ha's own
+# helpers and the chaos driver (for its audit of fenced writes).
 HA_SRC     := $(sort $(wildcard tests/ha/test_*.c))
 HA_BIN     := $(HA_SRC:tests/ha/%.c=$(BUILD)/tests/ha/%)
 # tests/chaos: the fault-injection driver and its TCP proxy, linked into test_chaos.
 CHAOS_SRC  := $(sort $(wildcard tests/chaos/*.c))
 CHAOS_OBJ  := $(CHAOS_SRC:%.c=$(BUILD)/%.o)
+HA_HELPERS := $(filter-out $(HA_SRC),$(sort $(wildcard tests/ha/*.c)))
+HA_HELPER_OBJ := $(HA_HELPERS:%.c=$(BUILD)/%.o)
 TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
@@ -105,7 +108,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Itests/integration -Itests/chaos $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Itests/integration -Itests/chaos -Itests/ha $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
@@ -113,12 +116,14 @@ $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
-
 $(BUILD)/tests/integration/test_chaos: $(BUILD)/tests/integration/test_chaos.o $(CHAOS_OBJ) \
                                       $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) \
+                    $(LIB)/liboutbox.a
+	$(CC) $(LDFLAGS) -o $@ $< $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a \
+	    $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(LIB)/liboutbox.a
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(LDLIBS)

@@ -1,12 +1,19 @@
 #!/bin/bash
 # stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
 #
-#   stack.sh start DIR [postgres] [rabbitmq] [redis]   start them (no names: all three)
+#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis)
 #   stack.sh stop DIR                                  stop everything started in DIR
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
 #   stack.sh restart-service DIR NAME                  stop + start (postgres: pg_ctl restart -m fast)
 #   stack.sh rabbitmqctl DIR ARGS...                   rabbitmqctl against the stack's node
+#   stack.sh cluster-rabbitmqctl DIR N ARGS...         rabbitmqctl against cluster node N (1-3)
+#   stack.sh crash-primary DIR                         pg_ctl stop -m immediate the primary
+#   stack.sh promote-standby DIR                       pg_ctl promote the standby, wait for it
+#
+# Services: postgres, rabbitmq, redis; and for the high-availability tests
+#   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
+#   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -25,6 +32,8 @@ RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
 ALL_SERVICES="postgres rabbitmq redis"
+# stop stops every service it finds, the standby before its primary
+STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
 STOP_TIMEOUT=30
 
@@ -118,6 +127,7 @@ take_lock() {
 # DIR/ports holds what start picked, so start-service and stop find it again.
 load_ports() {
     PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
+    PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -132,6 +142,11 @@ AMQP_DIST_PORT=$AMQP_DIST_PORT
 EPMD_PORT=$EPMD_PORT
 AMQP_NODE=$AMQP_NODE
 REDIS_PORT=$REDIS_PORT
+PG_STANDBY_PORT=$PG_STANDBY_PORT
+CLUSTER_PORTS="$CLUSTER_PORTS"
+CLUSTER_DIST_PORTS="$CLUSTER_DIST_PORTS"
+CLUSTER_EPMD_PORT=$CLUSTER_EPMD_PORT
+CLUSTER_NODES="$CLUSTER_NODES"
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -152,6 +167,20 @@ write_env() {
             echo "export OUTBOX_TEST_EPMD_PORT=$EPMD_PORT"
             echo "export OUTBOX_TEST_AMQP_NODE='$AMQP_NODE'"
             echo "export OUTBOX_TEST_AMQP_URL='amqp://guest:guest@127.0.0.1:$AMQP_PORT/'"
+        fi
+        if [ -n "$PG_STANDBY_PORT" ]; then
+            echo "export OUTBOX_TEST_PG_STANDBY_PORT=$PG_STANDBY_PORT"
+            # libpq tries the hosts in order and keeps the one that accepts writes
+            echo "export OUTBOX_TEST_PG_HA_URL='postgresql://postgres@127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT/postgres?target_session_attrs=read-write'"
+        fi
+        if [ -n "$CLUSTER_PORTS" ]; then
+            local port list=""
+            for port in $CLUSTER_PORTS; do
+                list="$list${list:+,}127.0.0.1:$port"
+            done
+            echo "export OUTBOX_TEST_AMQP_CLUSTER_PORTS='$CLUSTER_PORTS'"
+            echo "export OUTBOX_TEST_AMQP_CLUSTER_NODES='$CLUSTER_NODES'"
+            echo "export OUTBOX_TEST_AMQP_CLUSTER_URL='amqp://guest:guest@$list/'"
         fi
         if [ -n "$REDIS_PORT" ]; then
             echo "export OUTBOX_TEST_REDIS_PORT=$REDIS_PORT"
@@ -213,6 +242,64 @@ pg_stop() {
     fi
 }
 
+# ---------------------------------------------------------------- PostgreSQL standby
+
+STANDBY_NAME=standby
+
+# A copy of the primary (pg_basebackup -R writes primary_conninfo and standby.signal)
+# on its own port, named STANDBY_NAME towards the primary.
+standby_init() {
+    mkdir -p "$DIR/pg-standby" "$DIR/pg-standby-socket"
+    chown postgres: "$DIR/pg-standby" "$DIR/pg-standby-socket"
+    chmod 0700 "$DIR/pg-standby"
+    chmod 0755 "$DIR/pg-standby-socket"
+    : >"$DIR/pg-standby.log"
+    chown postgres: "$DIR/pg-standby.log"
+    if ! as_user postgres "$PG_BIN/pg_basebackup" -d "host=127.0.0.1 port=$PG_PORT user=postgres application_name=$STANDBY_NAME" \
+        -D "$DIR/pg-standby" -R -X stream -c fast --no-sync >"$DIR/basebackup.log" 2>&1; then
+        fail_with_log "pg_basebackup from 127.0.0.1:$PG_PORT failed" "$DIR/basebackup.log"
+    fi
+    cat >>"$DIR/pg-standby/postgresql.conf" <<EOF
+
+# outbox test stack: the standby
+port = $PG_STANDBY_PORT
+unix_socket_directories = '$DIR/pg-standby-socket'
+EOF
+}
+
+# Starts the standby, then makes the primary wait for it at every commit.
+standby_start() {
+    local i state=""
+    if ! as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg-standby" -l "$DIR/pg-standby.log" -w \
+        -t "$START_TIMEOUT" start >/dev/null 2>&1; then
+        fail_with_log "postgres standby failed to start on 127.0.0.1:$PG_STANDBY_PORT" "$DIR/pg-standby.log"
+    fi
+    pg_psql postgres -c "ALTER SYSTEM SET synchronous_standby_names = '$STANDBY_NAME'" \
+        -c "SELECT pg_reload_conf()" >/dev/null || die "unable to set synchronous_standby_names"
+    for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        state=$(pg_psql postgres -Atc "SELECT sync_state FROM pg_stat_replication
+                                       WHERE application_name = '$STANDBY_NAME'" 2>/dev/null) || true
+        [ "$state" = sync ] && return 0
+        sleep 0.1
+    done
+    fail_with_log "the standby on 127.0.0.1:$PG_STANDBY_PORT is not a synchronous standby (state '$state')" \
+        "$DIR/pg-standby.log"
+}
+
+standby_stop() {
+    local data=$DIR/pg-standby
+    [ -f "$data/postmaster.pid" ] || return 0
+    as_user postgres "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t "$STOP_TIMEOUT" stop >/dev/null 2>&1 ||
+        as_user postgres "$PG_BIN/pg_ctl" -D "$data" -m immediate -w -t "$STOP_TIMEOUT" stop \
+            >/dev/null 2>&1 || true
+    if [ -f "$data/postmaster.pid" ]; then
+        local pid
+        pid=$(head -n 1 "$data/postmaster.pid" | tr -dc 0-9)
+        pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        rm -f "$data/postmaster.pid"
+    fi
+}
+
 # Builds outbox_template: every migration in order, each in one transaction with its
 # schema_migrations row, the same bookkeeping outboxctl migrate keeps.
 pg_template() {
@@ -244,7 +331,7 @@ EOF
 # Sets RABBIT_BASE and RABBIT_ENV: the whole environment every rabbitmq process of
 # this stack runs with, so nothing is read from /etc/rabbitmq or /var/lib/rabbitmq.
 rabbit_env() {
-    RABBIT_BASE=$DIR/rabbitmq
+    RABBIT_BASE=${RABBIT_DIR:-$DIR/rabbitmq}
     RABBIT_ENV=(
         PATH="$PATH" LANG=C.UTF-8 HOME="$RABBIT_BASE"
         ERL_EPMD_PORT="$EPMD_PORT"
@@ -262,7 +349,7 @@ rabbit_env() {
         RABBITMQ_ENABLED_PLUGINS_FILE="$RABBIT_BASE/enabled_plugins"
         RABBITMQ_FEATURE_FLAGS_FILE="$RABBIT_BASE/feature_flags"
         RABBITMQ_PLUGINS_EXPAND_DIR="$RABBIT_BASE/plugins-expand"
-        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}${RABBIT_EXTRA_ERL_ARGS:+ $RABBIT_EXTRA_ERL_ARGS}"
     )
 }
 
@@ -291,29 +378,53 @@ disk_free_limit.absolute = 10MB
 log.console = false
 log.file.level = info
 EOF
-    # Erlang wants a cookie only its owner can read.
-    head -c 24 /dev/urandom | od -An -tx1 | tr -dc 0-9a-f >"$base/.erlang.cookie"
+    # Erlang wants a cookie only its owner can read; the nodes of a cluster share one.
+    if [ -n "${RABBIT_COOKIE:-}" ]; then
+        printf '%s' "$RABBIT_COOKIE" >"$base/.erlang.cookie"
+    else
+        head -c 24 /dev/urandom | od -An -tx1 | tr -dc 0-9a-f >"$base/.erlang.cookie"
+    fi
     chmod 0400 "$base/.erlang.cookie"
     chown -R rabbitmq: "$base"
 }
 
-rabbit_start() {
-    local base i log
+# Our own epmd on a private port, loopback only, so stacks never share one; its pid in
+# the file pidfile.
+epmd_start() {
+    local pidfile=$1 i
     rabbit_env
-    base=$RABBIT_BASE
-    rm -f "$base/rabbitmq.pid"
-    # Our own epmd on a private port, loopback only, so stacks never share one.
-    (cd "$base" && exec 9>&- && exec setsid "${RABBIT_AS_USER[@]}" env -i "${RABBIT_ENV[@]}" \
-        epmd -address 127.0.0.1 -port "$EPMD_PORT" </dev/null >"$base/epmd.log" 2>&1) &
-    echo $! >"$base/epmd.pid"
+    (cd "$RABBIT_BASE" && exec 9>&- && exec setsid "${RABBIT_AS_USER[@]}" env -i "${RABBIT_ENV[@]}" \
+        epmd -address 127.0.0.1 -port "$EPMD_PORT" </dev/null >"$pidfile.log" 2>&1) &
+    echo $! >"$pidfile"
     for ((i = 0; i < 100; i++)); do
         port_in_use "$EPMD_PORT" && break
         sleep 0.1
     done
-    port_in_use "$EPMD_PORT" || fail_with_log "epmd failed to start on port $EPMD_PORT" "$base/epmd.log"
+    port_in_use "$EPMD_PORT" || fail_with_log "epmd failed to start on port $EPMD_PORT" "$pidfile.log"
+}
+
+# Starts the node in the background; rabbit_wait waits for it. The nodes of a cluster
+# share an epmd that the cluster starts (RABBIT_SHARED_EPMD set).
+rabbit_launch() {
+    local base
+    rabbit_env
+    base=$RABBIT_BASE
+    rm -f "$base/rabbitmq.pid"
+    [ -n "${RABBIT_SHARED_EPMD:-}" ] || epmd_start "$base/epmd.pid"
     (cd "$base" && exec 9>&- && exec setsid "${RABBIT_AS_USER[@]}" env -i "${RABBIT_ENV[@]}" \
         "$RABBIT_BIN/rabbitmq-server" </dev/null >"$base/server.log" 2>&1) &
     echo $! >"$base/launcher.pid"
+}
+
+rabbit_start() {
+    rabbit_launch
+    rabbit_wait
+}
+
+rabbit_wait() {
+    local base log
+    rabbit_env
+    base=$RABBIT_BASE
     CTL_TIMEOUT=$((START_TIMEOUT + 10))
     if ! rabbitmqctl_run wait --timeout "$START_TIMEOUT" "$base/rabbitmq.pid" >"$base/wait.log" 2>&1; then
         CTL_TIMEOUT=60
@@ -326,7 +437,7 @@ rabbit_start() {
 }
 
 rabbit_stop() {
-    local base=$DIR/rabbitmq pid
+    local base=${RABBIT_DIR:-$DIR/rabbitmq} pid
     [ -d "$base" ] || return 0
     if [ -f "$base/rabbitmq.pid" ]; then
         pid=$(tr -dc 0-9 <"$base/rabbitmq.pid")
@@ -339,6 +450,71 @@ rabbit_stop() {
     stop_pidfile "$base/rabbitmq.pid"
     stop_pidfile "$base/launcher.pid"
     stop_pidfile "$base/epmd.pid"
+}
+
+# ---------------------------------------------------------------- RabbitMQ cluster
+
+CLUSTER_SIZE=3
+
+# Runs a command with the rabbit_* functions pointed at cluster node N (1-based).
+with_cluster_node() {
+    local index=$1
+    shift
+    local RABBIT_DIR=$DIR/rabbitmq-$index RABBIT_SHARED_EPMD=1 EPMD_PORT=$CLUSTER_EPMD_PORT
+    local AMQP_PORT AMQP_DIST_PORT AMQP_NODE
+    # The schedulers sleep instead of spinning: three nodes on a few shared cores.
+    local RABBIT_EXTRA_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none"
+    AMQP_PORT=$(echo "$CLUSTER_PORTS" | cut -d' ' -f"$index")
+    AMQP_DIST_PORT=$(echo "$CLUSTER_DIST_PORTS" | cut -d' ' -f"$index")
+    AMQP_NODE=$(echo "$CLUSTER_NODES" | cut -d' ' -f"$index")
+    [ -n "$AMQP_NODE" ] || die "no cluster node $index"
+    "$@"
+}
+
+cluster_init() {
+    local i RABBIT_COOKIE
+    RABBIT_COOKIE=$(head -c 24 /dev/urandom | od -An -tx1 | tr -dc 0-9a-f)
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        with_cluster_node "$i" rabbit_init
+    done
+}
+
+cluster_start() {
+    local i first
+    with_cluster_node 1 epmd_start "$DIR/rabbitmq-epmd.pid"
+    # the nodes boot side by side, then each is waited for
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        with_cluster_node "$i" rabbit_launch
+    done
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        with_cluster_node "$i" rabbit_wait
+    done
+    # joined once; a restarted node finds its cluster in its own data
+    [ -f "$DIR/rabbitmq-cluster.joined" ] && return 0
+    first=$(echo "$CLUSTER_NODES" | cut -d' ' -f1)
+    for ((i = 2; i <= CLUSTER_SIZE; i++)); do
+        if ! { with_cluster_node "$i" rabbitmqctl_run stop_app &&
+            with_cluster_node "$i" rabbitmqctl_run join_cluster "$first" &&
+            with_cluster_node "$i" rabbitmqctl_run start_app; } >"$DIR/rabbitmq-$i/join.log" 2>&1; then
+            fail_with_log "rabbitmq node $i failed to join $first" "$DIR/rabbitmq-$i/join.log"
+        fi
+    done
+    if ! with_cluster_node 1 rabbitmqctl_run await_online_nodes "$CLUSTER_SIZE" \
+        --timeout "$((START_TIMEOUT * 1000))" >"$DIR/rabbitmq-1/await.log" 2>&1; then
+        fail_with_log "rabbitmq cluster did not reach $CLUSTER_SIZE nodes" "$DIR/rabbitmq-1/await.log"
+    fi
+    touch "$DIR/rabbitmq-cluster.joined"
+}
+
+# The nodes stop side by side: one after the other, each waits for the others' goodbyes.
+cluster_stop() {
+    local i
+    [ -n "$CLUSTER_NODES" ] || return 0
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        with_cluster_node "$i" rabbit_stop &
+    done
+    wait
+    stop_pidfile "$DIR/rabbitmq-epmd.pid"
 }
 
 # ---------------------------------------------------------------- Redis
@@ -393,8 +569,8 @@ redis_stop() {
 
 check_service() {
     case "$1" in
-    postgres | rabbitmq | redis) ;;
-    *) die "unknown service '$1' (postgres, rabbitmq or redis)" ;;
+    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster or postgres-standby)" ;;
     esac
 }
 
@@ -403,6 +579,8 @@ service_start() {
     postgres) pg_start ;;
     rabbitmq) rabbit_start ;;
     redis) redis_start ;;
+    rabbitmq-cluster) cluster_start ;;
+    postgres-standby) standby_start ;;
     esac
 }
 
@@ -411,6 +589,8 @@ service_stop() {
     postgres) pg_stop ;;
     rabbitmq) rabbit_stop ;;
     redis) redis_stop ;;
+    rabbitmq-cluster) cluster_stop ;;
+    postgres-standby) standby_stop ;;
     esac
 }
 
@@ -419,6 +599,8 @@ service_configured() {
     postgres) [ -n "$PG_PORT" ] ;;
     rabbitmq) [ -n "$AMQP_PORT" ] ;;
     redis) [ -n "$REDIS_PORT" ] ;;
+    rabbitmq-cluster) [ -n "$CLUSTER_NODES" ] ;;
+    postgres-standby) [ -n "$PG_STANDBY_PORT" ] ;;
     esac
 }
 
@@ -467,6 +649,31 @@ command_start() {
             redis_init
             redis_start
             ;;
+        rabbitmq-cluster)
+            local i port
+            CLUSTER_EPMD_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$CLUSTER_EPMD_PORT "
+            for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+                port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$port "
+                CLUSTER_PORTS="$CLUSTER_PORTS${CLUSTER_PORTS:+ }$port"
+                port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$port "
+                CLUSTER_DIST_PORTS="$CLUSTER_DIST_PORTS${CLUSTER_DIST_PORTS:+ }$port"
+                CLUSTER_NODES="$CLUSTER_NODES${CLUSTER_NODES:+ }outbox-ha-$$-$i@localhost"
+            done
+            save_ports
+            cluster_init
+            cluster_start
+            ;;
+        postgres-standby)
+            [ -n "$PG_PORT" ] || die "postgres-standby needs postgres: start DIR postgres postgres-standby"
+            PG_STANDBY_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$PG_STANDBY_PORT "
+            save_ports
+            standby_init
+            standby_start
+            ;;
         esac
         write_env
     done
@@ -475,8 +682,14 @@ command_start() {
 command_stop() {
     [ -d "$DIR" ] || return 0
     load_ports
-    local service
-    for service in $ALL_SERVICES; do
+    local service nested
+    # stacks a test started inside this one (tests/ha) go first
+    for nested in "$DIR"/*/ports; do
+        if [ -f "$nested" ]; then
+            "$0" stop "$(dirname "$nested")" || true
+        fi
+    done
+    for service in $STOP_ORDER; do
         service_stop "$service"
     done
 }
@@ -506,7 +719,7 @@ command_service() {
 }
 
 usage() {
-    sed -n '3,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -524,6 +737,30 @@ rabbitmqctl)
     load_ports
     [ -n "$AMQP_NODE" ] || die "rabbitmq was not started in $DIR"
     rabbitmqctl_run "$@"
+    ;;
+cluster-rabbitmqctl)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    load_ports
+    [ -n "$CLUSTER_NODES" ] || die "rabbitmq-cluster was not started in $DIR"
+    [ $# -ge 1 ] || usage
+    NODE_INDEX=$1
+    shift
+    with_cluster_node "$NODE_INDEX" rabbitmqctl_run "$@"
+    ;;
+crash-primary)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    load_ports
+    [ -n "$PG_PORT" ] || die "postgres was not started in $DIR"
+    as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -m immediate -w -t "$STOP_TIMEOUT" stop >/dev/null
+    ;;
+promote-standby)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    load_ports
+    [ -n "$PG_STANDBY_PORT" ] || die "postgres-standby was not started in $DIR"
+    as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg-standby" -w -t "$START_TIMEOUT" promote >/dev/null
     ;;
 *) usage ;;
 esac

@@ -142,6 +142,21 @@ queue_consumer_declare_queue(queue_consumer *c, const char *queue)
 }
 
 int
+queue_consumer_declare_quorum_queue(queue_consumer *c, const char *queue)
+{
+    amqp_table_entry_t type = {.key = amqp_cstring_bytes("x-queue-type"),
+                               .value = {.kind = AMQP_FIELD_KIND_UTF8,
+                                         .value.bytes = amqp_cstring_bytes("quorum")}};
+    amqp_table_t arguments = {.num_entries = 1, .entries = &type};
+
+    amqp_queue_declare(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue), 0, 1, 0, 0,
+                       arguments);
+    if (check_reply(c, amqp_get_rpc_reply(c->conn), "queue.declare quorum") != 0)
+        return -1;
+    return queue_consumer_purge(c, queue);
+}
+
+int
 queue_consumer_declare_exchange(queue_consumer *c, const char *exchange, const char *type)
 {
     amqp_exchange_declare(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(exchange),
@@ -313,6 +328,49 @@ queue_consumer_fetch(queue_consumer *c, const char *queue, struct queue_consumer
         }
     }
     return 0;
+}
+
+int
+queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
+                     void (*on_message_id)(const char *message_id, void *arg), void *arg)
+{
+    amqp_basic_consume_ok_t *ok;
+    amqp_bytes_t tag;
+    struct timeval idle = {.tv_sec = idle_ms / 1000, .tv_usec = idle_ms % 1000 * 1000};
+    int rc = 0;
+
+    ok = amqp_basic_consume(c->conn, CONSUMER_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes,
+                            0, 1, 0, amqp_empty_table);
+    if (check_reply(c, amqp_get_rpc_reply(c->conn), "basic.consume") != 0)
+        return -1;
+    tag = amqp_bytes_malloc_dup(ok->consumer_tag);
+    for (;;) {
+        amqp_envelope_t envelope;
+        amqp_rpc_reply_t reply;
+        char id[64] = "";
+
+        amqp_maybe_release_buffers(c->conn);
+        reply = amqp_consume_message(c->conn, &envelope, &idle, 0);
+        if (reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            reply.library_error == AMQP_STATUS_TIMEOUT)
+            break; /* idle: the queue is empty */
+        if (check_reply(c, reply, "consume") != 0) {
+            rc = -1;
+            break;
+        }
+        if (envelope.message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
+            amqp_bytes_t bytes = envelope.message.properties.message_id;
+
+            snprintf(id, sizeof(id), "%.*s", (int)bytes.len, (const char *)bytes.bytes);
+        }
+        on_message_id(id, arg);
+        amqp_destroy_envelope(&envelope);
+    }
+    amqp_basic_cancel(c->conn, CONSUMER_CHANNEL, tag);
+    if (rc == 0 && check_reply(c, amqp_get_rpc_reply(c->conn), "basic.cancel") != 0)
+        rc = -1;
+    amqp_bytes_free(tag);
+    return rc;
 }
 
 void

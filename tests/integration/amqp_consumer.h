@@ -49,6 +49,8 @@ const char *queue_consumer_error(const queue_consumer *c);
 
 /* Declares a durable queue (idempotent) and purges it. */
 int queue_consumer_declare_queue(queue_consumer *c, const char *queue);
+/* Declares a quorum queue (replicated over the cluster's nodes, idempotent) and purges it. */
+int queue_consumer_declare_quorum_queue(queue_consumer *c, const char *queue);
 /* Declares a durable exchange of type ("direct", "topic", ...). */
 int queue_consumer_declare_exchange(queue_consumer *c, const char *exchange, const char *type);
 int queue_consumer_bind(queue_consumer *c, const char *queue, const char *exchange, const char *routing_key);
@@ -66,6 +68,16 @@ int queue_consumer_count(queue_consumer *c, const char *queue, uint32_t *count);
 int queue_consumer_fetch(queue_consumer *c, const char *queue, struct queue_consumer_message *messages, size_t max,
                    int timeout_ms, size_t *fetched);
 void queue_consumer_message_clear(struct queue_consumer_message *message);
+
+/*
+ * Consumes queue (basic.consume, auto-ack, so the broker streams without a
+ * round trip per message) until no message came for idle_ms, calling
+ * on_message_id with each message's message_id ("" when absent). For
+ * draining tens of thousands of messages; the consumer is cancelled before
+ * it returns.
+ */
+int queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
+                         void (*on_message_id)(const char *message_id, void *arg), void *arg);
 
 /* The header named key, or NULL. */
 const struct queue_consumer_header *queue_consumer_message_header(const struct queue_consumer_message *message,

@@ -377,6 +377,70 @@ harness_stack(const char *command, const char *service)
 }
 
 int
+harness_stack_run(const char *const args[])
+{
+    const char *source_dir = harness_env("OUTBOX_SOURCE_DIR");
+    const char *stack_dir = harness_env("OUTBOX_TEST_STACK_DIR");
+    const char *argv[32];
+    char script[4096];
+    size_t n = 0;
+    pid_t pid;
+    int status;
+
+    snprintf(script, sizeof(script), "%s/tests/harness/stack.sh", source_dir);
+    argv[n++] = script;
+    argv[n++] = args[0];
+    argv[n++] = stack_dir;
+    for (size_t i = 1; args[i] != NULL && n < sizeof(argv) / sizeof(argv[0]) - 1; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid = fork();
+    if (pid == -1)
+        fail_msg("unable to fork for stack.sh: %s", strerror(errno));
+    if (pid == 0) {
+        execv(script, (char *const *)argv);
+        dprintf(STDERR_FILENO, "harness: unable to run %s: %s\n", script, strerror(errno));
+        _exit(127);
+    }
+    while (waitpid(pid, &status, 0) == -1) {
+        if (errno != EINTR)
+            fail_msg("unable to wait for stack.sh: %s", strerror(errno));
+    }
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+void
+harness_stack_load_env(void)
+{
+    char path[4096], line[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/env", harness_env("OUTBOX_TEST_STACK_DIR"));
+    f = fopen(path, "r");
+    if (f == NULL)
+        fail_msg("unable to read %s: %s", path, strerror(errno));
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *name, *value, *end;
+
+        /* export NAME=value or export NAME='value', as stack.sh writes them */
+        if (strncmp(line, "export ", 7) != 0 || (value = strchr(line, '=')) == NULL)
+            continue;
+        name = line + 7;
+        *value++ = '\0';
+        value[strcspn(value, "\n")] = '\0';
+        if (value[0] == '\'' && (end = strrchr(value + 1, '\'')) != NULL) {
+            *end = '\0';
+            value++;
+        }
+        setenv(name, value, 1);
+    }
+    fclose(f);
+}
+
+int
 harness_closed_port(void)
 {
     struct sockaddr_in address = {.sin_family = AF_INET};

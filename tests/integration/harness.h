@@ -80,6 +80,18 @@ int harness_wait_exit(pid_t pid, int timeout_ms);
  */
 int harness_stack(const char *command, const char *service);
 
+/*
+ * Runs tests/harness/stack.sh args[0] $OUTBOX_TEST_STACK_DIR args[1] ... (NULL-terminated),
+ * e.g. {"cluster-rabbitmqctl", "2", "stop_app", NULL}, and returns its exit status.
+ */
+int harness_stack_run(const char *const args[]);
+
+/*
+ * Reads $OUTBOX_TEST_STACK_DIR/env into this process's environment: after a test
+ * started servers of its own with harness_stack_run({"start", ...}).
+ */
+void harness_stack_load_env(void);
+
 /* A loopback TCP port with nothing listening: bound, then closed again. */
 int harness_closed_port(void);
 

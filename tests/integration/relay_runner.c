@@ -6,10 +6,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -147,6 +151,101 @@ relay_dump_log(const struct relay_process *relay)
     while (fgets(line, sizeof(line), f) != NULL && lines++ < 200)
         fputs(line, stderr);
     fclose(f);
+}
+
+double
+wall_clock_seconds(void)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* The timestamp that opens a text log line (2026-11-30T03:41:13.123Z), or -1. */
+static double
+log_line_time(const char *line)
+{
+    struct tm tm = {0};
+    int millis = 0;
+
+    if (sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+               &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &millis) != 7)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double)timegm(&tm) + millis / 1000.0;
+}
+
+double
+relay_log_find(const struct relay_process *relay, double not_before, bool last,
+               const char *const *needles, char *line, size_t size)
+{
+    char buffer[2048];
+    FILE *f = fopen(relay->log_path, "r");
+    double found = -1;
+
+    if (f == NULL)
+        return -1;
+    while ((last || found < 0) && fgets(buffer, sizeof(buffer), f) != NULL) {
+        double at = log_line_time(buffer);
+        bool all = at >= 0 && at >= not_before;
+
+        for (size_t i = 0; all && needles[i] != NULL; i++)
+            all = strstr(buffer, needles[i]) != NULL;
+        if (all) {
+            found = at;
+            if (line != NULL)
+                snprintf(line, size, "%.*s", (int)strcspn(buffer, "\n"), buffer);
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+char *
+relay_scrape_metrics(int port)
+{
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct timeval timeout = {.tv_sec = 5};
+    const char request[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    size_t len = 0, capacity = 65536;
+    char *text = malloc(capacity), *body;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ssize_t n;
+
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || text == NULL)
+        goto fail;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&address, sizeof(address)) != 0 ||
+        write(fd, request, sizeof(request) - 1) != (ssize_t)(sizeof(request) - 1))
+        goto fail;
+    while ((n = read(fd, text + len, capacity - len - 1)) > 0) {
+        len += (size_t)n;
+        if (capacity - len < 4096) {
+            char *bigger = realloc(text, capacity * 2);
+
+            if (bigger == NULL)
+                goto fail;
+            text = bigger;
+            capacity *= 2;
+        }
+    }
+    close(fd);
+    text[len] = '\0';
+    body = strstr(text, "\r\n\r\n");
+    if (body == NULL)
+        goto fail_closed;
+    memmove(text, body + 4, strlen(body + 4) + 1);
+    return text;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+fail_closed:
+    free(text);
+    return NULL;
 }
 
 long long

@@ -43,6 +43,22 @@ int relay_run_capture(const char *const *argv_tail, char *output, size_t size);
 /* Prints the relay's log to stderr (for a failing test). */
 void relay_dump_log(const struct relay_process *relay);
 
+/* Wall-clock seconds since the epoch, as the relay's log timestamps count them. */
+double wall_clock_seconds(void);
+
+/*
+ * Finds the first (or with last, the last) line of the relay's log stamped
+ * at or after not_before (epoch seconds) that contains every one of the
+ * NULL-terminated needles. Returns its timestamp in epoch seconds and
+ * copies the line into line (size bytes, may be NULL), or returns -1 when
+ * there is none.
+ */
+double relay_log_find(const struct relay_process *relay, double not_before, bool last,
+                      const char *const *needles, char *line, size_t size);
+
+/* GET /metrics from a relay started with --metrics-addr 127.0.0.1:port; malloc'd body or NULL. */
+char *relay_scrape_metrics(int port);
+
 /* Polls the first column of sql until it equals expected or timeout_ms passes; the last value. */
 long long wait_for_value(PGconn *conn, const char *sql, long long expected, int timeout_ms);
 
