@@ -88,7 +88,7 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
     for (size_t i = 0; i < s->url.endpoint_count; i++)
         url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
                             sizeof(s->endpoint_names[i]));
-    s->endpoint = random_endpoint(s->url.endpoint_count);
+    s->endpoint = s->ops->endpoint_alternatives ? random_endpoint(s->url.endpoint_count) : 0;
     if (s->ops->init(s, err) != 0)
         goto fail;
     return s;
@@ -131,21 +131,21 @@ sink_display_url(const sink *s)
 const char *
 sink_target(const sink *s)
 {
-    return s->url.endpoint_count > 1 ? s->endpoint_names[s->endpoint] : s->display_url;
+    return sink_endpoint_count(s) > 1 ? s->endpoint_names[s->endpoint] : s->display_url;
 }
 
 /* After a lost connection the next connect starts at the following endpoint. */
 static void
 next_endpoint_if_lost(sink *s, bool was_connected)
 {
-    if (was_connected && !s->connected)
+    if (was_connected && !s->connected && sink_endpoint_count(s) > 1)
         s->endpoint = (s->endpoint + 1) % s->url.endpoint_count;
 }
 
 int
 sink_connect(sink *s, struct outbox_error *err)
 {
-    size_t count = s->url.endpoint_count;
+    size_t count = sink_endpoint_count(s);
     bool refused_login = false;
     struct outbox_error last;
 
@@ -168,7 +168,7 @@ sink_connect(sink *s, struct outbox_error *err)
 int
 sink_connect_endpoint(sink *s, size_t index, struct outbox_error *err)
 {
-    if (index >= s->url.endpoint_count)
+    if (index >= sink_endpoint_count(s))
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "no endpoint %zu", index + 1);
     sink_disconnect(s);
     s->endpoint = index;
@@ -178,13 +178,15 @@ sink_connect_endpoint(sink *s, size_t index, struct outbox_error *err)
 size_t
 sink_endpoint_count(const sink *s)
 {
+    if (s->url.endpoint_count > 1 && !s->ops->endpoint_alternatives)
+        return 0;
     return s->url.endpoint_count;
 }
 
 const char *
 sink_endpoint_name(const sink *s, size_t index)
 {
-    return index < s->url.endpoint_count ? s->endpoint_names[index] : "";
+    return index < sink_endpoint_count(s) ? s->endpoint_names[index] : "";
 }
 
 size_t

@@ -133,7 +133,12 @@ int sink_idle(sink *s, struct outbox_error *err);
 /* Closes the connection politely; the sink can connect again later. */
 void sink_disconnect(sink *s);
 
-/* How many endpoints the URL lists (1 for a single host). */
+/*
+ * How many endpoints the sink chooses between: the nodes of an AMQP URL (1
+ * for a single host). 0 when the sink uses its URL's endpoints together
+ * (Redis Sentinel asks the sentinels, Cluster reads the slots from the
+ * seeds): then no endpoint is "the one in use".
+ */
 size_t sink_endpoint_count(const sink *s);
 
 /* "host:port" ("[v6]:port") of endpoint index, without secrets: for logs and metric labels. */

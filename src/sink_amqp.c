@@ -938,4 +938,5 @@ const struct sink_ops sink_amqp_ops = {
     .check = sink_amqp_check,
     .disconnect = sink_amqp_disconnect,
     .destroy = sink_amqp_destroy,
+    .endpoint_alternatives = true,
 };

@@ -15,7 +15,10 @@ struct sink_ops {
     const char *kind;
     /* Allocates s->impl from s->url and s->options; no I/O. */
     int (*init)(sink *s, struct outbox_error *err);
-    /* Connects to s->url.endpoints[s->endpoint]; sets s->connected. */
+    /*
+     * Connects and sets s->connected: to s->url.endpoints[s->endpoint] when
+     * endpoint_alternatives, else to whatever the endpoints lead to.
+     */
     int (*connect)(sink *s, struct outbox_error *err);
     int (*publish)(sink *s, const struct sink_message *messages, size_t count,
                    struct sink_outcome *outcomes, struct outbox_error *err);
@@ -25,6 +28,13 @@ struct sink_ops {
     void (*disconnect)(sink *s);
     /* Frees s->impl (after disconnect). */
     void (*destroy)(sink *s);
+    /*
+     * The URL's endpoints are interchangeable nodes (an AMQP cluster): sink.c
+     * picks one per connect and moves on after a loss. When false, connect
+     * uses them all itself (Redis Sentinel asks the sentinels, Cluster maps
+     * the slots from the seeds).
+     */
+    bool endpoint_alternatives;
 };
 
 struct sink {
