@@ -9,8 +9,10 @@
 # tests/harness/redis_ha.sh, all in one temp dir stopped on every exit path. Each drain is a
 # backlog of BENCH_N rows (default 100000) over 8 queues, relayed by `outbox-relay --once`
 # with default options, checked row by row (all succeeded) and entry by entry (the streams
-# hold BENCH_N entries); the targets run in turns, BENCH_ROUNDS times (default 3), and the
-# medians are reported. A measuring script: it fails only when a step or a check fails.
+# hold BENCH_N entries); then the Redis sink alone, without a database (sink_redis_throughput:
+# batches of 500 over 8 streams), which shows the cost of --redis-wait without PostgreSQL's
+# share. The targets run in turns, BENCH_ROUNDS times (default 3), and the medians are reported.
+# A measuring script: it fails only when a step or a check fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,6 +30,9 @@ die() {
     exit 1
 }
 [ -x "$BIN/outbox-relay" ] || die "missing $BIN/outbox-relay (run make)"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+SINK_TOOL=$BUILD/tests/tools/sink_redis_throughput
+[ -x "$SINK_TOOL" ] || die "missing $SINK_TOOL (run make test-binaries)"
 
 STACK=$(mktemp -d /tmp/outbox-bench-ha.XXXXXX)
 chmod 755 "$STACK"
@@ -108,11 +113,20 @@ drain() {
     RATE=$(awk -v n="$N" -v s="$end" -v t="$start" 'BEGIN { printf "%.0f", n / (s - t) }')
 }
 
+# sink_alone NAME URL WAIT: msg/s of the sink alone, into RATE
+sink_alone() {
+    local out
+    out=$(timeout 600 "$SINK_TOOL" "$2" "$N" 200 500 "$3" "$QUEUES") ||
+        die "sink_redis_throughput to $1 failed: $out"
+    RATE=$(printf '%s\n' "$out" | sed -n 's/^sink .* = \([0-9]*\) msg\/s$/\1/p')
+    [ -n "$RATE" ] || die "sink_redis_throughput to $1 printed no rate: $out"
+}
+
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 SENTINEL_PRIMARY=$OUTBOX_TEST_SENTINEL_PRIMARY_PORT
 MASTERS=$(cluster_masters | tr '\n' ' ')
-declare -A RATES
+declare -A RATES SINK_RATES
 TARGETS="single sentinel sentinel-wait1 cluster cluster-wait1"
 for ((round = 1; round <= ROUNDS; round++)); do
     for target in $TARGETS; do
@@ -125,6 +139,15 @@ for ((round = 1; round <= ROUNDS; round++)); do
         esac
         log "round $round: $target $RATE rows/s"
         RATES[$target]="${RATES[$target]:-} $RATE"
+        case "$target" in
+        single) sink_alone "$target" "$OUTBOX_TEST_REDIS_URL" 0 ;;
+        sentinel) sink_alone "$target" "$OUTBOX_TEST_SENTINEL_URL" 0 ;;
+        sentinel-wait1) sink_alone "$target" "$OUTBOX_TEST_SENTINEL_URL" 1 ;;
+        cluster) sink_alone "$target" "$OUTBOX_TEST_CLUSTER_URL" 0 ;;
+        cluster-wait1) sink_alone "$target" "$OUTBOX_TEST_CLUSTER_URL" 1 ;;
+        esac
+        log "round $round: $target sink alone $RATE msg/s"
+        SINK_RATES[$target]="${SINK_RATES[$target]:-} $RATE"
     done
 done
 
@@ -132,4 +155,10 @@ printf '\ndrain of %d rows over %d queues by outbox-relay --once (median of %d; 
 for target in $TARGETS; do
     # shellcheck disable=SC2086
     printf '  %-16s %8s   (runs:%s)\n' "$target" "$(median ${RATES[$target]})" "${RATES[$target]}"
+done
+
+printf '\nthe Redis sink alone: %d messages in batches of 500 over %d streams (median of %d; msg/s)\n' "$N" "$QUEUES" "$ROUNDS"
+for target in $TARGETS; do
+    # shellcheck disable=SC2086
+    printf '  %-16s %8s   (runs:%s)\n' "$target" "$(median ${SINK_RATES[$target]})" "${SINK_RATES[$target]}"
 done

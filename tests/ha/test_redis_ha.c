@@ -283,6 +283,25 @@ summarize(const int *counts, long long max_job, long long *missing, long long *d
 
 /* ---- Sentinel ---------------------------------------------------------------------- */
 
+/* The sentinel URL of the deployment in dir (from its env file). */
+static void
+read_sentinel_url(const char *dir, char *url, size_t size)
+{
+    char path[700], line[1024], format[64];
+    FILE *env;
+
+    snprintf(path, sizeof(path), "%s/env", dir);
+    env = fopen(path, "r");
+    assert_non_null(env);
+    url[0] = '\0';
+    snprintf(format, sizeof(format), "export OUTBOX_TEST_SENTINEL_URL='%%%zu[^']'", size - 1);
+    while (fgets(line, sizeof(line), env) != NULL)
+        if (sscanf(line, format, url) == 1)
+            break;
+    fclose(env);
+    assert_true(strncmp(url, "redis+sentinel://", 17) == 0);
+}
+
 /* The port the sentinel on port names as the primary; 0 when it names none. */
 static int
 sentinel_primary_port(int sentinel_port)
@@ -317,27 +336,18 @@ run_sentinel_failover(struct fixture *f, const char *wait_replicas)
                            "--retry-max", "1s", "--batch-size", "200", NULL};
     struct stream_consumer_stream entries;
     struct relay_process relay;
-    char sentinel_url[512], dir_env[700];
+    char sentinel_url[512];
     int primary_port, replica_port, sentinel_port, *counts;
     long long succeeded, missing, duplicates;
     double started;
     pid_t primary_pid;
     redisContext *context;
-    FILE *env;
 
     assert_int_equal(ha_script("sentinel", f->dir, NULL), 0);
     primary_port = (int)read_number(f->dir, "primary.port");
     replica_port = (int)read_number(f->dir, "replica.port");
     sentinel_port = (int)read_number(f->dir, "sentinel1.port");
-    snprintf(dir_env, sizeof(dir_env), "%s/env", f->dir);
-    env = fopen(dir_env, "r");
-    assert_non_null(env);
-    sentinel_url[0] = '\0';
-    while (fgets(dir_env, sizeof(dir_env), env) != NULL)
-        if (sscanf(dir_env, "export OUTBOX_TEST_SENTINEL_URL='%511[^']'", sentinel_url) == 1)
-            break;
-    fclose(env);
-    assert_true(strncmp(sentinel_url, "redis+sentinel://", 17) == 0);
+    read_sentinel_url(f->dir, sentinel_url, sizeof(sentinel_url));
     assert_int_equal(sentinel_primary_port(sentinel_port), primary_port);
 
     relay_start_process(&relay, f->url, sentinel_url, extra);
@@ -398,6 +408,72 @@ static void
 test_sentinel_failover_without_wait_counts_duplicates(void **state)
 {
     run_sentinel_failover(*state, "0");
+}
+
+/*
+ * A switchover (SENTINEL FAILOVER): the old primary stays up and becomes a
+ * replica, so the relay's connection to it survives and its next calls are
+ * answered -READONLY. The relay must ask the sentinels again and carry on
+ * with the new primary: every row succeeded, every job once in the stream
+ * there.
+ */
+static void
+test_sentinel_switchover_follows_readonly(void **state)
+{
+    struct fixture *f = *state;
+    struct producer producer = {.database_url = f->url, .queue = "ha", .total = 5000,
+                                .per_commit = 50, .pause_ms = 20};
+    const char *extra[] = {"--retry-base", "100ms", "--retry-max", "1s", "--batch-size", "200",
+                           NULL};
+    struct stream_consumer_stream entries;
+    struct relay_process relay;
+    char url[512];
+    int replica_port, sentinel_port, *counts;
+    long long succeeded, missing, duplicates;
+    double started;
+    redisContext *context;
+    redisReply *reply;
+
+    assert_int_equal(ha_script("sentinel", f->dir, NULL), 0);
+    replica_port = (int)read_number(f->dir, "replica.port");
+    sentinel_port = (int)read_number(f->dir, "sentinel1.port");
+    read_sentinel_url(f->dir, url, sizeof(url));
+    relay_start_process(&relay, f->url, url, extra);
+    producer_start(&producer);
+    while (atomic_load(&producer.done) < 1500 && producer.error[0] == '\0')
+        sleep_ms(20);
+    context = connect_port(sentinel_port);
+    reply = node_command(context, "SENTINEL", "FAILOVER", "outbox", (const char *)NULL);
+    if (reply->type == REDIS_REPLY_ERROR)
+        fail_msg("SENTINEL FAILOVER: %s", reply->str);
+    freeReplyObject(reply);
+    redisFree(context);
+    started = now_seconds();
+    while (sentinel_primary_port(sentinel_port) != replica_port) {
+        if (now_seconds() - started > 60)
+            fail_msg("no switchover within 60 s");
+        sleep_ms(100);
+    }
+    producer_join(&producer);
+    succeeded = wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                               5000, 60000);
+    if (succeeded != 5000)
+        relay_dump_log(&relay);
+    assert_int_equal(succeeded, 5000);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 30000), 0);
+
+    context = connect_port(replica_port);
+    assert_int_equal(stream_consumer_read_stream(context, "ha", &entries), 0);
+    counts = calloc(5001, sizeof(*counts));
+    assert_non_null(counts);
+    count_jobs(&entries, counts, 5000);
+    summarize(counts, 5000, &missing, &duplicates);
+    assert_int_equal(missing, 0);
+    assert_int_equal(duplicates, 0);
+    free(counts);
+    stream_consumer_stream_clear(&entries);
+    redisFree(context);
 }
 
 /* --check with an unknown master name fails naming it, without the password. */
@@ -701,6 +777,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sentinel_unknown_master_is_config_error, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sentinel_switchover_follows_readonly, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(
             test_sentinel_failover_with_wait_loses_nothing_and_appends_once, setup, teardown),

@@ -7,9 +7,8 @@
 #   redis_ha.sh stop DIR             stop everything started in DIR
 #
 # Runs as root; the servers run as user redis when it exists. Every server listens on
-# 127.0.0.1 only, on a free port from OUTBOX_TEST_PORT_RANGE (default 20000-32000; cluster
-# nodes also need port + 10000 free for their bus, below the kernel's ephemeral ports, so only
-# the low end of the range is used), picked
+# 127.0.0.1 only, on a free port from OUTBOX_TEST_PORT_RANGE (default 20000-32000) whose
+# cluster bus port (port + 10000) is free too and below the kernel's ephemeral ports, picked
 # under the same lock as tests/harness/stack.sh. Every server requires the password
 # outbox-test-secret (sentinels too). Nothing is persisted: a killed server restarts empty.
 #

@@ -1,18 +1,20 @@
 /*
  * sink_redis_throughput.c - appends/s of the Redis sink next to raw XADD.
  *
- *   sink_redis_throughput [URL [COUNT [PAYLOAD_BYTES [BATCH]]]]
+ *   sink_redis_throughput [URL [COUNT [PAYLOAD_BYTES [BATCH [WAIT [STREAMS]]]]]]
  *
  * URL defaults to $OUTBOX_TEST_REDIS_URL. Publishes COUNT messages (default
  * 100000) of about PAYLOAD_BYTES (200) through sink_publish() in batches of
- * BATCH (default COUNT: one pipelined call), then the same number as raw
- * pipelined XADD commands with the same fields on one hiredis connection,
- * and prints both rates. Uses streams named outbox-throughput:<pid>:* and
+ * BATCH (default COUNT: one pipelined call) with --redis-wait WAIT (default
+ * 0), spread over STREAMS streams (default 1), then, for a redis:// URL, the
+ * same number as raw pipelined XADD commands with the same fields on one
+ * hiredis connection, and prints both rates. Uses streams named outbox-throughput:<pid>:* and
  * deletes them (and the dedup records) afterwards. A measuring tool, not a
  * test: it asserts nothing about speed.
  */
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,10 @@ main(int argc, char **argv)
     size_t count = argc > 2 ? strtoul(argv[2], NULL, 10) : 100000;
     size_t payload_bytes = argc > 3 ? strtoul(argv[3], NULL, 10) : 200;
     size_t batch = argc > 4 ? strtoul(argv[4], NULL, 10) : 0;
+    int wait_replicas = argc > 5 ? atoi(argv[5]) : 0;
+    size_t streams = argc > 6 ? strtoul(argv[6], NULL, 10) : 1;
+    char (*queues)[16] = NULL;
+    bool raw_possible;
     struct sink_options options = {0};
     struct sink_message *messages = NULL;
     struct sink_outcome *outcomes = NULL;
@@ -108,10 +114,12 @@ main(int argc, char **argv)
     int status = 1;
     sink *s = NULL;
 
-    if (url == NULL || count == 0 || payload_bytes < 16) {
-        fprintf(stderr, "usage: %s [URL [COUNT [PAYLOAD_BYTES [BATCH]]]]\n", argv[0]);
+    if (url == NULL || count == 0 || payload_bytes < 16 || streams == 0 || streams > 1000) {
+        fprintf(stderr, "usage: %s [URL [COUNT [PAYLOAD_BYTES [BATCH [WAIT [STREAMS]]]]]]\n",
+                argv[0]);
         return 2;
     }
+    raw_possible = strncmp(url, "redis://", 8) == 0;
     if (batch == 0 || batch > count)
         batch = count;
     signal(SIGPIPE, SIG_IGN);
@@ -119,8 +127,11 @@ main(int argc, char **argv)
     payload = malloc(payload_bytes + 1);
     messages = calloc(count, sizeof(*messages));
     outcomes = calloc(count, sizeof(*outcomes));
-    if (payload == NULL || messages == NULL || outcomes == NULL)
+    queues = calloc(streams, sizeof(*queues));
+    if (payload == NULL || messages == NULL || outcomes == NULL || queues == NULL)
         goto cleanup;
+    for (size_t i = 0; i < streams; i++)
+        snprintf(queues[i], sizeof(queues[i]), streams == 1 ? "bench" : "bench%zu", i);
     memset(payload, 'x', payload_bytes);
     memcpy(payload, "{\"pad\":\"", 8);
     memcpy(payload + payload_bytes - 2, "\"}", 2);
@@ -128,7 +139,7 @@ main(int argc, char **argv)
     for (size_t i = 0; i < count; i++) {
         messages[i].job_id = (int64_t)i + 1;
         messages[i].attempt = 1;
-        messages[i].queue = "bench";
+        messages[i].queue = queues[i % streams];
         messages[i].payload = payload;
         messages[i].payload_len = payload_bytes;
         messages[i].headers = "{}";
@@ -136,6 +147,7 @@ main(int argc, char **argv)
 
     options.url = url;
     options.stream_prefix = prefix;
+    options.redis_wait_replicas = wait_replicas;
     s = sink_new(&options, &err);
     if (s == NULL || sink_connect(s, &err) != 0) {
         fprintf(stderr, "sink: %s\n", err.message);
@@ -154,6 +166,14 @@ main(int argc, char **argv)
     for (size_t i = 0; i < count; i++)
         accepted += outcomes[i].status == SINK_ACCEPTED;
 
+    if (!raw_possible) {
+        printf("messages %zu, payload %zu bytes, sink batch %zu, wait %d, streams %zu\n", count,
+               payload_bytes, batch, wait_replicas, streams);
+        printf("sink (EVALSHA dedup + XADD, pipelined): %zu accepted in %.3f s = %.0f msg/s\n",
+               accepted, sink_seconds, (double)count / sink_seconds);
+        status = accepted == count ? 0 : 1;
+        goto cleanup;
+    }
     raw = connect_raw(url);
     if (raw == NULL) {
         fprintf(stderr, "raw: cannot connect\n");
@@ -180,7 +200,8 @@ main(int argc, char **argv)
     }
     raw_seconds = now_seconds() - started;
 
-    printf("messages %zu, payload %zu bytes, sink batch %zu\n", count, payload_bytes, batch);
+    printf("messages %zu, payload %zu bytes, sink batch %zu, wait %d, streams %zu\n", count,
+           payload_bytes, batch, wait_replicas, streams);
     printf("sink (EVALSHA dedup + XADD, pipelined): %zu accepted in %.3f s = %.0f msg/s\n",
            accepted, sink_seconds, (double)count / sink_seconds);
     printf("raw pipelined XADD:                     %zu appended in %.3f s = %.0f msg/s\n", raw_ok,
@@ -189,7 +210,7 @@ main(int argc, char **argv)
     status = accepted == count && raw_ok == count ? 0 : 1;
 
 cleanup:
-    if (raw == NULL)
+    if (raw == NULL && raw_possible)
         raw = connect_raw(url);
     if (raw != NULL) {
         delete_prefix(raw, prefix);
@@ -198,6 +219,7 @@ cleanup:
     sink_free(s);
     free(payload);
     free(messages);
+    free(queues);
     free(outcomes);
     return status;
 }
