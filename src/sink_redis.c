@@ -1293,7 +1293,9 @@ refresh_slot_map(sink *s)
 
 /*
  * Routes the messages of the batch to send: their slot and node. A message
- * whose slot has no known owner fails at once. Returns how many were routed.
+ * whose slot has no known owner fails at once; in a cluster, one whose
+ * stream name holds a '}' but no hash tag (a routing key can) is rejected,
+ * since no dedup record could share its slot. Returns how many were routed.
  */
 static size_t
 route_messages(sink *s, const struct sink_message *messages, const size_t *sendable, size_t count,
@@ -1307,8 +1309,17 @@ route_messages(sink *s, const struct sink_message *messages, const size_t *senda
         struct route route = {.index = sendable[i], .call = CALL_EVALSHA};
 
         if (r->topology == TOPOLOGY_CLUSTER) {
-            size_t len = write_stream_name(s, m, r->name);
+            size_t len = write_stream_name(s, m, r->name), tag_start, tag_len;
 
+            if (memchr(r->name, '}', len) != NULL &&
+                !keyslot_tag(r->name, len, &tag_start, &tag_len)) {
+                /* a routing key with '}': no dedup record name can share the stream's slot */
+                sink_outcome_set(&outcomes[sendable[i]], SINK_REJECTED,
+                                 "stream '%.100s' holds a '}' without a hash tag: in a redis"
+                                 " cluster its dedup record cannot share its slot",
+                                 r->name);
+                continue;
+            }
             route.slot = keyslot_of(r->name, len);
             route.node = r->slot_nodes[route.slot];
             if (route.node == NO_NODE) {
