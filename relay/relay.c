@@ -1411,6 +1411,8 @@ warn_other_broker_options(const relay *r)
         strcat(ignored, " --stream-prefix");
     if (!redis && c->stream_maxlen != 0)
         strcat(ignored, " --stream-maxlen");
+    if (!redis && c->redis_wait != 0)
+        strcat(ignored, " --redis-wait");
     if (ignored[0] != '\0')
         log_event(OUTBOX_LOG_WARN, "options for the other broker are ignored",
                   "broker=%s ignored=\"%s\"", sink_kind(r->pipelines[0].sink), ignored + 1);
