@@ -5,7 +5,9 @@
 # migrates, runs producers that commit orders with their outbox rows (and
 # roll every tenth transaction back), runs the relay to RabbitMQ and then to
 # Redis Streams, shows a consumer receiving every committed row exactly as
-# the database says, and stops everything on every exit path.
+# the database says, a consumer using the inbox to apply each message once
+# while a relay is killed and rows are published again, and stops everything
+# on every exit path.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +63,36 @@ if cmp -s "$STACK/db-ids" "$STACK/amqp-ids.sorted"; then
     echo "every committed row arrived in RabbitMQ; no rolled-back row did"
 else
     echo "MISMATCH between the database and RabbitMQ" >&2
+    exit 1
+fi
+
+step "effectively once: a consumer with the inbox, while a relay dies with SIGKILL"
+PGOPTIONS='-c client_min_messages=warning' \
+    "$TOOLS/outbox_producer" --database-url "$DB" --queue shipments --count 5000 --threads 8 \
+    --rollback-every 10
+SHIPMENTS=$(psql -qAt "$DB" -c "SELECT count(*) FROM outbox.job WHERE queue = 'shipments'")
+"$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue shipments --declare --expect 0
+"$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_AMQP_URL" --metrics-addr off \
+    --log-level error --lease 5 --batch-size 100 &
+RELAY_PID=$!
+sleep 1
+kill -KILL "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true; RELAY_PID=""
+echo "relay killed with SIGKILL; its unmarked rows come back after their 5 s lease"
+echo "re-driving a third of the published rows as if their relay had died before marking them"
+psql -q "$DB" -c "UPDATE outbox.job SET state = 'ready', finished_at = NULL
+                  WHERE queue = 'shipments' AND state = 'succeeded' AND job_id % 3 = 0"
+"$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_AMQP_URL" --metrics-addr off \
+    --log-level warn --lease 5 &
+RELAY_PID=$!
+echo "consumer 'shipping': each message in one transaction with outbox.inbox_accept()"
+"$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue shipments --idle-timeout 12 \
+    --inbox "$DB" --consumer shipping
+kill -TERM "$RELAY_PID"; wait "$RELAY_PID"; RELAY_PID=""
+EFFECTS=$(psql -qAt "$DB" -c "SELECT count(*) || ' rows for ' || count(DISTINCT message_id)
+                               || ' messages' FROM demo.shipments")
+echo "demo.shipments holds $EFFECTS; $SHIPMENTS were committed"
+if [ "$EFFECTS" != "$SHIPMENTS rows for $SHIPMENTS messages" ]; then
+    echo "MISMATCH: the consumer's side effects are not exactly one per message" >&2
     exit 1
 fi
 

@@ -23,6 +23,7 @@
 #      processes from /proc, the exited ones through the postmaster's cutime)
 #   5. claim latency against a growing ready backlog, table and index sizes
 #   6. claim latency with ordering keys
+#   7. a consumer's transaction with and without outbox.inbox_accept()
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -600,6 +601,40 @@ out=$("$TOOLS/outbox_bench" claim-latency --database-url "$DB" --batch 500 --rep
     die "claim-latency failed"
 result "one hot key of 100k rows + 100k unkeyed" "$(field median_ms "$out") ms" "$(sizes)"
 reset_outbox
+
+# ---- 7. inbox -----------------------------------------------------------------------------
+
+# A consumer's transaction: its own insert, alone and after outbox.inbox_accept().
+# One client, so the latency difference is the inbox's cost per message.
+section "7. consumer inbox: one message per transaction, 1 client, ${PGBENCH_SECONDS}s, median of $ROUNDS"
+sql "CREATE TABLE IF NOT EXISTS bench_effects (message_id text NOT NULL, amount bigint);
+     TRUNCATE bench_effects, outbox.inbox" >/dev/null
+cat >"$STACK/inbox-without.sql" <<'EOF_SQL'
+\set id random(1, 2000000000)
+BEGIN;
+INSERT INTO bench_effects (message_id, amount) VALUES (:id::text, :id % 1000);
+COMMIT;
+EOF_SQL
+cat >"$STACK/inbox-with.sql" <<'EOF_SQL'
+\set id random(1, 2000000000)
+BEGIN;
+SELECT outbox.inbox_accept('bench', :id::text);
+INSERT INTO bench_effects (message_id, amount) VALUES (:id::text, :id % 1000);
+COMMIT;
+EOF_SQL
+INBOX_WITHOUT=() INBOX_WITH=()
+for round in $(seq 1 "$ROUNDS"); do
+    log "inbox: consumer insert alone, then with inbox_accept, round $round of $ROUNDS"
+    INBOX_WITHOUT+=("$(pgbench_rate "$STACK/inbox-without.sql" 1 1)")
+    INBOX_WITH+=("$(pgbench_rate "$STACK/inbox-with.sql" 1 1)")
+done
+WITHOUT=$(median "${INBOX_WITHOUT[@]}")
+WITH=$(median "${INBOX_WITH[@]}")
+result "consumer insert alone" "$(fmt_rate "$WITHOUT") msgs/s" \
+    "$(printf '%.0f' "$(calc "1000000 / $WITHOUT")") us per message; runs: $(runs "${INBOX_WITHOUT[@]}")"
+result "with outbox.inbox_accept() first" "$(fmt_rate "$WITH") msgs/s" \
+    "$(printf '%.0f' "$(calc "1000000 / $WITH")") us per message, the inbox $(printf '%.0f' "$(calc "1000000 / $WITH - 1000000 / $WITHOUT")") us of it; runs: $(runs "${INBOX_WITH[@]}")"
+sql "DROP TABLE bench_effects; TRUNCATE outbox.inbox" >/dev/null
 
 # ---- report -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
  *   outbox_consumer --broker URL --queue Q [--expect N] [--idle-timeout SECONDS]
  *                   [--declare] [--bind EXCHANGE:PATTERN] [--show]
  *                   [--stream-prefix P] [--ids-file PATH]
+ *                   [--inbox DATABASE_URL [--consumer NAME]]
  *
  * AMQP: consumes queue Q (declared durable first with --declare, then exits
  * at once when only --declare is asked with --expect 0). --bind declares a
@@ -14,6 +15,12 @@
  * and prints: received, unique, duplicates, seconds, rate. --ids-file writes
  * every distinct id, one per line, for the caller to compare with the
  * database.
+ *
+ * With --inbox, each message is also processed the way a consumer with
+ * side effects in PostgreSQL would: one transaction accepts the message id
+ * in the inbox (outbox_inbox_accept, consumer NAME, default "shipping") and,
+ * only the first time, inserts a row into demo.shipments; a duplicate
+ * delivery commits nothing. Prints processed and skipped counts too.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,6 +33,9 @@
 #include <amqp_tcp_socket.h>
 #include <hiredis.h>
 
+#include <libpq-fe.h>
+
+#include "outbox.h"
 #include "url.h"
 
 /* An open-addressing set of positive ids. */
@@ -69,6 +79,8 @@ now_seconds(void)
 }
 
 struct options {
+    const char *inbox_url;
+    const char *consumer;
     const char *broker;
     const char *queue;
     const char *stream_prefix;
@@ -85,7 +97,57 @@ struct tally {
     long received;
     double first;
     double last;
+    /* --inbox */
+    PGconn *inbox;
+    const char *consumer;
+    long processed; /* accepted: the side effect committed with the inbox record */
+    long skipped;   /* already accepted: nothing done */
+    bool inbox_failed;
 };
+
+/* Runs sql on the inbox connection; false (with a message) when it fails. */
+static bool
+inbox_exec(struct tally *t, const char *sql)
+{
+    PGresult *result = PQexec(t->inbox, sql);
+    bool ok = PQresultStatus(result) == PGRES_COMMAND_OK;
+
+    if (!ok)
+        fprintf(stderr, "outbox_consumer: %s: %s", sql, PQerrorMessage(t->inbox));
+    PQclear(result);
+    return ok;
+}
+
+/* One message through the inbox: the side effect at most once per message id. */
+static void
+inbox_process(struct tally *t, long long id)
+{
+    struct outbox_error err;
+    char text[32], sql[128];
+    bool accepted = false;
+
+    if (t->inbox_failed || !inbox_exec(t, "BEGIN")) {
+        t->inbox_failed = true;
+        return;
+    }
+    snprintf(text, sizeof(text), "%lld", id);
+    if (outbox_inbox_accept(t->inbox, t->consumer, text, &accepted, &err) != 0) {
+        fprintf(stderr, "outbox_consumer: %s\n", err.message);
+        t->inbox_failed = true;
+        PQclear(PQexec(t->inbox, "ROLLBACK"));
+        return;
+    }
+    snprintf(sql, sizeof(sql), "INSERT INTO demo.shipments (message_id) VALUES ('%lld')", id);
+    if ((accepted && !inbox_exec(t, sql)) || !inbox_exec(t, "COMMIT")) {
+        t->inbox_failed = true;
+        PQclear(PQexec(t->inbox, "ROLLBACK"));
+        return;
+    }
+    if (accepted)
+        t->processed++;
+    else
+        t->skipped++;
+}
 
 static void
 record(struct tally *t, long long id)
@@ -96,6 +158,8 @@ record(struct tally *t, long long id)
         t->first = now;
     t->last = now;
     id_set_add(&t->ids, id);
+    if (t->inbox != NULL)
+        inbox_process(t, id);
 }
 
 static int
@@ -310,6 +374,10 @@ main(int argc, char **argv)
             o.bind = argv[++i];
         else if (strcmp(name, "--ids-file") == 0)
             o.ids_file = argv[++i];
+        else if (strcmp(name, "--inbox") == 0)
+            o.inbox_url = argv[++i];
+        else if (strcmp(name, "--consumer") == 0)
+            o.consumer = argv[++i];
         else {
             fprintf(stderr, "outbox_consumer: unknown option %s\n", name);
             return 2;
@@ -320,8 +388,29 @@ main(int argc, char **argv)
                 o.broker ? err.message : "required");
         return 2;
     }
+    if (o.inbox_url != NULL) {
+        t.inbox = PQconnectdb(o.inbox_url);
+        t.consumer = o.consumer != NULL ? o.consumer : "shipping";
+        if (PQstatus(t.inbox) != CONNECTION_OK ||
+            !inbox_exec(&t, "SET client_min_messages = warning;"
+                            " CREATE SCHEMA IF NOT EXISTS demo;"
+                            " CREATE TABLE IF NOT EXISTS demo.shipments ("
+                            "   message_id text NOT NULL,"
+                            "   shipped_at timestamptz NOT NULL DEFAULT now())")) {
+            fprintf(stderr, "outbox_consumer: --inbox: %s", PQerrorMessage(t.inbox));
+            PQfinish(t.inbox);
+            url_clear(&url);
+            return 1;
+        }
+    }
     rc = url.scheme == URL_REDIS ? consume_redis(&o, &url, &t) : consume_amqp(&o, &url, &t);
     url_clear(&url);
+    if (t.inbox_failed)
+        rc = -1;
+    if (rc == 0 && t.inbox != NULL)
+        printf("inbox consumer=%s processed=%ld skipped=%ld\n", t.consumer, t.processed,
+               t.skipped);
+    PQfinish(t.inbox);
     if (rc == 0 && !(o.declare && o.expect == 0)) {
         double seconds = t.last > t.first ? t.last - t.first : 0;
 
