@@ -226,6 +226,13 @@ test_standby_promotion_mid_run(void **state)
     }
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 30000), 0);
+    {
+        /* the new connections prepared their own statements */
+        const char *const unprepared[] = {"prepared statement", NULL};
+
+        if (relay_log_find(&relay, 0, false, unprepared, line, sizeof(line)) >= 0)
+            fail_msg("the relay used a statement it had not prepared: %s", line);
+    }
 
     /* no fenced write by anyone but the row's owner, before its lease ended */
     assert_int_equal(chaos_audit_violations(f->conn), 0);
