@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "relay.h"
+#include "sink.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -109,7 +110,8 @@ main(int argc, char **argv)
     /* config's level and format choices are listed in log.h's order */
     log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
 
-    m = metrics_new(strncmp(config.broker_url, "redis", 5) == 0 ? "redis" : "amqp");
+    /* config_parse checked that a broker of the registry speaks the URL's scheme */
+    m = metrics_new(sink_kind_of_url(config.broker.url));
     if (m == NULL) {
         outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
@@ -118,7 +120,7 @@ main(int argc, char **argv)
     if (r == NULL) {
         if (err.code == OUTBOX_ERR_CONFIG) {
             /* config_parse checked the URL and the options; what is left is about the broker */
-            fprintf(stderr, "outbox-relay: --broker: %s\n", err.message);
+            fprintf(stderr, "outbox-relay: %s\n", err.message);
             status = EXIT_USAGE;
             goto cleanup;
         }

@@ -1258,21 +1258,11 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     }
     for (int i = 0; i < config->concurrency; i++) {
         struct pipeline *p = &r->pipelines[i];
-        struct sink_options options = {
-            .url = config->broker_url,
-            .password = config->broker_password,
-            .exchange = config->exchange,
-            .stream_prefix = config->stream_prefix,
-            .dedup_window_ms = config->dedup_window_ms,
-            .stream_maxlen = config->stream_maxlen,
-            .redis_wait_replicas = config->redis_wait,
-            .max_message_bytes = (size_t)config->max_message_bytes,
-            .connect_timeout_ms = 5000,
-            .io_timeout_ms = 10000,
-            .heartbeat_seconds = 30,
-            .tls_verify = config->tls_verify,
-        };
+        struct sink_options options = config->broker;
 
+        options.connect_timeout_ms = 5000;
+        options.io_timeout_ms = 10000;
+        options.heartbeat_seconds = 30;
         p->relay = r;
         p->index = i;
         p->db.relay = r;
@@ -1396,26 +1386,16 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
 
 /*
  * Options of the broker not in use do nothing; one warning line at start
- * says which, so a mistyped --broker or a copied option is noticed.
+ * says which (config_parse listed them), so a mistyped --broker or a
+ * copied option is noticed.
  */
 static void
 warn_other_broker_options(const relay *r)
 {
-    const struct relay_config *c = r->config;
-    bool redis = strcmp(sink_kind(r->pipelines[0].sink), "redis") == 0;
-    char ignored[128] = "";
-
-    if (redis && c->exchange[0] != '\0')
-        strcat(ignored, " --exchange");
-    if (!redis && c->stream_prefix[0] != '\0')
-        strcat(ignored, " --stream-prefix");
-    if (!redis && c->stream_maxlen != 0)
-        strcat(ignored, " --stream-maxlen");
-    if (!redis && c->redis_wait != 0)
-        strcat(ignored, " --redis-wait");
-    if (ignored[0] != '\0')
+    if (r->config->ignored_options[0] != '\0')
         log_event(OUTBOX_LOG_WARN, "options for the other broker are ignored",
-                  "broker=%s ignored=\"%s\"", sink_kind(r->pipelines[0].sink), ignored + 1);
+                  "broker=%s ignored=\"%s\"", sink_kind(r->pipelines[0].sink),
+                  r->config->ignored_options);
 }
 
 int

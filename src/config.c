@@ -14,110 +14,85 @@
 #include "parse.h"
 #include "url.h"
 
-/* How an option's text becomes a value. */
-enum option_kind {
-    KIND_STRING,   /* char * */
-    KIND_LIST,     /* comma-separated queue names */
-    KIND_INT,      /* int within [min, max] */
-    KIND_INT64,    /* int64_t within [min, max] */
-    KIND_SECONDS,  /* duration into double seconds, [min, max] */
-    KIND_MILLIS,   /* duration into int milliseconds (int or int64 by field size) */
-    KIND_FLAG,     /* bool, no argument on the command line */
-    KIND_CHOICE,   /* one of the words in choices */
-};
+#define FROM_ENVIRONMENT OPTION_FROM_ENVIRONMENT
+#define COMMAND_LINE_ONLY OPTION_COMMAND_LINE_ONLY
+#define FIELD(f) OPTION_FIELD(struct relay_config, f)
 
-struct option_spec {
-    const char *name;   /* without the leading "--" */
-    const char *metavar;
-    enum option_kind kind;
-    size_t offset;      /* field in struct relay_config */
-    size_t size;        /* field size, for KIND_MILLIS */
-    const char *fallback; /* default as text, parsed like user input; NULL: none */
-    double min;
-    double max;
-    const char *choices; /* KIND_CHOICE: "a|b" */
-    const char *help;
-    /*
-     * Read from OUTBOX_<NAME> too. Settings are; the action flags (--once,
-     * --check, --help, --version) are not: a variable left in a service's
-     * environment must not turn a normal start into something else.
-     */
-    bool from_environment;
-};
-
-#define FROM_ENVIRONMENT true
-#define COMMAND_LINE_ONLY false
-
-#define FIELD(f) offsetof(struct relay_config, f), sizeof(((struct relay_config *)0)->f)
-
+/* The relay's own options; each broker's come from the sink registry. */
 static const struct option_spec OPTIONS[] = {
-    {"database-url", "URL", KIND_STRING, FIELD(database_url), NULL, 0, 0, NULL,
-     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT},
-    {"broker", "URL", KIND_STRING, FIELD(broker_url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
-     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
-     " required", FROM_ENVIRONMENT},
-    {"broker-password-file", "PATH", KIND_STRING, FIELD(broker_password_file), NULL, 0, 0, NULL,
-     "the broker password, read from this file (out of the process list); overrides one in"
-     " --broker", FROM_ENVIRONMENT},
-    {"queues", "A,B", KIND_LIST, FIELD(queues), NULL, 0, 0, NULL,
-     "publish only these queues (default: every queue)", FROM_ENVIRONMENT},
-    {"exchange", "NAME", KIND_STRING, FIELD(exchange), "", 0, 0, NULL,
-     "AMQP exchange of rows without their own (default: the default exchange)", FROM_ENVIRONMENT},
-    {"stream-prefix", "P", KIND_STRING, FIELD(stream_prefix), "", 0, 0, NULL,
-     "Redis stream key = P + the row's routing key, else its queue", FROM_ENVIRONMENT},
-    {"batch-size", "N", KIND_INT, FIELD(batch_size), "500", 1, 10000, NULL,
-     "rows claimed per claim", FROM_ENVIRONMENT},
-    {"lease", "SECONDS", KIND_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
-     "lease length; rows of a relay that dies are retried after it", FROM_ENVIRONMENT},
-    {"concurrency", "N", KIND_INT, FIELD(concurrency), "2", 1, 64, NULL,
-     "parallel claim/publish pipelines, each with its own connections", FROM_ENVIRONMENT},
-    {"metrics-addr", "HOST:PORT", KIND_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
-     "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT},
-    {"once", NULL, KIND_FLAG, FIELD(once), NULL, 0, 0, NULL,
+    {"database-url", "URL", OPTION_STRING, FIELD(database_url), NULL, 0, 0, NULL,
+     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT, 0},
+    {"queues", "A,B", OPTION_LIST, FIELD(queues), NULL, 0, 0, NULL,
+     "publish only these queues (default: every queue)", FROM_ENVIRONMENT, 0},
+    {"batch-size", "N", OPTION_INT, FIELD(batch_size), "500", 1, 10000, NULL,
+     "rows claimed per claim", FROM_ENVIRONMENT, 0},
+    {"lease", "SECONDS", OPTION_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
+     "lease length; rows of a relay that dies are retried after it", FROM_ENVIRONMENT, 0},
+    {"concurrency", "N", OPTION_INT, FIELD(concurrency), "2", 1, 64, NULL,
+     "parallel claim/publish pipelines, each with its own connections", FROM_ENVIRONMENT, 0},
+    {"metrics-addr", "HOST:PORT", OPTION_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
+     "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT, 0},
+    {"once", NULL, OPTION_FLAG, FIELD(once), NULL, 0, 0, NULL,
      "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
-     " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY},
-    {"check", NULL, KIND_FLAG, FIELD(check), NULL, 0, 0, NULL,
+     " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY, 0},
+    {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL,
      "validate the configuration, connect to both ends, check the role's privileges and that"
-     " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY},
-    {"poll-interval", "DURATION", KIND_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
-     "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT},
-    {"retry-base", "DURATION", KIND_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
-     "first retry delay after a failed publish; doubles per attempt, with jitter", FROM_ENVIRONMENT},
-    {"retry-max", "DURATION", KIND_SECONDS, FIELD(retry_max_seconds), "5m", 0, 604800, NULL,
-     "longest retry delay", FROM_ENVIRONMENT},
-    {"retention", "DURATION", KIND_SECONDS, FIELD(retention_seconds), CONFIG_RETENTION_DEFAULT,
-     0, 31536000, NULL, "delete succeeded rows older than this; 0 keeps them", FROM_ENVIRONMENT},
-    {"dedup-window", "DURATION", KIND_MILLIS, FIELD(dedup_window_ms), "24h", 1, 31536000000.0,
-     NULL, "Redis: a job is appended at most once per stream within this window", FROM_ENVIRONMENT},
-    {"stream-maxlen", "N", KIND_INT64, FIELD(stream_maxlen), "0", 0, 1e15, NULL,
-     "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims", FROM_ENVIRONMENT},
-    {"redis-wait", "N", KIND_INT, FIELD(redis_wait), "0", 0, 100, NULL,
-     "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000)",
-     FROM_ENVIRONMENT},
-    {"max-message-bytes", "N", KIND_INT64, FIELD(max_message_bytes), "134217728", 1, 2147483647,
-     NULL, "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)", FROM_ENVIRONMENT},
-    {"ordering-dead-policy", "skip|block", KIND_CHOICE, FIELD(block_on_dead_head), "skip", 0, 0,
-     "skip|block", "whether a dead row stops later rows of its ordering key", FROM_ENVIRONMENT},
-    {"on-success", "mark|delete", KIND_CHOICE, FIELD(delete_on_success), "mark", 0, 0,
+     " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY, 0},
+    {"poll-interval", "DURATION", OPTION_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
+     "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT, 0},
+    {"retry-base", "DURATION", OPTION_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
+     "first retry delay after a failed publish; doubles per attempt, with jitter", FROM_ENVIRONMENT, 0},
+    {"retry-max", "DURATION", OPTION_SECONDS, FIELD(retry_max_seconds), "5m", 0, 604800, NULL,
+     "longest retry delay", FROM_ENVIRONMENT, 0},
+    {"retention", "DURATION", OPTION_SECONDS, FIELD(retention_seconds), CONFIG_RETENTION_DEFAULT,
+     0, 31536000, NULL, "delete succeeded rows older than this; 0 keeps them", FROM_ENVIRONMENT, 0},
+    {"ordering-dead-policy", "skip|block", OPTION_CHOICE, FIELD(block_on_dead_head), "skip", 0, 0,
+     "skip|block", "whether a dead row stops later rows of its ordering key", FROM_ENVIRONMENT, 0},
+    {"on-success", "mark|delete", OPTION_CHOICE, FIELD(delete_on_success), "mark", 0, 0,
      "mark|delete", "a published row: mark it succeeded (kept for --retention) or delete it now",
-     FROM_ENVIRONMENT},
-    {"tls-verify", "yes|no", KIND_CHOICE, FIELD(tls_verify), "yes", 0, 0, "no|yes",
-     "amqps: verify the broker's certificate and host name", FROM_ENVIRONMENT},
-    {"log-level", "LEVEL", KIND_CHOICE, FIELD(log_level), "info", 0, 0, "debug|info|warn|error",
-     "least severe level logged", FROM_ENVIRONMENT},
-    {"log-format", "text|json", KIND_CHOICE, FIELD(log_format), "text", 0, 0, "text|json",
-     "log line format", FROM_ENVIRONMENT},
-    {"horizon-warning", "DURATION", KIND_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
-     31536000, NULL, "warn when an open transaction holds back vacuum longer than this", FROM_ENVIRONMENT},
-    {"help", NULL, KIND_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit", COMMAND_LINE_ONLY},
-    {"version", NULL, KIND_FLAG, FIELD(version), NULL, 0, 0, NULL, "print the version and exit", COMMAND_LINE_ONLY},
+     FROM_ENVIRONMENT, 0},
+    {"log-level", "LEVEL", OPTION_CHOICE, FIELD(log_level), "info", 0, 0, "debug|info|warn|error",
+     "least severe level logged", FROM_ENVIRONMENT, 0},
+    {"log-format", "text|json", OPTION_CHOICE, FIELD(log_format), "text", 0, 0, "text|json",
+     "log line format", FROM_ENVIRONMENT, 0},
+    {"horizon-warning", "DURATION", OPTION_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
+     31536000, NULL, "warn when an open transaction holds back vacuum longer than this", FROM_ENVIRONMENT, 0},
+    {"help", NULL, OPTION_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit", COMMAND_LINE_ONLY, 0},
+    {"version", NULL, OPTION_FLAG, FIELD(version), NULL, 0, 0, NULL, "print the version and exit", COMMAND_LINE_ONLY, 0},
 };
 
 #define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
 
-/* Longest exchange name AMQP can carry. */
-#define CONFIG_EXCHANGE_MAX 255
+/*
+ * One option as parsing sees it: its row, where its struct starts within
+ * struct relay_config (0 for the relay's rows, the broker struct for the
+ * registry's), and the --help group it is listed in.
+ */
+struct option_entry {
+    const struct option_spec *spec;
+    size_t base;
+    const char *group; /* NULL: the relay's own */
+};
+
+/* Room for the relay's rows and every broker's. */
+#define ENTRIES_MAX 64
+
+/* Lists the relay's options, then each group of the sink registry; returns how many. */
+static size_t
+all_options(struct option_entry *entries)
+{
+    const struct option_spec *rows;
+    const char *title;
+    size_t n = 0, count;
+
+    for (size_t i = 0; i < OPTION_COUNT; i++)
+        entries[n++] = (struct option_entry){&OPTIONS[i], 0, NULL};
+    for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++)
+        for (size_t i = 0; i < count && n < ENTRIES_MAX; i++)
+            entries[n++] = (struct option_entry){&rows[i], offsetof(struct relay_config, broker),
+                                                 title};
+    return n;
+}
 
 /* Longest user text quoted back in a message. */
 #define QUOTE_MAX 60
@@ -171,14 +146,15 @@ env_name(const struct option_spec *spec, char *out, size_t size)
 
 /* Frees one option's current value. */
 static void
-clear_value(struct relay_config *config, const struct option_spec *spec)
+clear_value(struct relay_config *config, const struct option_entry *entry)
 {
-    char *base = (char *)config + spec->offset;
+    const struct option_spec *spec = entry->spec;
+    char *base = (char *)config + entry->base + spec->offset;
 
-    if (spec->kind == KIND_STRING) {
+    if (spec->kind == OPTION_STRING) {
         free(*(char **)base);
         *(char **)base = NULL;
-    } else if (spec->kind == KIND_LIST) {
+    } else if (spec->kind == OPTION_LIST) {
         char **list = *(char ***)base;
 
         for (size_t i = 0; list != NULL && list[i] != NULL; i++)
@@ -206,29 +182,35 @@ queue_name_valid(const char *name, size_t len)
 
 /* Sets one option from text; `source` names it in errors ("--lease" or "OUTBOX_LEASE"). */
 static int
-set_value(struct relay_config *config, const struct option_spec *spec, const char *text,
+set_value(struct relay_config *config, const struct option_entry *entry, const char *text,
           const char *source, struct outbox_error *err)
 {
-    char *base = (char *)config + spec->offset;
+    const struct option_spec *spec = entry->spec;
+    char *base = (char *)config + entry->base + spec->offset;
     char quoted[QUOTE_MAX + 1];
     char *end;
 
     switch (spec->kind) {
-    case KIND_STRING: {
-        char *copy = strdup(text);
+    case OPTION_STRING: {
+        char *copy;
 
+        /* e.g. AMQP's shortstr: the broker would close the connection on a longer one */
+        if (spec->max_length > 0 && strlen(text) > spec->max_length)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: longer than %zu bytes (%zu)",
+                                    source, spec->max_length, strlen(text));
+        copy = strdup(text);
         if (copy == NULL)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        clear_value(config, spec);
+        clear_value(config, entry);
         *(char **)base = copy;
         return 0;
     }
-    case KIND_LIST: {
+    case OPTION_LIST: {
         size_t count = 0, i = 0;
         char **list;
         const char *p = text;
 
-        clear_value(config, spec);
+        clear_value(config, entry);
         for (const char *q = text; *q != '\0'; q++)
             count += *q == ',';
         list = calloc(count + 2, sizeof(*list));
@@ -260,8 +242,8 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
         }
         return 0;
     }
-    case KIND_INT:
-    case KIND_INT64: {
+    case OPTION_INT:
+    case OPTION_INT64: {
         long long value;
 
         errno = 0;
@@ -270,26 +252,26 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "%s: expected a whole number from %.0f to %.0f, got '%s'",
                                     source, spec->min, spec->max, quote(text, quoted));
-        if (spec->kind == KIND_INT)
+        if (spec->kind == OPTION_INT)
             *(int *)base = (int)value;
         else
             *(int64_t *)base = value;
         return 0;
     }
-    case KIND_SECONDS:
-    case KIND_MILLIS: {
+    case OPTION_SECONDS:
+    case OPTION_MILLIS: {
         int64_t ms = 0;
         double value;
 
         if (parse_duration_ms(text, &ms, NULL) != 0)
             ms = -1;
-        value = spec->kind == KIND_MILLIS ? (double)ms : (double)ms / 1000.0;
+        value = spec->kind == OPTION_MILLIS ? (double)ms : (double)ms / 1000.0;
         if (ms < 0 || value < spec->min || value > spec->max)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
                                     " within range, got '%s'",
                                     source, quote(text, quoted));
-        if (spec->kind == KIND_SECONDS)
+        if (spec->kind == OPTION_SECONDS)
             memcpy(base, &value, sizeof(value)); /* the field is a double */
         else if (spec->size == sizeof(int64_t))
             *(int64_t *)base = (int64_t)llround(value);
@@ -297,7 +279,7 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
             *(int *)base = (int)lround(value);
         return 0;
     }
-    case KIND_FLAG:
+    case OPTION_FLAG:
         if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
             strcmp(text, "on") == 0)
             *(bool *)base = true;
@@ -309,7 +291,7 @@ set_value(struct relay_config *config, const struct option_spec *spec, const cha
                                     "%s: expected true or false, got '%s'", source,
                                     quote(text, quoted));
         return 0;
-    case KIND_CHOICE: {
+    case OPTION_CHOICE: {
         const char *choices = spec->choices;
         int index = 0;
 
@@ -387,138 +369,177 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
     return 0;
 }
 
-static const struct option_spec *
-find_option(const char *name, size_t len)
+/* Index of the option called [name, name+len) in entries, or -1. */
+static int
+find_option(const struct option_entry *entries, size_t count, const char *name, size_t len)
 {
-    for (size_t i = 0; i < OPTION_COUNT; i++)
-        if (strlen(OPTIONS[i].name) == len && strncmp(OPTIONS[i].name, name, len) == 0)
-            return &OPTIONS[i];
-    return NULL;
+    for (size_t i = 0; i < count; i++)
+        if (strlen(entries[i].spec->name) == len && strncmp(entries[i].spec->name, name, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+/*
+ * Reads argv into given[] (per entry, the last value the command line
+ * gave, or NULL), without setting anything: the variables of options the
+ * command line gives are then never read.
+ */
+static int
+read_command_line(const struct option_entry *entries, size_t count, int argc,
+                  const char *const *argv, const char **given, struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *name, *value = NULL;
+        size_t len;
+        int index;
+
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "unexpected argument '%s' (options start with --; see --help)",
+                                    quote(arg, quoted));
+        name = arg + 2;
+        len = strcspn(name, "=");
+        if (name[len] == '=')
+            value = name + len + 1;
+        index = find_option(entries, count, name, len);
+        if (index < 0) {
+            char *unknown = strndup(name, len);
+
+            if (unknown == NULL)
+                return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%s' (see --help)",
+                             quote(unknown, quoted));
+            free(unknown);
+            return -1;
+        }
+        if (entries[index].spec->kind == OPTION_FLAG) {
+            if (value == NULL)
+                value = "true";
+        } else if (value == NULL) {
+            if (i + 1 >= argc)
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--%s needs a value (%s)",
+                                        entries[index].spec->name, entries[index].spec->metavar);
+            value = argv[++i];
+        }
+        given[index] = value;
+    }
+    return 0;
+}
+
+/* Defaults, then the environment, then the command line's given[] values. */
+static int
+set_values(struct relay_config *config, const struct option_entry *entries, size_t count,
+           const char *const *given, bool *provided, struct outbox_error *err)
+{
+    char source[64];
+
+    for (size_t i = 0; i < count; i++)
+        if (entries[i].spec->fallback != NULL &&
+            set_value(config, &entries[i], entries[i].spec->fallback, entries[i].spec->name, err) != 0)
+            return -1;
+    for (size_t i = 0; i < count; i++) {
+        const char *value;
+
+        if (given[i] != NULL || !entries[i].spec->from_environment)
+            continue;
+        env_name(entries[i].spec, source, sizeof(source));
+        value = getenv(source);
+        if (value != NULL && set_value(config, &entries[i], value, source, err) != 0)
+            return -1;
+        provided[i] = value != NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (given[i] == NULL)
+            continue;
+        snprintf(source, sizeof(source), "--%s", entries[i].spec->name);
+        if (set_value(config, &entries[i], given[i], source, err) != 0)
+            return -1;
+        provided[i] = true;
+    }
+    return 0;
+}
+
+/*
+ * Lists in config->ignored_options the options given (on the command line
+ * or in the environment) that belong to a broker other than --broker's:
+ * they do nothing, and the relay says so once at start.
+ */
+static void
+note_other_broker_options(struct relay_config *config, const struct option_entry *entries,
+                          size_t count, const bool *provided)
+{
+    const char *kind = sink_kind_of_url(config->broker.url);
+    size_t used = 0;
+
+    config->ignored_options[0] = '\0';
+    for (size_t i = 0; i < count && kind != NULL; i++) {
+        if (!provided[i] || entries[i].group == NULL || strcmp(entries[i].group, "broker") == 0 ||
+            strcmp(entries[i].group, kind) == 0)
+            continue;
+        used += (size_t)snprintf(config->ignored_options + used,
+                                 used < sizeof(config->ignored_options)
+                                     ? sizeof(config->ignored_options) - used
+                                     : 0,
+                                 "%s--%s", used > 0 ? " " : "", entries[i].spec->name);
+        if (used >= sizeof(config->ignored_options))
+            break;
+    }
+}
+
+/* What no single option can check: required ones, URLs, and options that go together. */
+static int
+check_values(const struct relay_config *config, struct outbox_error *err)
+{
+    struct outbox_error inner;
+    struct broker_url url;
+    sink *broker;
+
+    if (config->database_url == NULL || config->database_url[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--database-url is required (or OUTBOX_DATABASE_URL)");
+    if (config->broker.url == NULL || config->broker.url[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker is required (or OUTBOX_BROKER)");
+    if (url_check_database(config->database_url, &inner) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--database-url: %s", inner.message);
+    if (sink_url_parse(config->broker.url, &url, &inner) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s", inner.message);
+    url_clear(&url);
+    /* the broker's own checks of its options (no I/O); their messages name the option */
+    broker = sink_new(&config->broker, &inner);
+    if (broker == NULL)
+        return outbox_error_set(err, inner.code, "%s", inner.message);
+    sink_free(broker);
+    if (config->retry_max_seconds < config->retry_base_seconds)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--retry-max must not be below --retry-base");
+    if (config->once && config->check)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--once and --check exclude each other");
+    return 0;
 }
 
 int
 config_parse(struct relay_config *config, int argc, const char *const *argv,
              struct outbox_error *err)
 {
-    char source[64];
-    char quoted[QUOTE_MAX + 1];
-    /* per option, the command line's value (the last one given), or NULL */
-    const char *given[OPTION_COUNT] = {NULL};
+    struct option_entry entries[ENTRIES_MAX];
+    size_t count = all_options(entries);
+    const char *given[ENTRIES_MAX] = {NULL};
+    bool provided[ENTRIES_MAX] = {false};
 
     memset(config, 0, sizeof(*config));
-
-    /* the command line is read first, so the variables it overrides are never read */
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *name, *value = NULL;
-        const struct option_spec *spec;
-        size_t len;
-
-        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unexpected argument '%s' (options start"
-                             " with --; see --help)", quote(arg, quoted));
-            goto fail;
-        }
-        name = arg + 2;
-        len = strcspn(name, "=");
-        if (name[len] == '=')
-            value = name + len + 1;
-        spec = find_option(name, len);
-        if (spec == NULL) {
-            char *unknown = strndup(name, len);
-
-            if (unknown == NULL) {
-                outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-                goto fail;
-            }
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%s' (see --help)",
-                             quote(unknown, quoted));
-            free(unknown);
-            goto fail;
-        }
-        if (spec->kind == KIND_FLAG) {
-            if (value == NULL)
-                value = "true";
-        } else if (value == NULL) {
-            if (i + 1 >= argc) {
-                outbox_error_set(err, OUTBOX_ERR_CONFIG, "--%s needs a value (%s)", spec->name,
-                                 spec->metavar);
-                goto fail;
-            }
-            value = argv[++i];
-        }
-        given[spec - OPTIONS] = value;
-    }
-
-    /* defaults, then the environment, then the command line */
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        if (OPTIONS[i].fallback != NULL &&
-            set_value(config, &OPTIONS[i], OPTIONS[i].fallback, OPTIONS[i].name, err) != 0)
-            goto fail;
-    }
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        const char *value;
-
-        if (given[i] != NULL || !OPTIONS[i].from_environment)
-            continue;
-        env_name(&OPTIONS[i], source, sizeof(source));
-        value = getenv(source);
-        if (value != NULL && set_value(config, &OPTIONS[i], value, source, err) != 0)
-            goto fail;
-    }
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        if (given[i] == NULL)
-            continue;
-        snprintf(source, sizeof(source), "--%s", OPTIONS[i].name);
-        if (set_value(config, &OPTIONS[i], given[i], source, err) != 0)
-            goto fail;
-    }
+    if (read_command_line(entries, count, argc, argv, given, err) != 0 ||
+        set_values(config, entries, count, given, provided, err) != 0)
+        goto fail;
     if (config->help || config->version)
         return 0;
-
-    if (config->database_url == NULL || config->database_url[0] == '\0') {
-        outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                         "--database-url is required (or OUTBOX_DATABASE_URL)");
+    if (config->broker.password_file != NULL &&
+        read_password_file(config->broker.password_file, (char **)&config->broker.password, err) != 0)
         goto fail;
-    }
-    if (config->broker_url == NULL || config->broker_url[0] == '\0') {
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker is required (or OUTBOX_BROKER)");
+    if (check_values(config, err) != 0)
         goto fail;
-    }
-    {
-        struct outbox_error url_err;
-
-        if (url_check_database(config->database_url, &url_err) != 0) {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "--database-url: %s", url_err.message);
-            goto fail;
-        }
-    }
-    {
-        struct broker_url url;
-        struct outbox_error url_err;
-
-        if (url_parse(config->broker_url, &url, &url_err) != 0) {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s", url_err.message);
-            goto fail;
-        }
-        url_clear(&url);
-    }
-    if (config->broker_password_file != NULL &&
-        read_password_file(config->broker_password_file, &config->broker_password, err) != 0)
-        goto fail;
-    /* AMQP's shortstr: the broker would close the connection on a longer one */
-    if (strlen(config->exchange) > CONFIG_EXCHANGE_MAX) {
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: longer than %d bytes (%zu)",
-                         CONFIG_EXCHANGE_MAX, strlen(config->exchange));
-        goto fail;
-    }
-    if (config->retry_max_seconds < config->retry_base_seconds) {
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--retry-max must not be below --retry-base");
-        goto fail;
-    }
-    if (config->once && config->check) {
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "--once and --check exclude each other");
-        goto fail;
-    }
+    note_other_broker_options(config, entries, count, provided);
     return 0;
 
 fail:
@@ -529,21 +550,42 @@ fail:
 void
 config_clear(struct relay_config *config)
 {
+    struct option_entry entries[ENTRIES_MAX];
+    size_t count = all_options(entries);
+
     if (config == NULL)
         return;
-    if (config->broker_password != NULL) {
-        memset(config->broker_password, 0, strlen(config->broker_password));
-        free(config->broker_password);
+    if (config->broker.password != NULL) {
+        char *password = (char *)config->broker.password;
+
+        memset(password, 0, strlen(password));
+        free(password);
     }
-    for (size_t i = 0; i < OPTION_COUNT; i++)
-        clear_value(config, &OPTIONS[i]);
+    for (size_t i = 0; i < count; i++)
+        clear_value(config, &entries[i]);
     memset(config, 0, sizeof(*config));
+}
+
+/* One --help line per option; the default in brackets. */
+static void
+usage_line(FILE *out, const struct option_spec *spec)
+{
+    char left[64];
+
+    snprintf(left, sizeof(left), "--%s%s%s", spec->name, spec->metavar ? " " : "",
+             spec->metavar ? spec->metavar : "");
+    fprintf(out, "  %-30s %s", left, spec->help);
+    if (spec->fallback != NULL && spec->fallback[0] != '\0' && spec->kind != OPTION_FLAG)
+        fprintf(out, " [%s]", spec->fallback);
+    fputc('\n', out);
 }
 
 void
 config_usage(FILE *out)
 {
-    size_t only = 0, shown = 0;
+    struct option_entry entries[ENTRIES_MAX];
+    size_t count = all_options(entries), only = 0, shown = 0;
+    const char *group = NULL;
 
     fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
           "\n"
@@ -552,28 +594,24 @@ config_usage(FILE *out)
           "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
           "its variable is then not read.",
           out);
-    for (size_t i = 0; i < OPTION_COUNT; i++)
-        only += !OPTIONS[i].from_environment;
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        if (OPTIONS[i].from_environment)
+    for (size_t i = 0; i < count; i++)
+        only += !entries[i].spec->from_environment;
+    for (size_t i = 0; i < count; i++) {
+        if (entries[i].spec->from_environment)
             continue;
         shown++;
         fprintf(out, "%s--%s", shown == 1 ? (only > 1 ? " " : " Only ") :
-                               shown == only ? " and " : ", ", OPTIONS[i].name);
+                               shown == only ? " and " : ", ", entries[i].spec->name);
     }
     if (only > 0)
         fputs(only > 1 ? " are read\nfrom the command line only." : " is read from the command line only.", out);
     fputs("\n\noptions:\n", out);
-    for (size_t i = 0; i < OPTION_COUNT; i++) {
-        const struct option_spec *spec = &OPTIONS[i];
-        char left[64];
-
-        snprintf(left, sizeof(left), "--%s%s%s", spec->name, spec->metavar ? " " : "",
-                 spec->metavar ? spec->metavar : "");
-        fprintf(out, "  %-30s %s", left, spec->help);
-        if (spec->fallback != NULL && spec->fallback[0] != '\0' && spec->kind != KIND_FLAG)
-            fprintf(out, " [%s]", spec->fallback);
-        fputc('\n', out);
+    for (size_t i = 0; i < count; i++) {
+        if (entries[i].group != NULL && (group == NULL || strcmp(group, entries[i].group) != 0)) {
+            group = entries[i].group;
+            fprintf(out, "\n%s options:\n", group);
+        }
+        usage_line(out, entries[i].spec);
     }
     fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
 }

@@ -2,9 +2,11 @@
  * config.h - the relay's configuration: command-line options and their
  * OUTBOX_<NAME> environment twins.
  *
- * One table in config.c describes every option (name, environment name,
- * kind, default, help); parsing, defaults, `--help` and the README's
- * reference all come from it. The command line wins over the environment.
+ * One table in config.c describes the relay's options (name, environment
+ * name, kind, default, help), and the sink registry adds each broker's
+ * (sink_option_group): parsing, defaults, `--help`, the man page and the
+ * README's reference all come from them. The command line wins over the
+ * environment.
  * Every error names the option (or variable) and the bad value, never a
  * password.
  */
@@ -16,6 +18,7 @@
 #include <stdio.h>
 
 #include "outbox.h"
+#include "sink.h"
 
 /* In the order of the --log-level and --log-format choices. */
 enum config_log_level {
@@ -37,14 +40,11 @@ enum config_log_format {
 #define CONFIG_RETENTION_DEFAULT "1h"
 
 struct relay_config {
+    struct sink_options broker; /* --broker and every broker's options (the sink registry) */
+    char ignored_options[128];  /* "--exchange --tls-verify": given, but of another broker */
     char *database_url;
-    char *broker_url;
-    char *broker_password_file; /* --broker-password-file */
-    char *broker_password;      /* read from it; overrides the URL's; NULL when not given */
     char **queues; /* NULL-terminated; NULL means every queue */
     size_t queue_count;
-    char *exchange;
-    char *stream_prefix;
     int batch_size;
     int lease_seconds;
     int concurrency;
@@ -57,13 +57,8 @@ struct relay_config {
     double retry_base_seconds; /* first retry delay */
     double retry_max_seconds;  /* retry delay cap */
     double retention_seconds;  /* succeeded rows kept this long; 0 keeps forever */
-    int64_t dedup_window_ms;   /* Redis: one append per job within this */
-    int64_t stream_maxlen;     /* Redis: MAXLEN ~ N, 0 off */
-    int redis_wait;            /* Redis: replicas that must acknowledge an append */
-    int64_t max_message_bytes; /* larger payloads fail as permanent */
     bool block_on_dead_head;   /* --ordering-dead-policy block */
     bool delete_on_success;    /* --on-success delete */
-    bool tls_verify;           /* amqps: verify the broker's certificate */
     int log_level;  /* enum config_log_level */
     int log_format; /* enum config_log_format */
     double horizon_warning_seconds; /* warn when the xmin horizon is older */

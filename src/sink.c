@@ -1,5 +1,5 @@
 /*
- * sink.c - the common part of every sink: options, dispatch by scheme.
+ * sink.c - the common part of every sink: the registry, options, dispatch by scheme.
  */
 #include "sink_internal.h"
 
@@ -12,6 +12,102 @@
 #include <unistd.h>
 
 #include "error.h"
+
+/* ---- the registry: one row per broker ------------------------------------ */
+
+static const struct sink_type *const SINK_TYPES[] = {
+    &sink_amqp_type,
+    &sink_redis_type,
+};
+
+#define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))
+
+/* Options every broker reads. */
+static const struct option_spec COMMON_OPTIONS[] = {
+    {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
+     "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
+     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
+     " required", OPTION_FROM_ENVIRONMENT, 0},
+    {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
+     NULL, 0, 0, NULL,
+     "the broker password, read from this file (out of the process list); overrides one in"
+     " --broker", OPTION_FROM_ENVIRONMENT, 0},
+    {"max-message-bytes", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, max_message_bytes),
+     "134217728", 1, 2147483647, NULL,
+     "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)",
+     OPTION_FROM_ENVIRONMENT, 0},
+};
+
+const struct option_spec *
+sink_option_group(size_t index, const char **title, size_t *count)
+{
+    if (index == 0) {
+        *title = "broker";
+        *count = sizeof(COMMON_OPTIONS) / sizeof(COMMON_OPTIONS[0]);
+        return COMMON_OPTIONS;
+    }
+    if (index > SINK_TYPE_COUNT)
+        return NULL;
+    *title = SINK_TYPES[index - 1]->kind;
+    *count = SINK_TYPES[index - 1]->option_count;
+    return SINK_TYPES[index - 1]->options;
+}
+
+/* Every scheme of every broker, and their names for errors ("amqp, amqps or redis"). */
+static size_t
+all_schemes(const struct url_scheme **schemes, size_t capacity, char *names, size_t names_size)
+{
+    size_t count = 0, used = 0;
+
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (count < capacity)
+                schemes[count++] = *p;
+    names[0] = '\0';
+    for (size_t i = 0; i < count && used < names_size; i++)
+        used += (size_t)snprintf(names + used, names_size - used, "%s%s://",
+                                 i == 0 ? "" : i + 1 == count ? " or " : ", ", schemes[i]->name);
+    return count;
+}
+
+#define SCHEMES_MAX 32
+
+int
+sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
+{
+    const struct url_scheme *schemes[SCHEMES_MAX];
+    char names[512];
+    size_t count = all_schemes(schemes, SCHEMES_MAX, names, sizeof(names));
+
+    return url_parse(text, schemes, count, names, url, err);
+}
+
+/* The broker speaking scheme, or NULL. */
+static const struct sink_type *
+type_of_scheme(const struct url_scheme *scheme)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (*p == scheme)
+                return SINK_TYPES[t];
+    return NULL;
+}
+
+const char *
+sink_kind_of_url(const char *url)
+{
+    size_t len = url != NULL ? strcspn(url, ":") : 0;
+
+    if (url == NULL || strncmp(url + len, "://", 3) != 0)
+        return NULL;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (strlen((*p)->name) == len && strncmp(url, (*p)->name, len) == 0)
+                return SINK_TYPES[t]->kind;
+    return NULL;
+}
+
+/* ---- sinks ---------------------------------------------------------------- */
 
 /* strdup that maps NULL to "". */
 static char *
@@ -59,7 +155,8 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
     if (s->options.max_message_bytes == 0)
         s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
     s->options.password = NULL; /* copied into s->url below, not kept */
-    if (url_parse(options->url, &s->url, err) != 0)
+    s->options.password_file = NULL;
+    if (sink_url_parse(options->url, &s->url, err) != 0)
         goto fail;
     if (options->password != NULL) {
         char *password = strdup(options->password);
@@ -74,17 +171,8 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         }
         s->url.password = password;
     }
-    switch (s->url.scheme) {
-    case URL_AMQP:
-    case URL_AMQPS:
-        s->ops = &sink_amqp_ops;
-        break;
-    case URL_REDIS:
-    case URL_REDIS_SENTINEL:
-    case URL_REDIS_CLUSTER:
-        s->ops = &sink_redis_ops;
-        break;
-    }
+    s->type = type_of_scheme(s->url.scheme);
+    s->ops = s->type->ops;
     for (size_t i = 0; i < s->url.endpoint_count; i++)
         url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
                             sizeof(s->endpoint_names[i]));
@@ -119,7 +207,7 @@ sink_free(sink *s)
 const char *
 sink_kind(const sink *s)
 {
-    return s->ops->kind;
+    return s->type->kind;
 }
 
 const char *
@@ -209,9 +297,9 @@ sink_publish(sink *s, const struct sink_message *messages, size_t count,
 
     if (!s->connected) {
         for (size_t i = 0; i < count; i++)
-            sink_outcome_set(&outcomes[i], SINK_FAILED, "%s broker not connected", s->ops->kind);
+            sink_outcome_set(&outcomes[i], SINK_FAILED, "%s broker not connected", s->type->kind);
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
-                                s->ops->kind);
+                                s->type->kind);
     }
     rc = s->ops->publish(s, messages, count, outcomes, err);
     next_endpoint_if_lost(s, true);
@@ -223,7 +311,7 @@ sink_check(sink *s, struct outbox_error *err)
 {
     if (!s->connected)
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
-                                s->ops->kind);
+                                s->type->kind);
     return s->ops->check != NULL ? s->ops->check(s, err) : 0;
 }
 

@@ -30,17 +30,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "option.h"
 #include "outbox.h"
+#include "url.h"
 
 /* RabbitMQ's default max_message_size; the default limit of every sink. */
 #define SINK_DEFAULT_MAX_MESSAGE_BYTES ((size_t)128 * 1024 * 1024)
 
-/* Options common to every sink; each sink reads the ones it understands. */
+/*
+ * Options of the sinks; each sink reads the ones it understands. The rows
+ * that fill them from the command line are declared by the sinks (see
+ * sink_option_group), the relay adds the timeouts.
+ */
 struct sink_options {
     const char *url;           /* broker URL, with password: never log it */
     const char *exchange;      /* AMQP exchange of rows without their own, "" for the default */
     const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
     const char *password;      /* overrides the URL's password when not NULL; never logged */
+    const char *password_file; /* --broker-password-file: config.c reads it into password */
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
     int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */
@@ -48,7 +55,7 @@ struct sink_options {
     int io_timeout_ms;         /* longest wait for the broker without progress */
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
-    size_t max_message_bytes;  /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
+    int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
 };
 
 /* One message to publish, built from a claimed row. */
@@ -82,8 +89,24 @@ struct sink_outcome {
 typedef struct sink sink;
 
 /*
- * Validates the options (scheme, URL shape) without connecting. Returns
- * NULL and fills err (OUTBOX_ERR_CONFIG) on a bad URL or option.
+ * The registry's options, group by group for --help and parsing: group 0
+ * holds the options every broker reads (--broker, --max-message-bytes),
+ * each further group one broker's own. Returns the rows (count in *count)
+ * and the group's title ("broker", or the broker's kind), NULL past the
+ * last group. Every row fills a field of struct sink_options.
+ */
+const struct option_spec *sink_option_group(size_t index, const char **title, size_t *count);
+
+/* The kind ("amqp", "redis") of the broker whose scheme url starts with, or NULL. */
+const char *sink_kind_of_url(const char *url);
+
+/* Parses a broker URL by every scheme of the registry (see url_parse). */
+int sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *err);
+
+/*
+ * Validates the options (scheme, URL shape, the broker's own options)
+ * without connecting. Returns NULL and fills err (OUTBOX_ERR_CONFIG, the
+ * message naming the option at fault) on a bad URL or option.
  */
 sink *sink_new(const struct sink_options *options, struct outbox_error *err);
 void sink_free(sink *s);

@@ -222,8 +222,8 @@ sink_amqp_init(sink *s, struct outbox_error *err)
     struct sink_amqp *impl;
 
     if (strlen(s->options.exchange) > SINK_AMQP_SHORTSTR_MAX)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "exchange name longer than %d bytes",
-                                SINK_AMQP_SHORTSTR_MAX);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: longer than %d bytes (%zu)",
+                                SINK_AMQP_SHORTSTR_MAX, strlen(s->options.exchange));
     impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -245,7 +245,7 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     impl->conn = amqp_new_connection();
     if (impl->conn == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    if (s->url.scheme == URL_AMQPS) {
+    if (s->url.scheme->tls) {
         socket = amqp_ssl_socket_new(impl->conn);
         if (socket != NULL) {
             amqp_ssl_socket_set_verify_peer(socket, s->options.tls_verify);
@@ -531,8 +531,9 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
     size_t header_bytes = 0;
 
     memset(headers, 0, sizeof(*headers));
-    if (message->payload_len > s->options.max_message_bytes) {
-        sink_outcome_set(outcome, SINK_REJECTED, "message of %zu bytes exceeds the limit of %zu bytes",
+    if ((int64_t)message->payload_len > s->options.max_message_bytes) {
+        sink_outcome_set(outcome, SINK_REJECTED,
+                         "message of %zu bytes exceeds the limit of %" PRId64 " bytes",
                          message->payload_len, s->options.max_message_bytes);
         return -1;
     }
@@ -929,8 +930,7 @@ sink_amqp_destroy(sink *s)
     s->impl = NULL;
 }
 
-const struct sink_ops sink_amqp_ops = {
-    .kind = "amqp",
+static const struct sink_ops sink_amqp_ops = {
     .init = sink_amqp_init,
     .connect = sink_amqp_connect,
     .publish = sink_amqp_publish,
@@ -939,4 +939,44 @@ const struct sink_ops sink_amqp_ops = {
     .disconnect = sink_amqp_disconnect,
     .destroy = sink_amqp_destroy,
     .endpoint_alternatives = true,
+};
+
+/* ---- registry row --------------------------------------------------------- */
+
+static const struct url_scheme amqp_scheme = {
+    .name = "amqp",
+    .default_port = 5672,
+    .max_endpoints = URL_MAX_ENDPOINTS,
+    .path = URL_PATH_VHOST,
+    .default_user = "guest",
+    .default_password = "guest",
+};
+
+static const struct url_scheme amqps_scheme = {
+    .name = "amqps",
+    .default_port = 5671,
+    .max_endpoints = URL_MAX_ENDPOINTS,
+    .path = URL_PATH_VHOST,
+    .default_user = "guest",
+    .default_password = "guest",
+    .tls = true,
+};
+
+static const struct url_scheme *const amqp_schemes[] = {&amqp_scheme, &amqps_scheme, NULL};
+
+static const struct option_spec amqp_options[] = {
+    {"exchange", "NAME", OPTION_STRING, OPTION_FIELD(struct sink_options, exchange), "", 0, 0,
+     NULL, "AMQP exchange of rows without their own (default: the default exchange)",
+     OPTION_FROM_ENVIRONMENT, SINK_AMQP_SHORTSTR_MAX},
+    {"tls-verify", "yes|no", OPTION_CHOICE, OPTION_FIELD(struct sink_options, tls_verify), "yes", 0,
+     0, "no|yes", "amqps: verify the broker's certificate and host name", OPTION_FROM_ENVIRONMENT,
+     0},
+};
+
+const struct sink_type sink_amqp_type = {
+    .kind = "amqp",
+    .schemes = amqp_schemes,
+    .options = amqp_options,
+    .option_count = sizeof(amqp_options) / sizeof(amqp_options[0]),
+    .ops = &sink_amqp_ops,
 };

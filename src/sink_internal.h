@@ -1,18 +1,22 @@
 /*
  * sink_internal.h - what a broker implementation provides to sink.c.
  *
- * sink.c owns the common part (options, display URL, dispatch); each
- * implementation (sink_amqp.c, sink_redis.c) fills a sink_ops table and keeps
- * its own state behind s->impl. Only sink*.c include this header.
+ * sink.c owns the common part (options, display URL, dispatch) and the
+ * registry: one struct sink_type per broker, listed once in sink.c. A
+ * broker's module (sink_amqp.c, sink_redis.c) declares everything about it
+ * in its sink_type: its kind, the URL schemes it speaks, its options (rows
+ * that fill struct sink_options) and its operations, keeping its own state
+ * behind s->impl. Adding a broker is its module and one registry row. Only
+ * sink*.c include this header.
  */
 #ifndef OUTBOX_SINK_INTERNAL_H
 #define OUTBOX_SINK_INTERNAL_H
 
+#include "option.h"
 #include "sink.h"
 #include "url.h"
 
 struct sink_ops {
-    const char *kind;
     /* Allocates s->impl from s->url and s->options; no I/O. */
     int (*init)(sink *s, struct outbox_error *err);
     /*
@@ -37,8 +41,18 @@ struct sink_ops {
     bool endpoint_alternatives;
 };
 
-struct sink {
+/* One broker: a row of the registry in sink.c. */
+struct sink_type {
+    const char *kind;                        /* "amqp": logs, errors, the broker="..." label */
+    const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
+    const struct option_spec *options;       /* its own options, fields of struct sink_options */
+    size_t option_count;
     const struct sink_ops *ops;
+};
+
+struct sink {
+    const struct sink_type *type;
+    const struct sink_ops *ops; /* type->ops */
     struct sink_options options; /* strings are owned copies */
     struct broker_url url;       /* parsed options.url */
     char *display_url;           /* password redacted */
@@ -55,8 +69,8 @@ struct sink {
  */
 const char *sink_target(const sink *s);
 
-extern const struct sink_ops sink_amqp_ops;
-extern const struct sink_ops sink_redis_ops;
+extern const struct sink_type sink_amqp_type;
+extern const struct sink_type sink_redis_type;
 
 /* Fills one outcome; reason is formatted like printf, may be NULL. */
 void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,

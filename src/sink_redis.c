@@ -374,14 +374,14 @@ redis_init(sink *s, struct outbox_error *err)
                                                : DEFAULT_DEDUP_WINDOW_MS;
     snprintf(r->window_ms, sizeof(r->window_ms), "%lld", r->window);
     snprintf(r->maxlen, sizeof(r->maxlen), "%" PRId64, s->options.stream_maxlen);
-    switch (s->url.scheme) {
-    case URL_REDIS_SENTINEL:
+    switch ((enum topology)s->url.scheme->variant) {
+    case TOPOLOGY_SENTINEL:
         r->topology = TOPOLOGY_SENTINEL;
         /* nodes[0]: the primary, once a sentinel named it */
         if (find_node(r, "", 0, 0) != 0)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         break;
-    case URL_REDIS_CLUSTER:
+    case TOPOLOGY_CLUSTER:
         r->topology = TOPOLOGY_CLUSTER;
         /* a stream name with a '}' but no hash tag has no dedup name in its slot */
         if (strchr(prefix, '}') != NULL && !keyslot_tag(prefix, strlen(prefix), &tag_start, &tag_len))
@@ -394,7 +394,7 @@ redis_init(sink *s, struct outbox_error *err)
         for (size_t i = 0; i < KEYSLOT_COUNT; i++)
             r->slot_nodes[i] = NO_NODE;
         break;
-    default:
+    case TOPOLOGY_SINGLE:
         r->topology = TOPOLOGY_SINGLE;
         if (find_node(r, s->url.host, strlen(s->url.host), s->url.port) != 0)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -1388,7 +1388,7 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
     struct redis_sink *r = s->impl;
-    size_t limit = s->options.max_message_bytes, longest = 0, sendable_count = 0, routed;
+    size_t limit = (size_t)s->options.max_message_bytes, longest = 0, sendable_count = 0, routed;
     size_t *sendable;
     int rc;
 
@@ -1497,12 +1497,65 @@ redis_destroy(sink *s)
     s->impl = NULL;
 }
 
-const struct sink_ops sink_redis_ops = {
-    .kind = "redis",
+static const struct sink_ops sink_redis_ops = {
     .init = redis_init,
     .connect = redis_connect,
     .publish = redis_publish,
     .idle = redis_idle,
     .disconnect = redis_disconnect,
     .destroy = redis_destroy,
+};
+
+/* ---- registry row --------------------------------------------------------- */
+
+static const struct url_scheme redis_scheme = {
+    .name = "redis",
+    .default_port = 6379,
+    .max_endpoints = 1,
+    .path = URL_PATH_DB,
+    .one_endpoint_hint = "use redis+sentinel:// or redis+cluster:// for several",
+    .variant = TOPOLOGY_SINGLE,
+};
+
+static const struct url_scheme redis_sentinel_scheme = {
+    .name = "redis+sentinel",
+    .default_port = 26379,
+    .max_endpoints = URL_MAX_ENDPOINTS,
+    .path = URL_PATH_MASTER_DB,
+    .variant = TOPOLOGY_SENTINEL,
+};
+
+static const struct url_scheme redis_cluster_scheme = {
+    .name = "redis+cluster",
+    .default_port = 6379,
+    .max_endpoints = URL_MAX_ENDPOINTS,
+    .path = URL_PATH_NONE,
+    .variant = TOPOLOGY_CLUSTER,
+};
+
+static const struct url_scheme *const redis_schemes[] = {&redis_scheme, &redis_sentinel_scheme,
+                                                         &redis_cluster_scheme, NULL};
+
+static const struct option_spec redis_options[] = {
+    {"stream-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, stream_prefix), "", 0,
+     0, NULL, "Redis stream key = P + the row's routing key, else its queue",
+     OPTION_FROM_ENVIRONMENT, 0},
+    {"dedup-window", "DURATION", OPTION_MILLIS, OPTION_FIELD(struct sink_options, dedup_window_ms),
+     "24h", 1, 31536000000.0, NULL,
+     "Redis: a job is appended at most once per stream within this window",
+     OPTION_FROM_ENVIRONMENT, 0},
+    {"stream-maxlen", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, stream_maxlen), "0", 0,
+     1e15, NULL, "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims",
+     OPTION_FROM_ENVIRONMENT, 0},
+    {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_options, redis_wait_replicas), "0", 0,
+     100, NULL, "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000)",
+     OPTION_FROM_ENVIRONMENT, 0},
+};
+
+const struct sink_type sink_redis_type = {
+    .kind = "redis",
+    .schemes = redis_schemes,
+    .options = redis_options,
+    .option_count = sizeof(redis_options) / sizeof(redis_options[0]),
+    .ops = &sink_redis_ops,
 };

@@ -79,43 +79,6 @@ parse_number(const char *start, size_t len, long min, long max)
 
 static size_t uri_scheme_length(const char *text);
 
-/* What a scheme accepts: its default port and how many endpoints. */
-struct scheme_rule {
-    const char *name;
-    enum url_scheme scheme;
-    int default_port;
-    size_t max_endpoints;
-};
-
-static const struct scheme_rule scheme_rules[] = {
-    {"amqp", URL_AMQP, 5672, URL_MAX_ENDPOINTS},
-    {"amqps", URL_AMQPS, 5671, URL_MAX_ENDPOINTS},
-    {"redis", URL_REDIS, 6379, 1},
-    {"redis+sentinel", URL_REDIS_SENTINEL, 26379, URL_MAX_ENDPOINTS},
-    {"redis+cluster", URL_REDIS_CLUSTER, 6379, URL_MAX_ENDPOINTS},
-};
-
-#define SCHEME_LIST "amqp, amqps, redis, redis+sentinel or redis+cluster"
-
-/* The rule for the scheme [text, text+len), or NULL. */
-static const struct scheme_rule *
-find_scheme(const char *text, size_t len)
-{
-    for (size_t i = 0; i < sizeof(scheme_rules) / sizeof(scheme_rules[0]); i++)
-        if (strlen(scheme_rules[i].name) == len && strncmp(text, scheme_rules[i].name, len) == 0)
-            return &scheme_rules[i];
-    return NULL;
-}
-
-const char *
-url_scheme_name(enum url_scheme scheme)
-{
-    for (size_t i = 0; i < sizeof(scheme_rules) / sizeof(scheme_rules[0]); i++)
-        if (scheme_rules[i].scheme == scheme)
-            return scheme_rules[i].name;
-    return "unknown";
-}
-
 /*
  * End of the endpoint that starts at start: the next ',' outside an IPv6
  * address's brackets, or end.
@@ -190,7 +153,7 @@ parse_endpoint(const char *start, const char *end, int default_port, const char 
  * rule->max_endpoints of them.
  */
 static int
-parse_endpoints(const char *start, const char *end, const struct scheme_rule *rule,
+parse_endpoints(const char *start, const char *end, const struct url_scheme *rule,
                 struct broker_url *url, struct outbox_error *err)
 {
     bool is_list = memchr(start, ',', (size_t)(end - start)) != NULL;
@@ -206,13 +169,12 @@ parse_endpoints(const char *start, const char *end, const struct scheme_rule *ru
             for (const char *q = start; q < end; q++)
                 listed += *q == ',';
             if (rule->max_endpoints == 1)
-                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "%s:// takes one endpoint: use redis+sentinel:// or"
-                                        " redis+cluster:// for several",
-                                        rule->name);
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s:// takes one endpoint%s%s",
+                                        rule->name, rule->one_endpoint_hint ? ": " : "",
+                                        rule->one_endpoint_hint ? rule->one_endpoint_hint : "");
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "broker URL lists %zu endpoints: at most %d", listed,
-                                    URL_MAX_ENDPOINTS);
+                                    "broker URL lists %zu endpoints: at most %zu", listed,
+                                    rule->max_endpoints);
         }
         if (is_list)
             snprintf(where, sizeof(where), " (endpoint %zu)", url->endpoint_count + 1);
@@ -231,35 +193,39 @@ parse_endpoints(const char *start, const char *end, const struct scheme_rule *ru
 
 /* Parses a Sentinel path "/MASTERNAME[/db]" into url. */
 static int
-parse_sentinel_path(const char *path, struct broker_url *url, struct outbox_error *err)
+parse_master_db_path(const char *path, struct broker_url *url, struct outbox_error *err)
 {
+    const char *scheme = url->scheme->name;
+    int port = url->scheme->default_port;
     const char *name = path + (*path == '/'), *slash = strchr(name, '/');
     size_t name_len = slash != NULL ? (size_t)(slash - name) : strlen(name);
 
     if (name_len == 0)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "redis+sentinel URL needs the master name, as in"
-                                " redis+sentinel://host:26379/mymaster");
+                                "%s URL needs the master name, as in %s://host:%d/mymaster",
+                                scheme, scheme, port);
     url->master_name = decode_part(name, name_len);
     if (url->master_name == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "redis+sentinel URL has a bad escape in the master name");
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL has a bad escape in the master name",
+                                scheme);
     if (slash != NULL && slash[1] != '\0') {
         long db = parse_number(slash + 1, strlen(slash + 1), 0, 1000000);
 
         if (db < 0)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "redis+sentinel URL database must be a number, as in"
-                                    " redis+sentinel://host:26379/mymaster/0");
+                                    "%s URL database must be a number, as in"
+                                    " %s://host:%d/mymaster/0",
+                                    scheme, scheme, port);
         url->db = (int)db;
     }
     return 0;
 }
 
 int
-url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
+url_parse(const char *text, const struct url_scheme *const *schemes, size_t count,
+          const char *expected, struct broker_url *url, struct outbox_error *err)
 {
-    const struct scheme_rule *rule;
+    const struct url_scheme *rule = NULL;
     const char *rest, *authority_end, *at, *host, *path;
     size_t scheme_len;
 
@@ -269,21 +235,23 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
 
     rest = strstr(text, "://");
     if (rest == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "broker URL has no scheme: expected amqp://, amqps:// or redis://");
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has no scheme: expected %s",
+                                expected);
     scheme_len = (size_t)(rest - text);
-    rule = find_scheme(text, scheme_len);
+    for (size_t i = 0; i < count && rule == NULL; i++)
+        if (strlen(schemes[i]->name) == scheme_len &&
+            strncmp(text, schemes[i]->name, scheme_len) == 0)
+            rule = schemes[i];
     if (rule == NULL) {
         if (scheme_len > 0 && scheme_len <= 20 && uri_scheme_length(text) == scheme_len)
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "unknown broker URL scheme '%.*s': expected " SCHEME_LIST,
-                                    (int)scheme_len, text);
+                                    "unknown broker URL scheme '%.*s': expected %s",
+                                    (int)scheme_len, text, expected);
         /* not a scheme name: it may hold a password or a line break, so it is not shown */
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "broker URL has no valid scheme: expected amqp://, amqps:// or"
-                                " redis://");
+                                "broker URL has no valid scheme: expected %s", expected);
     }
-    url->scheme = rule->scheme;
+    url->scheme = rule;
     rest += 3;
 
     authority_end = rest + strcspn(rest, "/?#");
@@ -320,46 +288,48 @@ url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
         goto fail;
 
     path = authority_end;
-    switch (url->scheme) {
-    case URL_REDIS:
+    switch (rule->path) {
+    case URL_PATH_DB:
         if (*path == '/' && path[1] != '\0') {
             long db = parse_number(path + 1, strlen(path + 1), 0, 1000000);
 
             if (db < 0) {
                 outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                 "redis URL database must be a number, as in redis://host:6379/0");
+                                 "%s URL database must be a number, as in %s://host:%d/0",
+                                 rule->name, rule->name, rule->default_port);
                 goto fail;
             }
             url->db = (int)db;
         }
         break;
-    case URL_REDIS_SENTINEL:
-        if (parse_sentinel_path(path, url, err) != 0)
+    case URL_PATH_MASTER_DB:
+        if (parse_master_db_path(path, url, err) != 0)
             goto fail;
         break;
-    case URL_REDIS_CLUSTER:
+    case URL_PATH_NONE:
         if (*path == '/' && path[1] != '\0') {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                             "redis+cluster URL takes no database: a Redis Cluster has only"
-                             " database 0");
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL takes no database: only database 0 is served",
+                             rule->name);
             goto fail;
         }
         break;
-    case URL_AMQP:
-    case URL_AMQPS:
-        if (url->user == NULL)
-            url->user = strdup("guest");
-        if (url->password == NULL)
-            url->password = strdup("guest");
+    case URL_PATH_VHOST:
         if (*path == '\0' || path[1] == '\0')
             url->vhost = strdup("/");
         else
             url->vhost = decode_part(path + 1, strlen(path + 1));
-        if (url->vhost == NULL || url->user == NULL || url->password == NULL) {
+        if (url->vhost == NULL) {
             outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
             goto fail;
         }
         break;
+    }
+    if ((url->user == NULL && rule->default_user != NULL &&
+         (url->user = strdup(rule->default_user)) == NULL) ||
+        (url->password == NULL && rule->default_password != NULL &&
+         (url->password = strdup(rule->default_password)) == NULL)) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
     }
     return 0;
 

@@ -1,6 +1,10 @@
 /*
  * url.h - parsing broker URLs.
  *
+ * The schemes are not listed here: each sink declares the ones it speaks
+ * (struct url_scheme, see sink_internal.h) and url_parse() reads a URL by
+ * the table it is given. What follows are the shapes of today's sinks:
+ *
  *   amqp://user:pass@host:port/vhost   (amqps:// for TLS)
  *   amqp://user:pass@h1:p1,h2:p2,h3:p3/vhost
  *   redis://[:pass@]host:port[/db]     (redis://user:pass@... for Redis ACL users)
@@ -19,20 +23,34 @@
 #ifndef OUTBOX_URL_H
 #define OUTBOX_URL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "outbox.h"
 
-enum url_scheme {
-    URL_AMQP,           /* amqp://, one or more endpoints */
-    URL_AMQPS,          /* amqps://, one or more endpoints */
-    URL_REDIS,          /* redis://, exactly one endpoint */
-    URL_REDIS_SENTINEL, /* redis+sentinel://, the Sentinels; master name in the path */
-    URL_REDIS_CLUSTER,  /* redis+cluster://, seed nodes of a Redis Cluster */
-};
-
 /* Most endpoints one URL may list. */
 #define URL_MAX_ENDPOINTS 16
+
+/* What the path after the endpoints names. */
+enum url_path {
+    URL_PATH_VHOST,     /* "/vhost", percent-decoded; "/" when empty (AMQP) */
+    URL_PATH_DB,        /* "/N", a database number; 0 when empty (Redis) */
+    URL_PATH_MASTER_DB, /* "/MASTERNAME[/N]", required name (Redis Sentinel) */
+    URL_PATH_NONE,      /* nothing (Redis Cluster: database 0 only) */
+};
+
+/* One scheme a sink accepts and what its URLs hold. */
+struct url_scheme {
+    const char *name;             /* as written before "://" */
+    int default_port;             /* when an endpoint names none */
+    size_t max_endpoints;         /* 1 .. URL_MAX_ENDPOINTS */
+    enum url_path path;
+    const char *default_user;     /* when the URL names none; NULL: none */
+    const char *default_password; /* likewise */
+    const char *one_endpoint_hint; /* max_endpoints 1: what to use for several, for errors */
+    bool tls;                     /* the connection is TLS (amqps) */
+    int variant;                  /* the sink's own distinction among its schemes */
+};
 
 /* Room for url_endpoint_format's text: "[" host "]:" port and the NUL. */
 #define URL_ENDPOINT_TEXT_MAX 300
@@ -43,7 +61,7 @@ struct url_endpoint {
 };
 
 struct broker_url {
-    enum url_scheme scheme;
+    const struct url_scheme *scheme;
     char *user;                                       /* NULL when absent (Redis) */
     char *password;                                   /* NULL when absent */
     struct url_endpoint endpoints[URL_MAX_ENDPOINTS]; /* in the URL's order */
@@ -55,12 +73,14 @@ struct broker_url {
     int db;            /* Redis and Redis Sentinel only */
 };
 
-/* Parses text into url (owned strings); 0, or -1 with OUTBOX_ERR_CONFIG. */
-int url_parse(const char *text, struct broker_url *url, struct outbox_error *err);
+/*
+ * Parses text into url (owned strings) by the first of schemes[0..count-1]
+ * whose name it starts with; expected lists them for the error of an unknown
+ * scheme ("amqp, amqps or redis"). 0, or -1 with OUTBOX_ERR_CONFIG.
+ */
+int url_parse(const char *text, const struct url_scheme *const *schemes, size_t count,
+              const char *expected, struct broker_url *url, struct outbox_error *err);
 void url_clear(struct broker_url *url);
-
-/* The scheme as written in a URL ("amqp", "redis+sentinel", ...). */
-const char *url_scheme_name(enum url_scheme scheme);
 
 /*
  * Writes "host:port" ("[host]:port" for an IPv6 address) into out, for

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "fuzz_common.h"
+#include "sink.h"
 #include "url.h"
 
 #define ARG_MAX_COUNT 64
@@ -58,7 +59,7 @@ check_secret_hidden(const char *text, const char *input, const char *message)
     PQconninfoOption *options;
     char *pq_message = NULL;
 
-    if (url_parse(text, &url, &err) == 0) {
+    if (sink_url_parse(text, &url, &err) == 0) {
         const char *pw = url.password;
 
         if (pw != NULL && strlen(pw) >= 6 && strpbrk(pw, "!$~^") != NULL &&
@@ -117,7 +118,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!config.help && !config.version) {
             FUZZ_CHECK(config.database_url != NULL && config.database_url[0] != '\0',
                        "no database url");
-            FUZZ_CHECK(config.broker_url != NULL && config.broker_url[0] != '\0', "no broker");
+            FUZZ_CHECK(config.broker.url != NULL && config.broker.url[0] != '\0', "no broker");
         }
         FUZZ_CHECK(config.batch_size >= 1 && config.batch_size <= 10000, "batch %d",
                    config.batch_size);
@@ -138,8 +139,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(err.code == OUTBOX_ERR_CONFIG || err.code == OUTBOX_ERR_INTERNAL, "code %d",
                    (int)err.code);
         fuzz_check_message(&err, "(argv)");
-        FUZZ_CHECK(config.database_url == NULL && config.broker_url == NULL &&
-                       config.queues == NULL && config.exchange == NULL,
+        FUZZ_CHECK(config.database_url == NULL && config.broker.url == NULL &&
+                       config.queues == NULL && config.broker.exchange == NULL,
                    "config not cleared after a failure");
         for (int i = 1; i < argc; i++) {
             const char *value = strchr(argv[i], '=');

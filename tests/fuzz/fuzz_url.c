@@ -15,6 +15,7 @@
 #include <libpq-fe.h>
 
 #include "fuzz_common.h"
+#include "sink.h"
 #include "url.h"
 
 static bool
@@ -59,7 +60,7 @@ check_broker_url(const char *text, const char *redacted)
     int rc;
 
     memset(&err, 0, sizeof(err));
-    rc = url_parse(text, &url, &err);
+    rc = sink_url_parse(text, &url, &err);
     FUZZ_CHECK(rc == 0 || rc == -1, "url_parse returned %d", rc);
     if (rc != 0) {
         FUZZ_CHECK(err.code == OUTBOX_ERR_CONFIG, "code %d", (int)err.code);
@@ -79,7 +80,7 @@ check_broker_url(const char *text, const char *redacted)
                    "endpoint %zu lacks a host or port", i + 1);
     if (url.scheme == URL_REDIS_SENTINEL)
         FUZZ_CHECK(url.master_name != NULL && url.master_name[0] != '\0', "no master name");
-    if (url.scheme == URL_AMQP || url.scheme == URL_AMQPS)
+    if (url.scheme->path == URL_PATH_VHOST)
         FUZZ_CHECK(url.user != NULL && url.password != NULL && url.vhost != NULL,
                    "amqp url lacks user, password or vhost");
 
@@ -87,7 +88,7 @@ check_broker_url(const char *text, const char *redacted)
         FUZZ_CHECK(strstr(redacted, url.password) == NULL, "'%s' redacted as '%s' keeps the password",
                    text, redacted);
 
-    rc = url_parse(redacted, &again, &err);
+    rc = sink_url_parse(redacted, &again, &err);
     FUZZ_CHECK(rc == 0, "'%s' redacted as '%s' no longer parses: %s", text, redacted, err.message);
     FUZZ_CHECK(again.scheme == url.scheme && again.port == url.port && again.db == url.db &&
                    same_string(again.host, url.host) && same_string(again.user, url.user),
@@ -99,7 +100,7 @@ check_broker_url(const char *text, const char *redacted)
         FUZZ_CHECK(same_string(again.endpoints[i].host, url.endpoints[i].host) &&
                        again.endpoints[i].port == url.endpoints[i].port,
                    "'%s' redacted as '%s' changes endpoint %zu", text, redacted, i + 1);
-    if (url.password != NULL && !((url.scheme == URL_AMQP || url.scheme == URL_AMQPS) && strcmp(url.password, "guest") == 0 &&
+    if (url.password != NULL && !((url.scheme->path == URL_PATH_VHOST) && strcmp(url.password, "guest") == 0 &&
                                   strcmp(again.password, "guest") == 0))
         FUZZ_CHECK(same_string(again.password, "***"), "'%s' redacted as '%s' keeps a password",
                    text, redacted);

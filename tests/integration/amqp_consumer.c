@@ -13,6 +13,7 @@
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
 
+#include "sink.h"
 #include "url.h"
 
 #define CONSUMER_CHANNEL 1
@@ -79,7 +80,7 @@ queue_consumer_connect(const char *url_text)
     queue_consumer *c = NULL;
     amqp_socket_t *socket;
 
-    if (url_parse(url_text, &url, &err) != 0) {
+    if (sink_url_parse(url_text, &url, &err) != 0) {
         fprintf(stderr, "consumer: %s\n", err.message);
         return NULL;
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sink.h"
 #include "url.h"
 
 redisContext *
@@ -18,9 +19,9 @@ stream_consumer_connect(const char *url)
     redisContext *context;
     redisReply *reply;
 
-    if (url == NULL || url_parse(url, &parsed, &err) != 0)
+    if (url == NULL || sink_url_parse(url, &parsed, &err) != 0)
         return NULL;
-    if (parsed.scheme != URL_REDIS) {
+    if (strcmp(parsed.scheme->name, "redis") != 0) {
         url_clear(&parsed);
         return NULL;
     }

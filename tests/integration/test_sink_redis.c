@@ -705,7 +705,7 @@ make_url(char *out, size_t size, const char *test_url, const char *password, int
     struct broker_url parsed;
     struct outbox_error err;
 
-    assert_int_equal(url_parse(test_url, &parsed, &err), 0);
+    assert_int_equal(sink_url_parse(test_url, &parsed, &err), 0);
     if (password != NULL)
         snprintf(out, size, "redis://:%s@%s:%d/%d", password, parsed.host, parsed.port, db);
     else
@@ -784,7 +784,7 @@ test_acl_user_can_publish(void **state)
     assert_non_null(reply);
     assert_int_equal(reply->type, REDIS_REPLY_STATUS);
     freeReplyObject(reply);
-    assert_int_equal(url_parse(f->url, &parsed, &err), 0);
+    assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host, parsed.port,
              parsed.db);
     url_clear(&parsed);
@@ -797,7 +797,7 @@ test_acl_user_can_publish(void **state)
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 5);
     sink_free(s);
 
-    assert_int_equal(url_parse(f->url, &parsed, &err), 0);
+    assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:wrong-acl-secret@%s:%d/%d", user, parsed.host,
              parsed.port, parsed.db);
     url_clear(&parsed);

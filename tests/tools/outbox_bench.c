@@ -44,6 +44,7 @@
 #include <hiredis/hiredis.h>
 
 #include "outbox.h"
+#include "sink.h"
 #include "url.h"
 
 struct options {
@@ -266,7 +267,7 @@ amqp_open(const char *broker)
     amqp_socket_t *socket = amqp_tcp_socket_new(conn);
     bool ok = false;
 
-    if (url_parse(broker, &url, &err) != 0) {
+    if (sink_url_parse(broker, &url, &err) != 0) {
         fprintf(stderr, "outbox_bench: %s\n", err.message);
         amqp_destroy_connection(conn);
         return NULL;
@@ -426,7 +427,7 @@ redis_open(const char *broker)
     redisReply *reply;
     bool ok = true;
 
-    if (url_parse(broker, &url, &err) != 0) {
+    if (sink_url_parse(broker, &url, &err) != 0) {
         fprintf(stderr, "outbox_bench: %s\n", err.message);
         return NULL;
     }

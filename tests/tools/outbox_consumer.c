@@ -36,6 +36,7 @@
 #include <libpq-fe.h>
 
 #include "outbox.h"
+#include "sink.h"
 #include "url.h"
 
 /* An open-addressing set of positive ids. */
@@ -383,7 +384,7 @@ main(int argc, char **argv)
             return 2;
         }
     }
-    if (o.broker == NULL || url_parse(o.broker, &url, &err) != 0) {
+    if (o.broker == NULL || sink_url_parse(o.broker, &url, &err) != 0) {
         fprintf(stderr, "outbox_consumer: --broker: %s\n",
                 o.broker ? err.message : "required");
         return 2;
@@ -403,7 +404,7 @@ main(int argc, char **argv)
             return 1;
         }
     }
-    rc = url.scheme == URL_REDIS ? consume_redis(&o, &url, &t) : consume_amqp(&o, &url, &t);
+    rc = strcmp(url.scheme->name, "redis") == 0 ? consume_redis(&o, &url, &t) : consume_amqp(&o, &url, &t);
     url_clear(&url);
     if (t.inbox_failed)
         rc = -1;

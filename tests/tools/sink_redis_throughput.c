@@ -46,7 +46,7 @@ connect_raw(const char *url)
     redisContext *context;
     redisReply *reply;
 
-    if (url_parse(url, &parsed, &err) != 0)
+    if (sink_url_parse(url, &parsed, &err) != 0)
         return NULL;
     context = redisConnect(parsed.host, parsed.port);
     if (context != NULL && context->err == 0 && parsed.password != NULL) {

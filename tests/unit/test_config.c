@@ -52,12 +52,12 @@ test_defaults(void **state)
     assert_int_equal(c.lease_seconds, 60);
     assert_int_equal(c.concurrency, 2);
     assert_string_equal(c.metrics_addr, "127.0.0.1:9187");
-    assert_string_equal(c.exchange, "");
+    assert_string_equal(c.broker.exchange, "");
     assert_null(c.queues);
     assert_false(c.once);
     assert_int_equal(c.poll_interval_ms, 100);
-    assert_int_equal(c.dedup_window_ms, 24LL * 3600 * 1000);
-    assert_true(c.tls_verify);
+    assert_int_equal(c.broker.dedup_window_ms, 24LL * 3600 * 1000);
+    assert_true(c.broker.tls_verify);
     assert_false(c.block_on_dead_head);
     assert_false(c.delete_on_success);
     assert_int_equal(c.log_level, CONFIG_LOG_INFO);

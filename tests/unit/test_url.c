@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sink.h"
 #include "url.h"
 
 static void
@@ -18,8 +19,8 @@ test_amqp_full(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("amqp://app:s%40cret@mq.local:5673/orders%2Fv1", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_AMQP);
+    assert_int_equal(sink_url_parse("amqp://app:s%40cret@mq.local:5673/orders%2Fv1", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "amqp");
     assert_string_equal(url.user, "app");
     assert_string_equal(url.password, "s@cret");
     assert_string_equal(url.host, "mq.local");
@@ -35,14 +36,14 @@ test_amqp_defaults(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("amqp://localhost", &url, &err), 0);
+    assert_int_equal(sink_url_parse("amqp://localhost", &url, &err), 0);
     assert_string_equal(url.user, "guest");
     assert_string_equal(url.password, "guest");
     assert_int_equal(url.port, 5672);
     assert_string_equal(url.vhost, "/");
     url_clear(&url);
-    assert_int_equal(url_parse("amqps://h/%2f", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_AMQPS);
+    assert_int_equal(sink_url_parse("amqps://h/%2f", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "amqps");
     assert_int_equal(url.port, 5671);
     assert_string_equal(url.vhost, "/");
     url_clear(&url);
@@ -55,14 +56,14 @@ test_redis_forms(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("redis://:pw@127.0.0.1:6380/3", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_REDIS);
+    assert_int_equal(sink_url_parse("redis://:pw@127.0.0.1:6380/3", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "redis");
     assert_null(url.user);
     assert_string_equal(url.password, "pw");
     assert_int_equal(url.port, 6380);
     assert_int_equal(url.db, 3);
     url_clear(&url);
-    assert_int_equal(url_parse("redis://relay:pw@[::1]", &url, &err), 0);
+    assert_int_equal(sink_url_parse("redis://relay:pw@[::1]", &url, &err), 0);
     assert_string_equal(url.user, "relay");
     assert_string_equal(url.host, "::1");
     assert_int_equal(url.port, 6379);
@@ -77,7 +78,7 @@ assert_rejected(const char *text, const char *expected)
     struct broker_url url;
     struct outbox_error err;
 
-    assert_int_equal(url_parse(text, &url, &err), -1);
+    assert_int_equal(sink_url_parse(text, &url, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
     if (strstr(err.message, expected) == NULL)
         fail_msg("'%s': message '%s' lacks '%s'", text, err.message, expected);
@@ -123,8 +124,8 @@ test_amqp_endpoint_list(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("amqp://app:s%2Cc,ret@h1:5673,h2,[::1]:5674/orders", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_AMQP);
+    assert_int_equal(sink_url_parse("amqp://app:s%2Cc,ret@h1:5673,h2,[::1]:5674/orders", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "amqp");
     assert_int_equal(url.endpoint_count, 3);
     assert_endpoints(&url, "h1:5673,h2:5672,[::1]:5674");
     assert_string_equal(url.endpoints[2].host, "::1");
@@ -136,14 +137,14 @@ test_amqp_endpoint_list(void **state)
     assert_string_equal(url.vhost, "orders");
     url_clear(&url);
 
-    assert_int_equal(url_parse("amqps://[fe80::1],[fe80::2]:6000", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_AMQPS);
+    assert_int_equal(sink_url_parse("amqps://[fe80::1],[fe80::2]:6000", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "amqps");
     assert_endpoints(&url, "[fe80::1]:5671,[fe80::2]:6000");
     assert_string_equal(url.vhost, "/");
     url_clear(&url);
 
     /* a lone endpoint is a list of one */
-    assert_int_equal(url_parse("amqp://mq", &url, &err), 0);
+    assert_int_equal(sink_url_parse("amqp://mq", &url, &err), 0);
     assert_int_equal(url.endpoint_count, 1);
     assert_endpoints(&url, "mq:5672");
     url_clear(&url);
@@ -156,10 +157,10 @@ test_redis_sentinel_and_cluster(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("redis+sentinel://relay:pw@s1:26380,s2,[::1]/my%2Dmaster/2", &url,
+    assert_int_equal(sink_url_parse("redis+sentinel://relay:pw@s1:26380,s2,[::1]/my%2Dmaster/2", &url,
                                &err),
                      0);
-    assert_int_equal(url.scheme, URL_REDIS_SENTINEL);
+    assert_string_equal(url.scheme->name, "redis+sentinel");
     assert_endpoints(&url, "s1:26380,s2:26379,[::1]:26379");
     assert_string_equal(url.master_name, "my-master");
     assert_int_equal(url.db, 2);
@@ -168,25 +169,23 @@ test_redis_sentinel_and_cluster(void **state)
     assert_null(url.vhost);
     url_clear(&url);
 
-    assert_int_equal(url_parse("redis+sentinel://s1/mymaster", &url, &err), 0);
+    assert_int_equal(sink_url_parse("redis+sentinel://s1/mymaster", &url, &err), 0);
     assert_string_equal(url.master_name, "mymaster");
     assert_int_equal(url.db, 0);
     assert_null(url.user);
     assert_null(url.password);
     url_clear(&url);
 
-    assert_int_equal(url_parse("redis+cluster://:pw@n1:7000,n2:7001,n3", &url, &err), 0);
-    assert_int_equal(url.scheme, URL_REDIS_CLUSTER);
+    assert_int_equal(sink_url_parse("redis+cluster://:pw@n1:7000,n2:7001,n3", &url, &err), 0);
+    assert_string_equal(url.scheme->name, "redis+cluster");
     assert_endpoints(&url, "n1:7000,n2:7001,n3:6379");
     assert_null(url.master_name);
     assert_string_equal(url.password, "pw");
     url_clear(&url);
 
-    assert_int_equal(url_parse("redis+cluster://n1/", &url, &err), 0);
+    assert_int_equal(sink_url_parse("redis+cluster://n1/", &url, &err), 0);
     assert_int_equal(url.endpoint_count, 1);
     url_clear(&url);
-    assert_string_equal(url_scheme_name(URL_REDIS_SENTINEL), "redis+sentinel");
-    assert_string_equal(url_scheme_name(URL_AMQPS), "amqps");
 }
 
 static void
@@ -221,7 +220,7 @@ test_bad_endpoint_lists(void **state)
         struct broker_url url;
         struct outbox_error err;
 
-        assert_int_equal(url_parse(many, &url, &err), 0);
+        assert_int_equal(sink_url_parse(many, &url, &err), 0);
         assert_int_equal(url.endpoint_count, URL_MAX_ENDPOINTS);
         url_clear(&url);
     }
@@ -304,7 +303,7 @@ test_scheme_message_regressions(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(url_parse("user:secret@kafka\n://h", &url, &err), -1);
+    assert_int_equal(sink_url_parse("user:secret@kafka\n://h", &url, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
     assert_null(strstr(err.message, "secret"));
     assert_null(strchr(err.message, '\n'));

@@ -1,0 +1,109 @@
+/*
+ * test_sink.c - the sink registry: every broker's schemes, kind and options
+ * come from its row, and nothing else needs to name a broker.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "config.h"
+#include "sink.h"
+#include "url.h"
+
+static void
+test_kind_of_url(void **state)
+{
+    (void)state;
+    assert_string_equal(sink_kind_of_url("amqp://h/"), "amqp");
+    assert_string_equal(sink_kind_of_url("amqps://u:p@h1,h2/v"), "amqp");
+    assert_string_equal(sink_kind_of_url("redis://h:6379/0"), "redis");
+    assert_string_equal(sink_kind_of_url("redis+sentinel://s1,s2/m"), "redis");
+    assert_string_equal(sink_kind_of_url("redis+cluster://n1,n2"), "redis");
+    assert_null(sink_kind_of_url("kafka://h"));
+    assert_null(sink_kind_of_url("redis"));
+    assert_null(sink_kind_of_url(NULL));
+}
+
+/* The unknown-scheme error lists every scheme of the registry, from the rows. */
+static void
+test_unknown_scheme_lists_the_registry(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+
+    (void)state;
+    assert_int_equal(sink_url_parse("kafka://h:9092", &url, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    assert_non_null(strstr(err.message, "kafka"));
+    assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel:// or"
+                                        " redis+cluster://"));
+}
+
+/* Option names are unique across the relay and every broker, and each row is complete. */
+static void
+test_option_groups(void **state)
+{
+    const char *names[64], *title;
+    const struct option_spec *rows;
+    size_t count, total = 0;
+    bool saw_amqp = false, saw_redis = false;
+
+    (void)state;
+    for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++) {
+        saw_amqp |= strcmp(title, "amqp") == 0;
+        saw_redis |= strcmp(title, "redis") == 0;
+        for (size_t i = 0; i < count; i++) {
+            assert_non_null(rows[i].help);
+            assert_true(rows[i].offset + rows[i].size <= sizeof(struct sink_options));
+            for (size_t j = 0; j < total; j++)
+                assert_string_not_equal(names[j], rows[i].name);
+            assert_true(total < 64);
+            names[total++] = rows[i].name;
+        }
+    }
+    assert_true(saw_amqp && saw_redis);
+    assert_string_equal(names[0], "broker");
+}
+
+/* A broker's option reaches struct sink_options and is validated by its row. */
+static void
+test_broker_options_parse_into_the_sink_options(void **state)
+{
+    struct relay_config config;
+    struct outbox_error err;
+    char long_name[300];
+    const char *argv[] = {"outbox-relay", "--database-url", "postgresql://h/db", "--broker",
+                          "amqp://h/", "--exchange", "events", "--redis-wait", "2", NULL};
+
+    (void)state;
+    assert_int_equal(config_parse(&config, 9, argv, &err), 0);
+    assert_string_equal(config.broker.url, "amqp://h/");
+    assert_string_equal(config.broker.exchange, "events");
+    assert_int_equal(config.broker.redis_wait_replicas, 2);
+    assert_int_equal(config.broker.max_message_bytes, 134217728);
+    assert_true(config.broker.tls_verify);
+    config_clear(&config);
+
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    argv[6] = long_name;
+    assert_int_equal(config_parse(&config, 7, argv, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    assert_non_null(strstr(err.message, "--exchange: longer than 255 bytes"));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kind_of_url),
+        cmocka_unit_test(test_unknown_scheme_lists_the_registry),
+        cmocka_unit_test(test_option_groups),
+        cmocka_unit_test(test_broker_options_parse_into_the_sink_options),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
