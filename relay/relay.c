@@ -349,7 +349,13 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
-        if (r->config->once && clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
+        /*
+         * The pipelines give up for --once, naming every end they could not
+         * reach; the maintenance thread sees only the database and stops with
+         * them.
+         */
+        if (r->config->once && db != &r->maintenance.db &&
+            clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
             struct outbox_error err;
 
             if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)

@@ -78,7 +78,7 @@ check_broker_url(const char *text, const char *redacted)
         FUZZ_CHECK(url.endpoints[i].host != NULL && url.endpoints[i].host[0] != '\0' &&
                        url.endpoints[i].port >= 1 && url.endpoints[i].port <= 65535,
                    "endpoint %zu lacks a host or port", i + 1);
-    if (url.scheme == URL_REDIS_SENTINEL)
+    if (url.scheme->path == URL_PATH_MASTER_DB)
         FUZZ_CHECK(url.master_name != NULL && url.master_name[0] != '\0', "no master name");
     if (url.scheme->path == URL_PATH_VHOST)
         FUZZ_CHECK(url.user != NULL && url.password != NULL && url.vhost != NULL,
