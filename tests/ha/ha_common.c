@@ -22,6 +22,9 @@
 
 #define PRODUCER_GIVE_UP_SECONDS 120
 
+/* The run's stack directory, before ha_start_servers() pointed OUTBOX_TEST_STACK_DIR elsewhere. */
+static char outer_dir[2048];
+
 void
 ha_start_servers(const char *name, const char *const services[])
 {
@@ -32,7 +35,10 @@ ha_start_servers(const char *name, const char *const services[])
 
     /* the figures printed along the way survive a failing test */
     setvbuf(stdout, NULL, _IONBF, 0);
-    snprintf(dir, sizeof(dir), "%s/%s", harness_env("OUTBOX_TEST_STACK_DIR"), name);
+    /* every stack of a test sits in the run's directory, whichever was loaded last */
+    if (outer_dir[0] == '\0')
+        snprintf(outer_dir, sizeof(outer_dir), "%s", harness_env("OUTBOX_TEST_STACK_DIR"));
+    snprintf(dir, sizeof(dir), "%s/%s", outer_dir, name);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         fail_msg("unable to create %s: %s", dir, strerror(errno));
     setenv("OUTBOX_TEST_STACK_DIR", dir, 1);

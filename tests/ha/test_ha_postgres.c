@@ -28,6 +28,7 @@
 #include "chaos.h"
 #include "ha_common.h"
 #include "harness.h"
+#include "outbox.h"
 #include "relay_runner.h"
 
 #define ROWS 20000
@@ -45,32 +46,17 @@ struct fixture {
     char queue[64];
 };
 
+/* Each test crashes its primary: each gets a primary and a standby of its own. */
 static int
-group_setup(void **state)
+setup(void **state, const char *stack_name)
 {
     const char *const services[] = {"postgres", "postgres-standby", NULL};
-
-    (void)state;
-    ha_start_servers("postgres-standby", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
-}
-
-static int
-setup(void **state)
-{
     struct fixture *f = calloc(1, sizeof(*f));
     const char *slash;
     queue_consumer *mq;
 
     assert_non_null(f);
+    ha_start_servers(stack_name, services);
     f->url = harness_database_new();
     slash = strrchr(f->url, '/');
     assert_non_null(slash);
@@ -100,7 +86,20 @@ teardown(void **state)
     PQfinish(f->conn);
     free(f->url);
     free(f);
+    ha_stop_servers();
     return 0;
+}
+
+static int
+setup_promotion(void **state)
+{
+    return setup(state, "postgres-promotion");
+}
+
+static int
+setup_fencing(void **state)
+{
+    return setup(state, "postgres-fencing");
 }
 
 /* A URL to the test database on the standby's port alone. */
@@ -250,12 +249,122 @@ test_standby_promotion_mid_run(void **state)
     unlink(relay.log_path);
 }
 
+/* Polls conn until sql's first column reaches expected (at most 30 s); fails the test otherwise. */
+static void
+wait_for(PGconn *conn, const char *sql, long long expected, const char *what)
+{
+    if (wait_for_value(conn, sql, expected, 30000) != expected)
+        fail_msg("%s: '%s' did not reach %lld within 30 s", what, sql, expected);
+}
+
+/*
+ * A relay that claimed rows on the old primary comes back after the
+ * promotion (its connection follows the multi-host URL to the new primary)
+ * and tries to mark them, after their leases ran out and another relay
+ * claimed them again on the new primary: its marks change nothing, and
+ * the rows end succeeded by their new owner alone.
+ */
+static void
+test_stale_relay_marks_nothing_after_promotion(void **state)
+{
+    struct fixture *f = *state;
+    enum { ROWS_CLAIMED = 20, STALE_LEASE_SECONDS = 2 };
+    const char *const crash[] = {"crash-primary", NULL};
+    const char *const promote[] = {"promote-standby", NULL};
+    char url_a[600], url_b[600], promoted_url[512];
+    struct outbox_batch stale = {0}, fresh = {0};
+    struct outbox_lease leases[ROWS_CLAIMED];
+    bool done[ROWS_CLAIMED];
+    struct outbox_reap_result reaped;
+    struct outbox_error err;
+    outbox_store *a, *b;
+    PGconn *standby;
+    size_t changed = 99;
+
+    snprintf(url_a, sizeof(url_a), "%s&application_name=relay-a", f->ha_url);
+    snprintf(url_b, sizeof(url_b), "%s&application_name=relay-b", f->ha_url);
+    enqueue_rows(f->conn, f->queue, ROWS_CLAIMED);
+
+    /* relay A claims every row on the primary, with a short lease */
+    a = outbox_store_connect(url_a, "relay-a/0", &err);
+    if (a == NULL)
+        fail_msg("relay A: %s", err.message);
+    assert_int_equal(outbox_claim(a, NULL, 0, ROWS_CLAIMED, STALE_LEASE_SECONDS, &stale, &err), 0);
+    assert_int_equal(stale.count, ROWS_CLAIMED);
+    for (size_t i = 0; i < stale.count; i++)
+        leases[i] = (struct outbox_lease){stale.jobs[i].job_id, stale.jobs[i].generation};
+
+    /* the claim reached the standby (A's session commits without waiting for it) */
+    standby_url(f, promoted_url, sizeof(promoted_url));
+    standby = harness_connect(promoted_url);
+    wait_for(standby, "SELECT count(*) FROM outbox.job WHERE state = 'running'", ROWS_CLAIMED,
+             "the claim on the standby");
+
+    PQfinish(f->conn);
+    f->conn = NULL;
+    ha_stack(crash);
+    ha_stack(promote);
+    f->conn = standby;
+    wait_for(f->conn, "SELECT count(*) FROM pg_stat_activity WHERE pg_is_in_recovery()", 0,
+             "the promotion");
+
+    /* A's leases run out; relay B reaps them on the new primary and claims the rows again */
+    usleep((STALE_LEASE_SECONDS + 1) * 1000 * 1000);
+    b = outbox_store_connect(url_b, "relay-b/0", &err);
+    if (b == NULL)
+        fail_msg("relay B: %s", err.message);
+    assert_int_equal(outbox_reap(b, 100, 0, &reaped, &err), 0);
+    assert_int_equal(reaped.ready, ROWS_CLAIMED);
+    assert_int_equal(outbox_claim(b, NULL, 0, ROWS_CLAIMED, 60, &fresh, &err), 0);
+    assert_int_equal(fresh.count, ROWS_CLAIMED);
+
+    /* A's connection died with the old primary; reconnected, it lands on the new one */
+    assert_int_equal(outbox_complete(a, leases, ROWS_CLAIMED, done, &changed, &err), -1);
+    assert_true(outbox_error_is_transient(&err));
+    outbox_store_free(a);
+    a = outbox_store_connect(url_a, "relay-a/0", &err);
+    if (a == NULL)
+        fail_msg("relay A again: %s", err.message);
+    changed = 99;
+    assert_int_equal(outbox_complete(a, leases, ROWS_CLAIMED, done, &changed, &err), 0);
+    assert_int_equal(changed, 0);
+    for (size_t i = 0; i < ROWS_CLAIMED; i++)
+        assert_false(done[i]);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'running' AND worker_id = 'relay-b/0'"),
+                     ROWS_CLAIMED);
+
+    /* the new owner marks them */
+    for (size_t i = 0; i < fresh.count; i++)
+        leases[i] = (struct outbox_lease){fresh.jobs[i].job_id, fresh.jobs[i].generation};
+    assert_int_equal(outbox_complete(b, leases, ROWS_CLAIMED, done, &changed, &err), 0);
+    assert_int_equal(changed, ROWS_CLAIMED);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     ROWS_CLAIMED);
+    /* the audit on the new primary: A changed no running row, nobody wrote out of turn */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM chaos_audit"
+                                               " WHERE old_state = 'running' AND actor = 'relay-a'"),
+                     0);
+    assert_int_equal(chaos_audit_violations(f->conn), 0);
+    printf("ha: the stale relay marked 0 of %d rows on the promoted standby; the new owner %d\n",
+           ROWS_CLAIMED, ROWS_CLAIMED);
+
+    outbox_batch_release_memory(&stale);
+    outbox_batch_release_memory(&fresh);
+    outbox_store_free(a);
+    outbox_store_free(b);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_standby_promotion_mid_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_standby_promotion_mid_run, setup_promotion,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stale_relay_marks_nothing_after_promotion,
+                                        setup_fencing, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_postgres", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_postgres", tests, NULL, NULL);
 }
