@@ -755,6 +755,22 @@ test_options_of_the_other_broker_are_named(void **state)
         strstr(text, "--exchange") == NULL ||
         strstr(text, "warn") == NULL)
         fail_msg("--exchange with a redis broker, expected one warning naming it:\n%s", text);
+    /* and --stream-prefix with an AMQP broker */
+    extra[0] = "--stream-prefix";
+    extra[1] = "orders.";
+    relay_start_process(&relay, f->url, harness_env("OUTBOX_TEST_AMQP_URL"), extra);
+    assert_int_equal(relay_wait(&relay, 30000), 0);
+    log = fopen(relay.log_path, "r");
+    len = 0;
+    if (log != NULL) {
+        len = fread(text, 1, sizeof(text) - 1, log);
+        fclose(log);
+    }
+    text[len] = '\0';
+    unlink(relay.log_path);
+    if (count_occurrences(text, "options for the other broker") != 1 ||
+        strstr(text, "ignored=\"--stream-prefix\"") == NULL)
+        fail_msg("--stream-prefix with an amqp broker, expected one warning naming it:\n%s", text);
 }
 
 /* Runs a shell command line; its exit status. */
