@@ -79,8 +79,13 @@ run_dir() {
 }
 
 stop_stack() {
+    local ha
     if [ -n "$STACK_DIR" ]; then
         "$SOURCE_DIR/tests/harness/stack.sh" stop "$STACK_DIR" || true
+        # Redis deployments a test left running (killed at its timeout, say)
+        for ha in "$STACK_DIR"/redis-ha-*; do
+            [ -d "$ha" ] && "$SOURCE_DIR/tests/harness/redis_ha.sh" stop "$ha" >/dev/null 2>&1
+        done
         if [ -n "${OUTBOX_TEST_KEEP:-}" ]; then
             echo "run: kept $STACK_DIR (logs)"
         else

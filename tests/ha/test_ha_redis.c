@@ -1,5 +1,5 @@
 /*
- * test_redis_ha.c - outbox-relay against Redis Sentinel and Redis Cluster.
+ * test_ha_redis.c - outbox-relay against Redis Sentinel and Redis Cluster.
  *
  * Each test starts its own deployment with tests/harness/redis_ha.sh (a
  * primary, a replica and three sentinels; or three masters with a replica
@@ -319,7 +319,7 @@ sentinel_primary_port(int sentinel_port)
 }
 
 /*
- * 30 000 rows committed over about ten seconds while the relay publishes
+ * 30 000 rows committed over several seconds while the relay publishes
  * through the sentinels; the primary is killed with SIGKILL a third of the
  * way in and started again once the replica took over (it comes back as a
  * replica). Every row ends succeeded; the stream on the new primary is
@@ -331,7 +331,7 @@ static void
 run_sentinel_failover(struct fixture *f, const char *wait_replicas)
 {
     struct producer producer = {.database_url = f->url, .queue = "ha", .total = SENTINEL_ROWS,
-                                .per_commit = 100, .pause_ms = 30};
+                                .per_commit = 100, .pause_ms = 10};
     const char *extra[] = {"--redis-wait", wait_replicas, "--retry-base", "100ms",
                            "--retry-max", "1s", "--batch-size", "200", NULL};
     struct stream_consumer_stream entries;
@@ -822,5 +822,5 @@ main(void)
     /* OUTBOX_TEST_FILTER=test_cluster* runs only the matching tests */
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
-    return cmocka_run_group_tests_name("redis_ha", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("ha_redis", tests, NULL, NULL);
 }
