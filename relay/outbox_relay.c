@@ -72,83 +72,47 @@ wake_main(void *arg)
     pthread_kill(main_thread, SIGUSR1);
 }
 
-int
-main(int argc, char **argv)
+/* Prints err as the one line of a failure and returns status. */
+static int
+report(int status, const struct outbox_error *err)
 {
-    struct relay_config config;
+    fprintf(stderr, "outbox-relay: %s\n", err->message);
+    return status;
+}
+
+/* --check: both ends reachable, the role's privileges, the broker's objects; the exit status. */
+static int
+run_check(relay *r)
+{
     struct outbox_error err;
-    struct metrics *m = NULL;
-    struct http_server *server = NULL;
-    struct http_addr metrics_addr;
-    relay *r = NULL;
-    sigset_t signals;
-    int status = EXIT_RUNTIME;
-    int signals_seen = 0;
+    bool configuration = false;
+
+    if (relay_check(r, stdout, &configuration, &err) != 0)
+        return report(configuration ? EXIT_USAGE : EXIT_RUNTIME, &err);
+    printf("configuration OK\n");
+    return 0;
+}
+
+/* Says which signal a log line is about. */
+static const char *
+signal_name(int signo)
+{
+    return signo == SIGTERM ? "SIGTERM" : "SIGINT";
+}
+
+/*
+ * Runs the relay until its pipelines return: the first SIGTERM or SIGINT
+ * stops claiming and lets the batch in flight finish, a second exits at
+ * once. Tells systemd READY, STOPPING and WATCHDOG along the way. The exit
+ * status.
+ */
+static int
+run_until_stopped(relay *r, struct metrics *m)
+{
     uint64_t watchdog_usec = notify_watchdog_usec();
-
-    signal(SIGPIPE, SIG_IGN);
-    if (config_parse(&config, argc, (const char *const *)argv, &err) != 0) {
-        fprintf(stderr, "outbox-relay: %s\n", err.message);
-        return EXIT_USAGE;
-    }
-    if (config.help) {
-        config_usage(stdout);
-        config_clear(&config);
-        return 0;
-    }
-    if (config.version) {
-        printf("outbox-relay %s\n", OUTBOX_VERSION);
-        config_clear(&config);
-        return 0;
-    }
-    if (http_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
-        /* the message names --metrics-addr itself */
-        fprintf(stderr, "outbox-relay: %s\n", err.message);
-        config_clear(&config);
-        return EXIT_USAGE;
-    }
-    /* config's level and format choices are listed in log.h's order */
-    log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
-
-    /* config_parse checked that a broker of the registry speaks the URL's scheme */
-    m = metrics_new(sink_kind_of_url(config.broker.url));
-    if (m == NULL) {
-        outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    r = relay_new(&config, m, &err);
-    if (r == NULL) {
-        if (err.code == OUTBOX_ERR_CONFIG) {
-            /* config_parse checked the URL and the options; what is left is about the broker */
-            fprintf(stderr, "outbox-relay: %s\n", err.message);
-            status = EXIT_USAGE;
-            goto cleanup;
-        }
-        goto fail;
-    }
-
-    if (config.check) {
-        bool configuration = false;
-
-        if (relay_check(r, stdout, &configuration, &err) != 0) {
-            if (!configuration)
-                goto fail;
-            fprintf(stderr, "outbox-relay: %s\n", err.message);
-            status = EXIT_USAGE;
-            goto cleanup;
-        }
-        printf("configuration OK\n");
-        status = 0;
-        goto cleanup;
-    }
-
-    if (!metrics_addr.off) {
-        if (http_server_start(&metrics_addr, m, &server, &err) != 0) {
-            fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
-            status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
-            goto cleanup;
-        }
-    }
+    struct outbox_error err;
+    int signals_seen = 0;
+    sigset_t signals;
 
     /*
      * Block the stop signals before any thread exists, so only main takes
@@ -162,7 +126,7 @@ main(int argc, char **argv)
     main_thread = pthread_self();
 
     if (relay_start(r, wake_main, NULL, &err) != 0)
-        goto fail;
+        return report(EXIT_RUNTIME, &err);
     notify_manager("READY=1");
     while (!relay_finished(r)) {
         struct timespec timeout = wait_interval(watchdog_usec);
@@ -174,26 +138,66 @@ main(int argc, char **argv)
         if (signo < 0 || signo == SIGUSR1)
             continue; /* look at the pipelines again */
         if (++signals_seen == 1) {
-            log_event(OUTBOX_LOG_INFO, "stopping", "signal=%s",
-                      signo == SIGTERM ? "SIGTERM" : "SIGINT");
+            log_event(OUTBOX_LOG_INFO, "stopping", "signal=%s", signal_name(signo));
             notify_manager("STOPPING=1");
             relay_stop(r);
         } else {
             log_event(OUTBOX_LOG_WARN, "stopping now; rows in flight return after their lease",
-                      "signal=%s", signo == SIGTERM ? "SIGTERM" : "SIGINT");
+                      "signal=%s", signal_name(signo));
             _exit(EXIT_RUNTIME);
         }
     }
     if (relay_join(r, &err) != 0)
-        goto fail;
+        return report(EXIT_RUNTIME, &err);
     log_event(OUTBOX_LOG_INFO, "stopped", NULL);
-    status = 0;
-    goto cleanup;
+    return 0;
+}
 
-fail:
-    fprintf(stderr, "outbox-relay: %s\n", err.message);
-    status = EXIT_RUNTIME;
-cleanup:
+int
+main(int argc, char **argv)
+{
+    struct relay_config config;
+    struct outbox_error err;
+    struct metrics *m = NULL;
+    struct http_server *server = NULL;
+    struct http_addr metrics_addr;
+    relay *r = NULL;
+    int status;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (config_parse(&config, argc, (const char *const *)argv, &err) != 0)
+        return report(EXIT_USAGE, &err);
+    if (config.help || config.version) {
+        if (config.help)
+            config_usage(stdout);
+        else
+            printf("outbox-relay %s\n", OUTBOX_VERSION);
+        config_clear(&config);
+        return 0;
+    }
+    if (http_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
+        config_clear(&config);
+        return report(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
+    }
+    /* config's level and format choices are listed in log.h's order */
+    log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
+
+    /* config_parse checked that a broker of the registry speaks the URL's scheme */
+    m = metrics_new(sink_kind_of_url(config.broker.url));
+    if (m == NULL) {
+        outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
+        status = report(EXIT_RUNTIME, &err);
+    } else if ((r = relay_new(&config, m, &err)) == NULL) {
+        /* config_parse checked the URL and the options; what is left is about the broker */
+        status = report(err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME, &err);
+    } else if (config.check) {
+        status = run_check(r);
+    } else if (!metrics_addr.off && http_server_start(&metrics_addr, m, &server, &err) != 0) {
+        fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
+        status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
+    } else {
+        status = run_until_stopped(r, m);
+    }
     http_server_stop(server);
     relay_free(r);
     metrics_free(m);

@@ -180,139 +180,186 @@ queue_name_valid(const char *name, size_t len)
     return true;
 }
 
-/* Sets one option from text; `source` names it in errors ("--lease" or "OUTBOX_LEASE"). */
+/*
+ * One setter per option kind. Each reads text into the field at base;
+ * `source` names the option in errors ("--lease" or "OUTBOX_LEASE").
+ */
+
+static int
+set_string(struct relay_config *config, const struct option_entry *entry, char *base,
+           const char *text, const char *source, struct outbox_error *err)
+{
+    size_t max_length = entry->spec->max_length;
+    char *copy;
+
+    /* e.g. AMQP's shortstr: the broker would close the connection on a longer one */
+    if (max_length > 0 && strlen(text) > max_length)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: longer than %zu bytes (%zu)", source,
+                                max_length, strlen(text));
+    copy = strdup(text);
+    if (copy == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    clear_value(config, entry);
+    *(char **)base = copy;
+    return 0;
+}
+
+/* A comma-separated list of queue names (--queues). */
+static int
+set_list(struct relay_config *config, const struct option_entry *entry, char *base,
+         const char *text, const char *source, struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+    size_t count = 0, i = 0;
+    const char *p = text;
+    char **list;
+
+    clear_value(config, entry);
+    for (const char *q = text; *q != '\0'; q++)
+        count += *q == ',';
+    list = calloc(count + 2, sizeof(*list));
+    if (list == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    *(char ***)base = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+
+        if (!queue_name_valid(p, len)) {
+            char *name = strndup(p, len);
+
+            if (name == NULL)
+                return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+            outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                             "%s: invalid queue name '%s' (1-200 characters of"
+                             " A-Z a-z 0-9 . _ : -)",
+                             source, quote(name, quoted));
+            free(name);
+            return -1;
+        }
+        list[i] = strndup(p, len);
+        if (list[i] == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        config->queue_count = ++i;
+        if (p[len] == '\0')
+            return 0;
+        p += len + 1;
+    }
+}
+
+/* A whole number within [min, max], into an int or an int64_t. */
+static int
+set_number(const struct option_spec *spec, char *base, const char *text, const char *source,
+           struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+    long long value;
+    char *end;
+
+    errno = 0;
+    value = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "%s: expected a whole number from %.0f to %.0f, got '%s'", source,
+                                spec->min, spec->max, quote(text, quoted));
+    if (spec->kind == OPTION_INT)
+        *(int *)base = (int)value;
+    else
+        *(int64_t *)base = value;
+    return 0;
+}
+
+/* A duration, into double seconds or into int / int64_t milliseconds. */
+static int
+set_duration(const struct option_spec *spec, char *base, const char *text, const char *source,
+             struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+    int64_t ms = 0;
+    double value;
+
+    if (parse_duration_ms(text, &ms, NULL) != 0)
+        ms = -1;
+    value = spec->kind == OPTION_MILLIS ? (double)ms : (double)ms / 1000.0;
+    if (ms < 0 || value < spec->min || value > spec->max)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
+                                " within range, got '%s'",
+                                source, quote(text, quoted));
+    if (spec->kind == OPTION_SECONDS)
+        memcpy(base, &value, sizeof(value)); /* the field is a double */
+    else if (spec->size == sizeof(int64_t))
+        *(int64_t *)base = (int64_t)llround(value);
+    else
+        *(int *)base = (int)lround(value);
+    return 0;
+}
+
+/* A flag's value: from the environment it may be 1/true/yes/on or 0/false/no/off. */
+static int
+set_flag(char *base, const char *text, const char *source, struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+
+    if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
+        strcmp(text, "on") == 0)
+        *(bool *)base = true;
+    else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 || strcmp(text, "no") == 0 ||
+             strcmp(text, "off") == 0 || text[0] == '\0')
+        *(bool *)base = false;
+    else
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected true or false, got '%s'",
+                                source, quote(text, quoted));
+    return 0;
+}
+
+/* One of the words of spec->choices, as its index (a bool field takes "no|yes"-style pairs). */
+static int
+set_choice(const struct option_spec *spec, char *base, const char *text, const char *source,
+           struct outbox_error *err)
+{
+    char quoted[QUOTE_MAX + 1];
+    int index = 0;
+
+    for (const char *p = spec->choices;; index++) {
+        size_t len = strcspn(p, "|");
+
+        if (strlen(text) == len && strncmp(p, text, len) == 0)
+            break;
+        if (p[len] == '\0')
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected one of %s, got '%s'",
+                                    source, spec->choices, quote(text, quoted));
+        p += len + 1;
+    }
+    if (spec->size == sizeof(bool))
+        *(bool *)base = index == 1;
+    else
+        *(int *)base = index;
+    return 0;
+}
+
+/* Sets one option from text, by its kind. */
 static int
 set_value(struct relay_config *config, const struct option_entry *entry, const char *text,
           const char *source, struct outbox_error *err)
 {
     const struct option_spec *spec = entry->spec;
     char *base = (char *)config + entry->base + spec->offset;
-    char quoted[QUOTE_MAX + 1];
-    char *end;
 
     switch (spec->kind) {
-    case OPTION_STRING: {
-        char *copy;
-
-        /* e.g. AMQP's shortstr: the broker would close the connection on a longer one */
-        if (spec->max_length > 0 && strlen(text) > spec->max_length)
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: longer than %zu bytes (%zu)",
-                                    source, spec->max_length, strlen(text));
-        copy = strdup(text);
-        if (copy == NULL)
-            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        clear_value(config, entry);
-        *(char **)base = copy;
-        return 0;
-    }
-    case OPTION_LIST: {
-        size_t count = 0, i = 0;
-        char **list;
-        const char *p = text;
-
-        clear_value(config, entry);
-        for (const char *q = text; *q != '\0'; q++)
-            count += *q == ',';
-        list = calloc(count + 2, sizeof(*list));
-        if (list == NULL)
-            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        *(char ***)base = list;
-        for (;;) {
-            size_t len = strcspn(p, ",");
-
-            if (!queue_name_valid(p, len)) {
-                char *name = strndup(p, len);
-
-                if (name == NULL)
-                    return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-                outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                 "%s: invalid queue name '%s' (1-200 characters of"
-                                 " A-Z a-z 0-9 . _ : -)",
-                                 source, quote(name, quoted));
-                free(name);
-                return -1;
-            }
-            list[i] = strndup(p, len);
-            if (list[i] == NULL)
-                return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-            config->queue_count = ++i;
-            if (p[len] == '\0')
-                break;
-            p += len + 1;
-        }
-        return 0;
-    }
+    case OPTION_STRING:
+        return set_string(config, entry, base, text, source, err);
+    case OPTION_LIST:
+        return set_list(config, entry, base, text, source, err);
     case OPTION_INT:
-    case OPTION_INT64: {
-        long long value;
-
-        errno = 0;
-        value = strtoll(text, &end, 10);
-        if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s: expected a whole number from %.0f to %.0f, got '%s'",
-                                    source, spec->min, spec->max, quote(text, quoted));
-        if (spec->kind == OPTION_INT)
-            *(int *)base = (int)value;
-        else
-            *(int64_t *)base = value;
-        return 0;
-    }
+    case OPTION_INT64:
+        return set_number(spec, base, text, source, err);
     case OPTION_SECONDS:
-    case OPTION_MILLIS: {
-        int64_t ms = 0;
-        double value;
-
-        if (parse_duration_ms(text, &ms, NULL) != 0)
-            ms = -1;
-        value = spec->kind == OPTION_MILLIS ? (double)ms : (double)ms / 1000.0;
-        if (ms < 0 || value < spec->min || value > spec->max)
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
-                                    " within range, got '%s'",
-                                    source, quote(text, quoted));
-        if (spec->kind == OPTION_SECONDS)
-            memcpy(base, &value, sizeof(value)); /* the field is a double */
-        else if (spec->size == sizeof(int64_t))
-            *(int64_t *)base = (int64_t)llround(value);
-        else
-            *(int *)base = (int)lround(value);
-        return 0;
-    }
+    case OPTION_MILLIS:
+        return set_duration(spec, base, text, source, err);
     case OPTION_FLAG:
-        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
-            strcmp(text, "on") == 0)
-            *(bool *)base = true;
-        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 ||
-                 strcmp(text, "no") == 0 || strcmp(text, "off") == 0 || text[0] == '\0')
-            *(bool *)base = false;
-        else
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s: expected true or false, got '%s'", source,
-                                    quote(text, quoted));
-        return 0;
-    case OPTION_CHOICE: {
-        const char *choices = spec->choices;
-        int index = 0;
-
-        for (const char *p = choices;; index++) {
-            size_t len = strcspn(p, "|");
-
-            if (strlen(text) == len && strncmp(p, text, len) == 0)
-                break;
-            if (p[len] == '\0')
-                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "%s: expected one of %s, got '%s'", source, choices,
-                                        quote(text, quoted));
-            p += len + 1;
-        }
-        /* choices map to their index: a bool field takes "no|yes"-style pairs */
-        if (spec->size == sizeof(bool))
-            *(bool *)base = index == 1;
-        else
-            *(int *)base = index;
-        return 0;
-    }
+        return set_flag(base, text, source, err);
+    case OPTION_CHOICE:
+        return set_choice(spec, base, text, source, err);
     }
     return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unknown option kind");
 }

@@ -221,12 +221,90 @@ parse_master_db_path(const char *path, struct broker_url *url, struct outbox_err
     return 0;
 }
 
+/*
+ * Parses the userinfo of the authority [rest, authority_end) into url and
+ * sets *host to where the endpoints start. The last '@' before the path
+ * ends it, so a password may hold '@' escaped or not.
+ */
+static int
+parse_userinfo(const char *rest, const char *authority_end, struct broker_url *url,
+               const char **host, struct outbox_error *err)
+{
+    const char *at = NULL, *sep;
+
+    for (const char *p = rest; p < authority_end; p++)
+        if (*p == '@')
+            at = p;
+    *host = rest;
+    if (at == NULL)
+        return 0;
+    *host = at + 1;
+    sep = memchr(rest, ':', (size_t)(at - rest));
+    if (sep != NULL) {
+        url->password = decode_part(sep + 1, (size_t)(at - sep - 1));
+        if (url->password == NULL)
+            goto bad;
+    }
+    if ((sep != NULL ? sep : at) > rest) {
+        url->user = decode_part(rest, (size_t)((sep != NULL ? sep : at) - rest));
+        if (url->user == NULL)
+            goto bad;
+    }
+    return 0;
+
+bad:
+    return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in its user or password");
+}
+
+/* Parses what follows the endpoints, by the scheme's path kind, into url. */
+static int
+parse_path(const struct url_scheme *rule, const char *path, struct broker_url *url,
+           struct outbox_error *err)
+{
+    switch (rule->path) {
+    case URL_PATH_DB:
+        if (*path == '/' && path[1] != '\0') {
+            long db = parse_number(path + 1, strlen(path + 1), 0, 1000000);
+
+            if (db < 0) {
+                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                        "%s URL database must be a number, as in %s://host:%d/0",
+                                        rule->name, rule->name, rule->default_port);
+            }
+            url->db = (int)db;
+        }
+        break;
+    case URL_PATH_MASTER_DB:
+        if (parse_master_db_path(path, url, err) != 0)
+            return -1;
+        break;
+    case URL_PATH_NONE:
+        if (*path == '/' && path[1] != '\0') {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL takes no database: only database 0 is served",
+                             rule->name);
+            return -1;
+        }
+        break;
+    case URL_PATH_VHOST:
+        if (*path == '\0' || path[1] == '\0')
+            url->vhost = strdup("/");
+        else
+            url->vhost = decode_part(path + 1, strlen(path + 1));
+        if (url->vhost == NULL) {
+            outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
+            return -1;
+        }
+        break;
+    }
+    return 0;
+}
+
 int
 url_parse(const char *text, const struct url_scheme *const *schemes, size_t count,
           const char *expected, struct broker_url *url, struct outbox_error *err)
 {
     const struct url_scheme *rule = NULL;
-    const char *rest, *authority_end, *at, *host, *path;
+    const char *rest, *authority_end, *host;
     size_t scheme_len;
 
     memset(url, 0, sizeof(*url));
@@ -259,71 +337,10 @@ url_parse(const char *text, const struct url_scheme *const *schemes, size_t coun
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "broker URL query strings and fragments are not supported");
 
-    /* userinfo: the last '@' before the path, so a password may hold '@' escaped or not */
-    at = NULL;
-    for (const char *p = rest; p < authority_end; p++)
-        if (*p == '@')
-            at = p;
-    host = rest;
-    if (at != NULL) {
-        const char *sep = memchr(rest, ':', (size_t)(at - rest));
-
-        if (sep != NULL) {
-            url->password = decode_part(sep + 1, (size_t)(at - sep - 1));
-            if (url->password == NULL)
-                goto bad_userinfo;
-            if (sep > rest) {
-                url->user = decode_part(rest, (size_t)(sep - rest));
-                if (url->user == NULL)
-                    goto bad_userinfo;
-            }
-        } else if (at > rest) {
-            url->user = decode_part(rest, (size_t)(at - rest));
-            if (url->user == NULL)
-                goto bad_userinfo;
-        }
-        host = at + 1;
-    }
-    if (parse_endpoints(host, authority_end, rule, url, err) != 0)
+    if (parse_userinfo(rest, authority_end, url, &host, err) != 0 ||
+        parse_endpoints(host, authority_end, rule, url, err) != 0 ||
+        parse_path(rule, authority_end, url, err) != 0)
         goto fail;
-
-    path = authority_end;
-    switch (rule->path) {
-    case URL_PATH_DB:
-        if (*path == '/' && path[1] != '\0') {
-            long db = parse_number(path + 1, strlen(path + 1), 0, 1000000);
-
-            if (db < 0) {
-                outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                 "%s URL database must be a number, as in %s://host:%d/0",
-                                 rule->name, rule->name, rule->default_port);
-                goto fail;
-            }
-            url->db = (int)db;
-        }
-        break;
-    case URL_PATH_MASTER_DB:
-        if (parse_master_db_path(path, url, err) != 0)
-            goto fail;
-        break;
-    case URL_PATH_NONE:
-        if (*path == '/' && path[1] != '\0') {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL takes no database: only database 0 is served",
-                             rule->name);
-            goto fail;
-        }
-        break;
-    case URL_PATH_VHOST:
-        if (*path == '\0' || path[1] == '\0')
-            url->vhost = strdup("/");
-        else
-            url->vhost = decode_part(path + 1, strlen(path + 1));
-        if (url->vhost == NULL) {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
-            goto fail;
-        }
-        break;
-    }
     if ((url->user == NULL && rule->default_user != NULL &&
          (url->user = strdup(rule->default_user)) == NULL) ||
         (url->password == NULL && rule->default_password != NULL &&
@@ -333,8 +350,6 @@ url_parse(const char *text, const struct url_scheme *const *schemes, size_t coun
     }
     return 0;
 
-bad_userinfo:
-    outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in its user or password");
 fail:
     url_clear(url);
     return -1;
