@@ -147,6 +147,39 @@ check_conninfo(const char *text, const char *redacted)
     PQconninfoFree(options);
 }
 
+/*
+ * url_redact_message: whatever libpq quotes of text (its parse error, the
+ * whole text, the password alone) comes out without the password libpq
+ * reads from text, and the output is always a string.
+ */
+static void
+check_message(const char *text)
+{
+    PQconninfoOption *options;
+    const char *password;
+    char *message = NULL, *quoted, out[512];
+    size_t len = strlen(text);
+
+    options = PQconninfoParse(text, &message);
+    url_redact_message(message != NULL ? message : "", text, NULL, out, sizeof(out));
+    FUZZ_CHECK(memchr(out, '\0', sizeof(out)) != NULL, "url_redact_message left no NUL");
+    PQfreemem(message);
+    if (options == NULL)
+        return;
+    password = conninfo_value(options, "password");
+    quoted = malloc(2 * len + 64);
+    FUZZ_CHECK(quoted != NULL, "out of memory");
+    if (password != NULL && strlen(password) >= 4 && strstr(password, "***") == NULL &&
+        strlen(password) < 200) {
+        snprintf(quoted, 2 * len + 64, "bad \"%s\" and \"%s\"", text, password);
+        url_redact_message(quoted, text, NULL, out, sizeof(out));
+        FUZZ_CHECK(strstr(out, password) == NULL,
+                   "'%s' quoted in a message keeps its password '%s': %s", text, password, out);
+    }
+    free(quoted);
+    PQconninfoFree(options);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int
@@ -158,6 +191,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(redacted != NULL, "url_redact returned NULL");
     check_broker_url(text, redacted);
     check_conninfo(text, redacted);
+    check_message(text);
     free(redacted);
     free(text);
     return 0;
