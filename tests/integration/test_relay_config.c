@@ -427,7 +427,10 @@ last_line(const struct relay_process *relay, char *line, size_t size)
     while (len > 0 && text[len - 1] == '\n')
         text[--len] = '\0';
     end = strrchr(text, '\n');
-    snprintf(line, size, "%s", end != NULL ? end + 1 : text);
+    end = end != NULL ? end + 1 : text;
+    len = strlen(end) < size ? strlen(end) : size - 1;
+    memcpy(line, end, len);
+    line[len] = '\0';
 }
 
 static double
