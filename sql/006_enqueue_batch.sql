@@ -127,15 +127,19 @@ BEGIN
             SELECT j.idempotency_key, j.job_id FROM outbox.job AS j
             WHERE j.queue = enqueue_batch.queue
               AND j.idempotency_key = ANY (enqueue_batch.idempotency_keys)),
+        -- the keys with an unfinished row in the table: one probe per distinct key
+        busy_keys AS (
+            SELECT k.ordering_key
+            FROM (SELECT DISTINCT s.ordering_key FROM source AS s
+                  WHERE s.ordering_key IS NOT NULL) AS k
+            WHERE EXISTS (SELECT 1 FROM outbox.job AS e
+                          WHERE e.queue = enqueue_batch.queue AND e.ordering_key = k.ordering_key
+                            AND e.state IN ('ready', 'running'))),
         todo AS (
             SELECT s.ord, s.payload, s.idempotency_key, s.ordering_key,
                    s.ordering_key IS NOT NULL
                    AND (s.ord > min(s.ord) OVER (PARTITION BY s.ordering_key)
-                        OR s.ordering_key IN (
-                            SELECT e.ordering_key FROM outbox.job AS e
-                            WHERE e.queue = enqueue_batch.queue
-                              AND e.ordering_key = ANY (enqueue_batch.ordering_keys)
-                              AND e.state IN ('ready', 'running'))) AS held
+                        OR s.ordering_key IN (SELECT b.ordering_key FROM busy_keys AS b)) AS held
             FROM source AS s
             WHERE s.first_of_key AND ids[s.ord] IS NULL
               AND NOT EXISTS (SELECT 1 FROM existing AS x
@@ -151,12 +155,13 @@ BEGIN
             ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING job_id, idempotency_key),
         -- keyless rows never conflict: the n-th of them inserted is the n-th in array order
+        keyless_ids AS (
+            SELECT array_agg(i.job_id ORDER BY i.job_id) AS job_ids
+            FROM inserted AS i WHERE i.idempotency_key IS NULL),
         keyless AS (
-            SELECT k.ord, i.job_id
-            FROM (SELECT t.ord, row_number() OVER (ORDER BY t.ord) AS n
-                  FROM todo AS t WHERE t.idempotency_key IS NULL) AS k
-            JOIN (SELECT i.job_id, row_number() OVER (ORDER BY i.job_id) AS n
-                  FROM inserted AS i WHERE i.idempotency_key IS NULL) AS i USING (n))
+            SELECT t.ord,
+                   (SELECT k.job_ids FROM keyless_ids AS k)[row_number() OVER (ORDER BY t.ord)] AS job_id
+            FROM todo AS t WHERE t.idempotency_key IS NULL)
         SELECT array_agg(coalesce(ids[s.ord], x.job_id, i.job_id, k.job_id) ORDER BY s.ord)
         INTO ids
         FROM source AS s
