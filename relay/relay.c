@@ -297,13 +297,16 @@ sink_lost(struct pipeline *p, const struct outbox_error *err)
 {
     relay *r = p->relay;
     size_t lost = p->sink_counted ? p->endpoint_in_use : sink_endpoint(p->sink);
+    char key[48];
 
+    /* limited per pipeline: each pipeline's loss of its node shows, a flapping one does not flood */
+    snprintf(key, sizeof(key), "broker-error %s", p->db.who);
     if (sink_endpoint_count(p->sink) > 0)
-        log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
+        log_event_limited(key, OUTBOX_LOG_WARN, "broker connection lost",
                           "%s endpoint=%s error=\"%s\"", p->db.who,
                           sink_endpoint_name(p->sink, lost), err->message);
     else
-        log_event_limited("broker-error", OUTBOX_LOG_WARN, "broker connection lost",
+        log_event_limited(key, OUTBOX_LOG_WARN, "broker connection lost",
                           "%s broker=%s error=\"%s\"", p->db.who, sink_display_url(p->sink),
                           err->message);
     metrics_set_up(r->metrics, METRICS_BROKER, false);
