@@ -80,14 +80,14 @@ BEGIN
         RETURN trace_headers.headers;
     END IF;
     IF NOT outbox.traceparent_valid(trace_headers.traceparent) THEN
-        RAISE EXCEPTION 'invalid traceparent %', quote_literal(left(trace_headers.traceparent, 80))
+        RAISE EXCEPTION 'invalid traceparent %', to_json(left(trace_headers.traceparent, 80))
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'a W3C traceparent: 00-<32 lowercase hex, not all 0>-<16 lowercase hex, not all 0>-<2 hex>';
     END IF;
     headers := coalesce(trace_headers.headers, '{}') || jsonb_build_object('traceparent', trace_headers.traceparent);
     IF trace_headers.tracestate <> '' AND NOT headers ? 'tracestate' THEN
         IF NOT outbox.tracestate_valid(trace_headers.tracestate) THEN
-            RAISE EXCEPTION 'invalid tracestate %', quote_literal(left(trace_headers.tracestate, 80))
+            RAISE EXCEPTION 'invalid tracestate %', to_json(left(trace_headers.tracestate, 80))
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'a W3C tracestate: up to 32 comma-separated key=value members, at most 512 bytes';
         END IF;
@@ -98,12 +98,14 @@ END
 $$;
 
 -- Raises 22023 unless value (an exchange or routing key) is NULL or valid.
+-- Bad values are shown as JSON strings, so a control character in one
+-- cannot break the message's line.
 CREATE FUNCTION outbox.check_destination(what text, value text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
     IF value IS NOT NULL AND NOT outbox.destination_valid(value) THEN
-        RAISE EXCEPTION 'invalid outbox % %', what, quote_literal(left(value, 60))
+        RAISE EXCEPTION 'invalid outbox % %', what, to_json(left(value, 60))
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'at most 255 bytes, without control characters';
     END IF;

@@ -306,6 +306,61 @@ test_library_enqueue_and_claim_carry_destination_and_trace(void **state)
     outbox_store_free(store);
 }
 
+/* ---- outboxctl --------------------------------------------------------------- */
+
+/* Runs bin/outboxctl with args; its exit status, with stdout + stderr in output. */
+static int
+run_outboxctl(const char *const *args, char *output, size_t size)
+{
+    const char *argv[16];
+    char binary[512];
+    char *log = harness_log_path("routing-outboxctl");
+    size_t n = 0, len = 0;
+    FILE *file;
+    int status;
+
+    snprintf(binary, sizeof(binary), "%s/outboxctl", harness_env("OUTBOX_BIN"));
+    argv[n++] = binary;
+    while (*args != NULL && n < 15)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    unlink(log);
+    status = harness_wait_exit(harness_spawn(argv, log), 30000);
+    file = fopen(log, "r");
+    if (file != NULL) {
+        len = fread(output, 1, size - 1, file);
+        fclose(file);
+    }
+    output[len] = '\0';
+    unlink(log);
+    free(log);
+    return status;
+}
+
+static void
+test_outboxctl_enqueue_routes(void **state)
+{
+    struct fixture *f = *state;
+    const char *routed[] = {"--database-url", f->url, "enqueue", "--queue", "orders",
+                            "--payload", "{}", "--exchange", "events", "--routing-key",
+                            "order.created.eu", NULL};
+    const char *bad[] = {"--database-url", f->url, "enqueue", "--queue", "orders",
+                         "--payload", "{}", "--routing-key", "order\ncreated", NULL};
+    char output[4096];
+
+    assert_int_equal(run_outboxctl(routed, output, sizeof(output)), 0);
+    assert_query_text(f->conn, "SELECT exchange || ' ' || routing_key FROM outbox.job",
+                      "events order.created.eu");
+    /* bad input: one clear line, exit 1, nothing written */
+    assert_int_equal(run_outboxctl(bad, output, sizeof(output)), 1);
+    if (strstr(output, "invalid outbox routing key \"order\\ncreated\"") == NULL ||
+        strchr(output, '\n') != strrchr(output, '\n')) {
+        fprintf(stderr, "%s", output);
+        fail_msg("expected one line naming the invalid routing key");
+    }
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 1);
+}
+
 /* ---- RabbitMQ ------------------------------------------------------------- */
 
 /* What one AMQP queue received, in arrival order. */
@@ -676,6 +731,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_batch_carries_destination_and_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_library_enqueue_and_claim_carry_destination_and_trace,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outboxctl_enqueue_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topic_exchange_routes_each_row_by_its_key, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_missing_exchange_fails_only_its_row, setup, teardown),
