@@ -13,6 +13,8 @@
 
 #define SCHEMA_MISSING "outbox schema not found: run 'outboxctl migrate'"
 
+/* clang-format off */
+
 /* ISO 8601 UTC text of a timestamptz expression, whatever the session TimeZone. */
 #define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 
@@ -39,10 +41,9 @@ static const char queue_status_sql[] =
 static const char table_status_sql[] =
     "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid),"
     "       coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),"
-    "       " ISO_UTC("s.last_autovacuum") ", " ISO_UTC(
-        "s.last_autoanalyze") "  FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid "
-                              "= c.oid"
-                              " WHERE c.oid = 'outbox.job'::regclass";
+    "       " ISO_UTC("s.last_autovacuum") ", " ISO_UTC("s.last_autoanalyze")
+    "  FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid"
+    " WHERE c.oid = 'outbox.job'::regclass";
 
 /*
  * Sessions of this database (and WAL senders, which hold back every
@@ -106,19 +107,20 @@ static const char blocked_keys_sql[] =
     "  WHERE h.rank <= $1::bigint"
     "  ORDER BY h.queue, h.job_id";
 
-static const char dead_list_sql[] = "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC(
-    "finished_at") ", last_error"
-                   "  FROM outbox.job"
-                   " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
-                   " ORDER BY queue, job_id"
-                   " LIMIT $2::bigint";
+static const char dead_list_sql[] =
+    "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
+    "  FROM outbox.job"
+    " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
+    " ORDER BY queue, job_id"
+    " LIMIT $2::bigint";
 
-static const char dead_retry_sql[] = "UPDATE outbox.job"
-                                     "   SET state = 'ready', run_at = now(), finished_at = NULL,"
-                                     "       max_attempts = attempts + $3::integer"
-                                     " WHERE state = 'dead'"
-                                     "   AND ($1::text IS NULL OR queue = $1::text)"
-                                     "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
+static const char dead_retry_sql[] =
+    "UPDATE outbox.job"
+    "   SET state = 'ready', run_at = now(), finished_at = NULL,"
+    "       max_attempts = attempts + $3::integer"
+    " WHERE state = 'dead'"
+    "   AND ($1::text IS NULL OR queue = $1::text)"
+    "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
 
 /* A purge batch that found the cleanup lock taken tries again after this long. */
 #define PURGE_LOCKED_WAIT_US 20000
@@ -209,6 +211,8 @@ static const char inbox_purge_sql[] =
     "       FOR UPDATE SKIP LOCKED)"
     " DELETE FROM outbox.inbox AS i USING doomed AS d"
     "  WHERE i.consumer = d.consumer AND i.message_id = d.message_id";
+
+/* clang-format on */
 
 /* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
 static char *
