@@ -61,8 +61,11 @@
 /*
  * The rows of one claimed batch, and once it is published, its rows sorted
  * by outcome until the database has marked them: accepted rows are
- * completed, the others failed. Queue names point into the batch, error
- * texts into the outcomes, so both live as long as the settlement.
+ * completed, rows that failed through their own fault are failed (an
+ * attempt spent), deferred rows (broker connection or channel lost, broker
+ * busy: nobody's fault) are released with their attempt handed back. Queue
+ * names point into the batch, error texts into the outcomes, so both live
+ * as long as the settlement.
  */
 struct settlement {
     struct outbox_batch batch;
@@ -72,7 +75,9 @@ struct settlement {
     size_t accepted;                 /* rows in leases[] not marked yet */
     struct outbox_failure *failures; /* rejected or failed rows */
     const char **failure_queues;
-    size_t failed;    /* rows in failures[] not marked yet */
+    size_t failed;                 /* rows in failures[] not marked yet */
+    struct outbox_lease *releases; /* deferred rows */
+    size_t released;               /* rows in releases[] not given back yet */
     size_t published; /* rows published, counted in flight until the settlement is cleared */
     bool *done;
     bool *dead;
@@ -461,7 +466,7 @@ add_failure(struct pipeline *p, struct outbox_failure *failure, const struct out
 static bool
 has_rows(const struct settlement *st)
 {
-    return st->accepted + st->failed > 0;
+    return st->accepted + st->failed + st->released > 0;
 }
 
 /*
@@ -560,18 +565,29 @@ record_failed(struct pipeline *p, const struct settlement *st, size_t changed)
         metrics_add(r->metrics, METRICS_LEASE_LOST, st->failed - changed);
 }
 
+/* Records what giving the deferred rows back changed. */
+static void
+record_released(struct pipeline *p, const struct settlement *st, size_t changed)
+{
+    relay *r = p->relay;
+
+    metrics_add(r->metrics, METRICS_ROWS_RELEASED, changed);
+    if (changed < st->released)
+        metrics_add(r->metrics, METRICS_LEASE_LOST, st->released - changed);
+}
+
 /* Forgets a settled (or abandoned) batch. */
 static void
 settlement_clear(struct pipeline *p, struct settlement *st)
 {
     metrics_add_in_flight(p->relay->metrics, -(int64_t)st->published);
-    st->accepted = st->failed = st->published = 0;
+    st->accepted = st->failed = st->released = st->published = 0;
     outbox_batch_release_memory(&st->batch);
 }
 
 /*
- * Sends the marks of a published batch (complete, then fail) ahead of their
- * results. Returns 0, or -1 after dropping the store.
+ * Sends the marks of a published batch (complete, fail, then release) ahead
+ * of their results. Returns 0, or -1 after dropping the store.
  */
 static int
 settle_send(struct pipeline *p, const struct settlement *st)
@@ -579,7 +595,8 @@ settle_send(struct pipeline *p, const struct settlement *st)
     struct outbox_error err;
 
     if (outbox_complete_send(p->db.store, st->leases, st->accepted, &err) != 0 ||
-        outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0) {
+        outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0 ||
+        outbox_release_send(p->db.store, st->releases, st->released, &err) != 0) {
         store_failed(p, &err);
         return -1;
     }
@@ -610,6 +627,13 @@ settle_receive(struct pipeline *p, struct settlement *st)
     }
     record_failed(p, st, changed);
     st->failed = 0;
+    if (outbox_release_receive(p->db.store, st->releases, st->released, st->done, &changed, &err) !=
+        0) {
+        store_failed(p, &err);
+        return;
+    }
+    record_released(p, st, changed);
+    st->released = 0;
 }
 
 /*
@@ -679,7 +703,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
-    size_t accepted = 0, failed = 0, timed = 0;
+    size_t accepted = 0, failed = 0, timed = 0, released = 0;
+    const char *deferred_reason = "";
     struct outbox_error err;
     double started, finished, wall;
     int rc;
@@ -723,14 +748,24 @@ publish_batch(struct pipeline *p, struct settlement *st)
                 p->lags[timed++] = wall - job->created_at;
             st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
             metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
+        } else if (st->outcomes[i].status == SINK_DEFERRED) {
+            if (released == 0)
+                deferred_reason = st->outcomes[i].reason;
+            st->releases[released++] = (struct outbox_lease){job->job_id, job->generation};
         } else {
             st->failure_queues[failed] = job->queue;
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
+    if (released > 0)
+        log_event_limited("publish-deferred", OUTBOX_LOG_WARN,
+                          "rows not published through no fault of their own, given back",
+                          "pipeline=%d rows=%zu error=\"%s\"", p->index, released,
+                          deferred_reason);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
+    st->released = released;
 }
 
 /*
@@ -1208,6 +1243,7 @@ settlement_free(struct settlement *st)
     free(st->lease_queues);
     free(st->failures);
     free(st->failure_queues);
+    free(st->releases);
     free(st->done);
     free(st->dead);
 }
@@ -1220,10 +1256,11 @@ settlement_init(struct settlement *st, size_t n)
     st->lease_queues = calloc(n, sizeof(*st->lease_queues));
     st->failures = calloc(n, sizeof(*st->failures));
     st->failure_queues = calloc(n, sizeof(*st->failure_queues));
+    st->releases = calloc(n, sizeof(*st->releases));
     st->done = calloc(n, sizeof(*st->done));
     st->dead = calloc(n, sizeof(*st->dead));
     return st->outcomes && st->leases && st->lease_queues && st->failures && st->failure_queues &&
-                   st->done && st->dead
+                   st->releases && st->done && st->dead
                ? 0
                : -1;
 }

@@ -229,7 +229,7 @@ int outbox_claim(outbox_store *store, const char *const *queues, size_t queue_co
                  int lease_seconds, struct outbox_batch *batch, struct outbox_error *err);
 
 /*
- * Sending ahead. The claim, complete and fail also come in two halves, so a
+ * Sending ahead. The claim, complete, fail and release also come in two halves, so a
  * caller can publish one batch while the database marks the last one and
  * claims the next: *_send() sends the statement and returns without waiting
  * (the server runs and commits each one as its own transaction), *_receive()
@@ -286,9 +286,17 @@ int outbox_fail_send(outbox_store *store, const struct outbox_failure *failures,
 int outbox_fail_receive(outbox_store *store, const struct outbox_failure *failures, size_t count,
                         bool *done, bool *dead, size_t *changed, struct outbox_error *err);
 
-/* Gives owned rows back, ready now, without spending their attempt. */
+/*
+ * Gives owned rows back, ready now, without spending their attempt: for
+ * rows that were not published through no fault of their own (a stop, a
+ * lost broker connection or channel, a busy broker).
+ */
 int outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
                    size_t *changed, struct outbox_error *err);
+int outbox_release_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                        struct outbox_error *err);
+int outbox_release_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                           bool *done, size_t *changed, struct outbox_error *err);
 
 /* Counts of one reap pass. */
 struct outbox_reap_result {

@@ -297,7 +297,8 @@ sink_publish(sink *s, const struct sink_message *messages, size_t count,
 
     if (!s->connected) {
         for (size_t i = 0; i < count; i++)
-            sink_outcome_set(&outcomes[i], SINK_FAILED, "%s broker not connected", s->type->kind);
+            sink_outcome_set(&outcomes[i], SINK_DEFERRED, "%s broker not connected",
+                             s->type->kind);
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s broker not connected",
                                 s->type->kind);
     }

@@ -12,6 +12,7 @@
  *   publisher confirm without basic.return; Redis append reply, or the
  *   dedup record of an earlier append). Anything unknown is a failure, so a
  *   row is never marked succeeded on a guess.
+<<<<<<< HEAD
  * - A failure of one message (unroutable, nack, too large, a reply error)
  *   fails that message only; the rest of the batch goes on.
  * - When the connection breaks, sink_publish() fails every message it could
@@ -22,6 +23,17 @@
  *   relays spread over the nodes; sink_connect() tries each in turn from
  *   there and keeps the first that answers; after a lost connection the
  *   next sink_connect() starts at the endpoint after the lost one.
+=======
+ * - A failure of one message (unroutable, nack, too large, a reply error,
+ *   the broker closing the channel because of that message) fails that
+ *   message only; the rest of the batch goes on.
+ * - A failure that is no message's own (connection or channel lost, broker
+ *   down or busy, no answer in time) defers the messages it touched:
+ *   SINK_DEFERRED, which costs the row no attempt.
+ * - When the connection breaks, sink_publish() defers every message it
+ *   could not confirm, returns -1 with a transient error, and the sink is
+ *   left disconnected; the next sink_connect() reconnects.
+>>>>>>> eb139c0 (Innocent rows never pay: failures that are no row's fault (connection or channel lost, broker down or busy, no confirm in time) release rows with their attempt handed back; after RabbitMQ closes the channel over one message only that message fails, the rest is republished on a fresh channel, and a size limit named by the broker is applied before publishing)
  * - A sink is used by one thread at a time.
  */
 #ifndef OUTBOX_SINK_H
@@ -77,6 +89,8 @@ enum sink_status {
     SINK_ACCEPTED = 0, /* the broker has it durably */
     SINK_FAILED,       /* not published; worth retrying later */
     SINK_REJECTED,     /* not published and never will be as is (e.g. too large) */
+    SINK_DEFERRED,     /* maybe not published, through no fault of its own: give it back
+                          without spending an attempt */
 };
 
 #define SINK_REASON_MAX 256
@@ -132,7 +146,7 @@ bool sink_is_connected(const sink *s);
  * Publishes count messages and waits (bounded by io_timeout_ms) until the
  * broker has answered for each. outcomes[i] is always filled for every i,
  * also when -1 is returned (connection lost: the unconfirmed ones are
- * SINK_FAILED).
+ * SINK_DEFERRED).
  */
 int sink_publish(sink *s, const struct sink_message *messages, size_t count,
                  struct sink_outcome *outcomes, struct outbox_error *err);

@@ -10,11 +10,23 @@
  *   basic.nack     failed
  *   basic.return   the message was unroutable (mandatory): failed, even
  *                  though the broker acks it afterwards
- *   channel.close  every unsettled message fails with the server's text;
- *                  the channel is reopened so the next batch works
+ *   channel.close  one message caused it (RabbitMQ closes the channel on a
+ *                  publish it refuses, e.g. 406 over max_message_size, 404
+ *                  for a missing exchange): that message fails with the
+ *                  broker's text, the channel is reopened and every other
+ *                  unsettled message is published again in the same call
+ *                  (their confirms died with the channel; at least once).
+ *                  The culprit is the message whose size the 406 names (the
+ *                  size limit is learned and applied before publishing from
+ *                  then on, for the life of the connection); for any other
+ *                  text the rest is published one message at a time, each
+ *                  waiting for its confirm, so the next close names its
+ *                  message
  *   connection.close, socket error, heartbeat timeout, confirm timeout
- *                  every unsettled message fails, the connection is torn
- *                  down and publish returns -1; sink_connect() reconnects
+ *                  no message's fault: every unsettled message is deferred
+ *                  (given back without spending an attempt), the
+ *                  connection is torn down and publish returns -1;
+ *                  sink_connect() reconnects
  *
  * Delivery tags count publishes on the channel from 1 after confirm.select;
  * the sink keeps that count so each tag maps back to one message.
@@ -74,11 +86,12 @@ struct sink_amqp {
     size_t entries_capacity;
     char *known_exchanges[SINK_AMQP_KNOWN_EXCHANGES]; /* found by a passive declare */
     size_t known_count;
+    size_t broker_max_bytes; /* max_message_size learned from a 406, 0 while unknown */
 };
 
 /* Where one message of the batch being published stands. */
 enum message_state {
-    MESSAGE_NOT_SENT = 0, /* not handed to the broker (yet) */
+    MESSAGE_NOT_SENT = 0, /* not handed to the broker (yet, or again after a channel close) */
     MESSAGE_IN_FLIGHT,    /* published, waiting for ack or nack */
     MESSAGE_RETURNED,     /* basic.return seen: failed, its ack still to come */
     MESSAGE_SETTLED,      /* outcome final (acked, nacked or rejected locally) */
@@ -95,8 +108,8 @@ struct batch {
     size_t sent;            /* tags used so far */
     size_t settled_below;   /* every tag offset below this is settled */
     size_t unsettled;       /* published messages without ack/nack yet */
-    bool channel_closed;    /* the broker closed the channel during this batch */
-    char close_reason[SINK_REASON_MAX];
+    bool channel_closed;    /* the broker closed the channel during this round */
+    char close_text[SINK_REASON_MAX]; /* its code and text: "406 PRECONDITION_FAILED - ..." */
 };
 
 /* Result of handling one incoming frame. */
@@ -242,6 +255,7 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     char text[256];
     int rc;
 
+    impl->broker_max_bytes = 0; /* learned again on this connection if need be */
     impl->conn = amqp_new_connection();
     if (impl->conn == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -338,17 +352,21 @@ settle_tags(struct batch *batch, uint64_t delivery_tag, bool multiple, bool acke
         batch->settled_below++;
 }
 
-/* Fails every published, unsettled message and every unsent one with reason. */
+/*
+ * Defers every published, unsettled message and every unsent one with
+ * reason: the connection failed them, not their content. A returned message
+ * keeps its own failure (unroutable).
+ */
 static void
-fail_unsettled(struct batch *batch, const char *reason)
+defer_unsettled(struct batch *batch, const char *reason)
 {
     for (size_t i = 0; i < batch->count; i++) {
         switch (batch->states[i]) {
         case MESSAGE_IN_FLIGHT:
-            sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "%s", reason);
+            sink_outcome_set(&batch->outcomes[i], SINK_DEFERRED, "%s", reason);
             break;
         case MESSAGE_NOT_SENT:
-            sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "not published: %s", reason);
+            sink_outcome_set(&batch->outcomes[i], SINK_DEFERRED, "not published: %s", reason);
             break;
         default:
             break;
@@ -448,9 +466,10 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
         impl->channel_open = false;
         forget_exchanges(impl);
         if (batch != NULL) {
+            /* who caused it is worked out once the round stops (blame_channel_close) */
             batch->channel_closed = true;
-            snprintf(batch->close_reason, sizeof(batch->close_reason), "%s", reason);
-            fail_unsettled(batch, reason);
+            snprintf(batch->close_text, sizeof(batch->close_text), "%u %.*s", close->reply_code,
+                     (int)close->reply_text.len, (const char *)close->reply_text.bytes);
         }
         if (amqp_send_method(impl->conn, frame->channel, AMQP_CHANNEL_CLOSE_OK_METHOD,
                              &close_ok) != AMQP_STATUS_OK) {
@@ -535,6 +554,13 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
         sink_outcome_set(outcome, SINK_REJECTED,
                          "message of %zu bytes exceeds the limit of %" PRId64 " bytes",
                          message->payload_len, s->options.max_message_bytes);
+        return -1;
+    }
+    if (impl->broker_max_bytes > 0 && message->payload_len > impl->broker_max_bytes) {
+        sink_outcome_set(outcome, SINK_REJECTED,
+                         "message of %zu bytes exceeds the broker's limit of %zu bytes"
+                         " (max_message_size)",
+                         message->payload_len, impl->broker_max_bytes);
         return -1;
     }
     if (strlen(message_routing_key(message)) > SINK_AMQP_SHORTSTR_MAX ||
@@ -750,17 +776,163 @@ verify_exchanges(sink *s, struct batch *batch, struct outbox_error *err)
     return 0;
 }
 
+/* How one round of publishing ended. */
+enum round_result {
+    ROUND_DONE = 0,       /* every message of the round settled */
+    ROUND_CHANNEL_CLOSED, /* the broker closed the channel; close_text says why */
+    ROUND_LOST,           /* connection lost or no confirm in time: err filled, all deferred */
+};
+
+/*
+ * Waits until every published message of the round is settled, the channel
+ * closes, or the broker stays silent for io_timeout_ms.
+ */
+static enum round_result
+wait_settled(sink *s, struct batch *batch, struct outbox_error *err)
+{
+    int64_t deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
+
+    while (batch->unsettled > 0 && !batch->channel_closed) {
+        int64_t left = deadline - clock_monotonic_ms();
+        int got;
+
+        if (left <= 0) {
+            char reason[SINK_REASON_MAX];
+
+            snprintf(reason, sizeof(reason), "no publisher confirm from the broker within %d ms",
+                     s->options.io_timeout_ms);
+            outbox_error_set(err, OUTBOX_ERR_TIMEOUT, "%s at %s", reason, sink_target(s));
+            return ROUND_LOST;
+        }
+        got = read_one_frame(s, batch, left, err);
+        if (got == -FRAME_CONNECTION_LOST)
+            return ROUND_LOST;
+        /* the broker is answering: a large batch gets as long as it keeps making progress */
+        if (got == 1)
+            deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
+    }
+    return batch->channel_closed ? ROUND_CHANNEL_CLOSED : ROUND_DONE;
+}
+
+/*
+ * Publishes every message of the batch still to be published: all in
+ * windows, or one_at_a_time, each waiting for its confirm before the next.
+ * Delivery tags start over with the round (a fresh channel after a close).
+ */
+static enum round_result
+publish_round(sink *s, struct batch *batch, bool one_at_a_time, struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+
+    batch->base_tag = impl->next_tag;
+    batch->sent = batch->settled_below = batch->unsettled = 0;
+    batch->channel_closed = false;
+    for (size_t i = 0; i < batch->count && !batch->channel_closed; i++) {
+        struct json_string_object headers;
+        int published;
+
+        if (batch->states[i] != MESSAGE_NOT_SENT)
+            continue;
+        if (check_message(s, &batch->messages[i], &headers, &batch->outcomes[i]) != 0) {
+            batch->states[i] = MESSAGE_SETTLED;
+            continue;
+        }
+        published = publish_one(s, batch, i, &headers, err);
+        json_string_object_clear(&headers);
+        if (published != 0)
+            return ROUND_LOST;
+        if (one_at_a_time) {
+            enum round_result result = wait_settled(s, batch, err);
+
+            if (result != ROUND_DONE)
+                return result;
+        } else if (batch->sent % SINK_AMQP_WINDOW == 0 &&
+                   drain_arrived(s, batch, err) == -FRAME_CONNECTION_LOST) {
+            return ROUND_LOST;
+        }
+    }
+    return wait_settled(s, batch, err);
+}
+
+/*
+ * The size a RabbitMQ 406 names, from "406 PRECONDITION_FAILED - message
+ * size 2097152 is larger than configured max size 1048576"; false for any
+ * other text.
+ */
+static bool
+parse_size_refusal(const char *text, size_t *size, size_t *limit)
+{
+    const char *at = strstr(text, "message size ");
+    unsigned long long message_size, max_size;
+    int used = 0;
+
+    if (strncmp(text, "406 ", 4) != 0 || at == NULL ||
+        sscanf(at, "message size %llu is larger than configured max size %llu%n", &message_size,
+               &max_size, &used) != 2 ||
+        used == 0 || max_size == 0)
+        return false;
+    *size = (size_t)message_size;
+    *limit = (size_t)max_size;
+    return true;
+}
+
+/*
+ * After the broker closed the channel in a round: fails the message that
+ * caused it, and makes every other unsettled message ready to be published
+ * again. Returns whether the rest must go one at a time to find the culprit
+ * (the text named no message, and more than one was in flight).
+ */
+static bool
+blame_channel_close(sink *s, struct batch *batch, bool one_at_a_time)
+{
+    struct sink_amqp *impl = s->impl;
+    size_t size = 0, limit = 0, in_flight = 0, blamed = 0;
+    bool sized = parse_size_refusal(batch->close_text, &size, &limit);
+
+    if (sized && (impl->broker_max_bytes == 0 || limit < impl->broker_max_bytes))
+        impl->broker_max_bytes = limit;
+    for (size_t i = 0; i < batch->count; i++)
+        if (batch->states[i] == MESSAGE_IN_FLIGHT)
+            in_flight++;
+    for (size_t i = 0; i < batch->count; i++) {
+        bool culprit;
+
+        if (batch->states[i] == MESSAGE_RETURNED) {
+            batch->states[i] = MESSAGE_SETTLED; /* unroutable: its own failure stands */
+            continue;
+        }
+        if (batch->states[i] != MESSAGE_IN_FLIGHT)
+            continue;
+        /* alone in flight it can only be this one; else the size the 406 names */
+        culprit = one_at_a_time || in_flight == 1 ||
+                  (sized && batch->messages[i].payload_len == size);
+        if (culprit) {
+            /* a size refusal will not change by retrying; other refusals might */
+            sink_outcome_set(&batch->outcomes[i], sized ? SINK_REJECTED : SINK_FAILED,
+                             "channel closed by the broker: %s", batch->close_text);
+            batch->states[i] = MESSAGE_SETTLED;
+            blamed++;
+        } else {
+            /* its confirm died with the channel: publish it again (at least once) */
+            sink_outcome_set(&batch->outcomes[i], SINK_DEFERRED, "not published: channel closed");
+            batch->states[i] = MESSAGE_NOT_SENT;
+        }
+    }
+    batch->unsettled = 0;
+    return blamed == 0;
+}
+
 static int
 sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
                   struct sink_outcome *outcomes, struct outbox_error *err)
 {
     struct sink_amqp *impl = s->impl;
     struct batch batch = {.messages = messages, .outcomes = outcomes, .count = count};
-    int64_t deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
+    bool one_at_a_time = false;
     int rc = 0;
 
     for (size_t i = 0; i < count; i++)
-        sink_outcome_set(&outcomes[i], SINK_FAILED, "not published");
+        sink_outcome_set(&outcomes[i], SINK_DEFERRED, "not published");
     if (count == 0)
         return 0;
     batch.states = calloc(count, sizeof(*batch.states));
@@ -773,65 +945,29 @@ sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
         goto lost;
     if (verify_exchanges(s, &batch, err) != 0)
         goto lost;
-    batch.base_tag = impl->next_tag;
 
-    for (size_t i = 0; i < count && !batch.channel_closed; i++) {
-        struct json_string_object headers;
-        int published;
+    /*
+     * Every round but the last ends in a channel close that settles at least
+     * one message (its culprit) or switches to one at a time, whose next
+     * close always names one: at most count + 1 rounds.
+     */
+    for (size_t round = 0; round <= count + 1; round++) {
+        enum round_result result = publish_round(s, &batch, one_at_a_time, err);
 
-        if (batch.states[i] == MESSAGE_SETTLED)
-            continue; /* failed by verify_exchanges() */
-        if (check_message(s, &messages[i], &headers, &outcomes[i]) != 0) {
-            batch.states[i] = MESSAGE_SETTLED;
-            continue;
-        }
-        published = publish_one(s, &batch, i, &headers, err);
-        json_string_object_clear(&headers);
-        if (published != 0)
+        if (result == ROUND_LOST)
             goto lost;
-        if (batch.sent % SINK_AMQP_WINDOW == 0) {
-            int drained = drain_arrived(s, &batch, err);
-
-            if (drained == -FRAME_CONNECTION_LOST)
-                goto lost;
-        }
-    }
-
-    while (batch.unsettled > 0 && !batch.channel_closed) {
-        int64_t left = deadline - clock_monotonic_ms();
-        int got;
-
-        if (left <= 0) {
-            char reason[SINK_REASON_MAX];
-
-            snprintf(reason, sizeof(reason), "no publisher confirm from the broker within %d ms",
-                     s->options.io_timeout_ms);
-            fail_unsettled(&batch, reason);
-            rc = outbox_error_set(err, OUTBOX_ERR_TIMEOUT, "%s at %s", reason,
-                                  sink_target(s));
-            drop_connection(s);
+        if (result == ROUND_DONE)
             goto cleanup;
-        }
-        got = read_one_frame(s, &batch, left, err);
-        if (got == -FRAME_CONNECTION_LOST)
+        if (blame_channel_close(s, &batch, one_at_a_time))
+            one_at_a_time = true;
+        if (open_channel(s, err) != 0)
             goto lost;
-        /* the broker is answering: a large batch gets as long as it keeps making progress */
-        if (got == 1)
-            deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
     }
-
-    if (batch.channel_closed) {
-        /* Everything left was failed with the broker's text; the next batch gets a fresh channel. */
-        fail_unsettled(&batch, batch.close_reason);
-        if (open_channel(s, err) != 0) {
-            drop_connection(s);
-            rc = -1;
-        }
-    }
+    defer_unsettled(&batch, "the broker kept closing the channel");
     goto cleanup;
 
 lost:
-    fail_unsettled(&batch, err->message);
+    defer_unsettled(&batch, err->message);
     drop_connection(s);
     rc = -1;
 

@@ -69,10 +69,13 @@
  * redisAppendCommandArgv and their replies read in order, with at most
  * PIPELINE_WINDOW messages in flight so the output buffer stays bounded for
  * huge batches. An error in the reply for one message (WRONGTYPE, or OOM over
- * maxmemory) fails only that message; an error for a whole call (BUSY,
- * LOADING, TRYAGAIN) fails the messages of that call. A broken connection or
- * a timeout fails every message still without a reply, frees every
- * connection and leaves the sink disconnected; the messages of such a batch
+ * maxmemory) fails only that message. An error for a whole call (BUSY,
+ * LOADING, TRYAGAIN), a broken connection, a timeout, too few replicas for
+ * --redis-wait or a cluster slot nobody serves is no message's fault: it
+ * defers the messages it touched (SINK_DEFERRED, given back without
+ * spending an attempt). A broken connection or a timeout defers every
+ * message still without a reply, frees every connection and leaves the sink
+ * disconnected; the messages of such a batch
  * that Redis did append are answered from their dedup records when published
  * again. Writing to a closed socket raises SIGPIPE: the process must ignore
  * it, as the relay does.
@@ -1135,7 +1138,7 @@ settle_call(sink *s, uint16_t node, const struct sink_message *messages,
         snprintf(reason, sizeof(reason), "an unexpected reply");
     }
     for (size_t i = 0; i < n; i++)
-        sink_outcome_set(&outcomes[routes[i].index], SINK_FAILED,
+        sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED,
                          "redis refused the append to '%s%.100s': %s", s->options.stream_prefix,
                          stream_suffix(&messages[routes[i].index]), reason);
 }
@@ -1166,7 +1169,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
         snprintf(reason, sizeof(reason), "no reply from redis to WAIT");
         for (size_t i = 0; i < n; i++)
             if (outcomes[routes[i].index].status == SINK_ACCEPTED)
-                sink_outcome_set(&outcomes[routes[i].index], SINK_FAILED, "%s", reason);
+                sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED, "%s", reason);
         return fail_node(s, &r->nodes[node], saved_errno, "a WAIT", err);
     }
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= wanted) {
@@ -1184,7 +1187,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
     freeReplyObject(reply);
     for (size_t i = 0; i < n; i++)
         if (outcomes[routes[i].index].status == SINK_ACCEPTED)
-            sink_outcome_set(&outcomes[routes[i].index], SINK_FAILED, "%s", reason);
+            sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED, "%s", reason);
     return 0;
 }
 
@@ -1192,7 +1195,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
  * One pipelined pass over routes[0..n-1], all for one node with the same
  * call and ASKING flag, at most PIPELINE_WINDOW messages in flight, then
  * WAIT when asked for. On a broken connection every message of the pass
- * without a reply is failed, the node's context dropped and -1 returned.
+ * without a reply is deferred, the node's context dropped and -1 returned.
  */
 static int
 pipeline_pass(sink *s, uint16_t node, const struct sink_message *messages,
@@ -1212,7 +1215,7 @@ pipeline_pass(sink *s, uint16_t node, const struct sink_message *messages,
             length = call_length(routes, sent, n);
             if (append_call(s, context, messages, routes + sent, length) != 0) {
                 for (size_t i = received; i < n; i++)
-                    sink_outcome_set(&outcomes[routes[i].index], SINK_FAILED,
+                    sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED,
                                      "out of memory while publishing to redis");
                 outbox_error_set(err, OUTBOX_ERR_INTERNAL,
                                  "out of memory while publishing to redis");
@@ -1229,7 +1232,7 @@ pipeline_pass(sink *s, uint16_t node, const struct sink_message *messages,
             int saved_errno = errno;
 
             for (size_t i = received; i < n; i++)
-                sink_outcome_set(&outcomes[routes[i].index], SINK_FAILED,
+                sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED,
                                  "no reply from redis: %s",
                                  context->errstr[0] != '\0' ? context->errstr : "connection lost");
             return fail_node(s, &r->nodes[node], saved_errno, "while publishing", err);
@@ -1323,7 +1326,7 @@ route_messages(sink *s, const struct sink_message *messages, const size_t *senda
             route.slot = keyslot_of(r->name, len);
             route.node = r->slot_nodes[route.slot];
             if (route.node == NO_NODE) {
-                sink_outcome_set(&outcomes[sendable[i]], SINK_FAILED,
+                sink_outcome_set(&outcomes[sendable[i]], SINK_DEFERRED,
                                  "no redis cluster node serves slot %u", route.slot);
                 r->map_stale = true;
                 continue;
@@ -1362,7 +1365,7 @@ send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_
                 ;
             if (r->nodes[node].context == NULL && node_connect(s, &r->nodes[node], &node_err) != 0) {
                 for (size_t i = from; i < to; i++)
-                    sink_outcome_set(&outcomes[r->routes[i].index], SINK_FAILED, "%s",
+                    sink_outcome_set(&outcomes[r->routes[i].index], SINK_DEFERRED, "%s",
                                      node_err.message);
             } else if (pipeline_pass(s, node, messages, r->routes + from, to - from, outcomes,
                                      &retry_count, &node_err) == 0) {
@@ -1378,7 +1381,7 @@ send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_
         n = retry_count;
     }
     for (size_t i = 0; i < n; i++)
-        sink_outcome_set(&outcomes[r->routes[i].index], SINK_FAILED,
+        sink_outcome_set(&outcomes[r->routes[i].index], SINK_DEFERRED,
                          "redis redirected the append more than %d times", MAX_ROUNDS - 1);
     return rc;
 }
@@ -1402,7 +1405,8 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
         reserve(&r->name, &r->name_capacity, longest + 1) != 0) {
         free(sendable);
         for (size_t i = 0; i < count; i++)
-            sink_outcome_set(&outcomes[i], SINK_FAILED, "out of memory while publishing to redis");
+            sink_outcome_set(&outcomes[i], SINK_DEFERRED,
+                             "out of memory while publishing to redis");
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
     for (size_t i = 0; i < count; i++) {
@@ -1413,7 +1417,7 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
                              messages[i].payload_len, limit);
             continue;
         }
-        sink_outcome_set(&outcomes[i], SINK_FAILED, "no reply from redis");
+        sink_outcome_set(&outcomes[i], SINK_DEFERRED, "no reply from redis");
         sendable[sendable_count++] = i;
     }
     if (r->topology == TOPOLOGY_CLUSTER && r->map_stale)

@@ -1280,12 +1280,29 @@ outbox_complete_receive(outbox_store *store, const struct outbox_lease *leases, 
                                 sizeof(*leases), count, done, NULL, changed, err);
 }
 
+#define RELEASE_CONTEXT "unable to release jobs"
+
 int
 outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
                size_t *changed, struct outbox_error *err)
 {
-    return fenced_lease_write(store, "outbox_release", "unable to release jobs", leases, count,
-                              NULL, done, changed, err);
+    return fenced_lease_write(store, "outbox_release", RELEASE_CONTEXT, leases, count, NULL, done,
+                              changed, err);
+}
+
+int
+outbox_release_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                    struct outbox_error *err)
+{
+    return lease_write_send(store, "outbox_release", RELEASE_CONTEXT, leases, count, NULL, err);
+}
+
+int
+outbox_release_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
+                       bool *done, size_t *changed, struct outbox_error *err)
+{
+    return fenced_write_receive(store, "outbox_release", RELEASE_CONTEXT, leases, sizeof(*leases),
+                                count, done, NULL, changed, err);
 }
 
 #define FAIL_CONTEXT "unable to record failed jobs"

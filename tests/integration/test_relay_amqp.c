@@ -360,6 +360,44 @@ test_oversized_row_dies_alone(void **state)
     assert_int_equal(assert_every_row_delivered(f, 10), 0);
 }
 
+/*
+ * The broker's own size limit (max_message_size 1 MiB on the suite's
+ * RabbitMQ), which the relay is not told about: a 2 MiB row makes RabbitMQ
+ * close the channel. Only that row pays for it, dead with the broker's text;
+ * its 200 batch-mates, with a single attempt each, are all published.
+ */
+static void
+test_broker_size_limit_kills_only_the_big_row(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "500", NULL};
+    char sql[512];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g), max_attempts => 1))"
+             " FROM generate_series(1, 100) AS g",
+             f->queue);
+    harness_query_ll(f->conn, sql);
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue('%s', jsonb_build_object('pad', repeat('x', 2 * 1024 * 1024)),"
+             " max_attempts => 1)",
+             f->queue);
+    harness_exec(f->conn, sql);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g), max_attempts => 1))"
+             " FROM generate_series(101, 200) AS g",
+             f->queue);
+    harness_query_ll(f->conn, sql);
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(count_where(f, "state = 'succeeded' AND attempts = 1"), 200);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1 AND last_error LIKE"
+                                    " '%PRECONDITION_FAILED%larger than configured max size%'"),
+                     1);
+    harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
+    assert_every_row_delivered(f, 200);
+}
+
 static void
 test_check(void **state)
 {
@@ -454,6 +492,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_two_relays_share_the_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_leaves_nothing_running, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_size_limit_kills_only_the_big_row, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_list_skips_dead_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_down_at_start_and_restarted_mid_run, setup,

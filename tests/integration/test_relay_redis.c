@@ -203,6 +203,43 @@ test_redis_restart_mid_run_loses_nothing(void **state)
     assert_each_row_once(f, 20000);
 }
 
+/*
+ * A Redis restart is no row's fault: rows in flight when the connection
+ * broke are given back without spending their attempt, so rows with a
+ * single attempt all get through (and still once each).
+ */
+static void
+test_redis_restart_costs_no_attempt(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "100", NULL};
+    struct relay_process relay;
+
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   30000);
+    assert_int_equal(harness_stack("restart-service", "redis"), 0);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job"
+                                    " WHERE state NOT IN ('succeeded', 'dead')",
+                                    0, 60000),
+                     0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    if (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'") != 0) {
+        relay_dump_log(&relay);
+        fail_msg("rows died of a broker restart");
+    }
+    unlink(relay.log_path);
+    redisFree(f->redis);
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    assert_each_row_once(f, 20000);
+}
+
 static void
 test_sigterm_stops_cleanly(void **state)
 {
@@ -317,6 +354,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart_mid_run_loses_nothing, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_redis_restart_costs_no_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_rows_fail_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_once_cleans_up_everything_past_retention, setup,

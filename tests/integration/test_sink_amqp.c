@@ -418,6 +418,69 @@ test_oversized_and_bad_headers_rejected_locally(void **state)
     free(big);
 }
 
+/*
+ * A message over the broker's max_message_size, which the sink was not told
+ * about: RabbitMQ closes the channel. Only that message fails, rejected with
+ * the broker's text; the channel is reopened and every other message of the
+ * batch is published in the same call. The sink keeps the limit it learned
+ * and refuses the next oversized message before publishing it.
+ */
+static void
+test_broker_size_limit_fails_only_that_message(void **state)
+{
+    enum { COUNT = 101, BIG = 40 };
+    char queue[128];
+    struct sink_options options = default_options(broker_url);
+    struct sink_message messages[COUNT];
+    struct sink_outcome outcomes[COUNT];
+    struct outbox_error err = {0};
+    size_t big_len = 2 * BROKER_MAX_MESSAGE_BYTES;
+    char *big;
+    uint32_t count = 0;
+    queue_consumer *c;
+    sink *s;
+
+    (void)state;
+    NEED_BROKER();
+    big = malloc(big_len);
+    assert_non_null(big);
+    memset(big, 'x', big_len);
+    big[0] = '"';
+    big[big_len - 1] = '"';
+    test_name(queue, sizeof(queue), "broker-limit");
+    c = connected_consumer();
+    must(c, queue_consumer_declare_queue(c, queue));
+    s = connected_sink(&options);
+
+    for (int i = 0; i < COUNT; i++)
+        messages[i] = simple_message(5000 + i, queue);
+    messages[BIG].payload = big;
+    messages[BIG].payload_len = big_len;
+    assert_int_equal(sink_publish(s, messages, COUNT, outcomes, &err), 0);
+    for (int i = 0; i < COUNT; i++)
+        if (i != BIG && outcomes[i].status != SINK_ACCEPTED)
+            fail_msg("innocent message %d: status %d '%s'", i, outcomes[i].status,
+                     outcomes[i].reason);
+    assert_int_equal(outcomes[BIG].status, SINK_REJECTED);
+    assert_reason_contains(&outcomes[BIG], "PRECONDITION_FAILED - message size 2097152 is larger"
+                                           " than configured max size 1048576");
+    assert_true(sink_is_connected(s));
+    must(c, queue_consumer_count(c, queue, &count));
+    assert_true(count >= COUNT - 1);
+
+    /* learned: refused before publishing, the others go through */
+    assert_int_equal(sink_publish(s, &messages[BIG - 1], 3, outcomes, &err), 0);
+    assert_int_equal(outcomes[0].status, SINK_ACCEPTED);
+    assert_int_equal(outcomes[1].status, SINK_REJECTED);
+    assert_reason_contains(&outcomes[1], "exceeds the broker's limit of 1048576 bytes");
+    assert_int_equal(outcomes[2].status, SINK_ACCEPTED);
+
+    sink_free(s);
+    must(c, queue_consumer_delete_queue(c, queue));
+    queue_consumer_free(c);
+    free(big);
+}
+
 /* broker_url with the password replaced; the caller frees it. */
 static char *
 url_with_password(const char *password, const char *vhost)
@@ -490,7 +553,7 @@ test_refused_port_is_connection_error(void **state)
     assert_null(strstr(err.message, ":guest@"));
     assert_false(sink_is_connected(s));
     assert_int_equal(sink_publish(s, &message, 1, &outcome, &err), -1);
-    assert_int_equal(outcome.status, SINK_FAILED);
+    assert_int_equal(outcome.status, SINK_DEFERRED); /* not the message's fault: no attempt spent */
     sink_free(s);
 }
 
@@ -553,7 +616,7 @@ test_broker_restart(void **state)
     assert_int_equal(sink_publish(s, messages, COUNT, outcomes, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONNECTION);
     for (int i = 0; i < COUNT; i++)
-        assert_int_equal(outcomes[i].status, SINK_FAILED);
+        assert_int_equal(outcomes[i].status, SINK_DEFERRED);
     assert_false(sink_is_connected(s));
 
     assert_true(stack("start-service", stack_dir));
@@ -667,6 +730,7 @@ main(void)
         cmocka_unit_test(test_unroutable_fails_only_that_message),
         cmocka_unit_test(test_missing_exchange_fails_batch_then_recovers),
         cmocka_unit_test(test_oversized_and_bad_headers_rejected_locally),
+        cmocka_unit_test(test_broker_size_limit_fails_only_that_message),
         cmocka_unit_test(test_wrong_password_is_config_error_without_password),
         cmocka_unit_test(test_refused_port_is_connection_error),
         cmocka_unit_test(test_publish_rate_20000),

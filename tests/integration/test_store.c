@@ -544,6 +544,41 @@ test_backlog_survives_infinite_run_at(void **state)
     assert_int_equal(outbox_sample_backlog(f->a, count_backlog, ages, &err), 0);
 }
 
+/*
+ * A release sent ahead (as the relay sends it with its other marks) hands the
+ * attempt back too, and is fenced like the others: a stale generation is
+ * not released.
+ */
+static void
+test_release_sent_ahead_keeps_the_attempt(void **state)
+{
+    struct fixture *f = *state;
+    int64_t id = enqueue_simple(f->conn, "q", "{}");
+    struct outbox_batch batch;
+    struct outbox_lease lease, stale;
+    struct outbox_error err;
+    bool done = false;
+    size_t changed = 0;
+
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    lease = (struct outbox_lease){.job_id = id, .generation = batch.jobs[0].generation};
+    outbox_batch_release_memory(&batch);
+    stale = (struct outbox_lease){.job_id = id, .generation = lease.generation + 1};
+    assert_int_equal(outbox_release_send(f->a, &stale, 1, &err), 0);
+    assert_int_equal(outbox_release_receive(f->a, &stale, 1, &done, &changed, &err), 0);
+    assert_false(done);
+    assert_int_equal(changed, 0);
+    assert_state(f->conn, id, "running");
+
+    assert_int_equal(outbox_release_send(f->a, &lease, 1, &err), 0);
+    assert_int_equal(outbox_release_receive(f->a, &lease, 1, &done, &changed, &err), 0);
+    assert_true(done);
+    assert_int_equal(changed, 1);
+    assert_state(f->conn, id, "ready");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT attempts FROM outbox.job"), 0);
+}
+
 #define CONCURRENT_ROWS 20000
 #define CLAIMERS 4
 
@@ -1262,6 +1297,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_delete_on_success_is_fenced_and_keeps_key_order, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_sent_ahead_keeps_the_attempt, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_lease_is_fenced_reaped_and_reclaimed, setup,
