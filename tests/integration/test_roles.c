@@ -260,6 +260,12 @@ test_producer_inserts_only_ready_rows(void **state)
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
                                                 " WHERE ordering_key = 'k' AND held"),
                      1);
+    /* enqueue_batch() holds a key's repeats behind its first row, as a producer too */
+    harness_exec(producer, "SELECT outbox.enqueue_batch('orders', ARRAY['{}', '{}']::jsonb[],"
+                           " ordering_keys => ARRAY['b', 'b'])");
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE ordering_key = 'b' AND held"),
+                     1);
     /* behind an unfinished row a held row is what enqueue() would write: accepted */
     assert_string_equal(sqlstate_of(producer, "INSERT INTO outbox.job (queue, payload, ordering_key,"
                                               " held) VALUES ('orders', '{\"n\": 3}', 'k', true)"),
@@ -267,7 +273,7 @@ test_producer_inserts_only_ready_rows(void **state)
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
                                                 " WHERE state = 'ready' AND attempts = 0"
                                                 "   AND worker_id IS NULL"),
-                     3);
+                     5);
     PQfinish(producer);
     free(url);
 }
