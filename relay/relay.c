@@ -37,6 +37,8 @@
 #define BUSY_WINDOW_SECONDS 1.0
 /* Pipelines check the stop flag at least this often while waiting. */
 #define WAIT_SLICE_MS 100
+/* Longest wait after a turn whose rows the still connected broker deferred. */
+#define DEFERRED_PAUSE_MAX_MS 2000
 /* Reconnect backoff: from the first to the longest wait. */
 #define RECONNECT_FIRST_MS 200
 #define RECONNECT_MAX_MS 10000
@@ -117,6 +119,7 @@ struct pipeline {
     struct settlement settlements[2];
     int current;
 
+    int deferred_pause_ms; /* see pause_after_deferral() */
     double last_sink_idle;
 };
 
@@ -1148,6 +1151,29 @@ wait_for_first_reap(relay *r)
         usleep(10 * 1000);
 }
 
+/*
+ * A broker that defers rows while it stays connected (Redis BUSY or
+ * LOADING, a cluster slot nobody serves) would have them claimed again at
+ * once: the pipeline waits 50 ms, doubling per turn that defers again, up
+ * to DEFERRED_PAUSE_MAX_MS, before the next turn releases them and claims
+ * (in that order, so the claim can take them again). A lost connection has
+ * its own backoff in connect_sink().
+ */
+static void
+pause_after_deferral(struct pipeline *p)
+{
+    const struct settlement *last = &p->settlements[!p->current];
+
+    if (last->released == 0 || !sink_is_connected(p->sink)) {
+        p->deferred_pause_ms = 0;
+        return;
+    }
+    p->deferred_pause_ms = p->deferred_pause_ms == 0 ? 50 : p->deferred_pause_ms * 2;
+    if (p->deferred_pause_ms > DEFERRED_PAUSE_MAX_MS)
+        p->deferred_pause_ms = DEFERRED_PAUSE_MAX_MS;
+    sleep_ms(p->relay, p->deferred_pause_ms);
+}
+
 static void *
 pipeline_run(void *arg)
 {
@@ -1180,6 +1206,7 @@ pipeline_run(void *arg)
         /* turn: publish the current batch, mark the previous one, claim the next */
         if (!relay_turn(p, &claimed_at))
             continue; /* no claim made: reconnect, or stop */
+        pause_after_deferral(p);
         current = &p->settlements[p->current];
         previous = &p->settlements[!p->current];
         if (current->batch.count > 0 || has_rows(previous)) {

@@ -240,6 +240,73 @@ test_redis_restart_costs_no_attempt(void **state)
     assert_each_row_once(f, 20000);
 }
 
+/*
+ * Redis refusing whole script calls (BUSY while another script runs) is no
+ * row's fault either: rows published into it go back without spending their
+ * attempt and are published once the server answers again.
+ */
+static void
+test_busy_redis_costs_no_attempt(void **state)
+{
+    static const char busy_script[] =
+        "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2]"
+        " repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 2500000"
+        " return 1";
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", "20ms", NULL};
+    struct relay_process relay;
+    redisContext *busy_client;
+    redisReply *reply;
+    bool busy = false;
+    int done = 0;
+    long long left;
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    /* connected and idle: a first row goes through */
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', '{}')");
+    assert_int_equal(wait_for_value(f->conn, "SELECT count(*) FROM outbox.job"
+                                             " WHERE state = 'succeeded'",
+                                    1, 20000),
+                     1);
+    freeReplyObject(redisCommand(f->redis, "CONFIG SET busy-reply-threshold 100"));
+    busy_client = stream_consumer_connect(f->broker);
+    assert_non_null(busy_client);
+    redisAppendCommand(busy_client, "EVAL %s 0", busy_script);
+    while (!done)
+        assert_int_equal(redisBufferWrite(busy_client, &done), REDIS_OK);
+    /* wait until the server answers BUSY (the script ran past the threshold), at most 2 s */
+    for (int i = 0; i < 40 && !busy; i++) {
+        reply = redisCommand(f->redis, "PING");
+        busy = reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+               strncmp(reply->str, "BUSY", 4) == 0;
+        freeReplyObject(reply);
+        if (!busy)
+            usleep(50 * 1000);
+    }
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 50) AS g");
+    left = wait_for_value(f->conn,
+                          "SELECT count(*) FROM outbox.job WHERE state NOT IN ('succeeded', 'dead')",
+                          0, 30000);
+    if (redisGetReply(busy_client, (void **)&reply) == REDIS_OK)
+        freeReplyObject(reply);
+    redisFree(busy_client);
+    freeReplyObject(redisCommand(f->redis, "CONFIG SET busy-reply-threshold 5000"));
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_true(busy);
+    assert_int_equal(left, 0);
+    if (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'") != 0) {
+        relay_dump_log(&relay);
+        fail_msg("rows died of a busy server");
+    }
+    unlink(relay.log_path);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 1"),
+                     51);
+    assert_each_row_once(f, 51);
+}
+
 static void
 test_sigterm_stops_cleanly(void **state)
 {
@@ -355,6 +422,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_redis_restart_mid_run_loses_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart_costs_no_attempt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_redis_costs_no_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_rows_fail_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_once_cleans_up_everything_past_retention, setup,
