@@ -363,12 +363,17 @@ test_outboxctl_enqueue_routes(void **state)
 
 /* ---- RabbitMQ ------------------------------------------------------------- */
 
+/* One message an AMQP queue received. */
+struct received_message {
+    long long job_id;
+    char routing_key[64];
+    char exchange[96];
+    char traceparent[64];
+};
+
 /* What one AMQP queue received, in arrival order. */
 struct received {
-    long long job_id[64];
-    char routing_key[64][64];
-    char exchange[64][96];
-    char traceparent[64][64];
+    struct received_message messages[64];
     size_t count;
 };
 
@@ -385,19 +390,39 @@ drain_queue(queue_consumer *mq, const char *queue, struct received *got)
         for (size_t i = 0; i < fetched; i++) {
             const struct queue_consumer_header *trace =
                 queue_consumer_message_header(&messages[i], "traceparent");
+            struct received_message *m;
 
             assert_true(got->count < 64);
-            got->job_id[got->count] = atoll(messages[i].message_id);
-            snprintf(got->routing_key[got->count], 64, "%s",
+            m = &got->messages[got->count];
+            m->job_id = atoll(messages[i].message_id);
+            snprintf(m->routing_key, sizeof(m->routing_key), "%s",
                      messages[i].routing_key ? messages[i].routing_key : "");
-            snprintf(got->exchange[got->count], 96, "%s",
+            snprintf(m->exchange, sizeof(m->exchange), "%s",
                      messages[i].exchange ? messages[i].exchange : "");
-            snprintf(got->traceparent[got->count], 64, "%s",
+            snprintf(m->traceparent, sizeof(m->traceparent), "%s",
                      trace != NULL && trace->text != NULL ? trace->text : "");
             got->count++;
             queue_consumer_message_clear(&messages[i]);
         }
     } while (fetched > 0);
+}
+
+static int
+compare_received(const void *a, const void *b)
+{
+    const struct received_message *x = a, *y = b;
+
+    return (x->job_id > y->job_id) - (x->job_id < y->job_id);
+}
+
+/*
+ * Puts what a queue received in job id order: rows without a common
+ * ordering key may arrive in any order (two pipelines publish at once).
+ */
+static void
+sort_received(struct received *got)
+{
+    qsort(got->messages, got->count, sizeof(got->messages[0]), compare_received);
 }
 
 /* The job ids got holds, as "1 3 4" in arrival order. */
@@ -408,7 +433,8 @@ received_ids(const struct received *got, char *text, size_t size)
 
     text[0] = '\0';
     for (size_t i = 0; i < got->count && used < size; i++)
-        used += (size_t)snprintf(text + used, size - used, i ? " %lld" : "%lld", got->job_id[i]);
+        used += (size_t)snprintf(text + used, size - used, i ? " %lld" : "%lld",
+                                 got->messages[i].job_id);
     return text;
 }
 
@@ -463,21 +489,23 @@ test_topic_exchange_routes_each_row_by_its_key(void **state)
                      4);
 
     drain_queue(mq, eu, &got);
+    sort_received(&got);
     snprintf(want, sizeof(want), "%lld %lld", created_eu, paid_eu);
     assert_string_equal(received_ids(&got, text, sizeof(text)), want);
-    assert_string_equal(got.exchange[0], topic);
-    assert_string_equal(got.routing_key[0], "order.created.eu");
-    assert_string_equal(got.routing_key[1], "order.paid.eu");
+    assert_string_equal(got.messages[0].exchange, topic);
+    assert_string_equal(got.messages[0].routing_key, "order.created.eu");
+    assert_string_equal(got.messages[1].routing_key, "order.paid.eu");
     drain_queue(mq, created, &got);
+    sort_received(&got);
     snprintf(want, sizeof(want), "%lld %lld", created_eu, created_us);
     assert_string_equal(received_ids(&got, text, sizeof(text)), want);
-    assert_string_equal(got.routing_key[1], "order.created.us");
+    assert_string_equal(got.messages[1].routing_key, "order.created.us");
     /* a row without a routing key still goes by its queue name, to --exchange */
     drain_queue(mq, plain, &got);
     snprintf(want, sizeof(want), "%lld", by_queue);
     assert_string_equal(received_ids(&got, text, sizeof(text)), want);
-    assert_string_equal(got.exchange[0], direct);
-    assert_string_equal(got.routing_key[0], plain);
+    assert_string_equal(got.messages[0].exchange, direct);
+    assert_string_equal(got.messages[0].routing_key, plain);
 
     queue_consumer_delete_queue(mq, eu);
     queue_consumer_delete_queue(mq, created);
@@ -530,6 +558,7 @@ test_missing_exchange_fails_only_its_row(void **state)
                                                " WHERE state = 'succeeded' AND attempts = 1"),
                      3);
     drain_queue(mq, queue, &got);
+    sort_received(&got);
     snprintf(want, sizeof(want), "%lld %lld %lld", ids[0], ids[1], ids[2]);
     assert_string_equal(received_ids(&got, text, sizeof(text)), want);
     queue_consumer_delete_queue(mq, queue);
@@ -569,12 +598,12 @@ test_ordering_key_holds_across_routing_keys(void **state)
 
         snprintf(sql, sizeof(sql),
                  "SELECT right(ordering_key, 1)::int FROM outbox.job WHERE job_id = %lld",
-                 got.job_id[i]);
+                 got.messages[i].job_id);
         key = (int)harness_query_ll(f->conn, sql);
-        if (got.job_id[i] < last_of_key[key])
-            fail_msg("job %lld of key k%d arrived after job %lld", got.job_id[i], key,
+        if (got.messages[i].job_id < last_of_key[key])
+            fail_msg("job %lld of key k%d arrived after job %lld", got.messages[i].job_id, key,
                      last_of_key[key]);
-        last_of_key[key] = got.job_id[i];
+        last_of_key[key] = got.messages[i].job_id;
     }
     queue_consumer_delete_queue(mq, queue);
     queue_consumer_delete_exchange(mq, topic);
