@@ -959,7 +959,7 @@ append_call(sink *s, redisContext *context, const struct sink_message *messages,
     bool old_names = r->topology != TOPOLOGY_CLUSTER && clock_monotonic_ms() < r->old_names_until_ms;
     size_t need = 0, at = 0;
     int argc = 0;
-    char numkeys[16];
+    char numkeys[24]; /* a size_t in decimal */
 
     for (size_t i = 0; i < n; i++)
         need += scratch_size(s, &messages[routes[i].index]);
