@@ -33,10 +33,10 @@
  *
  * Destination: a message goes to its own exchange (else options.exchange)
  * with its own routing key (else its queue). RabbitMQ answers a publish to
- * a missing exchange by closing the channel, which would take the confirms
- * of the whole window with it; so before a batch is published, every named
- * exchange the connection has not seen yet is looked up with a passive
- * exchange.declare. A missing one fails just its messages with the broker's
+ * a missing exchange by closing the channel, and finding the culprit then
+ * takes republishing the window one message at a time (channel.close
+ * above); so before a batch is published, every named exchange the
+ * connection has not seen yet is looked up with a passive exchange.declare. A missing one fails just its messages with the broker's
  * text ("404 NOT_FOUND - no exchange ...") and the channel is reopened for
  * the rest. Exchanges found are remembered for the life of the connection
  * (at most SINK_AMQP_KNOWN_EXCHANGES names; any channel close forgets them,
