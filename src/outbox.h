@@ -221,12 +221,21 @@ struct outbox_batch {
  * run_at, then lower job_id. Sets a lease of lease_seconds. Rows with an
  * ordering key are claimed only when no earlier row of that key in that queue
  * is ready or running. Rows of a paused queue or ordering key (outbox.paused)
- * are not claimed; the store reads the pauses again when they are half a
+ * are not claimed; the store reads the pauses again when they are a fifth of a
  * second old, and after a notification on outbox_job. On success batch holds
  * 0..limit rows; free it with outbox_batch_release_memory().
  */
 int outbox_claim(outbox_store *store, const char *const *queues, size_t queue_count, int limit,
                  int lease_seconds, struct outbox_batch *batch, struct outbox_error *err);
+
+/*
+ * Reads the pauses again now when they are a fifth of a second old; a no-op
+ * otherwise, and while statements are sent ahead. outbox_claim_send() reads
+ * them itself when nothing is sent ahead, else ahead of the claim for the
+ * claim after it; a caller that sends marks before its claim calls this
+ * first, so a pause reaches its very next claim.
+ */
+int outbox_store_refresh_pauses(outbox_store *store, struct outbox_error *err);
 
 /*
  * Sending ahead. The claim, complete, fail and release also come in two halves, so a
