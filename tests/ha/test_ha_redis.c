@@ -571,11 +571,14 @@ slot_owner(int port, unsigned slot)
 /*
  * Moves slot from one master to another while the relay writes to it, the
  * way redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING
- * on the source, MIGRATE the keys in small steps with pauses (so the relay
- * meets ASK and TRYAGAIN), then the slot's new owner told to every master.
+ * on the source, wait until the relay had an append to queue refused for the
+ * migration (ASK, then TRYAGAIN: the dedup records are missing on both
+ * sides), MIGRATE the keys in small steps with pauses, then tell every
+ * master the slot's new owner.
  */
 static void
-move_slot(const struct cluster_node *nodes, size_t count, unsigned slot, int from, int to)
+move_slot(const struct cluster_node *nodes, size_t count, unsigned slot, int from, int to,
+          PGconn *conn, const char *queue)
 {
     const char *from_id = NULL, *to_id = NULL;
     redisContext *source = connect_port(from), *target = connect_port(to);
@@ -609,7 +612,20 @@ move_slot(const struct cluster_node *nodes, size_t count, unsigned slot, int fro
     if (reply->type != REDIS_REPLY_STATUS)
         fail_msg("CLUSTER SETSLOT MIGRATING: %s", reply->str);
     freeReplyObject(reply);
-    sleep_ms(500);
+    /* the relay meets the migration (an append refused for it) before any key moves */
+    {
+        char sql[256];
+        double started = now_seconds();
+
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM outbox.job WHERE queue = '%s' AND last_error IS NOT NULL",
+                 queue);
+        while (harness_query_ll(conn, sql) == 0) {
+            if (now_seconds() - started > 120)
+                fail_msg("no append to %s was refused during the migration of its slot", queue);
+            sleep_ms(100);
+        }
+    }
     for (int round = 0; round < 1000; round++) {
         redisReply *keys;
 
@@ -760,7 +776,7 @@ test_cluster_appends_each_job_once_across_a_reshard(void **state)
     producer = (struct producer){.database_url = f->url, .queue = "q07", .total = 1000000,
                                  .per_commit = 2, .pause_ms = 20};
     producer_start(&producer);
-    move_slot(nodes, node_count, moved_slot, from, to);
+    move_slot(nodes, node_count, moved_slot, from, to, f->conn, "q07");
     sleep_ms(300);
     atomic_store(&producer.stop, true);
     producer_join(&producer);
