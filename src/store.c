@@ -56,6 +56,28 @@ struct pauses {
     bool pending;   /* a read is sent ahead and not collected yet */
 };
 
+/*
+ * Every statement the store prepares, by name in the code (a typo cannot
+ * compile) and by its server-side name in STATEMENTS.
+ */
+enum statement {
+    STMT_CLAIM_ALL,
+    STMT_CLAIM_QUEUES,
+    STMT_CLAIM_ALL_PAUSED,
+    STMT_CLAIM_QUEUES_PAUSED,
+    STMT_PAUSES,
+    STMT_EXTEND,
+    STMT_COMPLETE,
+    STMT_COMPLETE_DELETE,
+    STMT_RELEASE,
+    STMT_FAIL,
+    STMT_REAP,
+    STMT_BACKLOG,
+    STMT_HORIZON,
+    STMT_SWEEP_HELD,
+    STMT_COUNT,
+};
+
 struct outbox_store {
     PGconn *conn;
     char *worker_id;
@@ -65,7 +87,7 @@ struct outbox_store {
     char *sweep_queue;       /* where the sweep of held rows goes on; NULL: from the start */
     char *sweep_key;
     /* statements sent in pipeline mode whose results are not collected yet, oldest first */
-    const char *queued[STORE_QUEUE_MAX];
+    enum statement queued[STORE_QUEUE_MAX];
     int queued_count;
     struct pauses pauses;
 };
@@ -360,26 +382,25 @@ static const char SQL_PRIVILEGES[] =
 
 /* clang-format on */
 
-static const struct statement {
+static const struct prepared_statement {
     const char *name;
     const char *sql;
-} STATEMENTS[] = {
-    {"outbox_claim_all", SQL_CLAIM_ALL},
-    {"outbox_claim_queues", SQL_CLAIM_QUEUES},
-    {"outbox_claim_all_paused", SQL_CLAIM_ALL_PAUSED},
-    {"outbox_claim_queues_paused", SQL_CLAIM_QUEUES_PAUSED},
-    {"outbox_pauses", SQL_PAUSES},
-    {"outbox_extend", SQL_EXTEND},
-    {"outbox_complete", SQL_COMPLETE},
-    {"outbox_complete_delete", SQL_COMPLETE_DELETE},
-    {"outbox_release", SQL_RELEASE},
-    {"outbox_fail", SQL_FAIL},
-    {"outbox_reap", SQL_REAP},
-    {"outbox_backlog", SQL_BACKLOG},
-    {"outbox_horizon", SQL_HORIZON},
-    {"outbox_sweep_held", SQL_SWEEP_HELD},
+} STATEMENTS[STMT_COUNT] = {
+    [STMT_CLAIM_ALL] = {"outbox_claim_all", SQL_CLAIM_ALL},
+    [STMT_CLAIM_QUEUES] = {"outbox_claim_queues", SQL_CLAIM_QUEUES},
+    [STMT_CLAIM_ALL_PAUSED] = {"outbox_claim_all_paused", SQL_CLAIM_ALL_PAUSED},
+    [STMT_CLAIM_QUEUES_PAUSED] = {"outbox_claim_queues_paused", SQL_CLAIM_QUEUES_PAUSED},
+    [STMT_PAUSES] = {"outbox_pauses", SQL_PAUSES},
+    [STMT_EXTEND] = {"outbox_extend", SQL_EXTEND},
+    [STMT_COMPLETE] = {"outbox_complete", SQL_COMPLETE},
+    [STMT_COMPLETE_DELETE] = {"outbox_complete_delete", SQL_COMPLETE_DELETE},
+    [STMT_RELEASE] = {"outbox_release", SQL_RELEASE},
+    [STMT_FAIL] = {"outbox_fail", SQL_FAIL},
+    [STMT_REAP] = {"outbox_reap", SQL_REAP},
+    [STMT_BACKLOG] = {"outbox_backlog", SQL_BACKLOG},
+    [STMT_HORIZON] = {"outbox_horizon", SQL_HORIZON},
+    [STMT_SWEEP_HELD] = {"outbox_sweep_held", SQL_SWEEP_HELD},
 };
-
 /* ---- PostgreSQL array literals -------------------------------------------- */
 
 /*
@@ -590,12 +611,13 @@ exec_bounded(outbox_store *store, const char *sql, const char *context, struct o
 
 /* Runs a prepared statement, checking for the expected result status. */
 static PGresult *
-run_prepared(outbox_store *store, const char *name, int nparams, const char *const *values,
+run_prepared(outbox_store *store, enum statement statement, int nparams, const char *const *values,
              ExecStatusType expected, const char *context, struct outbox_error *err)
 {
     PGresult *result;
 
-    if (!PQsendQueryPrepared(store->conn, name, nparams, values, NULL, NULL, 0)) {
+    if (!PQsendQueryPrepared(store->conn, STATEMENTS[statement].name, nparams, values, NULL, NULL,
+                             0)) {
         outbox_error_from_pg(err, store->conn, NULL, context);
         return NULL;
     }
@@ -617,28 +639,38 @@ run_prepared(outbox_store *store, const char *name, int nparams, const char *con
  * queued the connection leaves pipeline mode, so the plain calls work again.
  */
 static int
-queue_prepared(outbox_store *store, const char *name, int nparams, const char *const *values,
-               const char *context, struct outbox_error *err)
+queue_prepared(outbox_store *store, enum statement statement, int nparams,
+               const char *const *values, const char *context, struct outbox_error *err)
 {
     if (store->queued_count == STORE_QUEUE_MAX)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: too many statements queued", context);
     if (PQpipelineStatus(store->conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
-    if (!PQsendQueryPrepared(store->conn, name, nparams, values, NULL, NULL, 0) ||
+    if (!PQsendQueryPrepared(store->conn, STATEMENTS[statement].name, nparams, values, NULL, NULL,
+                             0) ||
         !PQpipelineSync(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
-    store->queued[store->queued_count++] = name;
+    store->queued[store->queued_count++] = statement;
     return 0;
 }
 
-/* name is the statement's name or the start of it ("outbox_claim_" for either claim). */
+/* Whether a statement is one of the claims (claim_receive collects whichever was sent). */
+static bool
+is_claim(enum statement statement)
+{
+    return statement == STMT_CLAIM_ALL || statement == STMT_CLAIM_QUEUES ||
+           statement == STMT_CLAIM_ALL_PAUSED || statement == STMT_CLAIM_QUEUES_PAUSED;
+}
+
+/* statement is the one queued first (any claim stands for every claim). */
 static PGresult *
-collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
+collect_prepared(outbox_store *store, enum statement statement, ExecStatusType expected,
                  const char *context, struct outbox_error *err)
 {
     PGresult *result, *extra;
 
-    if (store->queued_count == 0 || strncmp(store->queued[0], name, strlen(name)) != 0) {
+    if (store->queued_count == 0 ||
+        (store->queued[0] != statement && !(is_claim(statement) && is_claim(store->queued[0])))) {
         outbox_error_set(
             err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)", context,
             store->queued_count > 0 ? "another statement was sent first" : "nothing was sent");
@@ -683,15 +715,6 @@ collect_prepared(outbox_store *store, const char *name, ExecStatusType expected,
 
 /* ---- pauses ---------------------------------------------------------------- */
 
-static double
-monotonic_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Keeps the pauses of a SQL_PAUSES result; -1 when out of memory. */
 static int
 pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *err)
@@ -714,7 +737,7 @@ pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *er
     p->key_queues = key_queues;
     p->keys = keys;
     p->any = strtoll(PQgetvalue(result, 0, 0), NULL, 10) > 0;
-    p->read_at = monotonic_seconds();
+    p->read_at = clock_monotonic_seconds();
     return 0;
 }
 
@@ -722,7 +745,7 @@ pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *er
 static int
 pauses_read(outbox_store *store, struct outbox_error *err)
 {
-    PGresult *result = run_prepared(store, "outbox_pauses", 0, NULL, PGRES_TUPLES_OK,
+    PGresult *result = run_prepared(store, STMT_PAUSES, 0, NULL, PGRES_TUPLES_OK,
                                     "unable to read 'outbox.paused'", err);
     int rc;
 
@@ -743,12 +766,11 @@ pauses_refresh(outbox_store *store, struct outbox_error *err)
 {
     struct pauses *p = &store->pauses;
 
-    if (p->pending || monotonic_seconds() - p->read_at < STORE_PAUSES_MAX_AGE)
+    if (p->pending || clock_monotonic_seconds() - p->read_at < STORE_PAUSES_MAX_AGE)
         return 0;
     if (store->queued_count == 0)
         return pauses_read(store, err);
-    if (queue_prepared(store, "outbox_pauses", 0, NULL, "unable to read 'outbox.paused'", err) !=
-        0)
+    if (queue_prepared(store, STMT_PAUSES, 0, NULL, "unable to read 'outbox.paused'", err) != 0)
         return -1;
     p->pending = true;
     return 0;
@@ -773,8 +795,8 @@ pauses_collect(outbox_store *store, struct outbox_error *err)
     if (!store->pauses.pending)
         return 0;
     store->pauses.pending = false;
-    result = collect_prepared(store, "outbox_pauses", PGRES_TUPLES_OK,
-                              "unable to read 'outbox.paused'", err);
+    result = collect_prepared(store, STMT_PAUSES, PGRES_TUPLES_OK, "unable to read 'outbox.paused'",
+                              err);
     if (result == NULL)
         return -1;
     rc = pauses_keep(store, result, err);
@@ -1062,7 +1084,7 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
     char limit_text[16], lease_text[16];
     struct pg_array queue_array = {0};
     const char *values[8];
-    const char *statement;
+    enum statement statement;
     int rc, count;
 
     if (limit <= 0 || lease_seconds <= 0)
@@ -1088,9 +1110,9 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
         values[count++] = store->pauses.queues;
         values[count++] = store->pauses.key_queues;
         values[count++] = store->pauses.keys;
-        statement = queue_count > 0 ? "outbox_claim_queues_paused" : "outbox_claim_all_paused";
+        statement = queue_count > 0 ? STMT_CLAIM_QUEUES_PAUSED : STMT_CLAIM_ALL_PAUSED;
     } else {
-        statement = queue_count > 0 ? "outbox_claim_queues" : "outbox_claim_all";
+        statement = queue_count > 0 ? STMT_CLAIM_QUEUES : STMT_CLAIM_ALL;
     }
     rc = queue_prepared(store, statement, count, values, "unable to claim jobs from 'outbox.job'",
                         err);
@@ -1107,7 +1129,7 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
     memset(batch, 0, sizeof(*batch));
     if (pauses_collect(store, err) != 0)
         return -1;
-    result = collect_prepared(store, "outbox_claim_", PGRES_TUPLES_OK,
+    result = collect_prepared(store, STMT_CLAIM_ALL, PGRES_TUPLES_OK,
                               "unable to claim jobs from 'outbox.job'", err);
     if (result == NULL)
         return -1;
@@ -1171,7 +1193,7 @@ outbox_batch_release_memory(struct outbox_batch *batch)
 
 /* Sends one of the lease-set statements (extend, complete, release) without waiting. */
 static int
-lease_write_send(outbox_store *store, const char *statement, const char *context,
+lease_write_send(outbox_store *store, enum statement statement, const char *context,
                  const struct outbox_lease *leases, size_t count, const char *extra_param,
                  struct outbox_error *err)
 {
@@ -1199,15 +1221,14 @@ lease_write_send(outbox_store *store, const char *statement, const char *context
 }
 
 /*
- * Collects the result of a fenced write sent for count rows whose ids
- * job_id_of() reads from items, and marks done[] (and dead[]).
+ * Collects the result of a fenced write sent for the rows job_ids[0..count-1]
+ * and marks done[] (and dead[]).
  */
 static int
-fenced_write_receive(outbox_store *store, const char *statement, const char *context,
-                     const void *items, size_t item_size, size_t count, bool *done, bool *dead,
+fenced_write_receive(outbox_store *store, enum statement statement, const char *context,
+                     const int64_t *job_ids, size_t count, bool *done, bool *dead,
                      size_t *changed, struct outbox_error *err)
 {
-    int64_t *job_ids;
     PGresult *result;
     int rc;
 
@@ -1218,34 +1239,38 @@ fenced_write_receive(outbox_store *store, const char *statement, const char *con
     result = collect_prepared(store, statement, PGRES_TUPLES_OK, context, err);
     if (result == NULL)
         return -1;
-    job_ids = malloc(count * sizeof(*job_ids));
-    if (job_ids == NULL) {
-        PQclear(result);
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    }
-    /* both outbox_lease and outbox_failure begin with the job id (asserted below) */
-    for (size_t i = 0; i < count; i++)
-        memcpy(&job_ids[i], (const char *)items + i * item_size, sizeof(int64_t));
     rc = mark_returned(result, job_ids, count, done, dead, changed, err);
     PQclear(result);
+    return rc;
+}
+
+/* fenced_write_receive() for a lease set. */
+static int
+lease_write_receive(outbox_store *store, enum statement statement, const char *context,
+                    const struct outbox_lease *leases, size_t count, bool *done, size_t *changed,
+                    struct outbox_error *err)
+{
+    int64_t *job_ids = malloc((count > 0 ? count : 1) * sizeof(*job_ids));
+    int rc;
+
+    if (job_ids == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    for (size_t i = 0; i < count; i++)
+        job_ids[i] = leases[i].job_id;
+    rc = fenced_write_receive(store, statement, context, job_ids, count, done, NULL, changed, err);
     free(job_ids);
     return rc;
 }
 
-_Static_assert(offsetof(struct outbox_lease, job_id) == 0 &&
-                   offsetof(struct outbox_failure, job_id) == 0,
-               "fenced_write_receive() reads the job id at the start of each item");
-
 /* Runs one of the lease-set statements and waits for it. */
 static int
-fenced_lease_write(outbox_store *store, const char *statement, const char *context,
+fenced_lease_write(outbox_store *store, enum statement statement, const char *context,
                    const struct outbox_lease *leases, size_t count, const char *extra_param,
                    bool *done, size_t *changed, struct outbox_error *err)
 {
     if (lease_write_send(store, statement, context, leases, count, extra_param, err) != 0)
         return -1;
-    return fenced_write_receive(store, statement, context, leases, sizeof(*leases), count, done,
-                                NULL, changed, err);
+    return lease_write_receive(store, statement, context, leases, count, done, changed, err);
 }
 
 int
@@ -1257,17 +1282,17 @@ outbox_extend(outbox_store *store, const struct outbox_lease *leases, size_t cou
     if (lease_seconds <= 0)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "lease must be positive");
     snprintf(lease_text, sizeof(lease_text), "%d", lease_seconds);
-    return fenced_lease_write(store, "outbox_extend", "unable to extend leases", leases, count,
+    return fenced_lease_write(store, STMT_EXTEND, "unable to extend leases", leases, count,
                               lease_text, done, changed, err);
 }
 
 #define COMPLETE_CONTEXT "unable to mark jobs succeeded"
 
 /* The complete statement of the store's --on-success mode. */
-static const char *
+static enum statement
 complete_statement(const outbox_store *store)
 {
-    return store->delete_on_success ? "outbox_complete_delete" : "outbox_complete";
+    return store->delete_on_success ? STMT_COMPLETE_DELETE : STMT_COMPLETE;
 }
 
 int
@@ -1290,8 +1315,8 @@ int
 outbox_complete_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
                         bool *done, size_t *changed, struct outbox_error *err)
 {
-    return fenced_write_receive(store, complete_statement(store), COMPLETE_CONTEXT, leases,
-                                sizeof(*leases), count, done, NULL, changed, err);
+    return lease_write_receive(store, complete_statement(store), COMPLETE_CONTEXT, leases, count,
+                               done, changed, err);
 }
 
 #define RELEASE_CONTEXT "unable to release jobs"
@@ -1300,7 +1325,7 @@ int
 outbox_release(outbox_store *store, const struct outbox_lease *leases, size_t count, bool *done,
                size_t *changed, struct outbox_error *err)
 {
-    return fenced_lease_write(store, "outbox_release", RELEASE_CONTEXT, leases, count, NULL, done,
+    return fenced_lease_write(store, STMT_RELEASE, RELEASE_CONTEXT, leases, count, NULL, done,
                               changed, err);
 }
 
@@ -1308,15 +1333,15 @@ int
 outbox_release_send(outbox_store *store, const struct outbox_lease *leases, size_t count,
                     struct outbox_error *err)
 {
-    return lease_write_send(store, "outbox_release", RELEASE_CONTEXT, leases, count, NULL, err);
+    return lease_write_send(store, STMT_RELEASE, RELEASE_CONTEXT, leases, count, NULL, err);
 }
 
 int
 outbox_release_receive(outbox_store *store, const struct outbox_lease *leases, size_t count,
                        bool *done, size_t *changed, struct outbox_error *err)
 {
-    return fenced_write_receive(store, "outbox_release", RELEASE_CONTEXT, leases, sizeof(*leases),
-                                count, done, NULL, changed, err);
+    return lease_write_receive(store, STMT_RELEASE, RELEASE_CONTEXT, leases, count, done, changed,
+                               err);
 }
 
 #define FAIL_CONTEXT "unable to record failed jobs"
@@ -1349,7 +1374,7 @@ outbox_fail_send(outbox_store *store, const struct outbox_failure *failures, siz
         values[5] == NULL)
         rc = outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     else
-        rc = queue_prepared(store, "outbox_fail", 7, values, FAIL_CONTEXT, err);
+        rc = queue_prepared(store, STMT_FAIL, 7, values, FAIL_CONTEXT, err);
     array_clear(&ids);
     array_clear(&generations);
     array_clear(&errors);
@@ -1362,8 +1387,17 @@ int
 outbox_fail_receive(outbox_store *store, const struct outbox_failure *failures, size_t count,
                     bool *done, bool *dead, size_t *changed, struct outbox_error *err)
 {
-    return fenced_write_receive(store, "outbox_fail", FAIL_CONTEXT, failures, sizeof(*failures),
-                                count, done, dead, changed, err);
+    int64_t *job_ids = malloc((count > 0 ? count : 1) * sizeof(*job_ids));
+    int rc;
+
+    if (job_ids == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    for (size_t i = 0; i < count; i++)
+        job_ids[i] = failures[i].job_id;
+    rc = fenced_write_receive(store, STMT_FAIL, FAIL_CONTEXT, job_ids, count, done, dead, changed,
+                              err);
+    free(job_ids);
+    return rc;
 }
 
 int
@@ -1390,7 +1424,7 @@ outbox_reap(outbox_store *store, int limit, double retry_seconds, struct outbox_
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "reap limit must be positive");
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
     snprintf(delay_text, sizeof(delay_text), "%.3f", retry_seconds > 0 ? retry_seconds : 0.0);
-    result = run_prepared(store, "outbox_reap", 2, values, PGRES_TUPLES_OK,
+    result = run_prepared(store, STMT_REAP, 2, values, PGRES_TUPLES_OK,
                           "unable to reap expired leases", err);
     if (result == NULL)
         return -1;
@@ -1421,7 +1455,7 @@ outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
     values[1] = store->sweep_queue ? store->sweep_queue : "";
     values[2] = store->sweep_key ? store->sweep_key : "";
     values[3] = store->block_on_dead_head ? "true" : "false";
-    result = run_prepared(store, "outbox_sweep_held", 4, values, PGRES_TUPLES_OK,
+    result = run_prepared(store, STMT_SWEEP_HELD, 4, values, PGRES_TUPLES_OK,
                           "unable to release waiting rows", err);
     if (result == NULL)
         return -1;
@@ -1572,7 +1606,7 @@ outbox_sample_backlog(outbox_store *store,
                       void (*each)(void *arg, const struct outbox_backlog *backlog), void *arg,
                       struct outbox_error *err)
 {
-    PGresult *result = run_prepared(store, "outbox_backlog", 0, NULL, PGRES_TUPLES_OK,
+    PGresult *result = run_prepared(store, STMT_BACKLOG, 0, NULL, PGRES_TUPLES_OK,
                                     "unable to sample the backlog", err);
 
     if (result == NULL)
@@ -1595,7 +1629,7 @@ outbox_sample_backlog(outbox_store *store,
 int
 outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon, struct outbox_error *err)
 {
-    PGresult *result = run_prepared(store, "outbox_horizon", 0, NULL, PGRES_TUPLES_OK,
+    PGresult *result = run_prepared(store, STMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
                                     "unable to sample open transactions", err);
 
     memset(horizon, 0, sizeof(*horizon));
