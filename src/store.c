@@ -780,7 +780,7 @@ int
 outbox_store_refresh_pauses(outbox_store *store, struct outbox_error *err)
 {
     if (store->queued_count > 0 || store->pauses.pending ||
-        monotonic_seconds() - store->pauses.read_at < STORE_PAUSES_MAX_AGE)
+        clock_monotonic_seconds() - store->pauses.read_at < STORE_PAUSES_MAX_AGE)
         return 0;
     return pauses_read(store, err);
 }
