@@ -1079,7 +1079,7 @@ static const struct sink_ops sink_amqp_ops = {
 
 /* ---- registry row --------------------------------------------------------- */
 
-static const struct url_scheme amqp_scheme = {
+static const struct url_scheme sink_amqp_scheme = {
     .name = "amqp",
     .default_port = 5672,
     .max_endpoints = URL_MAX_ENDPOINTS,
@@ -1088,7 +1088,7 @@ static const struct url_scheme amqp_scheme = {
     .default_password = "guest",
 };
 
-static const struct url_scheme amqps_scheme = {
+static const struct url_scheme sink_amqps_scheme = {
     .name = "amqps",
     .default_port = 5671,
     .max_endpoints = URL_MAX_ENDPOINTS,
@@ -1098,11 +1098,12 @@ static const struct url_scheme amqps_scheme = {
     .tls = true,
 };
 
-static const struct url_scheme *const amqp_schemes[] = {&amqp_scheme, &amqps_scheme, NULL};
+static const struct url_scheme *const sink_amqp_schemes[] = {&sink_amqp_scheme, &sink_amqps_scheme,
+                                                             NULL};
 
-static const struct option_spec amqp_options[] = {
-    {"exchange", "NAME", OPTION_STRING, OPTION_FIELD(struct sink_options, exchange), "", 0, 0,
-     NULL, "AMQP exchange of rows without their own (default: the default exchange)",
+static const struct option_spec sink_amqp_options[] = {
+    {"exchange", "NAME", OPTION_STRING, OPTION_FIELD(struct sink_options, exchange), "", 0, 0, NULL,
+     "AMQP exchange of rows without their own (default: the default exchange)",
      OPTION_FROM_ENVIRONMENT, SINK_AMQP_SHORTSTR_MAX},
     {"tls-verify", "yes|no", OPTION_CHOICE, OPTION_FIELD(struct sink_options, tls_verify), "yes", 0,
      0, "no|yes", "amqps: verify the broker's certificate and host name", OPTION_FROM_ENVIRONMENT,
@@ -1111,8 +1112,8 @@ static const struct option_spec amqp_options[] = {
 
 const struct sink_type sink_amqp_type = {
     .kind = "amqp",
-    .schemes = amqp_schemes,
-    .options = amqp_options,
-    .option_count = sizeof(amqp_options) / sizeof(amqp_options[0]),
+    .schemes = sink_amqp_schemes,
+    .options = sink_amqp_options,
+    .option_count = sizeof(sink_amqp_options) / sizeof(sink_amqp_options[0]),
     .ops = &sink_amqp_ops,
 };

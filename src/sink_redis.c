@@ -171,7 +171,7 @@ enum topology {
 };
 
 /* One server the sink talks to. */
-struct redis_node {
+struct sink_redis_node {
     char host[256];
     int port;
     char name[300];        /* "host:port", for messages */
@@ -187,9 +187,9 @@ struct route {
     enum script_call call;
 };
 
-struct redis_sink {
+struct sink_redis {
     enum topology topology;
-    struct redis_node *nodes; /* single, sentinel: nodes[0]; cluster: every master seen */
+    struct sink_redis_node *nodes; /* single, sentinel: nodes[0]; cluster: every master seen */
     size_t node_count;
     size_t node_capacity;
     uint16_t *slot_nodes; /* cluster: the node owning each slot, NO_NODE when unknown */
@@ -259,15 +259,15 @@ reply_error_is(const redisReply *reply, const char *prefix)
 
 /* What messages call a node: the display URL for one server, else "host:port". */
 static const char *
-node_label(const sink *s, const struct redis_node *node)
+node_label(const sink *s, const struct sink_redis_node *node)
 {
-    const struct redis_sink *r = s->impl;
+    const struct sink_redis *r = s->impl;
 
     return r->topology == TOPOLOGY_SINGLE ? sink_display_url(s) : node->name;
 }
 
 static void
-node_set_address(struct redis_node *node, const char *host, size_t host_len, int port)
+node_set_address(struct sink_redis_node *node, const char *host, size_t host_len, int port)
 {
     if (host_len >= sizeof(node->host))
         host_len = sizeof(node->host) - 1;
@@ -282,7 +282,7 @@ node_set_address(struct redis_node *node, const char *host, size_t host_len, int
 
 /* Frees one node's context. */
 static void
-node_drop(struct redis_node *node)
+node_drop(struct sink_redis_node *node)
 {
     if (node->context != NULL)
         redisFree(node->context);
@@ -293,7 +293,7 @@ node_drop(struct redis_node *node)
 static void
 drop_connection(sink *s)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
 
     for (size_t i = 0; i < r->node_count; i++)
         node_drop(&r->nodes[i]);
@@ -307,7 +307,7 @@ drop_connection(sink *s)
  * node's context; returns -1.
  */
 static int
-fail_node(sink *s, struct redis_node *node, int saved_errno, const char *doing,
+fail_node(sink *s, struct sink_redis_node *node, int saved_errno, const char *doing,
           struct outbox_error *err)
 {
     bool timed_out = node->context->err == REDIS_ERR_IO &&
@@ -332,9 +332,9 @@ fail_node(sink *s, struct redis_node *node, int saved_errno, const char *doing,
  * memory or when the sink knows too many nodes already.
  */
 static uint16_t
-find_node(struct redis_sink *r, const char *host, size_t host_len, int port)
+find_node(struct sink_redis *r, const char *host, size_t host_len, int port)
 {
-    struct redis_node probe;
+    struct sink_redis_node probe;
 
     node_set_address(&probe, host, host_len, port);
     for (size_t i = 0; i < r->node_count; i++)
@@ -344,7 +344,7 @@ find_node(struct redis_sink *r, const char *host, size_t host_len, int port)
         return NO_NODE;
     if (r->node_count == r->node_capacity) {
         size_t capacity = r->node_capacity == 0 ? 8 : 2 * r->node_capacity;
-        struct redis_node *bigger = realloc(r->nodes, capacity * sizeof(*bigger));
+        struct sink_redis_node *bigger = realloc(r->nodes, capacity * sizeof(*bigger));
 
         if (bigger == NULL)
             return NO_NODE;
@@ -359,9 +359,9 @@ find_node(struct redis_sink *r, const char *host, size_t host_len, int port)
 /* ---- connecting ----------------------------------------------------------------- */
 
 static int
-redis_init(sink *s, struct outbox_error *err)
+sink_redis_init(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = calloc(1, sizeof(*r));
+    struct sink_redis *r = calloc(1, sizeof(*r));
     const char *prefix = s->options.stream_prefix;
     size_t tag_start, tag_len;
 
@@ -430,7 +430,7 @@ connect_error_is_transient(const char *text)
  * the node's context is dropped.
  */
 static int
-setup_command(sink *s, struct redis_node *node, int argc, const char **argv, const char *what,
+setup_command(sink *s, struct sink_redis_node *node, int argc, const char **argv, const char *what,
               redisReply **out, struct outbox_error *err)
 {
     redisReply *reply = redisCommandArgv(node->context, argc, argv, NULL);
@@ -467,7 +467,7 @@ setup_command(sink *s, struct redis_node *node, int argc, const char **argv, con
  * with the URL's credentials when it has some and authenticate is set.
  */
 static int
-node_open(sink *s, struct redis_node *node, bool authenticate, struct outbox_error *err)
+node_open(sink *s, struct sink_redis_node *node, bool authenticate, struct outbox_error *err)
 {
     node_drop(node);
     node->context =
@@ -510,9 +510,9 @@ node_open(sink *s, struct redis_node *node, bool authenticate, struct outbox_err
  * db, checks it is a master when the sentinels named it, loads the script.
  */
 static int
-node_connect(sink *s, struct redis_node *node, struct outbox_error *err)
+node_connect(sink *s, struct sink_redis_node *node, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     redisReply *reply = NULL;
     char db[16];
 
@@ -567,9 +567,9 @@ node_connect(sink *s, struct redis_node *node, struct outbox_error *err)
  * after that.
  */
 static int
-load_layout_since(sink *s, struct redis_node *node, struct outbox_error *err)
+load_layout_since(sink *s, struct sink_redis_node *node, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     redisReply *reply = NULL;
     char key[512], now_text[32];
     long long server_now, since;
@@ -618,7 +618,7 @@ load_layout_since(sink *s, struct redis_node *node, struct outbox_error *err)
 static int
 connect_single(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
 
     if (node_connect(s, &r->nodes[0], err) != 0 || load_layout_since(s, &r->nodes[0], err) != 0)
         return -1;
@@ -631,10 +631,10 @@ connect_single(sink *s, struct outbox_error *err)
  * does not know the master name.
  */
 static int
-ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct redis_node *primary,
+ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct sink_redis_node *primary,
              bool *unknown, struct outbox_error *err)
 {
-    struct redis_node sentinel = {0};
+    struct sink_redis_node sentinel = {0};
     redisReply *reply = NULL;
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->url.master_name};
     int rc = -1;
@@ -681,12 +681,12 @@ ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct redis_node *pr
 static int
 connect_sentinel(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     bool transient = false;
 
     outbox_error_set(err, OUTBOX_ERR_CONNECTION, "no sentinel listed");
     for (size_t i = 0; i < s->url.endpoint_count; i++) {
-        struct redis_node primary = {0};
+        struct sink_redis_node primary = {0};
         bool unknown;
 
         if (ask_sentinel(s, &s->url.endpoints[i], &primary, &unknown, err) != 0) {
@@ -709,7 +709,7 @@ connect_sentinel(sink *s, struct outbox_error *err)
 static int
 read_slot_map(sink *s, uint16_t from, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     const char *argv[2] = {"CLUSTER", "SLOTS"};
     redisReply *reply = NULL;
     char from_host[sizeof(r->nodes[0].host)];
@@ -767,7 +767,7 @@ read_slot_map(sink *s, uint16_t from, struct outbox_error *err)
 static int
 connect_masters(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     bool *owns = calloc(r->node_count, sizeof(*owns));
     int rc = 0;
 
@@ -790,7 +790,7 @@ connect_masters(sink *s, struct outbox_error *err)
 static int
 connect_cluster(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     bool transient = false;
 
     outbox_error_set(err, OUTBOX_ERR_CONNECTION, "no cluster node listed");
@@ -812,9 +812,9 @@ connect_cluster(sink *s, struct outbox_error *err)
 }
 
 static int
-redis_connect(sink *s, struct outbox_error *err)
+sink_redis_connect(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     int rc;
 
     drop_connection(s);
@@ -926,7 +926,7 @@ scratch_size(const sink *s, const struct sink_message *message)
 
 /* Prints value into the scratch at *at and makes it the next argument. */
 static void
-add_number(struct redis_sink *r, int *argc, size_t *at, long long value)
+add_number(struct sink_redis *r, int *argc, size_t *at, long long value)
 {
     int len = sprintf(r->keys + *at, "%lld", value);
 
@@ -937,7 +937,7 @@ add_number(struct redis_sink *r, int *argc, size_t *at, long long value)
 
 /* Makes the next argument point to text. */
 static void
-add_text(struct redis_sink *r, int *argc, const char *text, size_t len)
+add_text(struct sink_redis *r, int *argc, const char *text, size_t len)
 {
     r->argv[*argc] = text;
     r->argvlen[(*argc)++] = len;
@@ -955,7 +955,7 @@ static int
 append_call(sink *s, redisContext *context, const struct sink_message *messages,
             const struct route *routes, size_t n)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     bool old_names = r->topology != TOPOLOGY_CLUSTER && clock_monotonic_ms() < r->old_names_until_ms;
     size_t need = 0, at = 0;
     int argc = 0;
@@ -1053,7 +1053,7 @@ settle_message(sink *s, const struct sink_message *message, const redisReply *re
  * NO_NODE when the text is not one, or out of memory.
  */
 static uint16_t
-redirect_target(struct redis_sink *r, uint16_t from, const char *text, unsigned *slot)
+redirect_target(struct sink_redis *r, uint16_t from, const char *text, unsigned *slot)
 {
     const char *space = strchr(text, ' '), *address, *colon;
     char from_host[sizeof(r->nodes[0].host)];
@@ -1089,7 +1089,7 @@ settle_call(sink *s, uint16_t node, const struct sink_message *messages,
             const struct route *routes, size_t n, const redisReply *reply,
             struct sink_outcome *outcomes, size_t *retry_count)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     char reason[SINK_REASON_MAX - 64];
     struct route next = routes[0];
 
@@ -1152,7 +1152,7 @@ static int
 wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     int wanted = s->options.redis_wait_replicas;
     char reason[SINK_REASON_MAX - 64];
     redisReply *reply;
@@ -1202,7 +1202,7 @@ pipeline_pass(sink *s, uint16_t node, const struct sink_message *messages,
               const struct route *routes, size_t n, struct sink_outcome *outcomes,
               size_t *retry_count, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     size_t sent = 0, received = 0;
     bool asking = routes[0].asking;
 
@@ -1264,7 +1264,7 @@ compare_routes(const void *a, const void *b)
 
 /* Makes routes and retries hold count entries; -1 when out of memory. */
 static int
-reserve_routes(struct redis_sink *r, size_t count)
+reserve_routes(struct sink_redis *r, size_t count)
 {
     struct route *routes, *retries;
 
@@ -1286,7 +1286,7 @@ reserve_routes(struct redis_sink *r, size_t count)
 static void
 refresh_slot_map(sink *s)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     struct outbox_error ignored;
 
     for (size_t i = 0; i < r->node_count && r->map_stale; i++)
@@ -1304,7 +1304,7 @@ static size_t
 route_messages(sink *s, const struct sink_message *messages, const size_t *sendable, size_t count,
                struct sink_outcome *outcomes)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     size_t routed = 0;
 
     for (size_t i = 0; i < count; i++) {
@@ -1346,7 +1346,7 @@ static int
 send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_outcome *outcomes,
             struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     int rc = 0;
 
     for (int round = 0; round < MAX_ROUNDS && n > 0; round++) {
@@ -1387,10 +1387,10 @@ send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_
 }
 
 static int
-redis_publish(sink *s, const struct sink_message *messages, size_t count,
+sink_redis_publish(sink *s, const struct sink_message *messages, size_t count,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
     size_t limit = (size_t)s->options.max_message_bytes, longest = 0, sendable_count = 0, routed;
     size_t *sendable;
     int rc;
@@ -1440,14 +1440,14 @@ redis_publish(sink *s, const struct sink_message *messages, size_t count,
 }
 
 static int
-redis_idle(sink *s, struct outbox_error *err)
+sink_redis_idle(sink *s, struct outbox_error *err)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
 
     if (clock_monotonic_ms() - r->last_used_ms < IDLE_PING_MS)
         return 0;
     for (size_t i = 0; i < r->node_count; i++) {
-        struct redis_node *node = &r->nodes[i];
+        struct sink_redis_node *node = &r->nodes[i];
         redisReply *reply;
 
         if (node->context == NULL)
@@ -1477,15 +1477,15 @@ redis_idle(sink *s, struct outbox_error *err)
 }
 
 static void
-redis_disconnect(sink *s)
+sink_redis_disconnect(sink *s)
 {
     drop_connection(s);
 }
 
 static void
-redis_destroy(sink *s)
+sink_redis_destroy(sink *s)
 {
-    struct redis_sink *r = s->impl;
+    struct sink_redis *r = s->impl;
 
     if (r == NULL)
         return;
@@ -1502,17 +1502,17 @@ redis_destroy(sink *s)
 }
 
 static const struct sink_ops sink_redis_ops = {
-    .init = redis_init,
-    .connect = redis_connect,
-    .publish = redis_publish,
-    .idle = redis_idle,
-    .disconnect = redis_disconnect,
-    .destroy = redis_destroy,
+    .init = sink_redis_init,
+    .connect = sink_redis_connect,
+    .publish = sink_redis_publish,
+    .idle = sink_redis_idle,
+    .disconnect = sink_redis_disconnect,
+    .destroy = sink_redis_destroy,
 };
 
 /* ---- registry row --------------------------------------------------------- */
 
-static const struct url_scheme redis_scheme = {
+static const struct url_scheme sink_redis_scheme = {
     .name = "redis",
     .default_port = 6379,
     .max_endpoints = 1,
@@ -1521,7 +1521,7 @@ static const struct url_scheme redis_scheme = {
     .variant = TOPOLOGY_SINGLE,
 };
 
-static const struct url_scheme redis_sentinel_scheme = {
+static const struct url_scheme sink_redis_sentinel_scheme = {
     .name = "redis+sentinel",
     .default_port = 26379,
     .max_endpoints = URL_MAX_ENDPOINTS,
@@ -1529,7 +1529,7 @@ static const struct url_scheme redis_sentinel_scheme = {
     .variant = TOPOLOGY_SENTINEL,
 };
 
-static const struct url_scheme redis_cluster_scheme = {
+static const struct url_scheme sink_redis_cluster_scheme = {
     .name = "redis+cluster",
     .default_port = 6379,
     .max_endpoints = URL_MAX_ENDPOINTS,
@@ -1537,10 +1537,10 @@ static const struct url_scheme redis_cluster_scheme = {
     .variant = TOPOLOGY_CLUSTER,
 };
 
-static const struct url_scheme *const redis_schemes[] = {&redis_scheme, &redis_sentinel_scheme,
-                                                         &redis_cluster_scheme, NULL};
+static const struct url_scheme *const sink_redis_schemes[] = {&sink_redis_scheme, &sink_redis_sentinel_scheme,
+                                                         &sink_redis_cluster_scheme, NULL};
 
-static const struct option_spec redis_options[] = {
+static const struct option_spec sink_redis_options[] = {
     {"stream-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, stream_prefix), "", 0,
      0, NULL, "Redis stream key = P + the row's routing key, else its queue",
      OPTION_FROM_ENVIRONMENT, 0},
@@ -1558,8 +1558,8 @@ static const struct option_spec redis_options[] = {
 
 const struct sink_type sink_redis_type = {
     .kind = "redis",
-    .schemes = redis_schemes,
-    .options = redis_options,
-    .option_count = sizeof(redis_options) / sizeof(redis_options[0]),
+    .schemes = sink_redis_schemes,
+    .options = sink_redis_options,
+    .option_count = sizeof(sink_redis_options) / sizeof(sink_redis_options[0]),
     .ops = &sink_redis_ops,
 };
