@@ -180,10 +180,10 @@ struct sink_redis_node {
 
 /* One message on its way, in a publish round. */
 struct route {
-    size_t index;        /* into the batch */
-    unsigned slot;       /* its stream's hash slot (cluster) */
-    uint16_t node;       /* index in nodes */
-    bool asking;         /* send ASKING first (after -ASK) */
+    size_t index;  /* into the batch */
+    unsigned slot; /* its stream's hash slot (cluster) */
+    uint16_t node; /* index in nodes */
+    bool asking;   /* send ASKING first (after -ASK) */
     enum script_call call;
 };
 
@@ -192,13 +192,13 @@ struct sink_redis {
     struct sink_redis_node *nodes; /* single, sentinel: nodes[0]; cluster: every master seen */
     size_t node_count;
     size_t node_capacity;
-    uint16_t *slot_nodes; /* cluster: the node owning each slot, NO_NODE when unknown */
-    bool map_stale;       /* cluster: a MOVED was followed, read the map again */
-    bool demoted;         /* a call was answered -READONLY: ask the sentinels again */
-    char sha[41];         /* SHA1 of APPEND_SCRIPT, from SCRIPT LOAD */
-    char window_ms[24];   /* ARGV[1] */
-    char maxlen[24];      /* ARGV[2] */
-    long long window;     /* the dedup window in ms */
+    uint16_t *slot_nodes;         /* cluster: the node owning each slot, NO_NODE when unknown */
+    bool map_stale;               /* cluster: a MOVED was followed, read the map again */
+    bool demoted;                 /* a call was answered -READONLY: ask the sentinels again */
+    char sha[41];                 /* SHA1 of APPEND_SCRIPT, from SCRIPT LOAD */
+    char window_ms[24];           /* ARGV[1] */
+    char maxlen[24];              /* ARGV[2] */
+    long long window;             /* the dedup window in ms */
     long long old_names_until_ms; /* monotonic time until which old dedup names are consulted */
     char *keys; /* scratch: stream, dedup keys, job id, attempt per message of a call */
     size_t keys_capacity;
@@ -315,8 +315,7 @@ fail_node(sink *s, struct sink_redis_node *node, int saved_errno, const char *do
                       saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
     char reason[128];
 
-    copy_redis_error(reason, sizeof(reason), node->context->errstr,
-                     strlen(node->context->errstr));
+    copy_redis_error(reason, sizeof(reason), node->context->errstr, strlen(node->context->errstr));
     if (timed_out)
         outbox_error_set(err, OUTBOX_ERR_TIMEOUT, "redis at %s did not answer %s within %d ms",
                          node_label(s, node), doing, s->options.io_timeout_ms);
@@ -387,7 +386,8 @@ sink_redis_init(sink *s, struct outbox_error *err)
     case TOPOLOGY_CLUSTER:
         r->topology = TOPOLOGY_CLUSTER;
         /* a stream name with a '}' but no hash tag has no dedup name in its slot */
-        if (strchr(prefix, '}') != NULL && !keyslot_tag(prefix, strlen(prefix), &tag_start, &tag_len))
+        if (strchr(prefix, '}') != NULL &&
+            !keyslot_tag(prefix, strlen(prefix), &tag_start, &tag_len))
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "a stream prefix with '}' must hold a hash tag such as"
                                     " '{app}:' in a redis cluster");
@@ -447,8 +447,8 @@ setup_command(sink *s, struct sink_redis_node *node, int argc, const char **argv
 
         copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
         if (strncmp(reply->str, "NOAUTH", 6) == 0)
-            outbox_error_set(err, code, "redis at %s requires a password: %s",
-                             node_label(s, node), reason);
+            outbox_error_set(err, code, "redis at %s requires a password: %s", node_label(s, node),
+                             reason);
         else
             outbox_error_set(err, code, "redis at %s %s: %s", node_label(s, node), what, reason);
         freeReplyObject(reply);
@@ -470,8 +470,8 @@ static int
 node_open(sink *s, struct sink_redis_node *node, bool authenticate, struct outbox_error *err)
 {
     node_drop(node);
-    node->context =
-        redisConnectWithTimeout(node->host, node->port, timeval_from_ms(s->options.connect_timeout_ms));
+    node->context = redisConnectWithTimeout(node->host, node->port,
+                                            timeval_from_ms(s->options.connect_timeout_ms));
     if (node->context == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     if (node->context->err != 0) {
@@ -695,8 +695,7 @@ connect_sentinel(sink *s, struct outbox_error *err)
         }
         node_drop(&r->nodes[0]);
         r->nodes[0] = primary;
-        if (node_connect(s, &r->nodes[0], err) == 0 &&
-            load_layout_since(s, &r->nodes[0], err) == 0)
+        if (node_connect(s, &r->nodes[0], err) == 0 && load_layout_since(s, &r->nodes[0], err) == 0)
             return 0;
         transient = transient || outbox_error_is_transient(err);
     }
@@ -956,7 +955,8 @@ append_call(sink *s, redisContext *context, const struct sink_message *messages,
             const struct route *routes, size_t n)
 {
     struct sink_redis *r = s->impl;
-    bool old_names = r->topology != TOPOLOGY_CLUSTER && clock_monotonic_ms() < r->old_names_until_ms;
+    bool old_names =
+        r->topology != TOPOLOGY_CLUSTER && clock_monotonic_ms() < r->old_names_until_ms;
     size_t need = 0, at = 0;
     int argc = 0;
     char numkeys[24]; /* a size_t in decimal */
@@ -1085,9 +1085,8 @@ redirect_target(struct sink_redis *r, uint16_t from, const char *text, unsigned 
  * run: its messages go to r->retries with their new route.
  */
 static void
-settle_call(sink *s, uint16_t node, const struct sink_message *messages,
-            const struct route *routes, size_t n, const redisReply *reply,
-            struct sink_outcome *outcomes, size_t *retry_count)
+settle_call(sink *s, uint16_t node, const struct sink_message *messages, const struct route *routes,
+            size_t n, const redisReply *reply, struct sink_outcome *outcomes, size_t *retry_count)
 {
     struct sink_redis *r = s->impl;
     char reason[SINK_REASON_MAX - 64];
@@ -1363,7 +1362,8 @@ send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_
                                 r->routes[to].call == r->routes[from].call;
                  to++)
                 ;
-            if (r->nodes[node].context == NULL && node_connect(s, &r->nodes[node], &node_err) != 0) {
+            if (r->nodes[node].context == NULL &&
+                node_connect(s, &r->nodes[node], &node_err) != 0) {
                 for (size_t i = from; i < to; i++)
                     sink_outcome_set(&outcomes[r->routes[i].index], SINK_DEFERRED, "%s",
                                      node_err.message);
@@ -1388,7 +1388,7 @@ send_rounds(sink *s, const struct sink_message *messages, size_t n, struct sink_
 
 static int
 sink_redis_publish(sink *s, const struct sink_message *messages, size_t count,
-              struct sink_outcome *outcomes, struct outbox_error *err)
+                   struct sink_outcome *outcomes, struct outbox_error *err)
 {
     struct sink_redis *r = s->impl;
     size_t limit = (size_t)s->options.max_message_bytes, longest = 0, sendable_count = 0, routed;
@@ -1537,8 +1537,8 @@ static const struct url_scheme sink_redis_cluster_scheme = {
     .variant = TOPOLOGY_CLUSTER,
 };
 
-static const struct url_scheme *const sink_redis_schemes[] = {&sink_redis_scheme, &sink_redis_sentinel_scheme,
-                                                         &sink_redis_cluster_scheme, NULL};
+static const struct url_scheme *const sink_redis_schemes[] = {
+    &sink_redis_scheme, &sink_redis_sentinel_scheme, &sink_redis_cluster_scheme, NULL};
 
 static const struct option_spec sink_redis_options[] = {
     {"stream-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, stream_prefix), "", 0,
@@ -1546,8 +1546,8 @@ static const struct option_spec sink_redis_options[] = {
      OPTION_FROM_ENVIRONMENT, 0},
     {"dedup-window", "DURATION", OPTION_MILLIS, OPTION_FIELD(struct sink_options, dedup_window_ms),
      "24h", 1, 31536000000.0, NULL,
-     "Redis: a job is appended at most once per stream within this window",
-     OPTION_FROM_ENVIRONMENT, 0},
+     "Redis: a job is appended at most once per stream within this window", OPTION_FROM_ENVIRONMENT,
+     0},
     {"stream-maxlen", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, stream_maxlen), "0", 0,
      1e15, NULL, "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims",
      OPTION_FROM_ENVIRONMENT, 0},
