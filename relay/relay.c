@@ -799,7 +799,7 @@ relay_turn(struct pipeline *p, double *claimed_at)
     bool marking = false, claiming = false;
 
     extend_if_stale(p, &current->batch, *claimed_at);
-    /* before anything is sent ahead, so the claim below sees a pause of the last half second */
+    /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
     if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
         store_failed(p, &err);
     if (p->db.store != NULL && has_rows(previous))

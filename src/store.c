@@ -54,6 +54,7 @@ struct pauses {
     char *keys;
     double read_at; /* monotonic seconds; 0: read before the next claim */
     bool pending;   /* a read is sent ahead and not collected yet */
+    double sent_at; /* when that read was sent */
 };
 
 /*
@@ -715,9 +716,13 @@ collect_prepared(outbox_store *store, enum statement statement, ExecStatusType e
 
 /* ---- pauses ---------------------------------------------------------------- */
 
-/* Keeps the pauses of a SQL_PAUSES result; -1 when out of memory. */
+/*
+ * Keeps the pauses of a SQL_PAUSES result, as of read_at: when the statement
+ * was sent, not when its result came back (a busy turn may lie between);
+ * -1 when out of memory.
+ */
 static int
-pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *err)
+pauses_keep(outbox_store *store, const PGresult *result, double read_at, struct outbox_error *err)
 {
     struct pauses *p = &store->pauses;
     char *queues = strdup(PQgetvalue(result, 0, 1));
@@ -737,7 +742,7 @@ pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *er
     p->key_queues = key_queues;
     p->keys = keys;
     p->any = strtoll(PQgetvalue(result, 0, 0), NULL, 10) > 0;
-    p->read_at = clock_monotonic_seconds();
+    p->read_at = read_at;
     return 0;
 }
 
@@ -745,13 +750,14 @@ pauses_keep(outbox_store *store, const PGresult *result, struct outbox_error *er
 static int
 pauses_read(outbox_store *store, struct outbox_error *err)
 {
+    double sent_at = clock_monotonic_seconds();
     PGresult *result = run_prepared(store, STMT_PAUSES, 0, NULL, PGRES_TUPLES_OK,
                                     "unable to read 'outbox.paused'", err);
     int rc;
 
     if (result == NULL)
         return -1;
-    rc = pauses_keep(store, result, err);
+    rc = pauses_keep(store, result, sent_at, err);
     PQclear(result);
     return rc;
 }
@@ -773,6 +779,7 @@ pauses_refresh(outbox_store *store, struct outbox_error *err)
     if (queue_prepared(store, STMT_PAUSES, 0, NULL, "unable to read 'outbox.paused'", err) != 0)
         return -1;
     p->pending = true;
+    p->sent_at = clock_monotonic_seconds();
     return 0;
 }
 
@@ -799,7 +806,7 @@ pauses_collect(outbox_store *store, struct outbox_error *err)
                               err);
     if (result == NULL)
         return -1;
-    rc = pauses_keep(store, result, err);
+    rc = pauses_keep(store, result, store->pauses.sent_at, err);
     PQclear(result);
     return rc;
 }

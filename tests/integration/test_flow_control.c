@@ -33,9 +33,15 @@
 /* Contract: a pause or resume holds within --poll-interval + 1 s. */
 #define POLL_INTERVAL "100ms"
 #define TAKES_EFFECT_MS (100 + 1000)
-#define REPLAY_ROWS 10000
+/*
+ * Under valgrind (make valgrind) every program runs tens of times slower:
+ * the tests keep their checks with a tenth of the rows, and give the
+ * resumed queue and the other queue's flow more time.
+ */
+static bool under_valgrind;
+#define REPLAY_ROWS (under_valgrind ? 1000 : 10000)
 #define REPLAY_KEYS 500
-#define INBOX_MESSAGES 10000
+#define INBOX_MESSAGES (under_valgrind ? 1000 : 10000)
 
 /* Rows committed by the producer thread of the pause test. */
 struct producer {
@@ -384,10 +390,12 @@ test_pause_queue_with_three_relays(void **state)
         fail_msg("%zu rows of the paused queue claimed after the pause took effect were published"
                  " (the last %lld ms after the pause)",
                  late, (long long)(latest - paused_at));
-    if (flowing_late < 100)
+    if (flowing_late < (under_valgrind ? 1 : 100))
         fail_msg("only %zu rows of the other queue flowed during the pause", flowing_late);
-    if (first_after_resume == 0 || first_after_resume > resumed_at + TAKES_EFFECT_MS)
-        fail_msg("the paused queue did not flow within %d ms of resume", TAKES_EFFECT_MS);
+    if (first_after_resume == 0 ||
+        first_after_resume > resumed_at + (under_valgrind ? 10 : 1) * TAKES_EFFECT_MS)
+        fail_msg("the paused queue did not flow within %d ms of resume",
+                 (under_valgrind ? 10 : 1) * TAKES_EFFECT_MS);
     assert_each_row_appended(f, "paused", 1);
     assert_each_row_appended(f, "flowing", 1);
 }
@@ -514,25 +522,25 @@ replay_with_kill(struct fixture *f, const char *broker, const char *const *extra
     snprintf(want, sizeof(want), "replayed %d succeeded jobs of queue 'replay'", REPLAY_ROWS);
     if (strstr(out, want) == NULL)
         fail_msg("replay printed: %s", out);
-    /* bounded: 30 s */
-    for (int waited = 0; waited < 30000; waited += 5) {
+    /* bounded: 30 s (150 s under valgrind) */
+    for (int waited = 0; waited < (under_valgrind ? 150000 : 30000); waited += 5) {
         replayed = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                              " WHERE replays = 1 AND state = 'succeeded'");
-        if (replayed >= 1000)
+        if (replayed >= REPLAY_ROWS / 10)
             break;
         sleep_ms(5);
     }
     relay_signal(first, SIGKILL);
     harness_wait_exit(first->pid, 10000);
     first->pid = 0;
-    if (replayed < 1000 || replayed >= REPLAY_ROWS)
+    if (replayed < REPLAY_ROWS / 10 || replayed >= REPLAY_ROWS)
         fail_msg("the relay was not killed in the middle of the replay (%lld of %d done)",
                  replayed, REPLAY_ROWS);
 
     start_relay(f, broker, extra);
     if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job"
                                 " WHERE replays = 1 AND state = 'succeeded'",
-                       REPLAY_ROWS, 60000) != REPLAY_ROWS)
+                       REPLAY_ROWS, under_valgrind ? 300000 : 60000) != REPLAY_ROWS)
         fail_msg("replayed rows were not all published again");
     stop_relay(&f->relays[f->relay_count - 1]);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -841,6 +849,8 @@ test_inbox_rollback_and_state(void **state)
 int
 main(void)
 {
+    under_valgrind = getenv("OUTBOX_VALGRIND") != NULL && *getenv("OUTBOX_VALGRIND") != '\0';
+
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pause_queue_with_three_relays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_one_key, setup, teardown),
