@@ -267,36 +267,6 @@ test_broker_down_at_start_and_restarted_mid_run(void **state)
 }
 
 static void
-test_kill_mid_batch_then_restart(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--batch-size", "2000", NULL};
-    struct relay_process relay;
-    size_t duplicates;
-
-    enqueue(f, 20000);
-    relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn,
-                   "SELECT least(count(*), 2000) FROM outbox.job WHERE state = 'succeeded'", 2000,
-                   30000);
-    relay_signal(&relay, SIGKILL);
-    relay_wait(&relay, 5000);
-    unlink(relay.log_path);
-    assert_true(count_where(f, "state <> 'succeeded'") > 0);
-
-    wait_for_value(f->conn,
-                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
-                   " AND lease_until > now()",
-                   0, 10000);
-    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
-    assert_int_equal(count_where(f, "state <> 'succeeded'"), 0);
-    duplicates = assert_every_row_delivered(f, 20000);
-    /* at most the killed relay's batches in flight can arrive twice */
-    assert_true(duplicates <= 2 * 2000 * 2);
-    print_message("duplicates after kill -9: %zu\n", duplicates);
-}
-
-static void
 test_two_relays_share_the_work(void **state)
 {
     struct fixture *f = *state;
@@ -319,25 +289,6 @@ test_two_relays_share_the_work(void **state)
     /* every row claimed once: no relay ever took or marked another's row */
     assert_int_equal(count_where(f, "attempts <> 1"), 0);
     assert_int_equal(assert_every_row_delivered(f, 20000), 0);
-}
-
-static void
-test_sigterm_leaves_nothing_running(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--batch-size", "500", NULL};
-    struct relay_process relay;
-
-    enqueue(f, 30000);
-    relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn,
-                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
-                   30000);
-    relay_signal(&relay, SIGTERM);
-    assert_int_equal(relay_wait(&relay, 15000), 0);
-    unlink(relay.log_path);
-    assert_int_equal(count_where(f, "state = 'running'"), 0);
-    assert_true(count_where(f, "state = 'ready'") > 0);
 }
 
 static void
@@ -488,9 +439,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_unroutable_ends_dead_with_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_exchange_does_not_stop_the_relay, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_relays_share_the_work, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_leaves_nothing_running, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_size_limit_kills_only_the_big_row, setup,
                                         teardown),

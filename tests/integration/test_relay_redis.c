@@ -148,36 +148,6 @@ test_redriven_rows_are_not_appended_twice(void **state)
 }
 
 static void
-test_kill_mid_batch_then_restart(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "200", NULL};
-    struct relay_process relay;
-    long long done;
-
-    enqueue_rows(f->conn, "orders", 30000);
-    relay_start_process(&relay, f->url, f->broker, extra);
-    done = wait_for_value(f->conn,
-                          "SELECT least(count(*), 2000) FROM outbox.job WHERE state = 'succeeded'",
-                          2000, 30000);
-    assert_int_equal(done, 2000);
-    relay_signal(&relay, SIGKILL);
-    assert_int_equal(relay_wait(&relay, 5000), 128 + SIGKILL);
-    unlink(relay.log_path);
-
-    /* the dead relay's rows come back after its 5 s lease; --once reaps them */
-    wait_for_value(f->conn,
-                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
-                   " AND lease_until > now()",
-                   0, 10000);
-    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
-                                               " WHERE state <> 'succeeded'"),
-                     0);
-    assert_each_row_once(f, 30000);
-}
-
-static void
 test_redis_restart_mid_run_loses_nothing(void **state)
 {
     struct fixture *f = *state;
@@ -308,30 +278,6 @@ test_busy_redis_costs_no_attempt(void **state)
 }
 
 static void
-test_sigterm_stops_cleanly(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "50", NULL};
-    struct relay_process relay;
-
-    enqueue_rows(f->conn, "orders", 20000);
-    relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn,
-                   "SELECT least(count(*), 500) FROM outbox.job WHERE state = 'succeeded'", 500,
-                   30000);
-    relay_signal(&relay, SIGTERM);
-    assert_int_equal(relay_wait(&relay, 15000), 0);
-    unlink(relay.log_path);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
-                                               " WHERE state = 'running'"),
-                     0);
-    /* what was marked succeeded is in the stream, nothing else */
-    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream),
-                     harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
-                                               " WHERE state = 'succeeded'"));
-}
-
-static void
 test_bad_rows_fail_alone(void **state)
 {
     struct fixture *f = *state;
@@ -418,12 +364,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_fields_and_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redriven_rows_are_not_appended_twice, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_kill_mid_batch_then_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart_mid_run_loses_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart_costs_no_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_redis_costs_no_attempt, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_stops_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_rows_fail_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_once_cleans_up_everything_past_retention, setup,
                                         teardown),

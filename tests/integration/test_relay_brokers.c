@@ -1,0 +1,317 @@
+/*
+ * test_relay_brokers.c - the relay scenarios every broker must pass, written
+ * once and run per broker through a table of consumer functions: a relay
+ * killed mid-batch loses nothing, SIGTERM leaves nothing running. Adding a
+ * broker to the suite is one row of BROKERS. What only one broker does
+ * (AMQP properties, Redis dedup, ...) stays in test_relay_amqp.c and
+ * test_relay_redis.c.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "amqp_consumer.h"
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+struct fixture;
+
+/* What a scenario needs from a broker. */
+struct broker {
+    const char *name;
+    const char *url_variable;         /* the harness's URL of it */
+    void (*open)(struct fixture *f);  /* the consumer; queue or stream prefix */
+    void (*close)(struct fixture *f); /* deletes what open made */
+    size_t (*delivered)(struct fixture *f, int64_t **ids); /* job ids the broker holds */
+    bool exactly_once; /* a job reaches it once even when a relay dies (Redis dedup) */
+};
+
+struct fixture {
+    const struct broker *broker;
+    char *url;
+    PGconn *conn;
+    const char *broker_url;
+    char queue[64];       /* the rows' queue (and the AMQP queue) */
+    char prefix[64];      /* Redis stream prefix */
+    const char *extra[8]; /* the relay's broker arguments, NULL-terminated */
+    queue_consumer *mq;
+    redisContext *redis;
+};
+
+static int test_counter;
+
+/* ---- AMQP: rows go to the default exchange, routed to a queue of their name ---- */
+
+static void
+amqp_open(struct fixture *f)
+{
+    f->mq = queue_consumer_connect(f->broker_url);
+    assert_non_null(f->mq);
+    assert_int_equal(queue_consumer_declare_queue(f->mq, f->queue), 0);
+}
+
+static void
+amqp_close(struct fixture *f)
+{
+    queue_consumer_delete_queue(f->mq, f->queue);
+    queue_consumer_free(f->mq);
+}
+
+static size_t
+amqp_delivered(struct fixture *f, int64_t **ids)
+{
+    struct queue_consumer_message messages[500];
+    size_t count = 0, capacity = 0, fetched;
+
+    *ids = NULL;
+    do {
+        assert_int_equal(queue_consumer_fetch(f->mq, f->queue, messages, 500, 1000, &fetched), 0);
+        for (size_t i = 0; i < fetched; i++) {
+            if (count == capacity) {
+                capacity = capacity ? capacity * 2 : 1024;
+                *ids = realloc(*ids, capacity * sizeof(**ids));
+                assert_non_null(*ids);
+            }
+            assert_non_null(messages[i].message_id);
+            (*ids)[count++] = strtoll(messages[i].message_id, NULL, 10);
+            queue_consumer_message_clear(&messages[i]);
+        }
+    } while (fetched > 0);
+    return count;
+}
+
+/* ---- Redis: rows go to the stream prefix + queue ---- */
+
+static void
+redis_stream_open(struct fixture *f)
+{
+    f->redis = stream_consumer_connect(f->broker_url);
+    assert_non_null(f->redis);
+    f->extra[0] = "--stream-prefix";
+    f->extra[1] = f->prefix;
+}
+
+static void
+redis_stream_close(struct fixture *f)
+{
+    stream_consumer_delete_prefix(f->redis, f->prefix);
+    redisFree(f->redis);
+}
+
+static size_t
+redis_stream_delivered(struct fixture *f, int64_t **ids)
+{
+    struct stream_consumer_stream stream = {0};
+    char key[160];
+    size_t count;
+
+    snprintf(key, sizeof(key), "%s%s", f->prefix, f->queue);
+    assert_int_equal(stream_consumer_read_stream(f->redis, key, &stream), 0);
+    *ids = calloc(stream.count > 0 ? stream.count : 1, sizeof(**ids));
+    assert_non_null(*ids);
+    for (size_t i = 0; i < stream.count; i++)
+        (*ids)[i] = stream.entries[i].job_id;
+    count = stream.count;
+    stream_consumer_stream_clear(&stream);
+    return count;
+}
+
+static const struct broker BROKERS[] = {
+    {"rabbitmq", "OUTBOX_TEST_AMQP_URL", amqp_open, amqp_close, amqp_delivered, false},
+    {"redis", "OUTBOX_TEST_REDIS_URL", redis_stream_open, redis_stream_close,
+     redis_stream_delivered, true},
+};
+
+/* ---- fixture ---- */
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->broker = *state;
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker_url = harness_env(f->broker->url_variable);
+    snprintf(f->queue, sizeof(f->queue), "brokers-%d-%d", (int)getpid(), test_counter);
+    snprintf(f->prefix, sizeof(f->prefix), "brokers-%d-%d:", (int)getpid(), test_counter++);
+    f->broker->open(f);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    f->broker->close(f);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* The relay's extra arguments: the broker's, then the scenario's (NULL-terminated). */
+static const char **
+arguments(struct fixture *f, const char **out, size_t size, const char *const *scenario)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; f->extra[i] != NULL && n + 1 < size; i++)
+        out[n++] = f->extra[i];
+    for (size_t i = 0; scenario != NULL && scenario[i] != NULL && n + 1 < size; i++)
+        out[n++] = scenario[i];
+    out[n] = NULL;
+    return out;
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/*
+ * Every committed row of the queue reached the broker, nothing else did;
+ * returns how many arrived more than once (0 for an exactly-once broker).
+ */
+static size_t
+assert_every_row_delivered(struct fixture *f)
+{
+    int64_t *ids;
+    size_t count = f->broker->delivered(f, &ids), unique = 0;
+    char sql[256];
+    PGresult *rows;
+
+    snprintf(sql, sizeof(sql), "SELECT job_id FROM outbox.job WHERE queue = '%s' ORDER BY 1",
+             f->queue);
+    rows = PQexec(f->conn, sql);
+    qsort(ids, count, sizeof(*ids), compare_id);
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0 && ids[i] == ids[i - 1])
+            continue;
+        if ((int)unique >= PQntuples(rows) ||
+            ids[i] != strtoll(PQgetvalue(rows, (int)unique, 0), NULL, 10))
+            fail_msg("%s: message %lld is not a committed row, or a row is missing",
+                     f->broker->name, (long long)ids[i]);
+        unique++;
+    }
+    assert_int_equal(unique, PQntuples(rows));
+    PQclear(rows);
+    free(ids);
+    if (f->broker->exactly_once)
+        assert_int_equal(count, unique);
+    return count - unique;
+}
+
+/* ---- scenarios ---- */
+
+/* kill -9 mid-batch, then a --once run: every row delivered, none left behind. */
+static void
+test_kill_mid_batch_then_restart(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--batch-size", "500", NULL};
+    const char *extra[16];
+    struct relay_process relay;
+    size_t duplicates;
+
+    enqueue_rows(f->conn, f->queue, 20000);
+    relay_start_process(&relay, f->url, f->broker_url, arguments(f, extra, 16, scenario));
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT least(count(*), 2000) FROM outbox.job"
+                                    " WHERE state = 'succeeded'",
+                                    2000, 60000),
+                     2000);
+    relay_signal(&relay, SIGKILL);
+    assert_int_equal(relay_wait(&relay, 5000), 128 + SIGKILL);
+    unlink(relay.log_path);
+
+    /* the dead relay's rows come back after its 5 s lease; --once reaps them */
+    wait_for_value(f->conn,
+                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
+                   " AND lease_until > now()",
+                   0, 10000);
+    assert_int_equal(relay_run_once(f->url, f->broker_url, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state <> 'succeeded'"),
+                     0);
+    duplicates = assert_every_row_delivered(f);
+    /* at most the killed relay's batches in flight (two pipelines, two batches each) */
+    assert_true(duplicates <= 2 * 2 * 500);
+    print_message("%s: duplicates after kill -9: %zu\n", f->broker->name, duplicates);
+}
+
+/* SIGTERM: exit 0, no row left running, exactly the succeeded rows delivered. */
+static void
+test_sigterm_leaves_nothing_running(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--batch-size", "100", NULL};
+    const char *extra[16];
+    struct relay_process relay;
+    long long succeeded;
+
+    enqueue_rows(f->conn, f->queue, 20000);
+    relay_start_process(&relay, f->url, f->broker_url, arguments(f, extra, 16, scenario));
+    wait_for_value(f->conn, "SELECT least(count(*), 500) FROM outbox.job WHERE state = 'succeeded'",
+                   500, 60000);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'running'"),
+                     0);
+    succeeded = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                          " WHERE state = 'succeeded'");
+    assert_true(succeeded < 20000); /* stopped mid-run, not after the end */
+    {
+        int64_t *ids;
+        size_t count = f->broker->delivered(f, &ids);
+
+        /* what was marked succeeded is at the broker, and nothing else */
+        assert_int_equal((long long)count, succeeded);
+        free(ids);
+    }
+}
+
+static const struct scenario {
+    const char *name;
+    void (*run)(void **state);
+} SCENARIOS[] = {
+    {"kill_mid_batch_then_restart", test_kill_mid_batch_then_restart},
+    {"sigterm_leaves_nothing_running", test_sigterm_leaves_nothing_running},
+};
+
+#define BROKER_COUNT (sizeof(BROKERS) / sizeof(BROKERS[0]))
+#define SCENARIO_COUNT (sizeof(SCENARIOS) / sizeof(SCENARIOS[0]))
+
+/* Every scenario for every broker, named "broker: scenario". */
+int
+main(void)
+{
+    static char names[BROKER_COUNT * SCENARIO_COUNT][96];
+    struct CMUnitTest tests[BROKER_COUNT * SCENARIO_COUNT];
+    size_t n = 0;
+
+    for (size_t b = 0; b < BROKER_COUNT; b++)
+        for (size_t s = 0; s < SCENARIO_COUNT; s++, n++) {
+            snprintf(names[n], sizeof(names[n]), "%s: %s", BROKERS[b].name, SCENARIOS[s].name);
+            tests[n] = (struct CMUnitTest){names[n], SCENARIOS[s].run, setup, teardown,
+                                           (void *)&BROKERS[b]};
+        }
+    return cmocka_run_group_tests_name("relay_brokers", tests, NULL, NULL);
+}
