@@ -343,7 +343,8 @@ static const char SQL_HORIZON[] =
  * mark). Objects are found through the catalogs, which need no privilege,
  * so a missing USAGE is reported instead of failing the lookup. A function
  * this server does not have (extract() is one before PostgreSQL 14) is not
- * listed.
+ * listed. A new statement of the relay that calls another function, or
+ * reads another table, adds it here.
  */
 static const char SQL_PRIVILEGES[] =
     "WITH schema AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'outbox'),"
