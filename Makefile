@@ -9,7 +9,8 @@
 #   make bench      the benchmark
 #   make fuzz       libFuzzer targets in tests/fuzz, FUZZ_SECONDS each (needs clang)
 #                   (FUZZ_TARGETS="url config" picks some)
-#   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker
+#   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker, then
+#                   the table's long-run health under 5 000 rows/s (tests/bench/longrun.sh)
 #   make deps       install the Debian packages this needs (as root)
 #   make install    programs, library, header, pkg-config file, SQL, man pages and the
 #                   systemd unit under DESTDIR + PREFIX (default /usr/local)
@@ -205,12 +206,15 @@ fuzz: check-deps
 	$(MAKE) $(FUZZ_BIN)
 	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BIN)
 
-# The chaos driver for SOAK_SECONDS per broker, judging the relay's RSS and fds too.
+# The chaos driver for SOAK_SECONDS per broker, judging the relay's RSS and fds too; then
+# the long-run health of outbox.job (steady load for SOAK_SECONDS, and the vacuum horizon).
 SOAK_SECONDS ?= 600
 soak:
 	tests/harness/deps.sh
 	$(MAKE) test-binaries
 	BUILD=$(BUILD) BIN=$(BIN) SOAK_SECONDS=$(SOAK_SECONDS) tests/chaos/soak.sh
+	BUILD=$(BUILD) BIN=$(BIN) LONGRUN_SECONDS=$(SOAK_SECONDS) tests/bench/longrun.sh steady
+	BUILD=$(BUILD) BIN=$(BIN) tests/bench/longrun.sh horizon
 
 deps:
 	tests/harness/deps.sh

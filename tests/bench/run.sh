@@ -11,7 +11,9 @@
 #      (their ratio) and 1000 outbox.enqueue() calls
 #   2. commit -> publish latency at a steady offered load (relay to Redis):
 #      1000 rows/s of single-row transactions, and 5000 rows/s as 1000
-#      transactions/s of 5 rows through outbox.enqueue_batch()
+#      transactions/s of 5 rows through outbox.enqueue_batch(); the 1000 rows/s
+#      also with BENCH_CLEANUP_N (500 000) succeeded rows past --retention
+#      waiting for the relay's cleanup meanwhile
 #   3. the ceilings: claim + complete in PostgreSQL alone (store library),
 #      also with pauses of other queues and keys in place,
 #      publish with confirms to RabbitMQ, pipelined XADD to Redis; and the
@@ -20,10 +22,16 @@
 #      Redis (with --on-success mark, the default, and delete) and to RabbitMQ,
 #      checked row by row and message by message, with the relay's max RSS and
 #      PostgreSQL's CPU time per relayed row (utime + stime of the server's
-#      processes from /proc, the exited ones through the postmaster's cutime)
+#      processes from /proc, the exited ones through the postmaster's cutime);
+#      the relay's cleanup capacity (rows/s deleted of BENCH_CLEANUP_N succeeded
+#      rows past --retention)
 #   5. claim latency against a growing ready backlog, table and index sizes
 #   6. claim latency with ordering keys
 #   7. a consumer's transaction with and without outbox.inbox_accept()
+#   8. long-run health, short: tests/bench/longrun.sh steady (BENCH_LONGRUN_SECONDS,
+#      default 120, at 5 000 rows/s with --retention 1m) and horizon (a
+#      transaction open for 60 s); their pass lines are reported, not enforced
+#      (make soak runs the 10-minute version and fails on them)
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -34,6 +42,7 @@
 # (pgbench duration, default 10), BENCH_LATENCY_SECONDS (default 15),
 # BENCH_LATENCY_RATES (rows/s, default "1000 5000"; up to 1000 as single-row
 # transactions, above that 5 rows per transaction), BENCH_ROUNDS (default 3),
+# BENCH_CLEANUP_N (default 500000), BENCH_LONGRUN_SECONDS (default 120; 0 skips 8),
 # OUTBOX_BENCH_STACK_SH (another
 # stack.sh). Results are printed and written to $BUILD/bench/results.txt.
 # A measuring script: it fails only when a step fails or a check of the
@@ -55,6 +64,8 @@ PGBENCH_SECONDS=${BENCH_SECONDS:-10}
 LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-15}
 LATENCY_RATES=${BENCH_LATENCY_RATES:-${BENCH_LATENCY_RATE:-1000 5000}}
 ROUNDS=${BENCH_ROUNDS:-3}
+CLEANUP_N=${BENCH_CLEANUP_N:-500000}
+LONGRUN_SECONDS=${BENCH_LONGRUN_SECONDS:-120}
 STEP_TIMEOUT=600 # no single step may take longer (seconds)
 RESULTS_FILE="$BUILD/bench/results.txt"
 
@@ -131,6 +142,15 @@ fill() {
     local rows=$1 queue=${2:-bench}
     sql "INSERT INTO outbox.job (queue, payload)
          SELECT '$queue', '$PAYLOAD'::jsonb FROM generate_series(1, $rows)" >/dev/null
+    sql "VACUUM ANALYZE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+}
+
+# fill_old_succeeded ROWS: succeeded rows finished two hours ago (queue old), analyzed
+fill_old_succeeded() {
+    sql "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)
+         SELECT 'old', '$PAYLOAD'::jsonb, 'succeeded', 1, now() - interval '2 hours'
+         FROM generate_series(1, $1)" >/dev/null
     sql "VACUUM ANALYZE outbox.job" >/dev/null
     sql "CHECKPOINT" >/dev/null
 }
@@ -298,20 +318,26 @@ result "1000 rows/stmt, 4 clients, outbox.enqueue() per row" "$(fmt_rate "$BATCH
 
 # ---- 2. latency -------------------------------------------------------------------------
 
-# latency_round N RATE: one steady run of RATE rows/s with the relay in the
-# background; appends its figures to the L_* arrays. It runs before the
-# drains, while RabbitMQ has no backlog to clean up in the background.
+# latency_round N RATE [cleanup]: one steady run of RATE rows/s with the relay
+# in the background; appends its figures to the L_* arrays. It runs before the
+# drains, while RabbitMQ has no backlog to clean up in the background. With
+# "cleanup", CLEANUP_N succeeded rows past --retention (1h) wait for the relay's
+# cleanup while the load runs, and the figures go to the C_* arrays instead.
 latency_round() {
-    local round=$1 rate=$2 out rows count b50 b99 bmax f50 f99 fmax script=latency-load.sql
-    local transactions=$rate
+    local round=$1 rate=$2 mode=${3:-} out rows count b50 b99 bmax f50 f99 fmax
+    local script=latency-load.sql transactions=$rate level=warn
     if [ "$rate" -gt 1000 ]; then
         script=latency-load-5.sql
         transactions=$((rate / 5))
     fi
     reset_outbox
+    if [ "$mode" = cleanup ]; then
+        fill_old_succeeded "$CLEANUP_N"
+        level=info # the cleanup's log line says how long it took
+    fi
     "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
-        --stream-prefix "latency$round:" --metrics-addr off --log-level warn \
-        2>"$STACK/relay-latency.log" &
+        --stream-prefix "latency$round:" --metrics-addr off --log-level "$level" \
+        --retention 1h 2>"$STACK/relay-latency.log" &
     RELAY_PID=$!
     sleep 1
     kill -0 "$RELAY_PID" 2>/dev/null || {
@@ -324,9 +350,7 @@ latency_round() {
         printf '%s\n' "$out" >&2
         die "pgbench at $rate rows/s failed"
     }
-    L_OFFERED+=("$(calc "$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1) * $rate / $transactions")")
-    L_LAG+=("$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg [0-9.]* (max \([0-9.]*\)) ms/\1/p')")
-    rows=$(sql "SELECT count(*) FROM outbox.job")
+    rows=$(sql "SELECT count(*) FROM outbox.job WHERE queue = 'latency'")
     for _ in $(seq 1 600); do
         [ "$(sql "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'")" = 0 ] && break
         sleep 0.1
@@ -334,13 +358,24 @@ latency_round() {
     kill -TERM "$RELAY_PID"
     wait "$RELAY_PID" || die "the background relay exited with $?"
     RELAY_PID=""
-    check_succeeded "$rows"
+    [ "$(sql "SELECT count(*) FILTER (WHERE state = 'succeeded') || ' ' || count(*)
+              FROM outbox.job WHERE queue = 'latency'")" = "$rows $rows" ] ||
+        die "not every latency row succeeded"
     "$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream "latency$round:latency" \
         >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
     redis_cli DEL "latency$round:latency" >/dev/null
     IFS='|' read -r count b50 b99 bmax f50 f99 fmax < <(timeout "$STEP_TIMEOUT" \
         psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -f "$STACK/latency.sql")
     [ "$count" = "$rows" ] || die "the stream holds $count of the $rows latency rows"
+    if [ "$mode" = cleanup ]; then
+        C_B50+=("$b50") C_B99+=("$b99") C_BMAX+=("$bmax")
+        C_LEFT+=("$(sql "SELECT count(*) FROM outbox.job WHERE queue = 'old'")")
+        C_SECONDS+=("$(sed -n 's/.*deleted old succeeded rows.*seconds=\([0-9.]*\).*/\1/p' \
+            "$STACK/relay-latency.log" | head -n 1)")
+        return
+    fi
+    L_OFFERED+=("$(calc "$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1) * $rate / $transactions")")
+    L_LAG+=("$(printf '%s\n' "$out" | sed -n 's/^rate limit schedule lag: avg [0-9.]* (max \([0-9.]*\)) ms/\1/p')")
     L_ROWS+=("$rows") L_B50+=("$b50") L_B99+=("$b99") L_BMAX+=("$bmax")
     L_F50+=("$f50") L_F99+=("$f99")
 }
@@ -355,6 +390,7 @@ WITH l AS (
     SELECT extract(epoch FROM j.finished_at - j.created_at) * 1000 AS to_finished,
            r.received_ms - extract(epoch FROM j.created_at) * 1000 AS to_broker
     FROM outbox.job j LEFT JOIN received r USING (job_id)
+    WHERE j.queue = 'latency'
 )
 SELECT count(to_broker),
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY to_broker)::numeric, 1),
@@ -369,9 +405,14 @@ joined() { printf '%s, ' "$@" | sed 's/, $//'; }
 section "2. commit -> publish latency for ${LATENCY_SECONDS}s at each offered rate, $ROUNDS runs (pgbench -R, 16 clients, relay to Redis)"
 for latency_rate in $LATENCY_RATES; do
     L_OFFERED=() L_ROWS=() L_B50=() L_B99=() L_BMAX=() L_F50=() L_F99=() L_LAG=()
+    C_B50=() C_B99=() C_BMAX=() C_LEFT=() C_SECONDS=()
     for round in $(seq 1 "$ROUNDS"); do
         log "latency: $latency_rate rows/s for ${LATENCY_SECONDS}s with the relay running, round $round of $ROUNDS"
         latency_round "$round" "$latency_rate"
+        if [ "$latency_rate" -le 1000 ] && [ "$CLEANUP_N" -gt 0 ]; then
+            log "latency: the same with $CLEANUP_N succeeded rows past --retention to clean up, round $round of $ROUNDS"
+            latency_round "$round" "$latency_rate" cleanup
+        fi
     done
     if [ "$latency_rate" -gt 1000 ]; then
         shape="$((latency_rate / 5)) txn/s x 5 rows, outbox.enqueue_batch()"
@@ -385,6 +426,13 @@ for latency_rate in $LATENCY_RATES; do
         "p99 $(median "${L_B99[@]}") ms (goal <= 50); per run p99 $(joined "${L_B99[@]}") ms, max $(joined "${L_BMAX[@]}") ms"
     result "  created_at -> finished_at (marked succeeded), median" "p50 $(median "${L_F50[@]}") ms" \
         "p99 $(median "${L_F99[@]}") ms; per run p99 $(joined "${L_F99[@]}") ms"
+    if [ "${#C_B99[@]}" -gt 0 ]; then
+        result "  the same while the relay deletes $CLEANUP_N old succeeded rows" \
+            "p50 $(median "${C_B50[@]}") ms" \
+            "p99 $(median "${C_B99[@]}") ms, $(printf '%.2f' "$(ratio "$(median "${C_B99[@]}")" "$(median "${L_B99[@]}")")") of the p99 without (goal <= 1.5); per run p99 $(joined "${C_B99[@]}") ms, max $(joined "${C_BMAX[@]}") ms"
+        result "  cleanup meanwhile: seconds per run, old rows left after the run" \
+            "$(joined "${C_SECONDS[@]}") s" "left: $(joined "${C_LEFT[@]}")"
+    fi
 done
 section "  created_at is the transaction's start (now()), a few ms before its commit;
   the receive time is the millisecond Redis assigned the entry id (same host clock)."
@@ -569,6 +617,17 @@ timeout "$STEP_TIMEOUT" "$BIN/outboxctl" --database-url "$DB" purge --older-than
     die "outboxctl purge failed"
 sql "VACUUM outbox.job" >/dev/null
 result "  after outboxctl purge --older-than 0s + VACUUM" "" "$(sizes)"
+log "cleanup capacity: $CLEANUP_N succeeded rows past --retention, outbox-relay --once"
+reset_outbox
+fill_old_succeeded "$CLEANUP_N"
+relay_once "$REDIS_URL" cleanup --retention 1h --log-level info
+CLEANED=$(sed -n 's/.*deleted old succeeded rows rows=\([0-9]*\) seconds=\([0-9.]*\).*/\1 \2/p' \
+    "$STACK/relay-cleanup.log" | head -n 1)
+[ "$(sql "SELECT count(*) FROM outbox.job")" = 0 ] || die "the cleanup left rows behind"
+[ "${CLEANED% *}" = "$CLEANUP_N" ] || die "the relay logged '$CLEANED' deleted rows, expected $CLEANUP_N"
+CLEANUP_RATE=$(rate "$CLEANUP_N" "${CLEANED#* }")
+result "cleanup of $CLEANUP_N succeeded rows past --retention" "$(fmt_rate "$CLEANUP_RATE") rows/s" \
+    "$(printf '%.1f' "$(ratio "$CLEANUP_RATE" "$REDIS_DRAIN")")x the Redis drain; batches of 5 000, one transaction each (${CLEANED#* } s)"
 
 # ---- 5. scaling ---------------------------------------------------------------------------
 
@@ -648,6 +707,29 @@ result "consumer insert alone" "$(fmt_rate "$WITHOUT") msgs/s" \
 result "with outbox.inbox_accept() first" "$(fmt_rate "$WITH") msgs/s" \
     "$(printf '%.0f' "$(calc "1000000 / $WITH")") us per message, the inbox $(printf '%.0f' "$(calc "1000000 / $WITH - 1000000 / $WITHOUT")") us of it; runs: $(runs "${INBOX_WITH[@]}")"
 sql "DROP TABLE bench_effects; TRUNCATE outbox.inbox" >/dev/null
+
+# ---- 8. long-run health -------------------------------------------------------------------
+
+if [ "$LONGRUN_SECONDS" -gt 0 ]; then
+    section "8. long-run health (tests/bench/longrun.sh; make soak runs 10 minutes and enforces these)"
+    for mode in steady horizon; do
+        log "long run: $mode"
+        set +e
+        BUILD="$BUILD" BIN="$BIN" LONGRUN_ENV="$STACK/env" LONGRUN_SECONDS="$LONGRUN_SECONDS" \
+            LONGRUN_WARMUP_SECONDS=30 LONGRUN_HOLD_SECONDS=60 LONGRUN_RECOVERY_SECONDS=120 \
+            LONGRUN_WARNING=30s \
+            timeout $((LONGRUN_SECONDS + 600)) "$ROOT/tests/bench/longrun.sh" "$mode" \
+            >"$STACK/longrun-$mode.out" 2>"$STACK/longrun-$mode.log"
+        status=$?
+        set -e
+        [ "$status" -le 1 ] || {
+            tail -n 20 "$STACK/longrun-$mode.log" >&2
+            die "longrun.sh $mode failed (exit $status)"
+        }
+        sed 's/^/  /' "$STACK/longrun-$mode.out" >>"$RESULTS"
+        cat "$STACK/longrun-$mode.out" >&2
+    done
+fi
 
 # ---- report -----------------------------------------------------------------------------
 
