@@ -54,9 +54,11 @@
 #define CLEANUP_LIMIT 5000
 #define CLEANUP_RUN_SECONDS 0.5
 #define SAMPLE_EVERY_SECONDS 15.0
+#define TABLE_SAMPLE_EVERY_SECONDS 30.0
+/* A phase whose database failed tries again this soon after the reconnect. */
+#define PHASE_RETRY_SECONDS 1.0
 /* --once gives up on an end it cannot reach for this long (connect_ends). */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
-#define TABLE_SAMPLE_EVERY_SECONDS 30.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -1025,9 +1027,6 @@ static const struct phase {
     [PHASE_SAMPLE] = {"sample", SAMPLE_EVERY_SECONDS, phase_sample},
     [PHASE_TABLE_SAMPLE] = {"table-sample", TABLE_SAMPLE_EVERY_SECONDS, phase_table_sample},
 };
-
-/* A phase whose database failed tries again this soon after the reconnect. */
-#define PHASE_RETRY_SECONDS 1.0
 
 /* Runs one phase and schedules its next run. */
 static enum phase_result
