@@ -57,6 +57,8 @@ setup(void **state, const char *stack_name)
 
     assert_non_null(f);
     ha_start_servers(stack_name, services);
+    printf("ha: primary 127.0.0.1:%s, standby 127.0.0.1:%s\n", harness_env("OUTBOX_TEST_PG_PORT"),
+           harness_env("OUTBOX_TEST_PG_STANDBY_PORT"));
     f->url = harness_database_new();
     slash = strrchr(f->url, '/');
     assert_non_null(slash);
@@ -249,6 +251,25 @@ test_standby_promotion_mid_run(void **state)
     unlink(relay.log_path);
 }
 
+/*
+ * Connects to url on the standby. A synchronous commit waits for the
+ * standby to flush, not to replay, so the test database may not be there
+ * yet: retries for at most 30 s.
+ */
+static PGconn *
+connect_standby(const char *url)
+{
+    for (int waited = 0; waited < 30000; waited += 100) {
+        PGconn *conn = PQconnectdb(url);
+
+        if (PQstatus(conn) == CONNECTION_OK)
+            return conn;
+        PQfinish(conn);
+        usleep(100 * 1000);
+    }
+    return harness_connect(url); /* fails the test with libpq's reason */
+}
+
 /* Polls conn until sql's first column reaches expected (at most 30 s); fails the test otherwise. */
 static void
 wait_for(PGconn *conn, const char *sql, long long expected, const char *what)
@@ -296,7 +317,7 @@ test_stale_relay_marks_nothing_after_promotion(void **state)
 
     /* the claim reached the standby (A's session commits without waiting for it) */
     standby_url(f, promoted_url, sizeof(promoted_url));
-    standby = harness_connect(promoted_url);
+    standby = connect_standby(promoted_url);
     wait_for(standby, "SELECT count(*) FROM outbox.job WHERE state = 'running'", ROWS_CLAIMED,
              "the claim on the standby");
 
