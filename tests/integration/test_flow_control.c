@@ -34,6 +34,15 @@
 #define POLL_INTERVAL "100ms"
 #define TAKES_EFFECT_MS (100 + 1000)
 /*
+ * The claim a pipeline sent ahead just before a pause runs at the server when
+ * the statements queued before it are done: on a loaded host that is one
+ * slow turn later. The three-relay test allows that turn before it demands
+ * that nothing more of the queue is claimed, and keeps the queue paused long
+ * enough after it for an ignored pause to show.
+ */
+#define SLOW_TURN_MS 2000
+#define PAUSED_FOR_MS 7000
+/*
  * Under valgrind (make valgrind) every program runs tens of times slower:
  * the tests keep their checks with a tenth of the rows, and give the
  * resumed queue and the other queue's flow more time.
@@ -315,8 +324,9 @@ wait_for_entries(struct fixture *f, const char *queue, long long count, int time
 
 /*
  * Three relays and a producer committing to two queues; one queue is paused
- * while everything runs: from pause + poll interval + 1 s on, nothing of it
- * is claimed (Redis appends only rows claimed before that moment), while the
+ * while everything runs: from pause + poll interval + 1 s (plus one slow turn
+ * for a claim sent ahead) on, nothing of it is claimed (Redis appends only
+ * rows claimed before that moment), while the
  * other queue flows and the paused one's rows wait as ready; after resume
  * every row of both arrives exactly once.
  */
@@ -346,9 +356,9 @@ test_pause_queue_with_three_relays(void **state)
      * Rows claimed by then finish normally, however slowly (a loaded host,
      * a sanitizer build); what the pause forbids is a claim after it.
      */
-    sleep_ms(TAKES_EFFECT_MS);
+    sleep_ms(TAKES_EFFECT_MS + SLOW_TURN_MS);
     claimed = claimed_rows(f, "paused", &claimed_max);
-    sleep_ms(3000 - TAKES_EFFECT_MS);
+    sleep_ms(PAUSED_FOR_MS - TAKES_EFFECT_MS - SLOW_TURN_MS);
     assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                           " WHERE queue = 'paused' AND state = 'ready'") > 100);
     assert_int_equal(run_ctl(f, out, sizeof(out), "paused", NULL), 0);
@@ -369,7 +379,7 @@ test_pause_queue_with_three_relays(void **state)
     for (size_t i = 0; i < paused.count; i++) {
         int64_t at = entry_ms(&paused.entries[i]), id = paused.entries[i].job_id;
 
-        if (at > paused_at + TAKES_EFFECT_MS && at < resumed_at &&
+        if (at > paused_at + TAKES_EFFECT_MS + SLOW_TURN_MS && at < resumed_at &&
             (id < 1 || id > claimed_max || !claimed[id]))
             late++;
         if (at < resumed_at && at > latest)
