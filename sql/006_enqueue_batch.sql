@@ -135,7 +135,7 @@ BEGIN
             WHERE EXISTS (SELECT 1 FROM outbox.job AS e
                           WHERE e.queue = enqueue_batch.queue AND e.ordering_key = k.ordering_key
                             AND e.state IN ('ready', 'running'))),
-        todo AS (
+        to_insert AS (
             SELECT s.ord, s.payload, s.idempotency_key, s.ordering_key,
                    s.ordering_key IS NOT NULL
                    AND (s.ord > min(s.ord) OVER (PARTITION BY s.ordering_key)
@@ -151,7 +151,7 @@ BEGIN
                    coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.run_at, now()),
                    enqueue_batch.max_attempts, t.ordering_key, enqueue_batch.exchange,
                    enqueue_batch.routing_key, t.held
-            FROM todo AS t ORDER BY t.ord
+            FROM to_insert AS t ORDER BY t.ord
             ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING job_id, idempotency_key),
         -- keyless rows never conflict: the n-th of them inserted is the n-th in array order
@@ -161,7 +161,7 @@ BEGIN
         keyless AS (
             SELECT t.ord,
                    (SELECT k.job_ids FROM keyless_ids AS k)[row_number() OVER (ORDER BY t.ord)] AS job_id
-            FROM todo AS t WHERE t.idempotency_key IS NULL)
+            FROM to_insert AS t WHERE t.idempotency_key IS NULL)
         SELECT array_agg(coalesce(ids[s.ord], x.job_id, i.job_id, k.job_id) ORDER BY s.ord)
         INTO ids
         FROM source AS s
