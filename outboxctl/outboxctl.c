@@ -19,13 +19,13 @@
 
 #include <libpq-fe.h>
 
-#include "config.h"
 #include "error.h"
 #include "migrate.h"
 #include "outbox.h"
 #include "parse.h"
+#include "redact.h"
+#include "retention.h"
 #include "store_admin.h"
-#include "url.h"
 
 #define EXIT_USAGE 2
 
@@ -51,7 +51,7 @@ static const char usage_text[] =
     "                                   jobs per queue and state, oldest ready age,\n"
     "                                   table size, vacuum and xmin horizon figures,\n"
     "                                   succeeded jobs past the relays' retention\n"
-    "                                   (default $OUTBOX_RETENTION, else " CONFIG_RETENTION_DEFAULT "),\n"
+    "                                   (default $OUTBOX_RETENTION, else " OUTBOX_RETENTION_DEFAULT "),\n"
     "                                   ordering keys blocked by a dead, retrying or\n"
     "                                   stuck running head\n"
     "  dead list [--queue Q] [--limit N]\n"
@@ -692,7 +692,7 @@ command_status(struct ctl *ctl, int argc, char **argv, int first)
     if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
         return taken;
     if (retention == NULL || retention[0] == '\0')
-        retention = CONFIG_RETENTION_DEFAULT;
+        retention = OUTBOX_RETENTION_DEFAULT;
     if (parse_duration(retention, &retention_seconds, &err) < 0)
         return usage_error("--retention: %s", err.message);
     if ((taken = connect_database(ctl)) != 0)

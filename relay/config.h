@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "outbox.h"
+#include "retention.h"
 #include "sink.h"
 
 /* In the order of the --log-level and --log-format choices. */
@@ -34,10 +35,10 @@ enum config_log_format {
 };
 
 /*
- * The default --retention of succeeded rows; outboxctl status compares
- * with it too (see docs/operating.md, "Retention", for the choice).
+ * The default --retention of succeeded rows, shared with outboxctl
+ * (src/retention.h).
  */
-#define CONFIG_RETENTION_DEFAULT "1h"
+#define CONFIG_RETENTION_DEFAULT OUTBOX_RETENTION_DEFAULT
 
 struct relay_config {
     struct sink_options broker; /* --broker and every broker's options (the sink registry) */

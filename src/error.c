@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "url.h"
+#include "redact.h"
 
 bool
 outbox_error_is_transient(const struct outbox_error *err)

@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "outbox.h"
+#include "redact.h"
 
 /* Most endpoints one URL may list. */
 #define URL_MAX_ENDPOINTS 16
@@ -87,36 +88,5 @@ void url_clear(struct broker_url *url);
  * logs and metric labels; truncated to size. Returns out.
  */
 char *url_endpoint_format(const struct url_endpoint *endpoint, char *out, size_t size);
-
-/*
- * Returns a malloc'd copy of a URL or libpq conninfo with any password
- * replaced by "***", or NULL when out of memory.
- */
-char *url_redact(const char *text);
-
-/*
- * Copies message into out (size bytes) with every password it may hold
- * replaced by "***". This is the one place every libpq message passes
- * through before it reaches an error or a log, since libpq quotes the
- * URL, or the piece of it it could not read, in its messages. Removed:
- * - the passwords of source (a libpq URI or conninfo, may be NULL) as
- *   written and percent-decoded, wherever they appear, and any piece of one
- *   (between '@', '/', ':', '?') that appears inside double quotes, since a
- *   password holding '@' or '/' is split by libpq's reading of the URI;
- * - password (may be NULL), e.g. PQpass() of the connection, and
- *   $PGPASSWORD;
- * - in any text, the password of a URI's userinfo (scheme://user:pass@) and
- *   the value of password=, as a conninfo keyword or a query parameter,
- *   quoted or not.
- */
-void url_redact_message(const char *message, const char *source, const char *password, char *out,
-                        size_t size);
-
-/*
- * Parses a libpq URI or conninfo as libpq will (PQconninfoParse, and a
- * dbname that is itself a URI or conninfo), without connecting. 0, or -1
- * with OUTBOX_ERR_CONFIG and libpq's reason, redacted.
- */
-int url_check_database(const char *text, struct outbox_error *err);
 
 #endif

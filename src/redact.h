@@ -1,0 +1,58 @@
+/*
+ * redact.h - passwords out of URLs, libpq conninfo strings and the messages
+ * quoting them, and a database URL checked as libpq reads it.
+ *
+ * The library's errors pass every libpq message through url_redact_message()
+ * and the relay's broker URLs share the URI lexing (percent-decoding, the
+ * scheme), so this lives with the library and depends on libpq and libc
+ * alone. Nothing here ever returns or stores a password.
+ */
+#ifndef OUTBOX_REDACT_H
+#define OUTBOX_REDACT_H
+
+#include <stddef.h>
+
+#include "outbox.h"
+
+/* Percent-decodes [start, start+len) into a new string; NULL on a bad escape or "%00". */
+char *url_percent_decode(const char *start, size_t len);
+
+/*
+ * Length of a URI scheme followed by "://" at the start of text
+ * ([A-Za-z][A-Za-z0-9+.-]*), or 0 when text is not a URI (then it is a
+ * conninfo, as libpq decides).
+ */
+size_t url_scheme_length(const char *text);
+
+/*
+ * Returns a malloc'd copy of a URL or libpq conninfo with any password
+ * replaced by "***", or NULL when out of memory.
+ */
+char *url_redact(const char *text);
+
+/*
+ * Copies message into out (size bytes) with every password it may hold
+ * replaced by "***". This is the one place every libpq message passes
+ * through before it reaches an error or a log, since libpq quotes the
+ * URL, or the piece of it it could not read, in its messages. Removed:
+ * - the passwords of source (a libpq URI or conninfo, may be NULL) as
+ *   written and percent-decoded, wherever they appear, and any piece of one
+ *   (between '@', '/', ':', '?') that appears inside double quotes, since a
+ *   password holding '@' or '/' is split by libpq's reading of the URI;
+ * - password (may be NULL), e.g. PQpass() of the connection, and
+ *   $PGPASSWORD;
+ * - in any text, the password of a URI's userinfo (scheme://user:pass@) and
+ *   the value of password=, as a conninfo keyword or a query parameter,
+ *   quoted or not.
+ */
+void url_redact_message(const char *message, const char *source, const char *password, char *out,
+                        size_t size);
+
+/*
+ * Parses a libpq URI or conninfo as libpq will (PQconninfoParse, and a
+ * dbname that is itself a URI or conninfo), without connecting. 0, or -1
+ * with OUTBOX_ERR_CONFIG and libpq's reason, redacted.
+ */
+int url_check_database(const char *text, struct outbox_error *err);
+
+#endif
