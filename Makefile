@@ -1,6 +1,6 @@
 # outbox-relay - build, test and tooling.
 #
-#   make            bin/outbox-relay, bin/outboxctl, lib/liboutbox.a
+#   make            bin/outbox-relay, bin/outboxctl, lib/liboutbox.a, lib/liboutbox.so.0
 #   make test       unit tests, then integration tests against throwaway servers
 #   make test-ha    multi-node tests (tests/ha): failover, clusters; longer, run by CI too
 #   make asan       the same tests built with AddressSanitizer + UBSan
@@ -14,11 +14,16 @@
 #   make deps       install the Debian packages this needs (as root)
 #   make install    programs, library, header, pkg-config file, SQL, man pages and the
 #                   systemd unit under DESTDIR + PREFIX (default /usr/local)
-#   make deb        outbox-relay_VERSION_ARCH.deb and liboutbox-dev_VERSION_ARCH.deb in DEB_OUT
+#   make deb        outbox-relay, liboutbox0 and liboutbox-dev _VERSION_ARCH.deb in DEB_OUT
 #   make format / analyze / clean
 
 VERSION   := 0.2.0
-PKGS      := libpq librabbitmq hiredis uuid
+SOVERSION := 0
+# liboutbox (src/) needs libpq alone. The relay adds its broker clients: a new broker's
+# pkg-config name goes in RELAY_PKGS. PKGS is everything the relay and the tests link.
+LIB_PKGS   := libpq
+RELAY_PKGS := librabbitmq hiredis uuid
+PKGS      := $(LIB_PKGS) $(RELAY_PKGS)
 TEST_PKGS := cmocka
 
 # BUILD holds objects and test binaries; BIN and LIB the products.
@@ -33,22 +38,35 @@ WARNINGS := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-protot
             -Wformat=2 -Wwrite-strings -Wno-format-nonliteral -Werror
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LIB_CFLAGS = $(shell pkg-config --cflags $(LIB_PKGS) 2>/dev/null)
+LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
-CPPFLAGS += -D_GNU_SOURCE -Isrc $(PKG_CFLAGS) -DOUTBOX_VERSION='"$(VERSION)"'
+CPPFLAGS += -D_GNU_SOURCE -DOUTBOX_VERSION='"$(VERSION)"'
+# Each product sees its own headers and the library's, never another product's: the
+# dependencies run one way, relay/ and outboxctl/ -> src/ -> libpq.
+LIB_INCLUDES   = -Isrc $(LIB_CFLAGS)
+RELAY_INCLUDES = -Irelay -Irelay/sink -Isrc $(PKG_CFLAGS)
+CTL_INCLUDES   = -Ioutboxctl -Isrc $(LIB_CFLAGS)
 CFLAGS   += $(WARNINGS) $(OPT) $(SAN) -pthread -MMD -MP
 LDFLAGS  += $(SAN)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
 
+# The library's objects are position-independent: one set serves liboutbox.a and .so.
 LIB_SRC   := $(sort $(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_SO    := $(LIB)/liboutbox.so.$(SOVERSION)
 # sql/NNN_name.sql, embedded in the library as C strings (see src/migrate.h).
 MIGRATIONS    := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 MIGRATION_OBJ := $(BUILD)/gen/migrations.o
-# relay/ is the daemon, outboxctl/ the admin command line; both link the library.
-RELAY_SRC := $(sort $(wildcard relay/*.c))
+# relay/ is the daemon (its broker modules in relay/sink/), outboxctl/ the admin command
+# line; both link liboutbox.a. The relay's modules but main also make build/librelay.a,
+# which the tests link.
+RELAY_SRC := $(sort $(wildcard relay/*.c relay/sink/*.c))
 RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
+RELAY_MAIN_OBJ := $(BUILD)/relay/outbox_relay.o
+RELAY_LIB := $(BUILD)/librelay.a
 CTL_SRC   := $(sort $(wildcard outboxctl/*.c))
 CTL_OBJ   := $(CTL_SRC:%.c=$(BUILD)/%.o)
 
@@ -70,7 +88,7 @@ HA_HELPER_OBJ := $(HA_HELPERS:%.c=$(BUILD)/%.o)
 TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
-PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a
+PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
 .PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak fuzz deps \
         format analyze clean check-deps install man deb
@@ -86,13 +104,36 @@ $(LIB)/liboutbox.a: $(LIB_OBJ) $(MIGRATION_OBJ)
 	rm -f $@
 	$(AR) rcs $@ $^
 
-$(BIN)/outbox-relay: $(RELAY_OBJ) $(LIB)/liboutbox.a
+# The shared library exports the functions outbox.h declares and nothing else; linked
+# with --no-undefined, so a dependency beyond libpq and libc fails here.
+$(LIB_SO): $(LIB_OBJ) $(MIGRATION_OBJ) $(BUILD)/gen/liboutbox.map
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(RELAY_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(@F) -Wl,--version-script=$(BUILD)/gen/liboutbox.map \
+	    -Wl,--no-undefined -o $@ $(LIB_OBJ) $(MIGRATION_OBJ) $(LIB_LIBS) -pthread -lm
 
+$(LIB)/liboutbox.so: $(LIB_SO)
+	ln -sf $(<F) $@
+
+$(BUILD)/gen/liboutbox.map: src/outbox.h
+	@mkdir -p $(@D)
+	{ echo '{'; echo '  global:'; \
+	  sed -n 's/^[A-Za-z].*[ *]\(outbox_[a-z0-9_]*\)(.*/    \1;/p' src/outbox.h | sort -u; \
+	  echo '  local: *;'; echo '};'; } > $@.tmp
+	mv $@.tmp $@
+
+$(RELAY_LIB): $(filter-out $(RELAY_MAIN_OBJ),$(RELAY_OBJ))
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BIN)/outbox-relay: $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB)/liboutbox.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB)/liboutbox.a $(LDLIBS)
+
+# outboxctl links libpq alone: it depends on no broker client.
 $(BIN)/outboxctl: $(CTL_OBJ) $(LIB)/liboutbox.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LIB_LIBS) -pthread -lm
 
 # sql is a prerequisite so that adding or removing a file rebuilds the list.
 $(BUILD)/gen/migrations.c: $(MIGRATIONS) sql sql/embed-migrations.sh
@@ -101,33 +142,44 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) sql sql/embed-migrations.sh
 	mv $@.tmp $@
 
 $(MIGRATION_OBJ): $(BUILD)/gen/migrations.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(LIB_INCLUDES) $(CPPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
 
-$(BUILD)/%.o: %.c
+$(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(LIB_INCLUDES) $(CPPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
+
+$(BUILD)/relay/%.o: relay/%.c
+	@mkdir -p $(@D)
+	$(CC) $(RELAY_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/outboxctl/%.o: outboxctl/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CTL_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# Tests see every product's headers and link the relay's modules and the library.
+TEST_LINK = $(RELAY_LIB) $(LIB)/liboutbox.a
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Itests/integration -Itests/chaos -Itests/ha $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(RELAY_INCLUDES) $(CPPFLAGS) -Itests/integration -Itests/chaos -Itests/ha $(TEST_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LINK) $(TEST_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+$(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o $(INTEG_HELPER_OBJ) $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(INTEG_HELPER_OBJ) $(TEST_LINK) $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/integration/test_chaos: $(BUILD)/tests/integration/test_chaos.o $(CHAOS_OBJ) \
-                                      $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a $(TEST_LIBS) $(LDLIBS)
+                                      $(INTEG_HELPER_OBJ) $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) \
-                    $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(LIB)/liboutbox.a \
+                    $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) \
 	    $(TEST_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(LIB)/liboutbox.a
-	$(CC) $(LDFLAGS) -o $@ $< $(LIB)/liboutbox.a $(LDLIBS)
+$(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LINK) $(LDLIBS)
 
 .SECONDARY:
 
@@ -186,18 +238,19 @@ FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 # `make fuzz FUZZ_TARGETS="url parse"` runs only those
 FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+                $(filter-out $(FUZZ_BUILD)/relay/outbox_relay.o,$(RELAY_SRC:%.c=$(FUZZ_BUILD)/%.o))
 
-$(FUZZ_BUILD)/src/%.o: src/%.c
+$(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+	$(FUZZ_CC) $(RELAY_INCLUDES) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
 
 $(FUZZ_BUILD)/liboutbox-fuzz.a: $(FUZZ_LIB_OBJ)
 	rm -f $@
 	$(AR) rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/liboutbox-fuzz.a
-	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< \
+	$(FUZZ_CC) $(RELAY_INCLUDES) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< \
 	    $(FUZZ_BUILD)/liboutbox-fuzz.a $(PKG_LIBS) -pthread -lm
 
 fuzz: check-deps
@@ -254,7 +307,8 @@ install: all man
 	    $(DESTDIR)$(DATADIR)/sql/roles $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples
 	install -m 755 $(BIN)/outbox-relay $(BIN)/outboxctl $(DESTDIR)$(BINDIR)/
-	install -m 644 $(LIB)/liboutbox.a $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(LIB)/liboutbox.a $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(LIBDIR)/liboutbox.so
 	install -m 644 src/outbox.h $(DESTDIR)$(INCLUDEDIR)/
 	$(SUBST) deploy/outbox.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/outbox.pc
 	install -m 644 $(MIGRATIONS) $(DESTDIR)$(DATADIR)/sql/
@@ -278,7 +332,8 @@ format:
 
 analyze:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
-	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc src relay outboxctl
+	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc -Irelay -Irelay/sink \
+	    -Ioutboxctl src relay outboxctl
 
 clean:
 	rm -rf build build-asan build-valgrind build-fuzz bin lib
