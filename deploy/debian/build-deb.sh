@@ -3,10 +3,11 @@
 #
 #   VERSION=0.2.0 BUILD=build BIN=bin LIB=lib DEB_OUT=build/deb deploy/debian/build-deb.sh
 #
-# Makes two packages in DEB_OUT:
+# Makes three packages in DEB_OUT:
 #   outbox-relay_VERSION_ARCH.deb    the daemon, outboxctl, the SQL, man pages, the
 #                                    systemd unit and the example configuration
-#   liboutbox-dev_VERSION_ARCH.deb   liboutbox.a, outbox.h and outbox.pc
+#   liboutbox0_VERSION_ARCH.deb      liboutbox.so.0, which needs libpq alone
+#   liboutbox-dev_VERSION_ARCH.deb   liboutbox.a, the liboutbox.so link, outbox.h and outbox.pc
 # Run by `make deb`; needs dpkg-dev (dpkg-shlibdeps) and binutils.
 set -eu
 
@@ -89,14 +90,34 @@ build_package outbox-relay "$RELAY" "$relay_depends" net \
  .
  A systemd template unit runs one relay per /etc/outbox-relay/NAME.env."
 
+# --- liboutbox0: the shared library, for programs linked with -loutbox ---
+SHLIB=$STAGE/liboutbox0
+take "usr/lib/$MULTIARCH/liboutbox.so.0" "$SHLIB"
+strip --remove-section=.comment --remove-section=.note --strip-unneeded \
+    "$SHLIB/usr/lib/$MULTIARCH/liboutbox.so.0"
+add_docs liboutbox0 "$SHLIB"
+mkdir -p "$SHLIB/DEBIAN"
+printf 'liboutbox 0 liboutbox0 (>= %s)\n' "$VERSION" > "$SHLIB/DEBIAN/shlibs"
+printf 'activate-noawait ldconfig\n' > "$SHLIB/DEBIAN/triggers"
+chmod 644 "$SHLIB/DEBIAN/shlibs" "$SHLIB/DEBIAN/triggers"
+printf '\nPackage: liboutbox0\nArchitecture: any\n' >> "$STAGE/shlibs/debian/control"
+SHLIB_ABS=$SOURCE_DIR/$SHLIB
+shlib_depends=$(cd "$STAGE/shlibs" && dpkg-shlibdeps -O "$SHLIB_ABS/usr/lib/$MULTIARCH/liboutbox.so.0" \
+    2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+build_package liboutbox0 "$SHLIB" "$shlib_depends" libs \
+    "transactional outbox C library (shared)" \
+" liboutbox enqueues rows into outbox.job inside the caller's PostgreSQL
+ transaction, and claims, extends, completes and fails them for workers,
+ fenced by lease and generation. It needs libpq and nothing else."
+
 # --- liboutbox-dev: the C library for producers and in-database workers ---
 DEV=$STAGE/liboutbox-dev
 take "usr/lib/$MULTIARCH" "$DEV"
 take usr/include "$DEV"
 strip --strip-debug --enable-deterministic-archives "$DEV/usr/lib/$MULTIARCH/liboutbox.a"
 add_docs liboutbox-dev "$DEV"
-build_package liboutbox-dev "$DEV" "libpq-dev, librabbitmq-dev, libhiredis-dev, uuid-dev" libdevel \
-    "transactional outbox C library (static) and header" \
+build_package liboutbox-dev "$DEV" "liboutbox0 (= $VERSION), libpq-dev" libdevel \
+    "transactional outbox C library (development files)" \
 " liboutbox enqueues rows into outbox.job inside the caller's PostgreSQL
  transaction, and claims, extends, completes and fails them for workers,
  fenced by lease and generation. Build with pkg-config --cflags --libs outbox."

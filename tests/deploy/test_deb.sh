@@ -1,7 +1,7 @@
 #!/bin/bash
-# test_deb.sh - `make deb` builds outbox-relay_VERSION_ARCH.deb (and liboutbox-dev), lintian
-# finds no error or warning, and the programs unpacked from it run --version and --check
-# against the test stack.
+# test_deb.sh - `make deb` builds outbox-relay_VERSION_ARCH.deb (and liboutbox0, liboutbox-dev),
+# lintian finds no error or warning, the library's packages need no broker client, and the
+# programs unpacked from outbox-relay run --version and --check against the test stack.
 . "$(dirname "$0")/lib.sh"
 
 out=$SCRATCH/deb
@@ -12,7 +12,15 @@ arch=$(dpkg --print-architecture)
 deb=$out/outbox-relay_${version}_${arch}.deb
 [ -f "$deb" ] || fail "make deb did not write $deb"
 [ -f "$out/liboutbox-dev_${version}_${arch}.deb" ] || fail "make deb did not write liboutbox-dev"
+shlib=$out/liboutbox0_${version}_${arch}.deb
+[ -f "$shlib" ] || fail "make deb did not write liboutbox0"
 dpkg-deb --field "$deb" Depends | grep -q libpq5 || fail "the package does not depend on libpq5"
+dpkg-deb --contents "$shlib" | grep -q '/liboutbox\.so\.0$' || fail "liboutbox0 lacks liboutbox.so.0"
+depends=$(dpkg-deb --field "$shlib" Depends)
+echo "$depends" | grep -q libpq5 || fail "liboutbox0 does not depend on libpq5: $depends"
+echo "$depends" | grep -Eq 'rabbitmq|hiredis|uuid' && fail "liboutbox0 depends on a broker client: $depends"
+depends=$(dpkg-deb --field "$out/liboutbox-dev_${version}_${arch}.deb" Depends)
+[ "$depends" = "liboutbox0 (= $version), libpq-dev" ] || fail "liboutbox-dev depends on: $depends"
 pass "make deb"
 
 if command -v lintian >/dev/null 2>&1; then
