@@ -64,7 +64,7 @@ cc -std=c11 -Wall -Werror -o "$SCRATCH/example" "$example" $(pkg-config --cflags
     fail "the README's C example does not build with pkg-config --cflags --libs outbox"
 new_database example
 url=$DATABASE_URL
-"$SCRATCH/example" "$url" || fail "the README's C example failed (exit $?)"
+LD_LIBRARY_PATH=$PREFIX/lib "$SCRATCH/example" "$url" || fail "the README's C example failed (exit $?)"
 count=$(psql -X -At "$url" -c "SELECT count(*) FROM outbox.job WHERE queue = 'orders'")
 [ "$count" = 1 ] || fail "the README's C example committed $count rows, expected 1"
 pass "README C example builds with pkg-config and enqueues"
