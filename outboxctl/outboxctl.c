@@ -26,6 +26,7 @@
 #include "redact.h"
 #include "retention.h"
 #include "store_admin.h"
+#include "url_check.h"
 
 #define EXIT_USAGE 2
 

@@ -1,18 +1,17 @@
 /*
  * redact.h - passwords out of URLs, libpq conninfo strings and the messages
- * quoting them, and a database URL checked as libpq reads it.
+ * quoting them.
  *
  * The library's errors pass every libpq message through url_redact_message()
  * and the relay's broker URLs share the URI lexing (percent-decoding, the
- * scheme), so this lives with the library and depends on libpq and libc
- * alone. Nothing here ever returns or stores a password.
+ * scheme), so this lives with the library. It is plain string work on libc
+ * alone, below error.c: nothing here sets an error, and nothing here ever
+ * returns or stores a password.
  */
 #ifndef OUTBOX_REDACT_H
 #define OUTBOX_REDACT_H
 
 #include <stddef.h>
-
-#include "outbox.h"
 
 /* Percent-decodes [start, start+len) into a new string; NULL on a bad escape or "%00". */
 char *url_percent_decode(const char *start, size_t len);
@@ -47,12 +46,5 @@ char *url_redact(const char *text);
  */
 void url_redact_message(const char *message, const char *source, const char *password, char *out,
                         size_t size);
-
-/*
- * Parses a libpq URI or conninfo as libpq will (PQconninfoParse, and a
- * dbname that is itself a URI or conninfo), without connecting. 0, or -1
- * with OUTBOX_ERR_CONFIG and libpq's reason, redacted.
- */
-int url_check_database(const char *text, struct outbox_error *err);
 
 #endif

@@ -28,6 +28,7 @@
 
 #include "outbox.h"
 #include "redact.h"
+#include "url_check.h"
 
 /* Most endpoints one URL may list. */
 #define URL_MAX_ENDPOINTS 16
