@@ -156,6 +156,11 @@ $(BUILD)/outboxctl/%.o: outboxctl/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CTL_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+# Any other source (a tool, a helper) sees every product's headers.
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(RELAY_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
 # Tests see every product's headers and link the relay's modules and the library.
 TEST_LINK = $(RELAY_LIB) $(LIB)/liboutbox.a
 
