@@ -15,7 +15,8 @@ deb=$out/outbox-relay_${version}_${arch}.deb
 shlib=$out/liboutbox0_${version}_${arch}.deb
 [ -f "$shlib" ] || fail "make deb did not write liboutbox0"
 dpkg-deb --field "$deb" Depends | grep -q libpq5 || fail "the package does not depend on libpq5"
-dpkg-deb --contents "$shlib" | grep -q '/liboutbox\.so\.0$' || fail "liboutbox0 lacks liboutbox.so.0"
+contents=$(dpkg-deb --contents "$shlib")
+echo "$contents" | grep -q '/liboutbox\.so\.0$' || fail "liboutbox0 lacks liboutbox.so.0"
 depends=$(dpkg-deb --field "$shlib" Depends)
 echo "$depends" | grep -q libpq5 || fail "liboutbox0 does not depend on libpq5: $depends"
 echo "$depends" | grep -Eq 'rabbitmq|hiredis|uuid' && fail "liboutbox0 depends on a broker client: $depends"
