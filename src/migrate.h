@@ -38,21 +38,7 @@ struct migrate_file {
 extern const struct migrate_file migrate_files[];
 extern const size_t migrate_file_count;
 
-/*
- * Applies every embedded migration not yet recorded in
- * outbox.schema_migrations, creating schema outbox and that table when
- * missing. conn must be connected with no transaction open. Stores how many
- * files were applied in *applied (when not NULL), also on failure. Returns 0,
- * or -1 with err filled: OUTBOX_ERR_STATE for an open transaction, else the
- * code of the failing statement, with the failing file named in the message.
- */
-int outbox_migrate(PGconn *conn, int *applied, struct outbox_error *err);
-
-/*
- * Stores the highest version recorded in outbox.schema_migrations in
- * *version, or 0 when the table does not exist. Returns 0 or -1.
- */
-int outbox_schema_version(PGconn *conn, int *version, struct outbox_error *err);
+/* outbox_migrate() and outbox_schema_version() are public: see outbox.h. */
 
 /* The highest embedded version: what outbox_migrate() brings a database to. */
 int outbox_migrate_latest_version(void);

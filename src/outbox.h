@@ -418,4 +418,26 @@ int outbox_sample_table(PGconn *conn, double retention_seconds,
 double outbox_backoff_seconds(int attempt, double base_seconds, double cap_seconds,
                               double random01);
 
+/* ---- schema ------------------------------------------------------------ */
+
+/*
+ * The migrations of sql/ are embedded in the library and applied in version
+ * order, each once and in its own transaction with its row in
+ * outbox.schema_migrations, concurrent callers serialized by an advisory lock.
+ *
+ * Applies every embedded migration not yet recorded in
+ * outbox.schema_migrations, creating schema outbox and that table when
+ * missing. conn must be connected with no transaction open. Stores how many
+ * files were applied in *applied (when not NULL), also on failure. Returns 0,
+ * or -1 with err filled: OUTBOX_ERR_STATE for an open transaction, else the
+ * code of the failing statement, with the failing file named in the message.
+ */
+int outbox_migrate(PGconn *conn, int *applied, struct outbox_error *err);
+
+/*
+ * Stores the highest version recorded in outbox.schema_migrations in
+ * *version, or 0 when the table does not exist. Returns 0 or -1.
+ */
+int outbox_schema_version(PGconn *conn, int *version, struct outbox_error *err);
+
 #endif
