@@ -12,18 +12,6 @@
  *   publisher confirm without basic.return; Redis append reply, or the
  *   dedup record of an earlier append). Anything unknown is a failure, so a
  *   row is never marked succeeded on a guess.
-<<<<<<< HEAD
- * - A failure of one message (unroutable, nack, too large, a reply error)
- *   fails that message only; the rest of the batch goes on.
- * - When the connection breaks, sink_publish() fails every message it could
- *   not confirm, returns -1 with a transient error, and the sink is left
- *   disconnected; the next sink_connect() reconnects.
- * - A URL may list several endpoints (amqp://u:p@h1:p1,h2:p2/vhost, the
- *   nodes of one cluster). The sink starts at a random one, so that many
- *   relays spread over the nodes; sink_connect() tries each in turn from
- *   there and keeps the first that answers; after a lost connection the
- *   next sink_connect() starts at the endpoint after the lost one.
-=======
  * - A failure of one message (unroutable, nack, too large, a reply error,
  *   the broker closing the channel because of that message) fails that
  *   message only; the rest of the batch goes on.
@@ -33,7 +21,11 @@
  * - When the connection breaks, sink_publish() defers every message it
  *   could not confirm, returns -1 with a transient error, and the sink is
  *   left disconnected; the next sink_connect() reconnects.
->>>>>>> eb139c0 (Innocent rows never pay: failures that are no row's fault (connection or channel lost, broker down or busy, no confirm in time) release rows with their attempt handed back; after RabbitMQ closes the channel over one message only that message fails, the rest is republished on a fresh channel, and a size limit named by the broker is applied before publishing)
+ * - A URL may list several endpoints (amqp://u:p@h1:p1,h2:p2/vhost, the
+ *   nodes of one cluster). The sink starts at a random one, so that many
+ *   relays spread over the nodes; sink_connect() tries each in turn from
+ *   there and keeps the first that answers; after a lost connection the
+ *   next sink_connect() starts at the endpoint after the lost one.
  * - A sink is used by one thread at a time.
  */
 #ifndef OUTBOX_SINK_H

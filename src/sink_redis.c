@@ -50,7 +50,7 @@
  *   get-master-addr-by-name, authenticated with the URL's credentials when a
  *   sentinel requires them) for the current primary, which must answer ROLE
  *   as a master. A -READONLY reply (the primary was demoted) or a lost
- *   connection fails the calls concerned and leaves the sink disconnected, so
+ *   connection defers the calls concerned and leaves the sink disconnected, so
  *   the next connect asks the sentinels again: a demoted primary never keeps
  *   receiving appends.
  * - redis+cluster://: the seed nodes are asked in turn for CLUSTER SLOTS;
@@ -58,12 +58,13 @@
  *   to the master owning it. -MOVED updates that slot and the whole map is
  *   read again before the next batch; -ASK resends the call once to the
  *   named node after ASKING. Calls for a slot in migration may be answered
- *   -TRYAGAIN: they fail and their rows are retried later.
+ *   -TRYAGAIN: they are deferred and their rows published again later.
  *
  * With --redis-wait N every node's script calls of a batch are followed by
  * WAIT N WAIT_TIMEOUT_MS; when fewer than N replicas acknowledged, every
- * message of those calls fails (nothing is marked, the rows are retried and
- * answered from their dedup records, which then have had time to replicate).
+ * message of those calls is deferred (nothing is marked, no attempt is
+ * spent; the rows are published again and answered from their dedup
+ * records, which then have had time to replicate).
  *
  * A batch is pipelined per node: script calls are appended with
  * redisAppendCommandArgv and their replies read in order, with at most
@@ -1145,7 +1146,7 @@ settle_call(sink *s, uint16_t node, const struct sink_message *messages, const s
 /*
  * With --redis-wait N: waits for N replicas of node to acknowledge the
  * writes of the calls just answered; when fewer did, the accepted messages
- * among routes[0..n-1] fail. -1 when the connection broke.
+ * among routes[0..n-1] are deferred. -1 when the connection broke.
  */
 static int
 wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
@@ -1295,7 +1296,7 @@ refresh_slot_map(sink *s)
 
 /*
  * Routes the messages of the batch to send: their slot and node. A message
- * whose slot has no known owner fails at once; in a cluster, one whose
+ * whose slot has no known owner is deferred at once; in a cluster, one whose
  * stream name holds a '}' but no hash tag (a routing key can) is rejected,
  * since no dedup record could share its slot. Returns how many were routed.
  */
