@@ -287,6 +287,9 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         else
             log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
                       sink_display_url(p->sink), attempt);
+        if (sink_replicas(p->sink)[0] != '\0')
+            log_event(OUTBOX_LOG_INFO, "broker replicas", "%s replicas=\"%s\" redis_wait=%d",
+                      p->db.who, sink_replicas(p->sink), sink_replicas_to_wait(p->sink));
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_BROKER, false);
@@ -1414,6 +1417,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
         if (sink_connect(p->sink, err) != 0)
             return -1;
         rc = sink_check(p->sink, err);
+        if (sink_replicas(p->sink)[0] != '\0')
+            fprintf(report, "broker replicas: %s (--redis-wait %d)\n", sink_replicas(p->sink),
+                    sink_replicas_to_wait(p->sink));
         sink_disconnect(p->sink);
         if (rc != 0) {
             *configuration = err->code == OUTBOX_ERR_CONFIG;

@@ -153,6 +153,20 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
 int sink_check(sink *s, struct outbox_error *err);
 
 /*
+ * After a connect: each primary that takes appends and how many replicas it
+ * has ("10.0.0.5:6379 has 2 replicas; ..."), for the start-up line and
+ * --check. "" when the broker has nothing to say (AMQP).
+ */
+const char *sink_replicas(const sink *s);
+
+/*
+ * How many replicas must acknowledge an append before a message is
+ * accepted (Redis --redis-wait, its default resolved by the URL's scheme:
+ * 1 with Sentinel or Cluster, 0 with one server); 0 for other brokers.
+ */
+int sink_replicas_to_wait(const sink *s);
+
+/*
  * Keeps an idle connection alive (AMQP heartbeats, closed channels). Call
  * at least every few seconds while idle. Returns -1 when the connection
  * was found broken.
