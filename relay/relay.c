@@ -770,6 +770,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
                           "rows not published through no fault of their own, given back",
                           "pipeline=%d rows=%zu error=\"%s\"", p->index, released,
                           deferred_reason);
+    /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
+    metrics_set_broker_held(r->metrics, accepted == 0 && released > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
