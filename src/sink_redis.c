@@ -1649,7 +1649,7 @@ static const struct option_spec sink_redis_options[] = {
     {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_options, redis_wait_replicas), "-1",
      REDIS_WAIT_BY_TOPOLOGY, 100, NULL,
      "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000); -1: 1 with"
-     " redis+sentinel:// or redis+cluster://, 0 with redis://; 0 risks losing appends in a failover",
+     " Sentinel or Cluster (0 there risks losing rows in a failover), 0 with redis://",
      OPTION_FROM_ENVIRONMENT, 0},
 };
 
