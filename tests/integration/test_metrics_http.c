@@ -487,7 +487,7 @@ test_queue_series_are_capped(void **state)
     char *text;
 
     for (int i = 0; i < 8; i++) {
-        char queue[16];
+        char queue[24];
 
         snprintf(queue, sizeof(queue), "tenant-%d", i);
         enqueue_rows(f->conn, queue, 2);

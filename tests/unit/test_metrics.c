@@ -535,7 +535,7 @@ test_queue_series_are_capped(void **state)
 {
     struct metrics *m = metrics_new("redis");
     struct metrics_queue_sample samples[10];
-    char names[10][8], *text;
+    char names[10][16], *text;
     size_t lines = 0;
 
     (void)state;
@@ -564,7 +564,7 @@ test_queue_series_are_capped(void **state)
 
     /* 5 000 more queue names: the same number of series */
     for (int i = 0; i < 5000; i++) {
-        char name[16];
+        char name[24];
 
         snprintf(name, sizeof(name), "tenant-%d", i);
         metrics_add_queue(m, METRICS_ROWS_CLAIMED, name, 1);
