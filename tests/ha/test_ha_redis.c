@@ -6,8 +6,8 @@
  * each) in a directory under OUTBOX_TEST_STACK_DIR, and stops it on the way
  * out. PostgreSQL comes from the stack tests/run.sh starts. What a user
  * relies on: every committed row ends succeeded, and every job is in its
- * stream exactly once, across a failover (with --redis-wait 1) and across a
- * slot moving between cluster masters while rows flow.
+ * stream exactly once, across a failover (with the default --redis-wait 1)
+ * and across a slot moving between cluster masters while rows flow.
  */
 #include <stdarg.h>
 #include <stddef.h>
