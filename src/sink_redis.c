@@ -1555,8 +1555,8 @@ sink_redis_destroy(sink *s)
 }
 
 /*
- * --check: every primary has at least --redis-wait replicas, else no
- * append would ever be marked.
+ * --check: every primary whose INFO answers has at least --redis-wait
+ * replicas, else no append would ever be marked.
  */
 static int
 sink_redis_check(sink *s, struct outbox_error *err)
@@ -1568,13 +1568,10 @@ sink_redis_check(sink *s, struct outbox_error *err)
     for (size_t i = 0; i < r->node_count && wanted > 0; i++) {
         const struct sink_redis_node *node = &r->nodes[i];
 
-        if (node->context == NULL || !node_is_primary(r, (uint16_t)i) || node->replicas >= wanted)
+        /* unknown (an ACL user without INFO): WAIT still decides, row by row */
+        if (node->context == NULL || !node_is_primary(r, (uint16_t)i) ||
+            node->replicas == SINK_REDIS_REPLICAS_UNKNOWN || node->replicas >= wanted)
             continue;
-        if (node->replicas == SINK_REDIS_REPLICAS_UNKNOWN)
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "redis primary %s did not say how many replicas it has"
-                                    " (INFO replication), --redis-wait %d needs %d",
-                                    node->name, wanted, wanted);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "redis primary %s has %d replica%s, fewer than --redis-wait %d:"
                                 " no row would be marked (add a replica, or pass --redis-wait 0,"
