@@ -323,6 +323,8 @@ install: all man
 	$(SUBST) deploy/systemd/outbox-relay@.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay@.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay@.service
 	install -m 644 deploy/systemd/outbox-relay.env $(DESTDIR)$(DOCDIR)/examples/
+	$(SUBST) deploy/systemd/credentials.conf > $(DESTDIR)$(DOCDIR)/examples/credentials.conf
+	chmod 644 $(DESTDIR)$(DOCDIR)/examples/credentials.conf
 	install -m 644 deploy/prometheus/outbox-relay.rules.yml deploy/grafana/outbox-relay.json \
 	    $(DESTDIR)$(DOCDIR)/examples/
 

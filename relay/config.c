@@ -32,6 +32,9 @@ static const struct option_spec OPTIONS[] = {
      "parallel claim/publish pipelines, each with its own connections", FROM_ENVIRONMENT, 0},
     {"metrics-addr", "HOST:PORT", OPTION_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
      "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT, 0},
+    {"metrics-max-queues", "N", OPTION_INT, FIELD(metrics_max_queues), "100", 0, 1000000, NULL,
+     "queues with their own /metrics series; later ones are summed under queue=\"(other)\";"
+     " 0: no cap", FROM_ENVIRONMENT, 0},
     {"once", NULL, OPTION_FLAG, FIELD(once), NULL, 0, 0, NULL,
      "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
      " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY, 0},

@@ -50,6 +50,7 @@ struct relay_config {
     int lease_seconds;
     int concurrency;
     char *metrics_addr; /* "off" disables */
+    int metrics_max_queues; /* queues with their own series; 0: no cap */
     bool once;
     bool check;
     bool help;

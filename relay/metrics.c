@@ -77,6 +77,11 @@ struct metrics {
     struct queue_series *queues;
     size_t queue_count;
     size_t queue_capacity;
+    size_t named_queues; /* series of queues by name, METRICS_OTHER_QUEUE not counted */
+    size_t max_queues;   /* named series at most; later queues fold into METRICS_OTHER_QUEUE */
+    char **folded;       /* names of the queues folded, sorted: counted once each */
+    size_t folded_count;
+    size_t folded_capacity;
 
     uint64_t counters[METRICS_COUNTER_COUNT];
     uint64_t reconnects[METRICS_TARGET_COUNT];
@@ -90,6 +95,7 @@ struct metrics {
     int64_t endpoint_connections[METRICS_MAX_ENDPOINTS];
     size_t endpoint_count;
 
+    char held[128];   /* why the broker holds rows back ("" when it takes them) */
     bool loop_turned; /* false until the first metrics_loop_turned() */
     double last_loop_turn;
     double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
@@ -127,6 +133,9 @@ metrics_free(struct metrics *m)
     for (size_t i = 0; i < m->queue_count; i++)
         free(m->queues[i].name);
     free(m->queues);
+    for (size_t i = 0; i < m->folded_count; i++)
+        free(m->folded[i]);
+    free(m->folded);
     for (size_t i = 0; i < m->endpoint_count; i++)
         free(m->endpoints[i]);
     free(m->broker);
@@ -146,17 +155,89 @@ metrics_set_clock(struct metrics *m, double (*now)(void *context), void *context
 }
 
 /*
- * Finds or creates the series of queue; caller holds the lock. NULL when
- * out of memory (the update is then dropped: metrics never fail the relay).
+ * Binary search of the sorted names[0..count-1] (strings at a stride of
+ * size bytes from first): the index of name, or where it would go.
+ */
+static size_t
+sorted_position(const void *first, size_t size, size_t count, const char *name, bool *found)
+{
+    size_t low = 0, high = count;
+
+    *found = false;
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        int cmp = strcmp(*(char *const *)((const char *)first + mid * size), name);
+
+        if (cmp == 0) {
+            *found = true;
+            return mid;
+        }
+        if (cmp < 0)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low;
+}
+
+/* Remembers that queue was folded, once per name; caller holds the lock. */
+static void
+note_folded(struct metrics *m, const char *queue)
+{
+    bool found;
+    size_t at = sorted_position(m->folded, sizeof(*m->folded), m->folded_count, queue, &found);
+    char *copy;
+
+    if (found)
+        return;
+    if (m->folded_count == m->folded_capacity) {
+        size_t capacity = m->folded_capacity ? m->folded_capacity * 2 : 16;
+        char **grown = realloc(m->folded, capacity * sizeof(*grown));
+
+        if (grown == NULL)
+            return;
+        m->folded = grown;
+        m->folded_capacity = capacity;
+    }
+    copy = strdup(queue);
+    if (copy == NULL)
+        return;
+    memmove(m->folded + at + 1, m->folded + at, (m->folded_count - at) * sizeof(*m->folded));
+    m->folded[at] = copy;
+    m->folded_count++;
+}
+
+static struct queue_series *series_find_or_add(struct metrics *m, const char *queue);
+
+/*
+ * The series a queue's figures go to: its own, or past max_queues named
+ * series, METRICS_OTHER_QUEUE's. Caller holds the lock. NULL when out of
+ * memory (the update is then dropped: metrics never fail the relay).
  */
 static struct queue_series *
 queue_series_get(struct metrics *m, const char *queue)
 {
-    size_t low = 0, high = m->queue_count;
-    struct queue_series *series;
+    bool found;
 
     if (queue == NULL)
         queue = "";
+    if (m->max_queues == 0 || m->named_queues < m->max_queues ||
+        strcmp(queue, METRICS_OTHER_QUEUE) == 0)
+        return series_find_or_add(m, queue);
+    (void)sorted_position(m->queues, sizeof(*m->queues), m->queue_count, queue, &found);
+    if (found)
+        return series_find_or_add(m, queue);
+    note_folded(m, queue);
+    return series_find_or_add(m, METRICS_OTHER_QUEUE);
+}
+
+/* Finds or creates the series named queue; caller holds the lock. NULL when out of memory. */
+static struct queue_series *
+series_find_or_add(struct metrics *m, const char *queue)
+{
+    size_t low = 0, high = m->queue_count;
+    struct queue_series *series;
+
     while (low < high) {
         size_t mid = low + (high - low) / 2;
         int cmp = strcmp(m->queues[mid].name, queue);
@@ -186,7 +267,18 @@ queue_series_get(struct metrics *m, const char *queue)
         return NULL;
     }
     m->queue_count++;
+    m->named_queues += strcmp(queue, METRICS_OTHER_QUEUE) != 0;
     return series;
+}
+
+void
+metrics_set_max_queues(struct metrics *m, size_t max_queues)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->max_queues = max_queues;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void
@@ -252,10 +344,12 @@ metrics_set_queue_samples(struct metrics *m, const struct metrics_queue_sample *
 
         if (series == NULL)
             continue;
-        series->ready_rows = samples[i].ready_rows;
-        series->oldest_ready_age_seconds = samples[i].oldest_ready_age_seconds;
-        series->paused = samples[i].paused;
-        series->paused_keys = samples[i].paused_keys;
+        /* sums, so that the folded queues add up in METRICS_OTHER_QUEUE */
+        series->ready_rows += samples[i].ready_rows;
+        if (samples[i].oldest_ready_age_seconds > series->oldest_ready_age_seconds)
+            series->oldest_ready_age_seconds = samples[i].oldest_ready_age_seconds;
+        series->paused = series->paused || samples[i].paused;
+        series->paused_keys += samples[i].paused_keys;
     }
     pthread_mutex_unlock(&m->lock);
 }
@@ -377,6 +471,16 @@ metrics_set_health(struct metrics *m, bool database_up, bool broker_up)
 }
 
 void
+metrics_set_broker_held(struct metrics *m, const char *reason)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->held, sizeof(m->held), "%s", reason != NULL ? reason : "");
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
 metrics_set_horizon_age(struct metrics *m, double seconds)
 {
     if (m == NULL)
@@ -438,6 +542,8 @@ metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
 
         if (idle > METRICS_HEALTH_STALE_SECONDS)
             snprintf(why, sizeof(why), "relay loop stalled for %.0f s", idle);
+        else if (m->held[0] != '\0')
+            snprintf(why, sizeof(why), "broker holds rows back: %.100s", m->held);
         else
             healthy = true;
     }
@@ -669,6 +775,14 @@ metrics_render(struct metrics *m, size_t *length)
     buffer_puts(&o, " ");
     out_double(&o, m->horizon_age_seconds);
     buffer_puts(&o, "\n");
+
+    out_header(&o, "outbox_metrics_queues_folded",
+               "Queues past --metrics-max-queues, whose figures are summed under queue=\""
+               METRICS_OTHER_QUEUE "\".",
+               "gauge");
+    buffer_puts(&o, "outbox_metrics_queues_folded");
+    out_labels(&o, m, NULL, NULL);
+    buffer_printf(&o, " %zu\n", m->folded_count);
 
     if (m->endpoint_count > 0) {
         out_header(&o, "outbox_broker_endpoint",

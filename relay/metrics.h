@@ -3,8 +3,12 @@
  *
  * A fixed set of metric families (no registration at run time), rendered in
  * Prometheus text format 0.0.4 by metrics_render(). Counters and gauges
- * labelled by queue create the queue's series on first use. An optional
- * constant label (broker="amqp" or "redis") is put on every series.
+ * labelled by queue create the queue's series on first use, up to a cap
+ * (metrics_set_max_queues): the queues after it share one series,
+ * queue="(other)" (no queue name holds parentheses), so per-tenant queue
+ * names cannot grow /metrics without bound; outbox_metrics_queues_folded
+ * counts them. An optional constant label (broker="amqp" or "redis") is put
+ * on every series.
  *
  * Health is pushed by the relay, never probed: it reports whether the
  * database and the broker are up (metrics_set_up) and that its loop turned
@@ -94,6 +98,18 @@ void metrics_free(struct metrics *m);
  */
 void metrics_set_clock(struct metrics *m, double (*now)(void *context), void *context);
 
+/* The queue label value of the series that sums every queue past the cap. */
+#define METRICS_OTHER_QUEUE "(other)"
+
+/* The default of --metrics-max-queues. */
+#define METRICS_DEFAULT_MAX_QUEUES 100
+
+/*
+ * Keeps at most max_queues queues' own series (the first seen); 0 keeps
+ * every queue. Call before the first update; the default is no cap.
+ */
+void metrics_set_max_queues(struct metrics *m, size_t max_queues);
+
 /* Adds n to a queue-labelled counter (queue NULL counts as ""). */
 void metrics_add_queue(struct metrics *m, enum metrics_queue_counter counter, const char *queue,
                        uint64_t n);
@@ -146,6 +162,13 @@ void metrics_loop_turned(struct metrics *m);
 
 /* Shorthand for each loop turn: both up flags, then metrics_loop_turned(). */
 void metrics_set_health(struct metrics *m, bool database_up, bool broker_up);
+
+/*
+ * Says why the broker holds every row of the last batch back (a Redis
+ * primary without enough replicas for --redis-wait, ...), or NULL once it
+ * takes rows again. While set, health is "broker holds rows back: <reason>".
+ */
+void metrics_set_broker_held(struct metrics *m, const char *reason);
 
 /* Sets outbox_xmin_horizon_age_seconds: the oldest open transaction's age, 0 when none. */
 void metrics_set_horizon_age(struct metrics *m, double seconds);

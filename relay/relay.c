@@ -287,6 +287,9 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         else
             log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
                       sink_display_url(p->sink), attempt);
+        if (sink_replicas(p->sink)[0] != '\0')
+            log_event(OUTBOX_LOG_INFO, "broker replicas", "%s replicas=\"%s\" redis_wait=%d",
+                      p->db.who, sink_replicas(p->sink), sink_replicas_to_wait(p->sink));
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_BROKER, false);
@@ -767,6 +770,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
                           "rows not published through no fault of their own, given back",
                           "pipeline=%d rows=%zu error=\"%s\"", p->index, released,
                           deferred_reason);
+    /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
+    metrics_set_broker_held(r->metrics, accepted == 0 && released > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
@@ -1414,6 +1419,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
         if (sink_connect(p->sink, err) != 0)
             return -1;
         rc = sink_check(p->sink, err);
+        if (sink_replicas(p->sink)[0] != '\0')
+            fprintf(report, "broker replicas: %s (--redis-wait %d)\n", sink_replicas(p->sink),
+                    sink_replicas_to_wait(p->sink));
         sink_disconnect(p->sink);
         if (rc != 0) {
             *configuration = err->code == OUTBOX_ERR_CONFIG;

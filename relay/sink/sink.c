@@ -316,6 +316,18 @@ sink_check(sink *s, struct outbox_error *err)
     return s->ops->check != NULL ? s->ops->check(s, err) : 0;
 }
 
+const char *
+sink_replicas(const sink *s)
+{
+    return s->ops->replicas != NULL ? s->ops->replicas(s) : "";
+}
+
+int
+sink_replicas_to_wait(const sink *s)
+{
+    return s->options.redis_wait_replicas > 0 ? s->options.redis_wait_replicas : 0;
+}
+
 int
 sink_idle(sink *s, struct outbox_error *err)
 {

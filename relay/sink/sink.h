@@ -12,18 +12,6 @@
  *   publisher confirm without basic.return; Redis append reply, or the
  *   dedup record of an earlier append). Anything unknown is a failure, so a
  *   row is never marked succeeded on a guess.
-<<<<<<< HEAD
- * - A failure of one message (unroutable, nack, too large, a reply error)
- *   fails that message only; the rest of the batch goes on.
- * - When the connection breaks, sink_publish() fails every message it could
- *   not confirm, returns -1 with a transient error, and the sink is left
- *   disconnected; the next sink_connect() reconnects.
- * - A URL may list several endpoints (amqp://u:p@h1:p1,h2:p2/vhost, the
- *   nodes of one cluster). The sink starts at a random one, so that many
- *   relays spread over the nodes; sink_connect() tries each in turn from
- *   there and keeps the first that answers; after a lost connection the
- *   next sink_connect() starts at the endpoint after the lost one.
-=======
  * - A failure of one message (unroutable, nack, too large, a reply error,
  *   the broker closing the channel because of that message) fails that
  *   message only; the rest of the batch goes on.
@@ -33,7 +21,11 @@
  * - When the connection breaks, sink_publish() defers every message it
  *   could not confirm, returns -1 with a transient error, and the sink is
  *   left disconnected; the next sink_connect() reconnects.
->>>>>>> eb139c0 (Innocent rows never pay: failures that are no row's fault (connection or channel lost, broker down or busy, no confirm in time) release rows with their attempt handed back; after RabbitMQ closes the channel over one message only that message fails, the rest is republished on a fresh channel, and a size limit named by the broker is applied before publishing)
+ * - A URL may list several endpoints (amqp://u:p@h1:p1,h2:p2/vhost, the
+ *   nodes of one cluster). The sink starts at a random one, so that many
+ *   relays spread over the nodes; sink_connect() tries each in turn from
+ *   there and keeps the first that answers; after a lost connection the
+ *   next sink_connect() starts at the endpoint after the lost one.
  * - A sink is used by one thread at a time.
  */
 #ifndef OUTBOX_SINK_H
@@ -159,6 +151,20 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
  * or another code when the broker could not be asked.
  */
 int sink_check(sink *s, struct outbox_error *err);
+
+/*
+ * After a connect: each primary that takes appends and how many replicas it
+ * has ("10.0.0.5:6379 has 2 replicas; ..."), for the start-up line and
+ * --check. "" when the broker has nothing to say (AMQP).
+ */
+const char *sink_replicas(const sink *s);
+
+/*
+ * How many replicas must acknowledge an append before a message is
+ * accepted (Redis --redis-wait, its default resolved by the URL's scheme:
+ * 1 with Sentinel or Cluster, 0 with one server); 0 for other brokers.
+ */
+int sink_replicas_to_wait(const sink *s);
 
 /*
  * Keeps an idle connection alive (AMQP heartbeats, closed channels). Call

@@ -728,9 +728,13 @@ verify_exchanges(sink *s, struct batch *batch, struct outbox_error *err)
         amqp_rpc_reply_t reply;
         char text[SINK_REASON_MAX - 64];
 
-        /* "" is the default exchange, which always exists; too long is refused later */
-        if (strcmp(exchange, previous) == 0 || batch->states[i] == MESSAGE_SETTLED ||
-            strlen(exchange) > SINK_AMQP_SHORTSTR_MAX)
+        /*
+         * "" is the default exchange: it always exists and RabbitMQ refuses
+         * any declare of it, passive too (403), so it is never checked. Too
+         * long is refused later.
+         */
+        if (exchange[0] == '\0' || strcmp(exchange, previous) == 0 ||
+            batch->states[i] == MESSAGE_SETTLED || strlen(exchange) > SINK_AMQP_SHORTSTR_MAX)
             continue;
         if (exchange_known(impl, exchange)) {
             previous = exchange;

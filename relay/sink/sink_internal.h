@@ -32,6 +32,8 @@ struct sink_ops {
     void (*disconnect)(sink *s);
     /* Frees s->impl (after disconnect). */
     void (*destroy)(sink *s);
+    /* Each primary and how many replicas it has (see sink_replicas); NULL: nothing to say. */
+    const char *(*replicas)(const sink *s);
     /*
      * The URL's endpoints are interchangeable nodes (an AMQP cluster): sink.c
      * picks one per connect and moves on after a loss. When false, connect

@@ -50,7 +50,7 @@
  *   get-master-addr-by-name, authenticated with the URL's credentials when a
  *   sentinel requires them) for the current primary, which must answer ROLE
  *   as a master. A -READONLY reply (the primary was demoted) or a lost
- *   connection fails the calls concerned and leaves the sink disconnected, so
+ *   connection defers the calls concerned and leaves the sink disconnected, so
  *   the next connect asks the sentinels again: a demoted primary never keeps
  *   receiving appends.
  * - redis+cluster://: the seed nodes are asked in turn for CLUSTER SLOTS;
@@ -58,12 +58,13 @@
  *   to the master owning it. -MOVED updates that slot and the whole map is
  *   read again before the next batch; -ASK resends the call once to the
  *   named node after ASKING. Calls for a slot in migration may be answered
- *   -TRYAGAIN: they fail and their rows are retried later.
+ *   -TRYAGAIN: they are deferred and their rows published again later.
  *
  * With --redis-wait N every node's script calls of a batch are followed by
  * WAIT N WAIT_TIMEOUT_MS; when fewer than N replicas acknowledged, every
- * message of those calls fails (nothing is marked, the rows are retried and
- * answered from their dedup records, which then have had time to replicate).
+ * message of those calls is deferred (nothing is marked, no attempt is
+ * spent; the rows are published again and answered from their dedup
+ * records, which then have had time to replicate).
  *
  * A batch is pipelined per node: script calls are appended with
  * redisAppendCommandArgv and their replies read in order, with at most
@@ -96,6 +97,7 @@
 #include "clock.h"
 #include "error.h"
 #include "keyslot.h"
+#include "sink_redis_replicas.h"
 
 #define DEFAULT_DEDUP_WINDOW_MS (24LL * 60 * 60 * 1000)
 #define PIPELINE_WINDOW 4096
@@ -152,6 +154,9 @@ static const char APPEND_SCRIPT[] =
     "end\n"
     "return out\n";
 
+/* --redis-wait's default: 1 with redis+sentinel:// and redis+cluster://, 0 with redis:// */
+#define REDIS_WAIT_BY_TOPOLOGY (-1)
+
 /* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
 #define SCRIPT_CHUNK 100
 /* Arguments of one call: command, script, numkeys, 3 shared, 3 keys and 5 values a message. */
@@ -176,6 +181,7 @@ struct sink_redis_node {
     int port;
     char name[300];        /* "host:port", for messages */
     redisContext *context; /* NULL while disconnected */
+    int replicas;          /* connected replicas at the last connect or short WAIT */
 };
 
 /* One message on its way, in a publish round. */
@@ -210,6 +216,7 @@ struct sink_redis {
     const char *argv[SCRIPT_ARGS];
     size_t argvlen[SCRIPT_ARGS];
     long long last_used_ms; /* monotonic time of the last reply */
+    char replicas_text[512]; /* each primary and its replicas, read at connect */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -351,6 +358,7 @@ find_node(struct sink_redis *r, const char *host, size_t host_len, int port)
         r->node_capacity = capacity;
     }
     probe.context = NULL;
+    probe.replicas = SINK_REDIS_REPLICAS_UNKNOWN;
     r->nodes[r->node_count] = probe;
     return (uint16_t)r->node_count++;
 }
@@ -369,9 +377,12 @@ sink_redis_init(sink *s, struct outbox_error *err)
     s->impl = r;
     if (s->options.stream_maxlen < 0)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "stream max length must not be negative");
-    if (s->options.redis_wait_replicas < 0)
+    if (s->options.redis_wait_replicas < REDIS_WAIT_BY_TOPOLOGY)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "replicas to wait for must not be negative");
+    /* a primary that Sentinel or Cluster can fail over loses what no replica has */
+    if (s->options.redis_wait_replicas == REDIS_WAIT_BY_TOPOLOGY)
+        s->options.redis_wait_replicas = s->url.scheme->variant == TOPOLOGY_SINGLE ? 0 : 1;
     r->window = s->options.dedup_window_ms > 0 ? (long long)s->options.dedup_window_ms
                                                : DEFAULT_DEDUP_WINDOW_MS;
     snprintf(r->window_ms, sizeof(r->window_ms), "%lld", r->window);
@@ -762,6 +773,18 @@ read_slot_map(sink *s, uint16_t from, struct outbox_error *err)
     return 0;
 }
 
+/* Whether node i receives appends: the one server, the primary, or a master owning a slot. */
+static bool
+node_is_primary(const struct sink_redis *r, uint16_t node)
+{
+    if (r->topology != TOPOLOGY_CLUSTER)
+        return node == 0;
+    for (size_t slot = 0; slot < KEYSLOT_COUNT; slot++)
+        if (r->slot_nodes[slot] == node)
+            return true;
+    return false;
+}
+
 /* Connects every master that owns a slot and has no connection. */
 static int
 connect_masters(sink *s, struct outbox_error *err)
@@ -810,6 +833,27 @@ connect_cluster(sink *s, struct outbox_error *err)
     return -1;
 }
 
+/*
+ * Reads how many replicas each primary in use has, into its node and
+ * replicas_text: the start-up line and --check show them.
+ */
+static void
+read_replicas(sink *s)
+{
+    struct sink_redis *r = s->impl;
+
+    r->replicas_text[0] = '\0';
+    for (size_t i = 0; i < r->node_count; i++) {
+        struct sink_redis_node *node = &r->nodes[i];
+
+        if (node->context == NULL || !node_is_primary(r, (uint16_t)i))
+            continue;
+        node->replicas = sink_redis_replica_count(node->context);
+        sink_redis_replicas_describe(r->replicas_text, sizeof(r->replicas_text), node->name,
+                                     node->replicas);
+    }
+}
+
 static int
 sink_redis_connect(sink *s, struct outbox_error *err)
 {
@@ -835,6 +879,7 @@ sink_redis_connect(sink *s, struct outbox_error *err)
     }
     r->last_used_ms = clock_monotonic_ms();
     s->connected = true;
+    read_replicas(s);
     return 0;
 }
 
@@ -1145,7 +1190,7 @@ settle_call(sink *s, uint16_t node, const struct sink_message *messages, const s
 /*
  * With --redis-wait N: waits for N replicas of node to acknowledge the
  * writes of the calls just answered; when fewer did, the accepted messages
- * among routes[0..n-1] fail. -1 when the connection broke.
+ * among routes[0..n-1] are deferred. -1 when the connection broke.
  */
 static int
 wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
@@ -1175,7 +1220,15 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
         freeReplyObject(reply);
         return 0;
     }
-    if (reply->type == REDIS_REPLY_INTEGER)
+    if (reply->type == REDIS_REPLY_INTEGER &&
+        (r->nodes[node].replicas = sink_redis_replica_count(r->nodes[node].context)) >= 0 &&
+        r->nodes[node].replicas < wanted)
+        snprintf(reason, sizeof(reason),
+                 "redis primary %.80s has %d replica%s, fewer than --redis-wait %d: rows"
+                 " wait for one",
+                 r->nodes[node].name, r->nodes[node].replicas,
+                 r->nodes[node].replicas == 1 ? "" : "s", wanted);
+    else if (reply->type == REDIS_REPLY_INTEGER)
         snprintf(reason, sizeof(reason),
                  "only %lld of %d redis replicas acknowledged the append within %d ms",
                  reply->integer, wanted, WAIT_TIMEOUT_MS);
@@ -1295,7 +1348,7 @@ refresh_slot_map(sink *s)
 
 /*
  * Routes the messages of the batch to send: their slot and node. A message
- * whose slot has no known owner fails at once; in a cluster, one whose
+ * whose slot has no known owner is deferred at once; in a cluster, one whose
  * stream name holds a '}' but no hash tag (a routing key can) is rejected,
  * since no dedup record could share its slot. Returns how many were routed.
  */
@@ -1501,11 +1554,50 @@ sink_redis_destroy(sink *s)
     s->impl = NULL;
 }
 
+/*
+ * --check: every primary whose INFO answers has at least --redis-wait
+ * replicas, else no append would ever be marked.
+ */
+static int
+sink_redis_check(sink *s, struct outbox_error *err)
+{
+    struct sink_redis *r = s->impl;
+    int wanted = s->options.redis_wait_replicas;
+
+    read_replicas(s);
+    for (size_t i = 0; i < r->node_count && wanted > 0; i++) {
+        const struct sink_redis_node *node = &r->nodes[i];
+
+        /* unknown (an ACL user without INFO): WAIT still decides, row by row */
+        if (node->context == NULL || !node_is_primary(r, (uint16_t)i) ||
+            node->replicas == SINK_REDIS_REPLICAS_UNKNOWN || node->replicas >= wanted)
+            continue;
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "redis primary %s has %d replica%s, fewer than --redis-wait %d:"
+                                " no row would be marked (add a replica, or pass --redis-wait 0,"
+                                " which risks losing acknowledged appends in a failover)",
+                                node->name, node->replicas, node->replicas == 1 ? "" : "s",
+                                wanted);
+    }
+    return 0;
+}
+
+/* Each primary and its replicas, as read at the last connect. */
+static const char *
+sink_redis_replicas(const sink *s)
+{
+    const struct sink_redis *r = s->impl;
+
+    return r->replicas_text;
+}
+
 static const struct sink_ops sink_redis_ops = {
     .init = sink_redis_init,
     .connect = sink_redis_connect,
     .publish = sink_redis_publish,
     .idle = sink_redis_idle,
+    .check = sink_redis_check,
+    .replicas = sink_redis_replicas,
     .disconnect = sink_redis_disconnect,
     .destroy = sink_redis_destroy,
 };
@@ -1551,8 +1643,10 @@ static const struct option_spec sink_redis_options[] = {
     {"stream-maxlen", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, stream_maxlen), "0", 0,
      1e15, NULL, "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims",
      OPTION_FROM_ENVIRONMENT, 0},
-    {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_options, redis_wait_replicas), "0", 0,
-     100, NULL, "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000)",
+    {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_options, redis_wait_replicas), "-1",
+     REDIS_WAIT_BY_TOPOLOGY, 100, NULL,
+     "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000); -1: 1 with"
+     " Sentinel or Cluster (0 there risks losing rows in a failover), 0 with redis://",
      OPTION_FROM_ENVIRONMENT, 0},
 };
 

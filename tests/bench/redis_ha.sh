@@ -132,9 +132,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
     for target in $TARGETS; do
         case "$target" in
         single) drain "$target" "$OUTBOX_TEST_REDIS_URL" "$OUTBOX_TEST_REDIS_PORT" ;;
-        sentinel) drain "$target" "$OUTBOX_TEST_SENTINEL_URL" "$SENTINEL_PRIMARY" ;;
+        sentinel) drain "$target" "$OUTBOX_TEST_SENTINEL_URL" "$SENTINEL_PRIMARY" --redis-wait 0 ;;
         sentinel-wait1) drain "$target" "$OUTBOX_TEST_SENTINEL_URL" "$SENTINEL_PRIMARY" --redis-wait 1 ;;
-        cluster) drain "$target" "$OUTBOX_TEST_CLUSTER_URL" "$MASTERS" ;;
+        cluster) drain "$target" "$OUTBOX_TEST_CLUSTER_URL" "$MASTERS" --redis-wait 0 ;;
         cluster-wait1) drain "$target" "$OUTBOX_TEST_CLUSTER_URL" "$MASTERS" --redis-wait 1 ;;
         esac
         log "round $round: $target $RATE rows/s"

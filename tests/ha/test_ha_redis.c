@@ -6,8 +6,8 @@
  * each) in a directory under OUTBOX_TEST_STACK_DIR, and stops it on the way
  * out. PostgreSQL comes from the stack tests/run.sh starts. What a user
  * relies on: every committed row ends succeeded, and every job is in its
- * stream exactly once, across a failover (with --redis-wait 1) and across a
- * slot moving between cluster masters while rows flow.
+ * stream exactly once, across a failover (with the default --redis-wait 1)
+ * and across a slot moving between cluster masters while rows flow.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -332,8 +332,9 @@ run_sentinel_failover(struct fixture *f, const char *wait_replicas)
 {
     struct producer producer = {.database_url = f->url, .queue = "ha", .total = SENTINEL_ROWS,
                                 .per_commit = 100, .pause_ms = 10};
-    const char *extra[] = {"--redis-wait", wait_replicas, "--retry-base", "100ms",
-                           "--retry-max", "1s", "--batch-size", "200", NULL};
+    const char *with_wait[] = {"--redis-wait", wait_replicas, "--retry-base", "100ms",
+                               "--retry-max", "1s", "--batch-size", "200", NULL};
+    const char *const *extra = wait_replicas != NULL ? with_wait : with_wait + 2;
     struct stream_consumer_stream entries;
     struct relay_process relay;
     char sentinel_url[512];
@@ -387,8 +388,9 @@ run_sentinel_failover(struct fixture *f, const char *wait_replicas)
     count_jobs(&entries, counts, SENTINEL_ROWS);
     summarize(counts, SENTINEL_ROWS, &missing, &duplicates);
     print_message("--redis-wait %s: %zu entries for %d jobs, %lld missing, %lld appended twice\n",
-                  wait_replicas, entries.count, SENTINEL_ROWS, missing, duplicates);
-    if (strcmp(wait_replicas, "0") != 0) {
+                  wait_replicas ? wait_replicas : "default", entries.count, SENTINEL_ROWS, missing,
+                  duplicates);
+    if (wait_replicas == NULL || strcmp(wait_replicas, "0") != 0) {
         assert_int_equal(missing, 0);
         assert_int_equal(duplicates, 0);
         assert_int_equal(entries.count, SENTINEL_ROWS);
@@ -398,10 +400,11 @@ run_sentinel_failover(struct fixture *f, const char *wait_replicas)
     redisFree(context);
 }
 
+/* The default (--redis-wait 1 with Sentinel) keeps the promise: nothing lost, nothing twice. */
 static void
-test_sentinel_failover_with_wait_loses_nothing_and_appends_once(void **state)
+test_sentinel_failover_by_default_loses_nothing_and_appends_once(void **state)
 {
-    run_sentinel_failover(*state, "1");
+    run_sentinel_failover(*state, NULL);
 }
 
 static void
@@ -425,8 +428,9 @@ run_sentinel_switchover(struct fixture *f, const char *wait_replicas)
 {
     struct producer producer = {.database_url = f->url, .queue = "ha", .total = 5000,
                                 .per_commit = 50, .pause_ms = 20};
-    const char *extra[] = {"--redis-wait", wait_replicas, "--retry-base", "100ms",
-                           "--retry-max", "1s", "--batch-size", "200", NULL};
+    const char *with_wait[] = {"--redis-wait", wait_replicas, "--retry-base", "100ms",
+                               "--retry-max", "1s", "--batch-size", "200", NULL};
+    const char *const *extra = wait_replicas != NULL ? with_wait : with_wait + 2;
     struct stream_consumer_stream entries;
     struct relay_process relay;
     char url[512];
@@ -474,8 +478,8 @@ run_sentinel_switchover(struct fixture *f, const char *wait_replicas)
     summarize(counts, 5000, &missing, &duplicates);
     print_message("switchover, --redis-wait %s: %zu entries for 5000 jobs, %lld missing,"
                   " %lld appended twice\n",
-                  wait_replicas, entries.count, missing, duplicates);
-    if (strcmp(wait_replicas, "0") != 0) {
+                  wait_replicas ? wait_replicas : "default", entries.count, missing, duplicates);
+    if (wait_replicas == NULL || strcmp(wait_replicas, "0") != 0) {
         assert_int_equal(missing, 0);
         assert_int_equal(duplicates, 0);
     }
@@ -484,10 +488,11 @@ run_sentinel_switchover(struct fixture *f, const char *wait_replicas)
     redisFree(context);
 }
 
+/* Without --redis-wait: Sentinel's default is 1, and no acknowledged append is lost. */
 static void
-test_sentinel_switchover_with_wait_loses_nothing(void **state)
+test_sentinel_switchover_by_default_loses_nothing(void **state)
 {
-    run_sentinel_switchover(*state, "1");
+    run_sentinel_switchover(*state, NULL);
 }
 
 static void
@@ -513,6 +518,98 @@ test_sentinel_unknown_master_is_config_error(void **state)
     assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 1);
     assert_non_null(strstr(output, "does not know master 'no-such-master'"));
     assert_null(strstr(output, HA_PASSWORD));
+}
+
+/* Polls INFO replication on port until it counts replicas connected replicas (60 s at most). */
+static void
+wait_for_replicas(int port, int replicas)
+{
+    double started = now_seconds();
+    char needle[64];
+
+    snprintf(needle, sizeof(needle), "connected_slaves:%d\r", replicas);
+    for (;;) {
+        redisContext *context = connect_port(port);
+        redisReply *reply = node_command(context, "INFO", "replication", (const char *)NULL);
+        bool found = reply->type == REDIS_REPLY_STRING && strstr(reply->str, needle) != NULL;
+
+        freeReplyObject(reply);
+        redisFree(context);
+        if (found)
+            return;
+        if (now_seconds() - started > 60)
+            fail_msg("the redis on port %d never had %d replicas", port, replicas);
+        sleep_ms(100);
+    }
+}
+
+/*
+ * --check and the start-up line say how many replicas the primary has.
+ * When it has none, the default --redis-wait 1 cannot be met: --check
+ * fails saying so, and a running relay marks nothing, spends no attempt
+ * and says why, until the replica is back; then every row succeeds.
+ */
+static void
+test_sentinel_replicas_shown_and_a_lone_primary_defers(void **state)
+{
+    struct fixture *f = *state;
+    char url[512], output[8192], expected[128];
+    const char *check[] = {"--check", "--database-url", f->url, "--broker", url,
+                           "--metrics-addr", "off", NULL};
+    const char *extra[] = {"--retry-base", "100ms", "--retry-max", "1s", NULL};
+    const char *started_line[] = {"broker replicas", expected, "redis_wait=1", NULL};
+    const char *deferred_line[] = {"has 0 replicas, fewer than --redis-wait 1", NULL};
+    struct relay_process relay;
+    int primary_port, status;
+    pid_t replica_pid;
+
+    assert_int_equal(ha_script("sentinel", f->dir, NULL), 0);
+    primary_port = (int)read_number(f->dir, "primary.port");
+    read_sentinel_url(f->dir, url, sizeof(url));
+    wait_for_replicas(primary_port, 1);
+    status = relay_run_capture(check, output, sizeof(output));
+    snprintf(expected, sizeof(expected), "127.0.0.1:%d has 1 replica (--redis-wait 1)",
+             primary_port);
+    if (status != 0 || strstr(output, expected) == NULL)
+        fail_msg("--check exited %d without '%s':\n%s", status, expected, output);
+
+    replica_pid = (pid_t)read_number(f->dir, "replica.pid");
+    assert_true(replica_pid > 0);
+    assert_int_equal(kill(replica_pid, SIGKILL), 0);
+    wait_for_replicas(primary_port, 0);
+    status = relay_run_capture(check, output, sizeof(output));
+    snprintf(expected, sizeof(expected), "has 0 replicas, fewer than --redis-wait 1");
+    if (status != 2 || strstr(output, expected) == NULL)
+        fail_msg("--check exited %d without '%s':\n%s", status, expected, output);
+
+    enqueue_many(f->conn, "lone", 20);
+    relay_start_process(&relay, f->url, url, extra);
+    snprintf(expected, sizeof(expected), "127.0.0.1:%d has 0 replicas", primary_port);
+    for (int i = 0; i < 300 && (relay_log_find(&relay, 0, false, started_line, NULL, 0) < 0 ||
+                                relay_log_find(&relay, 0, false, deferred_line, NULL, 0) < 0);
+         i++)
+        sleep_ms(100);
+    if (relay_log_find(&relay, 0, false, started_line, NULL, 0) < 0 ||
+        relay_log_find(&relay, 0, false, deferred_line, NULL, 0) < 0) {
+        relay_dump_log(&relay);
+        fail_msg("no start-up line naming the lone primary, or no line saying why rows wait");
+    }
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state IN ('succeeded', 'dead')"),
+                     0);
+    /* deferred rows are given back with their attempt: none was spent */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'ready' AND attempts > 0"),
+                     0);
+
+    assert_int_equal(ha_script("start-node", f->dir, "replica"), 0);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 20,
+                       120000) != 20) {
+        relay_dump_log(&relay);
+        fail_msg("the rows did not succeed once the replica was back");
+    }
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 30000), 0);
 }
 
 /* ---- Cluster ----------------------------------------------------------------------- */
@@ -836,12 +933,14 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sentinel_unknown_master_is_config_error, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_sentinel_switchover_with_wait_loses_nothing, setup,
+        cmocka_unit_test_setup_teardown(test_sentinel_replicas_shown_and_a_lone_primary_defers,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sentinel_switchover_by_default_loses_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sentinel_switchover_without_wait_counts_losses,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_sentinel_failover_with_wait_loses_nothing_and_appends_once, setup, teardown),
+            test_sentinel_failover_by_default_loses_nothing_and_appends_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sentinel_failover_without_wait_counts_duplicates,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_appends_each_job_once_across_a_reshard, setup,

@@ -471,6 +471,59 @@ test_counters_match_what_happened(void **state)
 }
 
 /*
+ * --metrics-max-queues: 8 queues and a cap of 3 give 3 queues their own
+ * series and sum the other 5 under queue="(other)": every row is still
+ * counted once, and the folded gauge says 5.
+ */
+static void
+test_queue_series_are_capped(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr,
+                           "--metrics-max-queues", "3", NULL};
+    struct relay_process relay;
+    double total = 0;
+    size_t series = 0;
+    char *text;
+
+    for (int i = 0; i < 8; i++) {
+        char queue[24];
+
+        snprintf(queue, sizeof(queue), "tenant-%d", i);
+        enqueue_rows(f->conn, queue, 2);
+    }
+    relay_start_process(&relay, f->url, f->broker, extra);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 16,
+                       30000) != 16)
+        relay_dump_log(&relay);
+    assert_true(wait_for_metric(f, "outbox_metrics_queues_folded", NULL, 5, 10000) == 5);
+    for (int waited = 0; waited <= 10000 && total != 16; waited += 100) {
+        text = scrape(f);
+        total = 0;
+        series = 0;
+        for (const char *at = text; (at = strstr(at, "\noutbox_rows_completed_total{")) != NULL;
+             at++) {
+            char line[512];
+
+            snprintf(line, sizeof(line), "%.*s", (int)strcspn(at + 1, "\n"), at + 1);
+            total += strtod(strrchr(line, ' ') + 1, NULL);
+            series++;
+        }
+        free(text);
+        if (total != 16)
+            usleep(100 * 1000);
+    }
+    assert_true(total == 16);
+    assert_int_equal(series, 4);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_rows_completed_total", "queue=\"(other)\"") == 10);
+    free(text);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+}
+
+/*
  * The table gauges: a succeeded row past --retention that the cleanup
  * cannot take (another session holds its row lock) shows as waiting for
  * cleanup, with how long it is past the retention; rows within the
@@ -614,6 +667,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_table_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queue_series_are_capped, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

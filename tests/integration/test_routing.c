@@ -565,6 +565,89 @@ test_missing_exchange_fails_only_its_row(void **state)
     queue_consumer_free(mq);
 }
 
+/*
+ * Runs the README's example (a row to a named topic exchange, then one to
+ * the default exchange, or the other way round) with one pipeline, so both
+ * rows are one batch: every row reaches its queue on its first attempt.
+ * The default exchange is addressed as NULL (the relay's --exchange, ""),
+ * as '' explicitly, or both, so a batch mixes all three.
+ */
+static void
+run_named_and_default_exchange(struct fixture *f, bool default_first)
+{
+    const char *broker = harness_env("OUTBOX_TEST_AMQP_URL");
+    queue_consumer *mq = queue_consumer_connect(broker);
+    const char *extra[] = {"--concurrency", "1", NULL};
+    char events[96], eu[96], billing[96], refunds[96], more[256], want[128], text[512];
+    long long created = 0, invoice = 0, refund = 0;
+    struct received got;
+
+    assert_non_null(mq);
+    snprintf(events, sizeof(events), "%s.events", f->name);
+    snprintf(eu, sizeof(eu), "%s.eu-orders", f->name);
+    snprintf(billing, sizeof(billing), "%s.billing", f->name);
+    snprintf(refunds, sizeof(refunds), "%s.refunds", f->name);
+    assert_int_equal(queue_consumer_declare_exchange(mq, events, "topic"), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, eu), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, billing), 0);
+    assert_int_equal(queue_consumer_declare_queue(mq, refunds), 0);
+    assert_int_equal(queue_consumer_bind(mq, eu, events, "order.*.eu"), 0);
+
+    snprintf(more, sizeof(more),
+             "exchange => '%s', routing_key => 'order.created.eu', max_attempts => 1", events);
+    if (default_first) {
+        invoice = enqueue_sql(f, billing, "max_attempts => 1");
+        refund = enqueue_sql(f, refunds, "exchange => '', max_attempts => 1");
+    }
+    created = enqueue_sql(f, "orders", more);
+    if (!default_first) {
+        invoice = enqueue_sql(f, billing, "max_attempts => 1");
+        refund = enqueue_sql(f, refunds, "exchange => '', max_attempts => 1");
+    }
+    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
+    if (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                  " WHERE state = 'succeeded' AND attempts = 1") != 3) {
+        PGresult *rows = PQexec(f->conn, "SELECT job_id, state, last_error FROM outbox.job");
+
+        for (int i = 0; i < PQntuples(rows); i++)
+            fprintf(stderr, "job %s %s: %s\n", PQgetvalue(rows, i, 0), PQgetvalue(rows, i, 1),
+                    PQgetvalue(rows, i, 2));
+        PQclear(rows);
+        fail_msg("a row to the default exchange did not succeed on its first attempt");
+    }
+
+    drain_queue(mq, eu, &got);
+    snprintf(want, sizeof(want), "%lld", created);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.messages[0].exchange, events);
+    drain_queue(mq, billing, &got);
+    snprintf(want, sizeof(want), "%lld", invoice);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.messages[0].exchange, "");
+    drain_queue(mq, refunds, &got);
+    snprintf(want, sizeof(want), "%lld", refund);
+    assert_string_equal(received_ids(&got, text, sizeof(text)), want);
+    assert_string_equal(got.messages[0].exchange, "");
+
+    queue_consumer_delete_queue(mq, eu);
+    queue_consumer_delete_queue(mq, billing);
+    queue_consumer_delete_queue(mq, refunds);
+    queue_consumer_delete_exchange(mq, events);
+    queue_consumer_free(mq);
+}
+
+static void
+test_default_exchange_after_a_named_one(void **state)
+{
+    run_named_and_default_exchange(*state, false);
+}
+
+static void
+test_default_exchange_before_a_named_one(void **state)
+{
+    run_named_and_default_exchange(*state, true);
+}
+
 static void
 test_ordering_key_holds_across_routing_keys(void **state)
 {
@@ -764,6 +847,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_topic_exchange_routes_each_row_by_its_key, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_missing_exchange_fails_only_its_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_default_exchange_after_a_named_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_default_exchange_before_a_named_one, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ordering_key_holds_across_routing_keys, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_redis_stream_per_routing_key_with_dedup, setup,

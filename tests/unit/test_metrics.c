@@ -525,6 +525,86 @@ test_health(void **state)
     metrics_free(m);
 }
 
+/*
+ * Per-queue series stop at the cap: later queues add up under
+ * queue="(other)", each counted once in outbox_metrics_queues_folded, so
+ * /metrics stays the same size however many queue names appear.
+ */
+static void
+test_queue_series_are_capped(void **state)
+{
+    struct metrics *m = metrics_new("redis");
+    struct metrics_queue_sample samples[10];
+    char names[10][16], *text;
+    size_t lines = 0;
+
+    (void)state;
+    metrics_set_max_queues(m, 3);
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof(names[i]), "q%d", i);
+        metrics_add_queue(m, METRICS_ROWS_PUBLISHED, names[i], 1);
+        samples[i] = (struct metrics_queue_sample){.queue = names[i], .ready_rows = 5,
+                                                   .oldest_ready_age_seconds = i,
+                                                   .paused = i == 7, .paused_keys = 1};
+    }
+    metrics_add_queue(m, METRICS_ROWS_PUBLISHED, "q0", 1); /* an own series keeps counting */
+    metrics_add_queue(m, METRICS_ROWS_PUBLISHED, "q9", 1); /* a folded one is counted once */
+    metrics_set_queue_samples(m, samples, 10);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_rows_published_total", "queue", "q0") == 2);
+    assert_true(value_of(&exposition, "outbox_rows_published_total", "queue", "q2") == 1);
+    assert_true(isnan(value_of(&exposition, "outbox_rows_published_total", "queue", "q3")));
+    assert_true(value_of(&exposition, "outbox_rows_published_total", "queue", "(other)") == 8);
+    assert_true(value_of(&exposition, "outbox_ready_rows", "queue", "(other)") == 35);
+    assert_true(value_of(&exposition, "outbox_ready_rows", "queue", "q1") == 5);
+    assert_true(value_of(&exposition, "outbox_oldest_ready_age_seconds", "queue", "(other)") == 9);
+    assert_true(value_of(&exposition, "outbox_queue_paused", "queue", "(other)") == 1);
+    assert_true(value_of(&exposition, "outbox_queue_paused_keys", "queue", "(other)") == 7);
+    assert_true(value_of(&exposition, "outbox_metrics_queues_folded", NULL, NULL) == 7);
+
+    /* 5 000 more queue names: the same number of series */
+    for (int i = 0; i < 5000; i++) {
+        char name[24];
+
+        snprintf(name, sizeof(name), "tenant-%d", i);
+        metrics_add_queue(m, METRICS_ROWS_CLAIMED, name, 1);
+    }
+    text = metrics_render(m, NULL);
+    assert_non_null(text);
+    for (const char *at = text; (at = strstr(at, "\noutbox_rows_claimed_total{")) != NULL; at++)
+        lines++;
+    free(text);
+    assert_int_equal(lines, 4);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_metrics_queues_folded", NULL, NULL) == 5007);
+    assert_true(value_of(&exposition, "outbox_rows_claimed_total", "queue", "(other)") == 5000);
+    metrics_free(m);
+}
+
+/* A broker that takes none of a batch makes the relay unhealthy, saying why, until it does. */
+static void
+test_health_says_when_the_broker_holds_rows(void **state)
+{
+    struct metrics *m = metrics_new(NULL);
+    char reason[128];
+    bool ready = false;
+
+    (void)state;
+    fake_seconds = 1000;
+    metrics_set_clock(m, fake_clock, NULL);
+    metrics_set_health(m, true, true);
+    metrics_set_broker_held(m, "redis primary 10.0.0.5:6379 has 0 replicas, fewer than"
+                               " --redis-wait 1: rows wait for one");
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "broker holds rows back: redis primary 10.0.0.5:6379 has 0"
+                                " replicas, fewer than --redis-wait 1: rows wait for one");
+    assert_true(ready);
+    metrics_set_broker_held(m, NULL);
+    assert_true(metrics_health(m, reason, sizeof(reason), NULL));
+    assert_string_equal(reason, "ok");
+    metrics_free(m);
+}
+
 /* The watchdog follows the loop alone: a database outage does not restart the relay. */
 static void
 test_loop_alive_ignores_the_ends(void **state)
@@ -645,6 +725,8 @@ main(void)
         cmocka_unit_test(test_loop_alive_ignores_the_ends),
         cmocka_unit_test(test_horizon_age_gauge),
         cmocka_unit_test(test_broker_endpoints),
+        cmocka_unit_test(test_queue_series_are_capped),
+        cmocka_unit_test(test_health_says_when_the_broker_holds_rows),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

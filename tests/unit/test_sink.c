@@ -95,6 +95,49 @@ test_broker_options_parse_into_the_sink_options(void **state)
     assert_non_null(strstr(err.message, "--exchange: longer than 255 bytes"));
 }
 
+/*
+ * Sentinel and Cluster fail over to a replica: by default a row is marked
+ * only once one replica has its append; one server waits for none; an
+ * explicit --redis-wait (0 too) wins; AMQP never waits.
+ */
+static void
+test_redis_wait_default_follows_the_topology(void **state)
+{
+    static const struct {
+        const char *url;
+        const char *wait; /* NULL: not given */
+        int expected;
+    } cases[] = {
+        {"redis+sentinel://s1:26379,s2:26379/main", NULL, 1},
+        {"redis+cluster://n1:7000,n2:7001", NULL, 1},
+        {"redis://h:6379/0", NULL, 0},
+        {"redis+sentinel://s1:26379/main", "0", 0},
+        {"redis+cluster://n1:7000", "0", 0},
+        {"redis+cluster://n1:7000", "2", 2},
+        {"redis://h:6379/0", "1", 1},
+        {"amqp://h/", NULL, 0},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[] = {"outbox-relay", "--database-url", "postgresql://h/db", "--broker",
+                              cases[i].url, "--redis-wait", cases[i].wait, NULL};
+        struct relay_config config;
+        struct outbox_error err;
+        sink *s;
+
+        assert_int_equal(config_parse(&config, cases[i].wait != NULL ? 7 : 5, argv, &err), 0);
+        s = sink_new(&config.broker, &err);
+        assert_non_null(s);
+        if (sink_replicas_to_wait(s) != cases[i].expected)
+            fail_msg("%s with --redis-wait %s waits for %d replicas, expected %d", cases[i].url,
+                     cases[i].wait ? cases[i].wait : "(default)", sink_replicas_to_wait(s),
+                     cases[i].expected);
+        sink_free(s);
+        config_clear(&config);
+    }
+}
+
 int
 main(void)
 {
@@ -103,6 +146,7 @@ main(void)
         cmocka_unit_test(test_unknown_scheme_lists_the_registry),
         cmocka_unit_test(test_option_groups),
         cmocka_unit_test(test_broker_options_parse_into_the_sink_options),
+        cmocka_unit_test(test_redis_wait_default_follows_the_topology),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
