@@ -718,7 +718,7 @@ api_pause(struct console *console, PGconn *conn, const struct console_request *r
     const char *key = body->has_key ? body->ordering_key : NULL;
     struct outbox_error err;
     bool changed = false;
-    int64_t still = 0;
+    int64_t still = 0; /* not reported: read in the statement's snapshot, before the resume */
     int rc;
 
     if (!body->has_queue)
@@ -733,8 +733,6 @@ api_pause(struct console *console, PGconn *conn, const struct console_request *r
     if (rc < 0)
         return respond_store_error(console, response, &err);
     buffer_printf(&response->body, "{\"changed\":%s", changed ? "true" : "false");
-    if (!pause)
-        json_field_int(&response->body, "keys_still_paused", still);
     buffer_puts(&response->body, "}");
     respond_json(response, 200);
 }
