@@ -299,6 +299,7 @@ status_text(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
     case 303: return "See Other";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
@@ -371,6 +372,10 @@ route(struct console *console, struct console_request *request,
             return console_respond_text(response, 404, "not found");
         response->status = 200;
         buffer_puts(&response->body, asset);
+        return;
+    }
+    if (strcmp(request->path, "/favicon.ico") == 0) {
+        response->status = 204; /* no icon: spares the browser a 404 */
         return;
     }
     if (strcmp(request->path, "/login") == 0 || strcmp(request->path, "/logout") == 0)
