@@ -59,8 +59,9 @@ struct store_console_chart {
 
 /*
  * Fills chart. Published rows come from job_succeeded_idx; enqueued rows
- * from the primary key, after a binary search for the first job_id created
- * in the hour (job ids grow with created_at), so both cost the hour's rows.
+ * from the primary key, after a binary search (in the same statement) for
+ * the first job_id created in the hour, as job ids grow with created_at: both
+ * cost the hour's rows, not the table's.
  */
 int store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err);
 

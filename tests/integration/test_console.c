@@ -422,6 +422,7 @@ test_get_endpoints(void **state)
     r = bearer_get(f, "/api/v1/chart");
     expect(&r, 200, "\"minutes\":[{\"minute\":");
     assert_non_null(strstr(r.body, "\"published\":5"));
+    assert_non_null(strstr(r.body, "\"enqueued\":5,")); /* the 5 rows created 3 minutes ago */
     reply_free(&r);
     r = bearer_get(f, "/api/v1/session");
     expect(&r, 200, "\"identity\":\"bearer\"");
