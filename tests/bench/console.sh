@@ -73,7 +73,7 @@ time_path() {
 }
 
 size=$(psql -X -At "$DB" -c "SELECT pg_size_pretty(pg_total_relation_size('outbox.job'))")
-echo "  console overview GET / at $ROWS rows / $QUEUES queues ($size): $(time_path /) over $REQUESTS requests (target < 200 ms)"
+echo "  console overview GET / at $ROWS rows / $QUEUES queues ($size): $(time_path /) over $REQUESTS requests (target < 200 ms; load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) CPUs)"
 echo "  console GET /api/v1/queues at the same size: $(time_path /api/v1/queues)"
 grep -q "succeeded_estimated\":true" <(curl -fsS "http://127.0.0.1:$port/api/v1/overview") &&
     echo "  (succeeded per queue estimated from planner statistics; ready, running, dead exact)"
