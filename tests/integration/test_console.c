@@ -619,6 +619,45 @@ test_bad_input(void **state)
                      1);
 }
 
+/* Without a token file: loopback only, no login, but still a CSRF token for every POST. */
+static void
+test_loopback_without_token(void **state)
+{
+    struct fixture *f = *state;
+    const char *options[] = {"--allow-actions", NULL};
+    char headers[256], csrf[80] = "";
+    struct reply r;
+    const char *at;
+
+    start_console(f, options);
+    r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
+    expect(&r, 200, "\"queue\":\"orders\"");
+    reply_free(&r);
+    r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
+             "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    /* a bearer header means nothing without a token file: still no CSRF token, still 403 */
+    r = http(f->port, "POST", "/api/v1/pause",
+             "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n",
+             "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    r = http(f->port, "GET", "/api/v1/session", NULL, NULL);
+    expect(&r, 200, "\"identity\":\"anonymous\"");
+    at = strstr(r.body, "\"csrf_token\":\"");
+    assert_non_null(at);
+    sscanf(at + strlen("\"csrf_token\":\""), "%64[0-9a-f]", csrf);
+    reply_free(&r);
+    snprintf(headers, sizeof(headers),
+             "Content-Type: application/json\r\nX-CSRF-Token: %s\r\n", csrf);
+    r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
+    expect(&r, 200, "\"changed\":true");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
+}
+
 /* ---- listening and the database ---- */
 
 static int
@@ -694,6 +733,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_pause_resume_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listen_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_down, setup, teardown),
     };
