@@ -68,10 +68,15 @@ ignore_notice(void *arg, const char *message)
 PGconn *
 console_database(struct console *console)
 {
+    /*
+     * No parallel workers: the console's queries read indexes of the backlog, where
+     * workers cost a loaded server more than they save, and its one backend then
+     * holds all the CPU time a page costs (what make bench measures).
+     */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
-                                           "client_encoding", "dbname", NULL};
+                                           "client_encoding", "options", "dbname", NULL};
     const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
-                            console->database_url, NULL};
+                            "-c max_parallel_workers_per_gather=0", console->database_url, NULL};
     struct outbox_error err;
 
     if (console->conn != NULL && PQstatus(console->conn) == CONNECTION_OK)

@@ -101,7 +101,10 @@ static const char chart_enqueued_sql[] =
 
 static const char dead_list_sql[] =
     "SELECT job_id, queue, ordering_key, attempts, max_attempts, " ISO_UTC("finished_at") ","
-    "       last_error, left(payload::text, 65536), headers::text"
+    "       last_error,"
+    "       CASE WHEN octet_length(payload::text) <= 65536 THEN payload::text"
+    "            ELSE to_json(left(payload::text, 65536) || ' [cut]')::text END,"
+    "       headers::text"
     "  FROM outbox.job WHERE" DEAD_FILTER
     " ORDER BY queue, job_id LIMIT $5::bigint";
 

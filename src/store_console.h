@@ -82,7 +82,8 @@ struct store_console_dead_job {
     int32_t max_attempts;
     char *finished_at; /* ISO 8601 UTC */
     char *last_error;  /* NULL: none */
-    char *payload;     /* JSON text, cut at STORE_CONSOLE_PAYLOAD_MAX bytes */
+    char *payload;     /* JSON text; a longer one than STORE_CONSOLE_PAYLOAD_MAX bytes
+                          comes as a JSON string of its first characters and " [cut]" */
     char *headers;     /* JSON text */
 };
 
