@@ -19,6 +19,7 @@
 
 #include <libpq-fe.h>
 
+#include "console.h"
 #include "error.h"
 #include "migrate.h"
 #include "outbox.h"
@@ -86,6 +87,11 @@ static const char usage_text[] =
     "  inbox purge --older-than DURATION\n"
     "                                   delete inbox records accepted longer ago\n"
     "                                   than DURATION, in batches of 5000\n"
+    "  serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]\n"
+    "                                   the operator's web console and its JSON API\n"
+    "                                   (default " CONSOLE_DEFAULT_LISTEN "; read-only unless\n"
+    "                                   --allow-actions; other than loopback only\n"
+    "                                   with --auth-token-file)\n"
     "\n"
     "options:\n"
     "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
@@ -1239,6 +1245,8 @@ run(struct ctl *ctl, int argc, char **argv)
         return command_paused(ctl, argc, argv, i + 1);
     if (strcmp(argv[i], "replay") == 0)
         return command_replay(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "serve") == 0)
+        return console_serve(ctl->database_url, argc - i - 1, argv + i + 1);
     if (strcmp(argv[i], "inbox") == 0) {
         if (i + 1 < argc && strcmp(argv[i + 1], "purge") == 0) {
             ctl->command = "inbox purge";

@@ -230,4 +230,12 @@ int store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *
 int store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
                             int64_t *count, struct outbox_error *err);
 
+/*
+ * The parts of store_admin_status() that never scan outbox.job: schema
+ * version, table figures, the oldest transaction, blocked keys (their totals
+ * go into the queues already in status, which the caller filled) and pauses.
+ * On failure status keeps what was read; store_status_clear() frees it.
+ */
+int store_admin_status_parts(PGconn *conn, struct store_status *status, struct outbox_error *err);
+
 #endif

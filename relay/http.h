@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 
+#include "listen_addr.h"
 #include "metrics.h"
 #include "outbox.h"
 
@@ -32,19 +33,6 @@
 #define HTTP_REQUEST_TIMEOUT_SECONDS 5
 #define HTTP_REQUEST_MAX_BYTES 8192
 #define HTTP_MAX_CONNECTIONS 64
-
-/* A parsed --metrics-addr. */
-struct http_addr {
-    bool off;       /* "off": no server */
-    char host[256]; /* "" = all interfaces; IPv6 without brackets */
-    char port[8];   /* decimal, "0" = any free port */
-};
-
-/*
- * Parses "HOST:PORT", "[IPV6]:PORT", ":PORT" (all interfaces) or "off".
- * 0, or -1 with OUTBOX_ERR_CONFIG naming the bad value.
- */
-int http_addr_parse(const char *text, struct http_addr *addr, struct outbox_error *err);
 
 struct http_server;
 
@@ -55,7 +43,7 @@ struct http_server;
  * resolved or bound (e.g. the port is taken), OUTBOX_ERR_INVALID when addr
  * is "off", OUTBOX_ERR_INTERNAL when a thread or pipe cannot be made.
  */
-int http_server_start(const struct http_addr *addr, struct metrics *m, struct http_server **server,
+int http_server_start(const struct listen_addr *addr, struct metrics *m, struct http_server **server,
                       struct outbox_error *err);
 
 /* The port actually bound (useful after binding port 0). */

@@ -160,7 +160,7 @@ main(int argc, char **argv)
     struct outbox_error err;
     struct metrics *m = NULL;
     struct http_server *server = NULL;
-    struct http_addr metrics_addr;
+    struct listen_addr metrics_addr;
     relay *r = NULL;
     int status;
 
@@ -175,7 +175,7 @@ main(int argc, char **argv)
         config_clear(&config);
         return 0;
     }
-    if (http_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
+    if (listen_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
         config_clear(&config);
         return report(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
     }

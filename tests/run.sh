@@ -6,7 +6,8 @@
 # BUILD (default build) holds the test binaries, BIN (default bin) the products.
 # Integration tests get a fresh stack (tests/harness/stack.sh) in a temp dir, stopped on
 # every exit, and the environment of its DIR/env plus OUTBOX_BIN and OUTBOX_SOURCE_DIR;
-# then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it.
+# then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it,
+# and tests/browser (the console in headless Chromium).
 # OUTBOX_VALGRIND, when set, prefixes every test binary (e.g. "valgrind -q ...").
 # OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 600).
 # Prints one line per binary and a summary; exits 1 when any failed.
@@ -148,6 +149,7 @@ if [ "$WHAT" != unit ]; then
         else
             run_dir "$BUILD/tests/integration"
             run_dir tests/deploy
+            run_dir tests/browser
         fi
     fi
     stop_stack

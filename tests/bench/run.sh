@@ -32,6 +32,8 @@
 #      default 120, at 5 000 rows/s with --retention 1m) and horizon (a
 #      transaction open for 60 s); their pass lines are reported, not enforced
 #      (make soak runs the 10-minute version and fails on them)
+#   9. the console's overview page timed at 1 000 000 rows / 100 queues
+#      (tests/bench/console.sh)
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -730,6 +732,18 @@ if [ "$LONGRUN_SECONDS" -gt 0 ]; then
         cat "$STACK/longrun-$mode.out" >&2
     done
 fi
+
+# ---- 9. the console's overview --------------------------------------------------------------
+
+section "9. console overview render time (tests/bench/console.sh)"
+log "console: seeding 1 000 000 rows over 100 queues"
+OUTBOX_TEST_PG_URL="$OUTBOX_TEST_PG_URL" BIN="$BIN" timeout 1800 "$ROOT/tests/bench/console.sh" \
+    >"$STACK/console.out" 2>"$STACK/console.log" || {
+    tail -n 20 "$STACK/console.log" >&2
+    die "tests/bench/console.sh failed"
+}
+cat "$STACK/console.out" >>"$RESULTS"
+cat "$STACK/console.out" >&2
 
 # ---- report -----------------------------------------------------------------------------
 

@@ -106,13 +106,13 @@ static int
 setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    struct http_addr addr;
+    struct listen_addr addr;
     struct outbox_error err;
 
     assert_non_null(f);
     f->metrics = metrics_new("redis");
     assert_non_null(f->metrics);
-    assert_int_equal(http_addr_parse("127.0.0.1:0", &addr, &err), 0);
+    assert_int_equal(listen_addr_parse("127.0.0.1:0", &addr, &err), 0);
     if (http_server_start(&addr, f->metrics, &f->server, &err) != 0)
         fail_msg("start: %s", err.message);
     f->port = http_server_port(f->server);
@@ -391,7 +391,7 @@ test_taken_port_fails_clearly(void **state)
 {
     struct sockaddr_in sa;
     socklen_t sa_len = sizeof(sa);
-    struct http_addr addr;
+    struct listen_addr addr;
     struct outbox_error err;
     struct http_server *server = NULL;
     struct metrics *m = metrics_new(NULL);
@@ -407,7 +407,7 @@ test_taken_port_fails_clearly(void **state)
     assert_int_equal(getsockname(blocker, (struct sockaddr *)&sa, &sa_len), 0);
 
     snprintf(text, sizeof(text), "127.0.0.1:%d", ntohs(sa.sin_port));
-    assert_int_equal(http_addr_parse(text, &addr, &err), 0);
+    assert_int_equal(listen_addr_parse(text, &addr, &err), 0);
     assert_int_equal(http_server_start(&addr, m, &server, &err), -1);
     assert_null(server);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
@@ -424,26 +424,26 @@ test_addr_parse(void **state)
     static const char *const bad[] = {
         "",         "localhost", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:65536",
         "::1:9187", "[::1]9187", "host:123456"};
-    struct http_addr addr;
+    struct listen_addr addr;
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(http_addr_parse("off", &addr, &err), 0);
+    assert_int_equal(listen_addr_parse("off", &addr, &err), 0);
     assert_true(addr.off);
-    assert_int_equal(http_addr_parse(HTTP_DEFAULT_ADDR, &addr, &err), 0);
+    assert_int_equal(listen_addr_parse(HTTP_DEFAULT_ADDR, &addr, &err), 0);
     assert_false(addr.off);
     assert_string_equal(addr.host, "127.0.0.1");
     assert_string_equal(addr.port, "9187");
-    assert_int_equal(http_addr_parse("[::1]:9187", &addr, &err), 0);
+    assert_int_equal(listen_addr_parse("[::1]:9187", &addr, &err), 0);
     assert_string_equal(addr.host, "::1");
-    assert_int_equal(http_addr_parse(":9000", &addr, &err), 0);
+    assert_int_equal(listen_addr_parse(":9000", &addr, &err), 0);
     assert_string_equal(addr.host, "");
     assert_string_equal(addr.port, "9000");
-    assert_int_equal(http_addr_parse("metrics.local:09187", &addr, &err), 0);
+    assert_int_equal(listen_addr_parse("metrics.local:09187", &addr, &err), 0);
     assert_string_equal(addr.port, "9187");
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        if (http_addr_parse(bad[i], &addr, &err) != -1)
+        if (listen_addr_parse(bad[i], &addr, &err) != -1)
             fail_msg("accepted bad address '%s'", bad[i]);
         assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
         assert_non_null(strstr(err.message, "--metrics-addr"));

@@ -1,0 +1,866 @@
+/*
+ * console_api.c - the JSON API under /api/v1/: one function per endpoint,
+ * the same store queries as the pages and outboxctl, and a strict reader
+ * for the small JSON objects the actions take.
+ *
+ * Every action is logged on stderr in one line: who, what, on which rows,
+ * how many. Bad input is a 400 with a one-line reason in {"error": ...}.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "console.h"
+#include "error.h"
+#include "store_admin.h"
+#include "store_console.h"
+
+/* The fields an action may carry; each has_* says whether the body gave it. */
+struct api_body {
+    char queue[256];
+    char ordering_key[1024];
+    char error[1024];
+    char reason[1024];
+    char since[128];
+    char until[128];
+    int64_t *job_ids;
+    size_t job_count;
+    bool has_queue, has_key, has_error, has_reason, has_since, has_until, has_job_ids;
+    bool dry_run;
+};
+
+/* ---- JSON out ---- */
+
+void
+console_json_string(struct buffer *out, const char *text)
+{
+    if (text == NULL) {
+        buffer_puts(out, "null");
+        return;
+    }
+    buffer_putc(out, '"');
+    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            buffer_printf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p == '<' || *p == '>' || *p == '&')
+            buffer_printf(out, "\\u%04x", *p);
+        else
+            buffer_putc(out, (char)*p);
+    }
+    buffer_putc(out, '"');
+}
+
+static void
+json_key(struct buffer *out, bool first, const char *key)
+{
+    buffer_printf(out, "%s\"%s\":", first ? "" : ",", key);
+}
+
+static void
+json_field_string(struct buffer *out, const char *key, const char *value)
+{
+    json_key(out, false, key);
+    console_json_string(out, value);
+}
+
+static void
+json_field_int(struct buffer *out, const char *key, int64_t value)
+{
+    buffer_printf(out, ",\"%s\":%lld", key, (long long)value);
+}
+
+static void
+json_field_bool(struct buffer *out, const char *key, bool value)
+{
+    buffer_printf(out, ",\"%s\":%s", key, value ? "true" : "false");
+}
+
+static void
+respond_json(struct console_response *response, int status)
+{
+    response->status = status;
+    response->content_type = "application/json";
+    buffer_putc(&response->body, '\n');
+}
+
+static void
+respond_error(struct console_response *response, int status, const char *reason)
+{
+    response->body.len = 0;
+    buffer_puts(&response->body, "{\"error\":");
+    console_json_string(&response->body, reason);
+    buffer_putc(&response->body, '}');
+    respond_json(response, status);
+}
+
+/* Answers a failed store call: bad input 400, database away 503, else 500. */
+static void
+respond_store_error(struct console *console, struct console_response *response,
+                    const struct outbox_error *err)
+{
+    int status = 500;
+
+    console_database_failed(console, err);
+    if (err->code == OUTBOX_ERR_INVALID || err->code == OUTBOX_ERR_CONSTRAINT)
+        status = 400;
+    else if (err->code == OUTBOX_ERR_CONNECTION || err->code == OUTBOX_ERR_TIMEOUT ||
+             err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_BUSY)
+        status = 503;
+    respond_error(response, status, err->message);
+}
+
+/* ---- JSON in ---- */
+
+struct reader {
+    const char *p, *end;
+    char reason[160];
+};
+
+static void
+skip_space(struct reader *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int
+reader_fail(struct reader *r, const char *reason)
+{
+    if (r->reason[0] == '\0')
+        snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    return -1;
+}
+
+static void
+put_utf8(char *out, size_t size, size_t *used, unsigned code)
+{
+    char bytes[4];
+    size_t n;
+
+    if (code < 0x80) {
+        bytes[0] = (char)code;
+        n = 1;
+    } else if (code < 0x800) {
+        bytes[0] = (char)(0xc0 | (code >> 6));
+        bytes[1] = (char)(0x80 | (code & 0x3f));
+        n = 2;
+    } else if (code < 0x10000) {
+        bytes[0] = (char)(0xe0 | (code >> 12));
+        bytes[1] = (char)(0x80 | ((code >> 6) & 0x3f));
+        bytes[2] = (char)(0x80 | (code & 0x3f));
+        n = 3;
+    } else {
+        bytes[0] = (char)(0xf0 | (code >> 18));
+        bytes[1] = (char)(0x80 | ((code >> 12) & 0x3f));
+        bytes[2] = (char)(0x80 | ((code >> 6) & 0x3f));
+        bytes[3] = (char)(0x80 | (code & 0x3f));
+        n = 4;
+    }
+    for (size_t i = 0; i < n && *used + 1 < size; i++)
+        out[(*used)++] = bytes[i];
+}
+
+static int
+read_hex4(struct reader *r, unsigned *value)
+{
+    *value = 0;
+    if (r->end - r->p < 4)
+        return reader_fail(r, "bad \\u escape in a json string");
+    for (int i = 0; i < 4; i++) {
+        char c = *r->p++;
+        int digit = (c >= '0' && c <= '9')   ? c - '0'
+                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                             : -1;
+
+        if (digit < 0)
+            return reader_fail(r, "bad \\u escape in a json string");
+        *value = *value * 16 + (unsigned)digit;
+    }
+    return 0;
+}
+
+/* Reads a JSON string into out (NUL-terminated); too long or a NUL byte is an error. */
+static int
+read_string(struct reader *r, char *out, size_t size)
+{
+    static const char escapes[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
+    size_t used = 0;
+
+    if (r->p >= r->end || *r->p != '"')
+        return reader_fail(r, "expected a json string");
+    r->p++;
+    while (r->p < r->end && *r->p != '"') {
+        unsigned char c = (unsigned char)*r->p++;
+        unsigned code;
+
+        if (c < 0x20)
+            return reader_fail(r, "control character in a json string");
+        if (c != '\\') {
+            if (used + 1 < size)
+                out[used++] = (char)c;
+            else
+                return reader_fail(r, "a json string is too long");
+            continue;
+        }
+        if (r->p >= r->end)
+            break;
+        c = (unsigned char)*r->p++;
+        if (c == 'u') {
+            if (read_hex4(r, &code) < 0)
+                return -1;
+            if (code >= 0xd800 && code < 0xdc00) {
+                unsigned low;
+
+                if (r->end - r->p < 2 || r->p[0] != '\\' || r->p[1] != 'u')
+                    return reader_fail(r, "lone surrogate in a json string");
+                r->p += 2;
+                if (read_hex4(r, &low) < 0 || low < 0xdc00 || low > 0xdfff)
+                    return reader_fail(r, "lone surrogate in a json string");
+                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+            } else if (code >= 0xdc00 && code < 0xe000) {
+                return reader_fail(r, "lone surrogate in a json string");
+            }
+            if (code == 0)
+                return reader_fail(r, "NUL character in a json string");
+            put_utf8(out, size, &used, code);
+            continue;
+        }
+        {
+            const char *e = strchr(escapes, (char)c);
+
+            if (c == 0 || e == NULL || (e - escapes) % 2 != 0)
+                return reader_fail(r, "bad escape in a json string");
+            out[used < size - 1 ? used++ : used] = e[1];
+        }
+    }
+    if (r->p >= r->end)
+        return reader_fail(r, "unterminated json string");
+    r->p++;
+    out[used] = '\0';
+    return 0;
+}
+
+static int
+read_integer(struct reader *r, int64_t *value)
+{
+    char *end;
+    char text[24];
+    size_t n = 0;
+
+    while (r->p + n < r->end && n < sizeof(text) - 1 &&
+           ((r->p[n] >= '0' && r->p[n] <= '9') || (n == 0 && r->p[n] == '-')))
+        n++;
+    memcpy(text, r->p, n);
+    text[n] = '\0';
+    *value = strtoll(text, &end, 10);
+    if (n == 0 || *end != '\0' || *value <= 0)
+        return reader_fail(r, "job ids must be positive integers");
+    r->p += n;
+    return 0;
+}
+
+static int
+read_ids(struct reader *r, struct api_body *body)
+{
+    r->p++; /* [ */
+    free(body->job_ids);
+    body->job_ids = calloc(CONSOLE_JOB_IDS_MAX, sizeof(*body->job_ids));
+    body->job_count = 0;
+    if (body->job_ids == NULL)
+        return reader_fail(r, "out of memory");
+    skip_space(r);
+    if (r->p < r->end && *r->p == ']') {
+        r->p++;
+        return reader_fail(r, "job_ids must not be empty");
+    }
+    for (;;) {
+        skip_space(r);
+        if (body->job_count >= CONSOLE_JOB_IDS_MAX)
+            return reader_fail(r, "too many job ids (at most 10000)");
+        if (read_integer(r, &body->job_ids[body->job_count++]) < 0)
+            return -1;
+        skip_space(r);
+        if (r->p < r->end && *r->p == ',') {
+            r->p++;
+            continue;
+        }
+        if (r->p < r->end && *r->p == ']') {
+            r->p++;
+            return 0;
+        }
+        return reader_fail(r, "job_ids must be an array of integers");
+    }
+}
+
+static int
+read_bool(struct reader *r, bool *value)
+{
+    if (r->end - r->p >= 4 && memcmp(r->p, "true", 4) == 0) {
+        *value = true;
+        r->p += 4;
+        return 0;
+    }
+    if (r->end - r->p >= 5 && memcmp(r->p, "false", 5) == 0) {
+        *value = false;
+        r->p += 5;
+        return 0;
+    }
+    return reader_fail(r, "dry_run must be true or false");
+}
+
+/* Reads the value of member key into body. */
+static int
+read_member(struct reader *r, const char *key, struct api_body *body)
+{
+    struct {
+        const char *name;
+        char *out;
+        size_t size;
+        bool *has;
+    } strings[] = {
+        {"queue", body->queue, sizeof(body->queue), &body->has_queue},
+        {"ordering_key", body->ordering_key, sizeof(body->ordering_key), &body->has_key},
+        {"error", body->error, sizeof(body->error), &body->has_error},
+        {"reason", body->reason, sizeof(body->reason), &body->has_reason},
+        {"since", body->since, sizeof(body->since), &body->has_since},
+        {"until", body->until, sizeof(body->until), &body->has_until},
+    };
+
+    if (r->end - r->p >= 4 && memcmp(r->p, "null", 4) == 0) {
+        r->p += 4;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
+        if (strcmp(key, strings[i].name) == 0) {
+            if (read_string(r, strings[i].out, strings[i].size) < 0)
+                return reader_fail(r, "a string field is not a json string");
+            *strings[i].has = strings[i].out[0] != '\0';
+            return 0;
+        }
+    }
+    if (strcmp(key, "job_ids") == 0) {
+        if (r->p >= r->end || *r->p != '[')
+            return reader_fail(r, "job_ids must be an array of integers");
+        body->has_job_ids = true;
+        return read_ids(r, body);
+    }
+    if (strcmp(key, "dry_run") == 0)
+        return read_bool(r, &body->dry_run);
+    snprintf(r->reason, sizeof(r->reason), "unknown field '%.60s'", key);
+    return -1;
+}
+
+/* Parses the request body as one JSON object of known fields; -1 with r->reason. */
+static int
+parse_body(const struct console_request *request, struct api_body *body, struct reader *r)
+{
+    char key[64];
+
+    r->p = request->body;
+    r->end = request->body + request->body_len;
+    r->reason[0] = '\0';
+    skip_space(r);
+    if (r->p >= r->end || *r->p != '{')
+        return reader_fail(r, "the body must be a json object");
+    r->p++;
+    skip_space(r);
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+    } else {
+        for (;;) {
+            skip_space(r);
+            if (read_string(r, key, sizeof(key)) < 0)
+                return reader_fail(r, "bad key in the json object");
+            skip_space(r);
+            if (r->p >= r->end || *r->p++ != ':')
+                return reader_fail(r, "expected ':' in the json object");
+            skip_space(r);
+            if (read_member(r, key, body) < 0)
+                return -1;
+            skip_space(r);
+            if (r->p < r->end && *r->p == ',') {
+                r->p++;
+                continue;
+            }
+            if (r->p < r->end && *r->p == '}') {
+                r->p++;
+                break;
+            }
+            return reader_fail(r, "expected ',' or '}' in the json object");
+        }
+    }
+    skip_space(r);
+    if (r->p != r->end)
+        return reader_fail(r, "trailing text after the json object");
+    return 0;
+}
+
+/* ---- logging ---- */
+
+static void
+log_action(const struct console_request *request, const char *action, const struct api_body *body,
+           const char *outcome)
+{
+    char queue[80], key[80];
+
+    fprintf(stderr, "outboxctl serve: action %s by %s: queue=%s key=%s job_ids=%zu: %s\n",
+            action, request->who,
+            body->has_queue ? outbox_error_quote(queue, sizeof(queue), body->queue) : "-",
+            body->has_key ? outbox_error_quote(key, sizeof(key), body->ordering_key) : "-",
+            body->job_count, outcome);
+}
+
+static void
+log_progress(void *arg, int64_t done)
+{
+    if (done % (CONSOLE_BATCH_SIZE * 10) == 0)
+        fprintf(stderr, "outboxctl serve: %s: %lld rows so far\n", (const char *)arg,
+                (long long)done);
+}
+
+/* ---- GET endpoints ---- */
+
+static void
+queue_json(struct buffer *out, const struct store_queue_status *queue)
+{
+    buffer_puts(out, "{");
+    json_key(out, true, "queue");
+    console_json_string(out, queue->queue);
+    json_field_int(out, "ready", queue->ready);
+    json_field_int(out, "running", queue->running);
+    json_field_int(out, "succeeded", queue->succeeded);
+    json_field_int(out, "dead", queue->dead);
+    buffer_printf(out, ",\"oldest_ready_seconds\":%.3f", queue->oldest_ready_seconds);
+    json_field_bool(out, "paused", queue->paused);
+    json_field_int(out, "paused_keys", queue->paused_keys);
+    json_field_int(out, "blocked_keys", queue->blocked_keys);
+    buffer_puts(out, "}");
+}
+
+static void
+blocked_json(struct buffer *out, const struct store_blocked_key *key)
+{
+    buffer_puts(out, "{");
+    json_key(out, true, "queue");
+    console_json_string(out, key->queue);
+    json_field_string(out, "ordering_key", key->ordering_key);
+    json_field_int(out, "head_job_id", key->head_job_id);
+    json_field_string(out, "head_state", key->head_state);
+    json_field_int(out, "attempts", key->attempts);
+    json_field_int(out, "max_attempts", key->max_attempts);
+    json_field_string(out, "last_error", key->last_error);
+    buffer_printf(out, ",\"retry_in_seconds\":%.3f", key->retry_in_seconds);
+    json_field_int(out, "waiting", key->waiting);
+    buffer_puts(out, "}");
+}
+
+static void
+pauses_json(struct buffer *out, const struct store_pause_list *list)
+{
+    buffer_puts(out, "[");
+    for (size_t i = 0; i < list->count; i++) {
+        const struct store_pause *pause = &list->pauses[i];
+
+        buffer_puts(out, i > 0 ? ",{" : "{");
+        json_key(out, true, "queue");
+        console_json_string(out, pause->queue);
+        json_field_string(out, "ordering_key", pause->ordering_key);
+        json_field_string(out, "reason", pause->reason);
+        json_field_string(out, "paused_by", pause->paused_by);
+        json_field_string(out, "paused_at", pause->paused_at);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "]");
+}
+
+static void
+relays_json(struct buffer *out, const struct store_console_overview *overview)
+{
+    buffer_puts(out, "[");
+    for (size_t i = 0; i < overview->relay_count; i++) {
+        const struct store_console_relay *relay = &overview->relays[i];
+
+        buffer_puts(out, i > 0 ? ",{" : "{");
+        json_key(out, true, "worker_id");
+        console_json_string(out, relay->worker_id);
+        json_field_int(out, "rows", relay->rows);
+        buffer_printf(out, ",\"lease_expires_in_seconds\":%.3f,\"last_lease_expires_in_seconds\":%.3f",
+                      relay->lease_min_seconds, relay->lease_max_seconds);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "]");
+}
+
+static void
+overview_json(struct buffer *out, const struct store_console_overview *overview, const char *only)
+{
+    const struct store_status *status = &overview->status;
+    const struct store_oldest_transaction *oldest = &status->oldest_transaction;
+
+    if (strcmp(only, "queues") == 0 || strcmp(only, "blocked") == 0) {
+        bool queues = strcmp(only, "queues") == 0;
+        size_t count = queues ? status->queue_count : status->blocked_count;
+
+        buffer_puts(out, "[");
+        for (size_t i = 0; i < count; i++) {
+            if (i > 0)
+                buffer_putc(out, ',');
+            if (queues)
+                queue_json(out, &status->queues[i]);
+            else
+                blocked_json(out, &status->blocked[i]);
+        }
+        buffer_puts(out, "]");
+        return;
+    }
+    if (strcmp(only, "relays") == 0)
+        return relays_json(out, overview);
+    if (strcmp(only, "paused") == 0)
+        return pauses_json(out, &status->paused);
+    buffer_printf(out, "{\"schema_version\":%d", status->schema_version);
+    json_field_bool(out, "succeeded_estimated", overview->succeeded_estimated);
+    buffer_printf(out, ",\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,"
+                       "\"live_tuples_estimate\":%lld,\"dead_tuples\":%lld",
+                  (long long)status->table_bytes, (long long)status->index_bytes,
+                  (long long)status->live_tuples, (long long)status->dead_tuples);
+    json_field_string(out, "last_autovacuum", status->last_autovacuum);
+    json_field_string(out, "last_autoanalyze", status->last_autoanalyze);
+    buffer_printf(out, "},\"vacuum_horizon\":{\"present\":%s", oldest->present ? "true" : "false");
+    json_field_int(out, "pid", oldest->pid);
+    json_field_string(out, "application_name", oldest->application_name);
+    json_field_string(out, "state", oldest->state);
+    buffer_printf(out, ",\"age_seconds\":%.3f", oldest->age_seconds);
+    json_field_int(out, "xid_age", oldest->xid_age);
+    buffer_puts(out, "},\"queues\":");
+    overview_json(out, overview, "queues");
+    buffer_puts(out, ",\"relays\":");
+    relays_json(out, overview);
+    buffer_puts(out, ",\"blocked_keys\":");
+    overview_json(out, overview, "blocked");
+    buffer_puts(out, ",\"paused\":");
+    pauses_json(out, &status->paused);
+    buffer_puts(out, "}");
+}
+
+static void
+api_overview(struct console *console, PGconn *conn, const char *only,
+             struct console_response *response)
+{
+    struct store_console_overview overview;
+    struct outbox_error err;
+
+    if (store_console_overview(conn, &overview, &err) < 0)
+        return respond_store_error(console, response, &err);
+    overview_json(&response->body, &overview, only);
+    store_console_overview_clear(&overview);
+    respond_json(response, 200);
+}
+
+static void
+api_chart(struct console *console, PGconn *conn, struct console_response *response)
+{
+    struct store_console_chart chart;
+    struct outbox_error err;
+    struct buffer *out = &response->body;
+
+    if (store_console_chart(conn, &chart, &err) < 0)
+        return respond_store_error(console, response, &err);
+    buffer_puts(out, "{\"minutes\":[");
+    for (int i = 0; i < STORE_CONSOLE_CHART_MINUTES; i++)
+        buffer_printf(out, "%s{\"minute\":%lld,\"enqueued\":%lld,\"published\":%lld}",
+                      i > 0 ? "," : "", (long long)chart.minute_epoch[i],
+                      (long long)chart.enqueued[i], (long long)chart.published[i]);
+    buffer_puts(out, "]}");
+    respond_json(response, 200);
+}
+
+/* Reads the dead-row filter of a query string; false after a 400 answer. */
+static bool
+query_filter(const struct console_request *request, struct api_body *body, int64_t *limit,
+             struct console_response *response)
+{
+    const char *q = request->query;
+    size_t len = strlen(q);
+    char number[32], *end;
+
+    body->has_queue = console_param(q, len, "queue", body->queue, sizeof(body->queue));
+    body->has_key = console_param(q, len, "key", body->ordering_key, sizeof(body->ordering_key));
+    body->has_error = console_param(q, len, "error", body->error, sizeof(body->error));
+    *limit = CONSOLE_DEAD_LIMIT_DEFAULT;
+    if (console_param(q, len, "limit", number, sizeof(number))) {
+        *limit = strtoll(number, &end, 10);
+        if (*end != '\0' || *limit < 1 || *limit > CONSOLE_DEAD_LIMIT_MAX) {
+            respond_error(response, 400, "limit must be an integer from 1 to 10000");
+            return false;
+        }
+    }
+    if (console_param(q, len, "job_id", number, sizeof(number))) {
+        body->job_ids = calloc(1, sizeof(*body->job_ids));
+        if (body->job_ids == NULL || (body->job_ids[0] = strtoll(number, &end, 10)) < 1 ||
+            *end != '\0') {
+            respond_error(response, 400, "job_id must be a positive integer");
+            return false;
+        }
+        body->job_count = 1;
+    }
+    return true;
+}
+
+static void
+filter_of(const struct api_body *body, struct store_console_filter *filter)
+{
+    filter->queue = body->has_queue ? body->queue : NULL;
+    filter->ordering_key = body->has_key ? body->ordering_key : NULL;
+    filter->error_text = body->has_error ? body->error : NULL;
+    filter->job_ids = body->job_ids;
+    filter->job_count = body->job_count;
+}
+
+static void
+dead_job_json(struct buffer *out, const struct store_console_dead_job *job)
+{
+    buffer_printf(out, "{\"job_id\":%lld", (long long)job->job_id);
+    json_field_string(out, "queue", job->queue);
+    json_field_string(out, "ordering_key", job->ordering_key);
+    json_field_int(out, "attempts", job->attempts);
+    json_field_int(out, "max_attempts", job->max_attempts);
+    json_field_string(out, "finished_at", job->finished_at);
+    json_field_string(out, "last_error", job->last_error);
+    /* payload and headers are jsonb texts: valid JSON, but escaped like any value */
+    json_key(out, false, "payload");
+    buffer_puts(out, job->payload ? job->payload : "null");
+    json_key(out, false, "headers");
+    buffer_puts(out, job->headers ? job->headers : "null");
+    buffer_puts(out, "}");
+}
+
+static void
+api_dead(struct console *console, PGconn *conn, const struct console_request *request,
+         struct console_response *response)
+{
+    struct api_body body = {0};
+    struct store_console_filter filter;
+    struct store_console_dead_list list;
+    struct outbox_error err;
+    int64_t limit;
+
+    if (!query_filter(request, &body, &limit, response))
+        goto done;
+    filter_of(&body, &filter);
+    if (store_console_dead_list(conn, &filter, limit, &list, &err) < 0) {
+        respond_store_error(console, response, &err);
+        goto done;
+    }
+    buffer_puts(&response->body, "[");
+    for (size_t i = 0; i < list.count; i++) {
+        if (i > 0)
+            buffer_putc(&response->body, ',');
+        dead_job_json(&response->body, &list.jobs[i]);
+    }
+    buffer_puts(&response->body, "]");
+    store_console_dead_list_clear(&list);
+    respond_json(response, 200);
+done:
+    free(body.job_ids);
+}
+
+static void
+api_session(struct console *console, const struct console_request *request,
+            struct console_response *response)
+{
+    static const char *const names[] = {"nobody", "anonymous", "bearer", "cookie"};
+    struct buffer *out = &response->body;
+
+    buffer_puts(out, "{\"identity\":");
+    console_json_string(out, names[request->identity]);
+    json_field_string(out, "csrf_token", request->session ? request->session->csrf : NULL);
+    json_field_bool(out, "actions_allowed", console->allow_actions);
+    buffer_puts(out, "}");
+    respond_json(response, 200);
+}
+
+/* ---- POST endpoints ---- */
+
+static void
+api_dead_action(struct console *console, PGconn *conn, const struct console_request *request,
+                const struct api_body *body, bool delete, struct console_response *response)
+{
+    const char *action = delete ? "dead/delete" : "dead/retry";
+    struct store_console_filter filter;
+    struct outbox_error err;
+    char outcome[600];
+    int64_t count = 0;
+    int rc;
+
+    if (!body->has_job_ids && !body->has_queue && !body->has_key && !body->has_error)
+        return respond_error(response, 400,
+                             "give job_ids, or a queue (with ordering_key or error to narrow it)");
+    filter_of(body, &filter);
+    rc = delete ? store_console_dead_delete(conn, &filter, CONSOLE_BATCH_SIZE, log_progress,
+                                            (void *)action, &count, &err)
+                : store_console_dead_retry(conn, &filter, CONSOLE_BATCH_SIZE, log_progress,
+                                           (void *)action, &count, &err);
+    snprintf(outcome, sizeof(outcome), "%lld rows%s%s", (long long)count, rc < 0 ? ", then " : "",
+             rc < 0 ? err.message : "");
+    log_action(request, action, body, outcome);
+    if (rc < 0)
+        return respond_store_error(console, response, &err);
+    buffer_printf(&response->body, "{\"%s\":%lld}", delete ? "deleted" : "retried",
+                  (long long)count);
+    respond_json(response, 200);
+}
+
+static void
+api_pause(struct console *console, PGconn *conn, const struct console_request *request,
+          const struct api_body *body, bool pause, struct console_response *response)
+{
+    const char *key = body->has_key ? body->ordering_key : NULL;
+    struct outbox_error err;
+    bool changed = false;
+    int64_t still = 0; /* not reported: read in the statement's snapshot, before the resume */
+    int rc;
+
+    if (!body->has_queue)
+        return respond_error(response, 400, "queue is required");
+    if (pause)
+        rc = store_admin_pause(conn, body->queue, key, body->has_reason ? body->reason : NULL,
+                               &changed, &err);
+    else
+        rc = store_admin_resume(conn, body->queue, key, &changed, &still, &err);
+    log_action(request, pause ? "pause" : "resume", body,
+               rc < 0 ? err.message : changed ? "1 row" : "0 rows (no change)");
+    if (rc < 0)
+        return respond_store_error(console, response, &err);
+    buffer_printf(&response->body, "{\"changed\":%s", changed ? "true" : "false");
+    buffer_puts(&response->body, "}");
+    respond_json(response, 200);
+}
+
+/* Checks since and until with the server's timestamptz reader; false after a 400. */
+static bool
+replay_times_ok(struct console *console, PGconn *conn, const struct api_body *body,
+                struct console_response *response)
+{
+    const char *times[2] = {body->has_since ? body->since : NULL,
+                            body->has_until ? body->until : NULL};
+    struct outbox_error err;
+
+    for (int i = 0; i < 2; i++) {
+        if (times[i] != NULL && store_admin_check_time(conn, times[i], &err) < 0) {
+            char reason[200];
+
+            if (err.code != OUTBOX_ERR_INVALID) {
+                respond_store_error(console, response, &err);
+                return false;
+            }
+            snprintf(reason, sizeof(reason), "%s is not a time: %.100s", i ? "until" : "since",
+                     times[i]);
+            respond_error(response, 400, reason);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void
+api_replay(struct console *console, PGconn *conn, const struct console_request *request,
+           const struct api_body *body, struct console_response *response)
+{
+    struct store_replay_request replay = {0};
+    struct store_replay_result result = {0};
+    struct outbox_error err;
+    char outcome[600];
+    int rc;
+
+    if (!body->has_queue)
+        return respond_error(response, 400, "queue is required");
+    if (body->has_job_ids == body->has_since)
+        return respond_error(response, 400, "give either since (with until) or job_ids");
+    if (body->has_until && !body->has_since)
+        return respond_error(response, 400, "until needs since");
+    if (!replay_times_ok(console, conn, body, response))
+        return;
+    replay.queue = body->queue;
+    replay.since = body->has_since ? body->since : NULL;
+    replay.until = body->has_until ? body->until : NULL;
+    replay.job_ids = body->job_ids;
+    replay.job_count = body->job_count;
+    replay.ordering_key = body->has_key ? body->ordering_key : NULL;
+    replay.dry_run = body->dry_run;
+    replay.batch_size = CONSOLE_BATCH_SIZE;
+    rc = store_admin_replay(conn, &replay, &result, &err);
+    snprintf(outcome, sizeof(outcome), "%s%lld rows%s%s", body->dry_run ? "dry run, " : "",
+             (long long)result.replayed, rc < 0 ? ", then " : "", rc < 0 ? err.message : "");
+    log_action(request, "replay", body, outcome);
+    if (rc < 0)
+        return respond_store_error(console, response, &err);
+    buffer_printf(&response->body, "{\"dry_run\":%s", body->dry_run ? "true" : "false");
+    json_field_int(&response->body, "replayed", result.replayed);
+    json_field_int(&response->body, "ready", result.ready);
+    json_field_int(&response->body, "running", result.running);
+    json_field_int(&response->body, "dead", result.dead);
+    json_field_int(&response->body, "missing", result.missing);
+    buffer_puts(&response->body, "}");
+    respond_json(response, 200);
+}
+
+static void
+api_post(struct console *console, PGconn *conn, const struct console_request *request,
+         const char *path, struct console_response *response)
+{
+    struct api_body body = {0};
+    struct reader reader;
+
+    if (parse_body(request, &body, &reader) < 0) {
+        respond_error(response, 400, reader.reason);
+    } else if (strcmp(path, "dead/retry") == 0) {
+        api_dead_action(console, conn, request, &body, false, response);
+    } else if (strcmp(path, "dead/delete") == 0) {
+        api_dead_action(console, conn, request, &body, true, response);
+    } else if (strcmp(path, "pause") == 0 || strcmp(path, "resume") == 0) {
+        api_pause(console, conn, request, &body, strcmp(path, "pause") == 0, response);
+    } else if (strcmp(path, "replay") == 0) {
+        api_replay(console, conn, request, &body, response);
+    } else {
+        respond_error(response, 404, "no such action");
+    }
+    free(body.job_ids);
+}
+
+static bool
+is_get_endpoint(const char *path)
+{
+    static const char *const names[] = {"overview", "queues", "blocked", "paused",
+                                        "relays",   "dead",   "chart",   "session"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(path, names[i]) == 0)
+            return true;
+    return false;
+}
+
+void
+console_api(struct console *console, const struct console_request *request, const char *path,
+            struct console_response *response)
+{
+    bool post = strcmp(request->method, "POST") == 0;
+    PGconn *conn;
+
+    if (!post && !is_get_endpoint(path))
+        return respond_error(response, 404, "no such endpoint");
+    if (!post && strcmp(path, "session") == 0)
+        return api_session(console, request, response);
+    if (post && request->content_type != NULL &&
+        strncmp(request->content_type, "application/json", 16) != 0)
+        return respond_error(response, 400, "the body must be application/json");
+    if ((conn = console_database(console)) == NULL)
+        return respond_error(response, 503, console->db_error);
+    if (post)
+        return api_post(console, conn, request, path, response);
+    if (strcmp(path, "dead") == 0)
+        return api_dead(console, conn, request, response);
+    if (strcmp(path, "chart") == 0)
+        return api_chart(console, conn, response);
+    api_overview(console, conn, path, response);
+}

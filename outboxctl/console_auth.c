@@ -1,0 +1,180 @@
+/*
+ * console_auth.c - who may use the console: the token of
+ * --auth-token-file as a bearer token or through the login form's session
+ * cookie, and the CSRF token that every page of a session carries.
+ *
+ * Tokens are compared in constant time. A session is 32 random bytes held
+ * in memory only: restarting the console logs everybody out. Bearer calls
+ * need no CSRF token: a browser never adds an Authorization header to a
+ * request another site makes it send, so such a call cannot be forged.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "console.h"
+
+#define TOKEN_MIN_LENGTH 16
+#define TOKEN_MAX_LENGTH 4096
+#define COOKIE_NAME "outbox_session="
+
+bool
+console_auth_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = la == lb ? 0 : 1;
+
+    /* walks b whatever a holds, so the time says nothing about where they differ */
+    for (size_t i = 0; i < lb; i++)
+        diff |= (unsigned char)(a[i < la ? i : 0] ^ b[i]);
+    return diff == 0 && la > 0;
+}
+
+int
+console_auth_random_hex(char *out, size_t size)
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char bytes[64];
+    size_t want = (size - 1 + 1) / 2;
+
+    if (size < 2 || want > sizeof(bytes))
+        return -1;
+    if (getrandom(bytes, want, 0) != (ssize_t)want)
+        return -1;
+    for (size_t i = 0; i + 1 < size; i++)
+        out[i] = digits[(bytes[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];
+    out[size - 1] = '\0';
+    return 0;
+}
+
+int
+console_auth_load(struct console *console, const char *path)
+{
+    char line[TOKEN_MAX_LENGTH + 2];
+    FILE *file = fopen(path, "r");
+    size_t length;
+
+    if (file == NULL) {
+        fprintf(stderr, "outboxctl: unable to read --auth-token-file '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    if (fgets(line, sizeof(line), file) == NULL)
+        line[0] = '\0';
+    fclose(file);
+    length = strcspn(line, "\r\n");
+    while (length > 0 && (line[length - 1] == ' ' || line[length - 1] == '\t'))
+        length--;
+    line[length] = '\0';
+    if (length < TOKEN_MIN_LENGTH || length > TOKEN_MAX_LENGTH) {
+        fprintf(stderr, "outboxctl: --auth-token-file '%s': the token (its first line) must "
+                        "be %d to %d characters\n", path, TOKEN_MIN_LENGTH, TOKEN_MAX_LENGTH);
+        return -1;
+    }
+    console->token = strdup(line);
+    if (console->token == NULL) {
+        fputs("outboxctl: out of memory\n", stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The value of the session cookie in a Cookie header, copied into out; false when none. */
+static bool
+session_cookie(const char *header, char *out, size_t size)
+{
+    const char *p = header;
+
+    while (p != NULL && *p != '\0') {
+        while (*p == ' ' || *p == ';')
+            p++;
+        if (strncmp(p, COOKIE_NAME, strlen(COOKIE_NAME)) == 0) {
+            size_t length;
+
+            p += strlen(COOKIE_NAME);
+            length = strcspn(p, "; ");
+            if (length == 0 || length >= size)
+                return false;
+            memcpy(out, p, length);
+            out[length] = '\0';
+            return true;
+        }
+        p = strchr(p, ';');
+    }
+    return false;
+}
+
+void
+console_auth_identify(struct console *console, struct console_request *request)
+{
+    char cookie[CONSOLE_TOKEN_HEX + 1];
+
+    request->identity = CONSOLE_NOBODY;
+    request->session = NULL;
+    if (console->token == NULL) {
+        request->identity = CONSOLE_ANONYMOUS;
+        request->session = &console->anonymous;
+        snprintf(request->who, sizeof(request->who), "anonymous@%s", request->peer);
+        return;
+    }
+    if (request->authorization != NULL && strncmp(request->authorization, "Bearer ", 7) == 0 &&
+        console_auth_equal(request->authorization + 7, console->token)) {
+        request->identity = CONSOLE_BEARER;
+        snprintf(request->who, sizeof(request->who), "bearer@%s", request->peer);
+        return;
+    }
+    if (request->cookie == NULL || !session_cookie(request->cookie, cookie, sizeof(cookie)))
+        return;
+    for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
+        struct console_session *session = &console->sessions[i];
+
+        if (session->created != 0 && console_auth_equal(cookie, session->id)) {
+            request->identity = CONSOLE_COOKIE;
+            request->session = session;
+            snprintf(request->who, sizeof(request->who), "session %.8s@%s", session->id,
+                     request->peer);
+            return;
+        }
+    }
+}
+
+bool
+console_auth_csrf_ok(const struct console_request *request, const char *form_csrf)
+{
+    const char *given = request->csrf_header ? request->csrf_header : form_csrf;
+
+    if (request->session == NULL || given == NULL)
+        return false;
+    return console_auth_equal(given, request->session->csrf);
+}
+
+struct console_session *
+console_auth_login(struct console *console, const char *token)
+{
+    struct console_session *slot = &console->sessions[0];
+
+    if (console->token == NULL || token == NULL || !console_auth_equal(token, console->token))
+        return NULL;
+    for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
+        if (console->sessions[i].created < slot->created)
+            slot = &console->sessions[i];
+    }
+    if (console_auth_random_hex(slot->id, sizeof(slot->id)) < 0 ||
+        console_auth_random_hex(slot->csrf, sizeof(slot->csrf)) < 0) {
+        slot->created = 0;
+        return NULL;
+    }
+    slot->created = ++console->session_counter;
+    return slot;
+}
+
+void
+console_auth_logout(struct console *console, struct console_request *request)
+{
+    (void)console;
+    if (request->identity == CONSOLE_COOKIE && request->session != NULL)
+        memset(request->session, 0, sizeof(*request->session));
+    request->session = NULL;
+}

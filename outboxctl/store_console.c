@@ -1,0 +1,471 @@
+/*
+ * store_console.c - the console's queries: overview, chart, dead rows and
+ * batched actions on them (see store_console.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "error.h"
+#include "store_console.h"
+
+/* clang-format off */
+
+#define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+/*
+ * Per queue: ready (due or not, held included), running and dead from
+ * their partial indexes; succeeded exactly ($1 true) or as the planner's
+ * share of the queue in the table minus the unfinished rows ($1 false).
+ * Queue names come from the same indexes, the statistics and the pauses.
+ */
+static const char queues_sql[] =
+    "WITH ready AS ("
+    "    SELECT queue, count(*) AS n,"
+    "           min(run_at) FILTER (WHERE run_at <= now() AND isfinite(run_at)) AS oldest"
+    "      FROM outbox.job WHERE state = 'ready' AND NOT held GROUP BY queue),"
+    " held AS (SELECT queue, count(*) AS n FROM outbox.job WHERE held GROUP BY queue),"
+    " running AS (SELECT queue, count(*) AS n FROM outbox.job WHERE state = 'running' GROUP BY queue),"
+    " dead AS (SELECT queue, count(*) AS n FROM outbox.job WHERE state = 'dead' GROUP BY queue),"
+    " exact AS (SELECT queue, count(*) AS n FROM outbox.job"
+    "            WHERE $1::boolean AND state = 'succeeded' GROUP BY queue),"
+    " estimate AS ("
+    "    SELECT v.queue, (v.freq * greatest(c.reltuples, 0))::bigint AS n"
+    "      FROM pg_stats AS s CROSS JOIN pg_class AS c"
+    "      CROSS JOIN unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(queue, freq)"
+    "     WHERE NOT $1::boolean AND s.schemaname = 'outbox' AND s.tablename = 'job'"
+    "       AND s.attname = 'queue' AND c.oid = 'outbox.job'::regclass),"
+    " names AS (SELECT queue FROM ready UNION SELECT queue FROM held UNION SELECT queue FROM running"
+    "           UNION SELECT queue FROM dead UNION SELECT queue FROM exact"
+    "           UNION SELECT queue FROM estimate UNION SELECT queue FROM outbox.paused)"
+    " SELECT n.queue, coalesce(r.n, 0) + coalesce(h.n, 0), coalesce(u.n, 0),"
+    "        CASE WHEN $1::boolean THEN coalesce(x.n, 0)"
+    "             ELSE greatest(coalesce(e.n, 0) - coalesce(r.n, 0) - coalesce(h.n, 0)"
+    "                           - coalesce(u.n, 0) - coalesce(d.n, 0), 0) END,"
+    "        coalesce(d.n, 0),"
+    "        greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM r.oldest), 0), 0)::float8"
+    "   FROM names AS n"
+    "   LEFT JOIN ready AS r USING (queue) LEFT JOIN held AS h USING (queue)"
+    "   LEFT JOIN running AS u USING (queue) LEFT JOIN dead AS d USING (queue)"
+    "   LEFT JOIN exact AS x USING (queue) LEFT JOIN estimate AS e USING (queue)"
+    "  ORDER BY n.queue";
+
+static const char small_table_sql[] =
+    "SELECT pg_relation_size('outbox.job') <= $1::bigint";
+
+static const char relays_sql[] =
+    "SELECT worker_id, count(*),"
+    "       extract(epoch FROM min(lease_until) - now())::float8,"
+    "       extract(epoch FROM max(lease_until) - now())::float8"
+    "  FROM outbox.job WHERE state = 'running' AND isfinite(lease_until)"
+    " GROUP BY worker_id ORDER BY worker_id";
+
+static const char chart_start_sql[] =
+    "SELECT floor(extract(epoch FROM now()) / 60)::bigint * 60 - 60 * ($1::int - 1)";
+
+static const char chart_published_sql[] =
+    "SELECT floor(extract(epoch FROM finished_at) / 60)::bigint * 60, count(*)"
+    "  FROM outbox.job WHERE state = 'succeeded' AND finished_at >= to_timestamp($1::bigint)"
+    " GROUP BY 1";
+
+/*
+ * Rows created since $1 (epoch seconds), per minute. A binary search over
+ * the primary key finds the first job_id created since then (job ids grow
+ * with created_at), in about 20 probes of one row each, so the count reads
+ * only the rows of the last hour and never scans the table.
+ */
+static const char chart_enqueued_sql[] =
+    "WITH RECURSIVE search(low, high) AS ("
+    "    SELECT (SELECT min(job_id) FROM outbox.job), (SELECT max(job_id) FROM outbox.job)"
+    "  UNION ALL"
+    "    SELECT CASE WHEN p.after THEN s.low ELSE s.mid + 1 END,"
+    "           CASE WHEN p.after THEN s.mid - 1 ELSE s.high END"
+    "      FROM (SELECT low, high, low + (high - low) / 2 AS mid FROM search"
+    "             WHERE low <= high) AS s"
+    "     CROSS JOIN LATERAL (SELECT coalesce((SELECT j.created_at >= to_timestamp($1::bigint)"
+    "                                            FROM outbox.job AS j WHERE j.job_id >= s.mid"
+    "                                           ORDER BY j.job_id LIMIT 1), true) AS after) AS p"
+    "), first AS (SELECT coalesce(max(low), 0) AS job_id FROM search WHERE low > high)"
+    " SELECT floor(extract(epoch FROM created_at) / 60)::bigint * 60, count(*)"
+    "   FROM outbox.job"
+    "  WHERE job_id >= (SELECT job_id FROM first) AND created_at >= to_timestamp($1::bigint)"
+    "  GROUP BY 1";
+
+#define DEAD_FILTER                                                                  \
+    " state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"                    \
+    " AND ($2::text IS NULL OR ordering_key = $2::text)"                            \
+    " AND ($3::text IS NULL OR strpos(lower(last_error), lower($3::text)) > 0)"     \
+    " AND ($4::bigint[] IS NULL OR job_id = ANY ($4::bigint[]))"
+
+static const char dead_list_sql[] =
+    "SELECT job_id, queue, ordering_key, attempts, max_attempts, " ISO_UTC("finished_at") ","
+    "       last_error,"
+    "       CASE WHEN octet_length(payload::text) <= 65536 THEN payload::text"
+    "            ELSE to_json(left(payload::text, 65536) || ' [cut]')::text END,"
+    "       headers::text"
+    "  FROM outbox.job WHERE" DEAD_FILTER
+    " ORDER BY queue, job_id LIMIT $5::bigint";
+
+static const char dead_retry_batch_sql[] =
+    "WITH picked AS ("
+    "    SELECT job_id FROM outbox.job WHERE" DEAD_FILTER " AND job_id > $5::bigint"
+    "     ORDER BY job_id LIMIT $6::int FOR UPDATE SKIP LOCKED)"
+    " UPDATE outbox.job AS j"
+    "    SET state = 'ready', run_at = now(), finished_at = NULL, max_attempts = j.attempts + 1"
+    "   FROM picked AS p WHERE j.job_id = p.job_id"
+    " RETURNING j.job_id";
+
+static const char dead_delete_batch_sql[] =
+    "WITH picked AS ("
+    "    SELECT job_id FROM outbox.job WHERE" DEAD_FILTER " AND job_id > $5::bigint"
+    "     ORDER BY job_id LIMIT $6::int FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.job AS j USING picked AS p WHERE j.job_id = p.job_id"
+    " RETURNING j.job_id";
+
+/* clang-format on */
+
+static char *
+copy_value(const PGresult *result, int row, int column, bool *failed)
+{
+    char *copy;
+
+    if (PQgetisnull(result, row, column))
+        return NULL;
+    copy = strdup(PQgetvalue(result, row, column));
+    if (copy == NULL)
+        *failed = true;
+    return copy;
+}
+
+static int64_t
+int64_value(const PGresult *result, int row, int column)
+{
+    return PQgetisnull(result, row, column) ? 0
+                                            : strtoll(PQgetvalue(result, row, column), NULL, 10);
+}
+
+static double
+double_value(const PGresult *result, int row, int column)
+{
+    return PQgetisnull(result, row, column) ? 0.0 : strtod(PQgetvalue(result, row, column), NULL);
+}
+
+static PGresult *
+run(PGconn *conn, const char *sql, int count, const char *const *params)
+{
+    return PQexecParams(conn, sql, count, NULL, params, NULL, NULL, 0);
+}
+
+/* Fills err from result, clears it and returns -1. */
+static int
+fail_result(struct outbox_error *err, PGconn *conn, PGresult *result, const char *context)
+{
+    outbox_error_from_pg(err, conn, result, context);
+    PQclear(result);
+    return -1;
+}
+
+/* Sets *small when outbox.job is small enough to count succeeded rows exactly. */
+static int
+table_is_small(PGconn *conn, bool *small, struct outbox_error *err)
+{
+    char limit[24];
+    const char *params[1] = {limit};
+    PGresult *result;
+
+    snprintf(limit, sizeof(limit), "%lld", (long long)STORE_CONSOLE_EXACT_BYTES);
+    result = run(conn, small_table_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        return fail_result(err, conn, result, "unable to read the size of 'outbox.job'");
+    *small = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    return 0;
+}
+
+static int
+read_queues(PGconn *conn, struct store_console_overview *overview, struct outbox_error *err)
+{
+    struct store_status *status = &overview->status;
+    const char *params[1] = {overview->succeeded_estimated ? "false" : "true"};
+    PGresult *result = run(conn, queues_sql, 1, params);
+    bool failed = false;
+    int rows;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to count jobs per queue");
+    rows = PQntuples(result);
+    if (rows > 0 && (status->queues = calloc((size_t)rows, sizeof(*status->queues))) == NULL)
+        failed = true;
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_queue_status *queue = &status->queues[row];
+
+        status->queue_count++;
+        queue->queue = copy_value(result, row, 0, &failed);
+        queue->ready = int64_value(result, row, 1);
+        queue->running = int64_value(result, row, 2);
+        queue->succeeded = int64_value(result, row, 3);
+        queue->dead = int64_value(result, row, 4);
+        queue->oldest_ready_seconds = double_value(result, row, 5);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+static int
+read_relays(PGconn *conn, struct store_console_overview *overview, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, relays_sql);
+    bool failed = false;
+    int rows;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to list the relays holding leases");
+    rows = PQntuples(result);
+    if (rows > 0 && (overview->relays = calloc((size_t)rows, sizeof(*overview->relays))) == NULL)
+        failed = true;
+    for (int row = 0; row < rows && !failed; row++) {
+        struct store_console_relay *relay = &overview->relays[row];
+
+        overview->relay_count++;
+        relay->worker_id = copy_value(result, row, 0, &failed);
+        relay->rows = int64_value(result, row, 1);
+        relay->lease_min_seconds = double_value(result, row, 2);
+        relay->lease_max_seconds = double_value(result, row, 3);
+    }
+    PQclear(result);
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+int
+store_console_overview(PGconn *conn, struct store_console_overview *overview,
+                       struct outbox_error *err)
+{
+    bool small = true;
+
+    memset(overview, 0, sizeof(*overview));
+    if (store_admin_check_schema(conn, err) < 0 || table_is_small(conn, &small, err) < 0)
+        return -1;
+    overview->succeeded_estimated = !small;
+    if (read_queues(conn, overview, err) < 0 ||
+        store_admin_status_parts(conn, &overview->status, err) < 0 ||
+        read_relays(conn, overview, err) < 0) {
+        store_console_overview_clear(overview);
+        return -1;
+    }
+    return 0;
+}
+
+void
+store_console_overview_clear(struct store_console_overview *overview)
+{
+    if (overview == NULL)
+        return;
+    store_status_clear(&overview->status);
+    for (size_t i = 0; i < overview->relay_count; i++)
+        free(overview->relays[i].worker_id);
+    free(overview->relays);
+    memset(overview, 0, sizeof(*overview));
+}
+
+/* Adds the (minute, count) rows of result into column. */
+static void
+add_minutes(const PGresult *result, const struct store_console_chart *chart, int64_t *column)
+{
+    for (int row = 0; row < PQntuples(result); row++) {
+        int64_t minute = int64_value(result, row, 0);
+        int64_t index = (minute - chart->minute_epoch[0]) / 60;
+
+        if (index >= 0 && index < STORE_CONSOLE_CHART_MINUTES)
+            column[index] += int64_value(result, row, 1);
+    }
+}
+
+int
+store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err)
+{
+    char minutes[8], start_text[24];
+    const char *params[1] = {minutes};
+    PGresult *result;
+
+    memset(chart, 0, sizeof(*chart));
+    snprintf(minutes, sizeof(minutes), "%d", STORE_CONSOLE_CHART_MINUTES);
+    result = run(conn, chart_start_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        return fail_result(err, conn, result, "unable to read the traffic of the last hour");
+    chart->minute_epoch[0] = int64_value(result, 0, 0);
+    PQclear(result);
+    for (int i = 1; i < STORE_CONSOLE_CHART_MINUTES; i++)
+        chart->minute_epoch[i] = chart->minute_epoch[0] + 60 * i;
+    snprintf(start_text, sizeof(start_text), "%lld", (long long)chart->minute_epoch[0]);
+
+    params[0] = start_text;
+    result = run(conn, chart_published_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to count the rows published");
+    add_minutes(result, chart, chart->published);
+    PQclear(result);
+
+    result = run(conn, chart_enqueued_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to count the rows enqueued");
+    add_minutes(result, chart, chart->enqueued);
+    PQclear(result);
+    return 0;
+}
+
+/* "{1,2,3}" for the ids of filter, or NULL when it has none; *failed on out of memory. */
+static char *
+id_array(const struct store_console_filter *filter, bool *failed)
+{
+    size_t size = 3 + filter->job_count * 21;
+    char *text;
+    size_t used = 0;
+
+    if (filter->job_count == 0)
+        return NULL;
+    if ((text = malloc(size)) == NULL) {
+        *failed = true;
+        return NULL;
+    }
+    text[used++] = '{';
+    for (size_t i = 0; i < filter->job_count; i++)
+        used += (size_t)snprintf(text + used, size - used, "%s%lld", i > 0 ? "," : "",
+                                 (long long)filter->job_ids[i]);
+    snprintf(text + used, size - used, "}");
+    return text;
+}
+
+static void
+fill_dead_job(const PGresult *result, int row, struct store_console_dead_job *job, bool *failed)
+{
+    job->job_id = int64_value(result, row, 0);
+    job->queue = copy_value(result, row, 1, failed);
+    job->ordering_key = copy_value(result, row, 2, failed);
+    job->attempts = (int32_t)int64_value(result, row, 3);
+    job->max_attempts = (int32_t)int64_value(result, row, 4);
+    job->finished_at = copy_value(result, row, 5, failed);
+    job->last_error = copy_value(result, row, 6, failed);
+    job->payload = copy_value(result, row, 7, failed);
+    job->headers = copy_value(result, row, 8, failed);
+}
+
+int
+store_console_dead_list(PGconn *conn, const struct store_console_filter *filter, int64_t limit,
+                        struct store_console_dead_list *list, struct outbox_error *err)
+{
+    char limit_text[24];
+    bool failed = false;
+    char *ids = id_array(filter, &failed);
+    const char *params[5] = {filter->queue, filter->ordering_key, filter->error_text, ids,
+                             limit_text};
+    PGresult *result;
+    int rows;
+
+    memset(list, 0, sizeof(*list));
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
+    result = run(conn, dead_list_sql, 5, params);
+    free(ids);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to list dead jobs");
+    rows = PQntuples(result);
+    if (rows > 0 && (list->jobs = calloc((size_t)rows, sizeof(*list->jobs))) == NULL)
+        failed = true;
+    for (int row = 0; row < rows && !failed; row++) {
+        list->count++;
+        fill_dead_job(result, row, &list->jobs[row], &failed);
+    }
+    PQclear(result);
+    if (failed) {
+        store_console_dead_list_clear(list);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    return 0;
+}
+
+void
+store_console_dead_list_clear(struct store_console_dead_list *list)
+{
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < list->count; i++) {
+        struct store_console_dead_job *job = &list->jobs[i];
+
+        free(job->queue);
+        free(job->ordering_key);
+        free(job->finished_at);
+        free(job->last_error);
+        free(job->payload);
+        free(job->headers);
+    }
+    free(list->jobs);
+    memset(list, 0, sizeof(*list));
+}
+
+/* Runs sql (a batch statement returning job ids) until a batch finds nothing. */
+static int
+dead_batches(PGconn *conn, const char *sql, const char *what,
+             const struct store_console_filter *filter, int batch_size,
+             store_console_progress *progress, void *arg, int64_t *count,
+             struct outbox_error *err)
+{
+    char after_text[24] = "0", batch_text[16];
+    bool failed = false;
+    char *ids = id_array(filter, &failed);
+    const char *params[6] = {filter->queue, filter->ordering_key, filter->error_text, ids,
+                             after_text, batch_text};
+    int rc = 0;
+
+    *count = 0;
+    if (failed)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    snprintf(batch_text, sizeof(batch_text), "%d", batch_size > 0 ? batch_size : 1);
+    for (;;) {
+        PGresult *result = run(conn, sql, 6, params);
+        int64_t last = 0;
+        int rows;
+
+        if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+            rc = fail_result(err, conn, result, what);
+            break;
+        }
+        rows = PQntuples(result);
+        for (int row = 0; row < rows; row++)
+            if (int64_value(result, row, 0) > last)
+                last = int64_value(result, row, 0);
+        PQclear(result);
+        if (rows == 0)
+            break;
+        *count += rows;
+        snprintf(after_text, sizeof(after_text), "%lld", (long long)last);
+        if (progress != NULL)
+            progress(arg, *count);
+    }
+    free(ids);
+    return rc;
+}
+
+int
+store_console_dead_retry(PGconn *conn, const struct store_console_filter *filter, int batch_size,
+                         store_console_progress *progress, void *arg, int64_t *count,
+                         struct outbox_error *err)
+{
+    return dead_batches(conn, dead_retry_batch_sql, "unable to retry dead jobs", filter,
+                        batch_size, progress, arg, count, err);
+}
+
+int
+store_console_dead_delete(PGconn *conn, const struct store_console_filter *filter,
+                          int batch_size, store_console_progress *progress, void *arg,
+                          int64_t *count, struct outbox_error *err)
+{
+    return dead_batches(conn, dead_delete_batch_sql, "unable to delete dead jobs", filter,
+                        batch_size, progress, arg, count, err);
+}

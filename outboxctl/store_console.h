@@ -1,0 +1,119 @@
+/*
+ * store_console.h - the queries behind the operator's console (outboxctl
+ * serve): the overview at a glance, the traffic chart, dead rows with their
+ * payloads, and bounded batch actions on dead rows.
+ *
+ * Nothing here scans the whole of outbox.job on a large table: ready,
+ * running and dead rows are counted from their partial indexes, so their
+ * cost follows the backlog; succeeded rows, the bulk of a busy table, are
+ * counted exactly only while the table is small and estimated from the
+ * planner's statistics beyond that (the overview says which). Same
+ * conventions as store_admin.h: caller-owned connection with no transaction
+ * open, bound parameters, results released by the matching *_clear().
+ */
+#ifndef OUTBOX_STORE_CONSOLE_H
+#define OUTBOX_STORE_CONSOLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox.h"
+#include "store_admin.h"
+
+/* Above this heap size succeeded rows are estimated instead of counted. */
+#define STORE_CONSOLE_EXACT_BYTES (64 * 1024 * 1024)
+
+/* A worker id holding leases (a relay seen at work). */
+struct store_console_relay {
+    char *worker_id;
+    int64_t rows;            /* running rows it holds */
+    double lease_min_seconds; /* seconds until its first lease expires (< 0: expired) */
+    double lease_max_seconds;
+};
+
+struct store_console_overview {
+    struct store_status status;  /* queues and blocked keys; no cleanup sample */
+    bool succeeded_estimated;    /* queues[].succeeded come from planner statistics */
+    struct store_console_relay *relays;
+    size_t relay_count;
+};
+
+/* Fills overview (see the header comment for what is exact). */
+int store_console_overview(PGconn *conn, struct store_console_overview *overview,
+                           struct outbox_error *err);
+void store_console_overview_clear(struct store_console_overview *overview);
+
+#define STORE_CONSOLE_CHART_MINUTES 60
+
+/*
+ * Rows enqueued (created_at of rows still in the table) and published
+ * (succeeded rows by finished_at) per minute over the last hour, oldest
+ * minute first; minute_epoch is the start of each minute.
+ */
+struct store_console_chart {
+    int64_t minute_epoch[STORE_CONSOLE_CHART_MINUTES];
+    int64_t enqueued[STORE_CONSOLE_CHART_MINUTES];
+    int64_t published[STORE_CONSOLE_CHART_MINUTES];
+};
+
+/*
+ * Fills chart. Published rows come from job_succeeded_idx; enqueued rows
+ * from the primary key, after a binary search (in the same statement) for
+ * the first job_id created in the hour, as job ids grow with created_at: both
+ * cost the hour's rows, not the table's.
+ */
+int store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err);
+
+/* Which dead rows: every given field narrows the selection (all NULL / 0: every dead row). */
+struct store_console_filter {
+    const char *queue;
+    const char *ordering_key;
+    const char *error_text; /* a case-insensitive substring of last_error */
+    const int64_t *job_ids;
+    size_t job_count;
+};
+
+struct store_console_dead_job {
+    int64_t job_id;
+    char *queue;
+    char *ordering_key; /* NULL: none */
+    int32_t attempts;
+    int32_t max_attempts;
+    char *finished_at; /* ISO 8601 UTC */
+    char *last_error;  /* NULL: none */
+    char *payload;     /* JSON text; a longer one than STORE_CONSOLE_PAYLOAD_MAX bytes
+                          comes as a JSON string of its first characters and " [cut]" */
+    char *headers;     /* JSON text */
+};
+
+#define STORE_CONSOLE_PAYLOAD_MAX 65536
+
+struct store_console_dead_list {
+    struct store_console_dead_job *jobs;
+    size_t count;
+};
+
+/* Lists up to limit dead rows matching filter, by queue and job_id. */
+int store_console_dead_list(PGconn *conn, const struct store_console_filter *filter, int64_t limit,
+                            struct store_console_dead_list *list, struct outbox_error *err);
+void store_console_dead_list_clear(struct store_console_dead_list *list);
+
+/* Called after each batch with the rows done so far; may be NULL. */
+typedef void store_console_progress(void *arg, int64_t done);
+
+/*
+ * Makes the dead rows matching filter ready again now with one more
+ * attempt (as `outboxctl dead retry`), or deletes them: in transactions of
+ * at most batch_size rows taken in job_id order, skipping rows locked by
+ * others, so no lock is held for longer than one batch. *count holds the
+ * rows changed, also on failure.
+ */
+int store_console_dead_retry(PGconn *conn, const struct store_console_filter *filter,
+                             int batch_size, store_console_progress *progress, void *arg,
+                             int64_t *count, struct outbox_error *err);
+int store_console_dead_delete(PGconn *conn, const struct store_console_filter *filter,
+                              int batch_size, store_console_progress *progress, void *arg,
+                              int64_t *count, struct outbox_error *err);
+
+#endif

@@ -1,0 +1,750 @@
+/*
+ * test_console.c - `outboxctl serve` against a real PostgreSQL: every
+ * endpoint of the JSON API and the pages, the token and the login cookie,
+ * CSRF, read-only mode, escaping of values from the database, bad input,
+ * the listen rules and a database that is away.
+ *
+ * Needs the environment tests/run.sh gives (OUTBOX_TEST_PG_URL, OUTBOX_BIN).
+ * Each test has its own database and its own console process.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "harness.h"
+
+#define TOKEN "console-test-token-0123456789"
+#define REPLY_MAX (4 * 1024 * 1024)
+#define XSS_ERROR "<img src=x onerror=alert(1)>"
+#define XSS_KEY "<script>alert(2)</script>"
+
+struct fixture {
+    char *url;
+    const char *serve_url; /* the console's database when not url */
+    PGconn *conn;
+    char token_file[128];
+    int port;
+    pid_t pid;
+};
+
+struct reply {
+    int status;
+    char *head; /* status line and headers */
+    char *body;
+};
+
+static void
+reply_free(struct reply *reply)
+{
+    free(reply->head);
+    free(reply->body);
+    memset(reply, 0, sizeof(*reply));
+}
+
+/* Sends one request; extra holds header lines ending in \r\n. status 0: no answer. */
+static struct reply
+http(int port, const char *method, const char *path, const char *extra, const char *body)
+{
+    struct reply reply = {0};
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    struct timeval timeout = {.tv_sec = 20};
+    char *request, *buffer, *split;
+    size_t len = 0, body_len = body ? strlen(body) : 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        close(fd);
+        return reply;
+    }
+    assert_true(asprintf(&request, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu"
+                                   "\r\n\r\n%s",
+                         method, path, extra ? extra : "", body_len, body ? body : "") > 0);
+    assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+    free(request);
+    buffer = malloc(REPLY_MAX + 1);
+    assert_non_null(buffer);
+    for (;;) {
+        ssize_t n = read(fd, buffer + len, REPLY_MAX - len);
+
+        if (n <= 0 || (len += (size_t)n) == REPLY_MAX)
+            break;
+    }
+    close(fd);
+    buffer[len] = '\0';
+    if (sscanf(buffer, "HTTP/1.1 %d", &reply.status) == 1 &&
+        (split = strstr(buffer, "\r\n\r\n")) != NULL) {
+        reply.body = strdup(split + 4);
+        *split = '\0';
+        reply.head = strdup(buffer);
+    } else {
+        reply.status = 0;
+    }
+    free(buffer);
+    return reply;
+}
+
+static struct reply
+bearer_get(const struct fixture *f, const char *path)
+{
+    return http(f->port, "GET", path, "Authorization: Bearer " TOKEN "\r\n", NULL);
+}
+
+static struct reply
+bearer_post(const struct fixture *f, const char *path, const char *body)
+{
+    return http(f->port, "POST", path,
+                "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n", body);
+}
+
+/* Asserts status and returns the body (the caller frees the reply). */
+static void
+expect(struct reply *reply, int status, const char *body_part)
+{
+    if (reply->status != status || (body_part && strstr(reply->body, body_part) == NULL))
+        fail_msg("expected %d with '%s', got %d: %s", status, body_part ? body_part : "",
+                 reply->status, reply->body ? reply->body : "(no answer)");
+}
+
+/* Starts a console with the given options (NULL-terminated); waits until it answers. */
+static void
+start_console(struct fixture *f, const char *const *options)
+{
+    char listen[32], bin[512], *log;
+    const char *argv[16];
+    int n = 0;
+
+    f->port = harness_closed_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->port);
+    snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
+    argv[n++] = bin;
+    argv[n++] = "serve";
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--database-url";
+    argv[n++] = f->serve_url ? f->serve_url : f->url;
+    for (int i = 0; options[i] != NULL; i++)
+        argv[n++] = options[i];
+    argv[n] = NULL;
+    log = harness_log_path("console");
+    f->pid = harness_spawn(argv, log);
+    free(log);
+    for (int waited = 0; waited < 10000; waited += 50) {
+        struct reply r = http(f->port, "GET", "/static/console.css", NULL, NULL);
+        int status = r.status;
+
+        reply_free(&r);
+        if (status == 0) {
+            usleep(50 * 1000);
+            continue;
+        }
+        return;
+    }
+    fail_msg("the console did not answer on port %d", f->port);
+}
+
+static void
+stop_console(struct fixture *f)
+{
+    if (f->pid > 0) {
+        kill(f->pid, SIGTERM);
+        assert_int_equal(harness_wait_exit(f->pid, 10000), 0);
+        f->pid = 0;
+    }
+}
+
+static const char seed_sql[] =
+    "SELECT outbox.enqueue('orders', '{\"n\": 1}');"
+    "SELECT outbox.enqueue('orders', '{\"n\": 2}', ordering_key => 'k1');"
+    "SELECT outbox.enqueue('billing', '{\"n\": 3}');"
+    "INSERT INTO outbox.job (queue, payload, state, attempts, max_attempts, finished_at,"
+    "                        last_error, ordering_key)"
+    " VALUES ('orders', '{\"html\": \"<b>bold</b>\"}', 'dead', 3, 3, now(), '" XSS_ERROR "',"
+    "         '" XSS_KEY "');"
+    "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at, created_at)"
+    " SELECT 'orders', '{}', 'succeeded', 1, now() - interval '2 minutes',"
+    "        now() - interval '3 minutes' FROM generate_series(1, 5);"
+    "INSERT INTO outbox.job (queue, payload, state, attempts, worker_id, lease_until)"
+    " VALUES ('billing', '{}', 'running', 1, 'relay-a', now() + interval '30 seconds');";
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    FILE *file;
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    harness_exec(f->conn, seed_sql);
+    snprintf(f->token_file, sizeof(f->token_file), "/tmp/outbox-console-token-%d", (int)getpid());
+    file = fopen(f->token_file, "w");
+    assert_non_null(file);
+    fputs(TOKEN "\n", file);
+    fclose(file);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    stop_console(f);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    unlink(f->token_file);
+    free(f);
+    return 0;
+}
+
+static void
+start_with_token(struct fixture *f, bool actions)
+{
+    const char *options[] = {"--auth-token-file", f->token_file,
+                             actions ? "--allow-actions" : NULL, NULL};
+
+    start_console(f, options);
+}
+
+/* ---- access ---- */
+
+static void
+test_token_required(void **state)
+{
+    struct fixture *f = *state;
+    struct reply r;
+
+    start_with_token(f, true);
+    r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
+    expect(&r, 401, "authentication required");
+    reply_free(&r);
+    r = http(f->port, "GET", "/api/v1/queues", "Authorization: Bearer wrong-token-000000\r\n",
+             NULL);
+    expect(&r, 401, NULL);
+    reply_free(&r);
+    r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
+             "{\"queue\":\"orders\"}");
+    expect(&r, 401, NULL);
+    reply_free(&r);
+    /* a page without credentials is the login form, with 401 */
+    r = http(f->port, "GET", "/", NULL, NULL);
+    expect(&r, 401, "name=\"token\"");
+    assert_null(strstr(r.body, "orders"));
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/queues");
+    expect(&r, 200, "\"queue\":\"orders\"");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+}
+
+/* Logs in through the form; returns the "outbox_session=..." cookie (malloc'd). */
+static char *
+login(const struct fixture *f)
+{
+    struct reply r = http(f->port, "POST", "/login",
+                          "Content-Type: application/x-www-form-urlencoded\r\n",
+                          "token=" TOKEN);
+    char *cookie, *start, *end;
+
+    expect(&r, 303, NULL);
+    start = strstr(r.head, "Set-Cookie: outbox_session=");
+    assert_non_null(start);
+    assert_non_null(strstr(start, "HttpOnly"));
+    assert_non_null(strstr(start, "SameSite=Strict"));
+    start += strlen("Set-Cookie: ");
+    end = strchr(start, ';');
+    cookie = strndup(start, (size_t)(end - start));
+    reply_free(&r);
+    return cookie;
+}
+
+static void
+test_login_cookie_and_csrf(void **state)
+{
+    struct fixture *f = *state;
+    char *cookie, headers[512], csrf[80] = "";
+    struct reply r;
+    const char *at;
+
+    start_with_token(f, true);
+    r = http(f->port, "POST", "/login", NULL, "token=not-the-token-at-all");
+    expect(&r, 401, "wrong token");
+    assert_null(strstr(r.head, "Set-Cookie"));
+    reply_free(&r);
+    cookie = login(f);
+
+    snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
+    r = http(f->port, "GET", "/", headers, NULL);
+    expect(&r, 200, "data-queue=\"orders\"");
+    assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
+    at = strstr(r.body, "name=\"csrf-token\" content=\"");
+    assert_non_null(at);
+    sscanf(at + strlen("name=\"csrf-token\" content=\""), "%64[0-9a-f]", csrf);
+    assert_int_equal(strlen(csrf), 64);
+    reply_free(&r);
+
+    /* a cookie alone, or with a wrong token, cannot act: that is what a forged form sends */
+    snprintf(headers, sizeof(headers), "Cookie: %s\r\nContent-Type: application/json\r\n", cookie);
+    r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    snprintf(headers, sizeof(headers),
+             "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %064d\r\n", cookie, 0);
+    r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+
+    snprintf(headers, sizeof(headers),
+             "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %s\r\n", cookie, csrf);
+    r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
+    expect(&r, 200, "\"changed\":true");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"
+                                               " WHERE queue = 'orders'"),
+                     1);
+
+    /* after logout the cookie is worth nothing */
+    snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
+    r = http(f->port, "POST", "/logout", headers, "");
+    expect(&r, 303, NULL);
+    reply_free(&r);
+    r = http(f->port, "GET", "/api/v1/queues", headers, NULL);
+    expect(&r, 401, NULL);
+    reply_free(&r);
+    free(cookie);
+}
+
+static void
+test_read_only(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const posts[][2] = {
+        {"/api/v1/pause", "{\"queue\":\"orders\"}"},
+        {"/api/v1/resume", "{\"queue\":\"orders\"}"},
+        {"/api/v1/dead/retry", "{\"queue\":\"orders\"}"},
+        {"/api/v1/dead/delete", "{\"queue\":\"orders\"}"},
+        {"/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\",\"dry_run\":false}"},
+    };
+    struct reply r;
+
+    start_with_token(f, false);
+    for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++) {
+        r = bearer_post(f, posts[i][0], posts[i][1]);
+        expect(&r, 403, "read-only");
+        reply_free(&r);
+    }
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'dead'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     5);
+    r = bearer_get(f, "/api/v1/dead");
+    expect(&r, 200, "\"job_id\"");
+    reply_free(&r);
+    r = bearer_get(f, "/dead");
+    expect(&r, 200, "<fieldset disabled>");
+    reply_free(&r);
+}
+
+/* ---- endpoints ---- */
+
+static void
+test_get_endpoints(void **state)
+{
+    struct fixture *f = *state;
+    struct reply r;
+
+    start_with_token(f, true);
+    r = bearer_get(f, "/api/v1/queues");
+    expect(&r, 200, "{\"queue\":\"billing\",\"ready\":1,\"running\":1,\"succeeded\":0,\"dead\":0,");
+    assert_non_null(strstr(r.body, "{\"queue\":\"orders\",\"ready\":2,\"running\":0,"
+                                   "\"succeeded\":5,\"dead\":1,"));
+    assert_non_null(strstr(r.body, "\"oldest_ready_seconds\":"));
+    assert_non_null(strstr(r.body, "\"blocked_keys\":1"));
+    assert_non_null(strstr(r.head, "Content-Type: application/json"));
+    reply_free(&r);
+
+    r = bearer_get(f, "/api/v1/dead?queue=orders&limit=10");
+    expect(&r, 200, "\"queue\":\"orders\"");
+    assert_non_null(strstr(r.body, "\"attempts\":3"));
+    assert_non_null(strstr(r.body, "\"payload\":{\"html\": \"<b>bold</b>\"}"));
+    assert_non_null(strstr(r.body, "\"last_error\":\"\\u003cimg src=x onerror=alert(1)\\u003e\""));
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/dead?queue=billing");
+    expect(&r, 200, NULL);
+    assert_string_equal(r.body, "[]\n");
+    reply_free(&r);
+    /* a payload too big for a page comes cut, as a JSON string that says so */
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                          " VALUES ('big', jsonb_build_object('s', repeat('x', 70000)), 'dead',"
+                          " 1, now())");
+    r = bearer_get(f, "/api/v1/dead?queue=big");
+    expect(&r, 200, "xxx [cut]\"");
+    assert_true(strlen(r.body) < 67000);
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/dead?error=ONERROR");
+    expect(&r, 200, "\"job_id\"");
+    reply_free(&r);
+
+    r = bearer_get(f, "/api/v1/overview");
+    expect(&r, 200, "\"schema_version\":");
+    assert_non_null(strstr(r.body, "\"succeeded_estimated\":false"));
+    assert_non_null(strstr(r.body, "\"vacuum_horizon\":{"));
+    assert_non_null(strstr(r.body, "\"relays\":[{\"worker_id\":\"relay-a\",\"rows\":1,"));
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/relays");
+    expect(&r, 200, "\"worker_id\":\"relay-a\"");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/blocked");
+    expect(&r, 200, "\"head_state\":\"dead\"");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/paused");
+    expect(&r, 200, NULL);
+    assert_string_equal(r.body, "[]\n");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/chart");
+    expect(&r, 200, "\"minutes\":[{\"minute\":");
+    assert_non_null(strstr(r.body, "\"published\":5"));
+    assert_non_null(strstr(r.body, "\"enqueued\":5,")); /* the 5 rows created 3 minutes ago */
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/session");
+    expect(&r, 200, "\"identity\":\"bearer\"");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/nothing");
+    expect(&r, 404, "no such endpoint");
+    reply_free(&r);
+
+    static const char *const pages[] = {"/", "/dead", "/dead?queue=orders", "/keys", "/replay"};
+    for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+        r = bearer_get(f, pages[i]);
+        expect(&r, 200, "</html>");
+        assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
+        assert_null(strstr(r.body, "<script>")); /* no inline script anywhere */
+        assert_null(strstr(r.body, "style=\""));
+        reply_free(&r);
+    }
+    r = bearer_get(f, "/static/console.js");
+    expect(&r, 200, "X-CSRF-Token");
+    reply_free(&r);
+}
+
+static void
+test_dead_retry_and_delete(void **state)
+{
+    struct fixture *f = *state;
+    long long dead_id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job"
+                                                  " WHERE state = 'dead'");
+    char body[128];
+    struct reply r;
+
+    start_with_token(f, true);
+    snprintf(body, sizeof(body), "{\"job_ids\":[%lld]}", dead_id);
+    r = bearer_post(f, "/api/v1/dead/retry", body);
+    expect(&r, 200, "{\"retried\":1}");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state ="
+                                               " 'ready' AND max_attempts = 4 AND job_id = (SELECT"
+                                               " max(job_id) FROM outbox.job WHERE attempts = 3)"),
+                     1);
+    r = bearer_post(f, "/api/v1/dead/retry", body);
+    expect(&r, 200, "{\"retried\":0}");
+    reply_free(&r);
+
+    /* more dead rows than one batch: all of them, in several transactions */
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
+                          " last_error) SELECT 'bulk', '{}', 'dead', 1, now(), 'boom ' || i"
+                          " FROM generate_series(1, 2500) AS i;"
+                          "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
+                          " last_error) VALUES ('bulk', '{}', 'dead', 1, now(), 'other')");
+    r = bearer_post(f, "/api/v1/dead/retry", "{\"queue\":\"bulk\",\"error\":\"BOOM\"}");
+    expect(&r, 200, "{\"retried\":2500}");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
+                                               " 'bulk' AND state = 'ready'"),
+                     2500);
+    r = bearer_post(f, "/api/v1/dead/delete", "{\"queue\":\"bulk\"}");
+    expect(&r, 200, "{\"deleted\":1}");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
+                                               " 'bulk' AND state = 'dead'"),
+                     0);
+}
+
+static void
+test_pause_resume_and_replay(void **state)
+{
+    struct fixture *f = *state;
+    char body[256];
+    struct reply r;
+
+    start_with_token(f, true);
+    r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\",\"ordering_key\":\"k1\","
+                                        "\"reason\":\"investigating\"}");
+    expect(&r, 200, "{\"changed\":true}");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/paused");
+    expect(&r, 200, "\"ordering_key\":\"k1\",\"reason\":\"investigating\"");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/queues");
+    expect(&r, 200, "\"paused\":false,\"paused_keys\":1");
+    reply_free(&r);
+    r = bearer_post(f, "/api/v1/resume", "{\"queue\":\"orders\",\"ordering_key\":\"k1\"}");
+    expect(&r, 200, "\"changed\":true");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+
+    r = bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\","
+                                         "\"dry_run\":true}");
+    expect(&r, 200, "{\"dry_run\":true,\"replayed\":5,");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     5);
+    snprintf(body, sizeof(body), "{\"queue\":\"orders\",\"job_ids\":[%lld,999999],"
+                                 "\"dry_run\":false}",
+             harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job"
+                                       " WHERE state = 'succeeded'"));
+    r = bearer_post(f, "/api/v1/replay", body);
+    expect(&r, 200, "\"replayed\":1,");
+    assert_non_null(strstr(r.body, "\"missing\":1"));
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     4);
+}
+
+/* ---- escaping and bad input ---- */
+
+static void
+test_escaping(void **state)
+{
+    struct fixture *f = *state;
+    struct reply r;
+
+    harness_exec(f->conn, "SELECT outbox.pause('orders', '<script>pause()</script>',"
+                          " '<script>reason()</script>')");
+    start_with_token(f, true);
+    static const char *const pages[] = {"/dead", "/keys", "/"};
+    for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+        r = bearer_get(f, pages[i]);
+        expect(&r, 200, NULL);
+        assert_null(strstr(r.body, "<script>"));
+        assert_null(strstr(r.body, "<img"));
+        assert_null(strstr(r.body, "<b>bold"));
+        reply_free(&r);
+    }
+    r = bearer_get(f, "/dead");
+    assert_non_null(strstr(r.body, "&lt;img src=x onerror=alert(1)&gt;"));
+    assert_non_null(strstr(r.body, "&lt;script&gt;alert(2)&lt;/script&gt;"));
+    assert_non_null(strstr(r.body, "&lt;b&gt;bold&lt;/b&gt;"));
+    reply_free(&r);
+    r = bearer_get(f, "/keys");
+    assert_non_null(strstr(r.body, "&lt;script&gt;pause()&lt;/script&gt;"));
+    assert_non_null(strstr(r.body, "&lt;script&gt;reason()&lt;/script&gt;"));
+    reply_free(&r);
+    /* a filter value echoed into the page is escaped too */
+    r = bearer_get(f, "/dead?queue=%22%3E%3Cscript%3Ex()%3C/script%3E");
+    expect(&r, 200, "&quot;&gt;&lt;script&gt;x()");
+    assert_null(strstr(r.body, "<script>"));
+    reply_free(&r);
+    /* JSON escapes < and > so a misread answer cannot become markup */
+    r = bearer_get(f, "/api/v1/blocked");
+    expect(&r, 200, "\\u003cscript\\u003ealert(2)\\u003c/script\\u003e");
+    reply_free(&r);
+    /* queue names cannot hold markup at all: the schema refuses them */
+    r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"<script>\"}");
+    expect(&r, 400, "invalid outbox queue name");
+    reply_free(&r);
+}
+
+/* Asserts a 400 whose body is one line of JSON naming reason. */
+static void
+expect_bad(struct reply r, const char *reason)
+{
+    expect(&r, 400, reason);
+    assert_non_null(strchr(r.body, '\n'));
+    assert_int_equal(strchr(r.body, '\n')[1], '\0');
+    reply_free(&r);
+}
+
+static void
+test_bad_input(void **state)
+{
+    struct fixture *f = *state;
+
+    start_with_token(f, true);
+    expect_bad(bearer_get(f, "/api/v1/dead?limit=abc"), "limit must be");
+    expect_bad(bearer_get(f, "/api/v1/dead?limit=0"), "limit must be");
+    expect_bad(bearer_get(f, "/api/v1/dead?job_id=x"), "job_id must be");
+    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":"), "json");
+    expect_bad(bearer_post(f, "/api/v1/pause", "[1]"), "json object");
+    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\"} x"), "trailing");
+    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":1}"), "string");
+    expect_bad(bearer_post(f, "/api/v1/pause", "{\"bogus\":\"x\"}"), "unknown field 'bogus'");
+    expect_bad(bearer_post(f, "/api/v1/pause", "{}"), "queue is required");
+    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{}"), "give job_ids");
+    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[\"1\"]}"), "job ids");
+    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[]}"), "empty");
+    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[-4]}"), "positive");
+    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\"}"), "either since");
+    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"soon\"}"),
+               "since is not a time");
+    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\","
+                                                "\"dry_run\":\"yes\"}"),
+               "dry_run");
+    expect_bad(http(f->port, "POST", "/api/v1/pause",
+                    "Authorization: Bearer " TOKEN "\r\nContent-Type: text/plain\r\n",
+                    "{\"queue\":\"orders\"}"),
+               "application/json");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'dead'"),
+                     1);
+}
+
+/* Without a token file: loopback only, no login, but still a CSRF token for every POST. */
+static void
+test_loopback_without_token(void **state)
+{
+    struct fixture *f = *state;
+    const char *options[] = {"--allow-actions", NULL};
+    char headers[256], csrf[80] = "";
+    struct reply r;
+    const char *at;
+
+    start_console(f, options);
+    r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
+    expect(&r, 200, "\"queue\":\"orders\"");
+    reply_free(&r);
+    r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
+             "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    /* a bearer header means nothing without a token file: still no CSRF token, still 403 */
+    r = http(f->port, "POST", "/api/v1/pause",
+             "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n",
+             "{\"queue\":\"orders\"}");
+    expect(&r, 403, "csrf");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    r = http(f->port, "GET", "/api/v1/session", NULL, NULL);
+    expect(&r, 200, "\"identity\":\"anonymous\"");
+    at = strstr(r.body, "\"csrf_token\":\"");
+    assert_non_null(at);
+    sscanf(at + strlen("\"csrf_token\":\""), "%64[0-9a-f]", csrf);
+    reply_free(&r);
+    snprintf(headers, sizeof(headers),
+             "Content-Type: application/json\r\nX-CSRF-Token: %s\r\n", csrf);
+    r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
+    expect(&r, 200, "\"changed\":true");
+    reply_free(&r);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
+}
+
+/* ---- listening and the database ---- */
+
+static int
+run_serve(const char *const *args)
+{
+    char bin[512], *log = harness_log_path("console-usage");
+    const char *argv[12] = {bin, "serve"};
+    int n = 2;
+    pid_t pid;
+
+    snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
+    for (int i = 0; args[i] != NULL; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid = harness_spawn(argv, log);
+    free(log);
+    return harness_wait_exit(pid, 10000);
+}
+
+static void
+test_listen_rules(void **state)
+{
+    struct fixture *f = *state;
+    const char *wide[] = {"--listen", "0.0.0.0:0", "--database-url", f->url, NULL};
+    const char *all[] = {"--listen", ":0", "--database-url", f->url, NULL};
+    const char *bad[] = {"--listen", "nowhere", "--database-url", f->url, NULL};
+    const char *unknown[] = {"--frobnicate", "--database-url", f->url, NULL};
+    const char *short_token[] = {"--auth-token-file", "/dev/null", "--database-url", f->url,
+                                 NULL};
+
+    assert_int_equal(run_serve(wide), 2);
+    assert_int_equal(run_serve(all), 2);
+    assert_int_equal(run_serve(bad), 2);
+    assert_int_equal(run_serve(unknown), 2);
+    assert_int_equal(run_serve(short_token), 2);
+}
+
+static void
+test_database_down(void **state)
+{
+    struct fixture *f = *state;
+    char url[128];
+    struct reply r;
+
+    snprintf(url, sizeof(url), "postgresql://postgres@127.0.0.1:%d/postgres",
+             harness_closed_port());
+    f->serve_url = url;
+    start_with_token(f, true);
+    r = bearer_get(f, "/");
+    expect(&r, 503, "id=\"database-banner\"");
+    reply_free(&r);
+    r = bearer_get(f, "/dead");
+    expect(&r, 503, "Database unavailable");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/queues");
+    expect(&r, 503, "unable to connect to the database");
+    reply_free(&r);
+    /* still serving */
+    r = bearer_get(f, "/replay");
+    expect(&r, 200, "replay-form");
+    reply_free(&r);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_token_required, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_login_cookie_and_csrf, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_endpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_retry_and_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_resume_and_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listen_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_database_down, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
