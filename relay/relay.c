@@ -666,21 +666,53 @@ lease_batch(struct pipeline *p, const struct outbox_batch *batch)
         p->leases[i] = (struct outbox_lease){batch->jobs[i].job_id, batch->jobs[i].generation};
 }
 
-/* A batch that waited long (for its broker, say) gets a fresh lease before publishing. */
+/*
+ * Publishing a row whose lease has ended would put it out after rows of its
+ * key that another relay published meanwhile: that relay reaped the row,
+ * published it and went on with the key. So before a batch goes out, every
+ * row whose lease the pipeline cannot prove it still holds is dropped. A
+ * batch claimed less than half a lease ago is held for sure (claimed_at is
+ * taken before the claim was sent, on the monotonic clock, so the lease
+ * began later); an older one (a broker that kept it waiting, a process
+ * stopped by SIGSTOP or a stalled VM, the claim made ahead and collected
+ * after such a pause) is extended, and only the rows the extend returned
+ * stay. Without a database nothing can be proved and every row is dropped.
+ * Dropped rows are neither published nor marked: another relay owns them,
+ * or will once the lease ends. What stays open is a pause between this
+ * check and the write to the broker (the README's ordering promise).
+ */
 static void
-extend_if_stale(struct pipeline *p, const struct outbox_batch *batch, double claimed_at)
+keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
 {
     const struct relay_config *c = p->relay->config;
+    double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
     struct outbox_error err;
-    size_t changed;
+    size_t changed = 0, kept = 0;
 
-    if (batch->count == 0 || clock_monotonic_seconds() - claimed_at <= c->lease_seconds / 2.0 ||
-        p->db.store == NULL)
+    if (batch->count == 0 || held_for <= c->lease_seconds / 2.0)
         return;
     lease_batch(p, batch);
-    if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
-                      &err) != 0)
-        store_failed(p, &err);
+    memset(p->done, 0, batch->count * sizeof(*p->done));
+    if (p->db.store != NULL) {
+        if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+                          &err) == 0)
+            *claimed_at = checked;
+        else {
+            store_failed(p, &err);
+            memset(p->done, 0, batch->count * sizeof(*p->done));
+        }
+    }
+    for (size_t i = 0; i < batch->count; i++)
+        if (p->done[i])
+            batch->jobs[kept++] = batch->jobs[i];
+    if (kept < batch->count) {
+        metrics_add(p->relay->metrics, METRICS_LEASE_LOST, batch->count - kept);
+        log_event_limited("lease-lost-unpublished", OUTBOX_LOG_WARN,
+                          "lease lost before publishing, rows left to their new owner",
+                          "pipeline=%d rows=%zu held_for=%.1fs", p->index, batch->count - kept,
+                          held_for);
+    }
+    batch->count = kept;
 }
 
 /*
@@ -800,10 +832,11 @@ relay_turn(struct pipeline *p, double *claimed_at)
     double next_claimed_at = clock_monotonic_seconds();
     bool marking = false, claiming = false;
 
-    extend_if_stale(p, &current->batch, *claimed_at);
     /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
     if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
         store_failed(p, &err);
+    /* the last round trip before the publish, so the least time passes after it */
+    keep_held_rows(p, &current->batch, claimed_at);
     if (p->db.store != NULL && has_rows(previous))
         marking = settle_send(p, previous) == 0;
     if (p->db.store != NULL && !stopping(r)) {
