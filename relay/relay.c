@@ -239,6 +239,25 @@ enum attempt_result {
     ATTEMPT_FATAL,  /* bad password, no schema at first start: set_fatal() done */
 };
 
+/*
+ * --on-success delete: the role must be able to delete, or every row would
+ * be published, fail its delete and stay running until its lease ends, to
+ * be published again. Checked at connect, where a missing SELECT or UPDATE
+ * is too; the message names the option.
+ */
+static int
+require_delete(outbox_store *store, struct outbox_error *err)
+{
+    char message[sizeof(err->message)];
+
+    if (outbox_store_check_privileges(store, err) == 0)
+        return 0;
+    snprintf(message, sizeof(message), "%s", err->message);
+    snprintf(err->message, sizeof(err->message), "--on-success delete: %.*s",
+             (int)(sizeof(message) - 32), message);
+    return -1;
+}
+
 /* One attempt to connect a thread's store; err says why it failed. */
 static enum attempt_result
 try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
@@ -246,6 +265,10 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
     relay *r = db->relay;
 
     db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
+    if (db->store != NULL && r->config->delete_on_success && require_delete(db->store, err) != 0) {
+        outbox_store_free(db->store);
+        db->store = NULL;
+    }
     if (db->store != NULL) {
         PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
         outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);

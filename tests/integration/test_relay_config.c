@@ -638,6 +638,56 @@ test_check_names_a_missing_privilege(void **state)
 #undef GRANTS
 }
 
+/*
+ * --on-success delete without DELETE: a normal start refuses, naming the
+ * option and the privilege, and publishes nothing (rows published and not
+ * deleted would stay running until their lease and go out again). With the
+ * grant, the same run deletes the rows.
+ */
+static void
+test_on_success_delete_needs_the_delete_privilege(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char user[64], sql[512], prefix[64], output[4096];
+    char *url;
+    int status;
+
+    snprintf(user, sizeof(user), "delete_role_%d", (int)getpid());
+    snprintf(prefix, sizeof(prefix), "on-delete-%d:", (int)getpid());
+    url = url_as(f->url, user);
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT USAGE ON SCHEMA outbox TO %1$s; GRANT SELECT, UPDATE ON outbox.job TO %1$s;"
+             " GRANT SELECT ON outbox.paused TO %1$s",
+             user);
+    harness_exec(f->conn, sql);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', '{}')) FROM generate_series(1, 5)");
+    {
+        const char *argv[] = {"--database-url", url, "--broker", broker, "--stream-prefix", prefix,
+                              "--on-success", "delete", "--once", NULL};
+
+        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        if (status == 0 || strstr(output, "--on-success delete") == NULL ||
+            strstr(output, "DELETE on table outbox.job") == NULL)
+            fail_msg("--on-success delete without DELETE: exit %d, expected a failure naming the"
+                     " option and the privilege:\n%s",
+                     status, output);
+        assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                                   " WHERE state = 'ready' AND attempts = 0"),
+                         5);
+        snprintf(sql, sizeof(sql), "GRANT DELETE ON outbox.job TO %s", user);
+        harness_exec(f->conn, sql);
+        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        if (status != 0)
+            fail_msg("--on-success delete with DELETE: exit %d\n%s", status, output);
+        assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
+    }
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
 static void
 test_check_looks_for_the_exchange(void **state)
 {
@@ -876,6 +926,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check_names_a_missing_privilege, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_looks_for_the_exchange, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_on_success_delete_needs_the_delete_privilege, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_broker_password_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_of_the_other_broker_are_named, setup,
                                         teardown),
