@@ -59,6 +59,8 @@
 #define PHASE_RETRY_SECONDS 1.0
 /* --once gives up on an end it cannot reach for this long (connect_ends). */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
+/* A cause that stays (rows deferred, the database refusing) is logged once a minute. */
+#define CAUSE_LOG_EVERY_SECONDS 60.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -88,6 +90,17 @@ struct settlement {
 };
 
 /*
+ * The last line logged about a cause that may repeat at every retry: the
+ * same text is logged again a minute later at the earliest, with the number
+ * of repeats not logged; another text is logged at once.
+ */
+struct cause_log {
+    double logged_at; /* monotonic; 0: never */
+    unsigned long repeats;
+    char text[256];
+};
+
+/*
  * A thread's own database connection: each pipeline and the maintenance
  * thread has one, and reconnects it on its own.
  */
@@ -97,6 +110,7 @@ struct database {
     char worker_id[192];
     char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
     unsigned int seed; /* reconnect jitter, and a pipeline's retry jitter */
+    struct cause_log connect_log, error_log;
 };
 
 struct pipeline {
@@ -123,6 +137,10 @@ struct pipeline {
 
     int deferred_pause_ms; /* see pause_after_deferral() */
     double last_sink_idle;
+    struct cause_log deferred_log;
+    /* --once: when rows last moved, and why they did not since (once_stalled) */
+    double progress_at;
+    struct outbox_error cause;
 };
 
 /* The maintenance phases, in the order one pass of the loop runs them. */
@@ -212,6 +230,27 @@ next_backoff_ms(unsigned int *seed, int attempt)
     return (int)(seconds * 1000);
 }
 
+/*
+ * Whether a line about text is due (see struct cause_log); *repeats gets the
+ * number of lines left out since the last one.
+ */
+static bool
+cause_due(struct cause_log *log, const char *text, unsigned long *repeats)
+{
+    double now = clock_monotonic_seconds();
+
+    if (log->logged_at > 0 && strncmp(log->text, text, sizeof(log->text) - 1) == 0 &&
+        now - log->logged_at < CAUSE_LOG_EVERY_SECONDS) {
+        log->repeats++;
+        return false;
+    }
+    *repeats = log->repeats;
+    log->repeats = 0;
+    log->logged_at = now;
+    snprintf(log->text, sizeof(log->text), "%s", text);
+    return true;
+}
+
 /* ---- connections ------------------------------------------------------------ */
 
 /*
@@ -263,6 +302,7 @@ static enum attempt_result
 try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
 {
     relay *r = db->relay;
+    unsigned long repeats;
 
     db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
     if (db->store != NULL && r->config->delete_on_success && require_delete(db->store, err) != 0) {
@@ -285,8 +325,9 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
-    log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
-                      "%s error=\"%s\"", db->who, err->message);
+    if (cause_due(&db->connect_log, err->message, &repeats))
+        log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
+                  "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
     return ATTEMPT_FAILED;
 }
@@ -399,6 +440,17 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
                                  "--once: database and broker unreachable for %.0f s, giving up:"
                                  " %s; %s",
                                  ONCE_CONNECT_BUDGET_SECONDS, store_err.message, sink_err.message);
+            else if (store == ATTEMPT_FAILED && (store_err.code == OUTBOX_ERR_BUSY ||
+                                                 store_err.code == OUTBOX_ERR_TIMEOUT))
+                /* it answered, but a statement waited past its timeout: say what for */
+                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                                 "--once: database statements waited past their timeout for"
+                                 " %.0f s (a lock on outbox.job held by another session?),"
+                                 " giving up: %s",
+                                 ONCE_CONNECT_BUDGET_SECONDS, store_err.message);
+            else if (store == ATTEMPT_FAILED && store_err.code == OUTBOX_ERR_CONFIG)
+                outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s",
+                                 store_err.message);
             else
                 outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
                                  "--once: %s unreachable for %.0f s, giving up: %s",
@@ -444,13 +496,16 @@ connect_sink(struct pipeline *p, bool first)
 static void
 database_failed(struct database *db, const struct outbox_error *err)
 {
+    unsigned long repeats;
+
     if (err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_CONFIG) {
         set_fatal(db->relay, err);
         return;
     }
-    log_event_limited(
-        "database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
-        "database error, reconnecting", "%s error=\"%s\"", db->who, err->message);
+    if (cause_due(&db->error_log, err->message, &repeats))
+        log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
+                  "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
+                  err->message, repeats);
     drop_store(db);
 }
 
@@ -458,6 +513,7 @@ database_failed(struct database *db, const struct outbox_error *err)
 static void
 store_failed(struct pipeline *p, const struct outbox_error *err)
 {
+    p->cause = *err;
     database_failed(&p->db, err);
 }
 
@@ -817,11 +873,15 @@ publish_batch(struct pipeline *p, struct settlement *st)
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    if (released > 0)
-        log_event_limited("publish-deferred", OUTBOX_LOG_WARN,
-                          "rows not published through no fault of their own, given back",
-                          "pipeline=%d rows=%zu error=\"%s\"", p->index, released,
-                          deferred_reason);
+    if (released > 0) {
+        unsigned long repeats;
+
+        outbox_error_set(&p->cause, OUTBOX_ERR_BUSY, "rows deferred: %s", deferred_reason);
+        if (cause_due(&p->deferred_log, deferred_reason, &repeats))
+            log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
+                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, released,
+                      deferred_reason, repeats);
+    }
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
@@ -1201,6 +1261,34 @@ wait_for_work(struct pipeline *p, int wait_ms)
     }
 }
 
+/*
+ * --once must end: a pipeline that connects but moves no row (every claim
+ * fails, a lock holds it, the broker defers every row because too few
+ * replicas acknowledge) gives up when no turn has published a row (or failed
+ * one through its own fault) for ONCE_CONNECT_BUDGET_SECONDS, naming the
+ * last cause.
+ * True when it gave up (set_fatal done).
+ */
+static bool
+once_stalled(struct pipeline *p)
+{
+    struct outbox_error err;
+
+    if (!p->relay->config->once ||
+        clock_monotonic_seconds() - p->progress_at < ONCE_CONNECT_BUDGET_SECONDS)
+        return false;
+    if (p->cause.code == OUTBOX_ERR_BUSY || p->cause.code == OUTBOX_ERR_TIMEOUT)
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: no row moved for %.0f s (a lock on outbox.job held by another"
+                         " session, or rows deferred), giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    else
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--once: no row moved for %.0f s, giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    set_fatal(p->relay, &err);
+    return true;
+}
+
 /* --once: pipelines claim only after the maintenance thread reaped expired leases. */
 static void
 wait_for_first_reap(relay *r)
@@ -1245,10 +1333,14 @@ pipeline_run(void *arg)
         goto done;
     if (c->once)
         wait_for_first_reap(r);
+    p->progress_at = clock_monotonic_seconds();
+    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
 
     while (!stopping(r)) {
         const struct settlement *current, *previous;
 
+        if (once_stalled(p))
+            break;
         /* connect */
         if (p->db.store == NULL && connect_store(&p->db, false) != 0)
             break;
@@ -1264,6 +1356,9 @@ pipeline_run(void *arg)
         /* turn: publish the current batch, mark the previous one, claim the next */
         if (!relay_turn(p, &claimed_at))
             continue; /* no claim made: reconnect, or stop */
+        /* the batch just published, not marked yet: some of its rows went out (or failed) */
+        if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
+            p->progress_at = clock_monotonic_seconds();
         pause_after_deferral(p);
         current = &p->settlements[p->current];
         previous = &p->settlements[!p->current];
@@ -1457,7 +1552,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
 
     *configuration = false;
     if (store == NULL) {
-        *configuration = strcmp(err->sqlstate, "42501") == 0;
+        /* a missing privilege, or a role whose sessions are read-only */
+        *configuration = strcmp(err->sqlstate, "42501") == 0 ||
+                         (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "25006") == 0);
         return -1;
     }
     rc = outbox_store_check_privileges(store, err);

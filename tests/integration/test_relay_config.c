@@ -688,6 +688,90 @@ test_on_success_delete_needs_the_delete_privilege(void **state)
     free(url);
 }
 
+/*
+ * Waits for a --once relay to end; fails unless it exits 1 with a last line
+ * holding each needle and not the word "unreachable" (it reached both ends).
+ */
+static void
+assert_once_gave_up(struct relay_process *relay, const char *what, const char *const *needles)
+{
+    char line[1024];
+    int status = harness_wait_exit(relay->pid, 60000);
+    bool found = true;
+
+    last_line(relay, line, sizeof(line));
+    for (size_t i = 0; needles[i] != NULL; i++)
+        found = found && strstr(line, needles[i]) != NULL;
+    if (status != 1 || !found || strncmp(line, "outbox-relay: ", 14) != 0 ||
+        strstr(line, "unreachable") != NULL) {
+        relay_dump_log(relay);
+        fail_msg("--once %s: exit %d, last line '%s'; expected exit 1 and one line naming the"
+                 " cause ('%s')",
+                 what, status, line, needles[0]);
+    }
+    unlink(relay->log_path);
+}
+
+/*
+ * --once ends when it connects but no row can move: a Redis without the
+ * replicas --redis-wait asks for, a role whose sessions are read-only, a
+ * lock on outbox.job; each exit 1 with one line naming the cause, and
+ * --check refuses the read-only role.
+ */
+static void
+test_once_ends_when_no_row_can_move(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    const char *wait_extra[] = {"--once", "--redis-wait", "1", "--stream-prefix", "no-replica:",
+                                NULL};
+    const char *once[] = {"--once", NULL};
+    const char *replicas[] = {"replicas", NULL}, *read_only[] = {"read-only", NULL};
+    const char *locked[] = {"lock", NULL};
+    char user[64], sql[512], output[4096];
+    char *url;
+    struct relay_process waiting, readonly, blocked;
+    PGconn *locker;
+
+    snprintf(user, sizeof(user), "readonly_role_%d", (int)getpid());
+    run_roles_script(f->conn);
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT outbox_relay TO %1$s; ALTER ROLE %1$s SET default_transaction_read_only = on",
+             user);
+    harness_exec(f->conn, sql);
+    url = url_as(f->url, user);
+    enqueue_rows(f->conn, "stuck", 5);
+
+    relay_start_process(&waiting, f->url, broker, wait_extra);
+    relay_start_process(&readonly, url, broker, once);
+    assert_once_gave_up(&waiting, "with --redis-wait 1 and no replica", replicas);
+    assert_once_gave_up(&readonly, "as a read-only role", read_only);
+    {
+        const char *argv[] = {"--database-url", url, "--broker", broker, "--check", NULL};
+        int status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+
+        if (status != 2 || strstr(output, "read-only") == NULL || count_lines(output) != 1)
+            fail_msg("--check as a read-only role: exit %d, expected 2 and one line:\n%s", status,
+                     output);
+    }
+
+    locker = harness_connect(f->url);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.job IN ACCESS EXCLUSIVE MODE");
+    relay_start_process(&blocked, f->url, broker, once);
+    assert_once_gave_up(&blocked, "with outbox.job locked", locked);
+    harness_exec(locker, "ROLLBACK");
+    PQfinish(locker);
+
+    /* nothing was lost: the rows wait for the next run */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'ready'"),
+                     5);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
 static void
 test_check_looks_for_the_exchange(void **state)
 {
@@ -928,6 +1012,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_check_looks_for_the_exchange, setup, teardown),
         cmocka_unit_test_setup_teardown(test_on_success_delete_needs_the_delete_privilege, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_once_ends_when_no_row_can_move, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_password_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_of_the_other_broker_are_named, setup,
                                         teardown),
