@@ -490,7 +490,8 @@ connect_sink(struct pipeline *p, bool first)
 /*
  * Reacts to a failed store call. A missing schema or refused credentials stop
  * the relay; anything else (a lost connection, a timeout, a statement the
- * server rejected) drops the connection and carries on after reconnecting:
+ * server rejected, a privilege revoked) drops the connection and carries on
+ * after reconnecting:
  * the rows involved keep their lease and come back after it, never lost.
  */
 static void
@@ -498,7 +499,14 @@ database_failed(struct database *db, const struct outbox_error *err)
 {
     unsigned long repeats;
 
-    if (err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_CONFIG) {
+    /*
+     * A privilege revoked while the relay runs is an operator's change that
+     * the next grant undoes: the connection is dropped (health says the
+     * database is down) and reconnecting, which checks the privileges, is
+     * retried with backoff. At the first start it is fatal (try_store).
+     */
+    if (err->code == OUTBOX_ERR_SCHEMA ||
+        (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "42501") != 0)) {
         set_fatal(db->relay, err);
         return;
     }

@@ -772,6 +772,95 @@ test_once_ends_when_no_row_can_move(void **state)
     free(url);
 }
 
+/* Whether the relay's log holds needle (in the first 64 kB). */
+static bool
+log_contains(const struct relay_process *relay, const char *needle)
+{
+    static char text[65536];
+    size_t len = 0;
+    FILE *log = fopen(relay->log_path, "r");
+
+    if (log != NULL) {
+        len = fread(text, 1, sizeof(text) - 1, log);
+        fclose(log);
+    }
+    text[len] = '\0';
+    return strstr(text, needle) != NULL;
+}
+
+/* Fails unless every line of the relay's log is a JSON object. */
+static void
+assert_log_is_json(const struct relay_process *relay)
+{
+    char line[4096];
+    FILE *log = fopen(relay->log_path, "r");
+
+    assert_non_null(log);
+    while (fgets(line, sizeof(line), log) != NULL)
+        if (line[0] != '{') {
+            fclose(log);
+            fail_msg("a line of a --log-format json log is not JSON: %s", line);
+        }
+    fclose(log);
+}
+
+/*
+ * UPDATE revoked while the relay runs: it keeps running, says so in its log
+ * format, and publishes again once the grant is back.
+ */
+static void
+test_revoked_privilege_is_waited_out(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    const char *extra[] = {"--log-format", "json", "--stream-prefix", "revoked:", NULL};
+    const char *missing = "lacks UPDATE on table outbox.job";
+    char user[64], sql[512];
+    char *url;
+    struct relay_process relay;
+
+    snprintf(user, sizeof(user), "revoked_role_%d", (int)getpid());
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT USAGE ON SCHEMA outbox TO %1$s;"
+             " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+             " GRANT SELECT ON outbox.paused TO %1$s",
+             user);
+    harness_exec(f->conn, sql);
+    url = url_as(f->url, user);
+    relay_start_process(&relay, url, broker, extra);
+    enqueue_rows(f->conn, "revoked", 10);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 10,
+                                    30000),
+                     10);
+    snprintf(sql, sizeof(sql), "REVOKE UPDATE ON outbox.job FROM %s", user);
+    harness_exec(f->conn, sql);
+    enqueue_rows(f->conn, "revoked", 10);
+    /* the claim fails, the reconnect names what is missing */
+    for (int i = 0; i < 100 && !log_contains(&relay, missing); i++)
+        usleep(100 * 1000);
+    usleep(500 * 1000); /* an exit right after the line would show below */
+    if (!log_contains(&relay, missing) || kill(relay.pid, 0) != 0) {
+        relay_dump_log(&relay);
+        fail_msg("UPDATE revoked: the relay should run on and log what is missing");
+    }
+    snprintf(sql, sizeof(sql), "GRANT UPDATE ON outbox.job TO %s", user);
+    harness_exec(f->conn, sql);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 20,
+                       30000) != 20) {
+        relay_dump_log(&relay);
+        fail_msg("the grant is back, but the rows did not move");
+    }
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_log_is_json(&relay);
+    unlink(relay.log_path);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
 static void
 test_check_looks_for_the_exchange(void **state)
 {
@@ -1013,6 +1102,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_on_success_delete_needs_the_delete_privilege, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_once_ends_when_no_row_can_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_privilege_is_waited_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_password_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_of_the_other_broker_are_named, setup,
                                         teardown),
