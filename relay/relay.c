@@ -16,6 +16,7 @@
 #include "relay.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,8 @@
 #define PHASE_RETRY_SECONDS 1.0
 /* --once gives up on an end it cannot reach for this long (connect_ends). */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
+/* Batches in a row that lose the broker connection before one is published in halves. */
+#define BISECT_AFTER_LOSSES 2
 /* A cause that stays (rows deferred, the database refusing) is logged once a minute. */
 #define CAUSE_LOG_EVERY_SECONDS 60.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
@@ -138,6 +141,7 @@ struct pipeline {
     int deferred_pause_ms; /* see pause_after_deferral() */
     double last_sink_idle;
     struct cause_log deferred_log;
+    int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
     /* --once: when rows last moved, and why they did not since (once_stalled) */
     double progress_at;
     struct outbox_error cause;
@@ -821,6 +825,92 @@ give_back(struct pipeline *p, struct outbox_batch *batch)
     outbox_batch_release_memory(batch);
 }
 
+/* Sets a message's outcome, as the sinks do. */
+static void __attribute__((format(printf, 3, 4)))
+outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format, ...)
+{
+    va_list args;
+
+    outcome->status = status;
+    va_start(args, format);
+    vsnprintf(outcome->reason, sizeof(outcome->reason), format, args);
+    va_end(args);
+}
+
+/*
+ * Publishes messages [low, high) of st's batch in halves, each half in
+ * halves again while it breaks the connection, so that a message that
+ * breaks the connection by itself (one the broker answers by closing the
+ * connection, or one the client library refuses mid-frame) ends up alone:
+ * it fails (an attempt spent, dead after max_attempts) and the others go
+ * out. A half whose messages the broker all confirmed is not published
+ * again; one confirmed in part is (at least once). Without a broker the
+ * rest is deferred.
+ */
+static void
+publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t high)
+{
+    struct outbox_error err;
+    size_t pending = 0, middle;
+
+    for (size_t i = low; i < high; i++)
+        pending += st->outcomes[i].status != SINK_ACCEPTED;
+    if (pending == 0)
+        return;
+    if (!sink_is_connected(p->sink) && connect_sink(p, false) != 0) {
+        for (size_t i = low; i < high; i++)
+            if (st->outcomes[i].status != SINK_ACCEPTED)
+                outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
+        return;
+    }
+    if (sink_publish(p->sink, p->messages + low, high - low, st->outcomes + low, &err) == 0)
+        return;
+    sink_lost(p, &err);
+    if (high - low == 1) {
+        if (st->outcomes[low].status == SINK_DEFERRED)
+            outcome_set(&st->outcomes[low], SINK_FAILED,
+                             "the broker connection broke on this message alone: %s", err.message);
+        return;
+    }
+    middle = low + (high - low) / 2;
+    publish_halves(p, st, low, middle);
+    publish_halves(p, st, middle, high);
+}
+
+/*
+ * Publishes st's batch. A batch after BISECT_AFTER_LOSSES publishes in a
+ * row that lost the connection goes out in halves (publish_halves): a
+ * message that breaks the connection would otherwise be given back, no
+ * attempt spent, and break it again for ever. Returns what sink_publish
+ * returned for the whole batch (0 after halves).
+ */
+static int
+publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err)
+{
+    size_t count = st->batch.count;
+    int rc;
+
+    if (p->connection_losses >= BISECT_AFTER_LOSSES && count > 1) {
+        log_event(OUTBOX_LOG_WARN, "broker connection lost by batches in a row, publishing in halves",
+                  "pipeline=%d rows=%zu losses=%d", p->index, count, p->connection_losses);
+        for (size_t i = 0; i < count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published");
+        publish_halves(p, st, 0, count);
+        p->connection_losses = 0;
+        return 0;
+    }
+    rc = sink_publish(p->sink, p->messages, count, st->outcomes, err);
+    p->connection_losses = rc != 0 ? p->connection_losses + 1 : 0;
+    if (rc != 0 && count == 1 && p->connection_losses >= BISECT_AFTER_LOSSES &&
+        st->outcomes[0].status == SINK_DEFERRED) {
+        /* alone already: it is the one that breaks the connection */
+        outcome_set(&st->outcomes[0], SINK_FAILED,
+                         "the broker connection broke on this message alone: %s", err->message);
+        p->connection_losses = 0;
+    }
+    return rc;
+}
+
 /* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
 static void
 publish_batch(struct pipeline *p, struct settlement *st)
@@ -856,7 +946,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();
-    rc = sink_publish(p->sink, p->messages, batch->count, st->outcomes, &err);
+    rc = publish_rows(p, st, &err);
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
@@ -884,7 +974,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     if (released > 0) {
         unsigned long repeats;
 
-        outbox_error_set(&p->cause, OUTBOX_ERR_BUSY, "rows deferred: %s", deferred_reason);
+        outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
         if (cause_due(&p->deferred_log, deferred_reason, &repeats))
             log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
                       "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, released,
@@ -1287,8 +1377,8 @@ once_stalled(struct pipeline *p)
         return false;
     if (p->cause.code == OUTBOX_ERR_BUSY || p->cause.code == OUTBOX_ERR_TIMEOUT)
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
-                         "--once: no row moved for %.0f s (a lock on outbox.job held by another"
-                         " session, or rows deferred), giving up: %s",
+                         "--once: no row moved for %.0f s (statements waiting, for a lock on"
+                         " outbox.job held by another session?), giving up: %s",
                          ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
     else
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--once: no row moved for %.0f s, giving up: %s",
