@@ -26,6 +26,7 @@
 
 #include <uuid/uuid.h>
 
+#include "cause_log.h"
 #include "clock.h"
 #include "error.h"
 #include "json.h"
@@ -62,8 +63,6 @@
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
 /* Batches in a row that lose the broker connection before one is published in halves. */
 #define BISECT_AFTER_LOSSES 2
-/* A cause that stays (rows deferred, the database refusing) is logged once a minute. */
-#define CAUSE_LOG_EVERY_SECONDS 60.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -90,17 +89,6 @@ struct settlement {
     size_t published; /* rows published, counted in flight until the settlement is cleared */
     bool *done;
     bool *dead;
-};
-
-/*
- * The last line logged about a cause that may repeat at every retry: the
- * same text is logged again a minute later at the earliest, with the number
- * of repeats not logged; another text is logged at once.
- */
-struct cause_log {
-    double logged_at; /* monotonic; 0: never */
-    unsigned long repeats;
-    char text[256];
 };
 
 /*
@@ -234,27 +222,6 @@ next_backoff_ms(unsigned int *seed, int attempt)
     return (int)(seconds * 1000);
 }
 
-/*
- * Whether a line about text is due (see struct cause_log); *repeats gets the
- * number of lines left out since the last one.
- */
-static bool
-cause_due(struct cause_log *log, const char *text, unsigned long *repeats)
-{
-    double now = clock_monotonic_seconds();
-
-    if (log->logged_at > 0 && strncmp(log->text, text, sizeof(log->text) - 1) == 0 &&
-        now - log->logged_at < CAUSE_LOG_EVERY_SECONDS) {
-        log->repeats++;
-        return false;
-    }
-    *repeats = log->repeats;
-    log->repeats = 0;
-    log->logged_at = now;
-    snprintf(log->text, sizeof(log->text), "%s", text);
-    return true;
-}
-
 /* ---- connections ------------------------------------------------------------ */
 
 /*
@@ -329,7 +296,7 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
-    if (cause_due(&db->connect_log, err->message, &repeats))
+    if (cause_log_due(&db->connect_log, err->message, &repeats))
         log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
                   "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
@@ -514,7 +481,7 @@ database_failed(struct database *db, const struct outbox_error *err)
         set_fatal(db->relay, err);
         return;
     }
-    if (cause_due(&db->error_log, err->message, &repeats))
+    if (cause_log_due(&db->error_log, err->message, &repeats))
         log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
                   "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
                   err->message, repeats);
@@ -975,7 +942,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
         unsigned long repeats;
 
         outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
-        if (cause_due(&p->deferred_log, deferred_reason, &repeats))
+        if (cause_log_due(&p->deferred_log, deferred_reason, &repeats))
             log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
                       "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, released,
                       deferred_reason, repeats);
