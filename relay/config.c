@@ -663,5 +663,9 @@ config_usage(FILE *out)
         }
         usage_line(out, entries[i].spec);
     }
+    fputs("\nsignals: the first SIGTERM, SIGINT or SIGHUP stops claiming and lets the batch in\n"
+          "flight finish (SIGHUP does not reload: restart to apply a new configuration);\n"
+          "a second one exits at once.\n",
+          out);
     fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
 }

@@ -4,8 +4,10 @@
  * main() owns configuration, logging, the metrics endpoint and signals; the
  * pipelines (relay.c) do the work. Signals are blocked in every thread and
  * taken here with sigtimedwait(), so no code runs in a signal handler:
- * the first SIGTERM/SIGINT stops claiming and lets the batch in flight
- * finish, a second one exits at once (leases make that safe).
+ * the first SIGTERM/SIGINT/SIGHUP stops claiming and lets the batch in
+ * flight finish, a second one exits at once (leases make that safe). SIGHUP
+ * is a stop too: a lost terminal or a `kill -HUP` meant as a reload must not
+ * end the process unlogged with rows left running until their lease ends.
  *
  * Under systemd (Type=notify) main tells the service manager READY=1 once
  * the pipelines run and STOPPING=1 at the first stop signal, and feeds the
@@ -97,11 +99,11 @@ run_check(relay *r)
 static const char *
 signal_name(int signo)
 {
-    return signo == SIGTERM ? "SIGTERM" : "SIGINT";
+    return signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "SIGINT";
 }
 
 /*
- * Runs the relay until its pipelines return: the first SIGTERM or SIGINT
+ * Runs the relay until its pipelines return: the first SIGTERM, SIGINT or SIGHUP
  * stops claiming and lets the batch in flight finish, a second exits at
  * once. Tells systemd READY, STOPPING and WATCHDOG along the way. The exit
  * status.
@@ -121,6 +123,7 @@ run_until_stopped(relay *r, struct metrics *m)
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
     sigaddset(&signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     main_thread = pthread_self();

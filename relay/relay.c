@@ -16,6 +16,7 @@
 #include "relay.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #include <uuid/uuid.h>
 
+#include "cause_log.h"
 #include "clock.h"
 #include "error.h"
 #include "json.h"
@@ -59,6 +61,8 @@
 #define PHASE_RETRY_SECONDS 1.0
 /* --once gives up on an end it cannot reach for this long (connect_ends). */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
+/* Batches in a row that lose the broker connection before one is published in halves. */
+#define BISECT_AFTER_LOSSES 2
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
@@ -97,6 +101,7 @@ struct database {
     char worker_id[192];
     char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
     unsigned int seed; /* reconnect jitter, and a pipeline's retry jitter */
+    struct cause_log connect_log, error_log;
 };
 
 struct pipeline {
@@ -123,6 +128,11 @@ struct pipeline {
 
     int deferred_pause_ms; /* see pause_after_deferral() */
     double last_sink_idle;
+    struct cause_log deferred_log;
+    int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
+    /* --once: when rows last moved, and why they did not since (once_stalled) */
+    double progress_at;
+    struct outbox_error cause;
 };
 
 /* The maintenance phases, in the order one pass of the loop runs them. */
@@ -239,13 +249,37 @@ enum attempt_result {
     ATTEMPT_FATAL,  /* bad password, no schema at first start: set_fatal() done */
 };
 
+/*
+ * --on-success delete: the role must be able to delete, or every row would
+ * be published, fail its delete and stay running until its lease ends, to
+ * be published again. Checked at connect, where a missing SELECT or UPDATE
+ * is too; the message names the option.
+ */
+static int
+require_delete(outbox_store *store, struct outbox_error *err)
+{
+    char message[sizeof(err->message)];
+
+    if (outbox_store_check_privileges(store, err) == 0)
+        return 0;
+    snprintf(message, sizeof(message), "%s", err->message);
+    snprintf(err->message, sizeof(err->message), "--on-success delete: %.*s",
+             (int)(sizeof(message) - 32), message);
+    return -1;
+}
+
 /* One attempt to connect a thread's store; err says why it failed. */
 static enum attempt_result
 try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
 {
     relay *r = db->relay;
+    unsigned long repeats;
 
     db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
+    if (db->store != NULL && r->config->delete_on_success && require_delete(db->store, err) != 0) {
+        outbox_store_free(db->store);
+        db->store = NULL;
+    }
     if (db->store != NULL) {
         PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
         outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
@@ -262,8 +296,9 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
-    log_event_limited("database-connect", OUTBOX_LOG_WARN, "database unavailable, retrying",
-                      "%s error=\"%s\"", db->who, err->message);
+    if (cause_log_due(&db->connect_log, err->message, &repeats))
+        log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
+                  "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
     return ATTEMPT_FAILED;
 }
@@ -379,6 +414,17 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
                                  "--once: database and broker unreachable for %.0f s, giving up:"
                                  " %s; %s",
                                  ONCE_CONNECT_BUDGET_SECONDS, store_err.message, sink_err.message);
+            else if (store == ATTEMPT_FAILED && (store_err.code == OUTBOX_ERR_BUSY ||
+                                                 store_err.code == OUTBOX_ERR_TIMEOUT))
+                /* it answered, but a statement waited past its timeout: say what for */
+                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                                 "--once: database statements waited past their timeout for"
+                                 " %.0f s (a lock on outbox.job held by another session?),"
+                                 " giving up: %s",
+                                 ONCE_CONNECT_BUDGET_SECONDS, store_err.message);
+            else if (store == ATTEMPT_FAILED && store_err.code == OUTBOX_ERR_CONFIG)
+                outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s",
+                                 store_err.message);
             else
                 outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
                                  "--once: %s unreachable for %.0f s, giving up: %s",
@@ -418,19 +464,30 @@ connect_sink(struct pipeline *p, bool first)
 /*
  * Reacts to a failed store call. A missing schema or refused credentials stop
  * the relay; anything else (a lost connection, a timeout, a statement the
- * server rejected) drops the connection and carries on after reconnecting:
+ * server rejected, a privilege revoked) drops the connection and carries on
+ * after reconnecting:
  * the rows involved keep their lease and come back after it, never lost.
  */
 static void
 database_failed(struct database *db, const struct outbox_error *err)
 {
-    if (err->code == OUTBOX_ERR_SCHEMA || err->code == OUTBOX_ERR_CONFIG) {
+    unsigned long repeats;
+
+    /*
+     * A privilege revoked while the relay runs is an operator's change that
+     * the next grant undoes: the connection is dropped (health says the
+     * database is down) and reconnecting, which checks the privileges, is
+     * retried with backoff. At the first start it is fatal (try_store).
+     */
+    if (err->code == OUTBOX_ERR_SCHEMA ||
+        (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "42501") != 0)) {
         set_fatal(db->relay, err);
         return;
     }
-    log_event_limited(
-        "database-error", outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
-        "database error, reconnecting", "%s error=\"%s\"", db->who, err->message);
+    if (cause_log_due(&db->error_log, err->message, &repeats))
+        log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
+                  "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
+                  err->message, repeats);
     drop_store(db);
 }
 
@@ -438,6 +495,7 @@ database_failed(struct database *db, const struct outbox_error *err)
 static void
 store_failed(struct pipeline *p, const struct outbox_error *err)
 {
+    p->cause = *err;
     database_failed(&p->db, err);
 }
 
@@ -669,21 +727,53 @@ lease_batch(struct pipeline *p, const struct outbox_batch *batch)
         p->leases[i] = (struct outbox_lease){batch->jobs[i].job_id, batch->jobs[i].generation};
 }
 
-/* A batch that waited long (for its broker, say) gets a fresh lease before publishing. */
+/*
+ * Publishing a row whose lease has ended would put it out after rows of its
+ * key that another relay published meanwhile: that relay reaped the row,
+ * published it and went on with the key. So before a batch goes out, every
+ * row whose lease the pipeline cannot prove it still holds is dropped. A
+ * batch claimed less than half a lease ago is held for sure (claimed_at is
+ * taken before the claim was sent, on the monotonic clock, so the lease
+ * began later); an older one (a broker that kept it waiting, a process
+ * stopped by SIGSTOP or a stalled VM, the claim made ahead and collected
+ * after such a pause) is extended, and only the rows the extend returned
+ * stay. Without a database nothing can be proved and every row is dropped.
+ * Dropped rows are neither published nor marked: another relay owns them,
+ * or will once the lease ends. What stays open is a pause between this
+ * check and the write to the broker (the README's ordering promise).
+ */
 static void
-extend_if_stale(struct pipeline *p, const struct outbox_batch *batch, double claimed_at)
+keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
 {
     const struct relay_config *c = p->relay->config;
+    double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
     struct outbox_error err;
-    size_t changed;
+    size_t changed = 0, kept = 0;
 
-    if (batch->count == 0 || clock_monotonic_seconds() - claimed_at <= c->lease_seconds / 2.0 ||
-        p->db.store == NULL)
+    if (batch->count == 0 || held_for <= c->lease_seconds / 2.0)
         return;
     lease_batch(p, batch);
-    if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
-                      &err) != 0)
-        store_failed(p, &err);
+    memset(p->done, 0, batch->count * sizeof(*p->done));
+    if (p->db.store != NULL) {
+        if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+                          &err) == 0)
+            *claimed_at = checked;
+        else {
+            store_failed(p, &err);
+            memset(p->done, 0, batch->count * sizeof(*p->done));
+        }
+    }
+    for (size_t i = 0; i < batch->count; i++)
+        if (p->done[i])
+            batch->jobs[kept++] = batch->jobs[i];
+    if (kept < batch->count) {
+        metrics_add(p->relay->metrics, METRICS_LEASE_LOST, batch->count - kept);
+        log_event_limited("lease-lost-unpublished", OUTBOX_LOG_WARN,
+                          "lease lost before publishing, rows left to their new owner",
+                          "pipeline=%d rows=%zu held_for=%.1fs", p->index, batch->count - kept,
+                          held_for);
+    }
+    batch->count = kept;
 }
 
 /*
@@ -703,6 +793,92 @@ give_back(struct pipeline *p, struct outbox_batch *batch)
             store_failed(p, &err);
     }
     outbox_batch_release_memory(batch);
+}
+
+/* Sets a message's outcome, as the sinks do. */
+static void __attribute__((format(printf, 3, 4)))
+outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format, ...)
+{
+    va_list args;
+
+    outcome->status = status;
+    va_start(args, format);
+    vsnprintf(outcome->reason, sizeof(outcome->reason), format, args);
+    va_end(args);
+}
+
+/*
+ * Publishes messages [low, high) of st's batch in halves, each half in
+ * halves again while it breaks the connection, so that a message that
+ * breaks the connection by itself (one the broker answers by closing the
+ * connection, or one the client library refuses mid-frame) ends up alone:
+ * it fails (an attempt spent, dead after max_attempts) and the others go
+ * out. A half whose messages the broker all confirmed is not published
+ * again; one confirmed in part is (at least once). Without a broker the
+ * rest is deferred.
+ */
+static void
+publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t high)
+{
+    struct outbox_error err;
+    size_t pending = 0, middle;
+
+    for (size_t i = low; i < high; i++)
+        pending += st->outcomes[i].status != SINK_ACCEPTED;
+    if (pending == 0)
+        return;
+    if (!sink_is_connected(p->sink) && connect_sink(p, false) != 0) {
+        for (size_t i = low; i < high; i++)
+            if (st->outcomes[i].status != SINK_ACCEPTED)
+                outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
+        return;
+    }
+    if (sink_publish(p->sink, p->messages + low, high - low, st->outcomes + low, &err) == 0)
+        return;
+    sink_lost(p, &err);
+    if (high - low == 1) {
+        if (st->outcomes[low].status == SINK_DEFERRED)
+            outcome_set(&st->outcomes[low], SINK_FAILED,
+                             "the broker connection broke on this message alone: %s", err.message);
+        return;
+    }
+    middle = low + (high - low) / 2;
+    publish_halves(p, st, low, middle);
+    publish_halves(p, st, middle, high);
+}
+
+/*
+ * Publishes st's batch. A batch after BISECT_AFTER_LOSSES publishes in a
+ * row that lost the connection goes out in halves (publish_halves): a
+ * message that breaks the connection would otherwise be given back, no
+ * attempt spent, and break it again for ever. Returns what sink_publish
+ * returned for the whole batch (0 after halves).
+ */
+static int
+publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err)
+{
+    size_t count = st->batch.count;
+    int rc;
+
+    if (p->connection_losses >= BISECT_AFTER_LOSSES && count > 1) {
+        log_event(OUTBOX_LOG_WARN, "broker connection lost by batches in a row, publishing in halves",
+                  "pipeline=%d rows=%zu losses=%d", p->index, count, p->connection_losses);
+        for (size_t i = 0; i < count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published");
+        publish_halves(p, st, 0, count);
+        p->connection_losses = 0;
+        return 0;
+    }
+    rc = sink_publish(p->sink, p->messages, count, st->outcomes, err);
+    p->connection_losses = rc != 0 ? p->connection_losses + 1 : 0;
+    if (rc != 0 && count == 1 && p->connection_losses >= BISECT_AFTER_LOSSES &&
+        st->outcomes[0].status == SINK_DEFERRED) {
+        /* alone already: it is the one that breaks the connection */
+        outcome_set(&st->outcomes[0], SINK_FAILED,
+                         "the broker connection broke on this message alone: %s", err->message);
+        p->connection_losses = 0;
+    }
+    return rc;
 }
 
 /* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
@@ -740,7 +916,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();
-    rc = sink_publish(p->sink, p->messages, batch->count, st->outcomes, &err);
+    rc = publish_rows(p, st, &err);
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
@@ -765,11 +941,15 @@ publish_batch(struct pipeline *p, struct settlement *st)
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    if (released > 0)
-        log_event_limited("publish-deferred", OUTBOX_LOG_WARN,
-                          "rows not published through no fault of their own, given back",
-                          "pipeline=%d rows=%zu error=\"%s\"", p->index, released,
-                          deferred_reason);
+    if (released > 0) {
+        unsigned long repeats;
+
+        outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
+        if (cause_log_due(&p->deferred_log, deferred_reason, &repeats))
+            log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
+                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, released,
+                      deferred_reason, repeats);
+    }
     /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
     metrics_set_broker_held(r->metrics, accepted == 0 && released > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
@@ -805,10 +985,11 @@ relay_turn(struct pipeline *p, double *claimed_at)
     double next_claimed_at = clock_monotonic_seconds();
     bool marking = false, claiming = false;
 
-    extend_if_stale(p, &current->batch, *claimed_at);
     /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
     if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
         store_failed(p, &err);
+    /* the last round trip before the publish, so the least time passes after it */
+    keep_held_rows(p, &current->batch, claimed_at);
     if (p->db.store != NULL && has_rows(previous))
         marking = settle_send(p, previous) == 0;
     if (p->db.store != NULL && !stopping(r)) {
@@ -1150,6 +1331,34 @@ wait_for_work(struct pipeline *p, int wait_ms)
     }
 }
 
+/*
+ * --once must end: a pipeline that connects but moves no row (every claim
+ * fails, a lock holds it, the broker defers every row because too few
+ * replicas acknowledge) gives up when no turn has published a row (or failed
+ * one through its own fault) for ONCE_CONNECT_BUDGET_SECONDS, naming the
+ * last cause.
+ * True when it gave up (set_fatal done).
+ */
+static bool
+once_stalled(struct pipeline *p)
+{
+    struct outbox_error err;
+
+    if (!p->relay->config->once ||
+        clock_monotonic_seconds() - p->progress_at < ONCE_CONNECT_BUDGET_SECONDS)
+        return false;
+    if (p->cause.code == OUTBOX_ERR_BUSY || p->cause.code == OUTBOX_ERR_TIMEOUT)
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: no row moved for %.0f s (statements waiting, for a lock on"
+                         " outbox.job held by another session?), giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    else
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--once: no row moved for %.0f s, giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    set_fatal(p->relay, &err);
+    return true;
+}
+
 /* --once: pipelines claim only after the maintenance thread reaped expired leases. */
 static void
 wait_for_first_reap(relay *r)
@@ -1194,10 +1403,14 @@ pipeline_run(void *arg)
         goto done;
     if (c->once)
         wait_for_first_reap(r);
+    p->progress_at = clock_monotonic_seconds();
+    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
 
     while (!stopping(r)) {
         const struct settlement *current, *previous;
 
+        if (once_stalled(p))
+            break;
         /* connect */
         if (p->db.store == NULL && connect_store(&p->db, false) != 0)
             break;
@@ -1213,6 +1426,9 @@ pipeline_run(void *arg)
         /* turn: publish the current batch, mark the previous one, claim the next */
         if (!relay_turn(p, &claimed_at))
             continue; /* no claim made: reconnect, or stop */
+        /* the batch just published, not marked yet: some of its rows went out (or failed) */
+        if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
+            p->progress_at = clock_monotonic_seconds();
         pause_after_deferral(p);
         current = &p->settlements[p->current];
         previous = &p->settlements[!p->current];
@@ -1406,7 +1622,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
 
     *configuration = false;
     if (store == NULL) {
-        *configuration = strcmp(err->sqlstate, "42501") == 0;
+        /* a missing privilege, or a role whose sessions are read-only */
+        *configuration = strcmp(err->sqlstate, "42501") == 0 ||
+                         (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "25006") == 0);
         return -1;
     }
     rc = outbox_store_check_privileges(store, err);

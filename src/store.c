@@ -927,7 +927,10 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
                           "  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
                           "  WHERE n.nspname = 'outbox' AND c.relname = 'job'),"
                           " has_schema_privilege((SELECT oid FROM pg_catalog.pg_namespace"
-                          "  WHERE nspname = 'outbox'), 'USAGE'), current_user",
+                          "  WHERE nspname = 'outbox'), 'USAGE'), current_user,"
+                          /* the role's or the database's default, not a standby's */
+                          " current_setting('transaction_read_only') = 'on'"
+                          "  AND NOT pg_catalog.pg_is_in_recovery()",
                           "unable to set up the database session", err);
     if (result == NULL)
         goto fail;
@@ -942,6 +945,22 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     }
     if (PQgetvalue(result, 0, 1)[0] != 't') {
         missing_privilege(err, PQgetvalue(result, 0, 2), "USAGE on schema outbox");
+        goto fail;
+    }
+    /*
+     * A primary whose sessions are read-only for this role or database
+     * (default_transaction_read_only) would fail every claim for ever; a
+     * standby is left to the claim's error, which reconnects (failover).
+     */
+    if (PQgetvalue(result, 0, 3)[0] == 't') {
+        char quoted[64];
+
+        outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                         "sessions of role '%s' are read-only (default_transaction_read_only is"
+                         " on for the role or the database): the relay must update outbox.job",
+                         outbox_error_quote(quoted, sizeof(quoted), PQgetvalue(result, 0, 2)));
+        if (err != NULL)
+            memcpy(err->sqlstate, "25006", 6);
         goto fail;
     }
     PQclear(result);

@@ -349,6 +349,41 @@ test_broker_size_limit_kills_only_the_big_row(void **state)
     assert_every_row_delivered(f, 200);
 }
 
+/*
+ * A message that breaks the whole connection, not only the channel: an
+ * unroutable one with an empty header name. RabbitMQ returns it
+ * (basic.return with its header table) and the client library cannot decode
+ * the table it gets back, so the connection is lost (RabbitMQ 3.10 answers
+ * the header tables tried on publish, such as a CC header that is not an
+ * array, by closing the channel only). Every row of the batch is deferred at
+ * no cost each time; after two such batches the relay publishes in halves
+ * until the row is alone, and only that row pays: dead after its single
+ * attempt, its 199 batch-mates published.
+ */
+static void
+test_connection_breaking_row_dies_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--batch-size", "100", "--concurrency", "1", NULL};
+    char sql[512];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g), max_attempts => 1,"
+             " headers => CASE WHEN g = 37 THEN '{\"\": \"x\"}'::jsonb ELSE '{}' END,"
+             " routing_key => CASE WHEN g = 37 THEN 'no-such-queue' END))"
+             " FROM generate_series(1, 200) AS g",
+             f->queue);
+    harness_query_ll(f->conn, sql);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1 AND last_error LIKE"
+                                    " '%connection broke on this message alone%'"
+                                    " AND headers ? ''"),
+                     1);
+    assert_int_equal(count_where(f, "state = 'succeeded' AND attempts = 1"), 199);
+    harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
+    assert_every_row_delivered(f, 199);
+}
+
 static void
 test_check(void **state)
 {
@@ -443,6 +478,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_size_limit_kills_only_the_big_row, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_connection_breaking_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_list_skips_dead_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_down_at_start_and_restarted_mid_run, setup,

@@ -1,7 +1,8 @@
 /*
  * test_relay_brokers.c - the relay scenarios every broker must pass, written
  * once and run per broker through a table of consumer functions: a relay
- * killed mid-batch loses nothing, SIGTERM leaves nothing running. Adding a
+ * killed mid-batch loses nothing, SIGTERM and SIGHUP leave nothing running,
+ * a relay stopped past its lease keeps the order of keys. Adding a
  * broker to the suite is one row of BROKERS. What only one broker does
  * (AMQP properties, Redis dedup, ...) stays in test_relay_amqp.c and
  * test_relay_redis.c.
@@ -185,14 +186,14 @@ compare_id(const void *a, const void *b)
 }
 
 /*
- * Every committed row of the queue reached the broker, nothing else did;
- * returns how many arrived more than once (0 for an exactly-once broker).
+ * Every committed row of the queue is among ids (count of them, sorted
+ * here, then freed), nothing else is; returns how many arrived more than
+ * once (0 for an exactly-once broker).
  */
 static size_t
-assert_every_row_delivered(struct fixture *f)
+assert_these_rows_delivered(struct fixture *f, int64_t *ids, size_t count)
 {
-    int64_t *ids;
-    size_t count = f->broker->delivered(f, &ids), unique = 0;
+    size_t unique = 0;
     char sql[256];
     PGresult *rows;
 
@@ -215,6 +216,16 @@ assert_every_row_delivered(struct fixture *f)
     if (f->broker->exactly_once)
         assert_int_equal(count, unique);
     return count - unique;
+}
+
+/* assert_these_rows_delivered() of what the broker holds, which it takes. */
+static size_t
+assert_every_row_delivered(struct fixture *f)
+{
+    int64_t *ids;
+    size_t count = f->broker->delivered(f, &ids);
+
+    return assert_these_rows_delivered(f, ids, count);
 }
 
 /* ---- scenarios ---- */
@@ -265,12 +276,16 @@ test_kill_mid_batch_then_restart(void **state)
     print_message("%s: duplicates after kill -9: %zu\n", f->broker->name, duplicates);
 }
 
-/* SIGTERM: exit 0, no row left running, exactly the succeeded rows delivered. */
+/*
+ * A stop signal (SIGTERM, and SIGHUP alike, which a lost terminal sends):
+ * exit 0 with a log line naming it, no row left running, exactly the
+ * succeeded rows delivered.
+ */
 static void
-test_sigterm_leaves_nothing_running(void **state)
+stop_leaves_nothing_running(struct fixture *f, int signo, const char *name)
 {
-    struct fixture *f = *state;
     const char *const scenario[] = {"--batch-size", "100", NULL};
+    const char *needles[] = {"stopping", name, NULL};
     const char *extra[16];
     struct relay_process relay;
     long long succeeded;
@@ -279,8 +294,12 @@ test_sigterm_leaves_nothing_running(void **state)
     relay_start_process(&relay, f->url, f->broker_url, arguments(f, extra, 16, scenario));
     wait_for_value(f->conn, "SELECT least(count(*), 500) FROM outbox.job WHERE state = 'succeeded'",
                    500, 60000);
-    relay_signal(&relay, SIGTERM);
+    relay_signal(&relay, signo);
     assert_int_equal(relay_wait(&relay, 15000), 0);
+    if (relay_log_find(&relay, 0, false, needles, NULL, 0) < 0) {
+        relay_dump_log(&relay);
+        fail_msg("no log line says the relay is stopping on %s", name);
+    }
     unlink(relay.log_path);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'running'"),
@@ -298,12 +317,142 @@ test_sigterm_leaves_nothing_running(void **state)
     }
 }
 
+static void
+test_sigterm_leaves_nothing_running(void **state)
+{
+    stop_leaves_nothing_running(*state, SIGTERM, "SIGTERM");
+}
+
+static void
+test_sighup_leaves_nothing_running(void **state)
+{
+    stop_leaves_nothing_running(*state, SIGHUP, "SIGHUP");
+}
+
+/*
+ * Fails when a message of an ordering key (ids: job ids in the order they
+ * arrived) came after a later row of the same key; a repeat of the same row
+ * is allowed (at least once).
+ */
+static void
+assert_key_order_kept(struct fixture *f, const int64_t *ids, size_t count)
+{
+    size_t late = 0;
+    char sql[256];
+    PGresult *rows;
+    int64_t *key_of, *highest, first_id, last_id;
+    int n;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT job_id, dense_rank() OVER (ORDER BY ordering_key) - 1 FROM outbox.job"
+             " WHERE queue = '%s' ORDER BY 1",
+             f->queue);
+    rows = PQexec(f->conn, sql);
+    assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
+    n = PQntuples(rows);
+    assert_true(n > 0);
+    first_id = strtoll(PQgetvalue(rows, 0, 0), NULL, 10);
+    last_id = strtoll(PQgetvalue(rows, n - 1, 0), NULL, 10);
+    key_of = calloc((size_t)(last_id - first_id + 1), sizeof(*key_of));
+    highest = calloc((size_t)n, sizeof(*highest));
+    assert_true(key_of != NULL && highest != NULL);
+    for (int i = 0; i < n; i++)
+        key_of[strtoll(PQgetvalue(rows, i, 0), NULL, 10) - first_id] =
+            strtoll(PQgetvalue(rows, i, 1), NULL, 10);
+    PQclear(rows);
+    for (size_t i = 0; i < count; i++) {
+        int64_t key;
+
+        assert_true(ids[i] >= first_id && ids[i] <= last_id);
+        key = key_of[ids[i] - first_id];
+        if (ids[i] < highest[key]) {
+            if (late++ == 0)
+                print_message("%s: job %lld arrived after job %lld of its key\n", f->broker->name,
+                              (long long)ids[i], (long long)highest[key]);
+        } else {
+            highest[key] = ids[i];
+        }
+    }
+    free(key_of);
+    free(highest);
+    if (late > 0)
+        fail_msg("%s: %zu messages arrived after a later row of their key", f->broker->name, late);
+}
+
+/*
+ * A relay stopped (SIGSTOP) past its lease while holding rows: another
+ * relay reaps them and publishes the whole queue; when the first one goes
+ * on, it must not publish what it held, or those rows arrive after later
+ * rows of their keys. The first relay is stopped while its claim of the
+ * next batch waits behind a table lock, so that it holds a batch claimed
+ * ahead (the claim commits while the process is stopped) and nothing is
+ * half written to the broker.
+ */
+static void
+test_stopped_relay_keeps_key_order(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--batch-size", "50", "--concurrency", "1", "--lease", "5",
+                                    NULL};
+    const char *extra[16];
+    struct relay_process first, second;
+    PGconn *locker = harness_connect(f->url);
+    int64_t *ids;
+    size_t count;
+    char sql[256];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g),"
+             " ordering_key => 'k' || (g %% 100))) FROM generate_series(1, 3000) AS g",
+             f->queue);
+    harness_query_ll(f->conn, sql);
+    relay_start_process(&first, f->url, f->broker_url, arguments(f, extra, 16, scenario));
+    wait_for_value(f->conn, "SELECT least(count(*), 300) FROM outbox.job WHERE state = 'succeeded'",
+                   300, 60000);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.job IN SHARE MODE");
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT least(count(*), 1) FROM pg_stat_activity"
+                                    " WHERE datname = current_database()"
+                                    " AND wait_event_type = 'Lock'",
+                                    1, 10000),
+                     1);
+    usleep(300 * 1000); /* the pipeline, not only the maintenance thread, waits on the lock */
+    relay_signal(&first, SIGSTOP);
+    harness_exec(locker, "COMMIT");
+    PQfinish(locker);
+
+    /* the stopped relay's leases run out; a second relay reaps its rows and does the rest */
+    wait_for_value(f->conn,
+                   "SELECT count(*) FROM outbox.job WHERE state = 'running'"
+                   " AND lease_until > now()",
+                   0, 15000);
+    relay_start_process(&second, f->url, f->broker_url, extra);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'",
+                                    0, 60000),
+                     0);
+    relay_signal(&first, SIGCONT);
+    sleep(2); /* the first relay's turns with what it held */
+    relay_signal(&first, SIGTERM);
+    relay_signal(&second, SIGTERM);
+    assert_int_equal(relay_wait(&second, 15000), 0);
+    if (relay_wait(&first, 15000) != 0)
+        relay_dump_log(&first);
+    unlink(first.log_path);
+    unlink(second.log_path);
+    count = f->broker->delivered(f, &ids);
+    assert_key_order_kept(f, ids, count);
+    assert_these_rows_delivered(f, ids, count);
+}
+
 static const struct scenario {
     const char *name;
     void (*run)(void **state);
 } SCENARIOS[] = {
     {"kill_mid_batch_then_restart", test_kill_mid_batch_then_restart},
     {"sigterm_leaves_nothing_running", test_sigterm_leaves_nothing_running},
+    {"sighup_leaves_nothing_running", test_sighup_leaves_nothing_running},
+    {"stopped_relay_keeps_key_order", test_stopped_relay_keeps_key_order},
 };
 
 #define BROKER_COUNT (sizeof(BROKERS) / sizeof(BROKERS[0]))

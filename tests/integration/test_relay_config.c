@@ -638,6 +638,229 @@ test_check_names_a_missing_privilege(void **state)
 #undef GRANTS
 }
 
+/*
+ * --on-success delete without DELETE: a normal start refuses, naming the
+ * option and the privilege, and publishes nothing (rows published and not
+ * deleted would stay running until their lease and go out again). With the
+ * grant, the same run deletes the rows.
+ */
+static void
+test_on_success_delete_needs_the_delete_privilege(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    char user[64], sql[512], prefix[64], output[4096];
+    char *url;
+    int status;
+
+    snprintf(user, sizeof(user), "delete_role_%d", (int)getpid());
+    snprintf(prefix, sizeof(prefix), "on-delete-%d:", (int)getpid());
+    url = url_as(f->url, user);
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT USAGE ON SCHEMA outbox TO %1$s; GRANT SELECT, UPDATE ON outbox.job TO %1$s;"
+             " GRANT SELECT ON outbox.paused TO %1$s",
+             user);
+    harness_exec(f->conn, sql);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', '{}')) FROM generate_series(1, 5)");
+    {
+        const char *argv[] = {"--database-url", url, "--broker", broker, "--stream-prefix", prefix,
+                              "--on-success", "delete", "--once", NULL};
+
+        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        if (status == 0 || strstr(output, "--on-success delete") == NULL ||
+            strstr(output, "DELETE on table outbox.job") == NULL)
+            fail_msg("--on-success delete without DELETE: exit %d, expected a failure naming the"
+                     " option and the privilege:\n%s",
+                     status, output);
+        assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                                   " WHERE state = 'ready' AND attempts = 0"),
+                         5);
+        snprintf(sql, sizeof(sql), "GRANT DELETE ON outbox.job TO %s", user);
+        harness_exec(f->conn, sql);
+        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        if (status != 0)
+            fail_msg("--on-success delete with DELETE: exit %d\n%s", status, output);
+        assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
+    }
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
+/*
+ * Waits for a --once relay to end; fails unless it exits 1 with a last line
+ * holding each needle and not the word "unreachable" (it reached both ends).
+ */
+static void
+assert_once_gave_up(struct relay_process *relay, const char *what, const char *const *needles)
+{
+    char line[1024];
+    int status = harness_wait_exit(relay->pid, 60000);
+    bool found = true;
+
+    last_line(relay, line, sizeof(line));
+    for (size_t i = 0; needles[i] != NULL; i++)
+        found = found && strstr(line, needles[i]) != NULL;
+    if (status != 1 || !found || strncmp(line, "outbox-relay: ", 14) != 0 ||
+        strstr(line, "unreachable") != NULL) {
+        relay_dump_log(relay);
+        fail_msg("--once %s: exit %d, last line '%s'; expected exit 1 and one line naming the"
+                 " cause ('%s')",
+                 what, status, line, needles[0]);
+    }
+    unlink(relay->log_path);
+}
+
+/*
+ * --once ends when it connects but no row can move: a Redis without the
+ * replicas --redis-wait asks for, a role whose sessions are read-only, a
+ * lock on outbox.job; each exit 1 with one line naming the cause, and
+ * --check refuses the read-only role.
+ */
+static void
+test_once_ends_when_no_row_can_move(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    const char *wait_extra[] = {"--once", "--redis-wait", "1", "--stream-prefix", "no-replica:",
+                                NULL};
+    const char *once[] = {"--once", NULL};
+    const char *replicas[] = {"replicas", NULL}, *read_only[] = {"read-only", NULL};
+    const char *locked[] = {"lock", NULL};
+    char user[64], sql[512], output[4096];
+    char *url;
+    struct relay_process waiting, readonly, blocked;
+    PGconn *locker;
+
+    snprintf(user, sizeof(user), "readonly_role_%d", (int)getpid());
+    run_roles_script(f->conn);
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT outbox_relay TO %1$s; ALTER ROLE %1$s SET default_transaction_read_only = on",
+             user);
+    harness_exec(f->conn, sql);
+    url = url_as(f->url, user);
+    enqueue_rows(f->conn, "stuck", 5);
+
+    relay_start_process(&waiting, f->url, broker, wait_extra);
+    relay_start_process(&readonly, url, broker, once);
+    assert_once_gave_up(&waiting, "with --redis-wait 1 and no replica", replicas);
+    assert_once_gave_up(&readonly, "as a read-only role", read_only);
+    {
+        const char *argv[] = {"--database-url", url, "--broker", broker, "--check", NULL};
+        int status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+
+        if (status != 2 || strstr(output, "read-only") == NULL || count_lines(output) != 1)
+            fail_msg("--check as a read-only role: exit %d, expected 2 and one line:\n%s", status,
+                     output);
+    }
+
+    locker = harness_connect(f->url);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.job IN ACCESS EXCLUSIVE MODE");
+    relay_start_process(&blocked, f->url, broker, once);
+    assert_once_gave_up(&blocked, "with outbox.job locked", locked);
+    harness_exec(locker, "ROLLBACK");
+    PQfinish(locker);
+
+    /* nothing was lost: the rows wait for the next run */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'ready'"),
+                     5);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
+/* Whether the relay's log holds needle (in the first 64 kB). */
+static bool
+log_contains(const struct relay_process *relay, const char *needle)
+{
+    static char text[65536];
+    size_t len = 0;
+    FILE *log = fopen(relay->log_path, "r");
+
+    if (log != NULL) {
+        len = fread(text, 1, sizeof(text) - 1, log);
+        fclose(log);
+    }
+    text[len] = '\0';
+    return strstr(text, needle) != NULL;
+}
+
+/* Fails unless every line of the relay's log is a JSON object. */
+static void
+assert_log_is_json(const struct relay_process *relay)
+{
+    char line[4096];
+    FILE *log = fopen(relay->log_path, "r");
+
+    assert_non_null(log);
+    while (fgets(line, sizeof(line), log) != NULL)
+        if (line[0] != '{') {
+            fclose(log);
+            fail_msg("a line of a --log-format json log is not JSON: %s", line);
+        }
+    fclose(log);
+}
+
+/*
+ * UPDATE revoked while the relay runs: it keeps running, says so in its log
+ * format, and publishes again once the grant is back.
+ */
+static void
+test_revoked_privilege_is_waited_out(void **state)
+{
+    struct fixture *f = *state;
+    const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    const char *extra[] = {"--log-format", "json", "--stream-prefix", "revoked:", NULL};
+    const char *missing = "lacks UPDATE on table outbox.job";
+    char user[64], sql[512];
+    char *url;
+    struct relay_process relay;
+
+    snprintf(user, sizeof(user), "revoked_role_%d", (int)getpid());
+    snprintf(sql, sizeof(sql),
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
+             " GRANT USAGE ON SCHEMA outbox TO %1$s;"
+             " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
+             " GRANT SELECT ON outbox.paused TO %1$s",
+             user);
+    harness_exec(f->conn, sql);
+    url = url_as(f->url, user);
+    relay_start_process(&relay, url, broker, extra);
+    enqueue_rows(f->conn, "revoked", 10);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 10,
+                                    30000),
+                     10);
+    snprintf(sql, sizeof(sql), "REVOKE UPDATE ON outbox.job FROM %s", user);
+    harness_exec(f->conn, sql);
+    enqueue_rows(f->conn, "revoked", 10);
+    /* the claim fails, the reconnect names what is missing */
+    for (int i = 0; i < 100 && !log_contains(&relay, missing); i++)
+        usleep(100 * 1000);
+    usleep(500 * 1000); /* an exit right after the line would show below */
+    if (!log_contains(&relay, missing) || kill(relay.pid, 0) != 0) {
+        relay_dump_log(&relay);
+        fail_msg("UPDATE revoked: the relay should run on and log what is missing");
+    }
+    snprintf(sql, sizeof(sql), "GRANT UPDATE ON outbox.job TO %s", user);
+    harness_exec(f->conn, sql);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 20,
+                       30000) != 20) {
+        relay_dump_log(&relay);
+        fail_msg("the grant is back, but the rows did not move");
+    }
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_log_is_json(&relay);
+    unlink(relay.log_path);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
+    harness_exec(f->conn, sql);
+    free(url);
+}
+
 static void
 test_check_looks_for_the_exchange(void **state)
 {
@@ -876,6 +1099,10 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check_names_a_missing_privilege, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_looks_for_the_exchange, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_on_success_delete_needs_the_delete_privilege, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_once_ends_when_no_row_can_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_privilege_is_waited_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_password_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_of_the_other_broker_are_named, setup,
                                         teardown),
