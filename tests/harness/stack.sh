@@ -14,6 +14,7 @@
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
 #   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
+#   nats               nats-server with JetStream (file storage under DIR/nats), not started by default
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -33,7 +34,7 @@ REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
 ALL_SERVICES="postgres rabbitmq redis"
 # stop stops every service it finds, the standby before its primary
-STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis"
+STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis nats"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
 STOP_TIMEOUT=30
 
@@ -128,6 +129,7 @@ take_lock() {
 load_ports() {
     PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
     PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
+    NATS_PORT=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -147,6 +149,7 @@ CLUSTER_PORTS="$CLUSTER_PORTS"
 CLUSTER_DIST_PORTS="$CLUSTER_DIST_PORTS"
 CLUSTER_EPMD_PORT=$CLUSTER_EPMD_PORT
 CLUSTER_NODES="$CLUSTER_NODES"
+NATS_PORT=$NATS_PORT
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -186,6 +189,10 @@ write_env() {
             echo "export OUTBOX_TEST_REDIS_PORT=$REDIS_PORT"
             echo "export OUTBOX_TEST_REDIS_PASSWORD='$REDIS_PASSWORD'"
             echo "export OUTBOX_TEST_REDIS_URL='redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0'"
+        fi
+        if [ -n "$NATS_PORT" ]; then
+            echo "export OUTBOX_TEST_NATS_PORT=$NATS_PORT"
+            echo "export OUTBOX_TEST_NATS_URL='nats://127.0.0.1:$NATS_PORT'"
         fi
     } >"$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
@@ -565,12 +572,47 @@ redis_stop() {
     stop_pidfile "$DIR/redis/redis.pid"
 }
 
+# ---------------------------------------------------------------- NATS
+
+nats_init() {
+    mkdir -p "$DIR/nats/store"
+    cat >"$DIR/nats/nats.conf" <<EOF
+listen: 127.0.0.1:$NATS_PORT
+pid_file: "$DIR/nats/nats.pid"
+log_file: "$DIR/nats/nats.log"
+jetstream {
+    store_dir: "$DIR/nats/store"
+    max_memory_store: 256MB
+    max_file_store: 4GB
+}
+EOF
+}
+
+nats_start() {
+    local i
+    nats-server -c "$DIR/nats/nats.conf" >>"$DIR/nats/start.log" 2>&1 9>&- &
+    for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        if port_in_use "$NATS_PORT" && grep -q "Server is ready" "$DIR/nats/nats.log" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    nats_stop
+    fail_with_log "nats failed to start on 127.0.0.1:$NATS_PORT" "$DIR/nats/nats.log"
+}
+
+nats_stop() {
+    stop_pidfile "$DIR/nats/nats.pid"
+    # the next start's readiness check reads the log from here on
+    [ ! -f "$DIR/nats/nats.log" ] || mv "$DIR/nats/nats.log" "$DIR/nats/nats.log.old"
+}
+
 # ---------------------------------------------------------------- commands
 
 check_service() {
     case "$1" in
-    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby) ;;
-    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster or postgres-standby)" ;;
+    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby | nats) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster, postgres-standby or nats)" ;;
     esac
 }
 
@@ -581,6 +623,7 @@ service_start() {
     redis) redis_start ;;
     rabbitmq-cluster) cluster_start ;;
     postgres-standby) standby_start ;;
+    nats) nats_start ;;
     esac
 }
 
@@ -591,6 +634,7 @@ service_stop() {
     redis) redis_stop ;;
     rabbitmq-cluster) cluster_stop ;;
     postgres-standby) standby_stop ;;
+    nats) nats_stop ;;
     esac
 }
 
@@ -601,6 +645,7 @@ service_configured() {
     redis) [ -n "$REDIS_PORT" ] ;;
     rabbitmq-cluster) [ -n "$CLUSTER_NODES" ] ;;
     postgres-standby) [ -n "$PG_STANDBY_PORT" ] ;;
+    nats) [ -n "$NATS_PORT" ] ;;
     esac
 }
 
@@ -673,6 +718,13 @@ command_start() {
             save_ports
             standby_init
             standby_start
+            ;;
+        nats)
+            NATS_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$NATS_PORT "
+            save_ports
+            nats_init
+            nats_start
             ;;
         esac
         write_env
