@@ -1,7 +1,7 @@
 #!/bin/bash
 # stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
 #
-#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis)
+#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis nats)
 #   stack.sh stop DIR                                  stop everything started in DIR
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
@@ -14,7 +14,7 @@
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
 #   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
-#   nats               nats-server with JetStream (file storage under DIR/nats), not started by default
+#   nats               nats-server with JetStream (file storage under DIR/nats)
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -32,7 +32,7 @@ PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
-ALL_SERVICES="postgres rabbitmq redis"
+ALL_SERVICES="postgres rabbitmq redis nats"
 # stop stops every service it finds, the standby before its primary
 STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis nats"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}

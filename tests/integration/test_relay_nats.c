@@ -1,0 +1,360 @@
+/*
+ * test_relay_nats.c - outbox-relay publishing to a real NATS JetStream server.
+ *
+ * Each test has its own database and its own subject prefix
+ * "nats-<pid>-<n>.", with a stream the test makes (the relay never does)
+ * over the subjects the test wants covered. The shared broker scenarios
+ * (kill -9, SIGTERM) run for NATS from test_relay_brokers.c; here is what
+ * only NATS does: the message's headers, subjects without a stream, the
+ * server's max_payload, invalid subjects, a server restart with file
+ * storage, JetStream's dedup of a re-driven row, --check.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "nats_consumer.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    nats_consumer *nats;
+    const char *broker;
+    char prefix[72]; /* "nats-<pid>-<n>." */
+    char stream[64]; /* "nats-<pid>-<n>" */
+    bool made_stream;
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_NATS_URL");
+    f->nats = nats_consumer_connect(f->broker);
+    assert_non_null(f->nats);
+    snprintf(f->stream, sizeof(f->stream), "nats-%d-%d", (int)getpid(), test_counter++);
+    snprintf(f->prefix, sizeof(f->prefix), "%s.", f->stream);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    if (f->made_stream)
+        nats_consumer_delete_stream(f->nats, f->stream);
+    nats_consumer_free(f->nats);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Makes the test's stream over prefix + covered (e.g. ">" for every subject of the prefix). */
+static void
+make_stream(struct fixture *f, const char *covered, int64_t duplicates_ms)
+{
+    char subject[128];
+
+    snprintf(subject, sizeof(subject), "%s%s", f->prefix, covered);
+    assert_int_equal(nats_consumer_create_stream(f->nats, f->stream,
+                                                 &(struct nats_consumer_stream_options){
+                                                     .subject = subject,
+                                                     .duplicates_ms = duplicates_ms,
+                                                 }),
+                     0);
+    f->made_stream = true;
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/*
+ * The stream holds every row of queue 'orders' exactly once (by Nats-Msg-Id)
+ * and nothing else; expected is the number of rows.
+ */
+static void
+assert_each_row_once(struct fixture *f, long long expected)
+{
+    struct nats_consumer_message *messages;
+    size_t count;
+    PGresult *rows;
+    int64_t *ids;
+
+    rows = PQexec(f->conn, "SELECT job_id FROM outbox.job WHERE queue = 'orders' ORDER BY 1");
+    assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(rows), expected);
+    assert_int_equal(nats_consumer_read(f->nats, f->stream, &messages, &count), 0);
+    assert_int_equal((long long)count, expected);
+    ids = calloc(count + 1, sizeof(*ids));
+    assert_non_null(ids);
+    for (size_t i = 0; i < count; i++)
+        ids[i] = messages[i].job_id;
+    qsort(ids, count, sizeof(*ids), compare_id);
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0 && ids[i] == ids[i - 1])
+            fail_msg("job %lld stored twice", (long long)ids[i]);
+        if (ids[i] != strtoll(PQgetvalue(rows, (int)i, 0), NULL, 10))
+            fail_msg("stream and table differ at job %lld", (long long)ids[i]);
+    }
+    free(ids);
+    nats_consumer_messages_free(messages, count);
+    PQclear(rows);
+}
+
+/* The subject, headers and body of one message. */
+static void
+test_message_shape(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+    struct nats_consumer_message *messages;
+    char expected[512];
+    size_t count;
+    long long id;
+
+    make_stream(f, ">", 0);
+    harness_exec(f->conn,
+                 "SELECT outbox.enqueue('orders', '{\"order\": 1}', NULL,"
+                 " '{\"source\": \"test\", \"Outbox-Queue\": \"forged\", \"traceparent\":"
+                 " \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}',"
+                 " routing_key => 'order.created.eu')");
+    id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+
+    assert_int_equal(nats_consumer_read(f->nats, f->stream, &messages, &count), 0);
+    assert_int_equal(count, 1);
+    snprintf(expected, sizeof(expected), "%sorder.created.eu", f->prefix);
+    assert_string_equal(messages[0].subject, expected);
+    assert_string_equal(messages[0].body, "{\"order\": 1}");
+    assert_int_equal(messages[0].job_id, id);
+    snprintf(expected, sizeof(expected), "%lld", id);
+    assert_string_equal(messages[0].msg_id, expected);
+    assert_non_null(strstr(messages[0].headers, "source: test\n"));
+    assert_non_null(strstr(messages[0].headers,
+                           "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n"));
+    assert_non_null(strstr(messages[0].headers, "Outbox-Queue: orders\n"));
+    assert_null(strstr(messages[0].headers, "forged"));
+    assert_non_null(strstr(messages[0].headers, "Outbox-Attempt: 1\n"));
+    assert_non_null(strstr(messages[0].headers, "Content-Type: application/json\n"));
+    nats_consumer_messages_free(messages, count);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     1);
+}
+
+/* A subject no stream covers fails only its own rows, with the server's answer. */
+static void
+test_subject_without_stream_fails_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+
+    make_stream(f, "covered.>", 0);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " routing_key => CASE WHEN g % 4 = 0 THEN 'uncovered.x'"
+                              " ELSE 'covered.x' END)) FROM generate_series(1, 200) AS g");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"
+                                               " AND routing_key = 'covered.x'"),
+                     150);
+    /* failed once, with the reason, and waiting for a retry: not dead, not lost */
+    assert_int_equal(harness_query_ll(f->conn,
+                                      "SELECT count(*) FROM outbox.job"
+                                      " WHERE routing_key = 'uncovered.x' AND state = 'ready'"
+                                      " AND attempts = 1 AND last_error LIKE"
+                                      " '%no jetstream stream covers subject%uncovered.x%no responders%'"),
+                     50);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 150);
+}
+
+/* A row over the server's max_payload dies at once; the 200 around it go. */
+static void
+test_oversized_row_dies_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, "--batch-size", "500", NULL};
+
+    make_stream(f, ">", 0);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 100) AS g");
+    /* nats-server's default max_payload is 1 MiB */
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders',"
+                          " jsonb_build_object('pad', repeat('x', 1200000)), max_attempts => 1)");
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(101, 200) AS g");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     200);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'dead' AND last_error LIKE"
+                                               " '%exceeds the server''s max_payload%'"),
+                     1);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 200);
+}
+
+/* Routing keys that make no valid subject die at once, naming the subject; the rest go. */
+static void
+test_invalid_subjects_die(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+
+    make_stream(f, ">", 0);
+    enqueue_rows(f->conn, "orders", 10);
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order created')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.*')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.>')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order..eu')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.')");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'dead' AND attempts = 1"
+                                               " AND last_error LIKE 'invalid nats subject%'"),
+                     5);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     10);
+}
+
+/*
+ * A server restart mid-run (file storage): every committed row in the
+ * stream exactly once, every row succeeded, and none paid an attempt.
+ */
+static void
+test_restart_mid_run_loses_nothing(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, "--batch-size", "100", NULL};
+    struct relay_process relay;
+
+    make_stream(f, ">", 0);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   30000);
+    assert_int_equal(harness_stack("restart-service", "nats"), 0);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job"
+                                    " WHERE state NOT IN ('succeeded', 'dead')",
+                                    0, 90000),
+                     0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    if (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'") != 0) {
+        relay_dump_log(&relay);
+        fail_msg("rows died of a server restart");
+    }
+    unlink(relay.log_path);
+    nats_consumer_free(f->nats);
+    f->nats = nats_consumer_connect(f->broker);
+    assert_non_null(f->nats);
+    assert_each_row_once(f, 20000);
+}
+
+/*
+ * A re-driven row (as if a relay died between publish and mark) is acked as
+ * a duplicate and counts as published; the stream holds it once. A replayed
+ * row is appended once more, under <job_id>.r1.
+ */
+static void
+test_redriven_row_is_a_duplicate_replay_is_not(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+    struct nats_consumer_message *messages;
+    char expected[64];
+    size_t count;
+    long long first;
+
+    make_stream(f, ">", 0);
+    enqueue_rows(f->conn, "orders", 3000);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_each_row_once(f, 3000);
+
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND attempts = 2"),
+                     3000);
+    assert_each_row_once(f, 3000);
+
+    first = harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job");
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL,"
+                          " replays = replays + 1 WHERE job_id = (SELECT min(job_id) FROM outbox.job)");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(nats_consumer_read(f->nats, f->stream, &messages, &count), 0);
+    assert_int_equal(count, 3001);
+    snprintf(expected, sizeof(expected), "%lld.r1", first);
+    assert_string_equal(messages[3000].msg_id, expected);
+    nats_consumer_messages_free(messages, count);
+}
+
+/* --check: no stream behind the prefix is exit 2; a short duplicate window is a warning. */
+static void
+test_check(void **state)
+{
+    struct fixture *f = *state;
+    char output[8192];
+    const char *argv[] = {"--check", "--database-url", f->url, "--broker", f->broker,
+                          "--subject-prefix", f->prefix, "--lease", "30", NULL};
+    const char *bad_prefix[] = {"--check", "--database-url", f->url, "--broker", f->broker,
+                                "--subject-prefix", "events.*.", NULL};
+
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+    assert_non_null(strstr(output, "no jetstream stream covers subjects"));
+    assert_non_null(strstr(output, f->prefix));
+
+    make_stream(f, ">", 1000);
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "duplicate window shorter"));
+    assert_non_null(strstr(output, f->stream));
+
+    assert_int_equal(relay_run_capture(bad_prefix, output, sizeof(output)), 2);
+    assert_non_null(strstr(output, "not a valid nats subject prefix"));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_message_shape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subject_without_stream_fails_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_subjects_die, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redriven_row_is_a_duplicate_replay_is_not, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_mid_run_loses_nothing, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("relay_nats", tests, NULL, NULL);
+}
