@@ -22,6 +22,8 @@ test_kind_of_url(void **state)
     assert_string_equal(sink_kind_of_url("redis://h:6379/0"), "redis");
     assert_string_equal(sink_kind_of_url("redis+sentinel://s1,s2/m"), "redis");
     assert_string_equal(sink_kind_of_url("redis+cluster://n1,n2"), "redis");
+    assert_string_equal(sink_kind_of_url("nats://h1:4222,h2:4222"), "nats");
+    assert_string_equal(sink_kind_of_url("tls://t0ken@h"), "nats");
     assert_null(sink_kind_of_url("kafka://h"));
     assert_null(sink_kind_of_url("redis"));
     assert_null(sink_kind_of_url(NULL));
@@ -38,8 +40,8 @@ test_unknown_scheme_lists_the_registry(void **state)
     assert_int_equal(sink_url_parse("kafka://h:9092", &url, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
     assert_non_null(strstr(err.message, "kafka"));
-    assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel:// or"
-                                        " redis+cluster://"));
+    assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel://,"
+                                        " redis+cluster://, nats:// or tls://"));
 }
 
 /* Option names are unique across the relay and every broker, and each row is complete. */
