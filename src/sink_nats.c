@@ -34,7 +34,13 @@
  *   no message's fault: those messages are deferred. The library does not
  *   reconnect by itself (a closed connection leaves the sink disconnected),
  *   so that no publish of a batch outlives the batch; the next sink_connect()
- *   connects again to any server of the list.
+ *   connects to the next server of the URL's list (sink.c), which is why a
+ *   URL lists every server of a cluster.
+ *
+ * While a clustered stream elects a new leader no server listens on its
+ * subjects, so publishes in that moment get "no responders" like those to a
+ * subject without a stream: they fail and are retried with the row's
+ * backoff (an attempt spent), which the default max_attempts absorbs.
  */
 #include "sink_internal.h"
 
@@ -289,22 +295,20 @@ drop_connection(sink *s)
 }
 
 /*
- * Fills options from the URL and the sink options: every endpoint as a
- * server, user and password or a token, the credentials file, TLS.
+ * Fills options from the URL and the sink options: the endpoint in use
+ * (sink.c moves to the next after a loss), user and password or a token,
+ * the credentials file, TLS.
  */
 static natsStatus
 fill_options(sink *s, natsOptions *options)
 {
     struct sink_nats *n = s->impl;
-    const char *servers[URL_MAX_ENDPOINTS];
-    char urls[URL_MAX_ENDPOINTS][URL_ENDPOINT_TEXT_MAX + 8];
+    char url[URL_ENDPOINT_TEXT_MAX + 8];
+    const char *servers[1] = {url};
     natsStatus st;
 
-    for (size_t i = 0; i < s->url.endpoint_count; i++) {
-        snprintf(urls[i], sizeof(urls[i]), "nats://%s", s->endpoint_names[i]);
-        servers[i] = urls[i];
-    }
-    st = natsOptions_SetServers(options, servers, (int)s->url.endpoint_count);
+    snprintf(url, sizeof(url), "nats://%s", s->endpoint_names[s->endpoint]);
+    st = natsOptions_SetServers(options, servers, 1);
     if (st == NATS_OK && s->url.user != NULL && s->url.password != NULL)
         st = natsOptions_SetUserInfo(options, s->url.user, s->url.password);
     else if (st == NATS_OK && (s->url.user != NULL || s->url.password != NULL))
@@ -335,7 +339,6 @@ connect_error_code(natsStatus st)
     case NATS_CONNECTION_AUTH_FAILED:
     case NATS_NOT_PERMITTED:
     case NATS_SSL_ERROR:
-    case NATS_ERR:
         return OUTBOX_ERR_CONFIG;
     default:
         return OUTBOX_ERR_CONNECTION;
@@ -363,9 +366,22 @@ sink_nats_connect(sink *s, struct outbox_error *err)
     st = natsConnection_Connect(&n->connection, options);
     natsOptions_Destroy(options);
     if (st != NATS_OK) {
+        const char *detail = nats_GetLastError(NULL), *source_end;
+        char redacted[256];
+
+        /* "(conn.c:1905): Authorization Violation": the server's words, without the source line */
+        if (detail != NULL && detail[0] == '(' && (source_end = strstr(detail, "): ")) != NULL)
+            detail = source_end + 3;
+        if (detail != NULL && strcmp(detail, natsStatus_GetText(st)) == 0)
+            detail = NULL;
+        /* the library's text may quote what it was given: never a password or token */
+        url_redact_message(detail != NULL ? detail : "", s->options.url,
+                           s->url.password != NULL ? s->url.password : s->url.user, redacted,
+                           sizeof(redacted));
         n->connection = NULL;
-        return outbox_error_set(err, connect_error_code(st), "unable to connect to nats at %s: %s",
-                                sink_display_url(s), natsStatus_GetText(st));
+        return outbox_error_set(err, connect_error_code(st),
+                                "unable to connect to nats at %s: %s%s%s", sink_target(s),
+                                natsStatus_GetText(st), redacted[0] != '\0' ? ": " : "", redacted);
     }
     jsOptions_Init(&js_options);
     js_options.Wait = s->options.io_timeout_ms;
@@ -833,8 +849,8 @@ static const struct sink_ops sink_nats_ops = {
     .check = sink_nats_check,
     .disconnect = sink_nats_disconnect,
     .destroy = sink_nats_destroy,
-    /* the library gets every server of the list and picks one itself */
-    .endpoint_alternatives = false,
+    /* any server of a cluster takes publishes for every stream: sink.c picks one per connect */
+    .endpoint_alternatives = true,
 };
 
 /* ---- registry row ------------------------------------------------------------------- */
