@@ -94,6 +94,23 @@ nats_consumer_stream_count(nats_consumer *c, const char *stream)
     return count;
 }
 
+int
+nats_consumer_stream_leader(nats_consumer *c, const char *stream, char *out, size_t size)
+{
+    jsStreamInfo *info = NULL;
+    jsErrCode code = 0;
+    int rc = -1;
+
+    if (js_GetStreamInfo(&info, c->js, stream, NULL, &code) != NATS_OK)
+        return -1;
+    if (info->Cluster != NULL && info->Cluster->Leader != NULL && info->Cluster->Leader[0] != '\0') {
+        snprintf(out, size, "%s", info->Cluster->Leader);
+        rc = 0;
+    }
+    jsStreamInfo_Destroy(info);
+    return rc;
+}
+
 /* Every header of message as "Name: value\n" lines, malloc'd. */
 static char *
 header_lines(natsMsg *message)

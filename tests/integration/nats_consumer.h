@@ -58,6 +58,9 @@ int nats_consumer_read(nats_consumer *c, const char *stream, struct nats_consume
                        size_t *count);
 void nats_consumer_messages_free(struct nats_consumer_message *messages, size_t count);
 
+/* Copies the name of the server leading stream ("n2") into out; 0, or -1 when none is known. */
+int nats_consumer_stream_leader(nats_consumer *c, const char *stream, char *out, size_t size);
+
 /* The number of messages stream holds, or -1. */
 long long nats_consumer_stream_count(nats_consumer *c, const char *stream);
 
