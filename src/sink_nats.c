@@ -39,8 +39,9 @@
  *
  * While a clustered stream elects a new leader no server listens on its
  * subjects, so publishes in that moment get "no responders" like those to a
- * subject without a stream: they fail and are retried with the row's
- * backoff (an attempt spent), which the default max_attempts absorbs.
+ * subject without a stream. After the batch, the sink asks the JetStream API
+ * once per such subject whether a stream covers it: if none does, its rows
+ * fail; if one does (or the API cannot tell), they are deferred.
  */
 #include "sink_internal.h"
 
@@ -80,6 +81,7 @@ enum nats_state {
     NATS_STATE_IDLE = 0, /* not published (rejected before, or never reached) */
     NATS_STATE_PENDING,  /* published, no answer yet */
     NATS_STATE_ANSWERED, /* its outcome is final */
+    NATS_STATE_NO_RESPONDERS, /* answered "no responders": no stream, or one without a leader */
 };
 
 /* A published message's address and its index in the batch, sorted by address. */
@@ -228,7 +230,9 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
             settle_error(&n->outcomes[index], message, error);
         else
             sink_outcome_set(&n->outcomes[index], SINK_DEFERRED, "jetstream ack without a stream");
-        n->states[index] = NATS_STATE_ANSWERED;
+        n->states[index] = error != NULL && error->Err == NATS_NO_RESPONDERS
+                               ? NATS_STATE_NO_RESPONDERS
+                               : NATS_STATE_ANSWERED;
         n->unanswered--;
         pthread_cond_broadcast(&n->changed);
     }
@@ -655,6 +659,65 @@ wait_answers(sink *s, struct outbox_error *err)
 }
 
 /*
+ * Whether a stream covers subject, by the JetStream API: 1 yes, 0 no, -1
+ * when the API did not answer (a cluster electing its metadata leader).
+ */
+static int
+stream_covers(sink *s, const char *subject)
+{
+    struct sink_nats *n = s->impl;
+    jsStreamNamesList *names = NULL;
+    jsOptions options;
+    jsErrCode code = 0;
+    natsStatus st;
+    int covered;
+
+    jsOptions_Init(&options);
+    options.Wait = s->options.io_timeout_ms;
+    options.Stream.Info.SubjectsFilter = subject;
+    st = js_StreamNames(&names, n->js, &options, &code);
+    if (st == NATS_OK)
+        covered = names != NULL && names->Count > 0;
+    else
+        covered = st == NATS_NOT_FOUND ? 0 : -1;
+    jsStreamNamesList_Destroy(names);
+    return covered;
+}
+
+/*
+ * Tells apart the two reasons for "no responders": a subject no stream
+ * covers fails its rows (as settle_error said), a stream without a leader
+ * (an election) defers them. One question per subject of the batch.
+ */
+static void
+settle_no_responders(sink *s, const struct sink_message *messages, size_t count)
+{
+    struct sink_nats *n = s->impl;
+
+    for (size_t i = 0; i < count; i++) {
+        int covered;
+
+        if (n->states[i] != NATS_STATE_NO_RESPONDERS)
+            continue;
+        if (build_subject(n, &messages[i]) != 0)
+            covered = -1;
+        else
+            covered = n->closed ? -1 : stream_covers(s, n->subject);
+        for (size_t j = i; j < count; j++) {
+            if (n->states[j] != NATS_STATE_NO_RESPONDERS ||
+                strcmp(subject_suffix(&messages[j]), subject_suffix(&messages[i])) != 0)
+                continue;
+            if (covered != 0)
+                sink_outcome_set(&n->outcomes[j], SINK_DEFERRED,
+                                 "no leader for the jetstream stream of subject '%s%s'"
+                                 " (no responders)",
+                                 n->subject_prefix, subject_suffix(&messages[j]));
+            n->states[j] = NATS_STATE_ANSWERED;
+        }
+    }
+}
+
+/*
  * Ends the batch: takes back from the library whatever it still holds
  * unanswered, closes the table to late acks and frees every message.
  */
@@ -712,6 +775,10 @@ sink_nats_publish(sink *s, const struct sink_message *messages, size_t count,
 
         wait_answers(s, &ignored);
     }
+    pthread_mutex_lock(&n->lock);
+    n->slot_count = 0; /* no late ack may touch the outcomes from here on */
+    pthread_mutex_unlock(&n->lock);
+    settle_no_responders(s, messages, count);
     end_batch(s, count);
     if (rc != 0 || n->closed) {
         if (rc == 0)
