@@ -234,7 +234,8 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
                                ? NATS_STATE_NO_RESPONDERS
                                : NATS_STATE_ANSWERED;
         n->unanswered--;
-        pthread_cond_broadcast(&n->changed);
+        if (n->unanswered == 0) /* the batch waits for all, not for each */
+            pthread_cond_broadcast(&n->changed);
     }
     pthread_mutex_unlock(&n->lock);
     /* the batch owns and frees its messages */
