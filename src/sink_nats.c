@@ -321,9 +321,13 @@ fill_options(sink *s, natsOptions *options)
     if (st == NATS_OK && n->creds != NULL)
         st = natsOptions_SetUserCredentialsFromFiles(options, n->creds, NULL);
     if (st == NATS_OK && s->url.scheme->tls) {
+        /*
+         * Always verified: the chain against the system CAs (or $SSL_CERT_FILE)
+         * and the URL's host name. (--tls-verify is the AMQP sink's option.)
+         */
         st = natsOptions_SetSecure(options, true);
-        if (st == NATS_OK && !s->options.tls_verify)
-            st = natsOptions_SkipServerVerification(options, true);
+        if (st == NATS_OK)
+            st = natsOptions_SetExpectedHostname(options, s->url.endpoints[s->endpoint].host);
     }
     if (st == NATS_OK)
         st = natsOptions_SetTimeout(options, s->options.connect_timeout_ms);
