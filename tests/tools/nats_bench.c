@@ -6,6 +6,7 @@
  *   nats_bench stream-delete --broker URL --stream NAME
  *   nats_bench stream-count  --broker URL --stream NAME      prints messages=N
  *   nats_bench publish --broker URL --subject S --count N [--payload-bytes B] [--window W]
+ *                      [--msg-id no]
  *
  * publish sends N messages of B bytes (200) of JSON over one connection with
  * js_PublishMsgAsync, at most W (4096, as the relay) without an ack, each
@@ -14,6 +15,7 @@
  * The bench owns its stream: the relay never creates one.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@ struct arguments {
     long count;
     long payload_bytes;
     long window;
+    bool msg_id; /* a Nats-Msg-Id on every message (the default, as the relay) */
 };
 
 static int
@@ -44,7 +47,7 @@ usage(void)
 static int
 parse(int argc, char **argv, struct arguments *a)
 {
-    *a = (struct arguments){.payload_bytes = 200, .window = 4096};
+    *a = (struct arguments){.payload_bytes = 200, .window = 4096, .msg_id = true};
     if (argc < 2)
         return -1;
     a->command = argv[1];
@@ -61,6 +64,8 @@ parse(int argc, char **argv, struct arguments *a)
             a->payload_bytes = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--window") == 0)
             a->window = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--msg-id") == 0)
+            a->msg_id = strcmp(argv[i + 1], "no") != 0;
         else
             return -1;
     }
@@ -143,7 +148,7 @@ publish(jsCtx *js, const struct arguments *a)
 
         snprintf(id, sizeof(id), "ceiling-%d-%.0f-%ld", (int)getpid(), start * 1000, sent);
         st = natsMsg_Create(&message, a->subject, NULL, payload, (int)a->payload_bytes);
-        if (st == NATS_OK)
+        if (st == NATS_OK && a->msg_id)
             st = natsMsgHeader_Set(message, "Nats-Msg-Id", id);
         if (st == NATS_OK)
             st = natsMsgHeader_Set(message, "Content-Type", "application/json");
