@@ -107,6 +107,7 @@ struct sink_nats {
     enum nats_state *states;
     struct sink_outcome *outcomes;
     size_t unanswered;
+    size_t duplicates; /* acks of the batch with duplicate: true */
     size_t capacity;
     natsMsg **messages;
     char *subject; /* scratch for one subject */
@@ -224,8 +225,10 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
     pthread_mutex_lock(&n->lock);
     index = slot_of(n, message);
     if (index != SIZE_MAX && n->states[index] == NATS_STATE_PENDING) {
-        if (ack != NULL && ack->Stream != NULL && ack->Stream[0] != '\0')
+        if (ack != NULL && ack->Stream != NULL && ack->Stream[0] != '\0') {
             sink_outcome_set(&n->outcomes[index], SINK_ACCEPTED, NULL);
+            n->duplicates += ack->Duplicate;
+        }
         else if (error != NULL)
             settle_error(&n->outcomes[index], message, error);
         else
@@ -764,6 +767,7 @@ sink_nats_publish(sink *s, const struct sink_message *messages, size_t count,
     pthread_mutex_lock(&n->lock);
     n->outcomes = outcomes;
     n->unanswered = 0;
+    n->duplicates = 0;
     n->slot_count = 0;
     pthread_mutex_unlock(&n->lock);
     for (size_t i = 0; i < count; i++) {
@@ -785,6 +789,10 @@ sink_nats_publish(sink *s, const struct sink_message *messages, size_t count,
     pthread_mutex_unlock(&n->lock);
     settle_no_responders(s, messages, count);
     end_batch(s, count);
+    /* rare (a relay died before marking, a re-drive), and the proof the dedup worked */
+    if (n->duplicates > 0)
+        log_event(OUTBOX_LOG_INFO, "jetstream acked messages as duplicates, already in the stream",
+                  "count=%zu", n->duplicates);
     if (rc != 0 || n->closed) {
         if (rc == 0)
             rc = outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to nats at %s lost",

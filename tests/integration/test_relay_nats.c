@@ -125,6 +125,25 @@ assert_each_row_once(struct fixture *f, long long expected)
     PQclear(rows);
 }
 
+/* The sum of count= over the relay's "acked messages as duplicates" log lines. */
+static long long
+logged_duplicates(const char *log_path)
+{
+    char line[2048];
+    long long sum = 0;
+    FILE *file = fopen(log_path, "r");
+
+    assert_non_null(file);
+    while (fgets(line, sizeof(line), file) != NULL) {
+        const char *count = strstr(line, "count=");
+
+        if (strstr(line, "acked messages as duplicates") != NULL && count != NULL)
+            sum += strtoll(count + 6, NULL, 10);
+    }
+    fclose(file);
+    return sum;
+}
+
 /* The subject, headers and body of one message. */
 static void
 test_message_shape(void **state)
@@ -289,7 +308,10 @@ test_redriven_row_is_a_duplicate_replay_is_not(void **state)
 {
     struct fixture *f = *state;
     const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+    const char *once_info[] = {"--subject-prefix", f->prefix, "--once", "--log-level", "info",
+                               NULL};
     struct nats_consumer_message *messages;
+    struct relay_process relay;
     char expected[64];
     size_t count;
     long long first;
@@ -300,11 +322,22 @@ test_redriven_row_is_a_duplicate_replay_is_not(void **state)
     assert_each_row_once(f, 3000);
 
     harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL");
-    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    relay_start_process(&relay, f->url, f->broker, once_info);
+    assert_int_equal(relay_wait(&relay, 60000), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded' AND attempts = 2"),
                      3000);
     assert_each_row_once(f, 3000);
+    /* the server said so: every one of them was acked as a duplicate */
+    {
+        long long duplicates = logged_duplicates(relay.log_path);
+
+        if (duplicates != 3000) {
+            relay_dump_log(&relay);
+            fail_msg("%lld duplicate acks logged, expected 3000", duplicates);
+        }
+    }
+    unlink(relay.log_path);
 
     first = harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job");
     harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL,"
