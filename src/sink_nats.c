@@ -101,7 +101,7 @@ struct sink_nats {
     /* the batch in flight, shared with the library's thread under lock */
     pthread_mutex_t lock;
     pthread_cond_t changed;
-    bool closed;          /* the connection closed or broke */
+    bool closed;          /* the connection was found closed (no reconnects: it stays so) */
     struct nats_slot *slots;
     size_t slot_count;
     enum nats_state *states;
@@ -244,19 +244,6 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
     /* the batch owns and frees its messages */
 }
 
-/* Runs on the library's thread when the connection breaks or closes. */
-static void
-on_closed(natsConnection *connection, void *closure)
-{
-    struct sink_nats *n = closure;
-
-    (void)connection;
-    pthread_mutex_lock(&n->lock);
-    n->closed = true;
-    pthread_cond_broadcast(&n->changed);
-    pthread_mutex_unlock(&n->lock);
-}
-
 /* ---- connecting --------------------------------------------------------------------- */
 
 static int
@@ -336,10 +323,6 @@ fill_options(sink *s, natsOptions *options)
         st = natsOptions_SetTimeout(options, s->options.connect_timeout_ms);
     if (st == NATS_OK)
         st = natsOptions_SetAllowReconnect(options, false);
-    if (st == NATS_OK)
-        st = natsOptions_SetClosedCB(options, on_closed, n);
-    if (st == NATS_OK)
-        st = natsOptions_SetDisconnectedCB(options, on_closed, n);
     return st;
 }
 
@@ -632,6 +615,7 @@ wait_answers(sink *s, struct outbox_error *err)
     struct sink_nats *n = s->impl;
     int64_t deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
     size_t last_unanswered;
+    bool closed;
     int rc = 0;
 
     pthread_mutex_lock(&n->lock);
@@ -654,6 +638,14 @@ wait_answers(sink *s, struct outbox_error *err)
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&n->changed, &n->lock, &until);
+        /*
+         * Polled, not told by a closed-connection callback: such a callback
+         * could run after the sink that registered it is gone.
+         */
+        pthread_mutex_unlock(&n->lock);
+        closed = natsConnection_IsClosed(n->connection);
+        pthread_mutex_lock(&n->lock);
+        n->closed |= closed;
     }
     if (n->unanswered > 0) {
         outbox_error_set(err, n->closed ? OUTBOX_ERR_CONNECTION : OUTBOX_ERR_TIMEOUT,
