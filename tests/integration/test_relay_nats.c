@@ -15,10 +15,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -375,6 +382,185 @@ test_check(void **state)
     assert_non_null(strstr(output, "not a valid nats subject prefix"));
 }
 
+/* ---- a private server: TLS and token auth need one of their own ---- */
+
+struct private_server {
+    pid_t pid;
+    int port;
+    char dir[512];
+};
+
+/* True once 127.0.0.1:port accepts connections. */
+static bool
+port_open(int port)
+{
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    bool open;
+
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    open = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof(address)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return open;
+}
+
+/*
+ * Starts nats-server on a free loopback port with JetStream and the extra
+ * arguments (NULL-terminated; "@" in one stands for the server's directory),
+ * its store and log under the stack directory; fails the test unless it
+ * listens within 10 s.
+ */
+static void
+private_server_start(struct private_server *server, const char *name, const char *const *extra)
+{
+    char port[16], store[600], log_path[600], args[8][600];
+    const char *argv[24];
+    size_t n = 0;
+
+    server->port = harness_closed_port();
+    snprintf(server->dir, sizeof(server->dir), "%s/%s-%d", harness_env("OUTBOX_TEST_STACK_DIR"),
+             name, (int)getpid());
+    snprintf(port, sizeof(port), "%d", server->port);
+    snprintf(store, sizeof(store), "%s/store", server->dir);
+    snprintf(log_path, sizeof(log_path), "%s/nats.log", server->dir);
+    mkdir(server->dir, 0755);
+    argv[n++] = "nats-server";
+    argv[n++] = "-a";
+    argv[n++] = "127.0.0.1";
+    argv[n++] = "-p";
+    argv[n++] = port;
+    argv[n++] = "-js";
+    argv[n++] = "-sd";
+    argv[n++] = store;
+    for (size_t i = 0; extra[i] != NULL && i < 8; i++) {
+        const char *at = strchr(extra[i], '@');
+
+        if (at != NULL)
+            snprintf(args[i], sizeof(args[i]), "%.*s%s%s", (int)(at - extra[i]), extra[i],
+                     server->dir, at + 1);
+        else
+            snprintf(args[i], sizeof(args[i]), "%s", extra[i]);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    fflush(NULL);
+    server->pid = fork();
+    assert_true(server->pid >= 0);
+    if (server->pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a failed test leaves no server behind */
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && !port_open(server->port); i++)
+        usleep(100 * 1000);
+    if (!port_open(server->port))
+        fail_msg("nats-server did not listen on 127.0.0.1:%d (log %s)", server->port, log_path);
+}
+
+static void
+private_server_stop(struct private_server *server)
+{
+    if (server->pid > 0) {
+        kill(server->pid, SIGTERM);
+        harness_wait_exit(server->pid, 10000);
+        server->pid = 0;
+    }
+}
+
+/* Runs `outbox-relay --check` against broker and returns its exit status; output in out. */
+static int
+check_broker(struct fixture *f, const char *broker, char *out, size_t size)
+{
+    const char *argv[] = {"--check", "--database-url", f->url, "--broker", broker,
+                          "--subject-prefix", f->prefix, NULL};
+
+    return relay_run_capture(argv, out, size);
+}
+
+/*
+ * tls:// verifies the server by default: its chain (a private CA through
+ * SSL_CERT_FILE) and the host name in the URL.
+ */
+static void
+test_tls_verifies_the_server(void **state)
+{
+    struct fixture *f = *state;
+    const char *const extra[] = {"--tls", "--tlscert", "@/server.pem", "--tlskey", "@/server.key",
+                                 NULL};
+    struct private_server server = {0};
+    char command[4096], broker[128], output[8192], ca[600];
+    int rc;
+
+    private_server_start(&server, "nats-tls", (const char *const[]){NULL});
+    private_server_stop(&server); /* made the directory; now the certificates */
+    snprintf(command, sizeof(command),
+             "cd '%s' && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem"
+             " -days 2 -subj /CN=outbox-test-ca >/dev/null 2>&1"
+             " && openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr"
+             " -subj /CN=localhost >/dev/null 2>&1"
+             " && printf 'subjectAltName=DNS:localhost\\n' > san.ext"
+             " && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
+             " -out server.pem -days 2 -extfile san.ext >/dev/null 2>&1",
+             server.dir);
+    assert_int_equal(system(command), 0);
+    private_server_start(&server, "nats-tls", extra);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", server.dir);
+
+    /* the system CAs do not know the private CA: refused */
+    unsetenv("SSL_CERT_FILE");
+    snprintf(broker, sizeof(broker), "tls://localhost:%d", server.port);
+    rc = check_broker(f, broker, output, sizeof(output));
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(output, "unable to get local issuer certificate"));
+
+    /* trusted, the right name: connected (then no stream behind the prefix: exit 2) */
+    setenv("SSL_CERT_FILE", ca, 1);
+    rc = check_broker(f, broker, output, sizeof(output));
+    assert_non_null(strstr(output, "no jetstream stream covers subjects"));
+    assert_int_equal(rc, 2);
+
+    /* trusted, but the URL names an address the certificate does not */
+    snprintf(broker, sizeof(broker), "tls://127.0.0.1:%d", server.port);
+    rc = check_broker(f, broker, output, sizeof(output));
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(output, "mismatch"));
+    unsetenv("SSL_CERT_FILE");
+    private_server_stop(&server);
+}
+
+/* A token in the URL authenticates, and appears in no error. */
+static void
+test_token_is_used_and_redacted(void **state)
+{
+    struct fixture *f = *state;
+    const char *const extra[] = {"--auth", "s3cr3t-t0ken", NULL};
+    struct private_server server = {0};
+    char broker[128], output[8192];
+    int rc;
+
+    private_server_start(&server, "nats-token", extra);
+    snprintf(broker, sizeof(broker), "nats://wrong-t0ken@127.0.0.1:%d", server.port);
+    rc = check_broker(f, broker, output, sizeof(output));
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(output, "Authorization Violation"));
+    assert_non_null(strstr(output, "nats://***@127.0.0.1"));
+    assert_null(strstr(output, "wrong-t0ken"));
+
+    snprintf(broker, sizeof(broker), "nats://s3cr3t-t0ken@127.0.0.1:%d", server.port);
+    rc = check_broker(f, broker, output, sizeof(output));
+    assert_non_null(strstr(output, "no jetstream stream covers subjects"));
+    assert_null(strstr(output, "s3cr3t-t0ken"));
+    assert_int_equal(rc, 2);
+    private_server_stop(&server);
+}
+
 int
 main(void)
 {
@@ -386,6 +572,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_redriven_row_is_a_duplicate_replay_is_not, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_verifies_the_server, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_is_used_and_redacted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_mid_run_loses_nothing, setup, teardown),
     };
 
