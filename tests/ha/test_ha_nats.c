@@ -234,6 +234,22 @@ test_leader_kill_mid_run(void **state)
             sleep(1);
     assert_string_not_equal(after, leader);
     retried = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE attempts > 1");
+    {
+        /* what the new leader acked as duplicates: published twice, stored once */
+        char line[2048];
+        long long duplicates = 0;
+        FILE *log = fopen(relay.log_path, "r");
+
+        while (log != NULL && fgets(line, sizeof(line), log) != NULL) {
+            const char *count = strstr(line, "count=");
+
+            if (strstr(line, "acked messages as duplicates") != NULL && count != NULL)
+                duplicates += strtoll(count + 6, NULL, 10);
+        }
+        if (log != NULL)
+            fclose(log);
+        printf("ha: %lld publishes acked as duplicates\n", duplicates);
+    }
     count_stream(f, &delivery);
     printf("ha: nats leader kill: %lld rows, %lld messages, %lld distinct, %lld stored twice,"
            " %lld strays; %lld rows needed more than one attempt; new leader %s\n",
