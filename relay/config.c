@@ -639,7 +639,7 @@ config_usage(FILE *out)
 
     fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
           "\n"
-          "Publishes committed rows of outbox.job to RabbitMQ or Redis Streams.\n"
+          "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams or NATS JetStream.\n"
           "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
           "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
           "its variable is then not read.",

@@ -63,6 +63,14 @@ append(char *out, size_t *n, const char *start, size_t len)
     *n += len;
 }
 
+/* True for the NATS schemes, where a userinfo without ':' is a token. */
+static bool
+nats_token_scheme(const char *text, size_t scheme_len)
+{
+    return (scheme_len == 4 && strncmp(text, "nats", 4) == 0) ||
+           (scheme_len == 3 && strncmp(text, "tls", 3) == 0);
+}
+
 size_t
 url_scheme_length(const char *text)
 {
@@ -111,7 +119,12 @@ redact_uri(const char *text, size_t scheme_len, char *out, size_t *n)
     }
     if (at != NULL)
         sep = memchr(auth, ':', (size_t)(at - auth));
-    if (sep != NULL) {
+    if (at != NULL && sep == NULL && nats_token_scheme(text, scheme_len)) {
+        /* nats://token@host: the whole userinfo is the secret */
+        append(out, n, text, (size_t)(auth - text));
+        append(out, n, "***", 3);
+        p = at;
+    } else if (sep != NULL) {
         append(out, n, text, (size_t)(sep + 1 - text));
         append(out, n, "***", 3);
         p = at;

@@ -1,11 +1,11 @@
 #!/bin/sh
 # demo.sh - the whole relay on a throwaway stack, in about a minute.
 #
-# Starts PostgreSQL, RabbitMQ and Redis as local processes in a temp dir,
-# migrates, runs producers that commit orders with their outbox rows (and
-# roll every tenth transaction back), runs the relay to RabbitMQ and then to
-# Redis Streams, shows a consumer receiving every committed row exactly as
-# the database says, a consumer using the inbox to apply each message once
+# Starts PostgreSQL, RabbitMQ, Redis and NATS as local processes in a temp
+# dir, migrates, runs producers that commit orders with their outbox rows (and
+# roll every tenth transaction back), runs the relay to RabbitMQ, then to
+# Redis Streams and NATS JetStream, shows a consumer receiving every committed
+# row exactly as the database says, a consumer using the inbox to apply each message once
 # while a relay is killed and rows are published again, and stops everything
 # on every exit path.
 set -eu
@@ -30,7 +30,7 @@ trap 'exit 130' INT TERM
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "starting PostgreSQL 15, RabbitMQ and Redis in $STACK"
+step "starting PostgreSQL 15, RabbitMQ, Redis and NATS in $STACK"
 "$ROOT/tests/harness/stack.sh" start "$STACK" >/dev/null
 . "$STACK/env"
 DB="${OUTBOX_TEST_PG_URL%/*}/demo"
@@ -108,6 +108,22 @@ psql -q "$DB" -c "$REDRIVE"
 echo "...and the stream still holds each job once (job_id is the dedup key):"
 "$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_REDIS_URL" --queue orders \
     --stream-prefix events: --expect "$COMMITTED" --idle-timeout 5
+
+step "the same rows relayed to NATS JetStream (stream ORDERS over 'events.>'), twice"
+# the relay never creates streams: this one stands for what an operator makes with nats stream add
+"$TOOLS/nats_bench" stream-create --broker "$OUTBOX_TEST_NATS_URL" --stream ORDERS \
+    --subject 'events.>'
+psql -q "$DB" -c "$REDRIVE"
+"$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_NATS_URL" \
+    --subject-prefix events. --metrics-addr off --log-level warn --once
+"$TOOLS/nats_bench" stream-count --broker "$OUTBOX_TEST_NATS_URL" --stream ORDERS
+echo "re-driving every row as if a relay had died before marking them; JetStream acks each as a"
+echo "duplicate of its Nats-Msg-Id (the job id) and stores nothing twice:"
+psql -q "$DB" -c "$REDRIVE"
+"$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_NATS_URL" \
+    --subject-prefix events. --metrics-addr off --log-level info --once 2>&1 |
+    grep 'duplicates' | head -n 3
+"$TOOLS/nats_bench" stream-count --broker "$OUTBOX_TEST_NATS_URL" --stream ORDERS
 
 step "one routed, traced event: topic exchange 'events', queue 'eu-orders' bound to 'order.*.eu'"
 "$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue eu-orders --declare \

@@ -60,6 +60,11 @@ struct sink_options {
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
+    /* ---- NATS JetStream (sink_nats.c) ---- */
+    const char *subject_prefix; /* subject = prefix + (routing key, else queue) */
+    const char *nats_creds;     /* --nats-creds: a NATS credentials file (JWT and seed) */
+    int64_t redelivery_horizon_ms; /* lease + longest retry delay: --check warns when a
+                                      stream's duplicate window is shorter; 0: no warning */
 };
 
 /* One message to publish, built from a claimed row. */

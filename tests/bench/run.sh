@@ -34,6 +34,10 @@
 #      (make soak runs the 10-minute version and fails on them)
 #   9. the console's overview page timed at 1 000 000 rows / 100 queues
 #      (tests/bench/console.sh)
+#  10. NATS JetStream: the raw async publisher ceiling (tools/nats_bench, one
+#      connection, window 4096, the same payload and stream) and the relay's
+#      drain of BENCH_N rows to that stream, in turns, with PostgreSQL's CPU
+#      per relayed row (skipped when the stack has no nats)
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -81,7 +85,7 @@ die() {
 case "$N" in '' | *[!0-9]*) die "BENCH_N must be a positive integer, got '$N'" ;; esac
 case "$ROUNDS" in '' | *[!0-9]* | 0) die "BENCH_ROUNDS must be a positive integer, got '$ROUNDS'" ;; esac
 [ "$N" -gt 0 ] || die "BENCH_N must be positive"
-for program in "$BIN/outbox-relay" "$BIN/outboxctl" "$TOOLS/outbox_bench" \
+for program in "$BIN/outbox-relay" "$BIN/outboxctl" "$TOOLS/outbox_bench" "$TOOLS/nats_bench" \
     "$TOOLS/outbox_producer" "$TOOLS/outbox_consumer" "$PG_BIN/pgbench" /usr/bin/time; do
     [ -x "$program" ] || die "missing $program (run 'make bench')"
 done
@@ -744,6 +748,72 @@ OUTBOX_TEST_PG_URL="$OUTBOX_TEST_PG_URL" BIN="$BIN" timeout 1800 "$ROOT/tests/be
 }
 cat "$STACK/console.out" >>"$RESULTS"
 cat "$STACK/console.out" >&2
+
+# ---- 10. NATS JetStream ---------------------------------------------------------------------
+
+# nats_stream_reset: stream bench-nats over nbench.> holds nothing
+nats_stream_reset() {
+    "$TOOLS/nats_bench" stream-delete --broker "$NATS_URL" --stream bench-nats >/dev/null ||
+        die "deleting stream bench-nats failed"
+    "$TOOLS/nats_bench" stream-create --broker "$NATS_URL" --stream bench-nats \
+        --subject 'nbench.>' >/dev/null || die "creating stream bench-nats failed"
+}
+
+# nats_stream_holds N: the stream holds exactly N messages
+nats_stream_holds() {
+    local out
+    out=$("$TOOLS/nats_bench" stream-count --broker "$NATS_URL" --stream bench-nats) ||
+        die "counting stream bench-nats failed"
+    [ "$(field messages "$out")" = "$1" ] ||
+        die "stream bench-nats holds $(field messages "$out") messages, expected $1"
+}
+
+nats_ceiling() {
+    local out
+    nats_stream_reset
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/nats_bench" publish --broker "$NATS_URL" \
+        --subject nbench.bench --count "$N" --payload-bytes "$PAYLOAD_BYTES") ||
+        die "nats_bench publish failed"
+    nats_stream_holds "$N"
+    RATE=$(field rate "$out")
+}
+
+drain_nats() {
+    nats_stream_reset
+    reset_outbox
+    fill "$N"
+    relay_once "$NATS_URL" nats --subject-prefix nbench.
+    check_succeeded "$N"
+    nats_stream_holds "$N"
+    NATS_RSS_KB=$DRAIN_RSS_KB
+    RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
+}
+
+NATS_URL=${OUTBOX_TEST_NATS_URL:-}
+if [ -n "$NATS_URL" ]; then
+    NATS_CEILING_RUNS=() NATS_RUNS=() NATS_PG=()
+    for round in $(seq 1 "$ROUNDS"); do
+        log "round $round of $ROUNDS: NATS async publish ceiling, drain to NATS"
+        nats_ceiling
+        NATS_CEILING_RUNS+=("$RATE")
+        drain_nats
+        NATS_RUNS+=("$RATE") NATS_PG+=("$PG_US")
+    done
+    "$TOOLS/nats_bench" stream-delete --broker "$NATS_URL" --stream bench-nats >/dev/null || true
+    NATS_CEILING=$(median "${NATS_CEILING_RUNS[@]}")
+    NATS_DRAIN=$(median "${NATS_RUNS[@]}")
+    section "10. NATS JetStream (file storage, one server; median of $ROUNDS runs in turns)"
+    result "raw async publish, one connection, window 4096, Nats-Msg-Id each" \
+        "$(fmt_rate "$NATS_CEILING") msgs/s" "runs: $(runs "${NATS_CEILING_RUNS[@]}")"
+    result "drain of $N rows to NATS (all succeeded, stream holds $N)" \
+        "$(fmt_rate "$NATS_DRAIN") rows/s" \
+        "$(printf '%.2f' "$(ratio "$NATS_DRAIN" "$NATS_CEILING")") of the raw publisher (goal >= 0.80), $(printf '%.2f' "$(ratio "$NATS_DRAIN" "$CLAIM_CEILING")") of claim+complete; runs: $(runs "${NATS_RUNS[@]}")"
+    result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${NATS_PG[@]}")") us" \
+        "runs: $(printf '%.1f ' "${NATS_PG[@]}" | sed 's/ $//; s/ /, /g') us"
+    result "  relay max RSS during the last NATS drain" "$((NATS_RSS_KB / 1024)) MiB" \
+        "(${NATS_RSS_KB} kB)"
+fi
 
 # ---- report -----------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
 #
-#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis)
+#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis nats)
 #   stack.sh stop DIR                                  stop everything started in DIR
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
@@ -14,6 +14,8 @@
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
 #   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
+#   nats               nats-server with JetStream (file storage under DIR/nats)
+#   nats-cluster       three JetStream nats-servers (n1..n3) routed into one cluster, a store each
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -31,9 +33,9 @@ PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
-ALL_SERVICES="postgres rabbitmq redis"
+ALL_SERVICES="postgres rabbitmq redis nats"
 # stop stops every service it finds, the standby before its primary
-STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis"
+STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis nats nats-cluster"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
 STOP_TIMEOUT=30
 
@@ -128,6 +130,7 @@ take_lock() {
 load_ports() {
     PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
     PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
+    NATS_PORT="" NATS_CLUSTER_PORTS="" NATS_ROUTE_PORTS=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -147,6 +150,9 @@ CLUSTER_PORTS="$CLUSTER_PORTS"
 CLUSTER_DIST_PORTS="$CLUSTER_DIST_PORTS"
 CLUSTER_EPMD_PORT=$CLUSTER_EPMD_PORT
 CLUSTER_NODES="$CLUSTER_NODES"
+NATS_PORT=$NATS_PORT
+NATS_CLUSTER_PORTS="$NATS_CLUSTER_PORTS"
+NATS_ROUTE_PORTS="$NATS_ROUTE_PORTS"
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -186,6 +192,18 @@ write_env() {
             echo "export OUTBOX_TEST_REDIS_PORT=$REDIS_PORT"
             echo "export OUTBOX_TEST_REDIS_PASSWORD='$REDIS_PASSWORD'"
             echo "export OUTBOX_TEST_REDIS_URL='redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0'"
+        fi
+        if [ -n "$NATS_PORT" ]; then
+            echo "export OUTBOX_TEST_NATS_PORT=$NATS_PORT"
+            echo "export OUTBOX_TEST_NATS_URL='nats://127.0.0.1:$NATS_PORT'"
+        fi
+        if [ -n "$NATS_CLUSTER_PORTS" ]; then
+            local nats_port nats_list=""
+            for nats_port in $NATS_CLUSTER_PORTS; do
+                nats_list="$nats_list${nats_list:+,}127.0.0.1:$nats_port"
+            done
+            echo "export OUTBOX_TEST_NATS_CLUSTER_PORTS='$NATS_CLUSTER_PORTS'"
+            echo "export OUTBOX_TEST_NATS_CLUSTER_URL='nats://$nats_list'"
         fi
     } >"$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
@@ -565,12 +583,108 @@ redis_stop() {
     stop_pidfile "$DIR/redis/redis.pid"
 }
 
+# ---------------------------------------------------------------- NATS
+
+nats_init() {
+    mkdir -p "$DIR/nats/store"
+    cat >"$DIR/nats/nats.conf" <<EOF
+listen: 127.0.0.1:$NATS_PORT
+pid_file: "$DIR/nats/nats.pid"
+log_file: "$DIR/nats/nats.log"
+jetstream {
+    store_dir: "$DIR/nats/store"
+    max_memory_store: 256MB
+    max_file_store: 4GB
+}
+EOF
+}
+
+nats_start() {
+    local i
+    nats-server -c "$DIR/nats/nats.conf" >>"$DIR/nats/start.log" 2>&1 9>&- &
+    for ((i = 0; i < START_TIMEOUT * 10; i++)); do
+        if port_in_use "$NATS_PORT" && grep -q "Server is ready" "$DIR/nats/nats.log" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    nats_stop
+    fail_with_log "nats failed to start on 127.0.0.1:$NATS_PORT" "$DIR/nats/nats.log"
+}
+
+nats_stop() {
+    stop_pidfile "$DIR/nats/nats.pid"
+    # the next start's readiness check reads the log from here on
+    [ ! -f "$DIR/nats/nats.log" ] || mv "$DIR/nats/nats.log" "$DIR/nats/nats.log.old"
+}
+
+# nats-cluster: node i (1-based) listens on the i-th of NATS_CLUSTER_PORTS, routes on the
+# i-th of NATS_ROUTE_PORTS to the two others, keeps its store in DIR/nats-cluster/n<i>.
+nats_cluster_init() {
+    local i=0 port routes route
+    for port in $NATS_CLUSTER_PORTS; do
+        i=$((i + 1))
+        routes=""
+        for route in $NATS_ROUTE_PORTS; do
+            routes="$routes${routes:+, }nats-route://127.0.0.1:$route"
+        done
+        mkdir -p "$DIR/nats-cluster/n$i/store"
+        cat >"$DIR/nats-cluster/n$i/nats.conf" <<EOF
+server_name: n$i
+listen: 127.0.0.1:$port
+pid_file: "$DIR/nats-cluster/n$i/nats.pid"
+log_file: "$DIR/nats-cluster/n$i/nats.log"
+jetstream {
+    store_dir: "$DIR/nats-cluster/n$i/store"
+    max_memory_store: 256MB
+    max_file_store: 4GB
+}
+cluster {
+    name: outbox-ha
+    listen: 127.0.0.1:$(echo $NATS_ROUTE_PORTS | cut -d' ' -f$i)
+    routes: [$routes]
+}
+EOF
+    done
+}
+
+nats_cluster_start() {
+    local i count=0 ready
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        nats-server -c "$DIR/nats-cluster/n$i/nats.conf" >>"$DIR/nats-cluster/n$i/start.log" 2>&1 9>&- &
+    done
+    # ready: every node serves clients and the cluster has a JetStream meta leader
+    for ((count = 0; count < START_TIMEOUT * 10; count++)); do
+        ready=0
+        for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+            grep -q "Server is ready" "$DIR/nats-cluster/n$i/nats.log" 2>/dev/null && ready=$((ready + 1))
+        done
+        if [ "$ready" -eq "$CLUSTER_SIZE" ] &&
+            grep -qi "new JetStream cluster metadata leader\|is new JetStream cluster metadata leader\|JetStream cluster new metadata leader" \
+                "$DIR"/nats-cluster/n*/nats.log 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    nats_cluster_stop
+    fail_with_log "nats-cluster failed to form" "$DIR/nats-cluster/n1/nats.log"
+}
+
+nats_cluster_stop() {
+    local i
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        stop_pidfile "$DIR/nats-cluster/n$i/nats.pid"
+        [ ! -f "$DIR/nats-cluster/n$i/nats.log" ] ||
+            mv "$DIR/nats-cluster/n$i/nats.log" "$DIR/nats-cluster/n$i/nats.log.old"
+    done
+}
+
 # ---------------------------------------------------------------- commands
 
 check_service() {
     case "$1" in
-    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby) ;;
-    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster or postgres-standby)" ;;
+    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby | nats | nats-cluster) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster, postgres-standby, nats or nats-cluster)" ;;
     esac
 }
 
@@ -581,6 +695,8 @@ service_start() {
     redis) redis_start ;;
     rabbitmq-cluster) cluster_start ;;
     postgres-standby) standby_start ;;
+    nats) nats_start ;;
+    nats-cluster) nats_cluster_start ;;
     esac
 }
 
@@ -591,6 +707,8 @@ service_stop() {
     redis) redis_stop ;;
     rabbitmq-cluster) cluster_stop ;;
     postgres-standby) standby_stop ;;
+    nats) nats_stop ;;
+    nats-cluster) nats_cluster_stop ;;
     esac
 }
 
@@ -601,6 +719,8 @@ service_configured() {
     redis) [ -n "$REDIS_PORT" ] ;;
     rabbitmq-cluster) [ -n "$CLUSTER_NODES" ] ;;
     postgres-standby) [ -n "$PG_STANDBY_PORT" ] ;;
+    nats) [ -n "$NATS_PORT" ] ;;
+    nats-cluster) [ -n "$NATS_CLUSTER_PORTS" ] ;;
     esac
 }
 
@@ -673,6 +793,27 @@ command_start() {
             save_ports
             standby_init
             standby_start
+            ;;
+        nats)
+            NATS_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$NATS_PORT "
+            save_ports
+            nats_init
+            nats_start
+            ;;
+        nats-cluster)
+            local n nats_port
+            for ((n = 1; n <= CLUSTER_SIZE; n++)); do
+                nats_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$nats_port "
+                NATS_CLUSTER_PORTS="$NATS_CLUSTER_PORTS${NATS_CLUSTER_PORTS:+ }$nats_port"
+                nats_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$nats_port "
+                NATS_ROUTE_PORTS="$NATS_ROUTE_PORTS${NATS_ROUTE_PORTS:+ }$nats_port"
+            done
+            save_ports
+            nats_cluster_init
+            nats_cluster_start
             ;;
         esac
         write_env

@@ -21,6 +21,7 @@
 
 #include "amqp_consumer.h"
 #include "harness.h"
+#include "nats_consumer.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
@@ -46,6 +47,7 @@ struct fixture {
     const char *extra[8]; /* the relay's broker arguments, NULL-terminated */
     queue_consumer *mq;
     redisContext *redis;
+    nats_consumer *nats;
 };
 
 static int test_counter;
@@ -126,10 +128,65 @@ redis_stream_delivered(struct fixture *f, int64_t **ids)
     return count;
 }
 
+/* ---- NATS: rows go to subject prefix + queue, in a stream the test makes over "prefix.>" ---- */
+
+/* The stream's name: the prefix without its final '.'. */
+static void
+nats_stream_name(const struct fixture *f, char *out, size_t size)
+{
+    snprintf(out, size, "%.*s", (int)strlen(f->prefix) - 1, f->prefix);
+}
+
+static void
+nats_stream_open(struct fixture *f)
+{
+    char name[64], subject[80];
+
+    f->prefix[strlen(f->prefix) - 1] = '.'; /* "brokers-<pid>-<n>." */
+    nats_stream_name(f, name, sizeof(name));
+    snprintf(subject, sizeof(subject), "%s>", f->prefix);
+    f->nats = nats_consumer_connect(f->broker_url);
+    assert_non_null(f->nats);
+    assert_int_equal(nats_consumer_create_stream(
+                         f->nats, name, &(struct nats_consumer_stream_options){.subject = subject}),
+                     0);
+    f->extra[0] = "--subject-prefix";
+    f->extra[1] = f->prefix;
+}
+
+static void
+nats_stream_close(struct fixture *f)
+{
+    char name[64];
+
+    nats_stream_name(f, name, sizeof(name));
+    nats_consumer_delete_stream(f->nats, name);
+    nats_consumer_free(f->nats);
+}
+
+static size_t
+nats_stream_delivered(struct fixture *f, int64_t **ids)
+{
+    struct nats_consumer_message *messages;
+    char name[64];
+    size_t count;
+
+    nats_stream_name(f, name, sizeof(name));
+    assert_int_equal(nats_consumer_read(f->nats, name, &messages, &count), 0);
+    *ids = calloc(count > 0 ? count : 1, sizeof(**ids));
+    assert_non_null(*ids);
+    for (size_t i = 0; i < count; i++)
+        (*ids)[i] = messages[i].job_id;
+    nats_consumer_messages_free(messages, count);
+    return count;
+}
+
 static const struct broker BROKERS[] = {
     {"rabbitmq", "OUTBOX_TEST_AMQP_URL", amqp_open, amqp_close, amqp_delivered, false},
     {"redis", "OUTBOX_TEST_REDIS_URL", redis_stream_open, redis_stream_close,
      redis_stream_delivered, true},
+    {"nats", "OUTBOX_TEST_NATS_URL", nats_stream_open, nats_stream_close, nats_stream_delivered,
+     true},
 };
 
 /* ---- fixture ---- */

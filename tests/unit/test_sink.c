@@ -22,6 +22,8 @@ test_kind_of_url(void **state)
     assert_string_equal(sink_kind_of_url("redis://h:6379/0"), "redis");
     assert_string_equal(sink_kind_of_url("redis+sentinel://s1,s2/m"), "redis");
     assert_string_equal(sink_kind_of_url("redis+cluster://n1,n2"), "redis");
+    assert_string_equal(sink_kind_of_url("nats://h1:4222,h2:4222"), "nats");
+    assert_string_equal(sink_kind_of_url("tls://t0ken@h"), "nats");
     assert_null(sink_kind_of_url("kafka://h"));
     assert_null(sink_kind_of_url("redis"));
     assert_null(sink_kind_of_url(NULL));
@@ -38,8 +40,8 @@ test_unknown_scheme_lists_the_registry(void **state)
     assert_int_equal(sink_url_parse("kafka://h:9092", &url, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
     assert_non_null(strstr(err.message, "kafka"));
-    assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel:// or"
-                                        " redis+cluster://"));
+    assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel://,"
+                                        " redis+cluster://, nats:// or tls://"));
 }
 
 /* Option names are unique across the relay and every broker, and each row is complete. */
@@ -138,6 +140,46 @@ test_redis_wait_default_follows_the_topology(void **state)
     }
 }
 
+/*
+ * NATS: a server list with the default port, a token as the URL's user; a
+ * prefix that can make no valid subject is a configuration error at
+ * sink_new(), before anything connects.
+ */
+static void
+test_nats_urls_and_subject_prefix(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+    struct sink_options options = {.url = "nats://t0ken@h1,h2:4223", .subject_prefix = "events."};
+    const char *const bad[] = {"events.*.", "events..", ".events", "ev ents.", "events.>"};
+    sink *s;
+
+    (void)state;
+    assert_int_equal(sink_url_parse("nats://t0ken@h1,h2:4223", &url, &err), 0);
+    assert_int_equal(url.endpoint_count, 2);
+    assert_int_equal(url.endpoints[0].port, 4222);
+    assert_int_equal(url.endpoints[1].port, 4223);
+    assert_string_equal(url.user, "t0ken");
+    assert_null(url.password);
+    url_clear(&url);
+    assert_int_equal(sink_url_parse("tls://u:p@h", &url, &err), 0);
+    assert_true(url.scheme->tls);
+    url_clear(&url);
+
+    s = sink_new(&options, &err);
+    assert_non_null(s);
+    assert_string_equal(sink_kind(s), "nats");
+    assert_string_equal(sink_display_url(s), "nats://***@h1,h2:4223");
+    assert_int_equal(sink_endpoint_count(s), 2);
+    sink_free(s);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        options.subject_prefix = bad[i];
+        assert_null(sink_new(&options, &err));
+        assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+        assert_non_null(strstr(err.message, "not a valid nats subject prefix"));
+    }
+}
+
 int
 main(void)
 {
@@ -147,6 +189,7 @@ main(void)
         cmocka_unit_test(test_option_groups),
         cmocka_unit_test(test_broker_options_parse_into_the_sink_options),
         cmocka_unit_test(test_redis_wait_default_follows_the_topology),
+        cmocka_unit_test(test_nats_urls_and_subject_prefix),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

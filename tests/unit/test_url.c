@@ -283,6 +283,11 @@ test_redact_regressions(void **state)
     assert_redacted("postgresql://u:a@b@host/db", "postgresql://u:***@b@host/db");
     /* url_parse still reads the last '@' of a broker URL */
     assert_redacted("amqp://u:p@ss@host/", "amqp://u:***@host/");
+    /* NATS: a userinfo without ':' is a token, the whole of it secret */
+    assert_redacted("nats://s3cr3t-token@h1:4222,h2:4222", "nats://***@h1:4222,h2:4222");
+    assert_redacted("tls://s3cr3t-token@h", "tls://***@h");
+    assert_redacted("nats://u:pw@h", "nats://u:***@h");
+    assert_redacted("nats://h1,h2", "nats://h1,h2");
     /* a percent-encoded query key is the same key to libpq */
     assert_redacted("postgresql://db/app?%70assword=secret1", "postgresql://db/app?%70assword=***");
     /* only the query holds parameters */
