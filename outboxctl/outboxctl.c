@@ -1038,20 +1038,8 @@ replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size
     int64_t seconds;
 
     if (parse_duration(text, &seconds, &err) == 0) {
-        PGresult *result;
-        char seconds_text[24];
-        const char *params[1] = {seconds_text};
-
-        snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)seconds);
-        result = PQexecParams(ctl->conn, "SELECT (now() - make_interval(secs => $1::float8))::text",
-                              1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-            outbox_error_from_pg(&err, ctl->conn, result, "unable to read the time");
-            PQclear(result);
+        if (store_admin_time_ago(ctl->conn, seconds, buf, size, &err) < 0)
             return runtime_error(ctl, &err);
-        }
-        snprintf(buf, size, "%s", PQgetvalue(result, 0, 0));
-        PQclear(result);
         *out = buf;
         return 0;
     }

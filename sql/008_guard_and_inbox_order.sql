@@ -10,7 +10,12 @@
 --    head finished before the insert) no longer refuses the row: a held row
 --    whose key has no unfinished earlier row goes in not held, the shape
 --    enqueue() would have given it a moment later. The table owner's rows
---    are not checked at all, and ownership is looked at before any probe.
+--    (and those of a role it gave INSERT WITH GRANT OPTION) are not checked
+--    at all, and ownership is looked at before any probe.
+--
+--    enqueue_batch() with ordering keys and no idempotency keys is one
+--    INSERT ... SELECT (nothing can conflict), and its probe of the keys'
+--    unfinished rows stays one index probe per key under a generic plan.
 --
 -- 2. enqueue() and enqueue_batch() validate through one function,
 --    outbox.check_enqueue(), with the errors (SQLSTATE and text) they had.
@@ -197,6 +202,42 @@ BEGIN
         RETURN ids;
     END IF;
 
+    -- Ordering keys only: no row can conflict, so one INSERT ... SELECT in
+    -- array order. A row is held behind an earlier row of its key in this call
+    -- or an unfinished row of its key in the table (one probe of
+    -- job_ordering_idx per distinct key; LATERAL ... LIMIT 1 keeps it a probe
+    -- under a generic plan, where a semi-join read every unfinished row of
+    -- the queue).
+    IF enqueue_batch.idempotency_keys IS NULL THEN
+        WITH source AS (
+            SELECT r.ord, r.payload, r.ordering_key
+            FROM unnest(enqueue_batch.payloads, enqueue_batch.ordering_keys)
+                 WITH ORDINALITY AS r(payload, ordering_key, ord)),
+        busy_keys AS (
+            SELECT k.ordering_key
+            FROM (SELECT DISTINCT s.ordering_key FROM source AS s
+                  WHERE s.ordering_key IS NOT NULL) AS k
+            CROSS JOIN LATERAL (SELECT 1 FROM outbox.job AS e
+                                WHERE e.queue = enqueue_batch.queue
+                                  AND e.ordering_key = k.ordering_key
+                                  AND e.state IN ('ready', 'running')
+                                LIMIT 1) AS unfinished),
+        inserted AS (
+            INSERT INTO outbox.job (queue, payload, headers, priority, run_at, max_attempts,
+                                    ordering_key, exchange, routing_key, held)
+            SELECT enqueue_batch.queue, s.payload, enqueue_batch.headers,
+                   coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.run_at, now()),
+                   enqueue_batch.max_attempts, s.ordering_key, enqueue_batch.exchange,
+                   enqueue_batch.routing_key,
+                   s.ordering_key IS NOT NULL
+                   AND (s.ord > min(s.ord) OVER (PARTITION BY s.ordering_key)
+                        OR s.ordering_key IN (SELECT b.ordering_key FROM busy_keys AS b))
+            FROM source AS s ORDER BY s.ord
+            RETURNING job_id)
+        SELECT array_agg(job_id ORDER BY job_id) INTO ids FROM inserted;
+        RETURN ids;
+    END IF;
+
     -- Keyed rows. A key already in the queue returns its row; the first row
     -- of each new key goes in and its repeats return it; a row is held behind
     -- an unfinished row of its ordering key, in the table or earlier in this
@@ -221,9 +262,11 @@ BEGIN
             SELECT k.ordering_key
             FROM (SELECT DISTINCT s.ordering_key FROM source AS s
                   WHERE s.ordering_key IS NOT NULL) AS k
-            WHERE EXISTS (SELECT 1 FROM outbox.job AS e
-                          WHERE e.queue = enqueue_batch.queue AND e.ordering_key = k.ordering_key
-                            AND e.state IN ('ready', 'running'))),
+            CROSS JOIN LATERAL (SELECT 1 FROM outbox.job AS e
+                                WHERE e.queue = enqueue_batch.queue
+                                  AND e.ordering_key = k.ordering_key
+                                  AND e.state IN ('ready', 'running')
+                                LIMIT 1) AS unfinished),
         to_insert AS (
             SELECT s.ord, s.payload, s.idempotency_key, s.ordering_key,
                    s.ordering_key IS NOT NULL
@@ -296,8 +339,11 @@ BEGIN
         RAISE EXCEPTION 'outbox created_at must be a finite time, got %', NEW.created_at
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = TG_RELID),
-                   'USAGE') THEN
+    -- The owner holds every privilege WITH GRANT OPTION; a role the owner gave
+    -- INSERT WITH GRANT OPTION administers the table and is trusted alike.
+    -- A privilege test is a plain function call, where a catalog query per
+    -- row cost a keyed batch a third of its speed.
+    IF has_table_privilege(TG_RELID, 'INSERT WITH GRANT OPTION') THEN
         RETURN NEW;
     END IF;
     IF NEW.state = 'ready' AND NEW.worker_id IS NULL AND NEW.lease_until IS NULL

@@ -25,6 +25,7 @@
 #include "buffer.h"
 #include "clock.h"
 #include "error.h"
+#include "migrate.h"
 #include "outbox.h"
 
 /*
@@ -947,6 +948,8 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     }
     PQclear(result);
     result = NULL;
+    if (outbox_schema_check(store->conn, err) != 0)
+        goto fail;
     /*
      * What every turn needs, named now rather than failing a claim later;
      * DELETE (retention) only in outbox_store_check_privileges(), since
@@ -1487,7 +1490,8 @@ outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
 
 /* clang-format off */
 static const char SQL_CLEANUP_CUTOFF[] =
-    "SELECT (clock_timestamp() - make_interval(secs => $1::float8))::text";
+    "SELECT to_char((clock_timestamp() - make_interval(secs => $1::float8)) AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"; /* the same instant under any DateStyle */
 
 /*
  * One batch: succeeded rows finished before the cutoff, oldest first, at
