@@ -498,6 +498,10 @@ store_admin_status(PGconn *conn, double retention_seconds, struct store_status *
         store_status_clear(status);
         return -1;
     }
+    if (retention_seconds <= 0) { /* retention 0 keeps succeeded rows: none is past it */
+        status->cleanup.past_retention_rows = 0;
+        status->cleanup.oldest_past_retention_seconds = 0;
+    }
     apply_pauses(status);
     return 0;
 }

@@ -1,0 +1,19 @@
+/*
+ * names.h - the names an operator types, checked before any connection.
+ *
+ * A bad name is a usage error (exit 2) named on one line, not a database
+ * error after a round trip (exit 1). The rules are those of the schema
+ * (sql/002_queue_name_check.sql and outbox.check_queue_name()).
+ */
+#ifndef OUTBOXCTL_NAMES_H
+#define OUTBOXCTL_NAMES_H
+
+#include <stdbool.h>
+
+/* The longest queue name the schema accepts. */
+#define NAMES_QUEUE_MAX 200
+
+/* True when queue is 1 to 200 characters of A-Z a-z 0-9 . _ : - */
+bool names_queue_valid(const char *queue);
+
+#endif
