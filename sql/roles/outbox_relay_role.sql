@@ -68,6 +68,8 @@ GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, ou
 GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
 -- the claim skips paused queues and keys (migration 005)
 GRANT SELECT ON outbox.paused TO outbox_relay;
+-- The schema version, which the relay checks at start.
+GRANT SELECT ON outbox.schema_migrations TO outbox_relay;
 
 -- Producers.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
