@@ -887,6 +887,15 @@ read_payload_file(const char *path, char **payload)
     return 0;
 }
 
+/* A usage error (exit 2) for a bad queue name or ordering key; 0 when both are fine. */
+static int
+check_queue_and_key(const char *queue, const char *key)
+{
+    char message[NAMES_MESSAGE_MAX];
+
+    return names_check(queue, key, message, sizeof(message)) ? 0 : usage_error("%s", message);
+}
+
 static int
 command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
 {
@@ -909,6 +918,8 @@ command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
         return taken;
     if (message.queue == NULL)
         return usage_error("'enqueue' needs --queue Q");
+    if ((taken = check_queue_and_key(message.queue, NULL)) != 0)
+        return taken;
     if (message.payload_json != NULL && payload_file != NULL)
         return usage_error("'enqueue' takes --payload or --payload-file, not both");
     if (message.payload_json == NULL && payload_file == NULL)
@@ -948,23 +959,6 @@ queue_argument(const struct ctl *ctl, int argc, char **argv, int *first, const c
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
             return 0; /* --help prints the usage, wanted or not */
     return usage_error("'%s' needs a QUEUE", ctl->command);
-}
-
-/*
- * A usage error (exit 2) for a queue name the schema refuses or an empty
- * ordering key, before any connection; 0 when both are fine.
- */
-static int
-check_queue_and_key(const char *queue, const char *key)
-{
-    char text[64];
-
-    if (!names_queue_valid(queue))
-        return usage_error("invalid queue name '%s': 1 to %d characters of A-Z a-z 0-9 . _ : -",
-                           one_line(text, sizeof(text), queue), NAMES_QUEUE_MAX);
-    if (key != NULL && key[0] == '\0')
-        return usage_error("an ordering key must not be empty");
-    return 0;
 }
 
 static int
@@ -1151,6 +1145,8 @@ command_replay(struct ctl *ctl, int argc, char **argv, int first)
         rc = usage_error("'replay' needs --since TIME or --job ID");
     else if (id_count > 0 && (since != NULL || until != NULL))
         rc = usage_error("'replay' takes either --since/--until or --job, not both");
+    else
+        rc = check_queue_and_key(queue, key);
     if (rc != 0) {
         free(ids);
         return rc;

@@ -1289,6 +1289,12 @@ test_pause_names_and_key_options(void **state)
     usage_fails("ordering key",
                 (const char *const[]){"--database-url", db->url, "pause", "q", "--ordering-key",
                                       "", NULL});
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "enqueue", "--queue", "a b",
+                                      "--payload", "{}", NULL});
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "replay", "--queue", "a/b",
+                                      "--since", "1h", NULL});
 
     RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "q", "--payload", "{}",
             "--idempotency-key", "once");
