@@ -225,6 +225,17 @@ static const char inbox_purge_sql[] =
     " DELETE FROM outbox.inbox AS i USING doomed AS d"
     "  WHERE i.consumer = d.consumer AND i.message_id = d.message_id";
 
+/* The keyed inbox's marks (migration 008) of keys not accepted since the cutoff. */
+static const char inbox_key_purge_sql[] =
+    "WITH doomed AS ("
+    "    SELECT consumer, ordering_key FROM outbox.inbox_key"
+    "     WHERE accepted_at < $1::timestamptz"
+    "     ORDER BY accepted_at"
+    "     LIMIT $2::integer"
+    "       FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.inbox_key AS k USING doomed AS d"
+    "  WHERE k.consumer = d.consumer AND k.ordering_key = d.ordering_key";
+
 /* clang-format on */
 
 /* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
@@ -918,11 +929,11 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
     PQclear(result);
     if (cutoff == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    for (;;) {
+    for (int table = 0; table < 2;) {
         const char *params[2] = {cutoff, batch_text};
         int64_t deleted;
 
-        result = run(conn, inbox_purge_sql, 2, params);
+        result = run(conn, table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
         if (PQresultStatus(result) != PGRES_COMMAND_OK) {
             fail_with(err, conn, result, "unable to purge the inbox");
             PQclear(result);
@@ -932,7 +943,7 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
         PQclear(result);
         *count += deleted;
         if (deleted < batch_size)
-            break;
+            table++;
     }
     rc = 0;
 

@@ -230,7 +230,8 @@ int store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
                          struct outbox_error *err);
 
 /*
- * Deletes inbox records (outbox.inbox) accepted more than
+ * Deletes inbox records (outbox.inbox, and the keyed inbox's marks in
+ * outbox.inbox_key) accepted more than
  * older_than_seconds ago, in transactions of at most batch_size rows, until
  * none is left. Stores the rows deleted in *count, also on failure.
  */

@@ -1176,9 +1176,15 @@ test_times_survive_session_settings(void **state)
     exec_ok(db->conn, "INSERT INTO outbox.inbox (consumer, message_id, accepted_at) VALUES"
                       " ('c', 'old', now() - interval '2 hours'),"
                       " ('c', 'new', now() - interval '10 minutes')");
+    exec_ok(db->conn, "INSERT INTO outbox.inbox_key (consumer, ordering_key, last_job_id,"
+                      " accepted_at) VALUES ('c', 'idle', 7, now() - interval '2 hours'),"
+                      " ('c', 'busy', 9, now() - interval '10 minutes')");
     RUN_CTL(&run, NULL, "--database-url", url, "inbox", "purge", "--older-than", "1h");
     assert_exit(&run, 0);
     run_clear(&run);
+    assert_string_equal(query_value(db->conn, "SELECT string_agg(ordering_key, ',')"
+                                              " FROM outbox.inbox_key"),
+                        "busy");
     assert_string_equal(query_value(db->conn, "SELECT string_agg(message_id, ',') FROM outbox.inbox"),
                         "new");
     free(url);
