@@ -342,7 +342,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 FULL_BULK_RATE=$(median "${FULL_BULK_RUNS[@]}")
 FULL_KEYED_RATE=$(median "${FULL_KEYED_RUNS[@]}")
-result "  the same at $FULL_ROWS succeeded rows, no keys" "$(fmt_rate "$FULL_BULK_RATE") rows/s" \
+result "  the same at $FULL_ROWS succeeded rows, no keys, as the owner" "$(fmt_rate "$FULL_BULK_RATE") rows/s" \
     "median of runs $(runs "${FULL_BULK_RUNS[@]}")"
 result "  the same at $FULL_ROWS succeeded rows, 10 ordering keys, as the owner" "$(fmt_rate "$FULL_KEYED_RATE") rows/s" \
     "$(printf '%.2f' "$(ratio "$FULL_KEYED_RATE" "$FULL_BULK_RATE")") of the unkeyed batch (goal >= 0.50); median of runs $(runs "${FULL_KEYED_RUNS[@]}")"
