@@ -7,7 +7,8 @@
 bool
 names_queue_valid(const char *queue)
 {
-    static const char allowed[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-";
+    static const char allowed[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "abcdefghijklmnopqrstuvwxyz0123456789._:-";
     size_t length;
 
     if (queue == NULL)

@@ -1023,7 +1023,8 @@ command_resume(struct ctl *ctl, int argc, char **argv, int first)
     else
         printf("%s queue '%s'\n", changed ? "resumed" : "was not paused:", queue);
     if (key == NULL && keys > 0)
-        printf("%lld ordering key%s of queue '%s' stay%s paused (resume them with --ordering-key)\n",
+        printf("%lld ordering key%s of queue '%s' stay%s paused"
+               " (resume them with --ordering-key)\n",
                (long long)keys, keys == 1 ? "" : "s", queue, keys == 1 ? "s" : "");
     return 0;
 }

@@ -291,7 +291,8 @@ test_inbox_refuses_a_keys_older_message(void **state)
     assert_non_null(strstr(err.message, "needs a job id"));
     harness_exec(f->conn, "ROLLBACK");
     assert_int_equal(harness_query_ll(f->conn, "SELECT last_job_id FROM outbox.inbox_key"
-                                               " WHERE consumer = 'billing' AND ordering_key = 'k101'"),
+                                               " WHERE consumer = 'billing'"
+                                               "   AND ordering_key = 'k101'"),
                      4900);
 }
 

@@ -1120,7 +1120,9 @@ shanghai_url(const struct testdb *db)
 {
     char *url = NULL;
 
-    assert_true(asprintf(&url, "%s%soptions=-c%%20DateStyle%%3DPostgres%%20-c%%20TimeZone%%3DAsia%%2FShanghai",
+    assert_true(asprintf(&url,
+                         "%s%soptions=-c%%20DateStyle%%3DPostgres"
+                         "%%20-c%%20TimeZone%%3DAsia%%2FShanghai",
                          db->url, strchr(db->url, '?') != NULL ? "&" : "?") > 0);
     return url;
 }
@@ -1136,7 +1138,7 @@ static void
 test_times_survive_session_settings(void **state)
 {
     struct testdb *db = test_database(state);
-    char *url;
+    char *url, *value;
     struct ctl_run run;
 
     migrate_ok(db);
@@ -1158,8 +1160,8 @@ test_times_survive_session_settings(void **state)
     if (strstr(run.out, "replayed 2061 ") == NULL)
         fail_msg("replay --since 1h: %s", run.out);
     run_clear(&run);
-    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"),
-                     2061);
+    assert_int_equal(
+        query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"), 2061);
 
     /* purge --older-than 0: every succeeded row, and only those */
     exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
@@ -1182,11 +1184,12 @@ test_times_survive_session_settings(void **state)
     RUN_CTL(&run, NULL, "--database-url", url, "inbox", "purge", "--older-than", "1h");
     assert_exit(&run, 0);
     run_clear(&run);
-    assert_string_equal(query_value(db->conn, "SELECT string_agg(ordering_key, ',')"
-                                              " FROM outbox.inbox_key"),
-                        "busy");
-    assert_string_equal(query_value(db->conn, "SELECT string_agg(message_id, ',') FROM outbox.inbox"),
-                        "new");
+    value = query_value(db->conn, "SELECT string_agg(ordering_key, ',') FROM outbox.inbox_key");
+    assert_string_equal(value, "busy");
+    free(value);
+    value = query_value(db->conn, "SELECT string_agg(message_id, ',') FROM outbox.inbox");
+    assert_string_equal(value, "new");
+    free(value);
     free(url);
 }
 
