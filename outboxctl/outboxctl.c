@@ -22,6 +22,7 @@
 #include "console.h"
 #include "error.h"
 #include "migrate.h"
+#include "names.h"
 #include "outbox.h"
 #include "parse.h"
 #include "redact.h"
@@ -63,27 +64,30 @@ static const char usage_text[] =
     "                                   attempts (default 1); all dead jobs when\n"
     "                                   neither --queue nor --job is given\n"
     "  purge --older-than DURATION      delete succeeded jobs finished longer ago\n"
-    "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m),\n"
-    "                                   in batches of 5000\n"
-    "  enqueue --queue Q (--payload JSON | --payload-file PATH) [--key K]\n"
+    "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m;\n"
+    "                                   0: all of them), in batches of 5000\n"
+    "  enqueue --queue Q (--payload JSON | --payload-file PATH) [--idempotency-key K]\n"
     "          [--exchange X] [--routing-key R]\n"
     "                                   add one job and print its id; a known key\n"
     "                                   prints the existing job's id; the payload\n"
     "                                   is read from PATH, or stdin for '-'; X and R\n"
     "                                   route it (default: the relay's --exchange, Q)\n"
-    "  pause QUEUE [--key ORDERING_KEY] [--reason TEXT]\n"
+    "                                   (--key is an old spelling of --idempotency-key)\n"
+    "  pause QUEUE [--ordering-key KEY] [--reason TEXT]\n"
     "                                   relays stop claiming the queue (or only\n"
     "                                   that ordering key of it); producers go on\n"
-    "  resume QUEUE [--key ORDERING_KEY]\n"
+    "  resume QUEUE [--ordering-key KEY]\n"
     "                                   undo a pause; paused keys of a resumed\n"
     "                                   queue stay paused\n"
     "  paused                           list pauses: who, when and why\n"
     "  replay --queue Q (--since TIME [--until TIME] | --job ID [--job ID ...])\n"
-    "         [--key ORDERING_KEY] [--dry-run]\n"
+    "         [--ordering-key KEY] [--dry-run]\n"
     "                                   publish succeeded jobs again, in their\n"
     "                                   order per key: those finished in the time\n"
     "                                   range (a timestamp, or a DURATION ago), or\n"
     "                                   the given ids; in batches of 1000\n"
+    "                                   (in pause, resume and replay, --key is an old\n"
+    "                                   spelling of --ordering-key)\n"
     "  inbox purge --older-than DURATION\n"
     "                                   delete inbox records accepted longer ago\n"
     "                                   than DURATION, in batches of 5000\n"
@@ -282,6 +286,9 @@ connect_database(struct ctl *ctl)
         return runtime_error(ctl, &err);
     }
     PQsetNoticeProcessor(ctl->conn, ignore_notice, NULL);
+    /* an old schema named as such, not by the first column a command misses */
+    if (strcmp(ctl->command, "migrate") != 0 && outbox_schema_check(ctl->conn, &err) != 0)
+        return runtime_error(ctl, &err);
     return 0;
 }
 
@@ -599,6 +606,9 @@ print_status_text(const struct store_status *status)
                  (long long)status->cleanup.succeeded_rows,
                  (long long)status->cleanup.past_retention_rows, status->retention_seconds,
                  status->cleanup.oldest_past_retention_seconds);
+    else if (status->retention_seconds <= 0)
+        snprintf(line, sizeof(line), "%lld, kept (retention 0)",
+                 (long long)status->cleanup.succeeded_rows);
     else
         snprintf(line, sizeof(line), "%lld, none past the retention of %.0fs",
                  (long long)status->cleanup.succeeded_rows, status->retention_seconds);
@@ -884,6 +894,15 @@ read_payload_file(const char *path, char **payload)
     return 0;
 }
 
+/* A usage error (exit 2) for a bad queue name or ordering key; 0 when both are fine. */
+static int
+check_queue_and_key(const char *queue, const char *key)
+{
+    char message[NAMES_MESSAGE_MAX];
+
+    return names_check(queue, key, message, sizeof(message)) ? 0 : usage_error("%s", message);
+}
+
 static int
 command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
 {
@@ -897,14 +916,17 @@ command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
     const struct command_option options[] = {{"--queue", &message.queue, NULL},
                                              {"--payload", &message.payload_json, NULL},
                                              {"--payload-file", &payload_file, NULL},
+                                             {"--idempotency-key", &message.idempotency_key, NULL},
                                              {"--key", &message.idempotency_key, NULL},
                                              {"--exchange", &message.exchange, NULL},
                                              {"--routing-key", &message.routing_key, NULL}};
 
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 6)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 7)) != PARSE_GO_ON)
         return taken;
     if (message.queue == NULL)
         return usage_error("'enqueue' needs --queue Q");
+    if ((taken = check_queue_and_key(message.queue, NULL)) != 0)
+        return taken;
     if (message.payload_json != NULL && payload_file != NULL)
         return usage_error("'enqueue' takes --payload or --payload-file, not both");
     if (message.payload_json == NULL && payload_file == NULL)
@@ -950,15 +972,20 @@ static int
 command_pause(struct ctl *ctl, int argc, char **argv, int first)
 {
     const char *queue = NULL, *key = NULL, *reason = NULL;
+    char key_text[256];
     struct outbox_error err;
     bool changed = false;
     int taken;
 
-    const struct command_option options[] = {{"--key", &key, NULL}, {"--reason", &reason, NULL}};
+    const struct command_option options[] = {{"--ordering-key", &key, NULL},
+                                             {"--key", &key, NULL},
+                                             {"--reason", &reason, NULL}};
 
     if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
         return taken;
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 3)) != PARSE_GO_ON)
+        return taken;
+    if ((taken = check_queue_and_key(queue, key)) != 0)
         return taken;
     if ((taken = connect_database(ctl)) != 0)
         return taken;
@@ -966,8 +993,8 @@ command_pause(struct ctl *ctl, int argc, char **argv, int first)
         store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0)
         return runtime_error(ctl, &err);
     if (key != NULL)
-        printf("%s ordering key '%s' of queue '%s'\n", changed ? "paused" : "already paused:", key,
-               queue);
+        printf("%s ordering key '%s' of queue '%s'\n", changed ? "paused" : "already paused:",
+               one_line(key_text, sizeof(key_text), key), queue);
     else
         printf("%s queue '%s'\n", changed ? "paused" : "already paused:", queue);
     return 0;
@@ -977,16 +1004,20 @@ static int
 command_resume(struct ctl *ctl, int argc, char **argv, int first)
 {
     const char *queue = NULL, *key = NULL;
+    char key_text[256];
     struct outbox_error err;
     bool changed = false;
     int64_t keys = 0;
     int taken;
 
-    const struct command_option options[] = {{"--key", &key, NULL}};
+    const struct command_option options[] = {{"--ordering-key", &key, NULL},
+                                             {"--key", &key, NULL}};
 
     if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
         return taken;
-    if ((taken = parse_command_options(ctl, argc, argv, first, options, 1)) != PARSE_GO_ON)
+    if ((taken = parse_command_options(ctl, argc, argv, first, options, 2)) != PARSE_GO_ON)
+        return taken;
+    if ((taken = check_queue_and_key(queue, key)) != 0)
         return taken;
     if ((taken = connect_database(ctl)) != 0)
         return taken;
@@ -995,11 +1026,12 @@ command_resume(struct ctl *ctl, int argc, char **argv, int first)
         return runtime_error(ctl, &err);
     if (key != NULL)
         printf("%s ordering key '%s' of queue '%s'\n", changed ? "resumed" : "was not paused:",
-               key, queue);
+               one_line(key_text, sizeof(key_text), key), queue);
     else
         printf("%s queue '%s'\n", changed ? "resumed" : "was not paused:", queue);
     if (key == NULL && keys > 0)
-        printf("%lld ordering key%s of queue '%s' stay%s paused (resume them with --key)\n",
+        printf("%lld ordering key%s of queue '%s' stay%s paused"
+               " (resume them with --ordering-key)\n",
                (long long)keys, keys == 1 ? "" : "s", queue, keys == 1 ? "s" : "");
     return 0;
 }
@@ -1045,20 +1077,8 @@ replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size
     int64_t seconds;
 
     if (parse_duration(text, &seconds, &err) == 0) {
-        PGresult *result;
-        char seconds_text[24];
-        const char *params[1] = {seconds_text};
-
-        snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)seconds);
-        result = PQexecParams(ctl->conn, "SELECT (now() - make_interval(secs => $1::float8))::text",
-                              1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-            outbox_error_from_pg(&err, ctl->conn, result, "unable to read the time");
-            PQclear(result);
+        if (store_admin_time_ago(ctl->conn, seconds, buf, size, &err) < 0)
             return runtime_error(ctl, &err);
-        }
-        snprintf(buf, size, "%s", PQgetvalue(result, 0, 0));
-        PQclear(result);
         *out = buf;
         return 0;
     }
@@ -1086,6 +1106,7 @@ command_replay(struct ctl *ctl, int argc, char **argv, int first)
     const struct command_option options[] = {{"--queue", &queue, NULL},
                                              {"--since", &since, NULL},
                                              {"--until", &until, NULL},
+                                             {"--ordering-key", &key, NULL},
                                              {"--key", &key, NULL},
                                              {"--dry-run", NULL, &request.dry_run}};
 
@@ -1132,6 +1153,8 @@ command_replay(struct ctl *ctl, int argc, char **argv, int first)
         rc = usage_error("'replay' needs --since TIME or --job ID");
     else if (id_count > 0 && (since != NULL || until != NULL))
         rc = usage_error("'replay' takes either --since/--until or --job, not both");
+    else
+        rc = check_queue_and_key(queue, key);
     if (rc != 0) {
         free(ids);
         return rc;

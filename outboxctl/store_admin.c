@@ -18,6 +18,17 @@
 /* ISO 8601 UTC text of a timestamptz expression, whatever the session TimeZone. */
 #define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 
+/*
+ * A time as text that reads back as the same instant under any DateStyle and
+ * TimeZone: ISO 8601 in UTC with microseconds and an explicit offset. The
+ * session's own text ("... 2026 CST" under DateStyle Postgres) names zones by
+ * ambiguous abbreviations and moved replay ranges by hours. Infinite times
+ * keep their spelling, which every session reads alike.
+ */
+#define EXACT_TIME(expr)                                                                           \
+    "CASE WHEN isfinite(" expr ") THEN to_char((" expr ") AT TIME ZONE 'UTC',"                     \
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"') ELSE (" expr ")::text END"
+
 static const char check_schema_sql[] = "SELECT to_regclass('outbox.job') IS NOT NULL";
 
 /*
@@ -141,7 +152,7 @@ static const char check_time_sql[] = "SELECT $1::timestamptz";
 
 /* The end of a replay's range: until, or now when later or not given. */
 static const char replay_cutoff_sql[] =
-    "SELECT least(coalesce($1::timestamptz, 'infinity'), now())::text";
+    "SELECT " EXACT_TIME("least(coalesce($1::timestamptz, 'infinity'), now())");
 
 /*
  * What a replay selects, by state, in one read: rows by id ($4) or, for a
@@ -195,12 +206,14 @@ static const char replay_batch_sql[] =
     "                             AND e.job_id < j.job_id AND e.state IN ('ready', 'running')))"
     "      FROM picked AS p WHERE j.job_id = p.job_id"
     "    RETURNING j.job_id)"
-    " SELECT (SELECT count(*) FROM replayed), last.finished_at::text, last.job_id"
+    " SELECT (SELECT count(*) FROM replayed), " EXACT_TIME("last.finished_at") ", last.job_id"
     "   FROM (SELECT 1) AS one LEFT JOIN ("
     "        SELECT finished_at, job_id FROM picked"
     "         ORDER BY finished_at DESC, job_id DESC LIMIT 1) AS last ON true";
 
-static const char inbox_cutoff_sql[] = "SELECT (now() - make_interval(secs => $1::float8))::text";
+/* now - $1 seconds, for --since DURATION and the inbox purge's cutoff */
+static const char time_ago_sql[] =
+    "SELECT " EXACT_TIME("now() - make_interval(secs => $1::float8)");
 
 static const char inbox_purge_sql[] =
     "WITH doomed AS ("
@@ -211,6 +224,17 @@ static const char inbox_purge_sql[] =
     "       FOR UPDATE SKIP LOCKED)"
     " DELETE FROM outbox.inbox AS i USING doomed AS d"
     "  WHERE i.consumer = d.consumer AND i.message_id = d.message_id";
+
+/* The keyed inbox's marks (migration 008) of keys not accepted since the cutoff. */
+static const char inbox_key_purge_sql[] =
+    "WITH doomed AS ("
+    "    SELECT consumer, ordering_key FROM outbox.inbox_key"
+    "     WHERE accepted_at < $1::timestamptz"
+    "     ORDER BY accepted_at"
+    "     LIMIT $2::integer"
+    "       FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM outbox.inbox_key AS k USING doomed AS d"
+    "  WHERE k.consumer = d.consumer AND k.ordering_key = d.ordering_key";
 
 /* clang-format on */
 
@@ -485,6 +509,10 @@ store_admin_status(PGconn *conn, double retention_seconds, struct store_status *
         store_status_clear(status);
         return -1;
     }
+    if (retention_seconds <= 0) { /* retention 0 keeps succeeded rows: none is past it */
+        status->cleanup.past_retention_rows = 0;
+        status->cleanup.oldest_past_retention_seconds = 0;
+    }
     apply_pauses(status);
     return 0;
 }
@@ -728,6 +756,26 @@ store_pause_list_clear(struct store_pause_list *list)
 /* ---- replay --------------------------------------------------------------- */
 
 int
+store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
+                     struct outbox_error *err)
+{
+    char seconds_text[24];
+    const char *params[1] = {seconds_text};
+    PGresult *result;
+
+    snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)seconds);
+    result = run(conn, time_ago_sql, 1, params);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to read the time");
+        PQclear(result);
+        return -1;
+    }
+    snprintf(buf, size, "%s", PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return 0;
+}
+
+int
 store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
 {
     const char *params[1] = {text};
@@ -871,7 +919,7 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
                                 "unable to purge the inbox: bad age or batch size");
     snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
     snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
-    result = run(conn, inbox_cutoff_sql, 1, cutoff_params);
+    result = run(conn, time_ago_sql, 1, cutoff_params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         fail_with(err, conn, result, "unable to purge the inbox");
         PQclear(result);
@@ -881,11 +929,11 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
     PQclear(result);
     if (cutoff == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    for (;;) {
+    for (int table = 0; table < 2;) {
         const char *params[2] = {cutoff, batch_text};
         int64_t deleted;
 
-        result = run(conn, inbox_purge_sql, 2, params);
+        result = run(conn, table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
         if (PQresultStatus(result) != PGRES_COMMAND_OK) {
             fail_with(err, conn, result, "unable to purge the inbox");
             PQclear(result);
@@ -895,7 +943,7 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
         PQclear(result);
         *count += deleted;
         if (deleted < batch_size)
-            break;
+            table++;
     }
     rc = 0;
 

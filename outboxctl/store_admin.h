@@ -223,7 +223,15 @@ int store_admin_replay(PGconn *conn, const struct store_replay_request *request,
 int store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err);
 
 /*
- * Deletes inbox records (outbox.inbox) accepted more than
+ * Stores the time seconds ago in buf as ISO 8601 text with an explicit
+ * offset (the same instant under any DateStyle and TimeZone); 0 or -1.
+ */
+int store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
+                         struct outbox_error *err);
+
+/*
+ * Deletes inbox records (outbox.inbox, and the keyed inbox's marks in
+ * outbox.inbox_key) accepted more than
  * older_than_seconds ago, in transactions of at most batch_size rows, until
  * none is left. Stores the rows deleted in *count, also on failure.
  */

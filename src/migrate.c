@@ -220,3 +220,36 @@ outbox_migrate_latest_version(void)
 {
     return migrate_file_count > 0 ? migrate_files[migrate_file_count - 1].version : 0;
 }
+
+int
+outbox_schema_check(PGconn *conn, struct outbox_error *err)
+{
+    int needed = outbox_migrate_latest_version(), version = 0;
+    PGresult *result;
+    bool present, readable;
+
+    result = PQexec(conn, "SELECT to_regclass('outbox.schema_migrations') IS NOT NULL,"
+                          " coalesce(has_table_privilege(to_regclass('outbox.schema_migrations'),"
+                          " 'SELECT'), false)");
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read the outbox schema version");
+        PQclear(result);
+        return -1;
+    }
+    present = PQgetvalue(result, 0, 0)[0] == 't';
+    readable = PQgetvalue(result, 0, 1)[0] == 't';
+    PQclear(result);
+    if (!present)
+        return outbox_error_set(err, OUTBOX_ERR_SCHEMA,
+                                "outbox schema not found: run 'outboxctl migrate'");
+    if (!readable)
+        return 0; /* a role granted before 008: its statements name what is missing */
+    if (outbox_schema_version(conn, &version, err) != 0)
+        return -1;
+    if (version < needed)
+        return outbox_error_set(err, OUTBOX_ERR_SCHEMA,
+                                "outbox schema is at version %d, this build needs %d:"
+                                " run 'outboxctl migrate'",
+                                version, needed);
+    return 0;
+}

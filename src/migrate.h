@@ -43,4 +43,15 @@ extern const size_t migrate_file_count;
 /* The highest embedded version: what outbox_migrate() brings a database to. */
 int outbox_migrate_latest_version(void);
 
+/*
+ * Returns 0 when the database's schema is at the highest embedded version
+ * (or later), else -1 with OUTBOX_ERR_SCHEMA and "outbox schema is at
+ * version N, this build needs M: run 'outboxctl migrate'" (or "outbox schema
+ * not found: ..." without one). Checked first by every outboxctl command and
+ * by outbox_store_connect(), so an old schema is named as such rather than
+ * by the first missing column. A role that may not read
+ * outbox.schema_migrations is not checked.
+ */
+int outbox_schema_check(PGconn *conn, struct outbox_error *err);
+
 #endif

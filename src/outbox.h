@@ -96,7 +96,7 @@ struct outbox_message {
     const char *headers_json;    /* NULL: {}; else an object of string values */
     const char *ordering_key;    /* NULL: none */
     int32_t priority;            /* higher is claimed first */
-    int32_t max_attempts;        /* 0: default 10 */
+    int32_t max_attempts;        /* 0: default 10; negative: refused (22023) */
     double delay_seconds;        /* run_at = now() + delay; 0: now */
     const char *exchange;        /* NULL: the relay's --exchange; at most 255 bytes */
     const char *routing_key;     /* NULL: the queue; AMQP routing key, Redis stream suffix */
@@ -142,6 +142,21 @@ int outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, siz
  */
 int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id,
                         bool *accepted, struct outbox_error *err);
+
+/*
+ * The inbox in key order, through outbox.inbox_accept(consumer, message_id,
+ * ordering_key): message_id is the job id (the AMQP message_id, the Redis
+ * job_id) and job ids rise within an ordering key, so *accepted is true only
+ * when message_id is above the last job id this consumer accepted for
+ * ordering_key. False for a repeat, and for a message older than one already
+ * applied (a relay that lost its lease can publish a stale row after later
+ * rows of its key). A message_id that is not a job id fails with
+ * OUTBOX_ERR_INVALID. ordering_key NULL is outbox_inbox_accept(). Same
+ * transaction rules as outbox_inbox_accept().
+ */
+int outbox_inbox_accept_in_order(PGconn *conn, const char *consumer, const char *message_id,
+                                 const char *ordering_key, bool *accepted,
+                                 struct outbox_error *err);
 
 /* ---- worker side ------------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -86,6 +87,11 @@ parse_duration_ms(const char *text, int64_t *milliseconds, struct outbox_error *
     if (text == NULL || *text == '\0')
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
                                 "invalid duration '': expected e.g. 250ms, 90s, 15m, 24h or 7d");
+    /* a bare 0 needs no unit: "--retention 0" as the help and the docs write it */
+    if (strcmp(text, "0") == 0) {
+        *milliseconds = 0;
+        return 0;
+    }
     while (*p != '\0') {
         int64_t count, unit;
         bool too_big;

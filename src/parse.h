@@ -18,7 +18,7 @@
 
 /*
  * Parses a duration of one or more <digits><unit> parts, units s, m, h, d
- * (e.g. "90s", "15m", "24h", "7d", "1h30m"), into seconds. Returns 0, or -1
+ * (e.g. "90s", "15m", "24h", "7d", "1h30m"), or a bare "0", into seconds. Returns 0, or -1
  * with OUTBOX_ERR_INVALID for bad syntax or a total over
  * PARSE_DURATION_MAX_SECONDS.
  */

@@ -25,6 +25,7 @@
 #include "buffer.h"
 #include "clock.h"
 #include "error.h"
+#include "migrate.h"
 #include "outbox.h"
 
 /*
@@ -255,6 +256,7 @@ static const char SQL_REAP[] =
 
 
 static const char SQL_INBOX_ACCEPT[] = "SELECT outbox.inbox_accept($1, $2)";
+static const char SQL_INBOX_ACCEPT_KEY[] = "SELECT outbox.inbox_accept($1, $2, $3)";
 
 static const char SQL_ENQUEUE[] =
     "SELECT outbox.enqueue($1, $2::jsonb, $3, coalesce($4::jsonb, '{}'), $5,"
@@ -965,6 +967,8 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
     }
     PQclear(result);
     result = NULL;
+    if (outbox_schema_check(store->conn, err) != 0)
+        goto fail;
     /*
      * What every turn needs, named now rather than failing a claim later;
      * DELETE (retention) only in outbox_store_check_privileges(), since
@@ -1505,7 +1509,8 @@ outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
 
 /* clang-format off */
 static const char SQL_CLEANUP_CUTOFF[] =
-    "SELECT (clock_timestamp() - make_interval(secs => $1::float8))::text";
+    "SELECT to_char((clock_timestamp() - make_interval(secs => $1::float8)) AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"; /* the same instant under any DateStyle */
 
 /*
  * One batch: succeeded rows finished before the cutoff, oldest first, at
@@ -1694,11 +1699,13 @@ require_transaction(PGconn *conn, const char *action, struct outbox_error *err)
     }
 }
 
-int
-outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, bool *accepted,
-                    struct outbox_error *err)
+/* One inbox accept: ordering_key NULL is the plain inbox, else the keyed one. */
+static int
+inbox_accept(PGconn *conn, const char *consumer, const char *message_id,
+             const char *ordering_key, bool *accepted, struct outbox_error *err)
 {
-    const char *values[2] = {consumer, message_id};
+    const char *values[3] = {consumer, message_id, ordering_key};
+    bool keyed = ordering_key != NULL;
     PGresult *result;
 
     *accepted = false;
@@ -1707,7 +1714,8 @@ outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, 
                                 "inbox accept needs a consumer name and a message id");
     if (require_transaction(conn, "accept a message", err) != 0)
         return -1;
-    result = PQexecParams(conn, SQL_INBOX_ACCEPT, 2, NULL, values, NULL, NULL, 0);
+    result = PQexecParams(conn, keyed ? SQL_INBOX_ACCEPT_KEY : SQL_INBOX_ACCEPT, keyed ? 3 : 2,
+                          NULL, values, NULL, NULL, 0);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to accept a message in 'outbox.inbox'");
         PQclear(result);
@@ -1716,6 +1724,20 @@ outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, 
     *accepted = PQgetvalue(result, 0, 0)[0] == 't';
     PQclear(result);
     return 0;
+}
+
+int
+outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id, bool *accepted,
+                    struct outbox_error *err)
+{
+    return inbox_accept(conn, consumer, message_id, NULL, accepted, err);
+}
+
+int
+outbox_inbox_accept_in_order(PGconn *conn, const char *consumer, const char *message_id,
+                             const char *ordering_key, bool *accepted, struct outbox_error *err)
+{
+    return inbox_accept(conn, consumer, message_id, ordering_key, accepted, err);
 }
 
 /* Enqueueing needs the caller's open, healthy transaction. */
@@ -1735,6 +1757,13 @@ check_producer_transaction(PGconn *conn, struct outbox_error *err)
     }
 }
 
+/* 0 means the default of 10; a negative value goes to the database, which refuses it (22023). */
+static int
+attempts_or_default(int32_t max_attempts)
+{
+    return max_attempts == 0 ? 10 : (int)max_attempts;
+}
+
 int
 outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
                struct outbox_error *err)
@@ -1750,8 +1779,7 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
         return -1;
     snprintf(priority, sizeof(priority), "%d", (int)message->priority);
     snprintf(delay, sizeof(delay), "%.6f", message->delay_seconds);
-    snprintf(max_attempts, sizeof(max_attempts), "%d",
-             message->max_attempts > 0 ? (int)message->max_attempts : 10);
+    snprintf(max_attempts, sizeof(max_attempts), "%d", attempts_or_default(message->max_attempts));
     values[0] = message->queue;
     values[1] = message->payload_json;
     values[2] = message->idempotency_key;
@@ -1848,8 +1876,7 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
     }
     snprintf(priority, sizeof(priority), "%d", (int)first->priority);
     snprintf(delay, sizeof(delay), "%.6f", first->delay_seconds);
-    snprintf(max_attempts, sizeof(max_attempts), "%d",
-             first->max_attempts > 0 ? (int)first->max_attempts : 10);
+    snprintf(max_attempts, sizeof(max_attempts), "%d", attempts_or_default(first->max_attempts));
     values[0] = first->queue;
     if (!any_idempotency_key)
         values[2] = NULL;

@@ -23,11 +23,12 @@
 --                    ordering_key, state) - not on payloads. No UPDATE, no
 --                    DELETE. Only ready rows: the insert trigger of migration
 --                    003 refuses any other shape (state, worker, lease,
---                    attempts, hold) from a role that does not own outbox.job.
+--                    attempts) from a role that does not own outbox.job.
 --   outbox_reader    `outboxctl status`, `outboxctl dead list` and
 --                    `outboxctl paused`: read only.
 --   outbox_consumer  consumers that use the inbox: EXECUTE on
---                    outbox.inbox_accept() and INSERT on outbox.inbox.
+--                    outbox.inbox_accept() and INSERT on outbox.inbox (and
+--                    on outbox.inbox_key, which the keyed accept updates).
 --
 -- `outboxctl dead retry`, `outboxctl purge` and `outboxctl replay` change
 -- rows: run them as the schema owner, or as a login that is also in
@@ -67,6 +68,8 @@ GRANT USAGE ON SCHEMA outbox TO outbox_relay, outbox_producer, outbox_reader, ou
 GRANT SELECT, UPDATE, DELETE ON outbox.job TO outbox_relay;
 -- the claim skips paused queues and keys (migration 005)
 GRANT SELECT ON outbox.paused TO outbox_relay;
+-- The schema version, which the relay checks at start.
+GRANT SELECT ON outbox.schema_migrations TO outbox_relay;
 
 -- Producers.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, timestamptz, integer,
@@ -85,6 +88,10 @@ GRANT SELECT ON outbox.job, outbox.schema_migrations, outbox.paused TO outbox_re
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION outbox.inbox_accept(text, text) TO outbox_consumer;
 GRANT INSERT ON outbox.inbox TO outbox_consumer;
+-- The inbox in key order (migration 008).
+REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION outbox.inbox_accept(text, text, text) TO outbox_consumer;
+GRANT SELECT, INSERT, UPDATE ON outbox.inbox_key TO outbox_consumer;
 
 DO $$
 BEGIN

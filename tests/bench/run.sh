@@ -48,7 +48,8 @@
 # (pgbench duration, default 10), BENCH_LATENCY_SECONDS (default 15),
 # BENCH_LATENCY_RATES (rows/s, default "1000 5000"; up to 1000 as single-row
 # transactions, above that 5 rows per transaction), BENCH_ROUNDS (default 3),
-# BENCH_CLEANUP_N (default 500000), BENCH_LONGRUN_SECONDS (default 120; 0 skips 8),
+# BENCH_CLEANUP_N (default 500000), BENCH_FULL_ROWS (succeeded rows under the
+# keyed enqueue step of 1, default 1000000), BENCH_LONGRUN_SECONDS (default 120; 0 skips 8),
 # OUTBOX_BENCH_STACK_SH (another
 # stack.sh). Results are printed and written to $BUILD/bench/results.txt.
 # A measuring script: it fails only when a step fails or a check of the
@@ -321,6 +322,37 @@ result "  the same, 10 ordering keys (990 rows held per statement)" "$(fmt_rate 
     "$(printf '%.2f' "$(ratio "$KEYED_RATE" "$BULK_RATE")") of outbox.enqueue_batch() without keys; one run"
 result "1000 rows/stmt, 4 clients, outbox.enqueue() per row" "$(fmt_rate "$BATCH_RATE") rows/s" \
     "$(printf '%.2f' "$(ratio "$BATCH_RATE" "$BATCH_INSERT_RATE")") of a bare INSERT ... SELECT; one run"
+
+# Keyed and unkeyed enqueue_batch() with the table full of succeeded rows of the
+# same queue and keys: the insert guard must not read them (migration 008). The
+# rows a run adds are deleted before the next, the full table stays.
+FULL_ROWS=${BENCH_FULL_ROWS:-1000000}
+log "enqueue: filling outbox.job with $FULL_ROWS succeeded rows over 10 ordering keys"
+reset_outbox
+sql "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, finished_at)
+     SELECT 'bench_enqueue', '$PAYLOAD'::jsonb, 'key-' || (g % 10), 'succeeded', 1,
+            now() - interval '2 hours'
+     FROM generate_series(1, $FULL_ROWS) AS g" >/dev/null
+sql "VACUUM ANALYZE outbox.job" >/dev/null
+drop_new_rows() {
+    sql "DELETE FROM outbox.job WHERE state <> 'succeeded'" >/dev/null
+    sql "VACUUM ANALYZE outbox.job" >/dev/null
+}
+FULL_BULK_RUNS=() FULL_KEYED_RUNS=()
+for round in $(seq 1 "$ROUNDS"); do
+    log "enqueue: keyed and unkeyed batches at $FULL_ROWS rows, round $round of $ROUNDS"
+    FULL_BULK_RUNS+=("$(pgbench_rate "$STACK/enqueue-bulk.sql" 4 1000)")
+    drop_new_rows
+    FULL_KEYED_RUNS+=("$(pgbench_rate "$STACK/enqueue-bulk-keyed.sql" 4 1000)")
+    drop_new_rows
+done
+FULL_BULK_RATE=$(median "${FULL_BULK_RUNS[@]}")
+FULL_KEYED_RATE=$(median "${FULL_KEYED_RUNS[@]}")
+result "  the same at $FULL_ROWS succeeded rows, no keys, as the owner" "$(fmt_rate "$FULL_BULK_RATE") rows/s" \
+    "median of runs $(runs "${FULL_BULK_RUNS[@]}")"
+result "  the same at $FULL_ROWS succeeded rows, 10 ordering keys, as the owner" "$(fmt_rate "$FULL_KEYED_RATE") rows/s" \
+    "$(printf '%.2f' "$(ratio "$FULL_KEYED_RATE" "$FULL_BULK_RATE")") of the unkeyed batch (goal >= 0.50); median of runs $(runs "${FULL_KEYED_RUNS[@]}")"
+reset_outbox
 
 # ---- 2. latency -------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@
 
 #include "harness.h"
 #include "migrate.h"
+#include "outbox.h"
 
 #define MAX_ARGS 32
 #define SECRET "Sup3rSecretPw"
@@ -1110,6 +1111,212 @@ test_wrong_password_is_not_echoed(void **state)
     free(url);
 }
 
+
+/* ---- third-round hardening ----------------------------------------------- */
+
+/* db's URL with a session that writes times as "Tue Dec 01 18:29:00 2026 CST" (malloc'd). */
+static char *
+shanghai_url(const struct testdb *db)
+{
+    char *url = NULL;
+
+    assert_true(asprintf(&url,
+                         "%s%soptions=-c%%20DateStyle%%3DPostgres"
+                         "%%20-c%%20TimeZone%%3DAsia%%2FShanghai",
+                         db->url, strchr(db->url, '?') != NULL ? "&" : "?") > 0);
+    return url;
+}
+
+/*
+ * Under DateStyle Postgres and TimeZone Asia/Shanghai the session writes
+ * "CST", which reads back as US Central, 14 hours off: replay's range and
+ * its batch cursor, purge's and the inbox purge's cutoffs must not move.
+ * 2 061 rows finished in the last 50 minutes (three replay batches), 10
+ * finished 5 hours ago.
+ */
+static void
+test_times_survive_session_settings(void **state)
+{
+    struct testdb *db = test_database(state);
+    char *url, *value;
+    struct ctl_run run;
+
+    migrate_ok(db);
+    url = shanghai_url(db);
+    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                      " SELECT 'mix', '{}', 'succeeded', 1, now() - g * interval '1 second'"
+                      "   FROM generate_series(1, 2061) AS g");
+    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                      " SELECT 'mix', '{}', 'succeeded', 1, now() - interval '5 hours'"
+                      "   FROM generate_series(1, 10)");
+    RUN_CTL(&run, NULL, "--database-url", url, "replay", "--queue", "mix", "--since", "1h",
+            "--dry-run");
+    assert_exit(&run, 0);
+    if (strstr(run.out, "would replay 2061 ") == NULL)
+        fail_msg("replay --since 1h --dry-run: %s", run.out);
+    run_clear(&run);
+    RUN_CTL(&run, NULL, "--database-url", url, "replay", "--queue", "mix", "--since", "1h");
+    assert_exit(&run, 0);
+    if (strstr(run.out, "replayed 2061 ") == NULL)
+        fail_msg("replay --since 1h: %s", run.out);
+    run_clear(&run);
+    assert_int_equal(
+        query_number(db->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"), 2061);
+
+    /* purge --older-than 0: every succeeded row, and only those */
+    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                      " VALUES ('mix', '{}', 'succeeded', 1, now() - interval '1 minute')");
+    RUN_CTL(&run, NULL, "--database-url", url, "purge", "--older-than", "0");
+    assert_exit(&run, 0);
+    run_clear(&run);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job"
+                                            " WHERE state = 'succeeded'"),
+                     0);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.job"), 2061);
+
+    /* the inbox purge's cutoff: 2 hours old goes, 10 minutes old stays */
+    exec_ok(db->conn, "INSERT INTO outbox.inbox (consumer, message_id, accepted_at) VALUES"
+                      " ('c', 'old', now() - interval '2 hours'),"
+                      " ('c', 'new', now() - interval '10 minutes')");
+    exec_ok(db->conn, "INSERT INTO outbox.inbox_key (consumer, ordering_key, last_job_id,"
+                      " accepted_at) VALUES ('c', 'idle', 7, now() - interval '2 hours'),"
+                      " ('c', 'busy', 9, now() - interval '10 minutes')");
+    RUN_CTL(&run, NULL, "--database-url", url, "inbox", "purge", "--older-than", "1h");
+    assert_exit(&run, 0);
+    run_clear(&run);
+    value = query_value(db->conn, "SELECT string_agg(ordering_key, ',') FROM outbox.inbox_key");
+    assert_string_equal(value, "busy");
+    free(value);
+    value = query_value(db->conn, "SELECT string_agg(message_id, ',') FROM outbox.inbox");
+    assert_string_equal(value, "new");
+    free(value);
+    free(url);
+}
+
+/* --retention 0 keeps succeeded rows, as the help says: status takes it and says so. */
+static void
+test_status_retention_zero(void **state)
+{
+    struct testdb *db = test_database(state);
+    struct ctl_run run;
+
+    migrate_ok(db);
+    exec_ok(db->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
+                      " VALUES ('q', '{}', 'succeeded', 1, now() - interval '3 days')");
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--retention", "0");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "1, kept (retention 0)"));
+    run_clear(&run);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json", "--retention", "0");
+    assert_exit(&run, 0);
+    assert_non_null(strstr(run.out, "\"succeeded_past_retention_rows\":0"));
+    run_clear(&run);
+}
+
+/*
+ * A schema at version 4 is named as such by every command and by the
+ * relay's store, not as missing or by the first absent column.
+ */
+static void
+test_old_schema_is_named(void **state)
+{
+    static const char *const commands[][6] = {
+        {"status"},
+        {"dead", "list"},
+        {"paused"},
+        {"pause", "orders"},
+        {"replay", "--queue", "orders", "--since", "1h"},
+        {"enqueue", "--queue", "orders", "--payload", "{}"},
+        {"purge", "--older-than", "1d"},
+        {"inbox", "purge", "--older-than", "1d"},
+    };
+    struct testdb *db = test_database(state);
+    char want[160];
+    struct outbox_error err;
+    outbox_store *store;
+
+    migrate_ok(db);
+    exec_ok(db->conn, "DELETE FROM outbox.schema_migrations WHERE version > 4");
+    snprintf(want, sizeof(want),
+             "outbox schema is at version 4, this build needs %d: run 'outboxctl migrate'",
+             migrate_files[migrate_file_count - 1].version);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        const char *args[10] = {"--database-url", db->url};
+        size_t n = 2;
+        struct ctl_run run;
+
+        for (size_t a = 0; a < 6 && commands[i][a] != NULL; a++)
+            args[n++] = commands[i][a];
+        args[n] = NULL;
+        run_ctl(&run, NULL, args);
+        assert_exit(&run, 1);
+        if (strstr(run.err, want) == NULL || count_lines(run.err) != 1)
+            fail_msg("outboxctl %s said: %s", commands[i][0], run.err);
+        run_clear(&run);
+    }
+    store = outbox_store_connect(db->url, "worker", &err);
+    assert_null(store);
+    assert_int_equal(err.code, OUTBOX_ERR_SCHEMA);
+    assert_non_null(strstr(err.message, want));
+}
+
+/*
+ * pause and resume print the ordering key as paused and status do, control
+ * characters made spaces; a queue name the schema refuses is a usage error.
+ * --ordering-key and --idempotency-key name what the old --key meant.
+ */
+static void
+test_pause_names_and_key_options(void **state)
+{
+    struct testdb *db = test_database(state);
+    struct ctl_run run;
+    long long first;
+
+    migrate_ok(db);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "pause", "orders", "--key", "k\n\x1b[31m");
+    assert_exit(&run, 0);
+    assert_null(strchr(run.out, '\x1b'));
+    assert_int_equal(count_lines(run.out), 1);
+    assert_non_null(strstr(run.out, "ordering key 'k  [31m'"));
+    run_clear(&run);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "resume", "orders", "--ordering-key",
+            "k\n\x1b[31m");
+    assert_exit(&run, 0);
+    assert_null(strchr(run.out, '\x1b'));
+    assert_non_null(strstr(run.out, "resumed ordering key 'k  [31m'"));
+    run_clear(&run);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "pause", "orders", "--ordering-key", "k2");
+    assert_exit(&run, 0);
+    run_clear(&run);
+    assert_int_equal(query_number(db->conn, "SELECT count(*) FROM outbox.paused"
+                                            " WHERE ordering_key = 'k2'"),
+                     1);
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "pause", "bad queue", NULL});
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "resume", "bad\x1bqueue", NULL});
+    usage_fails("ordering key",
+                (const char *const[]){"--database-url", db->url, "pause", "q", "--ordering-key",
+                                      "", NULL});
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "enqueue", "--queue", "a b",
+                                      "--payload", "{}", NULL});
+    usage_fails("invalid queue name",
+                (const char *const[]){"--database-url", db->url, "replay", "--queue", "a/b",
+                                      "--since", "1h", NULL});
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "q", "--payload", "{}",
+            "--idempotency-key", "once");
+    assert_exit(&run, 0);
+    first = printed_id(&run);
+    run_clear(&run);
+    RUN_CTL(&run, NULL, "--database-url", db->url, "enqueue", "--queue", "q", "--payload", "{}",
+            "--key", "once");
+    assert_exit(&run, 0);
+    assert_int_equal(printed_id(&run), first);
+    run_clear(&run);
+}
+
 int
 main(void)
 {
@@ -1131,6 +1338,10 @@ main(void)
         DB_TEST(test_enqueue_prints_id),
         DB_TEST(test_database_url_from_environment),
         DB_TEST(test_wrong_password_is_not_echoed),
+        DB_TEST(test_times_survive_session_settings),
+        DB_TEST(test_status_retention_zero),
+        DB_TEST(test_old_schema_is_named),
+        DB_TEST(test_pause_names_and_key_options),
         cmocka_unit_test(test_bad_usage_exits_2),
         cmocka_unit_test(test_unreachable_database_hides_password),
     };

@@ -220,9 +220,10 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
 
 /*
  * A producer creates only what enqueue() creates: ready rows without an
- * owner, a lease, attempts or a hold. Any other shape, which could block an
+ * owner, a lease or attempts. Any other shape, which could block an
  * ordering key for every producer, is refused by the database; a row that
- * legitimately waits behind its key (enqueue() sets held) still goes in.
+ * legitimately waits behind its key (enqueue() sets held) still goes in, and
+ * a hold with no unfinished row before it goes in not held.
  */
 static void
 test_producer_inserts_only_ready_rows(void **state)
@@ -238,8 +239,6 @@ test_producer_inserts_only_ready_rows(void **state)
         " VALUES ('orders', '{}', 'k', 'succeeded', now())",
         "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, finished_at)"
         " VALUES ('orders', '{}', 'k', 'dead', 1, now())",
-        "INSERT INTO outbox.job (queue, payload, ordering_key, held)"
-        " VALUES ('orders', '{}', 'k', true)",
         "INSERT INTO outbox.job (queue, payload, attempts) VALUES ('orders', '{}', 3)",
     };
 
@@ -251,6 +250,12 @@ test_producer_inserts_only_ready_rows(void **state)
                      refused[i]);
     }
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 0);
+    /* a hold with nothing to wait behind goes in ready: it cannot stop its key */
+    harness_exec(producer, "INSERT INTO outbox.job (queue, payload, ordering_key, held)"
+                           " VALUES ('orders', '{}', 'z', true)");
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE ordering_key = 'z' AND NOT held"),
+                     1);
 
     /* the plain shape goes in directly, and enqueue() still holds a key's second row */
     assert_string_equal(sqlstate_of(producer, "INSERT INTO outbox.job (queue, payload, ordering_key)"
@@ -273,7 +278,7 @@ test_producer_inserts_only_ready_rows(void **state)
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
                                                 " WHERE state = 'ready' AND attempts = 0"
                                                 "   AND worker_id IS NULL"),
-                     5);
+                     6);
     PQfinish(producer);
     free(url);
 }

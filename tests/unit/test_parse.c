@@ -51,6 +51,26 @@ test_duration_units(void **state)
     assert_int_equal(duration_ok("007m"), 420);
 }
 
+/*
+ * A bare 0 is a duration: the help and the operating guide write
+ * "--retention 0" (keep succeeded rows) and "purge --older-than 0"; other
+ * unitless numbers stay refused.
+ */
+static void
+test_duration_bare_zero(void **state)
+{
+    struct outbox_error err;
+    int64_t ms = 1;
+
+    (void)state;
+    assert_int_equal(duration_ok("0"), 0);
+    assert_int_equal(parse_duration_ms("0", &ms, &err), 0);
+    assert_int_equal(ms, 0);
+    duration_bad("00");
+    duration_bad("01");
+    duration_bad("0 ");
+}
+
 static void
 test_duration_rejects_bad_syntax(void **state)
 {
@@ -173,7 +193,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration_milliseconds),
-        cmocka_unit_test(test_duration_units),  cmocka_unit_test(test_duration_rejects_bad_syntax),
+        cmocka_unit_test(test_duration_units),  cmocka_unit_test(test_duration_bare_zero),
+        cmocka_unit_test(test_duration_rejects_bad_syntax),
         cmocka_unit_test(test_duration_limits), cmocka_unit_test(test_integer_valid),
         cmocka_unit_test(test_integer_invalid), cmocka_unit_test(test_messages_one_line),
     };
