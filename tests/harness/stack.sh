@@ -14,6 +14,9 @@
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
 #   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
+#   kafka-cluster      three combined broker + controller Kafka nodes in one KRaft cluster
+# kafka (in the default set) is one combined broker + controller node in KRaft mode, fetched
+# from Maven Central on first use into a cache outside the source tree (tests/harness/kafka.sh).
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -31,9 +34,9 @@ PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
-ALL_SERVICES="postgres rabbitmq redis"
+ALL_SERVICES="postgres rabbitmq redis kafka"
 # stop stops every service it finds, the standby before its primary
-STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis"
+STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis kafka-cluster kafka"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
 STOP_TIMEOUT=30
 
@@ -128,6 +131,7 @@ take_lock() {
 load_ports() {
     PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
     PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
+    KAFKA_PORT="" KAFKA_CONTROLLER_PORT="" KAFKA_CLUSTER_PORTS="" KAFKA_CLUSTER_CONTROLLER_PORTS=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -147,6 +151,10 @@ CLUSTER_PORTS="$CLUSTER_PORTS"
 CLUSTER_DIST_PORTS="$CLUSTER_DIST_PORTS"
 CLUSTER_EPMD_PORT=$CLUSTER_EPMD_PORT
 CLUSTER_NODES="$CLUSTER_NODES"
+KAFKA_PORT=$KAFKA_PORT
+KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
+KAFKA_CLUSTER_PORTS="$KAFKA_CLUSTER_PORTS"
+KAFKA_CLUSTER_CONTROLLER_PORTS="$KAFKA_CLUSTER_CONTROLLER_PORTS"
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -186,6 +194,18 @@ write_env() {
             echo "export OUTBOX_TEST_REDIS_PORT=$REDIS_PORT"
             echo "export OUTBOX_TEST_REDIS_PASSWORD='$REDIS_PASSWORD'"
             echo "export OUTBOX_TEST_REDIS_URL='redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0'"
+        fi
+        if [ -n "$KAFKA_PORT" ]; then
+            echo "export OUTBOX_TEST_KAFKA_PORT=$KAFKA_PORT"
+            echo "export OUTBOX_TEST_KAFKA_URL='kafka://127.0.0.1:$KAFKA_PORT'"
+        fi
+        if [ -n "$KAFKA_CLUSTER_PORTS" ]; then
+            local kafka_port kafka_list=""
+            for kafka_port in $KAFKA_CLUSTER_PORTS; do
+                kafka_list="$kafka_list${kafka_list:+,}127.0.0.1:$kafka_port"
+            done
+            echo "export OUTBOX_TEST_KAFKA_CLUSTER_PORTS='$KAFKA_CLUSTER_PORTS'"
+            echo "export OUTBOX_TEST_KAFKA_CLUSTER_URL='kafka://$kafka_list'"
         fi
     } >"$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
@@ -565,12 +585,74 @@ redis_stop() {
     stop_pidfile "$DIR/redis/redis.pid"
 }
 
+# ---------------------------------------------------------------- Kafka (tests/harness/kafka.sh)
+
+KAFKA_SH=$SOURCE_DIR/tests/harness/kafka.sh
+
+kafka_init() {
+    local cluster_id
+    cluster_id=$("$KAFKA_SH" cluster-id) || die "unable to make a kafka cluster id"
+    "$KAFKA_SH" init "$DIR/kafka" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" \
+        "1@127.0.0.1:$KAFKA_CONTROLLER_PORT" "$cluster_id" || exit 1
+}
+
+kafka_start() {
+    "$KAFKA_SH" start "$DIR/kafka" || exit 1
+}
+
+kafka_stop() {
+    [ -d "$DIR/kafka" ] && "$KAFKA_SH" stop "$DIR/kafka"
+    return 0
+}
+
+# The voters of the cluster: "1@127.0.0.1:c1,2@127.0.0.1:c2,3@127.0.0.1:c3".
+kafka_cluster_voters() {
+    local i=0 port voters=""
+    for port in $KAFKA_CLUSTER_CONTROLLER_PORTS; do
+        i=$((i + 1))
+        voters="$voters${voters:+,}$i@127.0.0.1:$port"
+    done
+    echo "$voters"
+}
+
+kafka_cluster_init() {
+    local cluster_id voters i
+    cluster_id=$("$KAFKA_SH" cluster-id) || die "unable to make a kafka cluster id"
+    voters=$(kafka_cluster_voters)
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        "$KAFKA_SH" init "$DIR/kafka-$i" "$i" "$(echo "$KAFKA_CLUSTER_PORTS" | cut -d' ' -f"$i")" \
+            "$(echo "$KAFKA_CLUSTER_CONTROLLER_PORTS" | cut -d' ' -f"$i")" "$voters" "$cluster_id" || exit 1
+    done
+}
+
+# The nodes boot side by side: each waits for a quorum of controllers before it serves.
+kafka_cluster_start() {
+    local i pids="" status=0 pid
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        "$KAFKA_SH" start "$DIR/kafka-$i" &
+        pids="$pids $!"
+    done
+    for pid in $pids; do
+        wait "$pid" || status=1
+    done
+    [ "$status" -eq 0 ] || exit 1
+}
+
+kafka_cluster_stop() {
+    local i
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        [ -d "$DIR/kafka-$i" ] && "$KAFKA_SH" stop "$DIR/kafka-$i" &
+    done
+    wait
+    return 0
+}
+
 # ---------------------------------------------------------------- commands
 
 check_service() {
     case "$1" in
-    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby) ;;
-    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster or postgres-standby)" ;;
+    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby | kafka | kafka-cluster) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq, redis, kafka, rabbitmq-cluster, postgres-standby or kafka-cluster)" ;;
     esac
 }
 
@@ -581,6 +663,8 @@ service_start() {
     redis) redis_start ;;
     rabbitmq-cluster) cluster_start ;;
     postgres-standby) standby_start ;;
+    kafka) kafka_start ;;
+    kafka-cluster) kafka_cluster_start ;;
     esac
 }
 
@@ -591,6 +675,8 @@ service_stop() {
     redis) redis_stop ;;
     rabbitmq-cluster) cluster_stop ;;
     postgres-standby) standby_stop ;;
+    kafka) kafka_stop ;;
+    kafka-cluster) kafka_cluster_stop ;;
     esac
 }
 
@@ -601,6 +687,8 @@ service_configured() {
     redis) [ -n "$REDIS_PORT" ] ;;
     rabbitmq-cluster) [ -n "$CLUSTER_NODES" ] ;;
     postgres-standby) [ -n "$PG_STANDBY_PORT" ] ;;
+    kafka) [ -n "$KAFKA_PORT" ] ;;
+    kafka-cluster) [ -n "$KAFKA_CLUSTER_PORTS" ] ;;
     esac
 }
 
@@ -673,6 +761,29 @@ command_start() {
             save_ports
             standby_init
             standby_start
+            ;;
+        kafka)
+            KAFKA_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_PORT "
+            KAFKA_CONTROLLER_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_CONTROLLER_PORT "
+            save_ports
+            kafka_init
+            kafka_start
+            ;;
+        kafka-cluster)
+            local k kafka_port
+            for ((k = 1; k <= CLUSTER_SIZE; k++)); do
+                kafka_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$kafka_port "
+                KAFKA_CLUSTER_PORTS="$KAFKA_CLUSTER_PORTS${KAFKA_CLUSTER_PORTS:+ }$kafka_port"
+                kafka_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$kafka_port "
+                KAFKA_CLUSTER_CONTROLLER_PORTS="$KAFKA_CLUSTER_CONTROLLER_PORTS${KAFKA_CLUSTER_CONTROLLER_PORTS:+ }$kafka_port"
+            done
+            save_ports
+            kafka_cluster_init
+            kafka_cluster_start
             ;;
         esac
         write_env
