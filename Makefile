@@ -18,7 +18,7 @@
 #   make format / analyze / clean
 
 VERSION   := 0.2.0
-PKGS      := libpq librabbitmq hiredis uuid
+PKGS      := libpq librabbitmq hiredis uuid rdkafka
 TEST_PKGS := cmocka
 
 # BUILD holds objects and test binaries; BIN and LIB the products.

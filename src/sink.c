@@ -18,6 +18,7 @@
 static const struct sink_type *const SINK_TYPES[] = {
     &sink_amqp_type,
     &sink_redis_type,
+    &sink_kafka_type,
 };
 
 #define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))

@@ -68,6 +68,10 @@ struct sink_options {
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
+    /* ---- Kafka (sink_kafka.c): read by that module alone ---- */
+    const char *topic_prefix; /* topic = prefix + (routing key, else queue); the sink copies it */
+    int kafka_sasl_mechanism; /* index in "plain|scram-sha-256|scram-sha-512" */
+    /* ---- end of Kafka ---- */
 };
 
 /* One message to publish, built from a claimed row. */
@@ -82,6 +86,7 @@ struct sink_message {
     int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
     const char *exchange;    /* AMQP exchange; NULL: options.exchange */
     const char *routing_key; /* AMQP routing key / Redis stream suffix; NULL: queue */
+    const char *ordering_key; /* Kafka record key; NULL: none */
 };
 
 /* What happened to one message. */

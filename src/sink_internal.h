@@ -71,6 +71,7 @@ const char *sink_target(const sink *s);
 
 extern const struct sink_type sink_amqp_type;
 extern const struct sink_type sink_redis_type;
+extern const struct sink_type sink_kafka_type;
 
 /* Fills one outcome; reason is formatted like printf, may be NULL. */
 void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,
