@@ -72,6 +72,7 @@ struct sink_kafka {
     /* the batch being published: its outcomes and which have their report */
     struct sink_outcome *outcomes;
     bool *settled;
+    bool *too_large; /* refused as too large: alone, or in a batch the broker found too large */
     size_t count;
     size_t capacity;
     size_t reports;  /* delivery reports received for this batch */
@@ -235,6 +236,7 @@ on_delivery(rd_kafka_t *producer, const rd_kafka_message_t *message, void *opaqu
         return;
     }
     status = status_of_error(message->err);
+    k->too_large[index] = status == SINK_REJECTED;
     if (status == SINK_DEFERRED)
         k->deferred++;
     sink_outcome_set(&k->outcomes[index], status, "kafka: %s (%s)", rd_kafka_err2str(message->err),
@@ -359,6 +361,7 @@ sink_kafka_destroy(sink *s)
     destroy_producer(k);
     free(k->topic_prefix);
     free(k->settled);
+    free(k->too_large);
     free(k);
     s->impl = NULL;
 }
@@ -394,14 +397,21 @@ reserve(struct sink_kafka *k, size_t count, struct outbox_error *err)
 {
     if (count > k->capacity) {
         bool *settled = realloc(k->settled, count * sizeof(*settled));
+        bool *too_large;
 
         if (settled == NULL)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         k->settled = settled;
+        too_large = realloc(k->too_large, count * sizeof(*too_large));
+        if (too_large == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        k->too_large = too_large;
         k->capacity = count;
     }
-    if (count > 0)
+    if (count > 0) {
         memset(k->settled, 0, count * sizeof(*k->settled));
+        memset(k->too_large, 0, count * sizeof(*k->too_large));
+    }
     return 0;
 }
 
@@ -544,6 +554,34 @@ await_reports(sink *s, size_t expected, char *fatal, size_t fatal_size)
     return true;
 }
 
+/*
+ * The broker judges a record batch as a whole: one record over the topic's
+ * max.message.bytes gets every record of its batch refused as too large.
+ * So each message refused so is sent again alone, and is dead only if it
+ * is refused alone too. False when a report did not come (as await_reports).
+ */
+static bool
+retry_too_large_alone(sink *s, const struct sink_message *messages, size_t count,
+                      double deadline, char *fatal, size_t fatal_size)
+{
+    struct sink_kafka *k = s->impl;
+
+    for (size_t i = 0; i < count; i++) {
+        if (!k->too_large[i])
+            continue;
+        k->too_large[i] = false;
+        k->settled[i] = false;
+        if (produce_one(s, &messages[i], i, deadline, &k->outcomes[i]) != 0) {
+            k->settled[i] = true;
+            continue;
+        }
+        if (!await_reports(s, k->reports + 1, fatal, fatal_size))
+            return false;
+        k->too_large[i] = false;
+    }
+    return k->deferred == 0;
+}
+
 static int
 sink_kafka_publish(sink *s, const struct sink_message *messages, size_t count,
                    struct sink_outcome *outcomes, struct outbox_error *err)
@@ -570,6 +608,8 @@ sink_kafka_publish(sink *s, const struct sink_message *messages, size_t count,
             expected++;
     }
     complete = await_reports(s, expected, fatal, sizeof(fatal));
+    if (complete && k->deferred == 0 && expected > 1)
+        complete = retry_too_large_alone(s, messages, count, deadline, fatal, sizeof(fatal));
     k->outcomes = NULL;
     if (complete && k->deferred == 0)
         return 0;
