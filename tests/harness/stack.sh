@@ -1,7 +1,7 @@
 #!/bin/bash
 # stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
 #
-#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis)
+#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis kafka)
 #   stack.sh stop DIR                                  stop everything started in DIR
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
@@ -10,6 +10,8 @@
 #   stack.sh cluster-rabbitmqctl DIR N ARGS...         rabbitmqctl against cluster node N (1-3)
 #   stack.sh crash-primary DIR                         pg_ctl stop -m immediate the primary
 #   stack.sh promote-standby DIR                       pg_ctl promote the standby, wait for it
+#   stack.sh kill-kafka-node DIR N                     kill -9 kafka-cluster node N (1-3), keep its data
+#   stack.sh start-kafka-node DIR N                    start kafka-cluster node N again
 #
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
@@ -830,7 +832,7 @@ command_service() {
 }
 
 usage() {
-    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -872,6 +874,17 @@ promote-standby)
     load_ports
     [ -n "$PG_STANDBY_PORT" ] || die "postgres-standby was not started in $DIR"
     as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg-standby" -w -t "$START_TIMEOUT" promote >/dev/null
+    ;;
+kill-kafka-node | start-kafka-node)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    case "${1:-}" in 1 | 2 | 3) ;; *) die "usage: stack.sh $COMMAND DIR N (1-3)" ;; esac
+    [ -f "$DIR/kafka-$1/server.properties" ] || die "kafka-cluster was not started in $DIR"
+    if [ "$COMMAND" = kill-kafka-node ]; then
+        kill -KILL "$(tr -dc 0-9 <"$DIR/kafka-$1/kafka.pid")" || die "kafka node $1 is not running"
+    else
+        "$KAFKA_SH" start "$DIR/kafka-$1"
+    fi
     ;;
 *) usage ;;
 esac
