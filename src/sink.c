@@ -27,8 +27,9 @@ static const struct sink_type *const SINK_TYPES[] = {
 static const struct option_spec COMMON_OPTIONS[] = {
     {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
      "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
-     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
-     " required", OPTION_FROM_ENVIRONMENT, 0},
+     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db], redis+cluster://[user:pass@]h1:p1,..."
+     " or kafka://[user:pass@]h1:p1[,h2:p2...] (kafka+ssl:// for TLS); required",
+     OPTION_FROM_ENVIRONMENT, 0},
     {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
      NULL, 0, 0, NULL,
      "the broker password, read from this file (out of the process list); overrides one in"

@@ -30,6 +30,11 @@
  *   anything else (broker down, no leader, not
  *   enough replicas, timeout, purged)               SINK_DEFERRED: no attempt spent
  *
+ * The broker judges a record batch whole: one record over the topic's
+ * max.message.bytes gets every record librdkafka batched with it refused as
+ * too large. So each message refused so is sent again alone, and is dead
+ * only when it is refused alone too.
+ *
  * When a message was deferred, the reports did not all come in time, or the
  * producer hit a fatal error (the idempotence state is lost and librdkafka
  * refuses to go on), publish() returns -1 and the producer is destroyed:
