@@ -159,6 +159,16 @@ set_security(const sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
 static void on_delivery(rd_kafka_t *producer, const rd_kafka_message_t *message, void *opaque);
 static void on_error(rd_kafka_t *producer, int code, const char *reason, void *opaque);
 
+/* librdkafka's own log lines (errors only, see log_level) join the relay's log, rate-limited. */
+static void
+on_log(const rd_kafka_t *producer, int level, const char *facility, const char *text)
+{
+    (void)producer;
+    (void)level;
+    log_event_limited("kafka client", OUTBOX_LOG_WARN, "kafka client", "facility=%s reason=\"%s\"",
+                      facility, text);
+}
+
 /* The producer's whole configuration; conf is destroyed by the caller on failure. */
 static int
 configure(sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
@@ -187,6 +197,7 @@ configure(sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
         goto cleanup;
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_log_cb(conf, on_log);
     rd_kafka_conf_set_opaque(conf, s);
     rc = 0;
 
