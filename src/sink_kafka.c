@@ -188,6 +188,8 @@ configure(sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
         set_conf(conf, "allow.auto.create.topics", "false", err) != 0 ||
         set_conf(conf, "partitioner", "murmur2_random", err) != 0 ||
         set_conf(conf, "linger.ms", "5", err) != 0 ||
+        /* a batch waits for its reports: Nagle would hold the last request back */
+        set_conf(conf, "socket.nagle.disable", "true", err) != 0 ||
         set_conf_int(conf, "topic.metadata.propagation.max.ms", propagation, err) != 0 ||
         set_conf_int(conf, "socket.connection.setup.timeout.ms",
                      o->connect_timeout_ms < 1000 ? 1000 : o->connect_timeout_ms, err) != 0 ||
