@@ -84,6 +84,7 @@ struct sink_kafka {
     size_t deferred; /* of which no message's fault */
     /* the last error librdkafka reported outside a delivery report */
     rd_kafka_resp_err_t last_error;
+    bool all_down; /* every broker connection went down since the batch began */
     char last_reason[SINK_KAFKA_ERRSTR_MAX];
 };
 
@@ -269,6 +270,7 @@ on_error(rd_kafka_t *producer, int code, const char *reason, void *opaque)
 
     (void)producer;
     k->last_error = (rd_kafka_resp_err_t)code;
+    k->all_down |= code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN;
     snprintf(k->last_reason, sizeof(k->last_reason), "%s", reason);
 }
 
@@ -547,7 +549,10 @@ produce_one(sink *s, const struct sink_message *m, size_t index, double deadline
 
 /*
  * Serves delivery reports until expected have come, io_timeout_ms pass
- * without one, or the producer fails for good. True when all came.
+ * without one, every broker connection is down, or the producer fails for
+ * good. True when all came. librdkafka would keep a batch for a broker
+ * that is gone until message.timeout.ms; waiting that long only lets the
+ * rows' leases run out, so a cluster with no broker left gives up at once.
  */
 static bool
 await_reports(sink *s, size_t expected, char *fatal, size_t fatal_size)
@@ -560,7 +565,7 @@ await_reports(sink *s, size_t expected, char *fatal, size_t fatal_size)
     while (k->reports < expected) {
         /* flush, not poll: it sends what linger.ms would still hold back */
         rd_kafka_flush(k->producer, SINK_KAFKA_POLL_MS);
-        if (producer_fatal(k, fatal, fatal_size))
+        if (producer_fatal(k, fatal, fatal_size) || k->all_down)
             return false;
         if (k->reports != seen) {
             seen = k->reports;
@@ -619,6 +624,7 @@ sink_kafka_publish(sink *s, const struct sink_message *messages, size_t count,
     k->count = count;
     k->reports = 0;
     k->deferred = 0;
+    k->all_down = false;
     for (size_t i = 0; i < count; i++) {
         if (produce_one(s, &messages[i], i, deadline, &outcomes[i]) != 0)
             k->settled[i] = true;
@@ -631,10 +637,18 @@ sink_kafka_publish(sink *s, const struct sink_message *messages, size_t count,
     k->outcomes = NULL;
     if (complete && k->deferred == 0)
         return 0;
+    for (size_t i = 0; i < count && !complete && k->all_down; i++)
+        if (!k->settled[i])
+            sink_outcome_set(&outcomes[i], SINK_DEFERRED, "kafka: every broker is down");
     /* no message's fault: a fresh producer for the next batch, nothing of this one left queued */
     sink_kafka_disconnect(s);
     if (fatal[0] != '\0')
         return outbox_error_set(err, OUTBOX_ERR_BROKER, "kafka producer failed: %s", fatal);
+    if (!complete && k->all_down)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
+                                "kafka: every broker is down (%zu of %zu records without a report):"
+                                " %s",
+                                expected - k->reports, expected, k->last_reason);
     if (!complete)
         return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
                                 "kafka: %zu of %zu records without a delivery report within %d ms",
