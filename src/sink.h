@@ -5,12 +5,13 @@
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
  * the URL scheme (amqp://, amqps://, redis://, redis+sentinel://,
- * redis+cluster://).
+ * redis+cluster://, kafka://, kafka+ssl://).
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
  *   publisher confirm without basic.return; Redis append reply, or the
- *   dedup record of an earlier append). Anything unknown is a failure, so a
+ *   dedup record of an earlier append; Kafka: the record's own successful
+ *   delivery report). Anything unknown is a failure, so a
  *   row is never marked succeeded on a guess.
 <<<<<<< HEAD
  * - A failure of one message (unroutable, nack, too large, a reply error)

@@ -200,9 +200,12 @@ test_partition_leader_killed_mid_run(void **state)
 
     drain_topic(f, &producer, &delivery);
     printf("ha: kafka leader kill -9: %lld rows, %lld records, %lld distinct, %lld duplicates,"
-           " %lld strays; every row succeeded %.1f s after the kill\n",
+           " %lld strays, %lld rows claimed more than once; every row succeeded %.1f s after"
+           " the kill\n",
            delivery.rows, delivery.messages, delivery.unique, delivery.duplicates,
-           delivery.strays, done_at - killed_at);
+           delivery.strays,
+           harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE attempts > 1"),
+           done_at - killed_at);
     assert_int_equal(delivery.strays, 0);
     assert_int_equal(delivery.unique, ROWS); /* 0 lost */
     ha_producer_clear(&producer);
