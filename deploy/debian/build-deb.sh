@@ -95,7 +95,7 @@ take "usr/lib/$MULTIARCH" "$DEV"
 take usr/include "$DEV"
 strip --strip-debug --enable-deterministic-archives "$DEV/usr/lib/$MULTIARCH/liboutbox.a"
 add_docs liboutbox-dev "$DEV"
-build_package liboutbox-dev "$DEV" "libpq-dev, librabbitmq-dev, libhiredis-dev, uuid-dev" libdevel \
+build_package liboutbox-dev "$DEV" "libpq-dev, librabbitmq-dev, libhiredis-dev, uuid-dev, librdkafka-dev" libdevel \
     "transactional outbox C library (static) and header" \
 " liboutbox enqueues rows into outbox.job inside the caller's PostgreSQL
  transaction, and claims, extends, completes and fails them for workers,
