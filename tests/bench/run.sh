@@ -550,6 +550,17 @@ kafka_ceiling() {
     RATE=$(field rate "$out")
 }
 
+# kafka_sink_alone ROUND: the relay's publishing pattern (2 pipelines x 500 per batch, each
+# batch waiting for its delivery reports) through the Kafka sink, without a database
+kafka_sink_alone() {
+    local out topic="sink$1.bench"
+    "$TOOLS/kafka_throughput" create-topic "$KAFKA_URL" "$topic" 3 || die "creating topic $topic failed"
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/kafka_throughput" sink "$KAFKA_URL" "$topic" "$N" \
+        "$PAYLOAD_BYTES" 2 500) || die "the kafka sink alone failed"
+    "$TOOLS/kafka_throughput" delete-topic "$KAFKA_URL" "$topic"
+    RATE=$(field rate "$out")
+}
+
 # drain_kafka ROUND: relays the backlog to topic drainROUND.bench (3 partitions), checks it
 drain_kafka() {
     local out topic="drain$1.bench"
@@ -566,7 +577,7 @@ drain_kafka() {
     PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
 }
 KAFKA_URL=${OUTBOX_TEST_KAFKA_URL:-}
-KAFKA_CEILING_RUNS=() KAFKA_RUNS=() KAFKA_PG=()
+KAFKA_CEILING_RUNS=() KAFKA_SINK_RUNS=() KAFKA_RUNS=() KAFKA_PG=()
 
 if ! check_out=$("$BIN/outbox-relay" --database-url "$DB" --broker "$AMQP_URL" \
     --metrics-addr off --check 2>&1); then
@@ -600,6 +611,8 @@ for round in $(seq 1 "$ROUNDS"); do
         log "round $round of $ROUNDS: Kafka producer ceiling, drain to Kafka"
         kafka_ceiling "$round"
         KAFKA_CEILING_RUNS+=("$RATE")
+        kafka_sink_alone "$round"
+        KAFKA_SINK_RUNS+=("$RATE")
         drain_kafka "$round"
         KAFKA_RUNS+=("$RATE") KAFKA_PG+=("$PG_US")
     fi
@@ -653,10 +666,13 @@ fi
 if [ -n "$KAFKA_URL" ]; then
     KAFKA_CEILING=$(median "${KAFKA_CEILING_RUNS[@]}")
     KAFKA_DRAIN=$(median "${KAFKA_RUNS[@]}")
-    result "Kafka raw producer (idempotent, acks=all, 3 partitions)" "$(fmt_rate "$KAFKA_CEILING") msgs/s" \
+    KAFKA_SINK=$(median "${KAFKA_SINK_RUNS[@]}")
+    result "Kafka raw producers (2, idempotent, acks=all, 3 partitions)" "$(fmt_rate "$KAFKA_CEILING") msgs/s" \
         "runs: $(runs "${KAFKA_CEILING_RUNS[@]}")"
+    result "  the relay's Kafka sink alone, no database (2 x 500)" "$(fmt_rate "$KAFKA_SINK") msgs/s" \
+        "$(printf '%.2f' "$(ratio "$KAFKA_SINK" "$KAFKA_CEILING")") of the raw producers; runs: $(runs "${KAFKA_SINK_RUNS[@]}")"
     result "to Kafka (all rows succeeded, topic held $N)" "$(fmt_rate "$KAFKA_DRAIN") rows/s" \
-        "$(printf '%.2f' "$(ratio "$KAFKA_DRAIN" "$KAFKA_CEILING")") of the raw producer (goal >= 0.80); runs: $(runs "${KAFKA_RUNS[@]}")"
+        "$(printf '%.2f' "$(ratio "$KAFKA_DRAIN" "$KAFKA_CEILING")") of the raw producers (goal >= 0.80), $(printf '%.2f' "$(ratio "$KAFKA_DRAIN" "$CLAIM_CEILING")") of claim+complete; runs: $(runs "${KAFKA_RUNS[@]}")"
     result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${KAFKA_PG[@]}")") us" \
         "runs: $(printf '%.1f ' "${KAFKA_PG[@]}" | sed 's/ $//; s/ /, /g') us"
     result "  relay max RSS during the last Kafka drain" "$((KAFKA_RSS_KB / 1024)) MiB" "(${KAFKA_RSS_KB} kB)"
