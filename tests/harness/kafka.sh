@@ -54,7 +54,7 @@ fetch() {
         log="$(dirname "$CACHE")/kafka-fetch.log"
         rm -rf "$tmp"
         if ! (cd "$SOURCE_DIR/tests/harness/kafka" &&
-            mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+            mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
                 -DoutputDirectory="$tmp") >"$log" 2>&1; then
             rm -rf "$tmp"
             fail_with_log "unable to fetch Apache Kafka $VERSION from Maven Central into $CACHE" "$log"
