@@ -330,7 +330,7 @@ connect_error(sink *s, rd_kafka_resp_err_t code, struct outbox_error *err)
                             k->last_reason[0] != '\0' ? ": " : "", k->last_reason);
 }
 
-/* Builds the producer and reads the cluster's metadata once, so that a dead cluster is seen here. */
+/* Builds the producer and reads the cluster's metadata once: a dead cluster is seen here. */
 static int
 sink_kafka_connect(sink *s, struct outbox_error *err)
 {
@@ -442,7 +442,8 @@ is_relay_header(const struct json_member *member)
     static const char *const names[] = {"message-id", "outbox-queue", "outbox-attempt"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (member->key_len == strlen(names[i]) && memcmp(member->key, names[i], member->key_len) == 0)
+        if (member->key_len == strlen(names[i]) &&
+            memcmp(member->key, names[i], member->key_len) == 0)
             return true;
     return false;
 }
@@ -728,7 +729,8 @@ static const struct url_scheme *const sink_kafka_schemes[] = {&sink_kafka_scheme
 
 static const struct option_spec sink_kafka_options[] = {
     {"topic-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, topic_prefix), "", 0, 0,
-     NULL, "Kafka topic = P + the row's routing key, else its queue (the relay never creates topics)",
+     NULL,
+     "Kafka topic = P + the row's routing key, else its queue (the relay never creates topics)",
      OPTION_FROM_ENVIRONMENT, 200},
     {"kafka-sasl-mechanism", "M", OPTION_CHOICE,
      OPTION_FIELD(struct sink_options, kafka_sasl_mechanism), "plain", 0, 0,

@@ -101,7 +101,8 @@ run_create(rd_kafka_t *client, rd_kafka_NewTopic_t *new_topic, int timeout_ms, c
            size_t size)
 {
     rd_kafka_queue_t *queue = rd_kafka_queue_new(client);
-    rd_kafka_AdminOptions_t *options = rd_kafka_AdminOptions_new(client, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    rd_kafka_AdminOptions_t *options =
+        rd_kafka_AdminOptions_new(client, RD_KAFKA_ADMIN_OP_CREATETOPICS);
     rd_kafka_event_t *event;
     int rc = -1;
 
@@ -115,7 +116,8 @@ run_create(rd_kafka_t *client, rd_kafka_NewTopic_t *new_topic, int timeout_ms, c
     } else {
         const rd_kafka_CreateTopics_result_t *result = rd_kafka_event_CreateTopics_result(event);
         size_t count = 0;
-        const rd_kafka_topic_result_t **topics = rd_kafka_CreateTopics_result_topics(result, &count);
+        const rd_kafka_topic_result_t **topics =
+            rd_kafka_CreateTopics_result_topics(result, &count);
 
         if (count == 1 && rd_kafka_topic_result_error(topics[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
             rc = 0;
@@ -208,7 +210,8 @@ kafka_consumer_partition_leader(const char *url, const char *topic, int partitio
     if (client == NULL)
         return -1;
     metadata = topic_metadata(client, topic, 10000);
-    if (metadata != NULL && metadata->topic_cnt == 1 && partition < metadata->topics[0].partition_cnt)
+    if (metadata != NULL && metadata->topic_cnt == 1 &&
+        partition < metadata->topics[0].partition_cnt)
         leader = metadata->topics[0].partitions[partition].leader;
     if (metadata != NULL)
         rd_kafka_metadata_destroy(metadata);
@@ -238,7 +241,8 @@ header_text(rd_kafka_headers_t *headers, const char *name)
     const void *value;
     size_t len;
 
-    if (headers == NULL || rd_kafka_header_get_last(headers, name, &value, &len) != RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (headers == NULL ||
+        rd_kafka_header_get_last(headers, name, &value, &len) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return NULL;
     return copy_bytes(value, len);
 }
@@ -329,7 +333,8 @@ consume_to(rd_kafka_t *client, const int64_t *high, int partitions, long long de
         rd_kafka_message_t *message = rd_kafka_consumer_poll(client, 100);
 
         if (now_ms() > deadline) {
-            snprintf(errbuf, size, "read %zu records, still missing some at the deadline", out->count);
+            snprintf(errbuf, size, "read %zu records, still missing some at the deadline",
+                     out->count);
             if (message != NULL)
                 rd_kafka_message_destroy(message);
             goto cleanup;

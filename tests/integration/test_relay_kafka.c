@@ -240,12 +240,12 @@ test_oversized_row_dead_among_200(void **state)
 
     harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
                               " max_attempts => 1)) FROM generate_series(1, 100) AS g");
-    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders',"
-                              " jsonb_build_object('pad', repeat('x', 300000)), max_attempts => 1)");
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('pad',"
+                              " repeat('x', 300000)), max_attempts => 1)");
     harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
                               " max_attempts => 1)) FROM generate_series(101, 200) AS g");
-    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders',"
-                              " jsonb_build_object('pad', repeat('y', 1500000)), max_attempts => 1)");
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('pad',"
+                              " repeat('y', 1500000)), max_attempts => 1)");
 
     assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
 
@@ -266,7 +266,7 @@ test_oversized_row_dead_among_200(void **state)
     kafka_consumer_topic_clear(&read);
 }
 
-/* --check reads the cluster's metadata: the prefix's topics found, none is a configuration error. */
+/* --check reads the metadata: the prefix's topics are found, none is a configuration error. */
 static void
 test_check_names_the_topics(void **state)
 {
@@ -305,8 +305,9 @@ test_broker_restart_spends_no_attempt(void **state)
     harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
                               " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
     relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn, "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'",
-                   1000, 60000);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   60000);
     assert_int_equal(harness_stack("stop-service", "kafka"), 0);
     sleep(2);
     assert_int_equal(harness_stack("start-service", "kafka"), 0);
@@ -328,7 +329,8 @@ test_broker_restart_spends_no_attempt(void **state)
     qsort(ids, read.count, sizeof(*ids), compare_id);
     for (size_t i = 0; i < read.count; i++)
         unique += i == 0 || ids[i] != ids[i - 1];
-    print_message("kafka: broker restart: %zu records, %zu distinct of 20000\n", read.count, unique);
+    print_message("kafka: broker restart: %zu records, %zu distinct of 20000\n", read.count,
+                  unique);
     assert_int_equal(unique, 20000);
     free(ids);
     kafka_consumer_topic_clear(&read);

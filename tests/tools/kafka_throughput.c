@@ -9,9 +9,10 @@
  *
  * raw is the ceiling the relay's Kafka drain is compared with: THREADS
  * (default 2, the relay's --concurrency) librdkafka producers configured
- * as the relay's (idempotent, acks=all, linger.ms 5, murmur2), COUNT records of PAYLOAD_BYTES bytes without a key
- * and with the three headers the relay adds, produced as fast as the queue
- * takes them, then flushed; every delivery report must succeed. sink drives
+ * as the relay's (idempotent, acks=all, linger.ms 5, murmur2), COUNT records
+ * of PAYLOAD_BYTES bytes without a key and with the three headers the
+ * relay adds, produced as fast as the queue takes them, then flushed;
+ * every delivery report must succeed. sink drives
  * the relay's Kafka sink as its pipelines do, without a database: THREADS
  * sinks (default 2, --concurrency) publish COUNT messages in all through
  * sink_publish() in batches of BATCH (default 500, --batch-size), each
@@ -58,6 +59,12 @@ on_delivery(rd_kafka_t *producer, const rd_kafka_message_t *message, void *opaqu
         fprintf(stderr, "kafka_throughput: delivery failed: %s\n", rd_kafka_err2str(message->err));
 }
 
+static bool
+conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *errstr, size_t size)
+{
+    return rd_kafka_conf_set(conf, name, value, errstr, size) == RD_KAFKA_CONF_OK;
+}
+
 /* A client for url; the producer settings are the relay's. */
 static rd_kafka_t *
 client_new(rd_kafka_type_t type, const char *url)
@@ -65,22 +72,23 @@ client_new(rd_kafka_type_t type, const char *url)
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     const char *start = strstr(url, "://");
     char servers[1024], errstr[512], group[64];
+    size_t size = sizeof(errstr);
     rd_kafka_t *client;
     bool ok;
 
     snprintf(servers, sizeof(servers), "%s", start != NULL ? start + 3 : url);
     servers[strcspn(servers, "/")] = '\0';
     snprintf(group, sizeof(group), "kafka-throughput-%d", (int)getpid());
-    ok = rd_kafka_conf_set(conf, "bootstrap.servers", servers, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
+    ok = conf_set(conf, "bootstrap.servers", servers, errstr, size);
     if (type == RD_KAFKA_PRODUCER) {
-        ok = ok && rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
-        ok = ok && rd_kafka_conf_set(conf, "acks", "all", errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
-        ok = ok && rd_kafka_conf_set(conf, "linger.ms", "5", errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
-        ok = ok && rd_kafka_conf_set(conf, "partitioner", "murmur2_random", errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
-        ok = ok && rd_kafka_conf_set(conf, "socket.nagle.disable", "true", errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
+        ok = ok && conf_set(conf, "enable.idempotence", "true", errstr, size) &&
+             conf_set(conf, "acks", "all", errstr, size) &&
+             conf_set(conf, "linger.ms", "5", errstr, size) &&
+             conf_set(conf, "partitioner", "murmur2_random", errstr, size) &&
+             conf_set(conf, "socket.nagle.disable", "true", errstr, size);
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     } else {
-        ok = ok && rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK;
+        ok = ok && conf_set(conf, "group.id", group, errstr, size);
     }
     if (!ok) {
         fprintf(stderr, "kafka_throughput: %s\n", errstr);
@@ -128,8 +136,9 @@ create_topic(const char *url, const char *topic, int partitions)
     /* leaders known: a metadata request for the topic names them */
     for (int i = 0; rc == 0 && i < 100; i++) {
         rd_kafka_topic_t *handle = rd_kafka_topic_new(client, topic, NULL);
-        bool ready = rd_kafka_metadata(client, 0, handle, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                     metadata->topic_cnt == 1 && metadata->topics[0].partition_cnt == partitions;
+        bool ready =
+            rd_kafka_metadata(client, 0, handle, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            metadata->topic_cnt == 1 && metadata->topics[0].partition_cnt == partitions;
 
         for (int p = 0; ready && p < partitions; p++)
             ready = metadata->topics[0].partitions[p].leader >= 0;
@@ -423,6 +432,7 @@ main(int argc, char **argv)
         return publish_through_sink(argv[2], argv[3], strtoul(argv[4], NULL, 10),
                                     strtoul(argv[5], NULL, 10), argc > 6 ? atoi(argv[6]) : 2,
                                     argc > 7 ? strtoul(argv[7], NULL, 10) : 500);
-    fprintf(stderr, "usage: kafka_throughput create-topic|delete-topic|count|raw|sink URL TOPIC ...\n");
+    fprintf(stderr,
+            "usage: kafka_throughput create-topic|delete-topic|count|raw|sink URL TOPIC ...\n");
     return 2;
 }
