@@ -1,5 +1,5 @@
 #!/bin/bash
-# stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
+# stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10, Redis 7 and Kafka 4.1 servers for the tests.
 #
 #   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis kafka)
 #   stack.sh stop DIR                                  stop everything started in DIR
