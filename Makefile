@@ -22,7 +22,7 @@ SOVERSION := 0
 # liboutbox (src/) needs libpq alone. The relay adds its broker clients: a new broker's
 # pkg-config name goes in RELAY_PKGS. PKGS is everything the relay and the tests link.
 LIB_PKGS   := libpq
-RELAY_PKGS := librabbitmq hiredis uuid libnats
+RELAY_PKGS := librabbitmq hiredis uuid libnats rdkafka
 PKGS      := $(LIB_PKGS) $(RELAY_PKGS)
 TEST_PKGS := cmocka
 

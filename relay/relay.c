@@ -909,6 +909,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
             .replay = job->replays,
             .exchange = job->exchange,
             .routing_key = job->routing_key,
+            .ordering_key = job->ordering_key,
         };
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }

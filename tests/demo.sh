@@ -31,7 +31,7 @@ trap 'exit 130' INT TERM
 step() { printf '\n== %s\n' "$*"; }
 
 step "starting PostgreSQL 15, RabbitMQ, Redis and NATS in $STACK"
-"$ROOT/tests/harness/stack.sh" start "$STACK" >/dev/null
+"$ROOT/tests/harness/stack.sh" start "$STACK" postgres rabbitmq redis nats >/dev/null
 . "$STACK/env"
 DB="${OUTBOX_TEST_PG_URL%/*}/demo"
 psql -q "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE demo"

@@ -19,6 +19,7 @@ static const struct sink_type *const SINK_TYPES[] = {
     &sink_amqp_type,
     &sink_redis_type,
     &sink_nats_type,
+    &sink_kafka_type,
 };
 
 #define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))
@@ -29,7 +30,8 @@ static const struct option_spec COMMON_OPTIONS[] = {
      "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
      " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
      " nats://[user:pass@|token@]h1:p1[,h2:p2...] or tls://...;"
-     " required", OPTION_FROM_ENVIRONMENT, 0},
+     " kafka://[user:pass@]h1:p1[,h2:p2...] or kafka+ssl://...; required",
+     OPTION_FROM_ENVIRONMENT, 0},
     {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
      NULL, 0, 0, NULL,
      "the broker password, read from this file (out of the process list); overrides one in"

@@ -5,12 +5,13 @@
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
  * the URL scheme (amqp://, amqps://, redis://, redis+sentinel://,
- * redis+cluster://).
+ * redis+cluster://, kafka://, kafka+ssl://).
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
  *   publisher confirm without basic.return; Redis append reply, or the
- *   dedup record of an earlier append). Anything unknown is a failure, so a
+ *   dedup record of an earlier append; Kafka: the record's own successful
+ *   delivery report). Anything unknown is a failure, so a
  *   row is never marked succeeded on a guess.
  * - A failure of one message (unroutable, nack, too large, a reply error,
  *   the broker closing the channel because of that message) fails that
@@ -65,6 +66,10 @@ struct sink_options {
     const char *nats_creds;     /* --nats-creds: a NATS credentials file (JWT and seed) */
     int64_t redelivery_horizon_ms; /* lease + longest retry delay: --check warns when a
                                       stream's duplicate window is shorter; 0: no warning */
+    /* ---- Kafka (sink_kafka.c): read by that module alone ---- */
+    const char *topic_prefix; /* topic = prefix + (routing key, else queue); the sink copies it */
+    int kafka_sasl_mechanism; /* index in "plain|scram-sha-256|scram-sha-512" */
+    /* ---- end of Kafka ---- */
 };
 
 /* One message to publish, built from a claimed row. */
@@ -79,6 +84,7 @@ struct sink_message {
     int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
     const char *exchange;    /* AMQP exchange; NULL: options.exchange */
     const char *routing_key; /* AMQP routing key / Redis stream suffix; NULL: queue */
+    const char *ordering_key; /* Kafka record key; NULL: none */
 };
 
 /* What happened to one message. */

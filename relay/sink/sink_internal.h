@@ -3,7 +3,7 @@
  *
  * sink.c owns the common part (options, display URL, dispatch) and the
  * registry: one struct sink_type per broker, listed once in sink.c. A
- * broker's module (sink_amqp.c, sink_redis.c) declares everything about it
+ * broker's module (sink_amqp.c, sink_redis.c, sink_kafka.c) declares everything about it
  * in its sink_type: its kind, the URL schemes it speaks, its options (rows
  * that fill struct sink_options) and its operations, keeping its own state
  * behind s->impl. Adding a broker is its module and one registry row. Only
@@ -74,6 +74,7 @@ const char *sink_target(const sink *s);
 extern const struct sink_type sink_amqp_type;
 extern const struct sink_type sink_redis_type;
 extern const struct sink_type sink_nats_type;
+extern const struct sink_type sink_kafka_type;
 
 /* Fills one outcome; reason is formatted like printf, may be NULL. */
 void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,

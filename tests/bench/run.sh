@@ -1,7 +1,7 @@
 #!/bin/bash
 # run.sh - the benchmark behind `make bench` (CONTRACT.md section 7).
 #
-# Starts throwaway PostgreSQL, RabbitMQ and Redis servers in a temp dir
+# Starts throwaway PostgreSQL, RabbitMQ, Redis and Kafka servers in a temp dir
 # (tests/harness/stack.sh), stops them on every exit path, and measures in one
 # run, with the same ~200 byte JSON payload throughout:
 #
@@ -16,10 +16,11 @@
 #      waiting for the relay's cleanup meanwhile
 #   3. the ceilings: claim + complete in PostgreSQL alone (store library),
 #      also with pauses of other queues and keys in place,
-#      publish with confirms to RabbitMQ, pipelined XADD to Redis; and the
+#      publish with confirms to RabbitMQ, pipelined XADD to Redis, an idempotent
+#      acks=all librdkafka producer to Kafka (tests/tools/kafka_throughput); and the
 #      relay's RabbitMQ sink alone, without a database
 #   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
-#      Redis (with --on-success mark, the default, and delete) and to RabbitMQ,
+#      Redis (with --on-success mark, the default, and delete), to RabbitMQ and to Kafka,
 #      checked row by row and message by message, with the relay's max RSS and
 #      PostgreSQL's CPU time per relayed row (utime + stime of the server's
 #      processes from /proc, the exited ones through the postmaster's cutime);
@@ -87,7 +88,8 @@ case "$N" in '' | *[!0-9]*) die "BENCH_N must be a positive integer, got '$N'" ;
 case "$ROUNDS" in '' | *[!0-9]* | 0) die "BENCH_ROUNDS must be a positive integer, got '$ROUNDS'" ;; esac
 [ "$N" -gt 0 ] || die "BENCH_N must be positive"
 for program in "$BIN/outbox-relay" "$BIN/outboxctl" "$TOOLS/outbox_bench" "$TOOLS/nats_bench" \
-    "$TOOLS/outbox_producer" "$TOOLS/outbox_consumer" "$PG_BIN/pgbench" /usr/bin/time; do
+    "$TOOLS/outbox_producer" "$TOOLS/outbox_consumer" "$TOOLS/kafka_throughput" "$PG_BIN/pgbench" \
+    /usr/bin/time; do
     [ -x "$program" ] || die "missing $program (run 'make bench')"
 done
 [ -x "$STACK_SH" ] || die "missing $STACK_SH (the test harness)"
@@ -242,7 +244,7 @@ fmt_rate() { printf '%.0f' "$1"; }
 
 # ---- the stack ----------------------------------------------------------------
 
-log "starting PostgreSQL, RabbitMQ and Redis in $STACK"
+log "starting PostgreSQL, RabbitMQ, Redis and Kafka in $STACK"
 timeout "$STEP_TIMEOUT" "$STACK_SH" start "$STACK" >"$STACK/stack.log" 2>&1 || {
     cat "$STACK/stack.log" >&2
     die "the stack did not start"
@@ -575,6 +577,46 @@ drain_amqp() {
 
 
 AMQP_OK=1
+# kafka_ceiling: the raw idempotent acks=all producer (tests/tools/kafka_throughput raw)
+# to a fresh topic of 3 partitions, as many records as the drain relays
+kafka_ceiling() {
+    local out topic="ceiling$1.bench"
+    "$TOOLS/kafka_throughput" create-topic "$KAFKA_URL" "$topic" 3 || die "creating topic $topic failed"
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/kafka_throughput" raw "$KAFKA_URL" "$topic" "$N" \
+        "$PAYLOAD_BYTES") || die "the raw kafka producer failed"
+    "$TOOLS/kafka_throughput" delete-topic "$KAFKA_URL" "$topic"
+    RATE=$(field rate "$out")
+}
+
+# kafka_sink_alone ROUND: the relay's publishing pattern (2 pipelines x 500 per batch, each
+# batch waiting for its delivery reports) through the Kafka sink, without a database
+kafka_sink_alone() {
+    local out topic="sink$1.bench"
+    "$TOOLS/kafka_throughput" create-topic "$KAFKA_URL" "$topic" 3 || die "creating topic $topic failed"
+    out=$(timeout "$STEP_TIMEOUT" "$TOOLS/kafka_throughput" sink "$KAFKA_URL" "$topic" "$N" \
+        "$PAYLOAD_BYTES" 2 500) || die "the kafka sink alone failed"
+    "$TOOLS/kafka_throughput" delete-topic "$KAFKA_URL" "$topic"
+    RATE=$(field rate "$out")
+}
+
+# drain_kafka ROUND: relays the backlog to topic drainROUND.bench (3 partitions), checks it
+drain_kafka() {
+    local out topic="drain$1.bench"
+    reset_outbox
+    fill "$N"
+    "$TOOLS/kafka_throughput" create-topic "$KAFKA_URL" "$topic" 3 || die "creating topic $topic failed"
+    relay_once "$KAFKA_URL" kafka --topic-prefix "drain$1."
+    check_succeeded "$N"
+    out=$("$TOOLS/kafka_throughput" count "$KAFKA_URL" "$topic") || die "counting $topic failed"
+    [ "$(field records "$out")" = "$N" ] || die "topic $topic holds $(field records "$out") records, expected $N"
+    "$TOOLS/kafka_throughput" delete-topic "$KAFKA_URL" "$topic"
+    KAFKA_RSS_KB=$DRAIN_RSS_KB
+    RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
+}
+KAFKA_URL=${OUTBOX_TEST_KAFKA_URL:-}
+KAFKA_CEILING_RUNS=() KAFKA_SINK_RUNS=() KAFKA_RUNS=() KAFKA_PG=()
+
 if ! check_out=$("$BIN/outbox-relay" --database-url "$DB" --broker "$AMQP_URL" \
     --metrics-addr off --check 2>&1); then
     AMQP_OK=0
@@ -602,6 +644,15 @@ for round in $(seq 1 "$ROUNDS"); do
         AMQP_SINK_RUNS+=("$RATE")
         drain_amqp
         AMQP_RUNS+=("$RATE")
+    fi
+    if [ -n "$KAFKA_URL" ]; then
+        log "round $round of $ROUNDS: Kafka producer ceiling, drain to Kafka"
+        kafka_ceiling "$round"
+        KAFKA_CEILING_RUNS+=("$RATE")
+        kafka_sink_alone "$round"
+        KAFKA_SINK_RUNS+=("$RATE")
+        drain_kafka "$round"
+        KAFKA_RUNS+=("$RATE") KAFKA_PG+=("$PG_US")
     fi
 done
 CLAIM_CEILING=$(median "${CLAIM_RUNS[@]}")
@@ -649,6 +700,20 @@ if [ "$AMQP_OK" = 1 ]; then
         "(${AMQP_RSS_KB} kB)"
 else
     result "to RabbitMQ" "n/a" "relay --check: $(printf '%s' "$check_out" | tail -n 1)"
+fi
+if [ -n "$KAFKA_URL" ]; then
+    KAFKA_CEILING=$(median "${KAFKA_CEILING_RUNS[@]}")
+    KAFKA_DRAIN=$(median "${KAFKA_RUNS[@]}")
+    KAFKA_SINK=$(median "${KAFKA_SINK_RUNS[@]}")
+    result "Kafka raw producers (2, idempotent, acks=all, 3 partitions)" "$(fmt_rate "$KAFKA_CEILING") msgs/s" \
+        "runs: $(runs "${KAFKA_CEILING_RUNS[@]}")"
+    result "  the relay's Kafka sink alone, no database (2 x 500)" "$(fmt_rate "$KAFKA_SINK") msgs/s" \
+        "$(printf '%.2f' "$(ratio "$KAFKA_SINK" "$KAFKA_CEILING")") of the raw producers; runs: $(runs "${KAFKA_SINK_RUNS[@]}")"
+    result "to Kafka (all rows succeeded, topic held $N)" "$(fmt_rate "$KAFKA_DRAIN") rows/s" \
+        "$(printf '%.2f' "$(ratio "$KAFKA_DRAIN" "$KAFKA_CEILING")") of the raw producers (goal >= 0.80), $(printf '%.2f' "$(ratio "$KAFKA_DRAIN" "$CLAIM_CEILING")") of claim+complete; runs: $(runs "${KAFKA_RUNS[@]}")"
+    result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${KAFKA_PG[@]}")") us" \
+        "runs: $(printf '%.1f ' "${KAFKA_PG[@]}" | sed 's/ $//; s/ /, /g') us"
+    result "  relay max RSS during the last Kafka drain" "$((KAFKA_RSS_KB / 1024)) MiB" "(${KAFKA_RSS_KB} kB)"
 fi
 result "table + indexes with $N succeeded rows" "" "$(sizes)"
 timeout "$STEP_TIMEOUT" "$BIN/outboxctl" --database-url "$DB" purge --older-than 0s >/dev/null ||

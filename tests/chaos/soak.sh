@@ -26,7 +26,7 @@ stop_stack() {
 trap stop_stack EXIT
 trap 'exit 130' INT TERM
 
-"$SOURCE_DIR/tests/harness/stack.sh" start "$STACK_DIR" || exit 1
+"$SOURCE_DIR/tests/harness/stack.sh" start "$STACK_DIR" postgres rabbitmq redis || exit 1
 set -a
 # shellcheck disable=SC1091
 . "$STACK_DIR/env"

@@ -4,7 +4,7 @@
  * count of what reached the broker.
  *
  * The tests of tests/ha run under tests/run.sh ha, one after the other, on
- * the usual stack (PostgreSQL, RabbitMQ, Redis). A test that needs more (a
+ * the usual stack (PostgreSQL, RabbitMQ, Redis, Kafka). A test that needs more (a
  * RabbitMQ cluster, a standby it may crash) starts it with
  * ha_start_servers() in a stack directory of its own inside
  * OUTBOX_TEST_STACK_DIR, so that what it breaks is never shared; stopping

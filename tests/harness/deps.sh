@@ -8,7 +8,8 @@ set -eu
 PACKAGES="build-essential pkg-config libpq-dev librabbitmq-dev libhiredis-dev uuid-dev libcmocka-dev
 postgresql-15 rabbitmq-server redis-server redis-sentinel iproute2
 systemd prometheus lintian dpkg-dev curl jq
-chromium nodejs npm libnats-dev nats-server openssl"
+chromium nodejs npm libnats-dev nats-server openssl
+librdkafka-dev maven openjdk-17-jre-headless"
 
 if [ "${1:-}" = "--list" ]; then
     echo $PACKAGES

@@ -1,7 +1,7 @@
 #!/bin/bash
-# stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10 and Redis 7 servers for the tests.
+# stack.sh - throwaway PostgreSQL 15, RabbitMQ 3.10, Redis 7 and Kafka 4.1 servers for the tests.
 #
-#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis nats)
+#   stack.sh start DIR [SERVICE...]                    start them (no names: postgres rabbitmq redis nats kafka)
 #   stack.sh stop DIR                                  stop everything started in DIR
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
@@ -10,12 +10,17 @@
 #   stack.sh cluster-rabbitmqctl DIR N ARGS...         rabbitmqctl against cluster node N (1-3)
 #   stack.sh crash-primary DIR                         pg_ctl stop -m immediate the primary
 #   stack.sh promote-standby DIR                       pg_ctl promote the standby, wait for it
+#   stack.sh kill-kafka-node DIR N                     kill -9 kafka-cluster node N (1-3), keep its data
+#   stack.sh start-kafka-node DIR N                    start kafka-cluster node N again
 #
 # Services: postgres, rabbitmq, redis; and for the high-availability tests
 #   rabbitmq-cluster   three RabbitMQ nodes joined into one cluster (one epmd, one cookie)
 #   postgres-standby   a synchronous streaming standby of postgres (start it after postgres)
 #   nats               nats-server with JetStream (file storage under DIR/nats)
 #   nats-cluster       three JetStream nats-servers (n1..n3) routed into one cluster, a store each
+#   kafka-cluster      three combined broker + controller Kafka nodes in one KRaft cluster
+# kafka (in the default set) is one combined broker + controller node in KRaft mode, fetched
+# from Maven Central on first use into a cache outside the source tree (tests/harness/kafka.sh).
 #
 # Runs as root. Every server listens on 127.0.0.1 only, on a free port picked at start
 # (OUTBOX_TEST_PORT_RANGE, default 20000-32000, below the kernel's ephemeral ports), and
@@ -33,9 +38,9 @@ PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
 TEMPLATE_DB=outbox_template
-ALL_SERVICES="postgres rabbitmq redis nats"
+ALL_SERVICES="postgres rabbitmq redis nats kafka"
 # stop stops every service it finds, the standby before its primary
-STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis nats nats-cluster"
+STOP_ORDER="postgres-standby postgres rabbitmq-cluster rabbitmq redis nats nats-cluster kafka-cluster kafka"
 START_TIMEOUT=${OUTBOX_TEST_START_TIMEOUT:-90}
 STOP_TIMEOUT=30
 
@@ -131,6 +136,7 @@ load_ports() {
     PG_PORT="" AMQP_PORT="" AMQP_DIST_PORT="" EPMD_PORT="" AMQP_NODE="" REDIS_PORT=""
     PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
     NATS_PORT="" NATS_CLUSTER_PORTS="" NATS_ROUTE_PORTS=""
+    KAFKA_PORT="" KAFKA_CONTROLLER_PORT="" KAFKA_CLUSTER_PORTS="" KAFKA_CLUSTER_CONTROLLER_PORTS=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -153,6 +159,10 @@ CLUSTER_NODES="$CLUSTER_NODES"
 NATS_PORT=$NATS_PORT
 NATS_CLUSTER_PORTS="$NATS_CLUSTER_PORTS"
 NATS_ROUTE_PORTS="$NATS_ROUTE_PORTS"
+KAFKA_PORT=$KAFKA_PORT
+KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
+KAFKA_CLUSTER_PORTS="$KAFKA_CLUSTER_PORTS"
+KAFKA_CLUSTER_CONTROLLER_PORTS="$KAFKA_CLUSTER_CONTROLLER_PORTS"
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -204,6 +214,18 @@ write_env() {
             done
             echo "export OUTBOX_TEST_NATS_CLUSTER_PORTS='$NATS_CLUSTER_PORTS'"
             echo "export OUTBOX_TEST_NATS_CLUSTER_URL='nats://$nats_list'"
+        fi
+        if [ -n "$KAFKA_PORT" ]; then
+            echo "export OUTBOX_TEST_KAFKA_PORT=$KAFKA_PORT"
+            echo "export OUTBOX_TEST_KAFKA_URL='kafka://127.0.0.1:$KAFKA_PORT'"
+        fi
+        if [ -n "$KAFKA_CLUSTER_PORTS" ]; then
+            local kafka_port kafka_list=""
+            for kafka_port in $KAFKA_CLUSTER_PORTS; do
+                kafka_list="$kafka_list${kafka_list:+,}127.0.0.1:$kafka_port"
+            done
+            echo "export OUTBOX_TEST_KAFKA_CLUSTER_PORTS='$KAFKA_CLUSTER_PORTS'"
+            echo "export OUTBOX_TEST_KAFKA_CLUSTER_URL='kafka://$kafka_list'"
         fi
     } >"$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
@@ -679,12 +701,74 @@ nats_cluster_stop() {
     done
 }
 
+# ---------------------------------------------------------------- Kafka (tests/harness/kafka.sh)
+
+KAFKA_SH=$SOURCE_DIR/tests/harness/kafka.sh
+
+kafka_init() {
+    local cluster_id
+    cluster_id=$("$KAFKA_SH" cluster-id) || die "unable to make a kafka cluster id"
+    "$KAFKA_SH" init "$DIR/kafka" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" \
+        "1@127.0.0.1:$KAFKA_CONTROLLER_PORT" "$cluster_id" || exit 1
+}
+
+kafka_start() {
+    "$KAFKA_SH" start "$DIR/kafka" || exit 1
+}
+
+kafka_stop() {
+    [ -d "$DIR/kafka" ] && "$KAFKA_SH" stop "$DIR/kafka"
+    return 0
+}
+
+# The voters of the cluster: "1@127.0.0.1:c1,2@127.0.0.1:c2,3@127.0.0.1:c3".
+kafka_cluster_voters() {
+    local i=0 port voters=""
+    for port in $KAFKA_CLUSTER_CONTROLLER_PORTS; do
+        i=$((i + 1))
+        voters="$voters${voters:+,}$i@127.0.0.1:$port"
+    done
+    echo "$voters"
+}
+
+kafka_cluster_init() {
+    local cluster_id voters i
+    cluster_id=$("$KAFKA_SH" cluster-id) || die "unable to make a kafka cluster id"
+    voters=$(kafka_cluster_voters)
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        "$KAFKA_SH" init "$DIR/kafka-$i" "$i" "$(echo "$KAFKA_CLUSTER_PORTS" | cut -d' ' -f"$i")" \
+            "$(echo "$KAFKA_CLUSTER_CONTROLLER_PORTS" | cut -d' ' -f"$i")" "$voters" "$cluster_id" || exit 1
+    done
+}
+
+# The nodes boot side by side: each waits for a quorum of controllers before it serves.
+kafka_cluster_start() {
+    local i pids="" status=0 pid
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        "$KAFKA_SH" start "$DIR/kafka-$i" &
+        pids="$pids $!"
+    done
+    for pid in $pids; do
+        wait "$pid" || status=1
+    done
+    [ "$status" -eq 0 ] || exit 1
+}
+
+kafka_cluster_stop() {
+    local i
+    for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+        [ -d "$DIR/kafka-$i" ] && "$KAFKA_SH" stop "$DIR/kafka-$i" &
+    done
+    wait
+    return 0
+}
+
 # ---------------------------------------------------------------- commands
 
 check_service() {
     case "$1" in
-    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby | nats | nats-cluster) ;;
-    *) die "unknown service '$1' (postgres, rabbitmq, redis, rabbitmq-cluster, postgres-standby, nats or nats-cluster)" ;;
+    postgres | rabbitmq | redis | rabbitmq-cluster | postgres-standby | nats | nats-cluster | kafka | kafka-cluster) ;;
+    *) die "unknown service '$1' (postgres, rabbitmq, redis, nats, kafka, rabbitmq-cluster, postgres-standby, nats-cluster or kafka-cluster)" ;;
     esac
 }
 
@@ -697,6 +781,8 @@ service_start() {
     postgres-standby) standby_start ;;
     nats) nats_start ;;
     nats-cluster) nats_cluster_start ;;
+    kafka) kafka_start ;;
+    kafka-cluster) kafka_cluster_start ;;
     esac
 }
 
@@ -709,6 +795,8 @@ service_stop() {
     postgres-standby) standby_stop ;;
     nats) nats_stop ;;
     nats-cluster) nats_cluster_stop ;;
+    kafka) kafka_stop ;;
+    kafka-cluster) kafka_cluster_stop ;;
     esac
 }
 
@@ -721,6 +809,8 @@ service_configured() {
     postgres-standby) [ -n "$PG_STANDBY_PORT" ] ;;
     nats) [ -n "$NATS_PORT" ] ;;
     nats-cluster) [ -n "$NATS_CLUSTER_PORTS" ] ;;
+    kafka) [ -n "$KAFKA_PORT" ] ;;
+    kafka-cluster) [ -n "$KAFKA_CLUSTER_PORTS" ] ;;
     esac
 }
 
@@ -815,6 +905,29 @@ command_start() {
             nats_cluster_init
             nats_cluster_start
             ;;
+        kafka)
+            KAFKA_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_PORT "
+            KAFKA_CONTROLLER_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_CONTROLLER_PORT "
+            save_ports
+            kafka_init
+            kafka_start
+            ;;
+        kafka-cluster)
+            local k kafka_port
+            for ((k = 1; k <= CLUSTER_SIZE; k++)); do
+                kafka_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$kafka_port "
+                KAFKA_CLUSTER_PORTS="$KAFKA_CLUSTER_PORTS${KAFKA_CLUSTER_PORTS:+ }$kafka_port"
+                kafka_port=$(pick_port)
+                PICKED_PORTS="$PICKED_PORTS$kafka_port "
+                KAFKA_CLUSTER_CONTROLLER_PORTS="$KAFKA_CLUSTER_CONTROLLER_PORTS${KAFKA_CLUSTER_CONTROLLER_PORTS:+ }$kafka_port"
+            done
+            save_ports
+            kafka_cluster_init
+            kafka_cluster_start
+            ;;
         esac
         write_env
     done
@@ -860,7 +973,7 @@ command_service() {
 }
 
 usage() {
-    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -902,6 +1015,17 @@ promote-standby)
     load_ports
     [ -n "$PG_STANDBY_PORT" ] || die "postgres-standby was not started in $DIR"
     as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg-standby" -w -t "$START_TIMEOUT" promote >/dev/null
+    ;;
+kill-kafka-node | start-kafka-node)
+    [ -d "$DIR" ] || die "no stack in $DIR"
+    DIR=$(cd "$DIR" && pwd)
+    case "${1:-}" in 1 | 2 | 3) ;; *) die "usage: stack.sh $COMMAND DIR N (1-3)" ;; esac
+    [ -f "$DIR/kafka-$1/server.properties" ] || die "kafka-cluster was not started in $DIR"
+    if [ "$COMMAND" = kill-kafka-node ]; then
+        kill -KILL "$(tr -dc 0-9 <"$DIR/kafka-$1/kafka.pid")" || die "kafka node $1 is not running"
+    else
+        "$KAFKA_SH" start "$DIR/kafka-$1"
+    fi
     ;;
 *) usage ;;
 esac

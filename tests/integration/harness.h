@@ -1,7 +1,7 @@
 /*
  * harness.h - helpers for integration tests against the throwaway stack.
  *
- * tests/run.sh starts PostgreSQL, RabbitMQ and Redis with tests/harness/stack.sh and
+ * tests/run.sh starts PostgreSQL, RabbitMQ, Redis and Kafka with tests/harness/stack.sh and
  * exports OUTBOX_TEST_* (see stack.sh), OUTBOX_BIN (absolute path of the built programs)
  * and OUTBOX_SOURCE_DIR (the repository root) before it runs each test binary.
  *

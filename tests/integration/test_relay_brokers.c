@@ -4,8 +4,8 @@
  * killed mid-batch loses nothing, SIGTERM and SIGHUP leave nothing running,
  * a relay stopped past its lease keeps the order of keys. Adding a
  * broker to the suite is one row of BROKERS. What only one broker does
- * (AMQP properties, Redis dedup, ...) stays in test_relay_amqp.c and
- * test_relay_redis.c.
+ * (AMQP properties, Redis dedup, ...) stays in test_relay_amqp.c,
+ * test_relay_redis.c and test_relay_kafka.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +22,7 @@
 #include "amqp_consumer.h"
 #include "harness.h"
 #include "nats_consumer.h"
+#include "kafka_consumer.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
@@ -181,12 +182,54 @@ nats_stream_delivered(struct fixture *f, int64_t **ids)
     return count;
 }
 
+/* ---- Kafka: rows go to the topic of their queue's name, three partitions ---- */
+
+static void
+kafka_open(struct fixture *f)
+{
+    char why[512];
+
+    if (kafka_consumer_create_topic(f->broker_url, f->queue, 3, 1, NULL, 30000, why,
+                                    sizeof(why)) != 0)
+        fail_msg("kafka: unable to create topic %s: %s", f->queue, why);
+}
+
+static void
+kafka_close(struct fixture *f)
+{
+    kafka_consumer_delete_topic(f->broker_url, f->queue);
+}
+
+/* The job ids of the topic's records, each of which names its queue. */
+static size_t
+kafka_delivered(struct fixture *f, int64_t **ids)
+{
+    struct kafka_consumer_topic topic;
+    char why[512];
+    size_t count;
+
+    if (kafka_consumer_read_topic(f->broker_url, f->queue, 60000, &topic, why, sizeof(why)) != 0)
+        fail_msg("kafka: unable to read topic %s: %s", f->queue, why);
+    *ids = calloc(topic.count > 0 ? topic.count : 1, sizeof(**ids));
+    assert_non_null(*ids);
+    for (size_t i = 0; i < topic.count; i++) {
+        assert_true(topic.records[i].message_id > 0);
+        assert_non_null(topic.records[i].queue);
+        assert_string_equal(topic.records[i].queue, f->queue);
+        (*ids)[i] = topic.records[i].message_id;
+    }
+    count = topic.count;
+    kafka_consumer_topic_clear(&topic);
+    return count;
+}
+
 static const struct broker BROKERS[] = {
     {"rabbitmq", "OUTBOX_TEST_AMQP_URL", amqp_open, amqp_close, amqp_delivered, false},
     {"redis", "OUTBOX_TEST_REDIS_URL", redis_stream_open, redis_stream_close,
      redis_stream_delivered, true},
     {"nats", "OUTBOX_TEST_NATS_URL", nats_stream_open, nats_stream_close, nats_stream_delivered,
      true},
+    {"kafka", "OUTBOX_TEST_KAFKA_URL", kafka_open, kafka_close, kafka_delivered, false},
 };
 
 /* ---- fixture ---- */

@@ -139,7 +139,7 @@ test_errors_name_the_option(void **state)
     assert_error(PARSE(&c, &err, BASE, "--queues", "with space"), &err, "invalid queue name");
     assert_error(PARSE(&c, &err, BASE, "--retention", "soon"), &err, "--retention");
     assert_error(PARSE(&c, &err, BASE, "--log-format", "xml"), &err, "text|json");
-    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "kafka://u:secret@h"),
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "mqtt://u:secret@h"),
                  &err, "--broker: unknown broker URL scheme");
     assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "amqp://u:secret@h:0/"),
                  &err, "--broker");

@@ -24,7 +24,9 @@ test_kind_of_url(void **state)
     assert_string_equal(sink_kind_of_url("redis+cluster://n1,n2"), "redis");
     assert_string_equal(sink_kind_of_url("nats://h1:4222,h2:4222"), "nats");
     assert_string_equal(sink_kind_of_url("tls://t0ken@h"), "nats");
-    assert_null(sink_kind_of_url("kafka://h"));
+    assert_string_equal(sink_kind_of_url("kafka://k1:9092,k2"), "kafka");
+    assert_string_equal(sink_kind_of_url("kafka+ssl://k1"), "kafka");
+    assert_null(sink_kind_of_url("mqtt://h"));
     assert_null(sink_kind_of_url("redis"));
     assert_null(sink_kind_of_url(NULL));
 }
@@ -37,11 +39,11 @@ test_unknown_scheme_lists_the_registry(void **state)
     struct outbox_error err;
 
     (void)state;
-    assert_int_equal(sink_url_parse("kafka://h:9092", &url, &err), -1);
+    assert_int_equal(sink_url_parse("mqtt://h:1883", &url, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
-    assert_non_null(strstr(err.message, "kafka"));
+    assert_non_null(strstr(err.message, "mqtt"));
     assert_non_null(strstr(err.message, "amqp://, amqps://, redis://, redis+sentinel://,"
-                                        " redis+cluster://, nats:// or tls://"));
+                                        " redis+cluster://, nats://, tls://, kafka:// or kafka+ssl://"));
 }
 
 /* Option names are unique across the relay and every broker, and each row is complete. */
@@ -51,12 +53,13 @@ test_option_groups(void **state)
     const char *names[64], *title;
     const struct option_spec *rows;
     size_t count, total = 0;
-    bool saw_amqp = false, saw_redis = false;
+    bool saw_amqp = false, saw_redis = false, saw_kafka = false;
 
     (void)state;
     for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++) {
         saw_amqp |= strcmp(title, "amqp") == 0;
         saw_redis |= strcmp(title, "redis") == 0;
+        saw_kafka |= strcmp(title, "kafka") == 0;
         for (size_t i = 0; i < count; i++) {
             assert_non_null(rows[i].help);
             assert_true(rows[i].offset + rows[i].size <= sizeof(struct sink_options));
@@ -66,7 +69,7 @@ test_option_groups(void **state)
             names[total++] = rows[i].name;
         }
     }
-    assert_true(saw_amqp && saw_redis);
+    assert_true(saw_amqp && saw_redis && saw_kafka);
     assert_string_equal(names[0], "broker");
 }
 
@@ -180,6 +183,69 @@ test_nats_urls_and_subject_prefix(void **state)
     }
 }
 
+/*
+ * Kafka: bootstrap lists with default ports, TLS by scheme, a redacted
+ * password; its options parse into the sink options; sink_new validates
+ * without connecting.
+ */
+static void
+test_kafka_url_and_options(void **state)
+{
+    struct broker_url url;
+    struct outbox_error err;
+    struct relay_config config;
+    struct sink_options options = {0};
+    char long_prefix[300];
+    const char *argv[] = {"outbox-relay", "--database-url", "postgresql://h/db", "--broker",
+                          "kafka://relay:secret@k1:9093,k2,[::1]:9094", "--topic-prefix",
+                          "orders.", "--kafka-sasl-mechanism", "scram-sha-512", NULL};
+    sink *s;
+
+    (void)state;
+    assert_int_equal(sink_url_parse(argv[4], &url, &err), 0);
+    assert_string_equal(url.scheme->name, "kafka");
+    assert_false(url.scheme->tls);
+    assert_string_equal(url.user, "relay");
+    assert_string_equal(url.password, "secret");
+    assert_int_equal(url.endpoint_count, 3);
+    assert_int_equal(url.endpoints[0].port, 9093);
+    assert_string_equal(url.endpoints[1].host, "k2");
+    assert_int_equal(url.endpoints[1].port, 9092);
+    assert_string_equal(url.endpoints[2].host, "::1");
+    url_clear(&url);
+    assert_int_equal(sink_url_parse("kafka+ssl://k1", &url, &err), 0);
+    assert_true(url.scheme->tls);
+    assert_int_equal(url.port, 9093);
+    url_clear(&url);
+    assert_int_equal(sink_url_parse("kafka://k1/3", &url, &err), -1);
+
+    assert_int_equal(config_parse(&config, 9, argv, &err), 0);
+    assert_string_equal(config.broker.topic_prefix, "orders.");
+    assert_int_equal(config.broker.kafka_sasl_mechanism, 2);
+    options = config.broker;
+    s = sink_new(&options, &err);
+    assert_non_null(s);
+    assert_string_equal(sink_kind(s), "kafka");
+    assert_string_equal(sink_display_url(s), "kafka://relay:***@k1:9093,k2,[::1]:9094");
+    assert_false(sink_is_connected(s));
+    /* librdkafka uses the bootstrap servers together: no endpoint of the list is "the one" */
+    assert_int_equal(sink_endpoint_count(s), 0);
+    sink_free(s);
+    config_clear(&config);
+
+    memset(long_prefix, 'p', sizeof(long_prefix) - 1);
+    long_prefix[sizeof(long_prefix) - 1] = '\0';
+    argv[6] = long_prefix;
+    assert_int_equal(config_parse(&config, 9, argv, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    assert_non_null(strstr(err.message, "--topic-prefix"));
+    assert_null(strstr(err.message, "secret"));
+    argv[6] = "orders.";
+    argv[8] = "gssapi";
+    assert_int_equal(config_parse(&config, 9, argv, &err), -1);
+    assert_non_null(strstr(err.message, "--kafka-sasl-mechanism"));
+}
+
 int
 main(void)
 {
@@ -190,6 +256,7 @@ main(void)
         cmocka_unit_test(test_broker_options_parse_into_the_sink_options),
         cmocka_unit_test(test_redis_wait_default_follows_the_topology),
         cmocka_unit_test(test_nats_urls_and_subject_prefix),
+        cmocka_unit_test(test_kafka_url_and_options),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

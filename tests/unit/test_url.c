@@ -91,7 +91,7 @@ test_bad_urls(void **state)
     (void)state;
     assert_rejected("", "empty");
     assert_rejected("localhost:5672", "no scheme");
-    assert_rejected("kafka://h", "unknown broker URL scheme");
+    assert_rejected("mqtt://h", "unknown broker URL scheme");
     assert_rejected("amqp://", "no host");
     assert_rejected("amqp://u:secret@h:99999/", "port");
     assert_rejected("amqp://u:secret@h:abc/", "port");
@@ -313,7 +313,7 @@ test_scheme_message_regressions(void **state)
     assert_null(strstr(err.message, "secret"));
     assert_null(strchr(err.message, '\n'));
     assert_non_null(strstr(err.message, "no valid scheme"));
-    assert_rejected("kafka://h", "'kafka'");
+    assert_rejected("mqtt://h", "'mqtt'");
 }
 
 /* url_redact_message(message, source, password) must equal expected. */

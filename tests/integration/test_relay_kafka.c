@@ -1,0 +1,352 @@
+/*
+ * test_relay_kafka.c - outbox-relay publishing to a real Kafka broker.
+ *
+ * Each test has its own database and its own topic prefix; the topics it
+ * needs are created here (the relay never creates one) and deleted after.
+ * What every broker must do (kill -9, SIGTERM) is in test_relay_brokers.c.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kafka_consumer.h"
+#include "relay_runner.h"
+
+#define TOPICS_MAX 4
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    const char *broker;
+    char prefix[64];
+    char topics[TOPICS_MAX][128]; /* created by the test, deleted at teardown */
+    size_t topic_count;
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_KAFKA_URL");
+    snprintf(f->prefix, sizeof(f->prefix), "relay-test-%d-%d.", (int)getpid(), test_counter++);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    for (size_t i = 0; i < f->topic_count; i++)
+        kafka_consumer_delete_topic(f->broker, f->topics[i]);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Creates topic prefix + name (configs: name, value pairs, NULL-terminated, may be NULL). */
+static const char *
+create_topic(struct fixture *f, const char *name, int partitions, const char *const *configs)
+{
+    char why[512];
+    char *topic;
+
+    assert_true(f->topic_count < TOPICS_MAX);
+    topic = f->topics[f->topic_count++];
+    snprintf(topic, sizeof(f->topics[0]), "%s%s", f->prefix, name);
+    if (kafka_consumer_create_topic(f->broker, topic, partitions, 1, configs, 30000, why,
+                                    sizeof(why)) != 0)
+        fail_msg("kafka: unable to create topic %s: %s", topic, why);
+    return topic;
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+static void
+read_topic(struct fixture *f, const char *topic, struct kafka_consumer_topic *out)
+{
+    char why[512];
+
+    if (kafka_consumer_read_topic(f->broker, topic, 60000, out, why, sizeof(why)) != 0)
+        fail_msg("kafka: unable to read topic %s: %s", topic, why);
+}
+
+/* Key, value, timestamp and headers of a record; a rolled-back row never reaches the topic. */
+static void
+test_record_fields_and_rollback(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, NULL};
+    const char *topic = create_topic(f, "orders", 1, NULL);
+    struct kafka_consumer_topic read;
+    long long id, created_ms, keyless;
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn,
+                 "SELECT outbox.enqueue('orders', '{\"order\": 1}', NULL,"
+                 " '{\"trace-id\": \"t-1\","
+                 " \"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}',"
+                 " ordering_key => 'customer-7')");
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{\"order\": 2}')");
+    harness_exec(f->conn, "ROLLBACK");
+    keyless = harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', '{\"order\": 3}')");
+    id = harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job");
+    created_ms = harness_query_ll(f->conn, "SELECT floor(extract(epoch FROM created_at) * 1000)"
+                                           " FROM outbox.job ORDER BY job_id LIMIT 1");
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+
+    read_topic(f, topic, &read);
+    assert_int_equal(read.count, 2);
+    assert_int_equal(read.records[0].message_id, id);
+    assert_string_equal(read.records[0].key, "customer-7");
+    assert_string_equal(read.records[0].value, "{\"order\": 1}");
+    assert_string_equal(read.records[0].queue, "orders");
+    assert_int_equal(read.records[0].attempt, 1);
+    assert_string_equal(read.records[0].trace_id, "t-1");
+    assert_string_equal(read.records[0].traceparent,
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_true(read.records[0].timestamp_ms >= created_ms - 1 &&
+                read.records[0].timestamp_ms <= created_ms + 1);
+    /* trace-id, traceparent, message-id, outbox-queue, outbox-attempt */
+    assert_int_equal(read.records[0].header_count, 5);
+    assert_int_equal(read.records[1].message_id, keyless);
+    assert_null(read.records[1].key);
+    kafka_consumer_topic_clear(&read);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     2);
+}
+
+/* The rows of one ordering key land in one partition, in job order; routing keys pick the topic. */
+static void
+test_per_key_order_and_routing(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, "--batch-size", "50", NULL};
+    const char *topic = create_topic(f, "events", 4, NULL);
+    struct kafka_consumer_topic read;
+    struct relay_process relay;
+    int64_t last[5] = {0};
+    int partition[5] = {-1, -1, -1, -1, -1};
+
+    /* queue "orders", routed by routing key to topic prefix + "events" */
+    harness_query_ll(f->conn,
+                     "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                     " ordering_key => 'key-' || (g % 5), routing_key => 'events'))"
+                     " FROM generate_series(1, 1000) AS g");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn, "SELECT count(*) FROM outbox.job"
+                                             " WHERE state = 'succeeded'",
+                                    1000, 120000),
+                     1000);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+
+    read_topic(f, topic, &read);
+    assert_int_equal(read.count, 1000);
+    for (size_t i = 0; i < read.count; i++) {
+        const struct kafka_consumer_record *r = &read.records[i];
+        int k;
+
+        assert_non_null(r->key);
+        k = atoi(r->key + strlen("key-"));
+        assert_true(k >= 0 && k < 5);
+        if (partition[k] < 0)
+            partition[k] = r->partition;
+        assert_int_equal(r->partition, partition[k]);
+        assert_true(r->message_id > last[k]); /* records are in offset order per partition */
+        last[k] = r->message_id;
+    }
+    kafka_consumer_topic_clear(&read);
+}
+
+/* A row whose topic does not exist fails alone, with the broker's error; the rest go on. */
+static void
+test_missing_topic_fails_only_its_rows(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, NULL};
+    const char *topic = create_topic(f, "orders", 1, NULL);
+    struct kafka_consumer_topic read;
+    PGresult *missing;
+
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g)))"
+                              " FROM generate_series(1, 20) AS g");
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('nowhere', '{\"lost\": false}')");
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g)))"
+                              " FROM generate_series(21, 40) AS g");
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'orders' AND state = 'succeeded'"),
+                     40);
+    missing = PQexec(f->conn, "SELECT state, attempts, coalesce(last_error, '') FROM outbox.job"
+                              " WHERE queue = 'nowhere'");
+    assert_int_equal(PQntuples(missing), 1);
+    /* failed: back to ready for a later retry, one attempt spent, the broker's reason kept */
+    assert_string_equal(PQgetvalue(missing, 0, 0), "ready");
+    assert_string_equal(PQgetvalue(missing, 0, 1), "1");
+    if (strstr(PQgetvalue(missing, 0, 2), "nknown topic") == NULL)
+        fail_msg("last_error of the missing topic's row: '%s'", PQgetvalue(missing, 0, 2));
+    PQclear(missing);
+    read_topic(f, topic, &read);
+    assert_int_equal(read.count, 40);
+    kafka_consumer_topic_clear(&read);
+}
+
+/*
+ * A record over the topic's max.message.bytes is dead at once, and the 200
+ * rows around it (one attempt each, so any failure would kill them too)
+ * all succeed, though the broker refuses a whole record batch over the
+ * limit; one over the producer's own limit (1 MB) is dead too.
+ */
+static void
+test_oversized_row_dead_among_200(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, "--batch-size", "500", NULL};
+    const char *const configs[] = {"max.message.bytes", "200000", NULL};
+    const char *topic = create_topic(f, "orders", 1, configs);
+    struct kafka_consumer_topic read;
+    PGresult *dead;
+
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 100) AS g");
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('pad',"
+                              " repeat('x', 300000)), max_attempts => 1)");
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(101, 200) AS g");
+    harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('pad',"
+                              " repeat('y', 1500000)), max_attempts => 1)");
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"),
+                     200);
+    dead = PQexec(f->conn, "SELECT length(payload::text), coalesce(last_error, '') FROM outbox.job"
+                           " WHERE state = 'dead' ORDER BY job_id");
+    assert_int_equal(PQntuples(dead), 2);
+    assert_true(atoi(PQgetvalue(dead, 0, 0)) > 300000);
+    assert_true(atoi(PQgetvalue(dead, 1, 0)) > 1500000);
+    for (int i = 0; i < 2; i++)
+        if (strstr(PQgetvalue(dead, i, 1), "too large") == NULL)
+            fail_msg("last_error of oversized row %d: '%s'", i, PQgetvalue(dead, i, 1));
+    PQclear(dead);
+    read_topic(f, topic, &read);
+    assert_int_equal(read.count, 200);
+    kafka_consumer_topic_clear(&read);
+}
+
+/* --check reads the metadata: the prefix's topics are found, none is a configuration error. */
+static void
+test_check_names_the_topics(void **state)
+{
+    struct fixture *f = *state;
+    char output[8192], other[96];
+    const char *argv[] = {"--check", "--database-url", f->url, "--broker", f->broker,
+                          "--topic-prefix", f->prefix, NULL};
+
+    create_topic(f, "orders", 1, NULL);
+    assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    if (strstr(output, "kafka topics") == NULL || strstr(output, "orders") == NULL)
+        fail_msg("--check said: %s", output);
+    snprintf(other, sizeof(other), "%sunused.", f->prefix);
+    argv[6] = other;
+    assert_int_not_equal(relay_run_capture(argv, output, sizeof(output)), 0);
+    if (strstr(output, "never creates topics") == NULL)
+        fail_msg("--check without topics said: %s", output);
+}
+
+/*
+ * The broker stops mid-run and comes back: the rows caught in flight are
+ * no row's fault and are given back without spending an attempt, so with
+ * max_attempts 1 none is dead, and every row reaches the topic.
+ */
+static void
+test_broker_restart_spends_no_attempt(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, "--batch-size", "100", NULL};
+    const char *topic = create_topic(f, "orders", 3, NULL);
+    struct kafka_consumer_topic read;
+    struct relay_process relay;
+    int64_t *ids;
+    size_t unique = 0;
+
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   60000);
+    assert_int_equal(harness_stack("stop-service", "kafka"), 0);
+    sleep(2);
+    assert_int_equal(harness_stack("start-service", "kafka"), 0);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 20000,
+                       120000) != 20000) {
+        relay_dump_log(&relay);
+        fail_msg("rows left unsucceeded after the broker came back: %lld dead",
+                 harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'"));
+    }
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+
+    read_topic(f, topic, &read);
+    ids = calloc(read.count + 1, sizeof(*ids));
+    assert_non_null(ids);
+    for (size_t i = 0; i < read.count; i++)
+        ids[i] = read.records[i].message_id;
+    qsort(ids, read.count, sizeof(*ids), compare_id);
+    for (size_t i = 0; i < read.count; i++)
+        unique += i == 0 || ids[i] != ids[i - 1];
+    print_message("kafka: broker restart: %zu records, %zu distinct of 20000\n", read.count,
+                  unique);
+    assert_int_equal(unique, 20000);
+    free(ids);
+    kafka_consumer_topic_clear(&read);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_record_fields_and_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_key_order_and_routing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_topic_fails_only_its_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_row_dead_among_200, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_names_the_topics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_restart_spends_no_attempt, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("relay_kafka", tests, NULL, NULL);
+}
