@@ -24,21 +24,7 @@
 #include "outbox.h"
 #include "relay_internal.h"
 #include "sink.h"
-
-/* Reconnect backoff: from the first to the longest wait. */
-#define RECONNECT_FIRST_MS 200
-#define RECONNECT_MAX_MS 10000
-
-/* The next reconnect wait: doubling, capped, with jitter. */
-static int
-next_backoff_ms(unsigned int *seed, int attempt)
-{
-    double seconds =
-        outbox_backoff_seconds(attempt, RECONNECT_FIRST_MS / 1000.0, RECONNECT_MAX_MS / 1000.0,
-                               (double)rand_r(seed) / ((double)RAND_MAX + 1));
-
-    return (int)(seconds * 1000);
-}
+#include "wait.h"
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -191,6 +177,37 @@ broker_close(struct pipeline *p)
     sink_disconnect(p->sink);
 }
 
+/* --once: an end stayed unreachable for ONCE_CONNECT_BUDGET_SECONDS; stops the relay, saying why. */
+static void
+give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
+             const struct outbox_error *store_err, const struct outbox_error *sink_err)
+{
+    struct outbox_error err;
+
+    if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: database and broker unreachable for %.0f s, giving up:"
+                         " %s; %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message, sink_err->message);
+    else if (store == ATTEMPT_FAILED && (store_err->code == OUTBOX_ERR_BUSY ||
+                                         store_err->code == OUTBOX_ERR_TIMEOUT))
+        /* it answered, but a statement waited past its timeout: say what for */
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: database statements waited past their timeout for"
+                         " %.0f s (a lock on outbox.job held by another session?),"
+                         " giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message);
+    else if (store == ATTEMPT_FAILED && store_err->code == OUTBOX_ERR_CONFIG)
+        outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s", store_err->message);
+    else
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: %s unreachable for %.0f s, giving up: %s",
+                         store == ATTEMPT_FAILED ? "database" : "broker",
+                         ONCE_CONNECT_BUDGET_SECONDS,
+                         store == ATTEMPT_FAILED ? store_err->message : sink_err->message);
+    relay_set_fatal(r, &err);
+}
+
 /*
  * The one connect-with-backoff loop, for every thread and both ends.
  * Connects what is not connected (db's store when want_store, pipeline p's
@@ -206,6 +223,7 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
     relay *r = db->relay;
     double started = clock_monotonic_seconds();
 
+    backoff_reset(&db->reconnect);
     for (int attempt = 1; !relay_stopping(r); attempt++) {
         struct outbox_error store_err, sink_err;
         enum attempt_result store = ATTEMPT_CONNECTED, broker = ATTEMPT_CONNECTED;
@@ -225,34 +243,10 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
          */
         if (r->config->once && db != &r->maintenance.db &&
             clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
-            struct outbox_error err;
-
-            if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)
-                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
-                                 "--once: database and broker unreachable for %.0f s, giving up:"
-                                 " %s; %s",
-                                 ONCE_CONNECT_BUDGET_SECONDS, store_err.message, sink_err.message);
-            else if (store == ATTEMPT_FAILED && (store_err.code == OUTBOX_ERR_BUSY ||
-                                                 store_err.code == OUTBOX_ERR_TIMEOUT))
-                /* it answered, but a statement waited past its timeout: say what for */
-                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
-                                 "--once: database statements waited past their timeout for"
-                                 " %.0f s (a lock on outbox.job held by another session?),"
-                                 " giving up: %s",
-                                 ONCE_CONNECT_BUDGET_SECONDS, store_err.message);
-            else if (store == ATTEMPT_FAILED && store_err.code == OUTBOX_ERR_CONFIG)
-                outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s",
-                                 store_err.message);
-            else
-                outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
-                                 "--once: %s unreachable for %.0f s, giving up: %s",
-                                 store == ATTEMPT_FAILED ? "database" : "broker",
-                                 ONCE_CONNECT_BUDGET_SECONDS,
-                                 store == ATTEMPT_FAILED ? store_err.message : sink_err.message);
-            relay_set_fatal(r, &err);
+            give_up_once(r, store, broker, &store_err, &sink_err);
             return -1;
         }
-        relay_sleep_ms(r, next_backoff_ms(&db->seed, attempt));
+        wait_until(&r->stop, -1, clock_monotonic_seconds() + backoff_next(&db->reconnect));
     }
     return -1;
 }

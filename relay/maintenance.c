@@ -24,6 +24,7 @@
 #include "outbox.h"
 #include "relay_internal.h"
 #include "sink.h"
+#include "wait.h"
 
 /* Maintenance phases: how often each runs, and the bounds of one run. */
 #define REAP_EVERY_SECONDS 5.0
@@ -97,27 +98,27 @@ phase_reap(struct maintenance *m)
                       reaped.ready, reaped.dead);
         metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
         if (reaped.ready + reaped.dead < REAP_LIMIT) {
-            atomic_store(&r->reaped, 1);
+            wait_latch_set(&r->reaped);
             return PHASE_DONE;
         }
     }
     return PHASE_MORE;
 }
 
-/* Releases held rows whose key's head finished while they were being inserted. */
+/* release waiting: readies held rows whose key's head finished while they were being inserted. */
 static enum phase_result
 phase_release_waiting(struct maintenance *m)
 {
     struct outbox_error err;
-    size_t released = 0;
+    size_t readied = 0;
 
-    if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &released, &err) != 0) {
+    if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
         database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
-    if (released > 0)
+    if (readied > 0)
         log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
-                  released);
+                  readied);
     return PHASE_DONE;
 }
 
@@ -300,16 +301,13 @@ maintenance_run(void *arg)
         if (m->db.store == NULL)
             continue; /* reconnect; a whole pass starts over */
         whole = false;
-        /* wait for the next phase due */
+        /* wait for the next phase due, the stop, or the last pipeline to return */
         next = m->due[0];
         for (int i = 1; i < PHASE_COUNT; i++)
             if (m->due[i] < next)
                 next = m->due[i];
-        while (maintenance_goes_on(r) && clock_monotonic_seconds() < next) {
-            int ms = (int)((next - clock_monotonic_seconds()) * 1000) + 1;
-
-            usleep((useconds_t)(ms < WAIT_SLICE_MS ? ms : WAIT_SLICE_MS) * 1000);
-        }
+        if (maintenance_goes_on(r))
+            wait_until(&r->stop, r->pipelines_done.fd, next);
     }
 done:
     drop_store(&m->db);

@@ -26,41 +26,69 @@
 #include "outbox.h"
 #include "relay_internal.h"
 #include "sink.h"
+#include "wait.h"
 
 /* While rows keep coming, an empty claim waits at most this long before the next. */
 #define BUSY_POLL_MAX_MS 8
 #define BUSY_WINDOW_SECONDS 1.0
-/* Longest wait after a turn whose rows the still connected broker deferred. */
-#define DEFERRED_PAUSE_MAX_MS 2000
+/* The pause after a turn whose rows the still connected broker deferred: first and longest. */
+#define DEFERRED_PAUSE_FIRST_SECONDS 0.05
+#define DEFERRED_PAUSE_MAX_SECONDS 2.0
 /* The broker connection is serviced (heartbeats) at least this often when idle. */
 #define SINK_IDLE_EVERY_SECONDS 1.0
 
 /*
- * One turn of a pipeline. settlements[current] holds a claimed batch (empty
+ * A turn of a pipeline. settlements[current] holds a claimed batch (empty
  * on the first turn and after an outage), settlements[previous] the batch
  * before it, published but not yet marked. The marks of the previous batch
- * and the next claim go to the database ahead of their results, then the
- * current batch is published while the database works on them, then their
- * results are collected:
+ * and the next claim go to the database ahead of their results
+ * (turn_claim), then the current batch is published while the database
+ * works on them (publish_batch), then their results are collected
+ * (turn_settle):
  *
  *   database  | mark N-1, claim N+1 |              | mark N, claim N+2 | ...
  *   broker    | publish N ........  |              | publish N+1 ....  |
  *
  * Afterwards the slots swap: settlements[current] holds the new claim.
- * Returns true when that claim was made (even if it found nothing), false
- * when it was not (stopping, or the database failed).
  */
+struct turn {
+    bool marking;          /* the previous batch's marks were sent */
+    bool claiming;         /* the next claim was sent */
+    double next_claimed_at; /* taken before the claim was sent, so its lease began later */
+};
+
+/* What the turn's adaptive poll interval knows (see turn_wait). */
+struct idle {
+    int wait_ms;      /* the last wait; 0 after a turn with work */
+    double last_work; /* when a turn last had work */
+};
+
+/* connect: the database and the broker, settling what was in flight before a broker outage. */
 static bool
-relay_turn(struct pipeline *p, double *claimed_at)
+pipeline_connect(struct pipeline *p)
+{
+    if (p->db.store == NULL && connect_store(&p->db, false) != 0)
+        return false;
+    if (!sink_is_connected(p->sink)) {
+        /* published rows are marked and claimed ones given back before the outage */
+        settle_now(p, &p->settlements[!p->current]);
+        give_back(p, &p->settlements[p->current].batch);
+        if (connect_sink(p, false) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* claim: sends the previous batch's marks and the next claim ahead of their results. */
+static struct turn
+turn_claim(struct pipeline *p, double *claimed_at)
 {
     relay *r = p->relay;
     const struct relay_config *c = r->config;
     struct settlement *current = &p->settlements[p->current];
     struct settlement *previous = &p->settlements[!p->current];
-    struct outbox_batch next = {0};
+    struct turn t = {.next_claimed_at = clock_monotonic_seconds()};
     struct outbox_error err;
-    double next_claimed_at = clock_monotonic_seconds();
-    bool marking = false, claiming = false;
 
     /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
     if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
@@ -68,56 +96,47 @@ relay_turn(struct pipeline *p, double *claimed_at)
     /* the last round trip before the publish, so the least time passes after it */
     keep_held_rows(p, &current->batch, claimed_at);
     if (p->db.store != NULL && settlement_has_rows(previous))
-        marking = settle_send(p, previous) == 0;
+        t.marking = settle_send(p, previous) == 0;
     if (p->db.store != NULL && !relay_stopping(r)) {
         if (outbox_claim_send(p->db.store, (const char *const *)c->queues, c->queue_count,
                               c->batch_size, c->lease_seconds, &err) == 0)
-            claiming = true;
+            t.claiming = true;
         else
             store_failed(p, &err);
     }
-    publish_batch(p, current);
-    if (marking && p->db.store != NULL)
+    return t;
+}
+
+/*
+ * settle: collects the marks and the claim sent by turn_claim(), then swaps
+ * the slots. True when the claim was made (even if it found nothing), false
+ * when it was not (stopping, or the database failed).
+ */
+static bool
+turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
+{
+    relay *r = p->relay;
+    struct settlement *previous = &p->settlements[!p->current];
+    struct outbox_batch next = {0};
+    struct outbox_error err;
+
+    if (t->marking && p->db.store != NULL)
         settle_receive(p, previous);
-    if (claiming && p->db.store == NULL)
-        claiming = false; /* collecting the marks failed and dropped the connection */
-    if (claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
+    if (t->claiming && p->db.store == NULL)
+        t->claiming = false; /* collecting the marks failed and dropped the connection */
+    if (t->claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
         store_failed(p, &err);
-        claiming = false;
+        t->claiming = false;
     }
-    if (claiming)
+    if (t->claiming)
         metrics_add(r->metrics, METRICS_CLAIMS, 1);
     /* marks not confirmed above (the database failed) get one more try */
     settle_now(p, previous);
 
     previous->batch = next;
     p->current = !p->current;
-    *claimed_at = next_claimed_at;
-    return claiming;
-}
-
-/* Waits for work: a NOTIFY, or the adaptive poll interval. */
-static void
-wait_for_work(struct pipeline *p, int wait_ms)
-{
-    relay *r = p->relay;
-    struct outbox_error err;
-    bool notified = false;
-
-    while (wait_ms > 0 && !relay_stopping(r) && !notified) {
-        int slice = wait_ms < WAIT_SLICE_MS ? wait_ms : WAIT_SLICE_MS;
-
-        if (outbox_store_wait(p->db.store, slice, &notified, &err) != 0) {
-            store_failed(p, &err);
-            return;
-        }
-        wait_ms -= slice;
-    }
-    if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
-        p->last_sink_idle = clock_monotonic_seconds();
-        if (sink_idle(p->sink, &err) != 0)
-            broker_lost(p, &err);
-    }
+    *claimed_at = t->next_claimed_at;
+    return t->claiming;
 }
 
 /*
@@ -126,7 +145,7 @@ wait_for_work(struct pipeline *p, int wait_ms)
  * replicas acknowledge) gives up when no turn has published a row (or failed
  * one through its own fault) for ONCE_CONNECT_BUDGET_SECONDS, naming the
  * last cause.
- * True when it gave up (set_fatal done).
+ * True when it gave up (relay_set_fatal done).
  */
 static bool
 once_stalled(struct pipeline *p)
@@ -148,110 +167,139 @@ once_stalled(struct pipeline *p)
     return true;
 }
 
-/* --once: pipelines claim only after the maintenance thread reaped expired leases. */
-static void
-wait_for_first_reap(relay *r)
-{
-    while (!atomic_load(&r->reaped) && !relay_stopping(r))
-        usleep(10 * 1000);
-}
-
 /*
  * A broker that defers rows while it stays connected (Redis BUSY or
  * LOADING, a cluster slot nobody serves) would have them claimed again at
- * once: the pipeline waits 50 ms, doubling per turn that defers again, up
- * to DEFERRED_PAUSE_MAX_MS, before the next turn releases them and claims
- * (in that order, so the claim can take them again). A lost connection has
- * its own backoff in connect_sink().
+ * once: the pipeline pauses, the pause backing off per turn that defers
+ * again, before the next turn gives them back and claims (in that order,
+ * so the claim can take them again). A lost connection has its own backoff
+ * in connect_sink().
  */
 static void
 pause_after_deferral(struct pipeline *p)
 {
     const struct settlement *last = &p->settlements[!p->current];
 
-    if (last->released == 0 || !sink_is_connected(p->sink)) {
-        p->deferred_pause_ms = 0;
+    if (last->deferred == 0 || !sink_is_connected(p->sink)) {
+        backoff_reset(&p->deferral);
         return;
     }
-    p->deferred_pause_ms = p->deferred_pause_ms == 0 ? 50 : p->deferred_pause_ms * 2;
-    if (p->deferred_pause_ms > DEFERRED_PAUSE_MAX_MS)
-        p->deferred_pause_ms = DEFERRED_PAUSE_MAX_MS;
-    relay_sleep_ms(p->relay, p->deferred_pause_ms);
+    wait_until(&p->relay->stop, -1, clock_monotonic_seconds() + backoff_next(&p->deferral));
 }
 
+/*
+ * Waits for a NOTIFY on the LISTEN socket, the stop latch, or wait_ms,
+ * whichever comes first, then services an idle broker connection.
+ */
+static void
+wait_for_notify(struct pipeline *p, int wait_ms)
+{
+    double deadline = clock_monotonic_seconds() + wait_ms / 1000.0;
+    struct outbox_error err;
+    bool notified = false;
+
+    /* LISTEN before the first wait; a notification may have come with an earlier result */
+    if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
+        store_failed(p, &err);
+        return;
+    }
+    while (!notified && wait_until(&p->relay->stop, PQsocket(outbox_store_conn(p->db.store)),
+                                   deadline) == WAIT_READY) {
+        /* the socket is readable: read it; a notice or a status message is not a notification */
+        if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
+            store_failed(p, &err);
+            return;
+        }
+    }
+    if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
+        p->last_sink_idle = clock_monotonic_seconds();
+        if (sink_idle(p->sink, &err) != 0)
+            broker_lost(p, &err);
+    }
+}
+
+/*
+ * or wait: after a turn that found no work, waits for a NOTIFY or the
+ * adaptive poll interval: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
+ * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady stream
+ * must not cost its next rows a long sleep), and up to --poll-interval
+ * once the queue has been quiet for longer. A turn with work goes on at
+ * once. False when the pipeline is done (--once found no more work).
+ */
+static bool
+turn_wait(struct pipeline *p, struct idle *idle)
+{
+    const struct relay_config *c = p->relay->config;
+
+    if (p->settlements[p->current].batch.count > 0 ||
+        settlement_has_rows(&p->settlements[!p->current])) {
+        idle->wait_ms = 0;
+        idle->last_work = clock_monotonic_seconds();
+        return true;
+    }
+    outbox_batch_release_memory(&p->settlements[p->current].batch);
+    if (c->once)
+        return false;
+    idle->wait_ms = idle->wait_ms == 0 ? 1 : idle->wait_ms * 2;
+    if (clock_monotonic_seconds() - idle->last_work < BUSY_WINDOW_SECONDS &&
+        idle->wait_ms > BUSY_POLL_MAX_MS)
+        idle->wait_ms = BUSY_POLL_MAX_MS;
+    if (idle->wait_ms > c->poll_interval_ms)
+        idle->wait_ms = c->poll_interval_ms;
+    wait_for_notify(p, idle->wait_ms);
+    return true;
+}
+
+/* The first connect; with --once, claiming waits until the maintenance thread reaped expired leases. */
+static int
+pipeline_begin(struct pipeline *p)
+{
+    relay *r = p->relay;
+
+    p->deferral = backoff_make(DEFERRED_PAUSE_FIRST_SECONDS, DEFERRED_PAUSE_MAX_SECONDS,
+                               p->db.seed ^ 0x5bd1e995u);
+    if (connect_ends(&p->db, p, true, true, true) != 0)
+        return -1;
+    if (r->config->once)
+        wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);
+    p->progress_at = clock_monotonic_seconds();
+    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
+    return 0;
+}
+
+/* The loop of the pipeline: connect, claim or wait, publish, settle. */
 void *
 pipeline_run(void *arg)
 {
     struct pipeline *p = arg;
     relay *r = p->relay;
-    const struct relay_config *c = r->config;
-    int idle_ms = 0;
-    double last_work = 0, claimed_at = 0;
+    struct idle idle = {0};
+    double claimed_at = 0;
 
-    if (connect_ends(&p->db, p, true, true, true) != 0)
-        goto done;
-    if (c->once)
-        wait_for_first_reap(r);
-    p->progress_at = clock_monotonic_seconds();
-    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
+    if (pipeline_begin(p) == 0) {
+        while (!relay_stopping(r) && !once_stalled(p) && pipeline_connect(p)) {
+            struct turn t;
 
-    while (!relay_stopping(r)) {
-        const struct settlement *current, *previous;
-
-        if (once_stalled(p))
-            break;
-        /* connect */
-        if (p->db.store == NULL && connect_store(&p->db, false) != 0)
-            break;
-        if (!sink_is_connected(p->sink)) {
-            /* published rows are marked and claimed ones handed back before the outage */
-            settle_now(p, &p->settlements[!p->current]);
-            give_back(p, &p->settlements[p->current].batch);
-            if (connect_sink(p, false) != 0)
+            metrics_loop_turned(r->metrics);
+            t = turn_claim(p, &claimed_at);
+            publish_batch(p, &p->settlements[p->current]);
+            if (!turn_settle(p, &t, &claimed_at))
+                continue; /* no claim made: reconnect, or stop */
+            /* the batch just published, not marked yet: some of its rows went out (or failed) */
+            if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
+                p->progress_at = clock_monotonic_seconds();
+            pause_after_deferral(p);
+            if (!turn_wait(p, &idle))
                 break;
         }
-        metrics_loop_turned(r->metrics);
-
-        /* turn: publish the current batch, mark the previous one, claim the next */
-        if (!relay_turn(p, &claimed_at))
-            continue; /* no claim made: reconnect, or stop */
-        /* the batch just published, not marked yet: some of its rows went out (or failed) */
-        if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
-            p->progress_at = clock_monotonic_seconds();
-        pause_after_deferral(p);
-        current = &p->settlements[p->current];
-        previous = &p->settlements[!p->current];
-        if (current->batch.count > 0 || settlement_has_rows(previous)) {
-            idle_ms = 0;
-            last_work = clock_monotonic_seconds();
-            continue;
-        }
-
-        /* or wait */
-        outbox_batch_release_memory(&p->settlements[p->current].batch);
-        if (c->once)
-            break;
-        /*
-         * Adaptive polling: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
-         * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady
-         * stream must not cost its next rows a long sleep), and up to
-         * --poll-interval once the queue has been quiet for longer.
-         */
-        idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
-        if (clock_monotonic_seconds() - last_work < BUSY_WINDOW_SECONDS && idle_ms > BUSY_POLL_MAX_MS)
-            idle_ms = BUSY_POLL_MAX_MS;
-        if (idle_ms > c->poll_interval_ms)
-            idle_ms = c->poll_interval_ms;
-        wait_for_work(p, idle_ms);
+        /* the last published batch is marked; a claim made for the next turn goes back */
+        settle_now(p, &p->settlements[!p->current]);
+        give_back(p, &p->settlements[p->current].batch);
     }
-    /* the last published batch is marked; a claim made for the next turn goes back */
-    settle_now(p, &p->settlements[!p->current]);
-    give_back(p, &p->settlements[p->current].batch);
-
-done:
     broker_close(p);
     drop_store(&p->db);
-    atomic_fetch_sub(&r->pipelines_running, 1);
+    if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
+        wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
     relay_thread_returned(r);
     return NULL;
 }

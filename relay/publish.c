@@ -233,7 +233,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
-    size_t accepted = 0, failed = 0, timed = 0, released = 0;
+    size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
     const char *deferred_reason = "";
     struct outbox_error err;
     double started, finished, wall;
@@ -279,27 +279,27 @@ publish_batch(struct pipeline *p, struct settlement *st)
             st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
             metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
         } else if (st->outcomes[i].status == SINK_DEFERRED) {
-            if (released == 0)
+            if (deferred == 0)
                 deferred_reason = st->outcomes[i].reason;
-            st->releases[released++] = (struct outbox_lease){job->job_id, job->generation};
+            st->deferred_leases[deferred++] = (struct outbox_lease){job->job_id, job->generation};
         } else {
             st->failure_queues[failed] = job->queue;
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    if (released > 0) {
+    if (deferred > 0) {
         unsigned long repeats;
 
         outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
         if (cause_log_due(&p->deferred_log, deferred_reason, &repeats))
             log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
-                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, released,
+                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, deferred,
                       deferred_reason, repeats);
     }
     /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
-    metrics_set_broker_held(r->metrics, accepted == 0 && released > 0 ? deferred_reason : NULL);
+    metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     st->accepted = accepted;
     st->failed = failed;
-    st->released = released;
+    st->deferred = deferred;
 }

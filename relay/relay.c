@@ -25,6 +25,7 @@
 #include "outbox.h"
 #include "relay_internal.h"
 #include "sink.h"
+#include "wait.h"
 
 #include <uuid/uuid.h>
 
@@ -32,18 +33,6 @@ bool
 relay_stopping(const relay *r)
 {
     return atomic_load(&r->stopping) || atomic_load(&r->fatal);
-}
-
-/* Sleeps up to ms in slices, returning early when the relay stops. */
-void
-relay_sleep_ms(relay *r, int ms)
-{
-    while (ms > 0 && !relay_stopping(r)) {
-        int slice = ms < WAIT_SLICE_MS ? ms : WAIT_SLICE_MS;
-
-        usleep((useconds_t)slice * 1000);
-        ms -= slice;
-    }
 }
 
 /* Records the first fatal error and stops every pipeline. */
@@ -56,6 +45,7 @@ relay_set_fatal(relay *r, const struct outbox_error *err)
         atomic_store(&r->fatal, 1);
     }
     pthread_mutex_unlock(&r->fatal_lock);
+    wait_latch_set(&r->stop);
 }
 
 /* Called by each thread as it returns; the last one tells the caller. */
@@ -94,6 +84,17 @@ pipeline_clear(struct pipeline *p)
     settlement_free(&p->settlements[1]);
 }
 
+/* The latches every wait of the relay's threads ends on (wait.h). */
+static int
+open_latches(relay *r, struct outbox_error *err)
+{
+    r->stop.fd = r->reaped.fd = r->pipelines_done.fd = -1;
+    if (wait_latch_open(&r->stop, err) != 0 || wait_latch_open(&r->reaped, err) != 0 ||
+        wait_latch_open(&r->pipelines_done, err) != 0)
+        return -1;
+    return 0;
+}
+
 relay *
 relay_new(const struct relay_config *config, struct metrics *m, struct outbox_error *err)
 {
@@ -107,9 +108,13 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     r->config = config;
     r->metrics = m;
     pthread_mutex_init(&r->fatal_lock, NULL);
+    if (open_latches(r, err) != 0)
+        goto fail;
     make_worker_prefix(r->worker_prefix, sizeof(r->worker_prefix));
     r->maintenance.db.relay = r;
     r->maintenance.db.seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x9e3779b9u;
+    r->maintenance.db.reconnect = backoff_make(RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS,
+                                               r->maintenance.db.seed);
     snprintf(r->maintenance.db.worker_id, sizeof(r->maintenance.db.worker_id), "%s/maintenance",
              r->worker_prefix);
     snprintf(r->maintenance.db.who, sizeof(r->maintenance.db.who), "thread=maintenance");
@@ -129,6 +134,8 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         p->index = i;
         p->db.relay = r;
         p->db.seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
+        p->db.reconnect =
+            backoff_make(RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS, p->db.seed ^ 0x85ebca6bu);
         snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
         snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
         p->sink = sink_new(&options, err);
@@ -173,6 +180,9 @@ relay_free(relay *r)
         pipeline_clear(&r->pipelines[i]);
     free(r->pipelines);
     outbox_store_free(r->maintenance.db.store);
+    wait_latch_close(&r->stop);
+    wait_latch_close(&r->reaped);
+    wait_latch_close(&r->pipelines_done);
     pthread_mutex_destroy(&r->fatal_lock);
     free(r);
 }
@@ -302,6 +312,7 @@ void
 relay_stop(relay *r)
 {
     atomic_store(&r->stopping, 1);
+    wait_latch_set(&r->stop);
 }
 
 bool

@@ -7,7 +7,8 @@
  * made and dropped in ends.c only; a batch's marks are kept in a settlement
  * (settle.c) until the database confirmed them. relay.c starts and stops
  * them all. A thread stops at relay_stopping(), set by relay_stop() or by
- * the first fatal error.
+ * the first fatal error, which also sets the stop latch that ends every
+ * wait (wait.h) at once.
  */
 #ifndef OUTBOX_RELAY_INTERNAL_H
 #define OUTBOX_RELAY_INTERNAL_H
@@ -16,13 +17,16 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "backoff.h"
 #include "cause_log.h"
 #include "outbox.h"
 #include "relay.h"
 #include "sink.h"
+#include "wait.h"
 
-/* Threads check the stop flag at least this often while waiting. */
-#define WAIT_SLICE_MS 100
+/* Reconnect backoff (connect_ends): from the first to the longest wait. */
+#define RECONNECT_FIRST_SECONDS 0.2
+#define RECONNECT_MAX_SECONDS 10.0
 /* --once gives up on an end it cannot reach, or a pipeline that moves no row, after this long. */
 #define ONCE_CONNECT_BUDGET_SECONDS 10.0
 
@@ -31,7 +35,7 @@
  * by outcome until the database has marked them: accepted rows are
  * completed, rows that failed through their own fault are failed (an
  * attempt spent), deferred rows (broker connection or channel lost, broker
- * busy: nobody's fault) are released with their attempt handed back. Queue
+ * busy: nobody's fault) are given back, their attempt not spent. Queue
  * names point into the batch, error texts into the outcomes, so both live
  * as long as the settlement.
  */
@@ -44,8 +48,8 @@ struct settlement {
     struct outbox_failure *failures; /* rejected or failed rows */
     const char **failure_queues;
     size_t failed;                 /* rows in failures[] not marked yet */
-    struct outbox_lease *releases; /* deferred rows */
-    size_t released;               /* rows in releases[] not given back yet */
+    struct outbox_lease *deferred_leases; /* deferred rows */
+    size_t deferred;                      /* rows in deferred_leases[] not given back yet */
     size_t published; /* rows published, counted in flight until the settlement is cleared */
     bool *done;
     bool *dead;
@@ -60,7 +64,8 @@ struct database {
     outbox_store *store; /* NULL while disconnected */
     char worker_id[192];
     char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
-    unsigned int seed; /* reconnect jitter, and a pipeline's retry jitter */
+    unsigned int seed; /* a pipeline's row retry jitter */
+    struct backoff reconnect;
     struct cause_log connect_log, error_log;
 };
 
@@ -86,7 +91,7 @@ struct pipeline {
     struct settlement settlements[2];
     int current;
 
-    int deferred_pause_ms; /* see pause_after_deferral() */
+    struct backoff deferral; /* see pause_after_deferral() */
     double last_sink_idle;
     struct cause_log deferred_log;
     int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
@@ -123,7 +128,9 @@ struct relay {
     atomic_int stopping;
     atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
     atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
-    atomic_int reaped;            /* the maintenance thread reaped once (--once waits for it) */
+    struct wait_latch stop;           /* set by relay_stop() and the first fatal error */
+    struct wait_latch reaped;         /* the maintenance thread reaped once (--once waits for it) */
+    struct wait_latch pipelines_done; /* the last pipeline returned: maintenance ends */
     void (*finished)(void *arg);  /* called by the last thread to return */
     void *finished_arg;
     atomic_int fatal;
@@ -135,8 +142,6 @@ struct relay {
 
 /* True once relay_stop() was called or a thread met a fatal error. */
 bool relay_stopping(const relay *r);
-/* Sleeps up to ms, returning early when the relay stops. */
-void relay_sleep_ms(relay *r, int ms);
 /* Records the first fatal error; every thread stops. */
 void relay_set_fatal(relay *r, const struct outbox_error *err);
 /* Called by each thread as it returns; the last one tells relay_start's caller. */

@@ -28,7 +28,7 @@
 bool
 settlement_has_rows(const struct settlement *st)
 {
-    return st->accepted + st->failed + st->released > 0;
+    return st->accepted + st->failed + st->deferred > 0;
 }
 
 /*
@@ -129,13 +129,13 @@ record_failed(struct pipeline *p, const struct settlement *st, size_t changed)
 
 /* Records what giving the deferred rows back changed. */
 static void
-record_released(struct pipeline *p, const struct settlement *st, size_t changed)
+record_given_back(struct pipeline *p, const struct settlement *st, size_t changed)
 {
     relay *r = p->relay;
 
     metrics_add(r->metrics, METRICS_ROWS_RELEASED, changed);
-    if (changed < st->released)
-        metrics_add(r->metrics, METRICS_LEASE_LOST, st->released - changed);
+    if (changed < st->deferred)
+        metrics_add(r->metrics, METRICS_LEASE_LOST, st->deferred - changed);
 }
 
 /* Forgets a settled (or abandoned) batch. */
@@ -143,12 +143,12 @@ void
 settlement_clear(struct pipeline *p, struct settlement *st)
 {
     metrics_add_in_flight(p->relay->metrics, -(int64_t)st->published);
-    st->accepted = st->failed = st->released = st->published = 0;
+    st->accepted = st->failed = st->deferred = st->published = 0;
     outbox_batch_release_memory(&st->batch);
 }
 
 /*
- * Sends the marks of a published batch (complete, fail, then release) ahead
+ * Sends the marks of a published batch (complete, fail, then give back) ahead
  * of their results. Returns 0, or -1 after dropping the store.
  */
 int
@@ -158,7 +158,7 @@ settle_send(struct pipeline *p, const struct settlement *st)
 
     if (outbox_complete_send(p->db.store, st->leases, st->accepted, &err) != 0 ||
         outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0 ||
-        outbox_release_send(p->db.store, st->releases, st->released, &err) != 0) {
+        outbox_release_send(p->db.store, st->deferred_leases, st->deferred, &err) != 0) {
         store_failed(p, &err);
         return -1;
     }
@@ -189,13 +189,13 @@ settle_receive(struct pipeline *p, struct settlement *st)
     }
     record_failed(p, st, changed);
     st->failed = 0;
-    if (outbox_release_receive(p->db.store, st->releases, st->released, st->done, &changed, &err) !=
+    if (outbox_release_receive(p->db.store, st->deferred_leases, st->deferred, st->done, &changed, &err) !=
         0) {
         store_failed(p, &err);
         return;
     }
-    record_released(p, st, changed);
-    st->released = 0;
+    record_given_back(p, st, changed);
+    st->deferred = 0;
 }
 
 /*
@@ -224,7 +224,7 @@ settlement_free(struct settlement *st)
     free(st->lease_queues);
     free(st->failures);
     free(st->failure_queues);
-    free(st->releases);
+    free(st->deferred_leases);
     free(st->done);
     free(st->dead);
 }
@@ -237,11 +237,11 @@ settlement_init(struct settlement *st, size_t n)
     st->lease_queues = calloc(n, sizeof(*st->lease_queues));
     st->failures = calloc(n, sizeof(*st->failures));
     st->failure_queues = calloc(n, sizeof(*st->failure_queues));
-    st->releases = calloc(n, sizeof(*st->releases));
+    st->deferred_leases = calloc(n, sizeof(*st->deferred_leases));
     st->done = calloc(n, sizeof(*st->done));
     st->dead = calloc(n, sizeof(*st->dead));
     return st->outcomes && st->leases && st->lease_queues && st->failures && st->failure_queues &&
-                   st->releases && st->done && st->dead
+                   st->deferred_leases && st->done && st->dead
                ? 0
                : -1;
 }
