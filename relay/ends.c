@@ -177,7 +177,7 @@ broker_close(struct pipeline *p)
     sink_disconnect(p->sink);
 }
 
-/* --once: an end stayed unreachable for ONCE_CONNECT_BUDGET_SECONDS; stops the relay, saying why. */
+/* --once: an end stayed unreachable for ONCE_CONNECT_BUDGET_SECONDS; stops the relay with why. */
 static void
 give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
              const struct outbox_error *store_err, const struct outbox_error *sink_err)

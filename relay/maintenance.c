@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buffer.h"
 #include "cause_log.h"
 #include "clock.h"
 #include "error.h"
@@ -54,15 +55,12 @@ record_backlog(void *arg, const struct outbox_backlog *backlog)
 {
     struct samples *s = arg;
 
-    if (s->count == s->capacity) {
-        size_t capacity = s->capacity ? s->capacity * 2 : 16;
-        struct metrics_queue_sample *items = realloc(s->items, capacity * sizeof(*items));
+    struct metrics_queue_sample *items =
+        array_grow(s->items, &s->capacity, s->count, sizeof(*items));
 
-        if (items == NULL)
-            return; /* a sample short of a queue only leaves its gauge at 0 */
-        s->items = items;
-        s->capacity = capacity;
-    }
+    if (items == NULL)
+        return; /* a sample short of a queue only leaves its gauge at 0 */
+    s->items = items;
     s->items[s->count].queue = strdup(backlog->queue);
     if (s->items[s->count].queue == NULL)
         return;

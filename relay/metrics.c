@@ -186,19 +186,15 @@ note_folded(struct metrics *m, const char *queue)
 {
     bool found;
     size_t at = sorted_position(m->folded, sizeof(*m->folded), m->folded_count, queue, &found);
+    char **grown;
     char *copy;
 
     if (found)
         return;
-    if (m->folded_count == m->folded_capacity) {
-        size_t capacity = m->folded_capacity ? m->folded_capacity * 2 : 16;
-        char **grown = realloc(m->folded, capacity * sizeof(*grown));
-
-        if (grown == NULL)
-            return;
-        m->folded = grown;
-        m->folded_capacity = capacity;
-    }
+    grown = array_grow(m->folded, &m->folded_capacity, m->folded_count, sizeof(*m->folded));
+    if (grown == NULL)
+        return;
+    m->folded = grown;
     copy = strdup(queue);
     if (copy == NULL)
         return;
@@ -236,7 +232,7 @@ static struct queue_series *
 series_find_or_add(struct metrics *m, const char *queue)
 {
     size_t low = 0, high = m->queue_count;
-    struct queue_series *series;
+    struct queue_series *series, *grown;
 
     while (low < high) {
         size_t mid = low + (high - low) / 2;
@@ -249,15 +245,10 @@ series_find_or_add(struct metrics *m, const char *queue)
         else
             high = mid;
     }
-    if (m->queue_count == m->queue_capacity) {
-        size_t capacity = m->queue_capacity ? m->queue_capacity * 2 : 8;
-        struct queue_series *grown = realloc(m->queues, capacity * sizeof(*grown));
-
-        if (grown == NULL)
-            return NULL;
-        m->queues = grown;
-        m->queue_capacity = capacity;
-    }
+    grown = array_grow(m->queues, &m->queue_capacity, m->queue_count, sizeof(*m->queues));
+    if (grown == NULL)
+        return NULL;
+    m->queues = grown;
     series = &m->queues[low];
     memmove(series + 1, series, (m->queue_count - low) * sizeof(*series));
     memset(series, 0, sizeof(*series));

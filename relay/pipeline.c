@@ -250,7 +250,7 @@ turn_wait(struct pipeline *p, struct idle *idle)
     return true;
 }
 
-/* The first connect; with --once, claiming waits until the maintenance thread reaped expired leases. */
+/* The first connect; with --once, claims wait for the maintenance thread to reap expired leases. */
 static int
 pipeline_begin(struct pipeline *p)
 {

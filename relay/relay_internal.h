@@ -149,7 +149,8 @@ void relay_thread_returned(relay *r);
 
 /* ends.c: connecting, losing and closing a thread's database and broker */
 
-int connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first);
+int connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink,
+                 bool first);
 int connect_store(struct database *db, bool first);
 int connect_sink(struct pipeline *p, bool first);
 void drop_store(struct database *db);

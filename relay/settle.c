@@ -189,8 +189,8 @@ settle_receive(struct pipeline *p, struct settlement *st)
     }
     record_failed(p, st, changed);
     st->failed = 0;
-    if (outbox_release_receive(p->db.store, st->deferred_leases, st->deferred, st->done, &changed, &err) !=
-        0) {
+    if (outbox_release_receive(p->db.store, st->deferred_leases, st->deferred, st->done, &changed,
+                               &err) != 0) {
         store_failed(p, &err);
         return;
     }
