@@ -197,14 +197,20 @@ wait_for_notify(struct pipeline *p, int wait_ms)
     double deadline = clock_monotonic_seconds() + wait_ms / 1000.0;
     struct outbox_error err;
     bool notified = false;
+    int fd;
 
     /* LISTEN before the first wait; a notification may have come with an earlier result */
     if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
         store_failed(p, &err);
         return;
     }
-    while (!notified && wait_until(&p->relay->stop, PQsocket(outbox_store_conn(p->db.store)),
-                                   deadline) == WAIT_READY) {
+    fd = PQsocket(outbox_store_conn(p->db.store));
+    if (fd < 0) {
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "database connection is closed");
+        store_failed(p, &err);
+        return;
+    }
+    while (!notified && wait_until(&p->relay->stop, fd, deadline) == WAIT_READY) {
         /* the socket is readable: read it; a notice or a status message is not a notification */
         if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
             store_failed(p, &err);
