@@ -186,19 +186,15 @@ note_folded(struct metrics *m, const char *queue)
 {
     bool found;
     size_t at = sorted_position(m->folded, sizeof(*m->folded), m->folded_count, queue, &found);
+    char **grown;
     char *copy;
 
     if (found)
         return;
-    if (m->folded_count == m->folded_capacity) {
-        size_t capacity = m->folded_capacity ? m->folded_capacity * 2 : 16;
-        char **grown = realloc(m->folded, capacity * sizeof(*grown));
-
-        if (grown == NULL)
-            return;
-        m->folded = grown;
-        m->folded_capacity = capacity;
-    }
+    grown = array_grow(m->folded, &m->folded_capacity, m->folded_count, sizeof(*m->folded));
+    if (grown == NULL)
+        return;
+    m->folded = grown;
     copy = strdup(queue);
     if (copy == NULL)
         return;
@@ -236,7 +232,7 @@ static struct queue_series *
 series_find_or_add(struct metrics *m, const char *queue)
 {
     size_t low = 0, high = m->queue_count;
-    struct queue_series *series;
+    struct queue_series *series, *grown;
 
     while (low < high) {
         size_t mid = low + (high - low) / 2;
@@ -249,15 +245,10 @@ series_find_or_add(struct metrics *m, const char *queue)
         else
             high = mid;
     }
-    if (m->queue_count == m->queue_capacity) {
-        size_t capacity = m->queue_capacity ? m->queue_capacity * 2 : 8;
-        struct queue_series *grown = realloc(m->queues, capacity * sizeof(*grown));
-
-        if (grown == NULL)
-            return NULL;
-        m->queues = grown;
-        m->queue_capacity = capacity;
-    }
+    grown = array_grow(m->queues, &m->queue_capacity, m->queue_count, sizeof(*m->queues));
+    if (grown == NULL)
+        return NULL;
+    m->queues = grown;
     series = &m->queues[low];
     memmove(series + 1, series, (m->queue_count - low) * sizeof(*series));
     memset(series, 0, sizeof(*series));
@@ -692,6 +683,68 @@ render_table_gauges(struct buffer *o, const struct metrics *m)
                  t->oldest_succeeded_past_retention_seconds);
 }
 
+/* The counters: per queue, relay-wide, reconnects by target. */
+static void
+render_counters(struct buffer *o, const struct metrics *m)
+{
+    for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
+        out_header(o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
+        for (size_t q = 0; q < m->queue_count; q++) {
+            buffer_puts(o, queue_counter_info[c].name);
+            out_labels(o, m, "queue", m->queues[q].name);
+            buffer_printf(o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
+        }
+    }
+    for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
+        out_header(o, counter_info[c].name, counter_info[c].help, "counter");
+        buffer_puts(o, counter_info[c].name);
+        out_labels(o, m, NULL, NULL);
+        buffer_printf(o, " %llu\n", (unsigned long long)m->counters[c]);
+    }
+    out_header(o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
+               "counter");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        buffer_puts(o, "outbox_reconnects_total");
+        out_labels(o, m, "target", target_names[t]);
+        buffer_printf(o, " %llu\n", (unsigned long long)m->reconnects[t]);
+    }
+}
+
+/* The backlog gauges of each queue, from the last sample. */
+static void
+render_queue_gauges(struct buffer *o, const struct metrics *m)
+{
+    out_header(o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_ready_rows");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %lld\n", (long long)m->queues[q].ready_rows);
+    }
+    out_header(o, "outbox_oldest_ready_age_seconds",
+               "Age of the oldest ready row per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_oldest_ready_age_seconds");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_puts(o, " ");
+        out_double(o, m->queues[q].oldest_ready_age_seconds);
+        buffer_puts(o, "\n");
+    }
+    out_header(o, "outbox_queue_paused",
+               "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_queue_paused");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %d\n", m->queues[q].paused ? 1 : 0);
+    }
+    out_header(o, "outbox_queue_paused_keys",
+               "Ordering keys of the queue paused at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_queue_paused_keys");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %lld\n", (long long)m->queues[q].paused_keys);
+    }
+}
+
 char *
 metrics_render(struct metrics *m, size_t *length)
 {
@@ -701,63 +754,14 @@ metrics_render(struct metrics *m, size_t *length)
         return NULL;
     pthread_mutex_lock(&m->lock);
 
-    for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
-        out_header(&o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
-        for (size_t q = 0; q < m->queue_count; q++) {
-            buffer_puts(&o, queue_counter_info[c].name);
-            out_labels(&o, m, "queue", m->queues[q].name);
-            buffer_printf(&o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
-        }
-    }
-    for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
-        out_header(&o, counter_info[c].name, counter_info[c].help, "counter");
-        buffer_puts(&o, counter_info[c].name);
-        out_labels(&o, m, NULL, NULL);
-        buffer_printf(&o, " %llu\n", (unsigned long long)m->counters[c]);
-    }
-    out_header(&o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
-               "counter");
-    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        buffer_puts(&o, "outbox_reconnects_total");
-        out_labels(&o, m, "target", target_names[t]);
-        buffer_printf(&o, " %llu\n", (unsigned long long)m->reconnects[t]);
-    }
-
+    render_counters(&o, m);
     out_header(&o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
                "gauge");
     buffer_puts(&o, "outbox_rows_in_flight");
     out_labels(&o, m, NULL, NULL);
     buffer_printf(&o, " %lld\n", (long long)m->in_flight);
 
-    out_header(&o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_ready_rows");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %lld\n", (long long)m->queues[q].ready_rows);
-    }
-    out_header(&o, "outbox_oldest_ready_age_seconds",
-               "Age of the oldest ready row per queue at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_oldest_ready_age_seconds");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_puts(&o, " ");
-        out_double(&o, m->queues[q].oldest_ready_age_seconds);
-        buffer_puts(&o, "\n");
-    }
-    out_header(&o, "outbox_queue_paused",
-               "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_queue_paused");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %d\n", m->queues[q].paused ? 1 : 0);
-    }
-    out_header(&o, "outbox_queue_paused_keys",
-               "Ordering keys of the queue paused at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_queue_paused_keys");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
-    }
+    render_queue_gauges(&o, m);
     render_table_gauges(&o, m);
     out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
                "gauge");

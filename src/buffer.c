@@ -4,6 +4,7 @@
 #include "buffer.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,4 +85,20 @@ buffer_clear(struct buffer *b)
 {
     free(b->data);
     memset(b, 0, sizeof(*b));
+}
+
+void *
+array_grow(void *items, size_t *capacity, size_t count, size_t size)
+{
+    size_t slots = *capacity ? *capacity * 2 : 16;
+    void *grown;
+
+    if (count < *capacity)
+        return items;
+    if (slots > SIZE_MAX / size)
+        return NULL;
+    grown = realloc(items, slots * size);
+    if (grown != NULL)
+        *capacity = slots;
+    return grown;
 }

@@ -22,3 +22,15 @@ clock_monotonic_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+struct timeval
+timeval_from_ms(int64_t ms)
+{
+    struct timeval tv;
+
+    if (ms < 0)
+        ms = 0;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000 * 1000);
+    return tv;
+}

@@ -181,7 +181,6 @@ int outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
 
 /* The underlying connection, e.g. for LISTEN and poll() on its socket. */
 PGconn *outbox_store_conn(outbox_store *store);
-const char *outbox_store_worker_id(const outbox_store *store);
 
 /*
  * Ordering-key policy for claims: false (default) lets a dead head stop

@@ -1029,12 +1029,6 @@ outbox_store_conn(outbox_store *store)
     return store->conn;
 }
 
-const char *
-outbox_store_worker_id(const outbox_store *store)
-{
-    return store->worker_id;
-}
-
 void
 outbox_store_set_block_on_dead_head(outbox_store *store, bool block)
 {

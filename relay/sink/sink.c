@@ -228,9 +228,9 @@ sink_target(const sink *s)
 
 /* After a lost connection the next connect starts at the following endpoint. */
 static void
-next_endpoint_if_lost(sink *s, bool was_connected)
+next_endpoint_if_lost(sink *s)
 {
-    if (was_connected && !s->connected && sink_endpoint_count(s) > 1)
+    if (!s->connected && sink_endpoint_count(s) > 1)
         s->endpoint = (s->endpoint + 1) % s->url.endpoint_count;
 }
 
@@ -307,7 +307,7 @@ sink_publish(sink *s, const struct sink_message *messages, size_t count,
                                 s->type->kind);
     }
     rc = s->ops->publish(s, messages, count, outcomes, err);
-    next_endpoint_if_lost(s, true);
+    next_endpoint_if_lost(s);
     return rc;
 }
 
@@ -340,7 +340,7 @@ sink_idle(sink *s, struct outbox_error *err)
     if (!s->connected)
         return 0;
     rc = s->ops->idle(s, err);
-    next_endpoint_if_lost(s, true);
+    next_endpoint_if_lost(s);
     return rc;
 }
 

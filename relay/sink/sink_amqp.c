@@ -119,18 +119,6 @@ enum frame_result {
     FRAME_CONNECTION_LOST /* err filled; the caller tears down */
 };
 
-static struct timeval
-timeval_from_ms(int64_t ms)
-{
-    struct timeval tv;
-
-    if (ms < 0)
-        ms = 0;
-    tv.tv_sec = (time_t)(ms / 1000);
-    tv.tv_usec = (suseconds_t)(ms % 1000 * 1000);
-    return tv;
-}
-
 /* Forgets which exchanges exist (new connection, or the channel was closed). */
 static void
 forget_exchanges(struct sink_amqp *impl)

@@ -221,16 +221,6 @@ struct sink_redis {
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static struct timeval
-timeval_from_ms(int ms)
-{
-    struct timeval tv;
-
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
-}
-
 /*
  * Copies a Redis error text for a message: the first line, without the
  * " script: <sha>, on @user_script:N." tail that Redis 7 adds to errors

@@ -11,6 +11,12 @@ systemd prometheus lintian dpkg-dev curl jq
 chromium nodejs npm libnats-dev nats-server openssl
 librdkafka-dev maven openjdk-17-jre-headless"
 
+# A Node.js installed another way (NodeSource's nodejs bundles npm and conflicts with
+# Debian's npm) serves the browser test as well.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    PACKAGES=$(echo $PACKAGES | tr ' ' '\n' | grep -vx 'nodejs\|npm' | tr '\n' ' ')
+fi
+
 if [ "${1:-}" = "--list" ]; then
     echo $PACKAGES
     exit 0

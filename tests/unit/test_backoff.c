@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "backoff.h"
 #include "outbox.h"
 
 static void
@@ -50,6 +51,47 @@ test_out_of_range_inputs(void **state)
     assert_true(outbox_backoff_seconds(1, 1, 300, 7.0) <= 1.0);
 }
 
+/* The backoff object: doubling steps from initial to max, each delay jittered within its step. */
+static void
+test_object_doubles_to_max_with_jitter(void **state)
+{
+    struct backoff b = backoff_make(0.2, 1.0, 42);
+    const double steps[] = {0.2, 0.4, 0.8, 1.0, 1.0};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        double d = backoff_next(&b);
+
+        assert_true(d >= steps[i] / 2 && d <= steps[i]);
+    }
+}
+
+static void
+test_object_reset_starts_over(void **state)
+{
+    struct backoff b = backoff_make(0.05, 2.0, 7);
+
+    (void)state;
+    for (int i = 0; i < 10; i++)
+        backoff_next(&b);
+    backoff_reset(&b);
+    double d = backoff_next(&b);
+    assert_true(d >= 0.025 && d <= 0.05);
+}
+
+/* Two backoffs seeded differently do not wait in lockstep. */
+static void
+test_object_jitter_differs_by_seed(void **state)
+{
+    struct backoff a = backoff_make(1, 300, 1), b = backoff_make(1, 300, 2);
+    int same = 0;
+
+    (void)state;
+    for (int i = 0; i < 8; i++)
+        same += backoff_next(&a) == backoff_next(&b);
+    assert_true(same < 8);
+}
+
 int
 main(void)
 {
@@ -58,6 +100,9 @@ main(void)
         cmocka_unit_test(test_capped),
         cmocka_unit_test(test_jitter_keeps_at_least_half),
         cmocka_unit_test(test_out_of_range_inputs),
+        cmocka_unit_test(test_object_doubles_to_max_with_jitter),
+        cmocka_unit_test(test_object_reset_starts_over),
+        cmocka_unit_test(test_object_jitter_differs_by_seed),
     };
 
     return cmocka_run_group_tests_name("backoff", tests, NULL, NULL);

@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "buffer.h"
@@ -61,6 +63,42 @@ test_failed_stays_failed(void **state)
     assert_int_equal(b.len, 0);
 }
 
+/* array_grow: room for every item appended, the items kept across reallocations. */
+static void
+test_array_grows_and_keeps_items(void **state)
+{
+    long *items = NULL;
+    size_t count = 0, capacity = 0;
+
+    (void)state;
+    for (long i = 0; i < 1000; i++) {
+        long *grown = array_grow(items, &capacity, count, sizeof(*items));
+
+        assert_non_null(grown);
+        items = grown;
+        assert_true(capacity > count);
+        items[count++] = i;
+    }
+    for (size_t i = 0; i < count; i++)
+        assert_int_equal(items[i], (long)i);
+    /* with room left the array is not moved */
+    if (count < capacity)
+        assert_ptr_equal(array_grow(items, &capacity, count, sizeof(*items)), items);
+    free(items);
+}
+
+/* A size whose doubling would overflow is refused, the array and capacity untouched. */
+static void
+test_array_refuses_overflow(void **state)
+{
+    char one[1];
+    size_t capacity = 1;
+
+    (void)state;
+    assert_null(array_grow(one, &capacity, 1, SIZE_MAX / 2 + 1));
+    assert_int_equal(capacity, 1);
+}
+
 int
 main(void)
 {
@@ -68,6 +106,8 @@ main(void)
         cmocka_unit_test(test_appends_and_terminates),
         cmocka_unit_test(test_grows_past_any_first_size),
         cmocka_unit_test(test_failed_stays_failed),
+        cmocka_unit_test(test_array_grows_and_keeps_items),
+        cmocka_unit_test(test_array_refuses_overflow),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

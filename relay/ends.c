@@ -1,0 +1,312 @@
+/*
+ * ends.c - a thread's two ends, the database and the broker: connecting
+ * with backoff, reacting to a failure, closing.
+ *
+ * Every (re)connect of every thread goes through connect_ends(), which
+ * tries each missing end on every attempt so that health always knows
+ * both. A failed end is dropped here and reconnected by the thread's loop;
+ * rows in flight keep their lease and are never lost.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cause_log.h"
+#include "clock.h"
+#include "error.h"
+#include "json.h"
+#include "log.h"
+#include "outbox.h"
+#include "relay_internal.h"
+#include "sink.h"
+#include "wait.h"
+
+/* ---- connections ------------------------------------------------------------ */
+
+/*
+ * libpq hands what the server says outside a query result (a WARNING from a
+ * user's trigger, the FATAL sent to idle sessions at shutdown) to a notice
+ * processor whose default writes it raw to stderr, in the middle of the log.
+ * This one makes it a log event of the thread, rate-limited.
+ */
+static void
+log_database_notice(void *arg, const char *message)
+{
+    const struct database *db = arg;
+    size_t len = strlen(message);
+
+    while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
+        len--;
+    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
+                      "%s notice=\"%.*s\"", db->who, (int)len, message);
+}
+
+/* What one connection attempt came to. */
+enum attempt_result {
+    ATTEMPT_CONNECTED,
+    ATTEMPT_FAILED, /* worth another try; logged */
+    ATTEMPT_FATAL,  /* bad password, no schema at first start: relay_set_fatal() done */
+};
+
+/*
+ * --on-success delete: the role must be able to delete, or every row would
+ * be published, fail its delete and stay running until its lease ends, to
+ * be published again. Checked at connect, where a missing SELECT or UPDATE
+ * is too; the message names the option.
+ */
+static int
+require_delete(outbox_store *store, struct outbox_error *err)
+{
+    char message[sizeof(err->message)];
+
+    if (outbox_store_check_privileges(store, err) == 0)
+        return 0;
+    snprintf(message, sizeof(message), "%s", err->message);
+    snprintf(err->message, sizeof(err->message), "--on-success delete: %.*s",
+             (int)(sizeof(message) - 32), message);
+    return -1;
+}
+
+/* One attempt to connect a thread's store; err says why it failed. */
+static enum attempt_result
+try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
+{
+    relay *r = db->relay;
+    unsigned long repeats;
+
+    db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
+    if (db->store != NULL && r->config->delete_on_success && require_delete(db->store, err) != 0) {
+        outbox_store_free(db->store);
+        db->store = NULL;
+    }
+    if (db->store != NULL) {
+        PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
+        outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
+        outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);
+        metrics_set_up(r->metrics, METRICS_DATABASE, true);
+        /* the server in use, so that a failover to another host shows in the log */
+        log_event(OUTBOX_LOG_INFO, "database connected", "%s server=%s:%s attempts=%d", db->who,
+                  PQhost(outbox_store_conn(db->store)), PQport(outbox_store_conn(db->store)),
+                  attempt);
+        return ATTEMPT_CONNECTED;
+    }
+    metrics_set_up(r->metrics, METRICS_DATABASE, false);
+    if (first && !outbox_error_is_transient(err)) {
+        relay_set_fatal(r, err);
+        return ATTEMPT_FATAL;
+    }
+    if (cause_log_due(&db->connect_log, err->message, &repeats))
+        log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
+                  "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
+    metrics_reconnected(r->metrics, METRICS_DATABASE);
+    return ATTEMPT_FAILED;
+}
+
+/* Like try_store, for a pipeline's broker. */
+static enum attempt_result
+try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
+{
+    relay *r = p->relay;
+
+    if (sink_connect(p->sink, err) == 0) {
+        metrics_set_up(r->metrics, METRICS_BROKER, true);
+        p->endpoint_in_use = sink_endpoint(p->sink);
+        metrics_add_endpoint_connections(r->metrics, p->endpoint_in_use, 1);
+        p->sink_counted = true;
+        p->last_sink_idle = clock_monotonic_seconds();
+        /* each (re)connect names the endpoint, so a failover can be read from the log */
+        if (sink_endpoint_count(p->sink) > 0)
+            log_event(OUTBOX_LOG_INFO, "broker connected", "%s endpoint=%s attempts=%d",
+                      p->db.who, sink_endpoint_name(p->sink, p->endpoint_in_use), attempt);
+        else
+            log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
+                      sink_display_url(p->sink), attempt);
+        if (sink_replicas(p->sink)[0] != '\0')
+            log_event(OUTBOX_LOG_INFO, "broker replicas", "%s replicas=\"%s\" redis_wait=%d",
+                      p->db.who, sink_replicas(p->sink), sink_replicas_to_wait(p->sink));
+        return ATTEMPT_CONNECTED;
+    }
+    metrics_set_up(r->metrics, METRICS_BROKER, false);
+    if (first && !outbox_error_is_transient(err)) {
+        relay_set_fatal(r, err);
+        return ATTEMPT_FATAL;
+    }
+    log_event_limited("broker-connect", OUTBOX_LOG_WARN, "broker unavailable, retrying",
+                      "%s broker=%s error=\"%s\"", p->db.who, sink_display_url(p->sink),
+                      err->message);
+    metrics_reconnected(r->metrics, METRICS_BROKER);
+    return ATTEMPT_FAILED;
+}
+
+/* Logs a lost broker connection with the endpoint it was on and updates the metrics. */
+void
+broker_lost(struct pipeline *p, const struct outbox_error *err)
+{
+    relay *r = p->relay;
+    size_t lost = p->sink_counted ? p->endpoint_in_use : sink_endpoint(p->sink);
+    char key[48];
+
+    /* limited per pipeline: each pipeline's loss of its node shows, a flapping one does not flood */
+    snprintf(key, sizeof(key), "broker-error %s", p->db.who);
+    if (sink_endpoint_count(p->sink) > 0)
+        log_event_limited(key, OUTBOX_LOG_WARN, "broker connection lost",
+                          "%s endpoint=%s error=\"%s\"", p->db.who,
+                          sink_endpoint_name(p->sink, lost), err->message);
+    else
+        log_event_limited(key, OUTBOX_LOG_WARN, "broker connection lost",
+                          "%s broker=%s error=\"%s\"", p->db.who, sink_display_url(p->sink),
+                          err->message);
+    metrics_set_up(r->metrics, METRICS_BROKER, false);
+    if (p->sink_counted)
+        metrics_add_endpoint_connections(r->metrics, lost, -1);
+    p->sink_counted = false;
+}
+
+/* Closes a pipeline's broker connection on the way out. */
+void
+broker_close(struct pipeline *p)
+{
+    if (p->sink_counted)
+        metrics_add_endpoint_connections(p->relay->metrics, p->endpoint_in_use, -1);
+    p->sink_counted = false;
+    sink_disconnect(p->sink);
+}
+
+/* --once: an end stayed unreachable for ONCE_CONNECT_BUDGET_SECONDS; stops the relay with why. */
+static void
+give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
+             const struct outbox_error *store_err, const struct outbox_error *sink_err)
+{
+    struct outbox_error err;
+
+    if (store == ATTEMPT_FAILED && broker == ATTEMPT_FAILED)
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: database and broker unreachable for %.0f s, giving up:"
+                         " %s; %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message, sink_err->message);
+    else if (store == ATTEMPT_FAILED && (store_err->code == OUTBOX_ERR_BUSY ||
+                                         store_err->code == OUTBOX_ERR_TIMEOUT))
+        /* it answered, but a statement waited past its timeout: say what for */
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: database statements waited past their timeout for"
+                         " %.0f s (a lock on outbox.job held by another session?),"
+                         " giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message);
+    else if (store == ATTEMPT_FAILED && store_err->code == OUTBOX_ERR_CONFIG)
+        outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s", store_err->message);
+    else
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: %s unreachable for %.0f s, giving up: %s",
+                         store == ATTEMPT_FAILED ? "database" : "broker",
+                         ONCE_CONNECT_BUDGET_SECONDS,
+                         store == ATTEMPT_FAILED ? store_err->message : sink_err->message);
+    relay_set_fatal(r, &err);
+}
+
+/*
+ * The one connect-with-backoff loop, for every thread and both ends.
+ * Connects what is not connected (db's store when want_store, pipeline p's
+ * broker when want_sink; p is NULL for the maintenance thread), trying each
+ * end on every attempt so that /healthz knows the state of both, until both
+ * work, the relay stops, or a fatal error (bad password, no schema) at first
+ * start. With --once it gives up after ONCE_CONNECT_BUDGET_SECONDS: a
+ * one-shot run must end. Returns 0 when connected.
+ */
+int
+connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first)
+{
+    relay *r = db->relay;
+    double started = clock_monotonic_seconds();
+
+    backoff_reset(&db->reconnect);
+    for (int attempt = 1; !relay_stopping(r); attempt++) {
+        struct outbox_error store_err, sink_err;
+        enum attempt_result store = ATTEMPT_CONNECTED, broker = ATTEMPT_CONNECTED;
+
+        if (want_store && db->store == NULL)
+            store = try_store(db, first, attempt, &store_err);
+        if (store != ATTEMPT_FATAL && want_sink && p != NULL && !sink_is_connected(p->sink))
+            broker = try_sink(p, first, attempt, &sink_err);
+        if (store == ATTEMPT_FATAL || broker == ATTEMPT_FATAL)
+            return -1;
+        if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
+            return 0;
+        /*
+         * The pipelines give up for --once, naming every end they could not
+         * reach; the maintenance thread sees only the database and stops with
+         * them.
+         */
+        if (r->config->once && db != &r->maintenance.db &&
+            clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
+            give_up_once(r, store, broker, &store_err, &sink_err);
+            return -1;
+        }
+        wait_until(&r->stop, -1, clock_monotonic_seconds() + backoff_next(&db->reconnect));
+    }
+    return -1;
+}
+
+/* Connects a thread's store; see connect_ends(). */
+int
+connect_store(struct database *db, bool first)
+{
+    return connect_ends(db, NULL, true, false, first);
+}
+
+void
+drop_store(struct database *db)
+{
+    outbox_store_free(db->store);
+    db->store = NULL;
+    metrics_set_up(db->relay->metrics, METRICS_DATABASE, false);
+}
+
+/* Connects a pipeline's broker; see connect_ends(). */
+int
+connect_sink(struct pipeline *p, bool first)
+{
+    return connect_ends(&p->db, p, false, true, first);
+}
+
+/*
+ * Reacts to a failed store call. A missing schema or refused credentials stop
+ * the relay; anything else (a lost connection, a timeout, a statement the
+ * server rejected, a privilege revoked) drops the connection and carries on
+ * after reconnecting:
+ * the rows involved keep their lease and come back after it, never lost.
+ */
+void
+database_failed(struct database *db, const struct outbox_error *err)
+{
+    unsigned long repeats;
+
+    /*
+     * A privilege revoked while the relay runs is an operator's change that
+     * the next grant undoes: the connection is dropped (health says the
+     * database is down) and reconnecting, which checks the privileges, is
+     * retried with backoff. At the first start it is fatal (try_store).
+     */
+    if (err->code == OUTBOX_ERR_SCHEMA ||
+        (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "42501") != 0)) {
+        relay_set_fatal(db->relay, err);
+        return;
+    }
+    if (cause_log_due(&db->error_log, err->message, &repeats))
+        log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
+                  "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
+                  err->message, repeats);
+    drop_store(db);
+}
+
+/* database_failed() of a pipeline's connection. */
+void
+store_failed(struct pipeline *p, const struct outbox_error *err)
+{
+    p->cause = *err;
+    database_failed(&p->db, err);
+}

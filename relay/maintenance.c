@@ -1,0 +1,314 @@
+/*
+ * maintenance.c - the maintenance thread: a loop of named, bounded phases
+ * (reap, release waiting rows, cleanup, sample, table sample) on a
+ * database connection of its own, so none of that work holds up a
+ * pipeline's publishing.
+ *
+ * Each phase runs when due and stops at its bound; one with work left runs
+ * again at once, one whose database failed after the reconnect.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "cause_log.h"
+#include "clock.h"
+#include "error.h"
+#include "json.h"
+#include "log.h"
+#include "outbox.h"
+#include "relay_internal.h"
+#include "sink.h"
+#include "wait.h"
+
+/* Maintenance phases: how often each runs, and the bounds of one run. */
+#define REAP_EVERY_SECONDS 5.0
+#define REAP_LIMIT 1000
+#define REAP_MAX_ROUNDS 20 /* per run; more expired leases: the phase runs again at once */
+#define REAP_RETRY_SECONDS 1.0
+#define SWEEP_EVERY_SECONDS 5.0
+#define SWEEP_KEY_LIMIT 1000
+/* cleanup: batches back to back while old rows remain, each run at most CLEANUP_RUN_SECONDS */
+#define CLEANUP_EVERY_SECONDS 10.0
+#define CLEANUP_LIMIT 5000
+#define CLEANUP_RUN_SECONDS 0.5
+#define SAMPLE_EVERY_SECONDS 15.0
+#define TABLE_SAMPLE_EVERY_SECONDS 30.0
+/* A phase whose database failed tries again this soon after the reconnect. */
+#define PHASE_RETRY_SECONDS 1.0
+
+/* Collects backlog samples; queue names are copied out of the result. */
+struct samples {
+    struct metrics_queue_sample *items;
+    size_t count;
+    size_t capacity;
+};
+
+static void
+record_backlog(void *arg, const struct outbox_backlog *backlog)
+{
+    struct samples *s = arg;
+
+    struct metrics_queue_sample *items =
+        array_grow(s->items, &s->capacity, s->count, sizeof(*items));
+
+    if (items == NULL)
+        return; /* a sample short of a queue only leaves its gauge at 0 */
+    s->items = items;
+    s->items[s->count].queue = strdup(backlog->queue);
+    if (s->items[s->count].queue == NULL)
+        return;
+    s->items[s->count].ready_rows = backlog->ready;
+    s->items[s->count].oldest_ready_age_seconds = backlog->oldest_ready_age;
+    s->items[s->count].paused = backlog->paused;
+    s->items[s->count].paused_keys = backlog->paused_keys;
+    s->count++;
+}
+
+/* What one run of a phase left behind. */
+enum phase_result {
+    PHASE_DONE,   /* caught up: the phase runs again after its interval */
+    PHASE_MORE,   /* stopped at its bound with work left: it runs again at once */
+    PHASE_FAILED, /* the database failed and the connection is dropped */
+};
+
+/* Reaps expired leases, up to REAP_MAX_ROUNDS x REAP_LIMIT rows. */
+static enum phase_result
+phase_reap(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    struct outbox_reap_result reaped;
+    struct outbox_error err;
+
+    for (int round = 0; round < REAP_MAX_ROUNDS && !relay_stopping(r); round++) {
+        if (outbox_reap(m->db.store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0) {
+            database_failed(&m->db, &err);
+            return PHASE_FAILED;
+        }
+        if (reaped.ready + reaped.dead > 0)
+            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
+                      reaped.ready, reaped.dead);
+        metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
+        if (reaped.ready + reaped.dead < REAP_LIMIT) {
+            wait_latch_set(&r->reaped);
+            return PHASE_DONE;
+        }
+    }
+    return PHASE_MORE;
+}
+
+/* release waiting: readies held rows whose key's head finished while they were being inserted. */
+static enum phase_result
+phase_release_waiting(struct maintenance *m)
+{
+    struct outbox_error err;
+    size_t readied = 0;
+
+    if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    if (readied > 0)
+        log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
+                  readied);
+    return PHASE_DONE;
+}
+
+/*
+ * Deletes succeeded rows older than --retention: batches of CLEANUP_LIMIT
+ * rows, each its own short transaction, back to back for up to
+ * CLEANUP_RUN_SECONDS; with old rows left the phase runs again at once
+ * (after the other phases due), so cleanup keeps up with any drain rate.
+ * A batch that finds another relay's (or a purge's) batch holding the
+ * cleanup lock leaves the work to it until the next interval.
+ */
+static enum phase_result
+phase_cleanup(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    PGconn *conn = outbox_store_conn(m->db.store);
+    struct outbox_cleanup_result cleaned = {.locked = true};
+    double started = clock_monotonic_seconds();
+    struct outbox_error err;
+    char cutoff[64];
+
+    if (r->config->retention_seconds <= 0)
+        return PHASE_DONE;
+    if (m->cleaned == 0)
+        m->cleanup_started = started;
+    if (outbox_cleanup_cutoff(conn, r->config->retention_seconds, cutoff, sizeof(cutoff), &err) !=
+        0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    do {
+        if (outbox_cleanup_batch(conn, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
+            database_failed(&m->db, &err);
+            return PHASE_FAILED;
+        }
+        m->cleaned += cleaned.deleted;
+        metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
+    } while (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT && !relay_stopping(r) &&
+             clock_monotonic_seconds() - started < CLEANUP_RUN_SECONDS);
+    if (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT)
+        return PHASE_MORE;
+    if (m->cleaned > 0)
+        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu seconds=%.1f",
+                  m->cleaned, clock_monotonic_seconds() - m->cleanup_started);
+    m->cleaned = 0;
+    return PHASE_DONE;
+}
+
+/* Samples the size and cleanup figures of outbox.job for the gauges. */
+static enum phase_result
+phase_table_sample(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    struct outbox_table_sample t;
+    struct outbox_error err;
+
+    if (outbox_sample_table(outbox_store_conn(m->db.store), r->config->retention_seconds, &t,
+                            &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    metrics_set_table_sample(r->metrics, &(struct metrics_table_sample){
+                                              .table_bytes = t.table_bytes,
+                                              .index_bytes = t.index_bytes,
+                                              .dead_tuples = t.dead_tuples,
+                                              .succeeded_rows = t.succeeded_rows,
+                                              .succeeded_past_retention_rows =
+                                                  t.past_retention_rows,
+                                              .oldest_succeeded_past_retention_seconds =
+                                                  t.oldest_past_retention_seconds,
+                                          });
+    return PHASE_DONE;
+}
+
+/* Samples the backlog for the gauges, and warns about an old open transaction. */
+static enum phase_result
+phase_sample(struct maintenance *m)
+{
+    relay *r = m->db.relay;
+    struct outbox_horizon horizon;
+    struct outbox_error err;
+    struct samples samples = {0};
+    int rc = outbox_sample_backlog(m->db.store, record_backlog, &samples, &err);
+
+    if (rc == 0)
+        metrics_set_queue_samples(r->metrics, samples.items, samples.count);
+    for (size_t i = 0; i < samples.count; i++)
+        free((char *)samples.items[i].queue);
+    free(samples.items);
+    if (rc != 0 || outbox_sample_horizon(m->db.store, &horizon, &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    metrics_set_horizon_age(r->metrics, horizon.found ? horizon.age_seconds : 0);
+    if (horizon.found && r->config->horizon_warning_seconds > 0 &&
+        horizon.age_seconds > r->config->horizon_warning_seconds)
+        log_event_limited("xmin-horizon", OUTBOX_LOG_WARN,
+                          "an open transaction holds back vacuum; the queue will slow down",
+                          "age=%.0fs pid=%d application=\"%s\" state=\"%s\"", horizon.age_seconds,
+                          horizon.pid, horizon.application, horizon.state);
+    return PHASE_DONE;
+}
+
+/* The phases, like pg_cron's loop: each named, bounded, run when due. */
+static const struct phase {
+    const char *name;
+    double every_seconds;
+    enum phase_result (*run)(struct maintenance *m);
+} PHASES[PHASE_COUNT] = {
+    [PHASE_REAP] = {"reap", REAP_EVERY_SECONDS, phase_reap},
+    [PHASE_RELEASE_WAITING] = {"release-waiting", SWEEP_EVERY_SECONDS, phase_release_waiting},
+    [PHASE_CLEANUP] = {"cleanup", CLEANUP_EVERY_SECONDS, phase_cleanup},
+    [PHASE_SAMPLE] = {"sample", SAMPLE_EVERY_SECONDS, phase_sample},
+    [PHASE_TABLE_SAMPLE] = {"table-sample", TABLE_SAMPLE_EVERY_SECONDS, phase_table_sample},
+};
+
+/* Runs one phase and schedules its next run. */
+static enum phase_result
+run_phase(struct maintenance *m, enum maintenance_phase phase)
+{
+    const struct phase *ph = &PHASES[phase];
+    double started = clock_monotonic_seconds();
+    enum phase_result result = ph->run(m);
+    double finished = clock_monotonic_seconds();
+
+    log_event(OUTBOX_LOG_DEBUG, "maintenance phase ran", "phase=%s seconds=%.3f result=%s",
+              ph->name, finished - started,
+              result == PHASE_DONE ? "done" : result == PHASE_MORE ? "more" : "failed");
+    m->due[phase] = result == PHASE_DONE   ? finished + ph->every_seconds
+                    : result == PHASE_MORE ? finished
+                                           : finished + PHASE_RETRY_SECONDS;
+    return result;
+}
+
+/* The maintenance thread goes on while the relay runs and a pipeline works. */
+static bool
+maintenance_goes_on(relay *r)
+{
+    return !relay_stopping(r) && atomic_load(&r->pipelines_running) > 0;
+}
+
+/*
+ * Starts the phases that are due, in order. A whole pass (the first one of
+ * --once) runs each phase until it is done, even after the pipelines
+ * returned, so --once reaps, cleans up and samples completely.
+ */
+static void
+run_due_phases(struct maintenance *m, bool whole)
+{
+    relay *r = m->db.relay;
+
+    for (int i = 0; i < PHASE_COUNT; i++) {
+        enum phase_result result = PHASE_DONE;
+
+        if (m->db.store == NULL || relay_stopping(r) || (!whole && !maintenance_goes_on(r)))
+            return;
+        if (clock_monotonic_seconds() < m->due[i])
+            continue;
+        do
+            result = run_phase(m, (enum maintenance_phase)i);
+        while (whole && result == PHASE_MORE && !relay_stopping(r));
+    }
+}
+
+void *
+maintenance_run(void *arg)
+{
+    relay *r = arg;
+    struct maintenance *m = &r->maintenance;
+    bool whole = r->config->once;
+
+    if (connect_store(&m->db, true) != 0)
+        goto done;
+    while (whole || maintenance_goes_on(r)) {
+        double next;
+
+        if (m->db.store == NULL && connect_store(&m->db, false) != 0)
+            break;
+        run_due_phases(m, whole);
+        if (m->db.store == NULL)
+            continue; /* reconnect; a whole pass starts over */
+        whole = false;
+        /* wait for the next phase due, the stop, or the last pipeline to return */
+        next = m->due[0];
+        for (int i = 1; i < PHASE_COUNT; i++)
+            if (m->due[i] < next)
+                next = m->due[i];
+        if (maintenance_goes_on(r))
+            wait_until(&r->stop, r->pipelines_done.fd, next);
+    }
+done:
+    drop_store(&m->db);
+    relay_thread_returned(r);
+    return NULL;
+}

@@ -1,0 +1,311 @@
+/*
+ * pipeline.c - a pipeline thread: connect, then turn after turn claim or
+ * wait, publish, settle.
+ *
+ * A turn sends the marks of the batch published last and the claim of the
+ * next batch to the database ahead of their results, publishes the current
+ * batch meanwhile, then collects the results: the database and the broker
+ * work at the same time, and no row is marked before the broker confirmed
+ * it. On the way out the last batch is settled and a claim not published
+ * is given back.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cause_log.h"
+#include "clock.h"
+#include "error.h"
+#include "json.h"
+#include "log.h"
+#include "outbox.h"
+#include "relay_internal.h"
+#include "sink.h"
+#include "wait.h"
+
+/* While rows keep coming, an empty claim waits at most this long before the next. */
+#define BUSY_POLL_MAX_MS 8
+#define BUSY_WINDOW_SECONDS 1.0
+/* The pause after a turn whose rows the still connected broker deferred: first and longest. */
+#define DEFERRED_PAUSE_FIRST_SECONDS 0.05
+#define DEFERRED_PAUSE_MAX_SECONDS 2.0
+/* The broker connection is serviced (heartbeats) at least this often when idle. */
+#define SINK_IDLE_EVERY_SECONDS 1.0
+
+/*
+ * A turn of a pipeline. settlements[current] holds a claimed batch (empty
+ * on the first turn and after an outage), settlements[previous] the batch
+ * before it, published but not yet marked. The marks of the previous batch
+ * and the next claim go to the database ahead of their results
+ * (turn_claim), then the current batch is published while the database
+ * works on them (publish_batch), then their results are collected
+ * (turn_settle):
+ *
+ *   database  | mark N-1, claim N+1 |              | mark N, claim N+2 | ...
+ *   broker    | publish N ........  |              | publish N+1 ....  |
+ *
+ * Afterwards the slots swap: settlements[current] holds the new claim.
+ */
+struct turn {
+    bool marking;          /* the previous batch's marks were sent */
+    bool claiming;         /* the next claim was sent */
+    double next_claimed_at; /* taken before the claim was sent, so its lease began later */
+};
+
+/* What the turn's adaptive poll interval knows (see turn_wait). */
+struct idle {
+    int wait_ms;      /* the last wait; 0 after a turn with work */
+    double last_work; /* when a turn last had work */
+};
+
+/* connect: the database and the broker, settling what was in flight before a broker outage. */
+static bool
+pipeline_connect(struct pipeline *p)
+{
+    if (p->db.store == NULL && connect_store(&p->db, false) != 0)
+        return false;
+    if (!sink_is_connected(p->sink)) {
+        /* published rows are marked and claimed ones given back before the outage */
+        settle_now(p, &p->settlements[!p->current]);
+        give_back(p, &p->settlements[p->current].batch);
+        if (connect_sink(p, false) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* claim: sends the previous batch's marks and the next claim ahead of their results. */
+static struct turn
+turn_claim(struct pipeline *p, double *claimed_at)
+{
+    relay *r = p->relay;
+    const struct relay_config *c = r->config;
+    struct settlement *current = &p->settlements[p->current];
+    struct settlement *previous = &p->settlements[!p->current];
+    struct turn t = {.next_claimed_at = clock_monotonic_seconds()};
+    struct outbox_error err;
+
+    /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
+    if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
+        store_failed(p, &err);
+    /* the last round trip before the publish, so the least time passes after it */
+    keep_held_rows(p, &current->batch, claimed_at);
+    if (p->db.store != NULL && settlement_has_rows(previous))
+        t.marking = settle_send(p, previous) == 0;
+    if (p->db.store != NULL && !relay_stopping(r)) {
+        if (outbox_claim_send(p->db.store, (const char *const *)c->queues, c->queue_count,
+                              c->batch_size, c->lease_seconds, &err) == 0)
+            t.claiming = true;
+        else
+            store_failed(p, &err);
+    }
+    return t;
+}
+
+/*
+ * settle: collects the marks and the claim sent by turn_claim(), then swaps
+ * the slots. True when the claim was made (even if it found nothing), false
+ * when it was not (stopping, or the database failed).
+ */
+static bool
+turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
+{
+    relay *r = p->relay;
+    struct settlement *previous = &p->settlements[!p->current];
+    struct outbox_batch next = {0};
+    struct outbox_error err;
+
+    if (t->marking && p->db.store != NULL)
+        settle_receive(p, previous);
+    if (t->claiming && p->db.store == NULL)
+        t->claiming = false; /* collecting the marks failed and dropped the connection */
+    if (t->claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
+        store_failed(p, &err);
+        t->claiming = false;
+    }
+    if (t->claiming)
+        metrics_add(r->metrics, METRICS_CLAIMS, 1);
+    /* marks not confirmed above (the database failed) get one more try */
+    settle_now(p, previous);
+
+    previous->batch = next;
+    p->current = !p->current;
+    *claimed_at = t->next_claimed_at;
+    return t->claiming;
+}
+
+/*
+ * --once must end: a pipeline that connects but moves no row (every claim
+ * fails, a lock holds it, the broker defers every row because too few
+ * replicas acknowledge) gives up when no turn has published a row (or failed
+ * one through its own fault) for ONCE_CONNECT_BUDGET_SECONDS, naming the
+ * last cause.
+ * True when it gave up (relay_set_fatal done).
+ */
+static bool
+once_stalled(struct pipeline *p)
+{
+    struct outbox_error err;
+
+    if (!p->relay->config->once ||
+        clock_monotonic_seconds() - p->progress_at < ONCE_CONNECT_BUDGET_SECONDS)
+        return false;
+    if (p->cause.code == OUTBOX_ERR_BUSY || p->cause.code == OUTBOX_ERR_TIMEOUT)
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
+                         "--once: no row moved for %.0f s (statements waiting, for a lock on"
+                         " outbox.job held by another session?), giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    else
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--once: no row moved for %.0f s, giving up: %s",
+                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+    relay_set_fatal(p->relay, &err);
+    return true;
+}
+
+/*
+ * A broker that defers rows while it stays connected (Redis BUSY or
+ * LOADING, a cluster slot nobody serves) would have them claimed again at
+ * once: the pipeline pauses, the pause backing off per turn that defers
+ * again, before the next turn gives them back and claims (in that order,
+ * so the claim can take them again). A lost connection has its own backoff
+ * in connect_sink().
+ */
+static void
+pause_after_deferral(struct pipeline *p)
+{
+    const struct settlement *last = &p->settlements[!p->current];
+
+    if (last->deferred == 0 || !sink_is_connected(p->sink)) {
+        backoff_reset(&p->deferral);
+        return;
+    }
+    wait_until(&p->relay->stop, -1, clock_monotonic_seconds() + backoff_next(&p->deferral));
+}
+
+/*
+ * Waits for a NOTIFY on the LISTEN socket, the stop latch, or wait_ms,
+ * whichever comes first, then services an idle broker connection.
+ */
+static void
+wait_for_notify(struct pipeline *p, int wait_ms)
+{
+    double deadline = clock_monotonic_seconds() + wait_ms / 1000.0;
+    struct outbox_error err;
+    bool notified = false;
+    int fd;
+
+    /* LISTEN before the first wait; a notification may have come with an earlier result */
+    if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
+        store_failed(p, &err);
+        return;
+    }
+    fd = PQsocket(outbox_store_conn(p->db.store));
+    if (fd < 0) {
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "database connection is closed");
+        store_failed(p, &err);
+        return;
+    }
+    while (!notified && wait_until(&p->relay->stop, fd, deadline) == WAIT_READY) {
+        /* the socket is readable: read it; a notice or a status message is not a notification */
+        if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
+            store_failed(p, &err);
+            return;
+        }
+    }
+    if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
+        p->last_sink_idle = clock_monotonic_seconds();
+        if (sink_idle(p->sink, &err) != 0)
+            broker_lost(p, &err);
+    }
+}
+
+/*
+ * or wait: after a turn that found no work, waits for a NOTIFY or the
+ * adaptive poll interval: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
+ * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady stream
+ * must not cost its next rows a long sleep), and up to --poll-interval
+ * once the queue has been quiet for longer. A turn with work goes on at
+ * once. False when the pipeline is done (--once found no more work).
+ */
+static bool
+turn_wait(struct pipeline *p, struct idle *idle)
+{
+    const struct relay_config *c = p->relay->config;
+
+    if (p->settlements[p->current].batch.count > 0 ||
+        settlement_has_rows(&p->settlements[!p->current])) {
+        idle->wait_ms = 0;
+        idle->last_work = clock_monotonic_seconds();
+        return true;
+    }
+    outbox_batch_release_memory(&p->settlements[p->current].batch);
+    if (c->once)
+        return false;
+    idle->wait_ms = idle->wait_ms == 0 ? 1 : idle->wait_ms * 2;
+    if (clock_monotonic_seconds() - idle->last_work < BUSY_WINDOW_SECONDS &&
+        idle->wait_ms > BUSY_POLL_MAX_MS)
+        idle->wait_ms = BUSY_POLL_MAX_MS;
+    if (idle->wait_ms > c->poll_interval_ms)
+        idle->wait_ms = c->poll_interval_ms;
+    wait_for_notify(p, idle->wait_ms);
+    return true;
+}
+
+/* The first connect; with --once, claims wait for the maintenance thread to reap expired leases. */
+static int
+pipeline_begin(struct pipeline *p)
+{
+    relay *r = p->relay;
+
+    p->deferral = backoff_make(DEFERRED_PAUSE_FIRST_SECONDS, DEFERRED_PAUSE_MAX_SECONDS,
+                               p->db.seed ^ 0x5bd1e995u);
+    if (connect_ends(&p->db, p, true, true, true) != 0)
+        return -1;
+    if (r->config->once)
+        wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);
+    p->progress_at = clock_monotonic_seconds();
+    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
+    return 0;
+}
+
+/* The loop of the pipeline: connect, claim or wait, publish, settle. */
+void *
+pipeline_run(void *arg)
+{
+    struct pipeline *p = arg;
+    relay *r = p->relay;
+    struct idle idle = {0};
+    double claimed_at = 0;
+
+    if (pipeline_begin(p) == 0) {
+        while (!relay_stopping(r) && !once_stalled(p) && pipeline_connect(p)) {
+            struct turn t;
+
+            metrics_loop_turned(r->metrics);
+            t = turn_claim(p, &claimed_at);
+            publish_batch(p, &p->settlements[p->current]);
+            if (!turn_settle(p, &t, &claimed_at))
+                continue; /* no claim made: reconnect, or stop */
+            /* the batch just published, not marked yet: some of its rows went out (or failed) */
+            if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
+                p->progress_at = clock_monotonic_seconds();
+            pause_after_deferral(p);
+            if (!turn_wait(p, &idle))
+                break;
+        }
+        /* the last published batch is marked; a claim made for the next turn goes back */
+        settle_now(p, &p->settlements[!p->current]);
+        give_back(p, &p->settlements[p->current].batch);
+    }
+    broker_close(p);
+    drop_store(&p->db);
+    if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
+        wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
+    relay_thread_returned(r);
+    return NULL;
+}

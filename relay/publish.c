@@ -1,0 +1,306 @@
+/*
+ * publish.c - one claimed batch out to the broker: the lease proven first,
+ * the rows sorted by outcome after.
+ *
+ * A row is published only while its lease is proven held; a row the broker
+ * did not take through its own fault spends an attempt, a deferred one
+ * (connection lost, broker busy) is given back without.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cause_log.h"
+#include "clock.h"
+#include "error.h"
+#include "json.h"
+#include "log.h"
+#include "outbox.h"
+#include "relay_internal.h"
+#include "sink.h"
+
+/* Batches in a row that lose the broker connection before one is published in halves. */
+#define BISECT_AFTER_LOSSES 2
+
+/* Wall-clock seconds since the epoch, to compare with created_at. */
+static double
+wall_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Keeps a broker's reason printable ASCII, so the database always takes it as text. */
+static void
+sanitize_reason(char *reason)
+{
+    for (unsigned char *c = (unsigned char *)reason; *c != '\0'; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
+}
+
+/* Fills the failure of one message from its sink outcome. */
+static void
+add_failure(struct pipeline *p, struct outbox_failure *failure, const struct outbox_job *job,
+            struct sink_outcome *outcome)
+{
+    const struct relay_config *c = p->relay->config;
+
+    sanitize_reason(outcome->reason);
+    *failure = (struct outbox_failure){
+        .job_id = job->job_id,
+        .generation = job->generation,
+        .error = outcome->reason[0] ? outcome->reason : "publish failed",
+        .retry_seconds =
+            outbox_backoff_seconds(job->generation, c->retry_base_seconds, c->retry_max_seconds,
+                                   (double)rand_r(&p->db.seed) / ((double)RAND_MAX + 1)),
+        .permanent = outcome->status == SINK_REJECTED,
+    };
+}
+
+/* Fills p->leases with the rows of a batch. */
+static void
+lease_batch(struct pipeline *p, const struct outbox_batch *batch)
+{
+    for (size_t i = 0; i < batch->count; i++)
+        p->leases[i] = (struct outbox_lease){batch->jobs[i].job_id, batch->jobs[i].generation};
+}
+
+/*
+ * Publishing a row whose lease has ended would put it out after rows of its
+ * key that another relay published meanwhile: that relay reaped the row,
+ * published it and went on with the key. So before a batch goes out, every
+ * row whose lease the pipeline cannot prove it still holds is dropped. A
+ * batch claimed less than half a lease ago is held for sure (claimed_at is
+ * taken before the claim was sent, on the monotonic clock, so the lease
+ * began later); an older one (a broker that kept it waiting, a process
+ * stopped by SIGSTOP or a stalled VM, the claim made ahead and collected
+ * after such a pause) is extended, and only the rows the extend returned
+ * stay. Without a database nothing can be proved and every row is dropped.
+ * Dropped rows are neither published nor marked: another relay owns them,
+ * or will once the lease ends. What stays open is a pause between this
+ * check and the write to the broker (the README's ordering promise).
+ */
+void
+keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
+{
+    const struct relay_config *c = p->relay->config;
+    double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
+    struct outbox_error err;
+    size_t changed = 0, kept = 0;
+
+    if (batch->count == 0 || held_for <= c->lease_seconds / 2.0)
+        return;
+    lease_batch(p, batch);
+    memset(p->done, 0, batch->count * sizeof(*p->done));
+    if (p->db.store != NULL) {
+        if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+                          &err) == 0)
+            *claimed_at = checked;
+        else {
+            store_failed(p, &err);
+            memset(p->done, 0, batch->count * sizeof(*p->done));
+        }
+    }
+    for (size_t i = 0; i < batch->count; i++)
+        if (p->done[i])
+            batch->jobs[kept++] = batch->jobs[i];
+    if (kept < batch->count) {
+        metrics_add(p->relay->metrics, METRICS_LEASE_LOST, batch->count - kept);
+        log_event_limited("lease-lost-unpublished", OUTBOX_LOG_WARN,
+                          "lease lost before publishing, rows left to their new owner",
+                          "pipeline=%d rows=%zu held_for=%.1fs", p->index, batch->count - kept,
+                          held_for);
+    }
+    batch->count = kept;
+}
+
+/*
+ * Hands a claimed batch that will not be published back at once, attempt
+ * included, then frees it. Without a database the rows come back when
+ * their lease runs out.
+ */
+void
+give_back(struct pipeline *p, struct outbox_batch *batch)
+{
+    struct outbox_error err;
+    size_t changed;
+
+    if (batch->count > 0 && p->db.store != NULL) {
+        lease_batch(p, batch);
+        if (outbox_release(p->db.store, p->leases, batch->count, p->done, &changed, &err) != 0)
+            store_failed(p, &err);
+    }
+    outbox_batch_release_memory(batch);
+}
+
+/* Sets a message's outcome, as the sinks do. */
+static void __attribute__((format(printf, 3, 4)))
+outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format, ...)
+{
+    va_list args;
+
+    outcome->status = status;
+    va_start(args, format);
+    vsnprintf(outcome->reason, sizeof(outcome->reason), format, args);
+    va_end(args);
+}
+
+/*
+ * Publishes messages [low, high) of st's batch in halves, each half in
+ * halves again while it breaks the connection, so that a message that
+ * breaks the connection by itself (one the broker answers by closing the
+ * connection, or one the client library refuses mid-frame) ends up alone:
+ * it fails (an attempt spent, dead after max_attempts) and the others go
+ * out. A half whose messages the broker all confirmed is not published
+ * again; one confirmed in part is (at least once). Without a broker the
+ * rest is deferred.
+ */
+static void
+publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t high)
+{
+    struct outbox_error err;
+    size_t pending = 0, middle;
+
+    for (size_t i = low; i < high; i++)
+        pending += st->outcomes[i].status != SINK_ACCEPTED;
+    if (pending == 0)
+        return;
+    if (!sink_is_connected(p->sink) && connect_sink(p, false) != 0) {
+        for (size_t i = low; i < high; i++)
+            if (st->outcomes[i].status != SINK_ACCEPTED)
+                outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
+        return;
+    }
+    if (sink_publish(p->sink, p->messages + low, high - low, st->outcomes + low, &err) == 0)
+        return;
+    broker_lost(p, &err);
+    if (high - low == 1) {
+        if (st->outcomes[low].status == SINK_DEFERRED)
+            outcome_set(&st->outcomes[low], SINK_FAILED,
+                             "the broker connection broke on this message alone: %s", err.message);
+        return;
+    }
+    middle = low + (high - low) / 2;
+    publish_halves(p, st, low, middle);
+    publish_halves(p, st, middle, high);
+}
+
+/*
+ * Publishes st's batch. A batch after BISECT_AFTER_LOSSES publishes in a
+ * row that lost the connection goes out in halves (publish_halves): a
+ * message that breaks the connection would otherwise be given back, no
+ * attempt spent, and break it again for ever. Returns what sink_publish
+ * returned for the whole batch (0 after halves).
+ */
+static int
+publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err)
+{
+    size_t count = st->batch.count;
+    int rc;
+
+    if (p->connection_losses >= BISECT_AFTER_LOSSES && count > 1) {
+        log_event(OUTBOX_LOG_WARN, "broker connection lost by batches in a row, publishing in halves",
+                  "pipeline=%d rows=%zu losses=%d", p->index, count, p->connection_losses);
+        for (size_t i = 0; i < count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published");
+        publish_halves(p, st, 0, count);
+        p->connection_losses = 0;
+        return 0;
+    }
+    rc = sink_publish(p->sink, p->messages, count, st->outcomes, err);
+    p->connection_losses = rc != 0 ? p->connection_losses + 1 : 0;
+    if (rc != 0 && count == 1 && p->connection_losses >= BISECT_AFTER_LOSSES &&
+        st->outcomes[0].status == SINK_DEFERRED) {
+        /* alone already: it is the one that breaks the connection */
+        outcome_set(&st->outcomes[0], SINK_FAILED,
+                         "the broker connection broke on this message alone: %s", err->message);
+        p->connection_losses = 0;
+    }
+    return rc;
+}
+
+/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
+void
+publish_batch(struct pipeline *p, struct settlement *st)
+{
+    relay *r = p->relay;
+    const struct outbox_batch *batch = &st->batch;
+    size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
+    const char *deferred_reason = "";
+    struct outbox_error err;
+    double started, finished, wall;
+    int rc;
+
+    if (batch->count == 0)
+        return;
+    for (size_t i = 0; i < batch->count; i++) {
+        const struct outbox_job *job = &batch->jobs[i];
+
+        p->messages[i] = (struct sink_message){
+            .job_id = job->job_id,
+            .attempt = job->generation,
+            .queue = job->queue,
+            .payload = job->payload,
+            .payload_len = job->payload_len,
+            .headers = job->headers,
+            .created_at = job->created_at,
+            .replay = job->replays,
+            .exchange = job->exchange,
+            .routing_key = job->routing_key,
+            .ordering_key = job->ordering_key,
+        };
+        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
+    }
+
+    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
+    st->published = batch->count;
+    started = clock_monotonic_seconds();
+    rc = publish_rows(p, st, &err);
+    finished = clock_monotonic_seconds();
+    wall = wall_seconds();
+    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
+    if (rc != 0)
+        broker_lost(p, &err);
+
+    for (size_t i = 0; i < batch->count; i++) {
+        const struct outbox_job *job = &batch->jobs[i];
+
+        if (st->outcomes[i].status == SINK_ACCEPTED) {
+            st->lease_queues[accepted] = job->queue;
+            if (job->created_at > 0) /* 0: an infinite created_at, no latency to observe */
+                p->lags[timed++] = wall - job->created_at;
+            st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
+            metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
+        } else if (st->outcomes[i].status == SINK_DEFERRED) {
+            if (deferred == 0)
+                deferred_reason = st->outcomes[i].reason;
+            st->deferred_leases[deferred++] = (struct outbox_lease){job->job_id, job->generation};
+        } else {
+            st->failure_queues[failed] = job->queue;
+            add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
+        }
+    }
+    if (deferred > 0) {
+        unsigned long repeats;
+
+        outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
+        if (cause_log_due(&p->deferred_log, deferred_reason, &repeats))
+            log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
+                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, deferred,
+                      deferred_reason, repeats);
+    }
+    /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
+    metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
+    metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
+    st->accepted = accepted;
+    st->failed = failed;
+    st->deferred = deferred;
+}

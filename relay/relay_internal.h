@@ -1,0 +1,182 @@
+/*
+ * relay_internal.h - the state the relay's threads share, private to relay/.
+ *
+ * A relay owns its pipelines (pipeline.c, each a thread with a database
+ * connection and a broker connection) and a maintenance thread
+ * (maintenance.c, its own database connection). A thread's connections are
+ * made and dropped in ends.c only; a batch's marks are kept in a settlement
+ * (settle.c) until the database confirmed them. relay.c starts and stops
+ * them all. A thread stops at relay_stopping(), set by relay_stop() or by
+ * the first fatal error, which also sets the stop latch that ends every
+ * wait (wait.h) at once.
+ */
+#ifndef OUTBOX_RELAY_INTERNAL_H
+#define OUTBOX_RELAY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backoff.h"
+#include "cause_log.h"
+#include "outbox.h"
+#include "relay.h"
+#include "sink.h"
+#include "wait.h"
+
+/* Reconnect backoff (connect_ends): from the first to the longest wait. */
+#define RECONNECT_FIRST_SECONDS 0.2
+#define RECONNECT_MAX_SECONDS 10.0
+/* --once gives up on an end it cannot reach, or a pipeline that moves no row, after this long. */
+#define ONCE_CONNECT_BUDGET_SECONDS 10.0
+
+/*
+ * The rows of one claimed batch, and once it is published, its rows sorted
+ * by outcome until the database has marked them: accepted rows are
+ * completed, rows that failed through their own fault are failed (an
+ * attempt spent), deferred rows (broker connection or channel lost, broker
+ * busy: nobody's fault) are given back, their attempt not spent. Queue
+ * names point into the batch, error texts into the outcomes, so both live
+ * as long as the settlement.
+ */
+struct settlement {
+    struct outbox_batch batch;
+    struct sink_outcome *outcomes;
+    struct outbox_lease *leases; /* accepted rows */
+    const char **lease_queues;
+    size_t accepted;                 /* rows in leases[] not marked yet */
+    struct outbox_failure *failures; /* rejected or failed rows */
+    const char **failure_queues;
+    size_t failed;                 /* rows in failures[] not marked yet */
+    struct outbox_lease *deferred_leases; /* deferred rows */
+    size_t deferred;                      /* rows in deferred_leases[] not given back yet */
+    size_t published; /* rows published, counted in flight until the settlement is cleared */
+    bool *done;
+    bool *dead;
+};
+
+/*
+ * A thread's own database connection: each pipeline and the maintenance
+ * thread has one, and reconnects it on its own.
+ */
+struct database {
+    relay *relay;
+    outbox_store *store; /* NULL while disconnected */
+    char worker_id[192];
+    char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
+    unsigned int seed; /* a pipeline's row retry jitter */
+    struct backoff reconnect;
+    struct cause_log connect_log, error_log;
+};
+
+struct pipeline {
+    relay *relay;
+    int index;
+    pthread_t thread;
+    bool started;
+    struct database db;
+    sink *sink;
+    bool sink_counted;      /* connected and counted in outbox_broker_endpoint */
+    size_t endpoint_in_use; /* the endpoint connected to, while sink_counted */
+
+    /* per-batch scratch, sized for --batch-size */
+    struct sink_message *messages;
+    struct outbox_lease *leases; /* for extend and give back */
+    bool *done;
+    double *lags; /* commit-to-publish seconds of accepted rows */
+    /*
+     * settlements[current] holds the batch being published, the other slot
+     * the one before it, being marked (see relay_turn)
+     */
+    struct settlement settlements[2];
+    int current;
+
+    struct backoff deferral; /* see pause_after_deferral() */
+    double last_sink_idle;
+    struct cause_log deferred_log;
+    int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
+    /* --once: when rows last moved, and why they did not since (once_stalled) */
+    double progress_at;
+    struct outbox_error cause;
+};
+
+/* The maintenance phases, in the order one pass of the loop runs them. */
+enum maintenance_phase {
+    PHASE_REAP = 0,        /* expired leases back to ready (or dead) */
+    PHASE_RELEASE_WAITING, /* held rows whose key's head finished while they were inserted */
+    PHASE_CLEANUP,         /* succeeded rows older than --retention */
+    PHASE_SAMPLE,          /* backlog gauges and the xmin horizon warning */
+    PHASE_TABLE_SAMPLE,    /* size, dead tuples and succeeded rows of outbox.job */
+    PHASE_COUNT,
+};
+
+struct maintenance {
+    pthread_t thread;
+    bool started;
+    struct database db;
+    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
+    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
+    double cleanup_started;  /* when those runs began */
+};
+
+struct relay {
+    const struct relay_config *config;
+    struct metrics *metrics;
+    char worker_prefix[160];
+    struct pipeline *pipelines;
+    struct maintenance maintenance;
+    atomic_int stopping;
+    atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
+    atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
+    struct wait_latch stop;           /* set by relay_stop() and the first fatal error */
+    struct wait_latch reaped;         /* the maintenance thread reaped once (--once waits for it) */
+    struct wait_latch pipelines_done; /* the last pipeline returned: maintenance ends */
+    void (*finished)(void *arg);  /* called by the last thread to return */
+    void *finished_arg;
+    atomic_int fatal;
+    pthread_mutex_t fatal_lock;
+    struct outbox_error fatal_error;
+};
+
+/* relay.c: the owner of the threads */
+
+/* True once relay_stop() was called or a thread met a fatal error. */
+bool relay_stopping(const relay *r);
+/* Records the first fatal error; every thread stops. */
+void relay_set_fatal(relay *r, const struct outbox_error *err);
+/* Called by each thread as it returns; the last one tells relay_start's caller. */
+void relay_thread_returned(relay *r);
+
+/* ends.c: connecting, losing and closing a thread's database and broker */
+
+int connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink,
+                 bool first);
+int connect_store(struct database *db, bool first);
+int connect_sink(struct pipeline *p, bool first);
+void drop_store(struct database *db);
+void database_failed(struct database *db, const struct outbox_error *err);
+void store_failed(struct pipeline *p, const struct outbox_error *err);
+void broker_lost(struct pipeline *p, const struct outbox_error *err);
+void broker_close(struct pipeline *p);
+
+/* settle.c: a published batch's marks, until the database confirmed them */
+
+int settlement_init(struct settlement *st, size_t n);
+void settlement_free(struct settlement *st);
+bool settlement_has_rows(const struct settlement *st);
+void settlement_clear(struct pipeline *p, struct settlement *st);
+int settle_send(struct pipeline *p, const struct settlement *st);
+void settle_receive(struct pipeline *p, struct settlement *st);
+void settle_now(struct pipeline *p, struct settlement *st);
+
+/* publish.c: one batch out to the broker */
+
+void keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at);
+void give_back(struct pipeline *p, struct outbox_batch *batch);
+void publish_batch(struct pipeline *p, struct settlement *st);
+
+/* the threads' bodies */
+void *pipeline_run(void *arg);
+void *maintenance_run(void *arg);
+
+#endif
