@@ -14,6 +14,7 @@
  * sample), so none of that work ever holds up a pipeline's publishing.
  */
 #include "relay.h"
+#include "stream.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,6 +151,7 @@ struct relay {
     char worker_prefix[160];
     struct pipeline *pipelines;
     struct maintenance maintenance;
+    stream_runner *streams; /* stream queues (relay/stream.c) */
     atomic_int stopping;
     atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
     atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
@@ -1370,6 +1372,9 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             goto fail;
         }
     }
+    r->streams = stream_runner_new(config, r->worker_prefix, m, err);
+    if (r->streams == NULL)
+        goto fail;
     return r;
 
 fail:
@@ -1385,6 +1390,7 @@ relay_free(relay *r)
     for (int i = 0; r->pipelines != NULL && i < r->config->concurrency; i++)
         pipeline_clear(&r->pipelines[i]);
     free(r->pipelines);
+    stream_runner_free(r->streams);
     outbox_store_free(r->maintenance.db.store);
     pthread_mutex_destroy(&r->fatal_lock);
     free(r);
@@ -1503,6 +1509,10 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the maintenance thread");
     }
     r->maintenance.started = true;
+    if (stream_runner_start(r->streams, err) != 0) {
+        relay_stop(r);
+        return -1;
+    }
     return 0;
 }
 
@@ -1510,6 +1520,7 @@ void
 relay_stop(relay *r)
 {
     atomic_store(&r->stopping, 1);
+    stream_runner_stop(r->streams);
 }
 
 bool
@@ -1526,6 +1537,8 @@ relay_join(relay *r, struct outbox_error *err)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;
     }
+    stream_runner_stop(r->streams);
+    stream_runner_join(r->streams);
     if (r->maintenance.started)
         pthread_join(r->maintenance.thread, NULL);
     r->maintenance.started = false;

@@ -50,7 +50,8 @@ static const char SQL_ACQUIRE[] =
     " FROM outbox.stream_cursor AS l WHERE l.lease_until > clock_timestamp()),"
     " free AS ("
     " SELECT f.queue, f.partition FROM outbox.stream_cursor AS f"
-    " WHERE f.lease_until IS NULL OR f.lease_until <= clock_timestamp()"
+    " WHERE (f.lease_until IS NULL OR f.lease_until <= clock_timestamp())"
+    "   AND ($4::text[] IS NULL OR f.queue = ANY ($4::text[]))"
     " ORDER BY f.lease_until NULLS FIRST, f.queue, f.partition"
     " LIMIT greatest(0, least($3::bigint, (SELECT wanted FROM share)::bigint))"
     " FOR UPDATE SKIP LOCKED)"
@@ -260,18 +261,19 @@ stream_store_free(stream_store *s)
 /* ---- leases -------------------------------------------------------------------- */
 
 int
-stream_store_acquire(stream_store *s, double lease_seconds, struct stream_partition *out,
-                     size_t capacity, size_t *count, struct outbox_error *err)
+stream_store_acquire(stream_store *s, const char *queues, double lease_seconds,
+                     struct stream_partition *out, size_t capacity, size_t *count,
+                     struct outbox_error *err)
 {
     char lease[32], limit[24];
-    const char *values[3] = {s->owner, lease, limit};
+    const char *values[4] = {s->owner, lease, limit, queues};
     PGresult *result;
     int rows;
 
     *count = 0;
     snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
     snprintf(limit, sizeof(limit), "%zu", capacity);
-    result = run(s, SSTMT_ACQUIRE, 3, values, PGRES_TUPLES_OK,
+    result = run(s, SSTMT_ACQUIRE, 4, values, PGRES_TUPLES_OK,
                  "unable to acquire stream partitions", err);
     if (result == NULL)
         return -1;

@@ -1,0 +1,537 @@
+/*
+ * stream.c - the stream pipeline thread: acquire partitions, read, publish, advance.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "clock.h"
+#include "error.h"
+#include "log.h"
+#include "sink.h"
+#include "store_stream.h"
+#include "stream.h"
+
+/* Partitions one relay may hold at once. */
+#define STREAM_MAX_PARTITIONS 256
+/* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
+#define STREAM_RENEW_FRACTION 3.0
+/* Lag and horizon are logged this often while a partition lags. */
+#define STREAM_REPORT_SECONDS 10.0
+/* A partition lags when its oldest unpublished row is older than this. */
+#define STREAM_LAG_WARNING_SECONDS 10.0
+/* Published rows are deleted this often, at most STREAM_CLEANUP_ROWS a statement. */
+#define STREAM_CLEANUP_SECONDS 5.0
+#define STREAM_CLEANUP_ROWS 5000
+/* Idle waits: doubled from 1 ms up to this while rows came lately, else --poll-interval. */
+#define STREAM_BUSY_POLL_MAX_MS 20
+#define STREAM_BUSY_WINDOW_SECONDS 2.0
+/* After a broker outage deferred a batch, the partition waits this long. */
+#define STREAM_DEFER_SECONDS 1.0
+
+/* A held partition and when it may be read again (a row waiting out its backoff). */
+struct owned {
+    struct stream_partition p;
+    double wait_until;
+};
+
+struct stream_runner {
+    const struct relay_config *config;
+    struct metrics *metrics;
+    char owner[192];
+    pthread_t thread;
+    bool started;
+    atomic_int stopping;
+    stream_store *store;
+    sink *sink;
+    struct owned owned[STREAM_MAX_PARTITIONS];
+    size_t owned_count;
+    double lease_seconds;
+    char *queues; /* --queues as a text[] literal; NULL: every stream */
+    double next_renew, next_report, next_cleanup;
+    unsigned int seed;
+    struct sink_message *messages;
+    struct sink_outcome *outcomes;
+    struct stream_refusal *refusals;
+};
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static bool
+runner_stopping(const stream_runner *sr)
+{
+    return atomic_load(&sr->stopping) != 0;
+}
+
+static void
+runner_sleep_ms(stream_runner *sr, int ms)
+{
+    while (ms > 0 && !runner_stopping(sr)) {
+        int slice = ms < 50 ? ms : 50;
+
+        usleep((useconds_t)slice * 1000);
+        ms -= slice;
+    }
+}
+
+/* Drops the database connection after a failure; leases stay until they expire. */
+static void
+store_lost(stream_runner *sr, const struct outbox_error *err)
+{
+    log_event(OUTBOX_LOG_WARN, "stream database call failed", "thread=stream error=\"%s\"",
+              err->message);
+    stream_store_free(sr->store);
+    sr->store = NULL;
+    sr->owned_count = 0;
+}
+
+/* Connects what is missing; false when it could not (the caller waits and retries). */
+static bool
+connect_ends(stream_runner *sr)
+{
+    struct outbox_error err;
+
+    if (sr->store == NULL) {
+        sr->store = stream_store_connect(sr->config->database_url, sr->owner, &err);
+        if (sr->store == NULL) {
+            log_event(OUTBOX_LOG_WARN, "stream database connection failed",
+                      "thread=stream error=\"%s\"", err.message);
+            return false;
+        }
+        sr->next_renew = 0;
+    }
+    /* no broker connection while there is nothing to publish */
+    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && sink_connect(sr->sink, &err) != 0) {
+        log_event(OUTBOX_LOG_WARN, "stream broker connection failed", "thread=stream error=\"%s\"",
+                  err.message);
+        return false;
+    }
+    return true;
+}
+
+static void
+drop_owned(stream_runner *sr, size_t index, const char *why)
+{
+    log_event(OUTBOX_LOG_INFO, why, "thread=stream queue=%s partition=%d generation=%lld",
+              sr->owned[index].p.queue, sr->owned[index].p.partition,
+              (long long)sr->owned[index].p.generation);
+    sr->owned[index] = sr->owned[sr->owned_count - 1];
+    sr->owned_count--;
+}
+
+/* ---- leases -------------------------------------------------------------------- */
+
+/* Renews every held lease, forgets lost ones, then takes free partitions. */
+static int
+leases_turn(stream_runner *sr, struct outbox_error *err)
+{
+    struct stream_partition taken[STREAM_MAX_PARTITIONS];
+    size_t count = 0;
+
+    for (size_t i = 0; i < sr->owned_count;) {
+        bool held = false;
+
+        if (stream_store_renew(sr->store, &sr->owned[i].p, sr->lease_seconds, &held, err) != 0)
+            return -1;
+        if (held)
+            i++;
+        else
+            drop_owned(sr, i, "stream partition lease lost");
+    }
+    if (stream_store_acquire(sr->store, sr->queues, sr->lease_seconds, taken,
+                             STREAM_MAX_PARTITIONS - sr->owned_count, &count, err) != 0)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        sr->owned[sr->owned_count].p = taken[i];
+        sr->owned[sr->owned_count].wait_until = 0;
+        sr->owned_count++;
+        log_event(OUTBOX_LOG_INFO, "stream partition acquired",
+                  "thread=stream queue=%s partition=%d generation=%lld cursor=%s/%lld",
+                  taken[i].queue, taken[i].partition, (long long)taken[i].generation,
+                  taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
+    }
+    sr->next_renew = clock_monotonic_seconds() + sr->lease_seconds / STREAM_RENEW_FRACTION;
+    return 0;
+}
+
+/* ---- one partition's turn ------------------------------------------------------ */
+
+static void
+build_messages(stream_runner *sr, const struct stream_batch *batch)
+{
+    for (size_t i = 0; i < batch->count; i++) {
+        const struct outbox_job *job = &batch->jobs[i];
+
+        sr->messages[i] = (struct sink_message){
+            .job_id = job->job_id,
+            .attempt = job->generation,
+            .queue = job->queue,
+            .payload = job->payload,
+            .payload_len = job->payload_len,
+            .headers = job->headers,
+            .created_at = job->created_at,
+            .replay = job->replays,
+            .exchange = job->exchange,
+            .routing_key = job->routing_key,
+        };
+    }
+}
+
+/* True when a row after index in the batch has the same ordering key. */
+static bool
+key_has_later_row(const struct stream_batch *batch, size_t index)
+{
+    const char *key = batch->jobs[index].ordering_key;
+
+    if (key == NULL)
+        return false;
+    for (size_t i = index + 1; i < batch->count; i++)
+        if (batch->jobs[i].ordering_key != NULL && strcmp(batch->jobs[i].ordering_key, key) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Sorts the outcomes, in row order, into how far the cursor may go and the
+ * refused rows. The cursor passes accepted rows and rows leaving the
+ * stream; it stops before a deferred row and before a refused row that
+ * keeps its place. Returns the number of rows the cursor passes.
+ */
+static size_t
+settle_outcomes(stream_runner *sr, struct owned *o, const struct stream_batch *batch,
+                size_t *refused)
+{
+    const struct relay_config *c = sr->config;
+    size_t passed = 0;
+
+    *refused = 0;
+    for (size_t i = 0; i < batch->count; i++) {
+        const struct sink_outcome *out = &sr->outcomes[i];
+        struct stream_refusal *r = &sr->refusals[*refused];
+        double random01 = (double)rand_r(&sr->seed) / ((double)RAND_MAX + 1.0);
+
+        if (out->status == SINK_ACCEPTED) {
+            passed = i + 1;
+            continue;
+        }
+        if (out->status == SINK_DEFERRED) {
+            o->wait_until = clock_monotonic_seconds() + STREAM_DEFER_SECONDS;
+            break;
+        }
+        *r = (struct stream_refusal){
+            .job_id = batch->jobs[i].job_id,
+            .error = out->reason,
+            .permanent = out->status == SINK_REJECTED,
+            .stay = c->block_on_dead_head && key_has_later_row(batch, i),
+            .delay_seconds = outbox_backoff_seconds(batch->jobs[i].generation, c->retry_base_seconds,
+                                                    c->retry_max_seconds, random01),
+        };
+        (*refused)++;
+        if (r->stay && !r->permanent && batch->jobs[i].generation < batch->jobs[i].max_attempts) {
+            o->wait_until = clock_monotonic_seconds() + r->delay_seconds;
+            break;
+        }
+        passed = i + 1;
+    }
+    return passed;
+}
+
+/* Reads, publishes and records one batch of a partition. *rows: rows read. */
+static int
+partition_turn(stream_runner *sr, size_t index, size_t *rows, struct outbox_error *err)
+{
+    struct owned *o = &sr->owned[index];
+    struct stream_batch batch;
+    size_t passed, refused = 0;
+    bool held = false;
+    int rc = -1;
+
+    *rows = 0;
+    if (stream_store_read(sr->store, &o->p, sr->config->batch_size, &batch, err) != 0)
+        return -1;
+    if (batch.count == 0)
+        return 0;
+    *rows = batch.count;
+    build_messages(sr, &batch);
+    if (sink_publish(sr->sink, sr->messages, batch.count, sr->outcomes, err) != 0)
+        log_event(OUTBOX_LOG_WARN, "stream publish failed", "thread=stream queue=%s error=\"%s\"",
+                  o->p.queue, err->message);
+    passed = settle_outcomes(sr, o, &batch, &refused);
+    if (passed > 0 || refused > 0) {
+        const char *xid = passed > 0 ? batch.xids[passed - 1] : o->p.cursor_xid;
+        int64_t job_id = passed > 0 ? batch.jobs[passed - 1].job_id : o->p.cursor_job_id;
+        char xid_copy[STREAM_XID_MAX];
+
+        snprintf(xid_copy, sizeof(xid_copy), "%s", xid);
+        if (stream_store_advance(sr->store, &o->p, xid_copy, job_id, sr->refusals, refused,
+                                 sr->lease_seconds, &held, err) != 0)
+            goto cleanup;
+        if (!held)
+            drop_owned(sr, index, "stream partition lease lost");
+        else if (refused > 0)
+            log_event(OUTBOX_LOG_WARN, "stream rows refused by the broker",
+                      "thread=stream queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"",
+                      o->p.queue, o->p.partition, refused, (long long)sr->refusals[0].job_id,
+                      sr->refusals[0].error);
+    }
+    rc = 0;
+
+cleanup:
+    stream_batch_release_memory(&batch);
+    return rc;
+}
+
+/* ---- between turns --------------------------------------------------------------- */
+
+/* Logs lagging partitions and, when one lags, the transaction holding the horizon. */
+static int
+report_lag(stream_runner *sr, struct outbox_error *err)
+{
+    struct stream_lag *lag = NULL;
+    struct stream_horizon horizon;
+    size_t count = 0;
+    bool lagging = false;
+
+    sr->next_report = clock_monotonic_seconds() + STREAM_REPORT_SECONDS;
+    if (stream_store_lag(sr->store, &lag, &count, err) != 0)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        if (lag[i].seconds < STREAM_LAG_WARNING_SECONDS)
+            continue;
+        lagging = true;
+        log_event(OUTBOX_LOG_WARN, "stream partition lags",
+                  "queue=%s partition=%d rows=%lld seconds=%.1f owner=%s", lag[i].queue,
+                  lag[i].partition, (long long)lag[i].rows, lag[i].seconds,
+                  lag[i].owner[0] != '\0' ? lag[i].owner : "none");
+    }
+    free(lag);
+    if (!lagging)
+        return 0;
+    if (stream_store_horizon(sr->store, &horizon, err) != 0)
+        return -1;
+    if (horizon.found)
+        log_event(OUTBOX_LOG_WARN, "a transaction holds the stream horizon",
+                  "pid=%d seconds=%.1f user=%s application=\"%s\" query=\"%s\"", horizon.pid,
+                  horizon.seconds, horizon.user, horizon.application, horizon.query);
+    return 0;
+}
+
+static int
+cleanup_turn(stream_runner *sr, struct outbox_error *err)
+{
+    size_t deleted = 0;
+
+    sr->next_cleanup = clock_monotonic_seconds() + STREAM_CLEANUP_SECONDS;
+    if (sr->config->retention_seconds <= 0 || sr->owned_count == 0)
+        return 0;
+    if (stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS,
+                             &deleted, err) != 0)
+        return -1;
+    if (deleted == STREAM_CLEANUP_ROWS)
+        sr->next_cleanup = 0; /* more to delete: again after the next turn */
+    return 0;
+}
+
+/* The periodic work that is due; -1 with err when the database failed. */
+static int
+due_work(stream_runner *sr, struct outbox_error *err)
+{
+    double now = clock_monotonic_seconds();
+
+    if (now >= sr->next_renew && leases_turn(sr, err) != 0)
+        return -1;
+    if (now >= sr->next_report && report_lag(sr, err) != 0)
+        return -1;
+    if (now >= sr->next_cleanup && cleanup_turn(sr, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* One pass over the held partitions; *rows: rows read in all. */
+static int
+partitions_pass(stream_runner *sr, size_t *rows, struct outbox_error *err)
+{
+    double now = clock_monotonic_seconds();
+
+    *rows = 0;
+    if (!sink_is_connected(sr->sink))
+        return 0; /* partitions just taken: the broker is connected first */
+    for (size_t i = 0; i < sr->owned_count && !runner_stopping(sr); i++) {
+        size_t read = 0;
+
+        if (sr->owned[i].wait_until > now)
+            continue;
+        if (partition_turn(sr, i, &read, err) != 0)
+            return -1;
+        *rows += read;
+        if (!sink_is_connected(sr->sink))
+            break;
+    }
+    return 0;
+}
+
+/* Gives every lease back so that another relay takes over at once. */
+static void
+release_all(stream_runner *sr)
+{
+    struct outbox_error err;
+
+    for (size_t i = 0; sr->store != NULL && i < sr->owned_count; i++)
+        if (stream_store_release(sr->store, &sr->owned[i].p, &err) != 0)
+            break;
+    sr->owned_count = 0;
+}
+
+static void *
+stream_run(void *arg)
+{
+    stream_runner *sr = arg;
+    const struct relay_config *c = sr->config;
+    int idle_ms = 0;
+    double last_work = 0;
+
+    while (!runner_stopping(sr)) {
+        struct outbox_error err;
+        size_t rows = 0;
+
+        if (!connect_ends(sr)) {
+            if (c->once)
+                break;
+            runner_sleep_ms(sr, 1000);
+            continue;
+        }
+        if (due_work(sr, &err) != 0 || partitions_pass(sr, &rows, &err) != 0) {
+            store_lost(sr, &err);
+            continue;
+        }
+        if (rows > 0) {
+            idle_ms = 0;
+            last_work = clock_monotonic_seconds();
+            continue;
+        }
+        if (c->once)
+            break;
+        idle_ms = idle_ms == 0 ? 1 : idle_ms * 2;
+        if (clock_monotonic_seconds() - last_work < STREAM_BUSY_WINDOW_SECONDS &&
+            idle_ms > STREAM_BUSY_POLL_MAX_MS)
+            idle_ms = STREAM_BUSY_POLL_MAX_MS;
+        if (idle_ms > c->poll_interval_ms)
+            idle_ms = c->poll_interval_ms;
+        runner_sleep_ms(sr, idle_ms);
+    }
+    release_all(sr);
+    sink_disconnect(sr->sink);
+    stream_store_free(sr->store);
+    sr->store = NULL;
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
+
+/* --queues as a text[] literal (queue names need no quoting: A-Z a-z 0-9 . _ : -). */
+static int
+queues_literal(stream_runner *sr, const struct relay_config *config)
+{
+    struct buffer b = {0};
+
+    if (config->queue_count == 0)
+        return 0;
+    buffer_putc(&b, '{');
+    for (size_t i = 0; i < config->queue_count; i++) {
+        if (i > 0)
+            buffer_putc(&b, ',');
+        buffer_printf(&b, "\"%s\"", config->queues[i]);
+    }
+    buffer_putc(&b, '}');
+    if (b.failed) {
+        buffer_clear(&b);
+        return -1;
+    }
+    sr->queues = b.data;
+    return 0;
+}
+
+stream_runner *
+stream_runner_new(const struct relay_config *config, const char *worker_prefix, struct metrics *m,
+                  struct outbox_error *err)
+{
+    stream_runner *sr = calloc(1, sizeof(*sr));
+    struct sink_options options = config->broker;
+    size_t n = (size_t)config->batch_size;
+
+    if (sr == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    sr->config = config;
+    sr->metrics = m;
+    sr->lease_seconds = config->lease_seconds;
+    sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x5bd1e995u;
+    snprintf(sr->owner, sizeof(sr->owner), "%s/stream", worker_prefix);
+    options.connect_timeout_ms = 5000;
+    options.io_timeout_ms = 10000;
+    options.heartbeat_seconds = 30;
+    if (queues_literal(sr, config) != 0) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    sr->sink = sink_new(&options, err);
+    if (sr->sink == NULL)
+        goto fail;
+    sr->messages = calloc(n, sizeof(*sr->messages));
+    sr->outcomes = calloc(n, sizeof(*sr->outcomes));
+    sr->refusals = calloc(n, sizeof(*sr->refusals));
+    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    return sr;
+
+fail:
+    stream_runner_free(sr);
+    return NULL;
+}
+
+void
+stream_runner_free(stream_runner *sr)
+{
+    if (sr == NULL)
+        return;
+    sink_free(sr->sink);
+    stream_store_free(sr->store);
+    free(sr->messages);
+    free(sr->outcomes);
+    free(sr->refusals);
+    free(sr->queues);
+    free(sr);
+}
+
+int
+stream_runner_start(stream_runner *sr, struct outbox_error *err)
+{
+    if (pthread_create(&sr->thread, NULL, stream_run, sr) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the stream thread");
+    sr->started = true;
+    return 0;
+}
+
+void
+stream_runner_stop(stream_runner *sr)
+{
+    if (sr != NULL)
+        atomic_store(&sr->stopping, 1);
+}
+
+void
+stream_runner_join(stream_runner *sr)
+{
+    if (sr == NULL || !sr->started)
+        return;
+    pthread_join(sr->thread, NULL);
+    sr->started = false;
+}

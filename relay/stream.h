@@ -1,0 +1,42 @@
+/*
+ * stream.h - the stream pipeline: publishing stream queues from their cursors.
+ *
+ * Beside the row-state pipelines, a relay runs one stream thread with its
+ * own database connection (a stream_store) and broker connection (a sink).
+ * It takes the stream partitions whose lease is free (up to a fair share),
+ * and for each in turn reads the rows after the cursor, publishes them and
+ * moves the cursor past what the broker confirmed, in one fenced write. A
+ * refused row leaves the stream for the row-state path (ready with a
+ * backoff, then dead), unless --ordering-dead-policy block and a later row
+ * of its key waits behind it: then the partition stops at it and tries it
+ * again after the backoff. Between turns it renews its leases, logs the lag
+ * and the transaction holding the horizon, and deletes published rows
+ * older than --retention.
+ *
+ * With no stream queue the thread only looks for partitions every few
+ * seconds. Stopping: the batch in flight is published and recorded, the
+ * leases are given back, so another relay takes over at once.
+ */
+#ifndef OUTBOX_RELAY_STREAM_H
+#define OUTBOX_RELAY_STREAM_H
+
+#include "config.h"
+#include "metrics.h"
+
+typedef struct stream_runner stream_runner;
+
+/* NULL with err on failure (bad broker options, out of memory). */
+stream_runner *stream_runner_new(const struct relay_config *config, const char *worker_prefix,
+                                 struct metrics *m, struct outbox_error *err);
+void stream_runner_free(stream_runner *sr);
+
+/* Starts the thread. 0, or -1 with err. */
+int stream_runner_start(stream_runner *sr, struct outbox_error *err);
+
+/* Asks the thread to stop after its batch in flight; async-signal-safe. */
+void stream_runner_stop(stream_runner *sr);
+
+/* Waits for the thread (a no-op when it was never started). */
+void stream_runner_join(stream_runner *sr);
+
+#endif
