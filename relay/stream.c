@@ -21,10 +21,10 @@
 #define STREAM_MAX_PARTITIONS 256
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
 #define STREAM_RENEW_FRACTION 3.0
-/* Lag and horizon are logged this often while a partition lags. */
-#define STREAM_REPORT_SECONDS 10.0
-/* A partition lags when its oldest unpublished row is older than this. */
-#define STREAM_LAG_WARNING_SECONDS 10.0
+/* Lag is looked at this often; a partition lags when its oldest unpublished row is
+ * older than --horizon-warning (STREAM_LAG_WARNING_SECONDS when that is 0). */
+#define STREAM_REPORT_SECONDS 5.0
+#define STREAM_LAG_WARNING_SECONDS 60.0
 /* Published rows are deleted this often, at most STREAM_CLEANUP_ROWS a statement. */
 #define STREAM_CLEANUP_SECONDS 5.0
 #define STREAM_CLEANUP_ROWS 5000
@@ -296,12 +296,14 @@ report_lag(stream_runner *sr, struct outbox_error *err)
     struct stream_horizon horizon;
     size_t count = 0;
     bool lagging = false;
+    double threshold = sr->config->horizon_warning_seconds > 0 ? sr->config->horizon_warning_seconds
+                                                                : STREAM_LAG_WARNING_SECONDS;
 
     sr->next_report = clock_monotonic_seconds() + STREAM_REPORT_SECONDS;
     if (stream_store_lag(sr->store, &lag, &count, err) != 0)
         return -1;
     for (size_t i = 0; i < count; i++) {
-        if (lag[i].seconds < STREAM_LAG_WARNING_SECONDS)
+        if (lag[i].seconds < threshold)
             continue;
         lagging = true;
         log_event(OUTBOX_LOG_WARN, "stream partition lags",
