@@ -361,8 +361,6 @@ partitions_pass(stream_runner *sr, size_t *rows, struct outbox_error *err)
     double now = clock_monotonic_seconds();
 
     *rows = 0;
-    if (!sink_is_connected(sr->sink))
-        return 0; /* partitions just taken: the broker is connected first */
     for (size_t i = 0; i < sr->owned_count && !runner_stopping(sr); i++) {
         size_t read = 0;
 
@@ -407,7 +405,13 @@ stream_run(void *arg)
             runner_sleep_ms(sr, 1000);
             continue;
         }
-        if (due_work(sr, &err) != 0 || partitions_pass(sr, &rows, &err) != 0) {
+        if (due_work(sr, &err) != 0) {
+            store_lost(sr, &err);
+            continue;
+        }
+        if (!connect_ends(sr)) /* the broker, for partitions just taken */
+            continue;
+        if (partitions_pass(sr, &rows, &err) != 0) {
             store_lost(sr, &err);
             continue;
         }
