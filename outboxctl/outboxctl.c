@@ -25,6 +25,7 @@
 #include "outbox.h"
 #include "parse.h"
 #include "store_admin.h"
+#include "stream.h"
 #include "url.h"
 
 #define EXIT_USAGE 2
@@ -85,6 +86,13 @@ static const char usage_text[] =
     "  inbox purge --older-than DURATION\n"
     "                                   delete inbox records accepted longer ago\n"
     "                                   than DURATION, in batches of 5000\n"
+    "  stream enable QUEUE [--partitions N]\n"
+    "                                   publish QUEUE as a stream: in commit order\n"
+    "                                   per partition (1..256, default 1), no write\n"
+    "                                   per row; a key stays in one partition\n"
+    "  stream disable QUEUE             back to row-state claims: unpublished rows\n"
+    "                                   become ready\n"
+    "  stream list                      stream partitions: lag (rows, seconds), owner\n"
     "\n"
     "options:\n"
     "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
@@ -1238,6 +1246,8 @@ run(struct ctl *ctl, int argc, char **argv)
         return command_paused(ctl, argc, argv, i + 1);
     if (strcmp(argv[i], "replay") == 0)
         return command_replay(ctl, argc, argv, i + 1);
+    if (strcmp(argv[i], "stream") == 0)
+        return outboxctl_stream(ctl->database_url, argc, argv, i + 1);
     if (strcmp(argv[i], "inbox") == 0) {
         if (i + 1 < argc && strcmp(argv[i + 1], "purge") == 0) {
             ctl->command = "inbox purge";

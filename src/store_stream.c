@@ -562,3 +562,71 @@ stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_
     PQclear(result);
     return 0;
 }
+
+/* ---- administration ---------------------------------------------------------------- */
+
+/* Runs sql with params on conn, expecting one boolean; *value gets it. */
+static int
+admin_boolean(PGconn *conn, const char *sql, int nparams, const char *const *values, bool *value,
+              const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexecParams(conn, sql, nparams, NULL, values, NULL, NULL, 0);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, context);
+        PQclear(result);
+        return -1;
+    }
+    *value = PQgetvalue(result, 0, 0)[0] == 't';
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
+                    struct outbox_error *err)
+{
+    char count[16];
+    const char *values[2] = {queue, count};
+
+    snprintf(count, sizeof(count), "%d", partitions);
+    return admin_boolean(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values, changed,
+                         "unable to make the queue a stream", err);
+}
+
+int
+stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err)
+{
+    const char *values[1] = {queue};
+
+    return admin_boolean(conn, "SELECT outbox.stream_disable($1)", 1, values, changed,
+                         "unable to make the stream a row-state queue", err);
+}
+
+int
+stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, SQL_LAG);
+    int rows;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        outbox_error_from_pg(err, conn, result, "unable to list the streams");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows == 0)
+        fputs("no stream queues\n", out);
+    else
+        fprintf(out, "%-24s %9s %10s %10s  %s\n", "queue", "partition", "lag_rows", "lag_s",
+                "owner");
+    for (int r = 0; r < rows; r++) {
+        const char *owner = PQgetvalue(result, r, 2);
+
+        fprintf(out, "%-24s %9s %10s %10.1f  %s\n", PQgetvalue(result, r, 0),
+                PQgetvalue(result, r, 1), PQgetvalue(result, r, 3),
+                strtod(PQgetvalue(result, r, 4), NULL), owner[0] != '\0' ? owner : "-");
+    }
+    PQclear(result);
+    return 0;
+}

@@ -22,6 +22,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <libpq-fe.h>
 
 #include "outbox.h"
 
@@ -147,5 +150,20 @@ int stream_store_horizon(stream_store *s, struct stream_horizon *out, struct out
  */
 int stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_t *deleted,
                          struct outbox_error *err);
+
+/* ---- administration (outboxctl stream), on a caller's connection ---- */
+
+/*
+ * outbox.stream_enable(): *changed false when queue was a stream of that
+ * many partitions already. Another count, a bad name: OUTBOX_ERR_INVALID.
+ */
+int stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
+                        struct outbox_error *err);
+
+/* outbox.stream_disable(): *changed false when queue was no stream. */
+int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err);
+
+/* Writes every stream partition, its owner and lag, as a table on out. */
+int stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err);
 
 #endif
