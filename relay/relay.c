@@ -1537,7 +1537,8 @@ relay_join(relay *r, struct outbox_error *err)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;
     }
-    stream_runner_stop(r->streams);
+    if (!r->config->once || atomic_load(&r->fatal))
+        stream_runner_stop(r->streams); /* --once: the stream pass ends on its own */
     stream_runner_join(r->streams);
     if (r->maintenance.started)
         pthread_join(r->maintenance.thread, NULL);

@@ -40,13 +40,18 @@ struct owned {
     double wait_until;
 };
 
-struct stream_runner {
+/*
+ * One stream thread: its own database and broker connections, and the
+ * partitions p with p % worker_count == index, so the threads of a relay
+ * publish side by side under the relay's one owner name.
+ */
+struct stream_worker {
+    stream_runner *runner;
     const struct relay_config *config;
-    struct metrics *metrics;
-    char owner[192];
+    const char *owner;
+    int index;
     pthread_t thread;
     bool started;
-    atomic_int stopping;
     stream_store *store;
     sink *sink;
     struct owned owned[STREAM_MAX_PARTITIONS];
@@ -60,16 +65,25 @@ struct stream_runner {
     struct stream_refusal *refusals;
 };
 
+struct stream_runner {
+    const struct relay_config *config;
+    struct metrics *metrics;
+    char owner[192];
+    atomic_int stopping;
+    struct stream_worker *workers;
+    int worker_count;
+};
+
 /* ---- helpers ------------------------------------------------------------------- */
 
 static bool
-runner_stopping(const stream_runner *sr)
+runner_stopping(const struct stream_worker *sr)
 {
-    return atomic_load(&sr->stopping) != 0;
+    return atomic_load(&sr->runner->stopping) != 0;
 }
 
 static void
-runner_sleep_ms(stream_runner *sr, int ms)
+runner_sleep_ms(struct stream_worker *sr, int ms)
 {
     while (ms > 0 && !runner_stopping(sr)) {
         int slice = ms < 50 ? ms : 50;
@@ -81,7 +95,7 @@ runner_sleep_ms(stream_runner *sr, int ms)
 
 /* Drops the database connection after a failure; leases stay until they expire. */
 static void
-store_lost(stream_runner *sr, const struct outbox_error *err)
+store_lost(struct stream_worker *sr, const struct outbox_error *err)
 {
     log_event(OUTBOX_LOG_WARN, "stream database call failed", "thread=stream error=\"%s\"",
               err->message);
@@ -92,7 +106,7 @@ store_lost(stream_runner *sr, const struct outbox_error *err)
 
 /* Connects what is missing; false when it could not (the caller waits and retries). */
 static bool
-connect_ends(stream_runner *sr)
+connect_ends(struct stream_worker *sr)
 {
     struct outbox_error err;
 
@@ -115,7 +129,7 @@ connect_ends(stream_runner *sr)
 }
 
 static void
-drop_owned(stream_runner *sr, size_t index, const char *why)
+drop_owned(struct stream_worker *sr, size_t index, const char *why)
 {
     log_event(OUTBOX_LOG_INFO, why, "thread=stream queue=%s partition=%d generation=%lld",
               sr->owned[index].p.queue, sr->owned[index].p.partition,
@@ -128,7 +142,7 @@ drop_owned(stream_runner *sr, size_t index, const char *why)
 
 /* Renews every held lease, forgets lost ones, then takes free partitions. */
 static int
-leases_turn(stream_runner *sr, struct outbox_error *err)
+leases_turn(struct stream_worker *sr, struct outbox_error *err)
 {
     struct stream_partition taken[STREAM_MAX_PARTITIONS];
     size_t count = 0;
@@ -143,8 +157,9 @@ leases_turn(stream_runner *sr, struct outbox_error *err)
         else
             drop_owned(sr, i, "stream partition lease lost");
     }
-    if (stream_store_acquire(sr->store, sr->queues, sr->lease_seconds, taken,
-                             STREAM_MAX_PARTITIONS - sr->owned_count, &count, err) != 0)
+    if (stream_store_acquire(sr->store, sr->queues, sr->runner->worker_count, sr->index,
+                             sr->lease_seconds, taken, STREAM_MAX_PARTITIONS - sr->owned_count,
+                             &count, err) != 0)
         return -1;
     for (size_t i = 0; i < count; i++) {
         sr->owned[sr->owned_count].p = taken[i];
@@ -162,7 +177,7 @@ leases_turn(stream_runner *sr, struct outbox_error *err)
 /* ---- one partition's turn ------------------------------------------------------ */
 
 static void
-build_messages(stream_runner *sr, const struct stream_batch *batch)
+build_messages(struct stream_worker *sr, const struct stream_batch *batch)
 {
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
@@ -203,7 +218,7 @@ key_has_later_row(const struct stream_batch *batch, size_t index)
  * keeps its place. Returns the number of rows the cursor passes.
  */
 static size_t
-settle_outcomes(stream_runner *sr, struct owned *o, const struct stream_batch *batch,
+settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_batch *batch,
                 size_t *refused)
 {
     const struct relay_config *c = sr->config;
@@ -243,7 +258,7 @@ settle_outcomes(stream_runner *sr, struct owned *o, const struct stream_batch *b
 
 /* Reads, publishes and records one batch of a partition. *rows: rows read. */
 static int
-partition_turn(stream_runner *sr, size_t index, size_t *rows, struct outbox_error *err)
+partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outbox_error *err)
 {
     struct owned *o = &sr->owned[index];
     struct stream_batch batch;
@@ -290,7 +305,7 @@ cleanup:
 
 /* Logs lagging partitions and, when one lags, the transaction holding the horizon. */
 static int
-report_lag(stream_runner *sr, struct outbox_error *err)
+report_lag(struct stream_worker *sr, struct outbox_error *err)
 {
     struct stream_lag *lag = NULL;
     struct stream_horizon horizon;
@@ -324,12 +339,12 @@ report_lag(stream_runner *sr, struct outbox_error *err)
 }
 
 static int
-cleanup_turn(stream_runner *sr, struct outbox_error *err)
+cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
 {
     size_t deleted = 0;
 
     sr->next_cleanup = clock_monotonic_seconds() + STREAM_CLEANUP_SECONDS;
-    if (sr->config->retention_seconds <= 0 || sr->owned_count == 0)
+    if (sr->config->retention_seconds <= 0)
         return 0;
     if (stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS,
                              &deleted, err) != 0)
@@ -341,12 +356,14 @@ cleanup_turn(stream_runner *sr, struct outbox_error *err)
 
 /* The periodic work that is due; -1 with err when the database failed. */
 static int
-due_work(stream_runner *sr, struct outbox_error *err)
+due_work(struct stream_worker *sr, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
 
     if (now >= sr->next_renew && leases_turn(sr, err) != 0)
         return -1;
+    if (sr->index > 0)
+        return 0; /* the first thread reports and cleans up for the relay */
     if (now >= sr->next_report && report_lag(sr, err) != 0)
         return -1;
     if (now >= sr->next_cleanup && cleanup_turn(sr, err) != 0)
@@ -356,7 +373,7 @@ due_work(stream_runner *sr, struct outbox_error *err)
 
 /* One pass over the held partitions; *rows: rows read in all. */
 static int
-partitions_pass(stream_runner *sr, size_t *rows, struct outbox_error *err)
+partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
 
@@ -377,7 +394,7 @@ partitions_pass(stream_runner *sr, size_t *rows, struct outbox_error *err)
 
 /* Gives every lease back so that another relay takes over at once. */
 static void
-release_all(stream_runner *sr)
+release_all(struct stream_worker *sr)
 {
     struct outbox_error err;
 
@@ -390,7 +407,7 @@ release_all(stream_runner *sr)
 static void *
 stream_run(void *arg)
 {
-    stream_runner *sr = arg;
+    struct stream_worker *sr = arg;
     const struct relay_config *c = sr->config;
     int idle_ms = 0;
     double last_work = 0;
@@ -441,7 +458,7 @@ stream_run(void *arg)
 
 /* --queues as a text[] literal (queue names need no quoting: A-Z a-z 0-9 . _ : -). */
 static int
-queues_literal(stream_runner *sr, const struct relay_config *config)
+queues_literal(struct stream_worker *sr, const struct relay_config *config)
 {
     struct buffer b = {0};
 
@@ -462,82 +479,114 @@ queues_literal(stream_runner *sr, const struct relay_config *config)
     return 0;
 }
 
-stream_runner *
-stream_runner_new(const struct relay_config *config, const char *worker_prefix, struct metrics *m,
-                  struct outbox_error *err)
+static int
+worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct outbox_error *err)
 {
-    stream_runner *sr = calloc(1, sizeof(*sr));
+    const struct relay_config *config = runner->config;
     struct sink_options options = config->broker;
     size_t n = (size_t)config->batch_size;
 
-    if (sr == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
+    sr->runner = runner;
     sr->config = config;
-    sr->metrics = m;
+    sr->owner = runner->owner;
+    sr->index = index;
     sr->lease_seconds = config->lease_seconds;
-    sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x5bd1e995u;
-    snprintf(sr->owner, sizeof(sr->owner), "%s/stream", worker_prefix);
+    sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
     options.connect_timeout_ms = 5000;
     options.io_timeout_ms = 10000;
     options.heartbeat_seconds = 30;
-    if (queues_literal(sr, config) != 0) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
     sr->sink = sink_new(&options, err);
     if (sr->sink == NULL)
-        goto fail;
+        return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
-    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    return sr;
-
-fail:
-    stream_runner_free(sr);
-    return NULL;
+    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL ||
+        queues_literal(sr, config) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
 }
 
-void
-stream_runner_free(stream_runner *sr)
+static void
+worker_clear(struct stream_worker *sr)
 {
-    if (sr == NULL)
-        return;
     sink_free(sr->sink);
     stream_store_free(sr->store);
     free(sr->messages);
     free(sr->outcomes);
     free(sr->refusals);
     free(sr->queues);
-    free(sr);
+}
+
+stream_runner *
+stream_runner_new(const struct relay_config *config, const char *worker_prefix, struct metrics *m,
+                  struct outbox_error *err)
+{
+    stream_runner *runner = calloc(1, sizeof(*runner));
+
+    if (runner == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    runner->config = config;
+    runner->metrics = m;
+    snprintf(runner->owner, sizeof(runner->owner), "%s/stream", worker_prefix);
+    runner->worker_count = config->concurrency > 0 ? config->concurrency : 1;
+    runner->workers = calloc((size_t)runner->worker_count, sizeof(*runner->workers));
+    if (runner->workers == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < runner->worker_count; i++)
+        if (worker_init(runner, &runner->workers[i], i, err) != 0)
+            goto fail;
+    return runner;
+
+fail:
+    stream_runner_free(runner);
+    return NULL;
+}
+
+void
+stream_runner_free(stream_runner *runner)
+{
+    if (runner == NULL)
+        return;
+    for (int i = 0; runner->workers != NULL && i < runner->worker_count; i++)
+        worker_clear(&runner->workers[i]);
+    free(runner->workers);
+    free(runner);
 }
 
 int
-stream_runner_start(stream_runner *sr, struct outbox_error *err)
+stream_runner_start(stream_runner *runner, struct outbox_error *err)
 {
-    if (pthread_create(&sr->thread, NULL, stream_run, sr) != 0)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the stream thread");
-    sr->started = true;
+    for (int i = 0; i < runner->worker_count; i++) {
+        struct stream_worker *sr = &runner->workers[i];
+
+        if (pthread_create(&sr->thread, NULL, stream_run, sr) != 0) {
+            stream_runner_stop(runner);
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start stream thread %d",
+                                    i);
+        }
+        sr->started = true;
+    }
     return 0;
 }
 
 void
-stream_runner_stop(stream_runner *sr)
+stream_runner_stop(stream_runner *runner)
 {
-    if (sr != NULL)
-        atomic_store(&sr->stopping, 1);
+    if (runner != NULL)
+        atomic_store(&runner->stopping, 1);
 }
 
 void
-stream_runner_join(stream_runner *sr)
+stream_runner_join(stream_runner *runner)
 {
-    if (sr == NULL || !sr->started)
-        return;
-    pthread_join(sr->thread, NULL);
-    sr->started = false;
+    for (int i = 0; runner != NULL && i < runner->worker_count; i++) {
+        if (runner->workers[i].started)
+            pthread_join(runner->workers[i].thread, NULL);
+        runner->workers[i].started = false;
+    }
 }

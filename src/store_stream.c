@@ -52,6 +52,7 @@ static const char SQL_ACQUIRE[] =
     " SELECT f.queue, f.partition FROM outbox.stream_cursor AS f"
     " WHERE (f.lease_until IS NULL OR f.lease_until <= clock_timestamp())"
     "   AND ($4::text[] IS NULL OR f.queue = ANY ($4::text[]))"
+    "   AND f.partition % $5 = $6"
     " ORDER BY f.lease_until NULLS FIRST, f.queue, f.partition"
     " LIMIT greatest(0, least($3::bigint, (SELECT wanted FROM share)::bigint))"
     " FOR UPDATE SKIP LOCKED)"
@@ -261,19 +262,21 @@ stream_store_free(stream_store *s)
 /* ---- leases -------------------------------------------------------------------- */
 
 int
-stream_store_acquire(stream_store *s, const char *queues, double lease_seconds,
-                     struct stream_partition *out, size_t capacity, size_t *count,
-                     struct outbox_error *err)
+stream_store_acquire(stream_store *s, const char *queues, int modulus, int residue,
+                     double lease_seconds, struct stream_partition *out, size_t capacity,
+                     size_t *count, struct outbox_error *err)
 {
-    char lease[32], limit[24];
-    const char *values[4] = {s->owner, lease, limit, queues};
+    char lease[32], limit[24], modulus_text[16], residue_text[16];
+    const char *values[6] = {s->owner, lease, limit, queues, modulus_text, residue_text};
     PGresult *result;
     int rows;
 
     *count = 0;
     snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
     snprintf(limit, sizeof(limit), "%zu", capacity);
-    result = run(s, SSTMT_ACQUIRE, 4, values, PGRES_TUPLES_OK,
+    snprintf(modulus_text, sizeof(modulus_text), "%d", modulus > 0 ? modulus : 1);
+    snprintf(residue_text, sizeof(residue_text), "%d", residue);
+    result = run(s, SSTMT_ACQUIRE, 6, values, PGRES_TUPLES_OK,
                  "unable to acquire stream partitions", err);
     if (result == NULL)
         return -1;

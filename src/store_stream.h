@@ -100,12 +100,13 @@ void stream_store_free(stream_store *s);
  * Takes up to capacity partitions whose lease expired or was never taken,
  * no more than a fair share of all partitions among the owners holding one
  * now (this one included), of the queues in queues (a text[] literal such
- * as {a,b}; NULL: every stream). out[0..*count) receive them, with a new
- * generation and a lease of lease_seconds.
+ * as {a,b}; NULL: every stream), and only partitions p with p % modulus ==
+ * residue (the threads of one owner split its partitions so). out[0..*count)
+ * receive them, with a new generation and a lease of lease_seconds.
  */
-int stream_store_acquire(stream_store *s, const char *queues, double lease_seconds,
-                         struct stream_partition *out, size_t capacity, size_t *count,
-                         struct outbox_error *err);
+int stream_store_acquire(stream_store *s, const char *queues, int modulus, int residue,
+                         double lease_seconds, struct stream_partition *out, size_t capacity,
+                         size_t *count, struct outbox_error *err);
 
 /* Extends the lease. *held false: the lease was lost (expired, or another owner). */
 int stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,

@@ -1,0 +1,154 @@
+#!/bin/bash
+# stream.sh - stream mode against row-state mode (docs/stream.md), on one stack.
+#
+#   tests/bench/stream.sh            (a throwaway PostgreSQL + Redis stack of its own)
+#   STREAM_BENCH_ENV=DIR/env tests/bench/stream.sh   (a stack already running; make bench)
+#
+# Measures, in turns, STREAM_BENCH_ROUNDS (default 3) times, medians reported:
+#   - outbox.enqueue_batch() of 1000 rows a call, with the xid column's default
+#     (pg_current_xact_id(), migration 009) and without it: what recording
+#     the inserting transaction costs a producer
+#   - drain of a STREAM_BENCH_N-row backlog (default 100000) by `outbox-relay
+#     --once` to Redis: row-state (--on-success mark, the default) and a stream
+#     queue of 4 partitions, each with PostgreSQL's CPU per relayed row (utime +
+#     stime of the server's processes, the exited ones through the postmaster's
+#     cutime), every row checked in the stream (XLEN) and in the table
+# Prints one result line per figure on stdout; progress on stderr. Fails only
+# when a step fails or a check of the delivered rows does not hold.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-bin}
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+N=${STREAM_BENCH_N:-100000}
+ROUNDS=${STREAM_BENCH_ROUNDS:-3}
+STEP_TIMEOUT=600
+
+log() { printf 'stream bench: %s\n' "$*" >&2; }
+die() {
+    printf 'stream bench: error: %s\n' "$*" >&2
+    exit 1
+}
+calc() { awk "BEGIN { printf \"%s\", $1 }" </dev/null; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+runs() { printf '%.1f ' "$@" | sed 's/ $//; s/ /, /g'; }
+result() { printf '  %-58s %16s  %s\n' "$1" "$2" "${3:-}"; }
+
+OWN_STACK=""
+cleanup() {
+    if [ -n "$OWN_STACK" ]; then
+        "$ROOT/tests/harness/stack.sh" stop "$OWN_STACK" >/dev/null 2>&1 || true
+        rm -rf "$OWN_STACK"
+    fi
+}
+trap cleanup EXIT
+if [ -z "${STREAM_BENCH_ENV:-}" ]; then
+    OWN_STACK=$(mktemp -d /tmp/outbox-stream-bench.XXXXXX)
+    log "starting PostgreSQL and Redis in $OWN_STACK"
+    "$ROOT/tests/harness/stack.sh" start "$OWN_STACK" postgres redis >"$OWN_STACK/stack.log" 2>&1 ||
+        die "the stack did not start (see $OWN_STACK/stack.log)"
+    STREAM_BENCH_ENV=$OWN_STACK/env
+fi
+# shellcheck disable=SC1090
+. "$STREAM_BENCH_ENV"
+STACK=$OUTBOX_TEST_STACK_DIR
+DB="${OUTBOX_TEST_PG_URL%/*}/outbox_stream_bench"
+REDIS_URL=$OUTBOX_TEST_REDIS_URL
+sql() { timeout "$STEP_TIMEOUT" psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
+redis_cli() {
+    REDISCLI_AUTH=${OUTBOX_TEST_REDIS_PASSWORD:-} redis-cli -h 127.0.0.1 \
+        -p "$OUTBOX_TEST_REDIS_PORT" "$@"
+}
+psql -X -q "$OUTBOX_TEST_PG_URL" -c "DROP DATABASE IF EXISTS outbox_stream_bench" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE outbox_stream_bench" >/dev/null
+"$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
+
+PAYLOAD='{"order_id": 1234567, "event": "order.created", "customer": "c-0004711", "amount_cents": 129900, "currency": "EUR", "items": [{"sku": "sku-01", "qty": 2}], "pad": "xxxxxxxxxxxxxxxxxxxxxxxx"}'
+
+CLOCK_TICKS=$(getconf CLK_TCK)
+pg_cpu_ticks() {
+    local postmaster child
+    postmaster=$(head -n 1 "$STACK/pg/postmaster.pid")
+    {
+        awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat"
+        for child in $(ps -o pid= --ppid "$postmaster"); do
+            awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || true
+        done
+    } | awk '{ sum += $1 } END { print sum }'
+}
+
+reset_outbox() {
+    sql "TRUNCATE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+}
+
+# enqueue_rate: rows/s of 1000-row outbox.enqueue_batch() calls, one client, 10 s.
+enqueue_rate() {
+    local out tps
+    reset_outbox
+    printf "SELECT outbox.enqueue_batch('eb', array_fill('%s'::jsonb, ARRAY[1000]));\n" \
+        "$PAYLOAD" >"$STACK/stream-enqueue-batch.sql"
+    out=$(PGOPTIONS='-c synchronous_commit=off' timeout 120 "$PG_BIN/pgbench" -n -c 1 -T 10 \
+        -f "$STACK/stream-enqueue-batch.sql" "$DB" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        die "pgbench enqueue_batch failed"
+    }
+    tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+    calc "$tps * 1000"
+}
+
+# drain QUEUE NAME: relays N rows of QUEUE by --once; sets RATE and PG_US.
+drain() {
+    local queue=$1 name=$2 start end ticks xlen
+    reset_outbox
+    redis_cli DEL "sbench:$queue" >/dev/null
+    sql "INSERT INTO outbox.job (queue, payload)
+         SELECT '$queue', '$PAYLOAD'::jsonb FROM generate_series(1, $N)" >/dev/null
+    sql "VACUUM ANALYZE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+    ticks=$(pg_cpu_ticks)
+    start=$(date +%s.%N)
+    timeout "$STEP_TIMEOUT" "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
+        --metrics-addr off --log-level warn --once --stream-prefix sbench: \
+        2>"$STACK/stream-relay-$name.log" || die "outbox-relay --once ($name) failed"
+    end=$(date +%s.%N)
+    sleep 0.2
+    PG_US=$(calc "($(pg_cpu_ticks) - $ticks) * 1000000 / $CLOCK_TICKS / $N")
+    RATE=$(calc "$N / ($end - $start)")
+    xlen=$(redis_cli XLEN "sbench:$queue")
+    [ "$xlen" = "$N" ] || die "$name: stream sbench:$queue holds $xlen entries, expected $N"
+    redis_cli DEL "sbench:$queue" >/dev/null
+}
+
+sql "SELECT outbox.stream_enable('sbench', 4)" >/dev/null
+WITH_XID=() WITHOUT_XID=() ROW_RATE=() ROW_PG=() STREAM_RATE=() STREAM_PG=()
+for round in $(seq 1 "$ROUNDS"); do
+    log "round $round of $ROUNDS: enqueue_batch with and without the xid default"
+    WITH_XID+=("$(enqueue_rate)")
+    sql "ALTER TABLE outbox.job ALTER COLUMN xid DROP DEFAULT" >/dev/null
+    WITHOUT_XID+=("$(enqueue_rate)")
+    sql "ALTER TABLE outbox.job ALTER COLUMN xid SET DEFAULT pg_current_xact_id()" >/dev/null
+    log "round $round of $ROUNDS: drain $N rows, row-state then stream"
+    drain bench row-state
+    ROW_RATE+=("$RATE") ROW_PG+=("$PG_US")
+    drain sbench stream
+    left=$(sql "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c
+                ON c.queue = j.queue AND c.partition = j.stream_partition
+                WHERE j.state = 'stream' AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)")
+    [ "$left" = 0 ] || die "stream drain left $left rows after the cursors"
+    STREAM_RATE+=("$RATE") STREAM_PG+=("$PG_US")
+done
+
+W=$(median "${WITH_XID[@]}")
+WO=$(median "${WITHOUT_XID[@]}")
+R=$(median "${ROW_RATE[@]}")
+S=$(median "${STREAM_RATE[@]}")
+result "enqueue_batch (1000 rows a call), xid recorded" "$(printf '%.0f' "$W") rows/s" \
+    "without the xid default $(printf '%.0f' "$WO") rows/s: cost $(printf '%.1f' "$(calc "(1 - $W / $WO) * 100")") % (goal <= 5); runs: $(runs "${WITH_XID[@]}") / $(runs "${WITHOUT_XID[@]}")"
+result "drain to Redis, row-state (mark)" "$(printf '%.0f' "$R") rows/s" \
+    "PostgreSQL CPU $(printf '%.1f' "$(median "${ROW_PG[@]}")") us/row; runs: $(runs "${ROW_RATE[@]}")"
+result "drain to Redis, stream (4 partitions)" "$(printf '%.0f' "$S") rows/s" \
+    "$(printf '%.2f' "$(calc "$S / $R")") x row-state (goal >= 2.5); runs: $(runs "${STREAM_RATE[@]}")"
+result "  PostgreSQL CPU per relayed row, stream" "$(printf '%.1f' "$(median "${STREAM_PG[@]}")") us" \
+    "goal <= 8; runs: $(runs "${STREAM_PG[@]}") us"
