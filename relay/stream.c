@@ -70,6 +70,8 @@ struct stream_runner {
     struct metrics *metrics;
     char owner[192];
     atomic_int stopping;
+    atomic_int first_turn_done; /* the first thread looked for partitions once */
+    atomic_int streams_seen;    /* ... and found some: the other threads connect */
     struct stream_worker *workers;
     int worker_count;
 };
@@ -171,6 +173,9 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
                   taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
     }
     sr->next_renew = clock_monotonic_seconds() + sr->lease_seconds / STREAM_RENEW_FRACTION;
+    if (sr->owned_count > 0)
+        atomic_store(&sr->runner->streams_seen, 1);
+    atomic_store(&sr->runner->first_turn_done, 1);
     return 0;
 }
 
@@ -392,6 +397,26 @@ partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err
     return 0;
 }
 
+/*
+ * For every thread but the first: true once there are streams to publish.
+ * Until then the thread waits without a connection; false when it should
+ * return instead (stopping, or --once with no stream found).
+ */
+static bool
+wait_for_streams(struct stream_worker *sr)
+{
+    stream_runner *runner = sr->runner;
+
+    while (sr->index > 0 && !atomic_load(&runner->streams_seen)) {
+        if (runner_stopping(sr))
+            return false;
+        if (sr->config->once && atomic_load(&runner->first_turn_done))
+            return false;
+        runner_sleep_ms(sr, sr->config->once ? 10 : 500);
+    }
+    return !runner_stopping(sr);
+}
+
 /* Gives every lease back so that another relay takes over at once. */
 static void
 release_all(struct stream_worker *sr)
@@ -412,11 +437,14 @@ stream_run(void *arg)
     int idle_ms = 0;
     double last_work = 0;
 
+    if (!wait_for_streams(sr))
+        goto done;
     while (!runner_stopping(sr)) {
         struct outbox_error err;
         size_t rows = 0;
 
         if (!connect_ends(sr)) {
+            atomic_store(&sr->runner->first_turn_done, 1);
             if (c->once)
                 break;
             runner_sleep_ms(sr, 1000);
@@ -447,6 +475,7 @@ stream_run(void *arg)
             idle_ms = c->poll_interval_ms;
         runner_sleep_ms(sr, idle_ms);
     }
+done:
     release_all(sr);
     sink_disconnect(sr->sink);
     stream_store_free(sr->store);

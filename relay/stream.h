@@ -1,20 +1,25 @@
 /*
  * stream.h - the stream pipeline: publishing stream queues from their cursors.
  *
- * Beside the row-state pipelines, a relay runs one stream thread with its
- * own database connection (a stream_store) and broker connection (a sink).
- * It takes the stream partitions whose lease is free (up to a fair share),
- * and for each in turn reads the rows after the cursor, publishes them and
+ * Beside the row-state pipelines, a relay runs --concurrency stream
+ * threads, each with its own database connection (a stream_store) and
+ * broker connection (a sink), under one owner name for the relay; thread i
+ * takes the free partitions p with p % concurrency == i, up to a fair share
+ * of all partitions among the relays holding one. For each of its
+ * partitions in turn it reads the rows after the cursor, publishes them and
  * moves the cursor past what the broker confirmed, in one fenced write. A
  * refused row leaves the stream for the row-state path (ready with a
  * backoff, then dead), unless --ordering-dead-policy block and a later row
- * of its key waits behind it: then the partition stops at it and tries it
- * again after the backoff. Between turns it renews its leases, logs the lag
- * and the transaction holding the horizon, and deletes published rows
- * older than --retention.
+ * of its key waits behind it in the batch: then the partition stops at it
+ * and tries it again after the backoff. Between turns the threads renew
+ * their leases; the first one also logs lagging partitions with the
+ * transaction holding the horizon, and deletes published rows older than
+ * --retention.
  *
- * With no stream queue the thread only looks for partitions every few
- * seconds. Stopping: the batch in flight is published and recorded, the
+ * With no stream queue only the first thread connects to the database,
+ * looking for partitions every lease/3 seconds; the others connect once it
+ * found some, and a thread opens its broker connection once it holds a
+ * partition. Stopping: the batch in flight is published and recorded, the
  * leases are given back, so another relay takes over at once.
  */
 #ifndef OUTBOX_RELAY_STREAM_H

@@ -731,6 +731,16 @@ if [ "$LONGRUN_SECONDS" -gt 0 ]; then
     done
 fi
 
+# ---- 9. stream mode ----------------------------------------------------------------------
+
+section "9. stream mode against row-state (tests/bench/stream.sh, median of $ROUNDS)"
+log "stream mode: enqueue cost of the xid, drain row-state vs stream"
+BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STREAM_BENCH_ROUNDS="$ROUNDS" \
+    timeout $((STEP_TIMEOUT * 4)) "$ROOT/tests/bench/stream.sh" >"$STACK/stream.out" ||
+    die "tests/bench/stream.sh failed"
+cat "$STACK/stream.out" >>"$RESULTS"
+cat "$STACK/stream.out" >&2
+
 # ---- report -----------------------------------------------------------------------------
 
 mkdir -p "$(dirname "$RESULTS_FILE")"
