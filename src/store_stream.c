@@ -115,7 +115,7 @@ static const char SQL_LAG[] =
     "       CASE WHEN c.lease_until > clock_timestamp() THEN c.owner ELSE '' END,"
     "       (SELECT count(*) FROM (SELECT 1 FROM outbox.job AS j"
     "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
-    "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id) LIMIT 1000000) AS x),"
+    "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id) LIMIT 100000) AS x),"
     "       coalesce(extract(epoch FROM now() - (SELECT j.created_at FROM outbox.job AS j"
     "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
     "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
@@ -131,14 +131,19 @@ static const char SQL_HORIZON[] =
     " WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()"
     " ORDER BY age(a.backend_xid) DESC LIMIT 1";
 
+/*
+ * The oldest rows behind each cursor, in read order, $2 at most: those
+ * older than the retention go. The scan never passes $2 rows a partition,
+ * however many younger rows wait behind the cursor for their turn.
+ */
 static const char SQL_CLEANUP[] =
     "WITH doomed AS ("
     " SELECT d.job_id FROM outbox.stream_cursor AS c CROSS JOIN LATERAL ("
-    "   SELECT j.job_id FROM outbox.job AS j"
+    "   SELECT j.job_id, j.created_at FROM outbox.job AS j"
     "   WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
     "     AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
-    "     AND j.created_at < now() - make_interval(secs => $1)"
     "   ORDER BY j.xid, j.job_id LIMIT $2) AS d"
+    " WHERE d.created_at < now() - make_interval(secs => $1)"
     " LIMIT $2)"
     " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
 

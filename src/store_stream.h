@@ -79,7 +79,7 @@ struct stream_lag {
     double seconds;  /* age of the oldest row after the cursor, 0 when none */
 };
 
-#define STREAM_LAG_COUNT_MAX 1000000
+#define STREAM_LAG_COUNT_MAX 100000
 
 /* The transaction holding the snapshot horizon back, the oldest with an xid. */
 struct stream_horizon {

@@ -330,6 +330,72 @@ test_claims_skip_stream_rows(void **state)
                      1);
 }
 
+/*
+ * A row the broker fails (its Redis stream key holds a string: WRONGTYPE)
+ * leaves the stream for the retry path, ready with a backoff and its error;
+ * the rows after it are published meanwhile.
+ */
+static void
+test_failed_row_goes_to_retry_path(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--retry-base", "1h", "--retry-max", "2h",
+                           NULL};
+    struct relay_process relay;
+    char bad_key[112], sql[256];
+    const char *set_argv[] = {"SET", bad_key, "not a stream"};
+    long long failing;
+
+    snprintf(bad_key, sizeof(bad_key), "%sbroken", f->prefix);
+    freeReplyObject(stream_consumer_command(f->redis, 3, set_argv));
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 1}')");
+    failing = harness_query_ll(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 2}',"
+                                        " routing_key => 'broken')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 3}') FROM generate_series(1, 5)");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 20000), 0);
+    assert_int_equal(wait_for_entries(f, 6, 5000), 6);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM outbox.job WHERE job_id = %lld AND state = 'ready'"
+             " AND attempts = 1 AND run_at > now() + interval '10 minutes'"
+             " AND last_error ILIKE '%%wrongtype%%'",
+             failing);
+    assert_int_equal(harness_query_ll(f->conn, sql), 1);
+}
+
+/*
+ * The cleanup deletes stream rows behind the cursor and older than
+ * --retention, and no row the stream has not published (a paused stream).
+ */
+static void
+test_cleanup_deletes_published_rows_only(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--retention", "1s", NULL};
+    struct relay_process relay;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "SELECT outbox.stream_enable('held', 1)");
+    harness_exec(f->conn, "SELECT outbox.pause('held')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 20)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('held', '{}') FROM generate_series(1, 5)");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'ev'", 0,
+                                    30000),
+                     0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 20);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'held' AND state = 'stream'"),
+                     5);
+}
+
 int
 main(void)
 {
@@ -339,6 +405,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_kill_owner_mid_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_order_across_relays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_row_leaves_the_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_row_goes_to_retry_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
