@@ -396,6 +396,58 @@ test_cleanup_deletes_published_rows_only(void **state)
                      5);
 }
 
+/*
+ * --ordering-dead-policy block: a failing row whose key has a later row
+ * behind it keeps its place; the partition waits and tries it again until
+ * it is dead, and only then the key's next row is published.
+ */
+static void
+test_block_policy_keeps_key_order(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--ordering-dead-policy", "block",
+                           "--retry-base", "1s", "--retry-max", "1s", NULL};
+    struct relay_process relay;
+    struct stream_consumer_stream stream;
+    char bad_key[112], sql[256];
+    const char *set_argv[] = {"SET", bad_key, "not a stream"};
+    long long failing, next;
+
+    snprintf(bad_key, sizeof(bad_key), "%sbroken", f->prefix);
+    freeReplyObject(stream_consumer_command(f->redis, 3, set_argv));
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    harness_exec(f->conn, "BEGIN");
+    failing = harness_query_ll(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 1}', max_attempts => 3,"
+                                        " ordering_key => 'k', routing_key => 'broken')");
+    next = harness_query_ll(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 2}', ordering_key => 'k')");
+    harness_exec(f->conn, "COMMIT");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM outbox.job WHERE job_id = %lld AND state = 'dead' AND attempts = 3",
+             failing);
+    /* the key's next row is published only once the failing one is dead: length first, then state */
+    for (int waited = 0; waited < 30000; waited += 100) {
+        long long length = stream_consumer_stream_length(f->redis, f->stream);
+        long long dead = harness_query_ll(f->conn, sql);
+
+        if (length > 0 && dead == 0)
+            fail_msg("job %lld was published while job %lld of its key was not dead yet", next,
+                     failing);
+        if (length > 0)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_int_equal(harness_query_ll(f->conn, sql), 1);
+    assert_int_equal(wait_for_entries(f, 1, 10000), 1);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal((long long)stream.count, 1);
+    assert_int_equal(stream.entries[0].job_id, next);
+    stream_consumer_stream_clear(&stream);
+}
+
 int
 main(void)
 {
@@ -407,6 +459,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_refused_row_leaves_the_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_row_goes_to_retry_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
