@@ -217,20 +217,20 @@ key_has_later_row(const struct stream_batch *batch, size_t index)
 }
 
 /*
- * Sorts the outcomes, in row order, into how far the cursor may go and the
- * refused rows. The cursor passes accepted rows and rows leaving the
+ * Sorts the outcomes of the published rows (a prefix of the batch), in row
+ * order, into how far the cursor may go and the refused rows. The cursor passes accepted rows and rows leaving the
  * stream; it stops before a deferred row and before a refused row that
  * keeps its place. Returns the number of rows the cursor passes.
  */
 static size_t
 settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_batch *batch,
-                size_t *refused)
+                size_t published, size_t *refused)
 {
     const struct relay_config *c = sr->config;
     size_t passed = 0;
 
     *refused = 0;
-    for (size_t i = 0; i < batch->count; i++) {
+    for (size_t i = 0; i < published; i++) {
         const struct sink_outcome *out = &sr->outcomes[i];
         struct stream_refusal *r = &sr->refusals[*refused];
         double random01 = (double)rand_r(&sr->seed) / ((double)RAND_MAX + 1.0);
@@ -261,13 +261,58 @@ settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_b
     return passed;
 }
 
+/* True when rows [start, end) hold a row of the ordering key of row end. */
+static bool
+chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
+{
+    const char *key = batch->jobs[end].ordering_key;
+
+    for (size_t i = start; key != NULL && i < end; i++)
+        if (batch->jobs[i].ordering_key != NULL && strcmp(batch->jobs[i].ordering_key, key) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Publishes the batch; returns how many rows (a prefix) were handed to the
+ * broker. With --ordering-dead-policy block the batch goes out in chunks
+ * holding one row per ordering key, and a chunk with a row not accepted is
+ * the last: a key's next row is never published past an earlier row of the
+ * key the broker did not take.
+ */
+static size_t
+publish_rows(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch,
+             struct outbox_error *err)
+{
+    size_t start = 0;
+
+    while (start < batch->count) {
+        size_t end = start + 1;
+        bool all_accepted = true;
+
+        if (!sr->config->block_on_dead_head)
+            end = batch->count;
+        while (end < batch->count && !chunk_has_key(batch, start, end))
+            end++;
+        if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
+            log_event(OUTBOX_LOG_WARN, "stream publish failed",
+                      "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
+        for (size_t i = start; i < end; i++)
+            all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
+        start = end;
+        if (!all_accepted)
+            break;
+    }
+    return start;
+}
+
 /* Reads, publishes and records one batch of a partition. *rows: rows read. */
 static int
 partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outbox_error *err)
 {
     struct owned *o = &sr->owned[index];
     struct stream_batch batch;
-    size_t passed, refused = 0;
+    size_t published, passed, refused = 0;
     bool held = false;
     int rc = -1;
 
@@ -278,10 +323,8 @@ partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outb
         return 0;
     *rows = batch.count;
     build_messages(sr, &batch);
-    if (sink_publish(sr->sink, sr->messages, batch.count, sr->outcomes, err) != 0)
-        log_event(OUTBOX_LOG_WARN, "stream publish failed", "thread=stream queue=%s error=\"%s\"",
-                  o->p.queue, err->message);
-    passed = settle_outcomes(sr, o, &batch, &refused);
+    published = publish_rows(sr, o, &batch, err); /* rows after it are read again */
+    passed = settle_outcomes(sr, o, &batch, published, &refused);
     if (passed > 0 || refused > 0) {
         const char *xid = passed > 0 ? batch.xids[passed - 1] : o->p.cursor_xid;
         int64_t job_id = passed > 0 ? batch.jobs[passed - 1].job_id : o->p.cursor_job_id;

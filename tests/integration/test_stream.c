@@ -409,7 +409,7 @@ test_block_policy_keeps_key_order(void **state)
                            "--retry-base", "1s", "--retry-max", "1s", NULL};
     struct relay_process relay;
     struct stream_consumer_stream stream;
-    char bad_key[112], sql[256];
+    char bad_key[112], sql[256], attempts_sql[128];
     const char *set_argv[] = {"SET", bad_key, "not a stream"};
     long long failing, next;
 
@@ -426,18 +426,25 @@ test_block_policy_keeps_key_order(void **state)
     snprintf(sql, sizeof(sql),
              "SELECT count(*) FROM outbox.job WHERE job_id = %lld AND state = 'dead' AND attempts = 3",
              failing);
-    /* the key's next row is published only once the failing one is dead: length first, then state */
+    /*
+     * The key's next row goes out with the failing row's last attempt at
+     * the earliest: read the stream's length first, then the attempts
+     * recorded (2 while that last batch is in flight, 3 after).
+     */
+    snprintf(attempts_sql, sizeof(attempts_sql), "SELECT attempts FROM outbox.job WHERE job_id = %lld",
+             failing);
     for (int waited = 0; waited < 30000; waited += 100) {
         long long length = stream_consumer_stream_length(f->redis, f->stream);
-        long long dead = harness_query_ll(f->conn, sql);
+        long long attempts = harness_query_ll(f->conn, attempts_sql);
 
-        if (length > 0 && dead == 0)
-            fail_msg("job %lld was published while job %lld of its key was not dead yet", next,
-                     failing);
+        if (length > 0 && attempts < 2)
+            fail_msg("job %lld was published after %lld attempt(s) of job %lld of its key", next,
+                     attempts, failing);
         if (length > 0)
             break;
         usleep(100 * 1000);
     }
+    assert_int_equal(wait_for_value(f->conn, sql, 1, 10000), 1);
     assert_int_equal(harness_query_ll(f->conn, sql), 1);
     assert_int_equal(wait_for_entries(f, 1, 10000), 1);
     relay_signal(&relay, SIGTERM);
