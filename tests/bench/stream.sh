@@ -83,10 +83,12 @@ reset_outbox() {
     sql "CHECKPOINT" >/dev/null
 }
 
-# enqueue_rate: rows/s of 1000-row outbox.enqueue_batch() calls, one client, 10 s.
+# enqueue_rate: rows/s of 1000-row outbox.enqueue_batch() calls, one client, 10 s;
+# sets ENQUEUE_US, PostgreSQL's CPU per row inserted (steadier than the rate on a busy host).
 enqueue_rate() {
-    local out tps
+    local out tps ticks rows
     reset_outbox
+    ticks=$(pg_cpu_ticks)
     printf "SELECT outbox.enqueue_batch('eb', array_fill('%s'::jsonb, ARRAY[1000]));\n" \
         "$PAYLOAD" >"$STACK/stream-enqueue-batch.sql"
     out=$(PGOPTIONS='-c synchronous_commit=off' timeout 120 "$PG_BIN/pgbench" -n -c 1 -T 10 \
@@ -95,7 +97,10 @@ enqueue_rate() {
         die "pgbench enqueue_batch failed"
     }
     tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
-    calc "$tps * 1000"
+    sleep 0.2
+    rows=$(sql "SELECT count(*) FROM outbox.job")
+    ENQUEUE_US=$(calc "($(pg_cpu_ticks) - $ticks) * 1000000 / $CLOCK_TICKS / $rows")
+    RATE=$(calc "$tps * 1000")
 }
 
 # drain QUEUE NAME: relays N rows of QUEUE by --once; sets RATE and PG_US.
@@ -122,12 +127,14 @@ drain() {
 }
 
 sql "SELECT outbox.stream_enable('sbench', 4)" >/dev/null
-WITH_XID=() WITHOUT_XID=() ROW_RATE=() ROW_PG=() STREAM_RATE=() STREAM_PG=()
+WITH_XID=() WITHOUT_XID=() WITH_XID_US=() WITHOUT_XID_US=() ROW_RATE=() ROW_PG=() STREAM_RATE=() STREAM_PG=()
 for round in $(seq 1 "$ROUNDS"); do
     log "round $round of $ROUNDS: enqueue_batch with and without the xid default"
-    WITH_XID+=("$(enqueue_rate)")
+    enqueue_rate
+    WITH_XID+=("$RATE") WITH_XID_US+=("$ENQUEUE_US")
     sql "ALTER TABLE outbox.job ALTER COLUMN xid DROP DEFAULT" >/dev/null
-    WITHOUT_XID+=("$(enqueue_rate)")
+    enqueue_rate
+    WITHOUT_XID+=("$RATE") WITHOUT_XID_US+=("$ENQUEUE_US")
     sql "ALTER TABLE outbox.job ALTER COLUMN xid SET DEFAULT pg_current_xact_id()" >/dev/null
     log "round $round of $ROUNDS: drain $N rows, row-state then stream"
     drain bench row-state
@@ -142,10 +149,14 @@ done
 
 W=$(median "${WITH_XID[@]}")
 WO=$(median "${WITHOUT_XID[@]}")
+WU=$(median "${WITH_XID_US[@]}")
+WOU=$(median "${WITHOUT_XID_US[@]}")
 R=$(median "${ROW_RATE[@]}")
 S=$(median "${STREAM_RATE[@]}")
 result "enqueue_batch (1000 rows a call), xid recorded" "$(printf '%.0f' "$W") rows/s" \
     "without the xid default $(printf '%.0f' "$WO") rows/s: cost $(printf '%.1f' "$(calc "(1 - $W / $WO) * 100")") % (goal <= 5); runs: $(runs "${WITH_XID[@]}") / $(runs "${WITHOUT_XID[@]}")"
+result "  PostgreSQL CPU per enqueued row, xid recorded" "$(printf '%.2f' "$WU") us" \
+    "without the xid default $(printf '%.2f' "$WOU") us: cost $(printf '%.1f' "$(calc "($WU / $WOU - 1) * 100")") %; runs: $(runs "${WITH_XID_US[@]}") / $(runs "${WITHOUT_XID_US[@]}")"
 result "drain to Redis, row-state (mark)" "$(printf '%.0f' "$R") rows/s" \
     "PostgreSQL CPU $(printf '%.1f' "$(median "${ROW_PG[@]}")") us/row; runs: $(runs "${ROW_RATE[@]}")"
 result "drain to Redis, stream (4 partitions)" "$(printf '%.0f' "$S") rows/s" \
