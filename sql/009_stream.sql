@@ -102,9 +102,12 @@ END
 $$;
 
 -- The name of a stream queue's trigger (queue names are not identifiers).
+-- BEFORE INSERT triggers fire in name order: this one sorts after the
+-- others of outbox.job (job_insert_guard, ...), so they see the row as
+-- enqueue() made it, ready.
 CREATE FUNCTION outbox.stream_trigger_name(queue text) RETURNS text
 LANGUAGE sql IMMUTABLE
-AS $$ SELECT 'job_stream_' || md5(queue) $$;
+AS $$ SELECT 'z_job_stream_' || md5(queue) $$;
 
 -- Makes queue a stream of partitions partitions. Rows inserted from the
 -- commit on are stream rows; rows already ready stay with the claims.

@@ -455,11 +455,43 @@ test_block_policy_keeps_key_order(void **state)
     stream_consumer_stream_clear(&stream);
 }
 
+/*
+ * A producer that does not own outbox.job (the insert guard of migration
+ * 003 checks its rows) enqueues into a stream queue as into any other.
+ */
+static void
+test_producer_role_enqueues_into_stream(void **state)
+{
+    struct fixture *f = *state;
+    char role[64], sql[512];
+
+    snprintf(role, sizeof(role), "stream_producer_%d", (int)getpid());
+    snprintf(sql, sizeof(sql),
+             "DROP ROLE IF EXISTS %s; CREATE ROLE %s NOLOGIN;"
+             " GRANT USAGE ON SCHEMA outbox TO %s; GRANT INSERT ON outbox.job TO %s;"
+             " GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state)"
+             " ON outbox.job TO %s;",
+             role, role, role, role, role);
+    harness_exec(f->conn, sql);
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    snprintf(sql, sizeof(sql), "SET ROLE %s", role);
+    harness_exec(f->conn, sql);
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}', ordering_key => 'k')");
+    harness_exec(f->conn, "SELECT outbox.enqueue_batch('ev', ARRAY['{}', '{}']::jsonb[])");
+    harness_exec(f->conn, "RESET ROLE");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'stream'"
+                                               " AND stream_partition IS NOT NULL AND xid IS NOT NULL"),
+                     3);
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
+    harness_exec(f->conn, sql);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_claims_skip_stream_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_producer_role_enqueues_into_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order_commit_is_not_skipped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_owner_mid_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_order_across_relays, setup, teardown),
