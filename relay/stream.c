@@ -63,6 +63,7 @@ struct stream_worker {
     struct sink_message *messages;
     struct sink_outcome *outcomes;
     struct stream_refusal *refusals;
+    double *lags; /* commit-to-publish seconds of accepted rows */
 };
 
 struct stream_runner {
@@ -306,6 +307,36 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
     return start;
 }
 
+/* Counts a recorded batch in the metrics the row-state pipelines feed too. */
+static void
+record_metrics(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch,
+               size_t published, size_t refused)
+{
+    struct metrics *m = sr->runner->metrics;
+    struct timespec ts;
+    double now;
+    size_t accepted = 0, dead = 0;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    for (size_t i = 0; i < published; i++)
+        if (sr->outcomes[i].status == SINK_ACCEPTED && batch->jobs[i].created_at > 0)
+            sr->lags[accepted++] = now - batch->jobs[i].created_at;
+    for (size_t i = 0; i < refused; i++) {
+        const struct outbox_job *job = NULL;
+
+        for (size_t j = 0; j < published && job == NULL; j++)
+            if (batch->jobs[j].job_id == sr->refusals[i].job_id)
+                job = &batch->jobs[j];
+        if (sr->refusals[i].permanent || (job != NULL && job->generation >= job->max_attempts))
+            dead++;
+    }
+    metrics_add_queue(m, METRICS_ROWS_PUBLISHED, o->p.queue, accepted);
+    metrics_add_queue(m, METRICS_ROWS_FAILED, o->p.queue, refused - dead);
+    metrics_add_queue(m, METRICS_ROWS_DEAD, o->p.queue, dead);
+    metrics_observe_many(m, METRICS_COMMIT_TO_PUBLISH, sr->lags, accepted);
+}
+
 /* Reads, publishes and records one batch of a partition. *rows: rows read. */
 static int
 partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outbox_error *err)
@@ -334,6 +365,8 @@ partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outb
         if (stream_store_advance(sr->store, &o->p, xid_copy, job_id, sr->refusals, refused,
                                  sr->lease_seconds, &held, err) != 0)
             goto cleanup;
+        if (held)
+            record_metrics(sr, o, &batch, published, refused);
         if (!held)
             drop_owned(sr, index, "stream partition lease lost");
         else if (refused > 0)
@@ -573,7 +606,8 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->messages = calloc(n, sizeof(*sr->messages));
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
-    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL ||
+    sr->lags = calloc(n, sizeof(*sr->lags));
+    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL || sr->lags == NULL ||
         queues_literal(sr, config) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;
@@ -587,6 +621,7 @@ worker_clear(struct stream_worker *sr)
     free(sr->messages);
     free(sr->outcomes);
     free(sr->refusals);
+    free(sr->lags);
     free(sr->queues);
 }
 

@@ -113,6 +113,28 @@ assert_every_row_published(struct fixture *f)
     return duplicates;
 }
 
+/* The value of counter name{..., queue="ev", ...} in a scrape, -1 when absent. */
+static double
+queue_counter(const char *text, const char *name)
+{
+    size_t name_len = strlen(name);
+
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        const char *brace = strchr(line, '}');
+
+        if (strncmp(line, name, name_len) == 0 && line[name_len] == '{' && brace != NULL &&
+            (end == NULL || brace < end)) {
+            const char *label = strstr(line, "queue=\"ev\"");
+
+            if (label != NULL && label < brace)
+                return strtod(brace + 1, NULL);
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    return -1;
+}
+
 /* Rows after every cursor of queue 'ev' (0 once the stream is drained). */
 static const char SQL_UNPUBLISHED[] =
     "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c"
@@ -268,9 +290,15 @@ static void
 test_refused_row_leaves_the_stream(void **state)
 {
     struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, "--max-message-bytes", "1000", NULL};
+    char metrics_addr[32];
+    const char *extra[] = {"--stream-prefix", f->prefix, "--max-message-bytes", "1000",
+                           "--metrics-addr", metrics_addr, NULL};
     struct relay_process relay;
     long long big;
+    int port = harness_closed_port();
+    char *text;
+
+    snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", port);
 
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
     harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{\"n\": 1}')");
@@ -280,6 +308,12 @@ test_refused_row_leaves_the_stream(void **state)
     relay_start_process(&relay, f->url, f->broker, extra);
     assert_int_equal(wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 20000), 0);
     assert_int_equal(wait_for_entries(f, 2, 5000), 2);
+    /* the stream's rows count in the relay's metrics as the row-state ones do */
+    text = relay_scrape_metrics(port);
+    assert_non_null(text);
+    assert_true(queue_counter(text, "outbox_rows_published_total") == 2);
+    assert_true(queue_counter(text, "outbox_rows_dead_total") == 1);
+    free(text);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
     {
