@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -520,6 +521,57 @@ test_producer_role_enqueues_into_stream(void **state)
     harness_exec(f->conn, sql);
 }
 
+/* Runs outboxctl with args on the test database; its exit status, its stdout in out. */
+static int
+run_outboxctl(const struct fixture *f, const char *args, char *out, size_t size)
+{
+    char command[1024];
+    FILE *pipe;
+    size_t used = 0;
+    int status;
+
+    snprintf(command, sizeof(command), "'%s/outboxctl' --database-url '%s' %s 2>&1",
+             harness_env("OUTBOX_BIN"), f->url, args);
+    pipe = popen(command, "r");
+    assert_non_null(pipe);
+    out[0] = '\0';
+    while (used + 1 < size && fgets(out + used, (int)(size - used), pipe) != NULL)
+        used += strlen(out + used);
+    status = pclose(pipe);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* outboxctl stream enable / list / disable, and its refusals. */
+static void
+test_outboxctl_stream_commands(void **state)
+{
+    struct fixture *f = *state;
+    char out[4096];
+
+    assert_int_equal(run_outboxctl(f, "stream enable ev --partitions 3", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "stream enabled: queue 'ev' (3 partitions)"));
+    assert_int_equal(run_outboxctl(f, "stream enable ev --partitions 3", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "already a stream"));
+    /* another partition count would move keys between partitions */
+    assert_int_equal(run_outboxctl(f, "stream enable ev --partitions 4", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "is a stream of 3 partitions already"));
+    assert_int_equal(run_outboxctl(f, "stream enable ev --partitions 0", out, sizeof(out)), 2);
+    assert_int_equal(run_outboxctl(f, "stream enable 'no spaces'", out, sizeof(out)), 2);
+    assert_int_equal(run_outboxctl(f, "stream frob", out, sizeof(out)), 2);
+    assert_int_equal(run_outboxctl(f, "stream disable", out, sizeof(out)), 2);
+
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}', ordering_key => 'k') FROM generate_series(1, 7)");
+    assert_int_equal(run_outboxctl(f, "stream list", out, sizeof(out)), 0);
+    /* one key: all 7 rows lag in one of the 3 partitions */
+    assert_non_null(strstr(out, "partition"));
+    assert_non_null(strstr(out, " 7 "));
+    assert_int_equal(run_outboxctl(f, "stream disable ev", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "stream disabled: queue 'ev'"));
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"), 7);
+    assert_int_equal(run_outboxctl(f, "stream list", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "no stream queues"));
+}
+
 int
 main(void)
 {
@@ -533,6 +585,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failed_row_goes_to_retry_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
