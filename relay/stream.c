@@ -96,7 +96,12 @@ runner_sleep_ms(struct stream_worker *sr, int ms)
     }
 }
 
-/* Drops the database connection after a failure; leases stay until they expire. */
+/*
+ * Drops the database connection after a failure. The partitions stay held
+ * in memory: after the reconnect their leases are renewed first (fenced, so
+ * one that expired meanwhile is dropped), and publishing goes on from the
+ * cursors without waiting out a lease.
+ */
 static void
 store_lost(struct stream_worker *sr, const struct outbox_error *err)
 {
@@ -104,7 +109,6 @@ store_lost(struct stream_worker *sr, const struct outbox_error *err)
               err->message);
     stream_store_free(sr->store);
     sr->store = NULL;
-    sr->owned_count = 0;
 }
 
 /* Connects what is missing; false when it could not (the caller waits and retries). */

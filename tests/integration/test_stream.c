@@ -572,6 +572,35 @@ test_outboxctl_stream_commands(void **state)
     assert_non_null(strstr(out, "no stream queues"));
 }
 
+/*
+ * The relay's database connections are cut: the stream reconnects and goes
+ * on with the partitions it holds (their leases still run), without waiting
+ * for a lease of 60 s to end.
+ */
+static void
+test_reconnect_keeps_partitions(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--lease", "60", NULL};
+    struct relay_process relay;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_entries(f, 10, 20000), 10);
+    harness_query_ll(f->conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                              " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                              "   AND application_name = 'outbox-relay'");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    if (wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 30000) != 0)
+        relay_dump_log(&relay);
+    assert_int_equal(wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 100), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT max(generation) FROM outbox.stream_cursor"), 1);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(assert_every_row_published(f), 0);
+}
+
 int
 main(void)
 {
@@ -586,6 +615,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reconnect_keeps_partitions, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
