@@ -735,7 +735,7 @@ fi
 
 section "9. stream mode against row-state (tests/bench/stream.sh, median of $ROUNDS)"
 log "stream mode: enqueue cost of the xid, drain row-state vs stream"
-BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STREAM_BENCH_ROUNDS="$ROUNDS" \
+BUILD="$BUILD" BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STREAM_BENCH_ROUNDS="$ROUNDS" \
     timeout $((STEP_TIMEOUT * 4)) "$ROOT/tests/bench/stream.sh" >"$STACK/stream.out" ||
     die "tests/bench/stream.sh failed"
 cat "$STACK/stream.out" >>"$RESULTS"
