@@ -29,6 +29,7 @@
 #include "retention.h"
 #include "store_admin.h"
 #include "url_check.h"
+#include "stream.h"
 
 #define EXIT_USAGE 2
 
@@ -96,6 +97,13 @@ static const char usage_text[] =
     "                                   (default " CONSOLE_DEFAULT_LISTEN "; read-only unless\n"
     "                                   --allow-actions; other than loopback only\n"
     "                                   with --auth-token-file)\n"
+    "  stream enable QUEUE [--partitions N]\n"
+    "                                   publish QUEUE as a stream: in commit order\n"
+    "                                   per partition (1..256, default 1), no write\n"
+    "                                   per row; a key stays in one partition\n"
+    "  stream disable QUEUE             back to row-state claims: unpublished rows\n"
+    "                                   become ready\n"
+    "  stream list                      stream partitions: lag (rows, seconds), owner\n"
     "\n"
     "options:\n"
     "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
@@ -1270,6 +1278,8 @@ run(struct ctl *ctl, int argc, char **argv)
         return command_replay(ctl, argc, argv, i + 1);
     if (strcmp(argv[i], "serve") == 0)
         return console_serve(ctl->database_url, argc - i - 1, argv + i + 1);
+    if (strcmp(argv[i], "stream") == 0)
+        return outboxctl_stream(ctl->database_url, argc, argv, i + 1);
     if (strcmp(argv[i], "inbox") == 0) {
         if (i + 1 < argc && strcmp(argv[i + 1], "purge") == 0) {
             ctl->command = "inbox purge";

@@ -7,6 +7,7 @@
  * kept and stops them all.
  */
 #include "relay.h"
+#include "stream.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -166,6 +167,9 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             goto fail;
         }
     }
+    r->streams = stream_runner_new(config, r->worker_prefix, m, err);
+    if (r->streams == NULL)
+        goto fail;
     return r;
 
 fail:
@@ -181,6 +185,7 @@ relay_free(relay *r)
     for (int i = 0; r->pipelines != NULL && i < r->config->concurrency; i++)
         pipeline_clear(&r->pipelines[i]);
     free(r->pipelines);
+    stream_runner_free(r->streams);
     outbox_store_free(r->maintenance.db.store);
     wait_latch_close(&r->stop);
     wait_latch_close(&r->reaped);
@@ -307,6 +312,10 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the maintenance thread");
     }
     r->maintenance.started = true;
+    if (stream_runner_start(r->streams, err) != 0) {
+        relay_stop(r);
+        return -1;
+    }
     return 0;
 }
 
@@ -315,6 +324,7 @@ relay_stop(relay *r)
 {
     atomic_store(&r->stopping, 1);
     wait_latch_set(&r->stop);
+    stream_runner_stop(r->streams);
 }
 
 bool
@@ -331,6 +341,9 @@ relay_join(relay *r, struct outbox_error *err)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;
     }
+    if (!r->config->once || atomic_load(&r->fatal))
+        stream_runner_stop(r->streams); /* --once: the stream pass ends on its own */
+    stream_runner_join(r->streams);
     if (r->maintenance.started)
         pthread_join(r->maintenance.thread, NULL);
     r->maintenance.started = false;

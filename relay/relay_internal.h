@@ -125,6 +125,7 @@ struct relay {
     char worker_prefix[160];
     struct pipeline *pipelines;
     struct maintenance maintenance;
+    struct stream_runner *streams; /* stream queues (relay/stream.c) */
     atomic_int stopping;
     atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
     atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */

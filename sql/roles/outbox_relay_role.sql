@@ -84,6 +84,12 @@ GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job
 -- Read-only status.
 GRANT SELECT ON outbox.job, outbox.schema_migrations, outbox.paused TO outbox_reader;
 
+-- Stream queues (migration 009): the relay owns partitions through their
+-- cursors; the reader sees them.
+GRANT SELECT ON outbox.stream TO outbox_relay, outbox_reader;
+GRANT SELECT, UPDATE ON outbox.stream_cursor TO outbox_relay;
+GRANT SELECT ON outbox.stream_cursor TO outbox_reader;
+
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION outbox.inbox_accept(text, text) TO outbox_consumer;

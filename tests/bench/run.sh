@@ -39,6 +39,8 @@
 #      connection, window 4096, the same payload and stream) and the relay's
 #      drain of BENCH_N rows to that stream, in turns, with PostgreSQL's CPU
 #      per relayed row (skipped when the stack has no nats)
+#  11. stream mode against row-state (tests/bench/stream.sh): PostgreSQL CPU per
+#      relayed row, the drain to Redis, the enqueue cost of recording the xid
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -911,6 +913,16 @@ if [ -n "$NATS_URL" ]; then
     result "  relay max RSS during the last NATS drain" "$((NATS_RSS_KB / 1024)) MiB" \
         "(${NATS_RSS_KB} kB)"
 fi
+
+# ---- 11. stream mode ----------------------------------------------------------------------
+
+section "11. stream mode against row-state (tests/bench/stream.sh, median of $ROUNDS)"
+log "stream mode: enqueue cost of the xid, drain row-state vs stream"
+BUILD="$BUILD" BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STREAM_BENCH_ROUNDS="$ROUNDS" \
+    timeout $((STEP_TIMEOUT * 4)) "$ROOT/tests/bench/stream.sh" >"$STACK/stream.out" ||
+    die "tests/bench/stream.sh failed"
+cat "$STACK/stream.out" >>"$RESULTS"
+cat "$STACK/stream.out" >&2
 
 # ---- report -----------------------------------------------------------------------------
 

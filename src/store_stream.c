@@ -1,0 +1,640 @@
+/*
+ * store_stream.c - stream partitions: leases, the gap-free read, the cursor.
+ *
+ * Statements are prepared once per connection and take bound parameters
+ * only. See store_stream.h for the rules, sql/009_stream.sql for the schema.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "error.h"
+#include "store_stream.h"
+
+struct stream_store {
+    PGconn *conn;
+    char *owner;
+};
+
+enum stream_statement {
+    SSTMT_ACQUIRE,
+    SSTMT_RENEW,
+    SSTMT_RELEASE,
+    SSTMT_READ,
+    SSTMT_ADVANCE,
+    SSTMT_LAG,
+    SSTMT_HORIZON,
+    SSTMT_CLEANUP,
+    SSTMT_COUNT,
+};
+
+/* ---- SQL ---------------------------------------------------------------------- */
+
+/* The fence of every cursor write: this owner, this generation, a live lease. */
+#define CURSOR_FENCE                                                                               \
+    " WHERE c.queue = $2 AND c.partition = $3 AND c.owner = $1 AND c.generation = $4"              \
+    "   AND c.lease_until > clock_timestamp()"
+
+/*
+ * Free partitions, up to this owner's fair share: all partitions divided by
+ * the owners holding a live lease, counting this one. SKIP LOCKED: two
+ * relays acquiring at once take different partitions.
+ */
+static const char SQL_ACQUIRE[] =
+    "WITH share AS ("
+    " SELECT ceil((SELECT count(*) FROM outbox.stream_cursor)::numeric"
+    "             / (count(DISTINCT l.owner) + CASE WHEN bool_or(l.owner = $1) THEN 0 ELSE 1 END))"
+    "        - count(*) FILTER (WHERE l.owner = $1) AS wanted"
+    " FROM outbox.stream_cursor AS l WHERE l.lease_until > clock_timestamp()),"
+    " free AS ("
+    " SELECT f.queue, f.partition FROM outbox.stream_cursor AS f"
+    " WHERE (f.lease_until IS NULL OR f.lease_until <= clock_timestamp())"
+    "   AND ($4::text[] IS NULL OR f.queue = ANY ($4::text[]))"
+    "   AND f.partition % $5 = $6"
+    " ORDER BY f.lease_until NULLS FIRST, f.queue, f.partition"
+    " LIMIT greatest(0, least($3::bigint, (SELECT wanted FROM share)::bigint))"
+    " FOR UPDATE SKIP LOCKED)"
+    " UPDATE outbox.stream_cursor AS c"
+    " SET owner = $1, generation = c.generation + 1,"
+    "     lease_until = clock_timestamp() + make_interval(secs => $2)"
+    " FROM free WHERE c.queue = free.queue AND c.partition = free.partition"
+    "   AND (c.lease_until IS NULL OR c.lease_until <= clock_timestamp())"
+    " RETURNING c.queue, c.partition, c.generation, c.cursor_xid::text, c.cursor_job_id";
+
+static const char SQL_RENEW[] = "UPDATE outbox.stream_cursor AS c"
+                                " SET lease_until = clock_timestamp() + make_interval(secs => $5)"
+                                CURSOR_FENCE " RETURNING 1";
+
+static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
+                                  " SET owner = NULL, lease_until = NULL" CURSOR_FENCE;
+
+/*
+ * The read follows job_stream_idx from the cursor on. xid < the horizon:
+ * only transactions that have ended, so the rows read are every row that
+ * will ever sort before the last one read.
+ */
+static const char SQL_READ[] =
+    "SELECT j.job_id, j.attempts + 1, j.max_attempts, j.queue, j.payload::text, j.headers::text,"
+    "       j.ordering_key, extract(epoch FROM j.created_at)::float8, j.replays, j.exchange,"
+    "       j.routing_key, j.xid::text"
+    " FROM outbox.job AS j"
+    " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"
+    "   AND (j.xid, j.job_id) > ($3::xid8, $4::bigint)"
+    "   AND j.xid < pg_snapshot_xmin(pg_current_snapshot())"
+    "   AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p"
+    "                   WHERE p.queue = $1 AND p.ordering_key IS NULL)"
+    " ORDER BY j.xid, j.job_id LIMIT $5";
+
+/*
+ * The cursor and the refused rows in one statement: the rows are written
+ * only when the fenced cursor update found its row.
+ */
+static const char SQL_ADVANCE[] =
+    "WITH c AS (UPDATE outbox.stream_cursor AS c"
+    "  SET cursor_xid = $6::xid8, cursor_job_id = $7, advanced_at = now(),"
+    "      lease_until = clock_timestamp() + make_interval(secs => $5)" CURSOR_FENCE
+    "  RETURNING 1),"
+    " m AS (UPDATE outbox.job AS j"
+    "  SET state = CASE WHEN f.permanent OR j.attempts + 1 >= j.max_attempts THEN 'dead'"
+    "                   WHEN f.stay THEN 'stream' ELSE 'ready' END,"
+    "      stream_partition = CASE WHEN f.stay AND NOT f.permanent AND j.attempts + 1 < j.max_attempts"
+    "                              THEN j.stream_partition END,"
+    "      attempts = j.attempts + 1, last_error = f.error,"
+    "      run_at = clock_timestamp() + make_interval(secs => f.delay),"
+    "      finished_at = CASE WHEN f.permanent OR j.attempts + 1 >= j.max_attempts THEN now() END"
+    "  FROM unnest($8::bigint[], $9::text[], $10::bool[], $11::float8[], $12::bool[])"
+    "       AS f(job_id, error, permanent, delay, stay)"
+    "  WHERE j.job_id = f.job_id AND j.state = 'stream' AND EXISTS (SELECT 1 FROM c)"
+    "  RETURNING 1)"
+    " SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM m)";
+
+static const char SQL_LAG[] =
+    "SELECT c.queue, c.partition,"
+    "       CASE WHEN c.lease_until > clock_timestamp() THEN c.owner ELSE '' END,"
+    "       (SELECT count(*) FROM (SELECT 1 FROM outbox.job AS j"
+    "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
+    "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id) LIMIT 100000) AS x),"
+    "       coalesce(extract(epoch FROM now() - (SELECT j.created_at FROM outbox.job AS j"
+    "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
+    "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
+    "         ORDER BY j.xid, j.job_id LIMIT 1))::float8, 0)"
+    " FROM outbox.stream_cursor AS c ORDER BY c.queue, c.partition";
+
+/* The oldest transaction with an xid: what pg_snapshot_xmin() waits for. */
+static const char SQL_HORIZON[] =
+    "SELECT a.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''),"
+    "       coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0),"
+    "       left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 150)"
+    " FROM pg_stat_activity AS a"
+    " WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()"
+    " ORDER BY age(a.backend_xid) DESC LIMIT 1";
+
+/*
+ * The oldest rows behind each cursor, in read order, $2 at most: those
+ * older than the retention go. The scan never passes $2 rows a partition,
+ * however many younger rows wait behind the cursor for their turn.
+ */
+static const char SQL_CLEANUP[] =
+    "WITH doomed AS ("
+    " SELECT d.job_id FROM outbox.stream_cursor AS c CROSS JOIN LATERAL ("
+    "   SELECT j.job_id, j.created_at FROM outbox.job AS j"
+    "   WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
+    "     AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
+    "   ORDER BY j.xid, j.job_id LIMIT $2) AS d"
+    " WHERE d.created_at < now() - make_interval(secs => $1)"
+    " LIMIT $2)"
+    " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
+
+static const struct {
+    const char *name;
+    const char *sql;
+} STATEMENTS[SSTMT_COUNT] = {
+    [SSTMT_ACQUIRE] = {"outbox_stream_acquire", SQL_ACQUIRE},
+    [SSTMT_RENEW] = {"outbox_stream_renew", SQL_RENEW},
+    [SSTMT_RELEASE] = {"outbox_stream_release", SQL_RELEASE},
+    [SSTMT_READ] = {"outbox_stream_read", SQL_READ},
+    [SSTMT_ADVANCE] = {"outbox_stream_advance", SQL_ADVANCE},
+    [SSTMT_LAG] = {"outbox_stream_lag", SQL_LAG},
+    [SSTMT_HORIZON] = {"outbox_stream_horizon", SQL_HORIZON},
+    [SSTMT_CLEANUP] = {"outbox_stream_cleanup", SQL_CLEANUP},
+};
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+/*
+ * Runs a prepared statement; NULL with err unless it returned expected. A
+ * broken connection is reset here so the next call starts afresh.
+ */
+static PGresult *
+run(stream_store *s, enum stream_statement statement, int nparams, const char *const *values,
+    ExecStatusType expected, const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexecPrepared(s->conn, STATEMENTS[statement].name, nparams, values, NULL,
+                                      NULL, 0);
+
+    if (result != NULL && PQresultStatus(result) == expected)
+        return result;
+    outbox_error_from_pg(err, s->conn, result, context);
+    PQclear(result);
+    return NULL;
+}
+
+static void
+copy_text(char *out, size_t size, const char *text)
+{
+    snprintf(out, size, "%s", text == NULL ? "" : text);
+}
+
+/* A partition's fence as parameters $1..$4. */
+struct fence_values {
+    char partition[16];
+    char generation[24];
+};
+
+static void
+fence_values(const struct stream_partition *p, struct fence_values *v)
+{
+    snprintf(v->partition, sizeof(v->partition), "%d", p->partition);
+    snprintf(v->generation, sizeof(v->generation), "%lld", (long long)p->generation);
+}
+
+/* ---- connection ---------------------------------------------------------------- */
+
+stream_store *
+stream_store_connect(const char *database_url, const char *owner, struct outbox_error *err)
+{
+    const char *keywords[] = {"fallback_application_name", "connect_timeout", "keepalives",
+                              "keepalives_idle", "keepalives_interval", "keepalives_count",
+                              "tcp_user_timeout", "dbname", NULL};
+    const char *values[] = {"outbox-relay", "10", "1", "10", "5", "3", "15000", database_url, NULL};
+    stream_store *s = calloc(1, sizeof(*s));
+    PGresult *result = NULL;
+
+    if (s == NULL || (s->owner = strdup(owner)) == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    s->conn = PQconnectdbParams(keywords, values, 1);
+    if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
+        outbox_error_from_connect(err, s->conn, database_url, "unable to connect to the database");
+        goto fail;
+    }
+    /* a lost cursor write costs a republish, never a message: no synchronous commit */
+    result = PQexec(s->conn, "SET synchronous_commit = off; SET statement_timeout = '10s';"
+                             " SET lock_timeout = '10s'; SET jit = off;"
+                             " SET default_transaction_isolation = 'read committed'");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+        outbox_error_from_pg(err, s->conn, result, "unable to set up the database session");
+        goto fail;
+    }
+    PQclear(result);
+    result = NULL;
+    for (int i = 0; i < SSTMT_COUNT; i++) {
+        char context[96];
+
+        snprintf(context, sizeof(context), "unable to prepare '%s'", STATEMENTS[i].name);
+        result = PQprepare(s->conn, STATEMENTS[i].name, STATEMENTS[i].sql, 0, NULL);
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            outbox_error_from_pg(err, s->conn, result, context);
+            if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
+                err->code = OUTBOX_ERR_SCHEMA; /* before migration 009 */
+            goto fail;
+        }
+        PQclear(result);
+        result = NULL;
+    }
+    return s;
+
+fail:
+    PQclear(result);
+    stream_store_free(s);
+    return NULL;
+}
+
+void
+stream_store_free(stream_store *s)
+{
+    if (s == NULL)
+        return;
+    if (s->conn != NULL)
+        PQfinish(s->conn);
+    free(s->owner);
+    free(s);
+}
+
+/* ---- leases -------------------------------------------------------------------- */
+
+int
+stream_store_acquire(stream_store *s, const char *queues, int modulus, int residue,
+                     double lease_seconds, struct stream_partition *out, size_t capacity,
+                     size_t *count, struct outbox_error *err)
+{
+    char lease[32], limit[24], modulus_text[16], residue_text[16];
+    const char *values[6] = {s->owner, lease, limit, queues, modulus_text, residue_text};
+    PGresult *result;
+    int rows;
+
+    *count = 0;
+    snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
+    snprintf(limit, sizeof(limit), "%zu", capacity);
+    snprintf(modulus_text, sizeof(modulus_text), "%d", modulus > 0 ? modulus : 1);
+    snprintf(residue_text, sizeof(residue_text), "%d", residue);
+    result = run(s, SSTMT_ACQUIRE, 6, values, PGRES_TUPLES_OK,
+                 "unable to acquire stream partitions", err);
+    if (result == NULL)
+        return -1;
+    rows = PQntuples(result);
+    for (int r = 0; r < rows && (size_t)r < capacity; r++) {
+        struct stream_partition *p = &out[r];
+
+        copy_text(p->queue, sizeof(p->queue), PQgetvalue(result, r, 0));
+        p->partition = (int)strtol(PQgetvalue(result, r, 1), NULL, 10);
+        p->generation = strtoll(PQgetvalue(result, r, 2), NULL, 10);
+        copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, r, 3));
+        p->cursor_job_id = strtoll(PQgetvalue(result, r, 4), NULL, 10);
+        (*count)++;
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,
+                   bool *held, struct outbox_error *err)
+{
+    struct fence_values v;
+    char lease[32];
+    const char *values[5] = {s->owner, p->queue, v.partition, v.generation, lease};
+    PGresult *result;
+
+    fence_values(p, &v);
+    snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
+    result = run(s, SSTMT_RENEW, 5, values, PGRES_TUPLES_OK,
+                 "unable to renew a stream partition lease", err);
+    if (result == NULL)
+        return -1;
+    *held = PQntuples(result) == 1;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_release(stream_store *s, const struct stream_partition *p, struct outbox_error *err)
+{
+    struct fence_values v;
+    const char *values[4] = {s->owner, p->queue, v.partition, v.generation};
+    PGresult *result;
+
+    fence_values(p, &v);
+    result = run(s, SSTMT_RELEASE, 4, values, PGRES_COMMAND_OK,
+                 "unable to release a stream partition", err);
+    if (result == NULL)
+        return -1;
+    PQclear(result);
+    return 0;
+}
+
+/* ---- read and advance ------------------------------------------------------------ */
+
+/* Points batch's jobs into result (rows in the read's column order). */
+static int
+batch_fill(struct stream_batch *batch, PGresult *result, struct outbox_error *err)
+{
+    int rows = PQntuples(result);
+
+    batch->jobs = calloc((size_t)rows, sizeof(*batch->jobs));
+    batch->xids = calloc((size_t)rows, sizeof(*batch->xids));
+    if (batch->jobs == NULL || batch->xids == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    for (int r = 0; r < rows; r++) {
+        struct outbox_job *job = &batch->jobs[r];
+
+        job->job_id = strtoll(PQgetvalue(result, r, 0), NULL, 10);
+        job->generation = (int32_t)strtol(PQgetvalue(result, r, 1), NULL, 10);
+        job->max_attempts = (int32_t)strtol(PQgetvalue(result, r, 2), NULL, 10);
+        job->queue = PQgetvalue(result, r, 3);
+        job->payload = PQgetvalue(result, r, 4);
+        job->payload_len = (size_t)PQgetlength(result, r, 4);
+        job->headers = PQgetvalue(result, r, 5);
+        job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
+        job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
+        if (!isfinite(job->created_at))
+            job->created_at = 0;
+        job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
+        job->exchange = PQgetisnull(result, r, 9) ? NULL : PQgetvalue(result, r, 9);
+        job->routing_key = PQgetisnull(result, r, 10) ? NULL : PQgetvalue(result, r, 10);
+        batch->xids[r] = PQgetvalue(result, r, 11);
+    }
+    batch->count = (size_t)rows;
+    batch->storage = result;
+    return 0;
+}
+
+int
+stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
+                  struct stream_batch *batch, struct outbox_error *err)
+{
+    char partition[16], job_id[24], limit_text[16];
+    const char *values[5] = {p->queue, partition, p->cursor_xid, job_id, limit_text};
+    PGresult *result;
+
+    memset(batch, 0, sizeof(*batch));
+    snprintf(partition, sizeof(partition), "%d", p->partition);
+    snprintf(job_id, sizeof(job_id), "%lld", (long long)p->cursor_job_id);
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    result = run(s, SSTMT_READ, 5, values, PGRES_TUPLES_OK, "unable to read a stream partition",
+                 err);
+    if (result == NULL)
+        return -1;
+    if (PQntuples(result) == 0) {
+        PQclear(result);
+        return 0;
+    }
+    if (batch_fill(batch, result, err) != 0) {
+        PQclear(result);
+        stream_batch_release_memory(batch);
+        return -1;
+    }
+    return 0;
+}
+
+void
+stream_batch_release_memory(struct stream_batch *batch)
+{
+    if (batch == NULL)
+        return;
+    PQclear(batch->storage);
+    free(batch->jobs);
+    free(batch->xids);
+    memset(batch, 0, sizeof(*batch));
+}
+
+/* The refused rows as five array literals ($8..$12). */
+struct refusal_arrays {
+    struct buffer ids, errors, permanent, delays, stay;
+};
+
+static int
+refusal_arrays_build(struct refusal_arrays *a, const struct stream_refusal *refused, size_t count)
+{
+    struct buffer *all[] = {&a->ids, &a->errors, &a->permanent, &a->delays, &a->stay};
+
+    for (size_t i = 0; i < 5; i++)
+        buffer_putc(all[i], '{');
+    for (size_t i = 0; i < count; i++) {
+        const char *sep = i == 0 ? "" : ",";
+
+        buffer_printf(&a->ids, "%s%lld", sep, (long long)refused[i].job_id);
+        buffer_printf(&a->errors, "%s\"", sep);
+        for (const char *c = refused[i].error != NULL ? refused[i].error : ""; *c != '\0'; c++) {
+            if (*c == '"' || *c == '\\')
+                buffer_putc(&a->errors, '\\');
+            buffer_putc(&a->errors, *c);
+        }
+        buffer_putc(&a->errors, '"');
+        buffer_printf(&a->permanent, "%s%s", sep, refused[i].permanent ? "t" : "f");
+        buffer_printf(&a->delays, "%s%.3f", sep, refused[i].delay_seconds);
+        buffer_printf(&a->stay, "%s%s", sep, refused[i].stay ? "t" : "f");
+    }
+    for (size_t i = 0; i < 5; i++) {
+        buffer_putc(all[i], '}');
+        if (all[i]->failed)
+            return -1;
+    }
+    return 0;
+}
+
+static void
+refusal_arrays_free(struct refusal_arrays *a)
+{
+    buffer_clear(&a->ids);
+    buffer_clear(&a->errors);
+    buffer_clear(&a->permanent);
+    buffer_clear(&a->delays);
+    buffer_clear(&a->stay);
+}
+
+int
+stream_store_advance(stream_store *s, struct stream_partition *p, const char *xid, int64_t job_id,
+                     const struct stream_refusal *refused, size_t count, double lease_seconds,
+                     bool *held, struct outbox_error *err)
+{
+    struct fence_values v;
+    struct refusal_arrays a = {0};
+    char lease[32], job_text[24];
+    PGresult *result = NULL;
+    int rc = -1;
+
+    *held = false;
+    fence_values(p, &v);
+    snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
+    snprintf(job_text, sizeof(job_text), "%lld", (long long)job_id);
+    if (refusal_arrays_build(&a, refused, count) != 0) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto cleanup;
+    }
+    {
+        const char *values[12] = {s->owner,     p->queue,       v.partition,   v.generation,
+                                  lease,        xid,            job_text,      a.ids.data,
+                                  a.errors.data, a.permanent.data, a.delays.data, a.stay.data};
+
+        result = run(s, SSTMT_ADVANCE, 12, values, PGRES_TUPLES_OK,
+                     "unable to advance a stream cursor", err);
+    }
+    if (result == NULL)
+        goto cleanup;
+    *held = strcmp(PQgetvalue(result, 0, 0), "1") == 0;
+    if (*held) {
+        copy_text(p->cursor_xid, sizeof(p->cursor_xid), xid);
+        p->cursor_job_id = job_id;
+    }
+    rc = 0;
+
+cleanup:
+    PQclear(result);
+    refusal_arrays_free(&a);
+    return rc;
+}
+
+/* ---- figures and cleanup --------------------------------------------------------- */
+
+int
+stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
+{
+    PGresult *result = run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
+                           "unable to read the stream lag", err);
+    int rows;
+
+    *out = NULL;
+    *count = 0;
+    if (result == NULL)
+        return -1;
+    rows = PQntuples(result);
+    if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    for (int r = 0; r < rows; r++) {
+        struct stream_lag *l = &(*out)[r];
+
+        copy_text(l->queue, sizeof(l->queue), PQgetvalue(result, r, 0));
+        l->partition = (int)strtol(PQgetvalue(result, r, 1), NULL, 10);
+        copy_text(l->owner, sizeof(l->owner), PQgetvalue(result, r, 2));
+        l->rows = strtoll(PQgetvalue(result, r, 3), NULL, 10);
+        l->seconds = strtod(PQgetvalue(result, r, 4), NULL);
+    }
+    *count = (size_t)rows;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err)
+{
+    PGresult *result = run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
+                           "unable to read the transaction horizon", err);
+
+    memset(out, 0, sizeof(*out));
+    if (result == NULL)
+        return -1;
+    if (PQntuples(result) == 1) {
+        out->found = true;
+        out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
+        copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
+        copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
+        out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
+        copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_t *deleted,
+                     struct outbox_error *err)
+{
+    char retention[32], limit_text[16];
+    const char *values[2] = {retention, limit_text};
+    PGresult *result;
+
+    *deleted = 0;
+    snprintf(retention, sizeof(retention), "%.3f", retention_seconds);
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    result = run(s, SSTMT_CLEANUP, 2, values, PGRES_COMMAND_OK,
+                 "unable to delete published stream rows", err);
+    if (result == NULL)
+        return -1;
+    *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+/* ---- administration ---------------------------------------------------------------- */
+
+/* Runs sql with params on conn, expecting one boolean; *value gets it. */
+static int
+admin_boolean(PGconn *conn, const char *sql, int nparams, const char *const *values, bool *value,
+              const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexecParams(conn, sql, nparams, NULL, values, NULL, NULL, 0);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, context);
+        PQclear(result);
+        return -1;
+    }
+    *value = PQgetvalue(result, 0, 0)[0] == 't';
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
+                    struct outbox_error *err)
+{
+    char count[16];
+    const char *values[2] = {queue, count};
+
+    snprintf(count, sizeof(count), "%d", partitions);
+    return admin_boolean(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values, changed,
+                         "unable to make the queue a stream", err);
+}
+
+int
+stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err)
+{
+    const char *values[1] = {queue};
+
+    return admin_boolean(conn, "SELECT outbox.stream_disable($1)", 1, values, changed,
+                         "unable to make the stream a row-state queue", err);
+}
+
+int
+stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, SQL_LAG);
+    int rows;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        outbox_error_from_pg(err, conn, result, "unable to list the streams");
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows == 0)
+        fputs("no stream queues\n", out);
+    else
+        fprintf(out, "%-24s %9s %10s %10s  %s\n", "queue", "partition", "lag_rows", "lag_s",
+                "owner");
+    for (int r = 0; r < rows; r++) {
+        const char *owner = PQgetvalue(result, r, 2);
+
+        fprintf(out, "%-24s %9s %10s %10.1f  %s\n", PQgetvalue(result, r, 0),
+                PQgetvalue(result, r, 1), PQgetvalue(result, r, 3),
+                strtod(PQgetvalue(result, r, 4), NULL), owner[0] != '\0' ? owner : "-");
+    }
+    PQclear(result);
+    return 0;
+}

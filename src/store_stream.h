@@ -1,0 +1,170 @@
+/*
+ * store_stream.h - the database side of stream queues (sql/009_stream.sql).
+ *
+ * A stream queue's rows are published by the owner of their partition, in
+ * (transaction id, job id) order, from a cursor: no row is written when it
+ * is published. The owner holds a fenced lease on the partition's cursor
+ * row; every write of the cursor names owner and generation and needs the
+ * lease unexpired, checked after the row lock is held, so an owner that
+ * lost its lease (stalled, killed, cut off) can never move a cursor a new
+ * owner has taken.
+ *
+ * The read returns rows of transactions older than the oldest one still
+ * running only: none of those can commit a row behind the cursor later.
+ *
+ * One connection per stream_store, used by one thread at a time. Every
+ * call is one statement in autocommit. Errors follow the library's rule:
+ * 0 / -1 with err filled, transient codes for what a retry may cure.
+ */
+#ifndef OUTBOX_STORE_STREAM_H
+#define OUTBOX_STORE_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <libpq-fe.h>
+
+#include "outbox.h"
+
+typedef struct stream_store stream_store;
+
+/* An xid8 as text: at most 20 digits. */
+#define STREAM_XID_MAX 24
+
+/* A partition this owner holds, and how far it is published. */
+struct stream_partition {
+    char queue[208];
+    int partition;
+    int64_t generation; /* of the lease: fences every write */
+    char cursor_xid[STREAM_XID_MAX];
+    int64_t cursor_job_id;
+};
+
+/*
+ * Rows read after a cursor, in (xid, job_id) order. jobs[i].generation is
+ * the row's attempt number (attempts + 1), for the message's attempt
+ * field; xids[i] the row's transaction id as text.
+ */
+struct stream_batch {
+    struct outbox_job *jobs;
+    const char **xids;
+    size_t count;
+    void *storage; /* owned result; private */
+};
+
+/*
+ * A row the broker refused. permanent: never publishable as it is (dead at
+ * once). stay: the row keeps its place in the stream (the cursor does not
+ * pass it) and is tried again after delay_seconds, for a key whose later
+ * rows must wait; otherwise it leaves the stream for the row-state path,
+ * ready after delay_seconds. Either way it is dead once its attempts reach
+ * max_attempts.
+ */
+struct stream_refusal {
+    int64_t job_id;
+    const char *error;
+    bool permanent;
+    bool stay;
+    double delay_seconds;
+};
+
+/* One partition's figures for metrics and outboxctl. */
+struct stream_lag {
+    char queue[208];
+    int partition;
+    char owner[192]; /* "" when no unexpired lease */
+    int64_t rows;    /* rows after the cursor (counted up to STREAM_LAG_COUNT_MAX) */
+    double seconds;  /* age of the oldest row after the cursor, 0 when none */
+};
+
+#define STREAM_LAG_COUNT_MAX 100000
+
+/* The transaction holding the snapshot horizon back, the oldest with an xid. */
+struct stream_horizon {
+    bool found;
+    int pid;
+    double seconds; /* since its transaction began */
+    char user[64];
+    char application[64];
+    char query[160]; /* its current or last statement, first characters */
+};
+
+/* Connects as owner (the relay's worker id for streams). NULL with err on failure. */
+stream_store *stream_store_connect(const char *database_url, const char *owner,
+                                   struct outbox_error *err);
+void stream_store_free(stream_store *s);
+
+/*
+ * Takes up to capacity partitions whose lease expired or was never taken,
+ * no more than a fair share of all partitions among the owners holding one
+ * now (this one included), of the queues in queues (a text[] literal such
+ * as {a,b}; NULL: every stream), and only partitions p with p % modulus ==
+ * residue (the threads of one owner split its partitions so). out[0..*count)
+ * receive them, with a new generation and a lease of lease_seconds.
+ */
+int stream_store_acquire(stream_store *s, const char *queues, int modulus, int residue,
+                         double lease_seconds, struct stream_partition *out, size_t capacity,
+                         size_t *count, struct outbox_error *err);
+
+/* Extends the lease. *held false: the lease was lost (expired, or another owner). */
+int stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,
+                       bool *held, struct outbox_error *err);
+
+/* Gives a partition up at once (a stopping relay), when still held. */
+int stream_store_release(stream_store *s, const struct stream_partition *p,
+                         struct outbox_error *err);
+
+/*
+ * Reads up to limit rows after p's cursor, of transactions older than the
+ * oldest one running; nothing while the queue is paused. The batch is
+ * freed by stream_batch_release_memory.
+ */
+int stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
+                      struct stream_batch *batch, struct outbox_error *err);
+void stream_batch_release_memory(struct stream_batch *batch);
+
+/*
+ * In one statement: moves p's cursor to (xid, job_id), extends the lease,
+ * and writes the refused rows (see struct stream_refusal). Nothing is
+ * written unless the lease is still held; *held tells. On success p's
+ * cursor is updated in memory too.
+ */
+int stream_store_advance(stream_store *s, struct stream_partition *p, const char *xid,
+                         int64_t job_id, const struct stream_refusal *refused, size_t count,
+                         double lease_seconds, bool *held, struct outbox_error *err);
+
+/*
+ * Every partition's lag, ordered by queue and partition. *out is
+ * allocated (free() it), *count its length.
+ */
+int stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count,
+                     struct outbox_error *err);
+
+/* The transaction at the horizon (found false when none holds one). */
+int stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err);
+
+/*
+ * Deletes up to limit stream rows behind their partition's cursor and
+ * older than retention_seconds; *deleted says how many.
+ */
+int stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_t *deleted,
+                         struct outbox_error *err);
+
+/* ---- administration (outboxctl stream), on a caller's connection ---- */
+
+/*
+ * outbox.stream_enable(): *changed false when queue was a stream of that
+ * many partitions already. Another count, a bad name: OUTBOX_ERR_INVALID.
+ */
+int stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
+                        struct outbox_error *err);
+
+/* outbox.stream_disable(): *changed false when queue was no stream. */
+int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err);
+
+/* Writes every stream partition, its owner and lag, as a table on out. */
+int stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err);
+
+#endif

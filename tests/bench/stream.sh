@@ -1,0 +1,219 @@
+#!/bin/bash
+# stream.sh - stream mode against row-state mode (docs/stream.md), on one stack.
+#
+#   tests/bench/stream.sh            (a throwaway PostgreSQL + Redis stack of its own)
+#   STREAM_BENCH_ENV=DIR/env tests/bench/stream.sh   (a stack already running; make bench)
+#
+# Measures, in turns, STREAM_BENCH_ROUNDS (default 3) times, medians reported:
+#   - outbox.enqueue_batch() of 1000 rows a call, with the xid column's default
+#     (pg_current_xact_id(), migration 009) and without it: what recording
+#     the inserting transaction costs a producer
+#   - drain of a STREAM_BENCH_N-row backlog (default 100000) by `outbox-relay
+#     --once` to Redis: row-state (--on-success mark, the default) and a stream
+#     queue of 4 partitions, each with PostgreSQL's CPU per relayed row (utime +
+#     stime of the server's processes, the exited ones through the postmaster's
+#     cutime), every row checked in the stream (XLEN) and in the table
+#   - commit -> broker latency (p50, p99, max) of a stream queue at 5 000 rows/s
+#     offered (1 000 transactions/s of 5 rows through outbox.enqueue_batch(),
+#     STREAM_BENCH_LATENCY_SECONDS, default 15), from the Redis entry ids
+#     ($BUILD/tests/tools/outbox_bench stream-times; skipped when not built)
+# Prints one result line per figure on stdout; progress on stderr. Fails only
+# when a step fails or a check of the delivered rows does not hold.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-bin}
+BUILD=${BUILD:-build}
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+LATENCY_SECONDS=${STREAM_BENCH_LATENCY_SECONDS:-15}
+PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
+N=${STREAM_BENCH_N:-100000}
+ROUNDS=${STREAM_BENCH_ROUNDS:-3}
+STEP_TIMEOUT=600
+
+log() { printf 'stream bench: %s\n' "$*" >&2; }
+die() {
+    printf 'stream bench: error: %s\n' "$*" >&2
+    exit 1
+}
+calc() { awk "BEGIN { printf \"%s\", $1 }" </dev/null; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+runs() { printf '%.1f ' "$@" | sed 's/ $//; s/ /, /g'; }
+result() { printf '  %-58s %16s  %s\n' "$1" "$2" "${3:-}"; }
+
+OWN_STACK=""
+cleanup() {
+    if [ -n "$OWN_STACK" ]; then
+        "$ROOT/tests/harness/stack.sh" stop "$OWN_STACK" >/dev/null 2>&1 || true
+        rm -rf "$OWN_STACK"
+    fi
+}
+trap cleanup EXIT
+if [ -z "${STREAM_BENCH_ENV:-}" ]; then
+    OWN_STACK=$(mktemp -d /tmp/outbox-stream-bench.XXXXXX)
+    log "starting PostgreSQL and Redis in $OWN_STACK"
+    "$ROOT/tests/harness/stack.sh" start "$OWN_STACK" postgres redis >"$OWN_STACK/stack.log" 2>&1 ||
+        die "the stack did not start (see $OWN_STACK/stack.log)"
+    STREAM_BENCH_ENV=$OWN_STACK/env
+fi
+# shellcheck disable=SC1090
+. "$STREAM_BENCH_ENV"
+STACK=$OUTBOX_TEST_STACK_DIR
+DB="${OUTBOX_TEST_PG_URL%/*}/outbox_stream_bench"
+REDIS_URL=$OUTBOX_TEST_REDIS_URL
+sql() { timeout "$STEP_TIMEOUT" psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
+redis_cli() {
+    REDISCLI_AUTH=${OUTBOX_TEST_REDIS_PASSWORD:-} redis-cli -h 127.0.0.1 \
+        -p "$OUTBOX_TEST_REDIS_PORT" "$@"
+}
+psql -X -q "$OUTBOX_TEST_PG_URL" -c "DROP DATABASE IF EXISTS outbox_stream_bench" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE outbox_stream_bench" >/dev/null
+"$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
+
+PAYLOAD='{"order_id": 1234567, "event": "order.created", "customer": "c-0004711", "amount_cents": 129900, "currency": "EUR", "items": [{"sku": "sku-01", "qty": 2}], "pad": "xxxxxxxxxxxxxxxxxxxxxxxx"}'
+
+CLOCK_TICKS=$(getconf CLK_TCK)
+pg_cpu_ticks() {
+    local postmaster child
+    postmaster=$(head -n 1 "$STACK/pg/postmaster.pid")
+    {
+        awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat"
+        for child in $(ps -o pid= --ppid "$postmaster"); do
+            awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || true
+        done
+    } | awk '{ sum += $1 } END { print sum }'
+}
+
+reset_outbox() {
+    sql "TRUNCATE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+}
+
+# enqueue_rate: rows/s of 1000-row outbox.enqueue_batch() calls, one client, 10 s;
+# sets ENQUEUE_US, PostgreSQL's CPU per row inserted (steadier than the rate on a busy host).
+enqueue_rate() {
+    local out tps ticks rows
+    reset_outbox
+    ticks=$(pg_cpu_ticks)
+    printf "SELECT outbox.enqueue_batch('eb', array_fill('%s'::jsonb, ARRAY[1000]));\n" \
+        "$PAYLOAD" >"$STACK/stream-enqueue-batch.sql"
+    out=$(PGOPTIONS='-c synchronous_commit=off' timeout 120 "$PG_BIN/pgbench" -n -c 1 -T 10 \
+        -f "$STACK/stream-enqueue-batch.sql" "$DB" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        die "pgbench enqueue_batch failed"
+    }
+    tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+    sleep 0.2
+    rows=$(sql "SELECT count(*) FROM outbox.job")
+    ENQUEUE_US=$(calc "($(pg_cpu_ticks) - $ticks) * 1000000 / $CLOCK_TICKS / $rows")
+    RATE=$(calc "$tps * 1000")
+}
+
+# drain QUEUE NAME: relays N rows of QUEUE by --once; sets RATE and PG_US.
+drain() {
+    local queue=$1 name=$2 start end ticks xlen
+    reset_outbox
+    redis_cli DEL "sbench:$queue" >/dev/null
+    sql "INSERT INTO outbox.job (queue, payload)
+         SELECT '$queue', '$PAYLOAD'::jsonb FROM generate_series(1, $N)" >/dev/null
+    sql "VACUUM ANALYZE outbox.job" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+    ticks=$(pg_cpu_ticks)
+    start=$(date +%s.%N)
+    timeout "$STEP_TIMEOUT" "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
+        --metrics-addr off --log-level warn --once --stream-prefix sbench: \
+        2>"$STACK/stream-relay-$name.log" || die "outbox-relay --once ($name) failed"
+    end=$(date +%s.%N)
+    sleep 0.2
+    PG_US=$(calc "($(pg_cpu_ticks) - $ticks) * 1000000 / $CLOCK_TICKS / $N")
+    RATE=$(calc "$N / ($end - $start)")
+    xlen=$(redis_cli XLEN "sbench:$queue")
+    [ "$xlen" = "$N" ] || die "$name: stream sbench:$queue holds $xlen entries, expected $N"
+    redis_cli DEL "sbench:$queue" >/dev/null
+}
+
+# latency_run: one steady run at 5 000 rows/s into stream queue 'slat'; sets P50 P99 PMAX (ms)
+latency_run() {
+    local relay_pid rows count
+    reset_outbox
+    redis_cli DEL sbench:slat >/dev/null
+    printf "SELECT cardinality(outbox.enqueue_batch('slat', array_fill('%s'::jsonb, ARRAY[5])));\n" \
+        "$PAYLOAD" >"$STACK/stream-latency.sql"
+    "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --metrics-addr off \
+        --log-level warn --stream-prefix sbench: 2>"$STACK/stream-relay-latency.log" &
+    relay_pid=$!
+    sleep 1
+    timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R 1000 \
+        -T "$LATENCY_SECONDS" -f "$STACK/stream-latency.sql" "$DB" >/dev/null 2>&1 ||
+        die "pgbench at 5000 rows/s failed"
+    rows=$(sql "SELECT count(*) FROM outbox.job WHERE queue = 'slat'")
+    for _ in $(seq 1 600); do
+        [ "$(redis_cli XLEN sbench:slat)" -ge "$rows" ] && break
+        sleep 0.1
+    done
+    kill -TERM "$relay_pid"
+    wait "$relay_pid" || die "the background relay exited with $?"
+    "$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream sbench:slat \
+        >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
+    redis_cli DEL sbench:slat >/dev/null
+    cat >"$STACK/stream-latency-report.sql" <<EOF
+CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
+\\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
+WITH l AS (SELECT r.received_ms - extract(epoch FROM j.created_at) * 1000 AS ms
+           FROM outbox.job j JOIN received r USING (job_id) WHERE j.queue = 'slat')
+SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+       round(max(ms)::numeric, 1)
+FROM l;
+EOF
+    IFS='|' read -r count P50 P99 PMAX < <(psql -X -qAt -v ON_ERROR_STOP=1 "$DB" \
+        -f "$STACK/stream-latency-report.sql")
+    [ "$count" = "$rows" ] || die "the stream holds $count of the $rows latency rows"
+}
+
+sql "SELECT outbox.stream_enable('sbench', 4)" >/dev/null
+sql "SELECT outbox.stream_enable('slat', 4)" >/dev/null
+TOOLS=$BUILD/tests/tools
+WITH_XID=() WITHOUT_XID=() WITH_XID_US=() WITHOUT_XID_US=() ROW_RATE=() ROW_PG=() STREAM_RATE=() STREAM_PG=()
+for round in $(seq 1 "$ROUNDS"); do
+    log "round $round of $ROUNDS: enqueue_batch with and without the xid default"
+    enqueue_rate
+    WITH_XID+=("$RATE") WITH_XID_US+=("$ENQUEUE_US")
+    sql "ALTER TABLE outbox.job ALTER COLUMN xid DROP DEFAULT" >/dev/null
+    enqueue_rate
+    WITHOUT_XID+=("$RATE") WITHOUT_XID_US+=("$ENQUEUE_US")
+    sql "ALTER TABLE outbox.job ALTER COLUMN xid SET DEFAULT pg_current_xact_id()" >/dev/null
+    log "round $round of $ROUNDS: drain $N rows, row-state then stream"
+    drain bench row-state
+    ROW_RATE+=("$RATE") ROW_PG+=("$PG_US")
+    drain sbench stream
+    left=$(sql "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c
+                ON c.queue = j.queue AND c.partition = j.stream_partition
+                WHERE j.state = 'stream' AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)")
+    [ "$left" = 0 ] || die "stream drain left $left rows after the cursors"
+    STREAM_RATE+=("$RATE") STREAM_PG+=("$PG_US")
+done
+
+W=$(median "${WITH_XID[@]}")
+WO=$(median "${WITHOUT_XID[@]}")
+WU=$(median "${WITH_XID_US[@]}")
+WOU=$(median "${WITHOUT_XID_US[@]}")
+R=$(median "${ROW_RATE[@]}")
+S=$(median "${STREAM_RATE[@]}")
+result "enqueue_batch (1000 rows a call), xid recorded" "$(printf '%.0f' "$W") rows/s" \
+    "without the xid default $(printf '%.0f' "$WO") rows/s: cost $(printf '%.1f' "$(calc "(1 - $W / $WO) * 100")") % (goal <= 5); runs: $(runs "${WITH_XID[@]}") / $(runs "${WITHOUT_XID[@]}")"
+result "  PostgreSQL CPU per enqueued row, xid recorded" "$(printf '%.2f' "$WU") us" \
+    "without the xid default $(printf '%.2f' "$WOU") us: cost $(printf '%.1f' "$(calc "($WU / $WOU - 1) * 100")") %; runs: $(runs "${WITH_XID_US[@]}") / $(runs "${WITHOUT_XID_US[@]}")"
+result "drain to Redis, row-state (mark)" "$(printf '%.0f' "$R") rows/s" \
+    "PostgreSQL CPU $(printf '%.1f' "$(median "${ROW_PG[@]}")") us/row; runs: $(runs "${ROW_RATE[@]}")"
+result "drain to Redis, stream (4 partitions)" "$(printf '%.0f' "$S") rows/s" \
+    "$(printf '%.2f' "$(calc "$S / $R")") x row-state (goal >= 2.5); runs: $(runs "${STREAM_RATE[@]}")"
+result "  PostgreSQL CPU per relayed row, stream" "$(printf '%.1f' "$(median "${STREAM_PG[@]}")") us" \
+    "goal <= 8; runs: $(runs "${STREAM_PG[@]}") us"
+if [ -x "$TOOLS/outbox_bench" ]; then
+    log "commit -> broker latency of a stream at 5000 rows/s, $LATENCY_SECONDS s"
+    latency_run
+    result "stream commit -> Redis at 5000 rows/s offered, p50 / p99" "$P50 / $P99 ms" \
+        "max $PMAX ms; goal p99 <= 50; one run"
+fi
