@@ -31,6 +31,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "sink.h"
+#include "timeouts.h"
 
 /* While rows keep coming, an empty claim waits at most this long before the next. */
 #define BUSY_POLL_MAX_MS 8
@@ -1340,9 +1341,9 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         struct pipeline *p = &r->pipelines[i];
         struct sink_options options = config->broker;
 
-        options.connect_timeout_ms = 5000;
-        options.io_timeout_ms = 10000;
-        options.heartbeat_seconds = 30;
+        options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
+        options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
+        options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
         p->relay = r;
         p->index = i;
         p->db.relay = r;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "timeouts.h"
 
 /* ---- the registry: one row per broker ------------------------------------ */
 
@@ -149,9 +150,9 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         goto fail;
     }
     if (s->options.connect_timeout_ms <= 0)
-        s->options.connect_timeout_ms = 5000;
+        s->options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
     if (s->options.io_timeout_ms <= 0)
-        s->options.io_timeout_ms = 10000;
+        s->options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
     if (s->options.max_message_bytes == 0)
         s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
     s->options.password = NULL; /* copied into s->url below, not kept */

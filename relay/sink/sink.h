@@ -55,8 +55,8 @@ struct sink_options {
     int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
     int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
     int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */
-    int connect_timeout_ms;    /* connect and handshake */
-    int io_timeout_ms;         /* longest wait for the broker without progress */
+    int connect_timeout_ms;    /* connect and handshake; 0: TIMEOUT_BROKER_CONNECT_MS */
+    int io_timeout_ms;         /* longest wait without progress; 0: TIMEOUT_BROKER_IO_MS */
     int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
     bool tls_verify;           /* amqps: verify the peer (default true) */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
