@@ -41,26 +41,43 @@
 /* RabbitMQ's default max_message_size; the default limit of every sink. */
 #define SINK_DEFAULT_MAX_MESSAGE_BYTES ((size_t)128 * 1024 * 1024)
 
+/* Most brokers the registry may hold (the size of sink_options.broker_config). */
+#define SINK_BROKER_MAX 8
+
 /*
- * Options of the sinks; each sink reads the ones it understands. The rows
- * that fill them from the command line are declared by the sinks (see
- * sink_option_group), the relay adds the timeouts.
+ * What every broker reads. A broker's own options (--exchange, --stream-prefix,
+ * ...) fill its own configuration, opaque here: broker_config[i] belongs to
+ * the registry's broker i, allocated and freed by sink_options_init() and
+ * sink_options_clear(). A slot left NULL means that broker's defaults.
  */
 struct sink_options {
     const char *url;           /* broker URL, with password: never log it */
-    const char *exchange;      /* AMQP exchange of rows without their own, "" for the default */
-    const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
     const char *password;      /* overrides the URL's password when not NULL; never logged */
     const char *password_file; /* --broker-password-file: config.c reads it into password */
-    int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
-    int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
-    int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */
     int connect_timeout_ms;    /* connect and handshake; 0: TIMEOUT_BROKER_CONNECT_MS */
     int io_timeout_ms;         /* longest wait without progress; 0: TIMEOUT_BROKER_IO_MS */
-    int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
-    bool tls_verify;           /* amqps: verify the peer (default true) */
+    int heartbeat_seconds;     /* for brokers that have heartbeats; 0 disables them */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
+    void *broker_config[SINK_BROKER_MAX]; /* each broker's own options, by registry row */
 };
+
+/*
+ * Allocates every broker's configuration in options (its defaults; the
+ * option rows' fallbacks are applied by whoever parses them). 0, or -1
+ * with OUTBOX_ERR_INTERNAL. sink_options_clear() frees them (strings the
+ * rows filled included) and leaves the slots NULL; it is a no-op on NULL
+ * slots.
+ */
+int sink_options_init(struct sink_options *options, struct outbox_error *err);
+void sink_options_clear(struct sink_options *options);
+
+/*
+ * The slot of broker kind's configuration in options ("amqp": a struct
+ * sink_amqp_config, see the broker's header), or NULL for an unknown kind.
+ * For tests and tools that set a broker's options without parsing them; a
+ * configuration stored there by hand stays the caller's.
+ */
+void **sink_options_broker(struct sink_options *options, const char *kind);
 
 /* One message to publish, built from a claimed row. */
 struct sink_message {
@@ -72,8 +89,13 @@ struct sink_message {
     const char *headers; /* JSON object of string values */
     double created_at;   /* epoch seconds */
     int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
-    const char *exchange;    /* AMQP exchange; NULL: options.exchange */
-    const char *routing_key; /* AMQP routing key / Redis stream suffix; NULL: queue */
+    /*
+     * Where the row asks to go, read by each broker its own way (AMQP:
+     * exchange and routing key; Redis: the stream suffix is routing_key).
+     * NULL: the broker's default (AMQP --exchange; the queue).
+     */
+    const char *exchange;
+    const char *routing_key;
 };
 
 /* What happened to one message. */
@@ -99,9 +121,15 @@ typedef struct sink sink;
  * holds the options every broker reads (--broker, --max-message-bytes),
  * each further group one broker's own. Returns the rows (count in *count)
  * and the group's title ("broker", or the broker's kind), NULL past the
- * last group. Every row fills a field of struct sink_options.
+ * last group.
  */
 const struct option_spec *sink_option_group(size_t index, const char **title, size_t *count);
+
+/*
+ * Where group index's rows write: options itself for group 0, else that
+ * broker's configuration (NULL until sink_options_init()).
+ */
+void *sink_option_group_target(struct sink_options *options, size_t index);
 
 /* The kind ("amqp", "redis") of the broker whose scheme url starts with, or NULL. */
 const char *sink_kind_of_url(const char *url);
@@ -145,7 +173,7 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
 
 /*
  * For --check, on a connected sink: checks that what publishing needs
- * exists on the broker. AMQP: the exchange of options.exchange (a passive
+ * exists on the broker. AMQP: the exchange of --exchange (a passive
  * declare; the default exchange always exists). 0, or -1 with
  * OUTBOX_ERR_CONFIG naming what is missing (the sink is then disconnected),
  * or another code when the broker could not be asked.

@@ -31,7 +31,7 @@
  * Delivery tags count publishes on the channel from 1 after confirm.select;
  * the sink keeps that count so each tag maps back to one message.
  *
- * Destination: a message goes to its own exchange (else options.exchange)
+ * Destination: a message goes to its own exchange (else --exchange)
  * with its own routing key (else its queue). RabbitMQ answers a publish to
  * a missing exchange by closing the channel, and finding the culprit then
  * takes republishing the window one message at a time (channel.close
@@ -43,13 +43,14 @@
  * since an exchange deleted later closes the channel on the next publish).
  *
  * Heartbeats: options.heartbeat_seconds as given, 0 disables them (see
- * sink.h); the relay passes its own default.
+ * sink.h); the relay passes TIMEOUT_BROKER_HEARTBEAT_SECONDS.
  *
  * TLS (amqps://): peer certificate and host name are verified unless
- * options.tls_verify is false, against the CA file named by SSL_CERT_FILE
+ * --tls-verify is no, against the CA file named by SSL_CERT_FILE
  * or else the system bundle /etc/ssl/certs/ca-certificates.crt.
  */
 #include "sink_internal.h"
+#include "sink_amqp.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -87,6 +88,8 @@ struct sink_amqp {
     char *known_exchanges[SINK_AMQP_KNOWN_EXCHANGES]; /* found by a passive declare */
     size_t known_count;
     size_t broker_max_bytes; /* max_message_size learned from a 406, 0 while unknown */
+    char *exchange;          /* --exchange, "" for the default exchange */
+    bool tls_verify;         /* --tls-verify */
 };
 
 /* Where one message of the batch being published stands. */
@@ -230,17 +233,23 @@ load_ca_bundle(sink *s, amqp_socket_t *socket, struct outbox_error *err)
 }
 
 static int
-sink_amqp_init(sink *s, struct outbox_error *err)
+sink_amqp_init(sink *s, const void *options, struct outbox_error *err)
 {
+    const struct sink_amqp_config *config = options;
+    const char *exchange = config->exchange != NULL ? config->exchange : "";
     struct sink_amqp *impl;
 
-    if (strlen(s->options.exchange) > SINK_AMQP_SHORTSTR_MAX)
+    if (strlen(exchange) > SINK_AMQP_SHORTSTR_MAX)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--exchange: longer than %d bytes (%zu)",
-                                SINK_AMQP_SHORTSTR_MAX, strlen(s->options.exchange));
+                                SINK_AMQP_SHORTSTR_MAX, strlen(exchange));
     impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->impl = impl;
+    impl->exchange = strdup(exchange);
+    if (impl->exchange == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    impl->tls_verify = config->tls_verify;
     return 0;
 }
 
@@ -262,9 +271,9 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     if (s->url.scheme->tls) {
         socket = amqp_ssl_socket_new(impl->conn);
         if (socket != NULL) {
-            amqp_ssl_socket_set_verify_peer(socket, s->options.tls_verify);
-            amqp_ssl_socket_set_verify_hostname(socket, s->options.tls_verify);
-            if (s->options.tls_verify && load_ca_bundle(s, socket, err) != 0)
+            amqp_ssl_socket_set_verify_peer(socket, impl->tls_verify);
+            amqp_ssl_socket_set_verify_hostname(socket, impl->tls_verify);
+            if (impl->tls_verify && load_ca_bundle(s, socket, err) != 0)
                 goto fail;
         }
     } else {
@@ -526,7 +535,9 @@ read_one_frame(sink *s, struct batch *batch, int64_t timeout_ms, struct outbox_e
 static const char *
 message_exchange(const sink *s, const struct sink_message *message)
 {
-    return message->exchange != NULL ? message->exchange : s->options.exchange;
+    const struct sink_amqp *impl = s->impl;
+
+    return message->exchange != NULL ? message->exchange : impl->exchange;
 }
 
 /* The routing key of a message: its own, else its queue. */
@@ -1016,15 +1027,15 @@ sink_amqp_check(sink *s, struct outbox_error *err)
     amqp_rpc_reply_t reply;
     char text[256], quoted[SINK_AMQP_SHORTSTR_MAX + 1];
 
-    if (s->options.exchange[0] == '\0')
+    if (impl->exchange[0] == '\0')
         return 0;
-    amqp_exchange_declare(impl->conn, SINK_AMQP_CHANNEL, amqp_cstring_bytes(s->options.exchange),
+    amqp_exchange_declare(impl->conn, SINK_AMQP_CHANNEL, amqp_cstring_bytes(impl->exchange),
                           amqp_cstring_bytes("direct"), 1, 0, 0, 0, amqp_empty_table);
     reply = amqp_get_rpc_reply(impl->conn);
     if (reply.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
     describe_reply(reply, text, sizeof(text));
-    outbox_error_quote(quoted, sizeof(quoted), s->options.exchange);
+    outbox_error_quote(quoted, sizeof(quoted), impl->exchange);
     if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
         reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
         ((const amqp_channel_close_t *)reply.reply.decoded)->reply_code == AMQP_NOT_FOUND) {
@@ -1066,6 +1077,7 @@ sink_amqp_destroy(sink *s)
         return;
     drop_connection(s);
     free(impl->entries);
+    free(impl->exchange);
     free(impl);
     s->impl = NULL;
 }
@@ -1106,18 +1118,27 @@ static const struct url_scheme *const sink_amqp_schemes[] = {&sink_amqp_scheme, 
                                                              NULL};
 
 static const struct option_spec sink_amqp_options[] = {
-    {"exchange", "NAME", OPTION_STRING, OPTION_FIELD(struct sink_options, exchange), "", 0, 0, NULL,
+    {"exchange", "NAME", OPTION_STRING, OPTION_FIELD(struct sink_amqp_config, exchange), "", 0, 0, NULL,
      "AMQP exchange of rows without their own (default: the default exchange)",
      OPTION_FROM_ENVIRONMENT, SINK_AMQP_SHORTSTR_MAX},
-    {"tls-verify", "yes|no", OPTION_CHOICE, OPTION_FIELD(struct sink_options, tls_verify), "yes", 0,
+    {"tls-verify", "yes|no", OPTION_CHOICE, OPTION_FIELD(struct sink_amqp_config, tls_verify), "yes", 0,
      0, "no|yes", "amqps: verify the broker's certificate and host name", OPTION_FROM_ENVIRONMENT,
      0},
 };
+
+/* What a sink opened without parsed options uses: the rows' fallbacks. */
+static void
+sink_amqp_config_defaults(void *config)
+{
+    ((struct sink_amqp_config *)config)->tls_verify = true;
+}
 
 const struct sink_type sink_amqp_type = {
     .kind = "amqp",
     .schemes = sink_amqp_schemes,
     .options = sink_amqp_options,
     .option_count = sizeof(sink_amqp_options) / sizeof(sink_amqp_options[0]),
+    .config_size = sizeof(struct sink_amqp_config),
+    .config_defaults = sink_amqp_config_defaults,
     .ops = &sink_amqp_ops,
 };

@@ -82,6 +82,7 @@
  * it, as the relay does.
  */
 #include "sink_internal.h"
+#include "sink_redis.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -154,8 +155,6 @@ static const char APPEND_SCRIPT[] =
     "end\n"
     "return out\n";
 
-/* --redis-wait's default: 1 with redis+sentinel:// and redis+cluster://, 0 with redis:// */
-#define REDIS_WAIT_BY_TOPOLOGY (-1)
 
 /* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
 #define SCRIPT_CHUNK 100
@@ -217,9 +216,18 @@ struct sink_redis {
     size_t argvlen[SCRIPT_ARGS];
     long long last_used_ms; /* monotonic time of the last reply */
     char replicas_text[512]; /* each primary and its replicas, read at connect */
+    char *stream_prefix;     /* --stream-prefix, "" for none */
+    int wait_replicas;       /* --redis-wait, its default resolved by the topology */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
+
+/* --stream-prefix, "" for none. */
+static const char *
+prefix_of(const sink *s)
+{
+    return ((const struct sink_redis *)s->impl)->stream_prefix;
+}
 
 static struct timeval
 timeval_from_ms(int ms)
@@ -366,27 +374,32 @@ find_node(struct sink_redis *r, const char *host, size_t host_len, int port)
 /* ---- connecting ----------------------------------------------------------------- */
 
 static int
-sink_redis_init(sink *s, struct outbox_error *err)
+sink_redis_init(sink *s, const void *options, struct outbox_error *err)
 {
+    const struct sink_redis_config *config = options;
     struct sink_redis *r = calloc(1, sizeof(*r));
-    const char *prefix = s->options.stream_prefix;
+    const char *prefix = config->stream_prefix != NULL ? config->stream_prefix : "";
     size_t tag_start, tag_len;
 
     if (r == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->impl = r;
-    if (s->options.stream_maxlen < 0)
+    r->stream_prefix = strdup(prefix);
+    if (r->stream_prefix == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (config->stream_maxlen < 0)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "stream max length must not be negative");
-    if (s->options.redis_wait_replicas < REDIS_WAIT_BY_TOPOLOGY)
+    if (config->wait_replicas < SINK_REDIS_WAIT_BY_TOPOLOGY)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "replicas to wait for must not be negative");
+    r->wait_replicas = config->wait_replicas;
     /* a primary that Sentinel or Cluster can fail over loses what no replica has */
-    if (s->options.redis_wait_replicas == REDIS_WAIT_BY_TOPOLOGY)
-        s->options.redis_wait_replicas = s->url.scheme->variant == TOPOLOGY_SINGLE ? 0 : 1;
-    r->window = s->options.dedup_window_ms > 0 ? (long long)s->options.dedup_window_ms
-                                               : DEFAULT_DEDUP_WINDOW_MS;
+    if (r->wait_replicas == SINK_REDIS_WAIT_BY_TOPOLOGY)
+        r->wait_replicas = s->url.scheme->variant == TOPOLOGY_SINGLE ? 0 : 1;
+    r->window = config->dedup_window_ms > 0 ? (long long)config->dedup_window_ms
+                                            : DEFAULT_DEDUP_WINDOW_MS;
     snprintf(r->window_ms, sizeof(r->window_ms), "%lld", r->window);
-    snprintf(r->maxlen, sizeof(r->maxlen), "%" PRId64, s->options.stream_maxlen);
+    snprintf(r->maxlen, sizeof(r->maxlen), "%" PRId64, config->stream_maxlen);
     switch ((enum topology)s->url.scheme->variant) {
     case TOPOLOGY_SENTINEL:
         r->topology = TOPOLOGY_SENTINEL;
@@ -585,7 +598,7 @@ load_layout_since(sink *s, struct sink_redis_node *node, struct outbox_error *er
     char key[512], now_text[32];
     long long server_now, since;
 
-    snprintf(key, sizeof(key), "%s%s", s->options.stream_prefix, LAYOUT_KEY_SUFFIX);
+    snprintf(key, sizeof(key), "%s%s", prefix_of(s), LAYOUT_KEY_SUFFIX);
     {
         const char *argv[1] = {"TIME"};
 
@@ -912,7 +925,7 @@ stream_suffix(const struct sink_message *message)
 static size_t
 stream_length(const sink *s, const struct sink_message *message)
 {
-    return strlen(s->options.stream_prefix) + strlen(stream_suffix(message));
+    return strlen(prefix_of(s)) + strlen(stream_suffix(message));
 }
 
 /* Writes a message's stream name into out (stream_length + 1 bytes); its length. */
@@ -920,9 +933,9 @@ static size_t
 write_stream_name(const sink *s, const struct sink_message *message, char *out)
 {
     const char *suffix = stream_suffix(message);
-    size_t prefix_len = strlen(s->options.stream_prefix), suffix_len = strlen(suffix);
+    size_t prefix_len = strlen(prefix_of(s)), suffix_len = strlen(suffix);
 
-    memcpy(out, s->options.stream_prefix, prefix_len);
+    memcpy(out, prefix_of(s), prefix_len);
     memcpy(out + prefix_len, suffix, suffix_len);
     out[prefix_len + suffix_len] = '\0';
     return prefix_len + suffix_len;
@@ -1080,7 +1093,7 @@ settle_message(sink *s, const struct sink_message *message, const redisReply *re
     if (reply->type == REDIS_REPLY_ERROR) {
         copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
         sink_outcome_set(outcome, SINK_FAILED, "redis refused the append to '%s%.100s': %s",
-                         s->options.stream_prefix, stream_suffix(message), reason);
+                         prefix_of(s), stream_suffix(message), reason);
         return;
     }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
@@ -1183,7 +1196,7 @@ settle_call(sink *s, uint16_t node, const struct sink_message *messages, const s
     }
     for (size_t i = 0; i < n; i++)
         sink_outcome_set(&outcomes[routes[i].index], SINK_DEFERRED,
-                         "redis refused the append to '%s%.100s': %s", s->options.stream_prefix,
+                         "redis refused the append to '%s%.100s': %s", prefix_of(s),
                          stream_suffix(&messages[routes[i].index]), reason);
 }
 
@@ -1197,7 +1210,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
               struct sink_outcome *outcomes, struct outbox_error *err)
 {
     struct sink_redis *r = s->impl;
-    int wanted = s->options.redis_wait_replicas;
+    int wanted = ((const struct sink_redis *)s->impl)->wait_replicas;
     char reason[SINK_REASON_MAX - 64];
     redisReply *reply;
     bool any = false;
@@ -1550,8 +1563,15 @@ sink_redis_destroy(sink *s)
     free(r->name);
     free(r->routes);
     free(r->retries);
+    free(r->stream_prefix);
     free(r);
     s->impl = NULL;
+}
+
+static int
+sink_redis_replicas_to_wait(const sink *s)
+{
+    return ((const struct sink_redis *)s->impl)->wait_replicas;
 }
 
 /*
@@ -1562,7 +1582,7 @@ static int
 sink_redis_check(sink *s, struct outbox_error *err)
 {
     struct sink_redis *r = s->impl;
-    int wanted = s->options.redis_wait_replicas;
+    int wanted = ((const struct sink_redis *)s->impl)->wait_replicas;
 
     read_replicas(s);
     for (size_t i = 0; i < r->node_count && wanted > 0; i++) {
@@ -1598,6 +1618,7 @@ static const struct sink_ops sink_redis_ops = {
     .idle = sink_redis_idle,
     .check = sink_redis_check,
     .replicas = sink_redis_replicas,
+    .replicas_to_wait = sink_redis_replicas_to_wait,
     .disconnect = sink_redis_disconnect,
     .destroy = sink_redis_destroy,
 };
@@ -1633,27 +1654,39 @@ static const struct url_scheme *const sink_redis_schemes[] = {
     &sink_redis_scheme, &sink_redis_sentinel_scheme, &sink_redis_cluster_scheme, NULL};
 
 static const struct option_spec sink_redis_options[] = {
-    {"stream-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, stream_prefix), "", 0,
+    {"stream-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_redis_config, stream_prefix), "", 0,
      0, NULL, "Redis stream key = P + the row's routing key, else its queue",
      OPTION_FROM_ENVIRONMENT, 0},
-    {"dedup-window", "DURATION", OPTION_MILLIS, OPTION_FIELD(struct sink_options, dedup_window_ms),
+    {"dedup-window", "DURATION", OPTION_MILLIS, OPTION_FIELD(struct sink_redis_config, dedup_window_ms),
      "24h", 1, 31536000000.0, NULL,
      "Redis: a job is appended at most once per stream within this window", OPTION_FROM_ENVIRONMENT,
      0},
-    {"stream-maxlen", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, stream_maxlen), "0", 0,
+    {"stream-maxlen", "N", OPTION_INT64, OPTION_FIELD(struct sink_redis_config, stream_maxlen), "0", 0,
      1e15, NULL, "Redis: trim each stream to about N entries (MAXLEN ~); 0 never trims",
      OPTION_FROM_ENVIRONMENT, 0},
-    {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_options, redis_wait_replicas), "-1",
-     REDIS_WAIT_BY_TOPOLOGY, 100, NULL,
+    {"redis-wait", "N", OPTION_INT, OPTION_FIELD(struct sink_redis_config, wait_replicas), "-1",
+     SINK_REDIS_WAIT_BY_TOPOLOGY, 100, NULL,
      "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000); -1: 1 with"
      " Sentinel or Cluster (0 there risks losing rows in a failover), 0 with redis://",
      OPTION_FROM_ENVIRONMENT, 0},
 };
+
+/* What a sink opened without parsed options uses: the rows' fallbacks. */
+static void
+sink_redis_config_defaults(void *options)
+{
+    struct sink_redis_config *config = options;
+
+    config->dedup_window_ms = DEFAULT_DEDUP_WINDOW_MS;
+    config->wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY;
+}
 
 const struct sink_type sink_redis_type = {
     .kind = "redis",
     .schemes = sink_redis_schemes,
     .options = sink_redis_options,
     .option_count = sizeof(sink_redis_options) / sizeof(sink_redis_options[0]),
+    .config_size = sizeof(struct sink_redis_config),
+    .config_defaults = sink_redis_config_defaults,
     .ops = &sink_redis_ops,
 };

@@ -29,6 +29,7 @@
 
 #include "redis_consumer.h"
 #include "sink.h"
+#include "sink_redis.h"
 #include "url.h"
 
 #define TEST_PASSWORD "outbox-test-secret"
@@ -122,13 +123,16 @@ open_sink(const char *url, const char *prefix, int64_t dedup_window_ms, int64_t 
           int io_timeout_ms)
 {
     struct sink_options options = {0};
+    /* read at sink_new(), not kept: a local is enough */
+    struct sink_redis_config redis = {.stream_prefix = prefix,
+                                      .dedup_window_ms = dedup_window_ms,
+                                      .stream_maxlen = maxlen,
+                                      .wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY};
     struct outbox_error err;
     sink *s;
 
     options.url = url;
-    options.stream_prefix = prefix;
-    options.dedup_window_ms = dedup_window_ms;
-    options.stream_maxlen = maxlen;
+    *sink_options_broker(&options, "redis") = &redis;
     options.connect_timeout_ms = 2000;
     options.io_timeout_ms = io_timeout_ms;
     s = sink_new(&options, &err);

@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "sink.h"
+#include "sink_redis.h"
 #include "url.h"
 
 #define RAW_WINDOW 4096
@@ -104,6 +105,7 @@ main(int argc, char **argv)
     char (*queues)[16] = NULL;
     bool raw_possible;
     struct sink_options options = {0};
+    struct sink_redis_config redis = {.wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY};
     struct sink_message *messages = NULL;
     struct sink_outcome *outcomes = NULL;
     struct outbox_error err;
@@ -146,8 +148,9 @@ main(int argc, char **argv)
     }
 
     options.url = url;
-    options.stream_prefix = prefix;
-    options.redis_wait_replicas = wait_replicas;
+    redis.stream_prefix = prefix;
+    redis.wait_replicas = wait_replicas;
+    *sink_options_broker(&options, "redis") = &redis;
     s = sink_new(&options, &err);
     if (s == NULL || sink_connect(s, &err) != 0) {
         fprintf(stderr, "sink: %s\n", err.message);
