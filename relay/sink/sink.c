@@ -25,12 +25,13 @@ static const struct sink_type *const SINK_TYPES[] = {
 
 _Static_assert(SINK_TYPE_COUNT <= SINK_BROKER_MAX, "raise SINK_BROKER_MAX");
 
+/* --broker's help: each scheme's usage, from the registry (see broker_help). */
+static char broker_help_text[1024];
+
 /* Options every broker reads. */
-static const struct option_spec COMMON_OPTIONS[] = {
+static struct option_spec COMMON_OPTIONS[] = {
     {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
-     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
-     " required", OPTION_FROM_ENVIRONMENT, 0},
+     broker_help_text, OPTION_FROM_ENVIRONMENT, 0},
     {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
      NULL, 0, 0, NULL,
      "the broker password, read from this file (out of the process list); overrides one in"
@@ -41,9 +42,33 @@ static const struct option_spec COMMON_OPTIONS[] = {
      OPTION_FROM_ENVIRONMENT, 0},
 };
 
+/* Writes "A, B or C; required" from every scheme's usage into broker_help_text, once. */
+static void
+broker_help(void)
+{
+    size_t total = 0, seen = 0, used = 0;
+
+    if (broker_help_text[0] != '\0')
+        return;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            total++;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++) {
+            seen++;
+            used += (size_t)snprintf(broker_help_text + used, sizeof(broker_help_text) - used,
+                                     "%s%s", seen == 1 ? "" : seen == total ? " or " : ", ",
+                                     (*p)->usage);
+            if (used >= sizeof(broker_help_text))
+                return; /* truncated: the registry outgrew the buffer */
+        }
+    snprintf(broker_help_text + used, sizeof(broker_help_text) - used, "; required");
+}
+
 const struct option_spec *
 sink_option_group(size_t index, const char **title, size_t *count)
 {
+    broker_help();
     if (index == 0) {
         *title = "broker";
         *count = sizeof(COMMON_OPTIONS) / sizeof(COMMON_OPTIONS[0]);

@@ -1097,6 +1097,7 @@ static const struct sink_ops sink_amqp_ops = {
 
 static const struct url_scheme sink_amqp_scheme = {
     .name = "amqp",
+    .usage = "amqp://user:pass@host:port[,host2:port2...]/vhost",
     .default_port = 5672,
     .max_endpoints = URL_MAX_ENDPOINTS,
     .path = URL_PATH_VHOST,
@@ -1106,6 +1107,7 @@ static const struct url_scheme sink_amqp_scheme = {
 
 static const struct url_scheme sink_amqps_scheme = {
     .name = "amqps",
+    .usage = "amqps://...",
     .default_port = 5671,
     .max_endpoints = URL_MAX_ENDPOINTS,
     .path = URL_PATH_VHOST,

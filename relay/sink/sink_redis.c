@@ -1627,6 +1627,7 @@ static const struct sink_ops sink_redis_ops = {
 
 static const struct url_scheme sink_redis_scheme = {
     .name = "redis",
+    .usage = "redis://[:pass@]host:port[/db]",
     .default_port = 6379,
     .max_endpoints = 1,
     .path = URL_PATH_DB,
@@ -1636,6 +1637,7 @@ static const struct url_scheme sink_redis_scheme = {
 
 static const struct url_scheme sink_redis_sentinel_scheme = {
     .name = "redis+sentinel",
+    .usage = "redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db]",
     .default_port = 26379,
     .max_endpoints = URL_MAX_ENDPOINTS,
     .path = URL_PATH_MASTER_DB,
@@ -1644,6 +1646,7 @@ static const struct url_scheme sink_redis_sentinel_scheme = {
 
 static const struct url_scheme sink_redis_cluster_scheme = {
     .name = "redis+cluster",
+    .usage = "redis+cluster://[user:pass@]h1:p1,...",
     .default_port = 6379,
     .max_endpoints = URL_MAX_ENDPOINTS,
     .path = URL_PATH_NONE,

@@ -44,6 +44,7 @@ enum url_path {
 /* One scheme a sink accepts and what its URLs hold. */
 struct url_scheme {
     const char *name;             /* as written before "://" */
+    const char *usage;            /* its URL's shape for --broker's help ("amqps://...") */
     int default_port;             /* when an endpoint names none */
     size_t max_endpoints;         /* 1 .. URL_MAX_ENDPOINTS */
     enum url_path path;
