@@ -37,13 +37,6 @@
  * marked (lease plus retries), so busy deployments should shorten it. The
  * stream entries cost what their payloads cost, bounded by MAXLEN ~ when set.
  *
- * Upgrade: earlier versions named the record "<stream>:outbox-dedup:<id>".
- * Outside a cluster, the script also consults that old name for one dedup
- * window after the first connect of this version, which the key
- * "<stream_prefix>outbox-dedup:layout-since" (server time in ms, written
- * once) remembers; after that window every old record has expired. In a
- * cluster the old names would lie in other slots, so they are not consulted.
- *
  * Topologies, picked once from the URL scheme:
  * - redis://: one server.
  * - redis+sentinel://: the sentinels are asked in turn (SENTINEL
@@ -86,7 +79,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +96,6 @@
 #define PIPELINE_WINDOW 4096
 #define IDLE_PING_MS 1000 /* ping when idle this long */
 #define DEDUP_INFIX ":outbox-dedup:"
-#define LAYOUT_KEY_SUFFIX "outbox-dedup:layout-since"
 /* How long WAIT waits for the replicas before the calls it follows fail. */
 #define WAIT_TIMEOUT_MS 1000
 /* Redirections (MOVED, ASK) and NOSCRIPT resends followed within one batch. */
@@ -114,24 +105,19 @@
 
 /*
  * One call appends up to SCRIPT_CHUNK messages. ARGV[1] is the window in ms,
- * ARGV[2] the maxlen ("0" for none), ARGV[3] the keys per message: 2, or 3
- * while the old dedup names are consulted. For message i, with k = stride *
- * (i - 1), KEYS[k+1] is its stream, KEYS[k+2] its dedup record, KEYS[k+3]
- * the record's old name; ARGV[5i-1 .. 5i+3] its job_id, queue, payload,
- * headers and attempt. The reply has one element per message: {entry id, 1}
+ * ARGV[2] the maxlen ("0" for none). For message i, KEYS[2i-1] is its
+ * stream, KEYS[2i] its dedup record; ARGV[5i-2 .. 5i+2] its job_id, queue,
+ * payload, headers and attempt. The reply has one element per message: {entry id, 1}
  * after an append, {earlier entry id, 0} for a duplicate, or the error XADD
  * raised (WRONGTYPE, say), which fails only that message. Nothing is written
  * before XADD succeeds, so a refused append leaves no dedup record behind.
  */
 static const char APPEND_SCRIPT[] =
-    "local window, maxlen, stride, out = ARGV[1], ARGV[2], tonumber(ARGV[3]), {}\n"
-    "for i = 1, #KEYS / stride do\n"
-    "  local k, a = stride * (i - 1), 5 * i - 1\n"
-    "  local stream, dedup = KEYS[k + 1], KEYS[k + 2]\n"
+    "local window, maxlen, out = ARGV[1], ARGV[2], {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local a = 5 * i - 2\n"
+    "  local stream, dedup = KEYS[2 * i - 1], KEYS[2 * i]\n"
     "  local existing = redis.call('GET', dedup)\n"
-    "  if not existing and stride == 3 and KEYS[k + 3] ~= dedup then\n"
-    "    existing = redis.call('GET', KEYS[k + 3])\n"
-    "  end\n"
     "  if existing then\n"
     "    out[i] = {existing, 0}\n"
     "  else\n"
@@ -158,8 +144,8 @@ static const char APPEND_SCRIPT[] =
 
 /* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
 #define SCRIPT_CHUNK 100
-/* Arguments of one call: command, script, numkeys, 3 shared, 3 keys and 5 values a message. */
-#define SCRIPT_ARGS (3 + 3 + 8 * SCRIPT_CHUNK)
+/* Arguments of one call: command, script, numkeys, 2 shared, 2 keys and 5 values a message. */
+#define SCRIPT_ARGS (3 + 2 + 7 * SCRIPT_CHUNK)
 
 /* How a call is sent. */
 enum script_call {
@@ -204,7 +190,6 @@ struct sink_redis {
     char window_ms[24];           /* ARGV[1] */
     char maxlen[24];              /* ARGV[2] */
     long long window;             /* the dedup window in ms */
-    long long old_names_until_ms; /* monotonic time until which old dedup names are consulted */
     char *keys; /* scratch: stream, dedup keys, job id, attempt per message of a call */
     size_t keys_capacity;
     char *name; /* scratch: one stream name */
@@ -585,68 +570,13 @@ node_connect(sink *s, struct sink_redis_node *node, struct outbox_error *err)
     return 0;
 }
 
-/*
- * Outside a cluster: reads (first writing) when this dedup layout was first
- * used on the server, and consults the old dedup names until one window
- * after that.
- */
-static int
-load_layout_since(sink *s, struct sink_redis_node *node, struct outbox_error *err)
-{
-    struct sink_redis *r = s->impl;
-    redisReply *reply = NULL;
-    char key[512], now_text[32];
-    long long server_now, since;
-
-    snprintf(key, sizeof(key), "%s%s", prefix_of(s), LAYOUT_KEY_SUFFIX);
-    {
-        const char *argv[1] = {"TIME"};
-
-        if (setup_command(s, node, 1, argv, "refused TIME", &reply, err) != 0)
-            return -1;
-    }
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING ||
-        reply->element[1]->type != REDIS_REPLY_STRING) {
-        freeReplyObject(reply);
-        node_drop(node);
-        return outbox_error_set(err, OUTBOX_ERR_BROKER, "redis at %s answered TIME oddly",
-                                node_label(s, node));
-    }
-    server_now = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
-                 strtoll(reply->element[1]->str, NULL, 10) / 1000;
-    freeReplyObject(reply);
-    snprintf(now_text, sizeof(now_text), "%lld", server_now);
-    reply = redisCommand(node->context, "SET %s %s NX", key, now_text);
-    if (reply != NULL) {
-        freeReplyObject(reply);
-        reply = redisCommand(node->context, "GET %s", key);
-    }
-    if (reply == NULL) {
-        int saved_errno = errno;
-
-        return fail_node(s, node, saved_errno, "during connect", err);
-    }
-    /* refused (an ACL without that key): consult the old names for good, to be safe */
-    since = reply->type == REDIS_REPLY_STRING ? strtoll(reply->str, NULL, 10) : LLONG_MAX / 4;
-    freeReplyObject(reply);
-    if (since == LLONG_MAX / 4) {
-        r->old_names_until_ms = LLONG_MAX;
-        return 0;
-    }
-    r->old_names_until_ms = clock_monotonic_ms() + (since + r->window - server_now);
-    return 0;
-}
-
 /* Connects to the one server of a redis:// URL. */
 static int
 connect_single(sink *s, struct outbox_error *err)
 {
     struct sink_redis *r = s->impl;
 
-    if (node_connect(s, &r->nodes[0], err) != 0 || load_layout_since(s, &r->nodes[0], err) != 0)
-        return -1;
-    return 0;
+    return node_connect(s, &r->nodes[0], err);
 }
 
 /*
@@ -719,7 +649,7 @@ connect_sentinel(sink *s, struct outbox_error *err)
         }
         node_drop(&r->nodes[0]);
         r->nodes[0] = primary;
-        if (node_connect(s, &r->nodes[0], err) == 0 && load_layout_since(s, &r->nodes[0], err) == 0)
+        if (node_connect(s, &r->nodes[0], err) == 0)
             return 0;
         transient = transient || outbox_error_is_transient(err);
     }
@@ -946,14 +876,14 @@ write_stream_name(const sink *s, const struct sink_message *message, char *out)
  * for stream_len + sizeof(DEDUP_INFIX) + 35 bytes) and returns its length:
  * the stream's name as hash tag, or the name as is when it holds a tag of
  * its own (or cannot be a tag: it holds a '}'); ":<replay>" after the job id
- * for a replayed row. With old set, the name earlier versions used.
+ * for a replayed row.
  */
 static size_t
 write_dedup_name(const char *stream, size_t stream_len, const struct sink_message *message,
-                 bool old, char *out)
+                 char *out)
 {
     size_t tag_start, tag_len, n = 0;
-    bool wrap = !old && !keyslot_tag(stream, stream_len, &tag_start, &tag_len) &&
+    bool wrap = !keyslot_tag(stream, stream_len, &tag_start, &tag_len) &&
                 memchr(stream, '}', stream_len) == NULL;
 
     if (wrap)
@@ -977,8 +907,8 @@ scratch_size(const sink *s, const struct sink_message *message)
 {
     size_t stream_len = stream_length(s, message);
 
-    /* stream, dedup record, its old name (each with ":<replay>"), job id, attempt, with NULs */
-    return (stream_len + 1) + 2 * (stream_len + sizeof(DEDUP_INFIX) + 35) + 21 + 12;
+    /* stream, dedup record (with ":<replay>"), job id, attempt, with NULs */
+    return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 35) + 21 + 12;
 }
 
 /* Prints value into the scratch at *at and makes it the next argument. */
@@ -1013,8 +943,6 @@ append_call(sink *s, redisContext *context, const struct sink_message *messages,
             const struct route *routes, size_t n)
 {
     struct sink_redis *r = s->impl;
-    bool old_names =
-        r->topology != TOPOLOGY_CLUSTER && clock_monotonic_ms() < r->old_names_until_ms;
     size_t need = 0, at = 0;
     int argc = 0;
     char numkeys[24]; /* a size_t in decimal */
@@ -1025,7 +953,7 @@ append_call(sink *s, redisContext *context, const struct sink_message *messages,
         return -1;
     if (routes[0].asking && redisAppendCommand(context, "ASKING") != REDIS_OK)
         return -1;
-    snprintf(numkeys, sizeof(numkeys), "%zu", (old_names ? 3 : 2) * n);
+    snprintf(numkeys, sizeof(numkeys), "%zu", 2 * n);
     if (routes[0].call == CALL_EVALSHA)
         add_text(r, &argc, "EVALSHA", 7);
     else
@@ -1043,18 +971,12 @@ append_call(sink *s, redisContext *context, const struct sink_message *messages,
 
         add_text(r, &argc, stream, stream_len);
         at += stream_len + 1;
-        len = write_dedup_name(stream, stream_len, m, false, r->keys + at);
+        len = write_dedup_name(stream, stream_len, m, r->keys + at);
         add_text(r, &argc, r->keys + at, len);
         at += len + 1;
-        if (old_names) {
-            len = write_dedup_name(stream, stream_len, m, true, r->keys + at);
-            add_text(r, &argc, r->keys + at, len);
-            at += len + 1;
-        }
     }
     add_text(r, &argc, r->window_ms, strlen(r->window_ms));
     add_text(r, &argc, r->maxlen, strlen(r->maxlen));
-    add_text(r, &argc, old_names ? "3" : "2", 1);
     for (size_t i = 0; i < n; i++) {
         const struct sink_message *m = &messages[routes[i].index];
         const char *headers = m->headers != NULL ? m->headers : "{}";
