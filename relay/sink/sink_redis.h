@@ -15,7 +15,7 @@
 #define SINK_REDIS_WAIT_BY_TOPOLOGY (-1)
 
 struct sink_redis_config {
-    const char *stream_prefix; /* --stream-prefix: stream key = prefix + (routing key, else queue) */
+    const char *stream_prefix; /* --stream-prefix: stream = prefix + (routing key, else queue) */
     int64_t dedup_window_ms;   /* --dedup-window: append at most once per job within this; 0: 24h */
     int64_t stream_maxlen;     /* --stream-maxlen: MAXLEN ~ N on every XADD, 0 for none */
     int wait_replicas;         /* --redis-wait: replicas that must have an append */
