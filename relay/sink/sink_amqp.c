@@ -195,7 +195,7 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     }
     amqp_set_handshake_timeout(impl->conn, &connect_timeout);
     amqp_set_rpc_timeout(impl->conn, &rpc_timeout);
-    reply = amqp_login(impl->conn, s->url.vhost, 0, SINK_AMQP_FRAME_MAX,
+    reply = amqp_login(impl->conn, sink_amqp_url_vhost(&s->url), 0, SINK_AMQP_FRAME_MAX,
                        s->options.heartbeat_seconds > 0 ? s->options.heartbeat_seconds : 0,
                        AMQP_SASL_METHOD_PLAIN, s->url.user, s->url.password);
     if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -327,12 +327,56 @@ static const struct sink_ops sink_amqp_ops = {
 
 /* ---- registry row --------------------------------------------------------- */
 
+/* What an AMQP URL's path names. */
+struct sink_amqp_url_path {
+    char *vhost; /* decoded; "/" when the path is empty */
+};
+
+static void
+sink_amqp_path_free(void *parsed)
+{
+    struct sink_amqp_url_path *path = parsed;
+
+    if (path != NULL)
+        free(path->vhost);
+    free(path);
+}
+
+/* "/vhost", percent-decoded; "/" when empty. */
+static int
+sink_amqp_parse_path(const struct url_scheme *scheme, const char *text, void **parsed,
+                     struct outbox_error *err)
+{
+    struct sink_amqp_url_path *path = calloc(1, sizeof(*path));
+
+    (void)scheme;
+    if (path == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    *parsed = path;
+    if (*text == '\0' || text[1] == '\0')
+        path->vhost = strdup("/");
+    else
+        path->vhost = url_percent_decode(text + 1, strlen(text + 1));
+    if (path->vhost == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
+    return 0;
+}
+
+const char *
+sink_amqp_url_vhost(const struct broker_url *url)
+{
+    if (url->scheme == NULL || url->scheme->parse_path != sink_amqp_parse_path || url->path == NULL)
+        return NULL;
+    return ((const struct sink_amqp_url_path *)url->path)->vhost;
+}
+
 static const struct url_scheme sink_amqp_scheme = {
     .name = "amqp",
     .usage = "amqp://user:pass@host:port[,host2:port2...]/vhost",
     .default_port = 5672,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_VHOST,
+    .parse_path = sink_amqp_parse_path,
+    .path_free = sink_amqp_path_free,
     .default_user = "guest",
     .default_password = "guest",
 };
@@ -342,7 +386,8 @@ static const struct url_scheme sink_amqps_scheme = {
     .usage = "amqps://...",
     .default_port = 5671,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_VHOST,
+    .parse_path = sink_amqp_parse_path,
+    .path_free = sink_amqp_path_free,
     .default_user = "guest",
     .default_password = "guest",
     .tls = true,

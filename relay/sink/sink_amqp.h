@@ -11,9 +11,17 @@
 
 #include <stdbool.h>
 
+#include "url.h"
+
 struct sink_amqp_config {
     const char *exchange; /* --exchange: of rows naming none; NULL or "": the default exchange */
     bool tls_verify;      /* --tls-verify: amqps verifies the peer (default true) */
 };
+
+/*
+ * The vhost of a parsed amqp:// or amqps:// URL: its path percent-decoded
+ * ("/%2f" is "/"), "/" when empty. Owned by url; NULL for another scheme.
+ */
+const char *sink_amqp_url_vhost(const struct broker_url *url);
 
 #endif

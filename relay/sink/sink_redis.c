@@ -320,10 +320,10 @@ sink_redis_node_connect(sink *s, struct sink_redis_node *node, struct outbox_err
 
     if (sink_redis_node_open(s, node, true, err) != 0)
         return -1;
-    if (s->url.db != 0 && r->topology != TOPOLOGY_CLUSTER) {
+    if (sink_redis_url_db(&s->url) != 0 && r->topology != TOPOLOGY_CLUSTER) {
         const char *argv[2] = {"SELECT", db};
 
-        snprintf(db, sizeof(db), "%d", s->url.db);
+        snprintf(db, sizeof(db), "%d", sink_redis_url_db(&s->url));
         if (sink_redis_setup_command(s, node, 2, argv, "refused to select the database", NULL,
                                      err) != 0)
             return -1;
@@ -555,12 +555,106 @@ static const struct sink_ops sink_redis_ops = {
 
 /* ---- registry row --------------------------------------------------------- */
 
+/* What a Redis URL's path names. */
+struct sink_redis_url_path {
+    char *master_name; /* redis+sentinel://: required */
+    int db;            /* 0 when none is named; always 0 in a cluster */
+};
+
+static void
+sink_redis_path_free(void *parsed)
+{
+    struct sink_redis_url_path *path = parsed;
+
+    if (path != NULL)
+        free(path->master_name);
+    free(path);
+}
+
+/* "/N" into path->db; -1 with an error naming example when N is no database number. */
+static int
+parse_db(const struct url_scheme *scheme, const char *text, const char *example,
+         struct sink_redis_url_path *path, struct outbox_error *err)
+{
+    long db = url_decimal(text, strlen(text), 0, 1000000);
+
+    if (db < 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "%s URL database must be a number, as in %s://host:%d/%s",
+                                scheme->name, scheme->name, scheme->default_port, example);
+    path->db = (int)db;
+    return 0;
+}
+
+/* A Sentinel path "/MASTERNAME[/db]". */
+static int
+parse_master_db(const struct url_scheme *scheme, const char *text,
+                struct sink_redis_url_path *path, struct outbox_error *err)
+{
+    const char *name = text + (*text == '/'), *slash = strchr(name, '/');
+    size_t name_len = slash != NULL ? (size_t)(slash - name) : strlen(name);
+
+    if (name_len == 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "%s URL needs the master name, as in %s://host:%d/mymaster",
+                                scheme->name, scheme->name, scheme->default_port);
+    path->master_name = url_percent_decode(name, name_len);
+    if (path->master_name == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "%s URL has a bad escape in the master name", scheme->name);
+    if (slash != NULL && slash[1] != '\0')
+        return parse_db(scheme, slash + 1, "mymaster/0", path, err);
+    return 0;
+}
+
+/* redis://: "[/db]"; redis+sentinel://: "/MASTERNAME[/db]"; redis+cluster://: nothing. */
+static int
+sink_redis_parse_path(const struct url_scheme *scheme, const char *text, void **parsed,
+                      struct outbox_error *err)
+{
+    struct sink_redis_url_path *path = calloc(1, sizeof(*path));
+
+    if (path == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    *parsed = path;
+    switch ((enum topology)scheme->variant) {
+    case TOPOLOGY_SINGLE:
+        return *text == '/' && text[1] != '\0' ? parse_db(scheme, text + 1, "0", path, err) : 0;
+    case TOPOLOGY_SENTINEL:
+        return parse_master_db(scheme, text, path, err);
+    case TOPOLOGY_CLUSTER:
+        if (*text == '/' && text[1] != '\0')
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "%s URL takes no database: only database 0 is served",
+                                    scheme->name);
+        return 0;
+    }
+    return 0;
+}
+
+int
+sink_redis_url_db(const struct broker_url *url)
+{
+    if (url->scheme == NULL || url->scheme->parse_path != sink_redis_parse_path || url->path == NULL)
+        return 0;
+    return ((const struct sink_redis_url_path *)url->path)->db;
+}
+
+const char *
+sink_redis_url_master(const struct broker_url *url)
+{
+    if (url->scheme == NULL || url->scheme->parse_path != sink_redis_parse_path || url->path == NULL)
+        return NULL;
+    return ((const struct sink_redis_url_path *)url->path)->master_name;
+}
+
 static const struct url_scheme sink_redis_scheme = {
     .name = "redis",
     .usage = "redis://[:pass@]host:port[/db]",
     .default_port = 6379,
     .max_endpoints = 1,
-    .path = URL_PATH_DB,
+    .parse_path = sink_redis_parse_path,
+    .path_free = sink_redis_path_free,
     .one_endpoint_hint = "use redis+sentinel:// or redis+cluster:// for several",
     .variant = TOPOLOGY_SINGLE,
 };
@@ -570,7 +664,8 @@ static const struct url_scheme sink_redis_sentinel_scheme = {
     .usage = "redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db]",
     .default_port = 26379,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_MASTER_DB,
+    .parse_path = sink_redis_parse_path,
+    .path_free = sink_redis_path_free,
     .variant = TOPOLOGY_SENTINEL,
 };
 
@@ -579,7 +674,8 @@ static const struct url_scheme sink_redis_cluster_scheme = {
     .usage = "redis+cluster://[user:pass@]h1:p1,...",
     .default_port = 6379,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_NONE,
+    .parse_path = sink_redis_parse_path,
+    .path_free = sink_redis_path_free,
     .variant = TOPOLOGY_CLUSTER,
 };
 

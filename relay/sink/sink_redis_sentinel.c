@@ -33,7 +33,7 @@ ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct sink_redis_nod
 {
     struct sink_redis_node sentinel = {0};
     redisReply *reply = NULL;
-    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->url.master_name};
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", sink_redis_url_master(&s->url)};
     int rc = -1;
 
     *unknown = false;
@@ -65,7 +65,7 @@ ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct sink_redis_nod
     } else {
         *unknown = true;
         outbox_error_set(err, OUTBOX_ERR_CONFIG, "sentinel at %s does not know master '%.100s'",
-                         sentinel.name, s->url.master_name);
+                         sentinel.name, sink_redis_url_master(&s->url));
     }
     freeReplyObject(reply);
     sink_redis_node_drop(&sentinel);

@@ -743,7 +743,7 @@ test_acl_user_can_publish(void **state)
     freeReplyObject(reply);
     assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host, parsed.port,
-             parsed.db);
+             sink_redis_url_db(&parsed));
     url_clear(&parsed);
 
     s = open_sink(url, f->prefix, 0, 0, 5000);
@@ -756,7 +756,7 @@ test_acl_user_can_publish(void **state)
 
     assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:wrong-acl-secret@%s:%d/%d", user, parsed.host,
-             parsed.port, parsed.db);
+             parsed.port, sink_redis_url_db(&parsed));
     url_clear(&parsed);
     expect_connect_failure(url, OUTBOX_ERR_CONFIG, "wrong-acl-secret");
     batch_clear(&b);

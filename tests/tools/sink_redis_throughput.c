@@ -56,8 +56,8 @@ connect_raw(const char *url)
                     : redisCommand(context, "AUTH %s", parsed.password);
         freeReplyObject(reply);
     }
-    if (context != NULL && context->err == 0 && parsed.db != 0)
-        freeReplyObject(redisCommand(context, "SELECT %d", parsed.db));
+    if (context != NULL && context->err == 0 && sink_redis_url_db(&parsed) != 0)
+        freeReplyObject(redisCommand(context, "SELECT %d", sink_redis_url_db(&parsed)));
     url_clear(&parsed);
     if (context != NULL && context->err != 0) {
         redisFree(context);
