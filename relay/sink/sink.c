@@ -1,5 +1,10 @@
 /*
- * sink.c - the common part of every sink: the registry, options, dispatch by scheme.
+ * sink.c - the common part of every sink: the registry, the shared
+ * options, endpoints, dispatch by scheme.
+ *
+ * SINK_TYPES below is the one list of brokers; nothing else in the relay
+ * names one. sink.c never reads a broker's own options: it hands each
+ * module its configuration block (or one of defaults) at sink_new().
  */
 #include "sink_internal.h"
 
@@ -15,6 +20,9 @@
 #include "timeouts.h"
 
 /* ---- the registry: one row per broker ------------------------------------ */
+
+extern const struct sink_type sink_amqp_type;
+extern const struct sink_type sink_redis_type;
 
 static const struct sink_type *const SINK_TYPES[] = {
     &sink_amqp_type,

@@ -4,14 +4,16 @@
  * The relay loop publishes a batch of claimed rows through a sink and gets
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
- * the URL scheme (amqp://, amqps://, redis://, redis+sentinel://,
- * redis+cluster://).
+ * the URL scheme, from the registry in sink.c. This header holds only what
+ * every broker shares: the URL and its endpoints, the password, the size
+ * limit, the timeouts and the per-message fields; a broker's own options
+ * and URL path rules stay in its module.
  *
  * Rules:
- * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
- *   publisher confirm without basic.return; Redis append reply, or the
- *   dedup record of an earlier append). Anything unknown is a failure, so a
- *   row is never marked succeeded on a guess.
+ * - A message is SINK_ACCEPTED only when the broker confirmed it (e.g. an
+ *   AMQP publisher confirm, a Redis append reply or the dedup record of an
+ *   earlier append). Anything unknown is a failure, so a row is never
+ *   marked succeeded on a guess.
  * - A failure of one message (unroutable, nack, too large, a reply error,
  *   the broker closing the channel because of that message) fails that
  *   message only; the rest of the batch goes on.
@@ -82,13 +84,13 @@ void **sink_options_broker(struct sink_options *options, const char *kind);
 /* One message to publish, built from a claimed row. */
 struct sink_message {
     int64_t job_id;      /* message id */
-    int32_t attempt;     /* the claim generation, sent as x-outbox-attempt / attempt */
-    const char *queue;   /* the row's queue: AMQP type, Redis queue field */
+    int32_t attempt;     /* the claim generation, sent with the message */
+    const char *queue;   /* the row's queue */
     const char *payload; /* JSON text, the body */
     size_t payload_len;
     const char *headers; /* JSON object of string values */
     double created_at;   /* epoch seconds */
-    int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
+    int32_t replay;      /* times the row was replayed (a broker that deduplicates keys on it) */
     /*
      * Where the row asks to go, read by each broker its own way (AMQP:
      * exchange and routing key; Redis: the stream suffix is routing_key).
@@ -131,7 +133,7 @@ const struct option_spec *sink_option_group(size_t index, const char **title, si
  */
 void *sink_option_group_target(struct sink_options *options, size_t index);
 
-/* The kind ("amqp", "redis") of the broker whose scheme url starts with, or NULL. */
+/* The kind ("amqp") of the broker whose scheme url starts with, or NULL. */
 const char *sink_kind_of_url(const char *url);
 
 /* Parses a broker URL by every scheme of the registry (see url_parse). */
@@ -145,7 +147,7 @@ int sink_url_parse(const char *text, struct broker_url *url, struct outbox_error
 sink *sink_new(const struct sink_options *options, struct outbox_error *err);
 void sink_free(sink *s);
 
-/* "amqp" or "redis", for logs and metrics labels. */
+/* The broker's kind ("amqp"), for logs and metrics labels. */
 const char *sink_kind(const sink *s);
 
 /* The URL with any password replaced by "***", for logs. */
@@ -173,8 +175,7 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
 
 /*
  * For --check, on a connected sink: checks that what publishing needs
- * exists on the broker. AMQP: the exchange of --exchange (a passive
- * declare; the default exchange always exists). 0, or -1 with
+ * exists on the broker (AMQP: the --exchange). 0, or -1 with
  * OUTBOX_ERR_CONFIG naming what is missing (the sink is then disconnected),
  * or another code when the broker could not be asked.
  */
@@ -189,8 +190,8 @@ const char *sink_replicas(const sink *s);
 
 /*
  * How many replicas must acknowledge an append before a message is
- * accepted (Redis --redis-wait, its default resolved by the URL's scheme:
- * 1 with Sentinel or Cluster, 0 with one server); 0 for other brokers.
+ * accepted (Redis --redis-wait, resolved by the URL's scheme); 0 for
+ * brokers without such a setting.
  */
 int sink_replicas_to_wait(const sink *s);
 

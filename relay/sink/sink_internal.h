@@ -9,13 +9,19 @@
  * and its operations, keeping its state behind s->impl. The relay, the
  * option parser and --help learn of a broker only through the registry.
  *
- * Adding a broker takes: its module relay/sink/sink_<kind>.c (and
- * sink_<kind>.h declaring its configuration struct, for tests), one row in
- * SINK_TYPES in sink.c, one row in the broker table of
- * tests/integration/test_relay_brokers.c, its server and client library in
- * tests/harness/deps.sh (and the Makefile's pkg-config list), and its
- * options in the docs (README, man page: tests/check_docs.sh compares them
- * with --help). Nothing else changes. Only sink*.c include this header.
+ * Adding a broker takes, and nothing else:
+ * - relay/sink/sink_<kind>.c (more files by job past ~1000 lines): its
+ *   struct sink_type with kind, schemes (each with usage for --help and
+ *   parse_path/path_free for its URL path), option rows whose offsets are
+ *   into its own configuration struct, config_size/config_defaults, ops;
+ *   sink_<kind>.h declares that struct for tests and tools;
+ * - one row in SINK_TYPES in sink.c (with its extern beside it);
+ * - one row in the broker table of tests/integration/test_relay_brokers.c;
+ * - its server and client library in tests/harness/deps.sh (and the
+ *   Makefile's RELAY_PKGS);
+ * - its options in the README and man page (tests/check_docs.sh compares
+ *   them with --help).
+ * Only sink*.c include this header.
  */
 #ifndef OUTBOX_SINK_INTERNAL_H
 #define OUTBOX_SINK_INTERNAL_H
@@ -88,9 +94,6 @@ struct sink {
  * endpoint, else the endpoint in use ("host:port").
  */
 const char *sink_target(const sink *s);
-
-extern const struct sink_type sink_amqp_type;
-extern const struct sink_type sink_redis_type;
 
 /* Fills one outcome; reason is formatted like printf, may be NULL. */
 void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,

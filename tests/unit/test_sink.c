@@ -71,7 +71,7 @@ test_option_groups(void **state)
     assert_string_equal(names[0], "broker");
 }
 
-/* A broker's option reaches struct sink_options and is validated by its row. */
+/* A broker's option reaches its own configuration and is validated by its row. */
 static void
 test_broker_options_parse_into_the_sink_options(void **state)
 {
