@@ -27,7 +27,7 @@
 #define PIPELINE_WINDOW 4096
 #define IDLE_PING_MS 1000 /* ping when idle this long */
 #define DEDUP_INFIX ":outbox-dedup:"
-/* How long WAIT waits for the replicas before the calls it follows fail. */
+/* How long WAIT waits for the replicas before the calls it follows are deferred. */
 #define WAIT_TIMEOUT_MS 1000
 /* Redirections (MOVED, ASK) and NOSCRIPT resends followed within one batch. */
 #define MAX_ROUNDS 5
