@@ -33,6 +33,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "sink.h"
+#include "timeouts.h"
 
 /* While rows keep coming, an empty claim waits at most this long before the next. */
 #define BUSY_POLL_MAX_MS 8
@@ -1557,9 +1558,9 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         struct pipeline *p = &r->pipelines[i];
         struct sink_options options = config->broker;
 
-        options.connect_timeout_ms = 5000;
-        options.io_timeout_ms = 10000;
-        options.heartbeat_seconds = 30;
+        options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
+        options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
+        options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
         options.redelivery_horizon_ms =
             (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);
         p->relay = r;
