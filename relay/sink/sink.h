@@ -6,8 +6,8 @@
  * knows which broker it talks to: sink_new() picks the implementation by
  * the URL scheme, from the registry in sink.c. This header holds only what
  * every broker shares: the URL and its endpoints, the password, the size
- * limit, the timeouts and the per-message fields; a broker's own options
- * and URL path rules stay in its module.
+ * limit, the timeouts, the redelivery horizon and the per-message fields; a
+ * broker's own options and URL path rules stay in its module.
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (e.g. an

@@ -150,8 +150,6 @@ set_security(const sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
         return -1;
     if (!sasl)
         return 0;
-    if (mechanism < 0 || mechanism >= (int)(sizeof(SASL_MECHANISMS) / sizeof(SASL_MECHANISMS[0])))
-        mechanism = 0;
     if (set_conf(conf, "sasl.mechanisms", SASL_MECHANISMS[mechanism], err) != 0 ||
         set_conf(conf, "sasl.username", s->url.user, err) != 0 ||
         set_conf(conf, "sasl.password", s->url.password != NULL ? s->url.password : "", err) != 0)
@@ -290,6 +288,11 @@ sink_kafka_init(sink *s, const void *options, struct outbox_error *err)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->impl = k;
     k->sasl_mechanism = config->sasl_mechanism;
+    /* the row refuses other names; a configuration built by hand may still hold anything */
+    if (k->sasl_mechanism < 0 ||
+        k->sasl_mechanism >= (int)(sizeof(SASL_MECHANISMS) / sizeof(SASL_MECHANISMS[0])))
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "kafka sasl mechanism %d is unknown",
+                                k->sasl_mechanism);
     k->topic_prefix = strdup(config->topic_prefix != NULL ? config->topic_prefix : "");
     if (k->topic_prefix == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");

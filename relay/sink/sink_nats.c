@@ -938,7 +938,7 @@ static const struct url_scheme sink_nats_tls_scheme = {
     .name = "tls",
     .default_port = 4222,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .usage = "tls://...",
+    .usage = "tls://... (nats over tls)",
     .tls = true,
 };
 

@@ -258,6 +258,26 @@ test_kafka_url_and_options(void **state)
     assert_non_null(strstr(err.message, "--kafka-sasl-mechanism"));
 }
 
+/* A Kafka configuration built by hand is read at sink_new(): a mechanism past the list is refused. */
+static void
+test_kafka_config_by_hand(void **state)
+{
+    struct sink_kafka_config kafka = {.topic_prefix = "orders.", .sasl_mechanism = 3};
+    struct sink_options options = {.url = "kafka://u:p@k1"};
+    struct outbox_error err;
+    sink *s;
+
+    (void)state;
+    *sink_options_broker(&options, "kafka") = &kafka;
+    assert_null(sink_new(&options, &err));
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    assert_non_null(strstr(err.message, "kafka sasl mechanism 3 is unknown"));
+    kafka.sasl_mechanism = 1;
+    s = sink_new(&options, &err);
+    assert_non_null(s);
+    sink_free(s);
+}
+
 /*
  * A broker's configuration as sink_options_init() leaves it (what tests
  * and tools open sinks with) equals what parsing no option gives: the
@@ -337,6 +357,7 @@ main(void)
         cmocka_unit_test(test_redis_wait_default_follows_the_topology),
         cmocka_unit_test(test_nats_urls_and_subject_prefix),
         cmocka_unit_test(test_kafka_url_and_options),
+        cmocka_unit_test(test_kafka_config_by_hand),
         cmocka_unit_test(test_unparsed_defaults_match_the_rows),
         cmocka_unit_test(test_unparsed_nats_kafka_defaults_match_the_rows),
     };
