@@ -2,6 +2,7 @@
  * config.c - the option table, parsing and --help.
  */
 #include "config.h"
+#include "timeouts.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -67,13 +68,13 @@ static const struct option_spec OPTIONS[] = {
 #define OPTION_COUNT (sizeof(OPTIONS) / sizeof(OPTIONS[0]))
 
 /*
- * One option as parsing sees it: its row, where its struct starts within
- * struct relay_config (0 for the relay's rows, the broker struct for the
- * registry's), and the --help group it is listed in.
+ * One option as parsing sees it: its row, the struct its offset is into
+ * (struct relay_config for the relay's rows, else the registry's group:
+ * see sink_option_group_target), and the --help group it is listed in.
  */
 struct option_entry {
     const struct option_spec *spec;
-    size_t base;
+    size_t sink_group; /* the registry's group index; unused for the relay's rows */
     const char *group; /* NULL: the relay's own */
 };
 
@@ -92,9 +93,19 @@ all_options(struct option_entry *entries)
         entries[n++] = (struct option_entry){&OPTIONS[i], 0, NULL};
     for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++)
         for (size_t i = 0; i < count && n < ENTRIES_MAX; i++)
-            entries[n++] = (struct option_entry){&rows[i], offsetof(struct relay_config, broker),
-                                                 title};
+            entries[n++] = (struct option_entry){&rows[i], g, title};
     return n;
+}
+
+/* The field entry fills in config; NULL while the broker's configuration is not allocated. */
+static char *
+field_of(struct relay_config *config, const struct option_entry *entry)
+{
+    char *target = entry->group == NULL
+                       ? (char *)config
+                       : sink_option_group_target(&config->broker, entry->sink_group);
+
+    return target != NULL ? target + entry->spec->offset : NULL;
 }
 
 /* Longest user text quoted back in a message. */
@@ -152,8 +163,10 @@ static void
 clear_value(struct relay_config *config, const struct option_entry *entry)
 {
     const struct option_spec *spec = entry->spec;
-    char *base = (char *)config + entry->base + spec->offset;
+    char *base = field_of(config, entry);
 
+    if (base == NULL)
+        return;
     if (spec->kind == OPTION_STRING) {
         free(*(char **)base);
         *(char **)base = NULL;
@@ -346,8 +359,10 @@ set_value(struct relay_config *config, const struct option_entry *entry, const c
           const char *source, struct outbox_error *err)
 {
     const struct option_spec *spec = entry->spec;
-    char *base = (char *)config + entry->base + spec->offset;
+    char *base = field_of(config, entry);
 
+    if (base == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "broker options not allocated");
     switch (spec->kind) {
     case OPTION_STRING:
         return set_string(config, entry, base, text, source, err);
@@ -579,6 +594,8 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
     bool provided[ENTRIES_MAX] = {false};
 
     memset(config, 0, sizeof(*config));
+    if (sink_options_init(&config->broker, err) != 0)
+        return -1;
     if (read_command_line(entries, count, argc, argv, given, err) != 0 ||
         set_values(config, entries, count, given, provided, err) != 0)
         goto fail;
@@ -613,6 +630,7 @@ config_clear(struct relay_config *config)
     }
     for (size_t i = 0; i < count; i++)
         clear_value(config, &entries[i]);
+    sink_options_clear(&config->broker);
     memset(config, 0, sizeof(*config));
 }
 
@@ -668,4 +686,17 @@ config_usage(FILE *out)
           "a second one exits at once.\n",
           out);
     fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
+}
+
+struct sink_options
+config_sink_options(const struct relay_config *config)
+{
+    struct sink_options options = config->broker;
+
+    options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
+    options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
+    options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
+    options.redelivery_horizon_ms =
+        (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);
+    return options;
 }

@@ -74,6 +74,13 @@ int config_parse(struct relay_config *config, int argc, const char *const *argv,
                  struct outbox_error *err);
 void config_clear(struct relay_config *config);
 
+/*
+ * The options a sink of this relay is made with: the broker's own from the
+ * command line, the times of timeouts.h, and how long a row may come back
+ * (the lease plus the longest retry delay). Strings stay config's.
+ */
+struct sink_options config_sink_options(const struct relay_config *config);
+
 /* Writes the options reference (what --help prints). */
 void config_usage(FILE *out);
 

@@ -6,7 +6,8 @@
  * of its broker's options beside its code (sink_internal.h), and config.c
  * reads them all from the sink registry. A row's offset is into the struct
  * its table fills: struct relay_config for the relay's rows, struct
- * sink_options for a broker's rows.
+ * sink_options for the options every broker reads, and a broker module's
+ * own configuration struct for its rows (sink_option_group_target).
  */
 #ifndef OUTBOX_OPTION_H
 #define OUTBOX_OPTION_H

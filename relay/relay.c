@@ -126,13 +126,8 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     }
     for (int i = 0; i < config->concurrency; i++) {
         struct pipeline *p = &r->pipelines[i];
-        struct sink_options options = config->broker;
+        struct sink_options options = config_sink_options(config);
 
-        options.connect_timeout_ms = 5000;
-        options.io_timeout_ms = 10000;
-        options.heartbeat_seconds = 30;
-        options.redelivery_horizon_ms =
-            (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);
         p->relay = r;
         p->index = i;
         p->db.relay = r;

@@ -592,7 +592,7 @@ static int
 worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct outbox_error *err)
 {
     const struct relay_config *config = runner->config;
-    struct sink_options options = config->broker;
+    struct sink_options options = config_sink_options(config);
     size_t n = (size_t)config->batch_size;
 
     sr->runner = runner;
@@ -601,9 +601,6 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->index = index;
     sr->lease_seconds = config->lease_seconds;
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
-    options.connect_timeout_ms = 5000;
-    options.io_timeout_ms = 10000;
-    options.heartbeat_seconds = 30;
     sr->sink = sink_new(&options, err);
     if (sr->sink == NULL)
         return -1;

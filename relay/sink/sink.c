@@ -1,5 +1,10 @@
 /*
- * sink.c - the common part of every sink: the registry, options, dispatch by scheme.
+ * sink.c - the common part of every sink: the registry, the shared
+ * options, endpoints, dispatch by scheme.
+ *
+ * SINK_TYPES below is the one list of brokers; nothing else in the relay
+ * names one. sink.c never reads a broker's own options: it hands each
+ * module its configuration block (or one of defaults) at sink_new().
  */
 #include "sink_internal.h"
 
@@ -12,8 +17,14 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "timeouts.h"
 
 /* ---- the registry: one row per broker ------------------------------------ */
+
+extern const struct sink_type sink_amqp_type;
+extern const struct sink_type sink_redis_type;
+extern const struct sink_type sink_nats_type;
+extern const struct sink_type sink_kafka_type;
 
 static const struct sink_type *const SINK_TYPES[] = {
     &sink_amqp_type,
@@ -24,14 +35,15 @@ static const struct sink_type *const SINK_TYPES[] = {
 
 #define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))
 
+_Static_assert(SINK_TYPE_COUNT <= SINK_BROKER_MAX, "raise SINK_BROKER_MAX");
+
+/* --broker's help: each scheme's usage, from the registry (see broker_help). */
+static char broker_help_text[1024];
+
 /* Options every broker reads. */
-static const struct option_spec COMMON_OPTIONS[] = {
+static struct option_spec COMMON_OPTIONS[] = {
     {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
-     "amqp://user:pass@host:port[,host2:port2...]/vhost, amqps://..., redis://[:pass@]host:port[/db],"
-     " redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db] or redis+cluster://[user:pass@]h1:p1,...;"
-     " nats://[user:pass@|token@]h1:p1[,h2:p2...] or tls://...;"
-     " kafka://[user:pass@]h1:p1[,h2:p2...] or kafka+ssl://...; required",
-     OPTION_FROM_ENVIRONMENT, 0},
+     broker_help_text, OPTION_FROM_ENVIRONMENT, 0},
     {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
      NULL, 0, 0, NULL,
      "the broker password, read from this file (out of the process list); overrides one in"
@@ -42,9 +54,33 @@ static const struct option_spec COMMON_OPTIONS[] = {
      OPTION_FROM_ENVIRONMENT, 0},
 };
 
+/* Writes "A, B or C; required" from every scheme's usage into broker_help_text, once. */
+static void
+broker_help(void)
+{
+    size_t total = 0, seen = 0, used = 0;
+
+    if (broker_help_text[0] != '\0')
+        return;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            total++;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++) {
+            seen++;
+            used += (size_t)snprintf(broker_help_text + used, sizeof(broker_help_text) - used,
+                                     "%s%s", seen == 1 ? "" : seen == total ? " or " : ", ",
+                                     (*p)->usage);
+            if (used >= sizeof(broker_help_text))
+                return; /* truncated: the registry outgrew the buffer */
+        }
+    snprintf(broker_help_text + used, sizeof(broker_help_text) - used, "; required");
+}
+
 const struct option_spec *
 sink_option_group(size_t index, const char **title, size_t *count)
 {
+    broker_help();
     if (index == 0) {
         *title = "broker";
         *count = sizeof(COMMON_OPTIONS) / sizeof(COMMON_OPTIONS[0]);
@@ -55,6 +91,76 @@ sink_option_group(size_t index, const char **title, size_t *count)
     *title = SINK_TYPES[index - 1]->kind;
     *count = SINK_TYPES[index - 1]->option_count;
     return SINK_TYPES[index - 1]->options;
+}
+
+void *
+sink_option_group_target(struct sink_options *options, size_t index)
+{
+    if (index == 0)
+        return options;
+    return index <= SINK_TYPE_COUNT ? options->broker_config[index - 1] : NULL;
+}
+
+/* A fresh configuration of type: zeroed, then its defaults; NULL when out of memory. */
+static void *
+config_new(const struct sink_type *type)
+{
+    void *config = calloc(1, type->config_size > 0 ? type->config_size : 1);
+
+    if (config != NULL && type->config_defaults != NULL)
+        type->config_defaults(config);
+    return config;
+}
+
+/* Frees config of type: the strings its rows filled, what config_free knows of, the block. */
+static void
+config_destroy(const struct sink_type *type, void *config)
+{
+    if (config == NULL)
+        return;
+    for (size_t i = 0; i < type->option_count; i++)
+        if (type->options[i].kind == OPTION_STRING) {
+            char **field = (char **)((char *)config + type->options[i].offset);
+
+            free(*field);
+            *field = NULL;
+        }
+    if (type->config_free != NULL)
+        type->config_free(config);
+    free(config);
+}
+
+int
+sink_options_init(struct sink_options *options, struct outbox_error *err)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
+        if (options->broker_config[t] != NULL)
+            continue;
+        options->broker_config[t] = config_new(SINK_TYPES[t]);
+        if (options->broker_config[t] == NULL) {
+            sink_options_clear(options);
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        }
+    }
+    return 0;
+}
+
+void
+sink_options_clear(struct sink_options *options)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
+        config_destroy(SINK_TYPES[t], options->broker_config[t]);
+        options->broker_config[t] = NULL;
+    }
+}
+
+void **
+sink_options_broker(struct sink_options *options, const char *kind)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        if (strcmp(SINK_TYPES[t]->kind, kind) == 0)
+            return &options->broker_config[t];
+    return NULL;
 }
 
 /* Every scheme of every broker, and their names for errors ("amqp, amqps or redis"). */
@@ -86,15 +192,15 @@ sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *er
     return url_parse(text, schemes, count, names, url, err);
 }
 
-/* The broker speaking scheme, or NULL. */
-static const struct sink_type *
+/* The registry index of the broker speaking scheme (sink_url_parse only yields known ones). */
+static size_t
 type_of_scheme(const struct url_scheme *scheme)
 {
     for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
         for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
             if (*p == scheme)
-                return SINK_TYPES[t];
-    return NULL;
+                return t;
+    return 0;
 }
 
 const char *
@@ -113,13 +219,6 @@ sink_kind_of_url(const char *url)
 
 /* ---- sinks ---------------------------------------------------------------- */
 
-/* strdup that maps NULL to "". */
-static char *
-copy_or_empty(const char *text)
-{
-    return strdup(text != NULL ? text : "");
-}
-
 /* A random endpoint index below count, so that relays spread over a cluster's nodes. */
 static size_t
 random_endpoint(size_t count)
@@ -137,25 +236,25 @@ sink *
 sink_new(const struct sink_options *options, struct outbox_error *err)
 {
     sink *s = calloc(1, sizeof(*s));
+    void *defaults = NULL;
+    size_t type;
 
     if (s == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         return NULL;
     }
     s->options = *options;
-    s->options.url = copy_or_empty(options->url);
-    s->options.exchange = copy_or_empty(options->exchange);
-    s->options.stream_prefix = copy_or_empty(options->stream_prefix);
+    s->options.url = strdup(options->url != NULL ? options->url : "");
     s->display_url = url_redact(options->url);
-    if (s->options.url == NULL || s->options.exchange == NULL ||
-        s->options.stream_prefix == NULL || s->display_url == NULL) {
+    memset(s->options.broker_config, 0, sizeof(s->options.broker_config)); /* not kept */
+    if (s->options.url == NULL || s->display_url == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
     }
     if (s->options.connect_timeout_ms <= 0)
-        s->options.connect_timeout_ms = 5000;
+        s->options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
     if (s->options.io_timeout_ms <= 0)
-        s->options.io_timeout_ms = 10000;
+        s->options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
     if (s->options.max_message_bytes == 0)
         s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
     s->options.password = NULL; /* copied into s->url below, not kept */
@@ -175,17 +274,26 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
         }
         s->url.password = password;
     }
-    s->type = type_of_scheme(s->url.scheme);
+    type = type_of_scheme(s->url.scheme);
+    s->type = SINK_TYPES[type];
     s->ops = s->type->ops;
     for (size_t i = 0; i < s->url.endpoint_count; i++)
         url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
                             sizeof(s->endpoint_names[i]));
     s->endpoint = s->ops->endpoint_alternatives ? random_endpoint(s->url.endpoint_count) : 0;
-    if (s->ops->init(s, err) != 0)
+    /* a caller that set none of this broker's options gets its defaults */
+    if (options->broker_config[type] == NULL && (defaults = config_new(s->type)) == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
+    }
+    if (s->ops->init(s, defaults != NULL ? defaults : options->broker_config[type], err) != 0)
+        goto fail;
+    config_destroy(s->type, defaults);
     return s;
 
 fail:
+    if (s->type != NULL)
+        config_destroy(s->type, defaults);
     sink_free(s);
     return NULL;
 }
@@ -202,8 +310,6 @@ sink_free(sink *s)
     }
     url_clear(&s->url);
     free((char *)s->options.url);
-    free((char *)s->options.exchange);
-    free((char *)s->options.stream_prefix);
     free(s->display_url);
     free(s);
 }
@@ -226,7 +332,10 @@ sink_target(const sink *s)
     return sink_endpoint_count(s) > 1 ? s->endpoint_names[s->endpoint] : s->display_url;
 }
 
-/* After a lost connection the next connect starts at the following endpoint. */
+/*
+ * After an operation on a connected sink: when it lost the connection, the
+ * next connect starts at the following endpoint.
+ */
 static void
 next_endpoint_if_lost(sink *s)
 {
@@ -329,7 +438,7 @@ sink_replicas(const sink *s)
 int
 sink_replicas_to_wait(const sink *s)
 {
-    return s->options.redis_wait_replicas > 0 ? s->options.redis_wait_replicas : 0;
+    return s->ops->replicas_to_wait != NULL ? s->ops->replicas_to_wait(s) : 0;
 }
 
 int

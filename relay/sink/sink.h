@@ -4,15 +4,16 @@
  * The relay loop publishes a batch of claimed rows through a sink and gets
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
- * the URL scheme (amqp://, amqps://, redis://, redis+sentinel://,
- * redis+cluster://, kafka://, kafka+ssl://).
+ * the URL scheme, from the registry in sink.c. This header holds only what
+ * every broker shares: the URL and its endpoints, the password, the size
+ * limit, the timeouts, the redelivery horizon and the per-message fields; a
+ * broker's own options and URL path rules stay in its module.
  *
  * Rules:
- * - A message is SINK_ACCEPTED only when the broker confirmed it (AMQP
- *   publisher confirm without basic.return; Redis append reply, or the
- *   dedup record of an earlier append; Kafka: the record's own successful
- *   delivery report). Anything unknown is a failure, so a
- *   row is never marked succeeded on a guess.
+ * - A message is SINK_ACCEPTED only when the broker confirmed it (e.g. an
+ *   AMQP publisher confirm, a Redis append reply or the dedup record of an
+ *   earlier append). Anything unknown is a failure, so a row is never
+ *   marked succeeded on a guess.
  * - A failure of one message (unroutable, nack, too large, a reply error,
  *   the broker closing the channel because of that message) fails that
  *   message only; the rest of the batch goes on.
@@ -42,49 +43,68 @@
 /* RabbitMQ's default max_message_size; the default limit of every sink. */
 #define SINK_DEFAULT_MAX_MESSAGE_BYTES ((size_t)128 * 1024 * 1024)
 
+/* Most brokers the registry may hold (the size of sink_options.broker_config). */
+#define SINK_BROKER_MAX 8
+
 /*
- * Options of the sinks; each sink reads the ones it understands. The rows
- * that fill them from the command line are declared by the sinks (see
- * sink_option_group), the relay adds the timeouts.
+ * What every broker reads. A broker's own options (--exchange, --stream-prefix,
+ * ...) fill its own configuration, opaque here: broker_config[i] belongs to
+ * the registry's broker i, allocated and freed by sink_options_init() and
+ * sink_options_clear(). A slot left NULL means that broker's defaults.
  */
 struct sink_options {
     const char *url;           /* broker URL, with password: never log it */
-    const char *exchange;      /* AMQP exchange of rows without their own, "" for the default */
-    const char *stream_prefix; /* Redis stream key = prefix + (routing key, else queue) */
     const char *password;      /* overrides the URL's password when not NULL; never logged */
     const char *password_file; /* --broker-password-file: config.c reads it into password */
-    int64_t dedup_window_ms;   /* Redis: append at most once per job within this */
-    int64_t stream_maxlen;     /* Redis: MAXLEN ~ N on every XADD, 0 for none */
-    int redis_wait_replicas;   /* Redis: accepted only once this many replicas have the append */
-    int connect_timeout_ms;    /* connect and handshake */
-    int io_timeout_ms;         /* longest wait for the broker without progress */
-    int heartbeat_seconds;     /* AMQP heartbeat, 0 to disable */
-    bool tls_verify;           /* amqps: verify the peer (default true) */
+    int connect_timeout_ms;    /* connect and handshake; 0: TIMEOUT_BROKER_CONNECT_MS */
+    int io_timeout_ms;         /* longest wait without progress; 0: TIMEOUT_BROKER_IO_MS */
+    int heartbeat_seconds;     /* for brokers that have heartbeats; 0 disables them */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
-    /* ---- NATS JetStream (sink_nats.c) ---- */
-    const char *subject_prefix; /* subject = prefix + (routing key, else queue) */
-    const char *nats_creds;     /* --nats-creds: a NATS credentials file (JWT and seed) */
-    int64_t redelivery_horizon_ms; /* lease + longest retry delay: --check warns when a
-                                      stream's duplicate window is shorter; 0: no warning */
-    /* ---- Kafka (sink_kafka.c): read by that module alone ---- */
-    const char *topic_prefix; /* topic = prefix + (routing key, else queue); the sink copies it */
-    int kafka_sasl_mechanism; /* index in "plain|scram-sha-256|scram-sha-512" */
-    /* ---- end of Kafka ---- */
+    /*
+     * How long a row may be redelivered after its first publish (the lease
+     * plus the longest retry delay), for a broker that deduplicates within a
+     * window to compare with; 0: unknown. Set by the relay.
+     */
+    int64_t redelivery_horizon_ms;
+    void *broker_config[SINK_BROKER_MAX]; /* each broker's own options, by registry row */
 };
+
+/*
+ * Allocates every broker's configuration in options (its defaults; the
+ * option rows' fallbacks are applied by whoever parses them). 0, or -1
+ * with OUTBOX_ERR_INTERNAL. sink_options_clear() frees them (strings the
+ * rows filled included) and leaves the slots NULL; it is a no-op on NULL
+ * slots.
+ */
+int sink_options_init(struct sink_options *options, struct outbox_error *err);
+void sink_options_clear(struct sink_options *options);
+
+/*
+ * The slot of broker kind's configuration in options ("amqp": a struct
+ * sink_amqp_config, see the broker's header), or NULL for an unknown kind.
+ * For tests and tools that set a broker's options without parsing them; a
+ * configuration stored there by hand stays the caller's.
+ */
+void **sink_options_broker(struct sink_options *options, const char *kind);
 
 /* One message to publish, built from a claimed row. */
 struct sink_message {
     int64_t job_id;      /* message id */
-    int32_t attempt;     /* the claim generation, sent as x-outbox-attempt / attempt */
-    const char *queue;   /* the row's queue: AMQP type, Redis queue field */
+    int32_t attempt;     /* the claim generation, sent with the message */
+    const char *queue;   /* the row's queue */
     const char *payload; /* JSON text, the body */
     size_t payload_len;
     const char *headers; /* JSON object of string values */
     double created_at;   /* epoch seconds */
-    int32_t replay;      /* times the row was replayed; Redis: part of the dedup record's key */
-    const char *exchange;    /* AMQP exchange; NULL: options.exchange */
-    const char *routing_key; /* AMQP routing key / Redis stream suffix; NULL: queue */
-    const char *ordering_key; /* Kafka record key; NULL: none */
+    int32_t replay;      /* times the row was replayed (a broker that deduplicates keys on it) */
+    /*
+     * Where the row asks to go, read by each broker its own way (AMQP:
+     * exchange and routing key; Redis: the stream suffix is routing_key).
+     * NULL: the broker's default (AMQP --exchange; the queue).
+     */
+    const char *exchange;
+    const char *routing_key;
+    const char *ordering_key; /* the row's ordering key (Kafka: the record key); NULL: none */
 };
 
 /* What happened to one message. */
@@ -110,11 +130,17 @@ typedef struct sink sink;
  * holds the options every broker reads (--broker, --max-message-bytes),
  * each further group one broker's own. Returns the rows (count in *count)
  * and the group's title ("broker", or the broker's kind), NULL past the
- * last group. Every row fills a field of struct sink_options.
+ * last group.
  */
 const struct option_spec *sink_option_group(size_t index, const char **title, size_t *count);
 
-/* The kind ("amqp", "redis") of the broker whose scheme url starts with, or NULL. */
+/*
+ * Where group index's rows write: options itself for group 0, else that
+ * broker's configuration (NULL until sink_options_init()).
+ */
+void *sink_option_group_target(struct sink_options *options, size_t index);
+
+/* The kind ("amqp") of the broker whose scheme url starts with, or NULL. */
 const char *sink_kind_of_url(const char *url);
 
 /* Parses a broker URL by every scheme of the registry (see url_parse). */
@@ -128,7 +154,7 @@ int sink_url_parse(const char *text, struct broker_url *url, struct outbox_error
 sink *sink_new(const struct sink_options *options, struct outbox_error *err);
 void sink_free(sink *s);
 
-/* "amqp" or "redis", for logs and metrics labels. */
+/* The broker's kind ("amqp"), for logs and metrics labels. */
 const char *sink_kind(const sink *s);
 
 /* The URL with any password replaced by "***", for logs. */
@@ -156,8 +182,7 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
 
 /*
  * For --check, on a connected sink: checks that what publishing needs
- * exists on the broker. AMQP: the exchange of options.exchange (a passive
- * declare; the default exchange always exists). 0, or -1 with
+ * exists on the broker (AMQP: the --exchange). 0, or -1 with
  * OUTBOX_ERR_CONFIG naming what is missing (the sink is then disconnected),
  * or another code when the broker could not be asked.
  */
@@ -172,8 +197,8 @@ const char *sink_replicas(const sink *s);
 
 /*
  * How many replicas must acknowledge an append before a message is
- * accepted (Redis --redis-wait, its default resolved by the URL's scheme:
- * 1 with Sentinel or Cluster, 0 with one server); 0 for other brokers.
+ * accepted (Redis --redis-wait, resolved by the URL's scheme); 0 for
+ * brokers without such a setting.
  */
 int sink_replicas_to_wait(const sink *s);
 

@@ -1,13 +1,27 @@
 /*
  * sink_internal.h - what a broker implementation provides to sink.c.
  *
- * sink.c owns the common part (options, display URL, dispatch) and the
- * registry: one struct sink_type per broker, listed once in sink.c. A
- * broker's module (sink_amqp.c, sink_redis.c, sink_kafka.c) declares everything about it
- * in its sink_type: its kind, the URL schemes it speaks, its options (rows
- * that fill struct sink_options) and its operations, keeping its own state
- * behind s->impl. Adding a broker is its module and one registry row. Only
- * sink*.c include this header.
+ * sink.c owns the common part (shared options, display URL, endpoints,
+ * dispatch) and the registry: one struct sink_type per broker, listed once
+ * in sink.c. A broker's module declares everything about it in its
+ * sink_type: its kind, the URL schemes it speaks, its options (rows whose
+ * offsets are into its own configuration struct, opaque to everyone else)
+ * and its operations, keeping its state behind s->impl. The relay, the
+ * option parser and --help learn of a broker only through the registry.
+ *
+ * Adding a broker takes, and nothing else:
+ * - relay/sink/sink_<kind>.c (more files by job past ~1000 lines): its
+ *   struct sink_type with kind, schemes (each with usage for --help and
+ *   parse_path/path_free for its URL path), option rows whose offsets are
+ *   into its own configuration struct, config_size/config_defaults, ops;
+ *   sink_<kind>.h declares that struct for tests and tools;
+ * - one row in SINK_TYPES in sink.c (with its extern beside it);
+ * - one row in the broker table of tests/integration/test_relay_brokers.c;
+ * - its server and client library in tests/harness/deps.sh (and the
+ *   Makefile's RELAY_PKGS);
+ * - its options in the README and man page (tests/check_docs.sh compares
+ *   them with --help).
+ * Only sink*.c include this header.
  */
 #ifndef OUTBOX_SINK_INTERNAL_H
 #define OUTBOX_SINK_INTERNAL_H
@@ -17,8 +31,11 @@
 #include "url.h"
 
 struct sink_ops {
-    /* Allocates s->impl from s->url and s->options; no I/O. */
-    int (*init)(sink *s, struct outbox_error *err);
+    /*
+     * Allocates s->impl from s->url, s->options and config (the broker's
+     * own, never NULL); copies what it keeps, config is not kept. No I/O.
+     */
+    int (*init)(sink *s, const void *config, struct outbox_error *err);
     /*
      * Connects and sets s->connected: to s->url.endpoints[s->endpoint] when
      * endpoint_alternatives, else to whatever the endpoints lead to.
@@ -34,6 +51,8 @@ struct sink_ops {
     void (*destroy)(sink *s);
     /* Each primary and how many replicas it has (see sink_replicas); NULL: nothing to say. */
     const char *(*replicas)(const sink *s);
+    /* How many replicas must have an append (see sink_replicas_to_wait); NULL: 0. */
+    int (*replicas_to_wait)(const sink *s);
     /*
      * The URL's endpoints are interchangeable nodes (an AMQP cluster): sink.c
      * picks one per connect and moves on after a loss. When false, connect
@@ -47,15 +66,20 @@ struct sink_ops {
 struct sink_type {
     const char *kind;                        /* "amqp": logs, errors, the broker="..." label */
     const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
-    const struct option_spec *options;       /* its own options, fields of struct sink_options */
+    const struct option_spec *options;       /* its own options, fields of its configuration */
     size_t option_count;
+    /* Its configuration: config_size bytes, zeroed, then config_defaults (NULL: none). */
+    size_t config_size;
+    void (*config_defaults)(void *config);
+    /* Frees what the configuration owns (not the block itself); NULL: nothing. */
+    void (*config_free)(void *config);
     const struct sink_ops *ops;
 };
 
 struct sink {
     const struct sink_type *type;
     const struct sink_ops *ops; /* type->ops */
-    struct sink_options options; /* strings are owned copies */
+    struct sink_options options; /* url is an owned copy; password and broker_config cleared */
     struct broker_url url;       /* parsed options.url */
     char *display_url;           /* password redacted */
     bool connected;
@@ -70,11 +94,6 @@ struct sink {
  * endpoint, else the endpoint in use ("host:port").
  */
 const char *sink_target(const sink *s);
-
-extern const struct sink_type sink_amqp_type;
-extern const struct sink_type sink_redis_type;
-extern const struct sink_type sink_nats_type;
-extern const struct sink_type sink_kafka_type;
 
 /* Fills one outcome; reason is formatted like printf, may be NULL. */
 void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,

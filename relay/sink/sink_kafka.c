@@ -60,6 +60,7 @@
 #include "error.h"
 #include "json.h"
 #include "log.h"
+#include "sink_kafka.h"
 
 #define SINK_KAFKA_ERRSTR_MAX 512
 /* How long one look for delivery reports blocks. */
@@ -74,6 +75,7 @@ static const char *const SASL_MECHANISMS[] = {"PLAIN", "SCRAM-SHA-256", "SCRAM-S
 struct sink_kafka {
     rd_kafka_t *producer;
     char *topic_prefix;
+    int sasl_mechanism; /* index in SASL_MECHANISMS */
     /* the batch being published: its outcomes and which have their report */
     struct sink_outcome *outcomes;
     bool *settled;
@@ -137,7 +139,7 @@ set_security(const sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
     bool tls = s->url.scheme->tls;
     bool sasl = s->url.user != NULL && s->url.user[0] != '\0';
     const char *ca_file = getenv("SSL_CERT_FILE");
-    int mechanism = s->options.kafka_sasl_mechanism;
+    int mechanism = ((const struct sink_kafka *)s->impl)->sasl_mechanism;
 
     if (set_conf(conf, "security.protocol",
                  sasl ? (tls ? "SASL_SSL" : "SASL_PLAINTEXT") : (tls ? "SSL" : "PLAINTEXT"),
@@ -148,8 +150,6 @@ set_security(const sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
         return -1;
     if (!sasl)
         return 0;
-    if (mechanism < 0 || mechanism >= (int)(sizeof(SASL_MECHANISMS) / sizeof(SASL_MECHANISMS[0])))
-        mechanism = 0;
     if (set_conf(conf, "sasl.mechanisms", SASL_MECHANISMS[mechanism], err) != 0 ||
         set_conf(conf, "sasl.username", s->url.user, err) != 0 ||
         set_conf(conf, "sasl.password", s->url.password != NULL ? s->url.password : "", err) != 0)
@@ -277,8 +277,9 @@ on_error(rd_kafka_t *producer, int code, const char *reason, void *opaque)
 /* ---- connection --------------------------------------------------------------- */
 
 static int
-sink_kafka_init(sink *s, struct outbox_error *err)
+sink_kafka_init(sink *s, const void *options, struct outbox_error *err)
 {
+    const struct sink_kafka_config *config = options;
     struct sink_kafka *k = calloc(1, sizeof(*k));
     rd_kafka_conf_t *conf;
     int rc;
@@ -286,7 +287,13 @@ sink_kafka_init(sink *s, struct outbox_error *err)
     if (k == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->impl = k;
-    k->topic_prefix = strdup(s->options.topic_prefix != NULL ? s->options.topic_prefix : "");
+    k->sasl_mechanism = config->sasl_mechanism;
+    /* the row refuses other names; a configuration built by hand may still hold anything */
+    if (k->sasl_mechanism < 0 ||
+        k->sasl_mechanism >= (int)(sizeof(SASL_MECHANISMS) / sizeof(SASL_MECHANISMS[0])))
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "kafka sasl mechanism %d is unknown",
+                                k->sasl_mechanism);
+    k->topic_prefix = strdup(config->topic_prefix != NULL ? config->topic_prefix : "");
     if (k->topic_prefix == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     /* every setting is checked here, before any connection */
@@ -713,14 +720,14 @@ static const struct url_scheme sink_kafka_scheme = {
     .name = "kafka",
     .default_port = 9092,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_NONE,
+    .usage = "kafka://[user:pass@]h1:p1[,h2:p2...]",
 };
 
 static const struct url_scheme sink_kafka_ssl_scheme = {
     .name = "kafka+ssl",
     .default_port = 9093,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_NONE,
+    .usage = "kafka+ssl://...",
     .tls = true,
 };
 
@@ -728,12 +735,12 @@ static const struct url_scheme *const sink_kafka_schemes[] = {&sink_kafka_scheme
                                                               &sink_kafka_ssl_scheme, NULL};
 
 static const struct option_spec sink_kafka_options[] = {
-    {"topic-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, topic_prefix), "", 0, 0,
+    {"topic-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_kafka_config, topic_prefix), "", 0, 0,
      NULL,
      "Kafka topic = P + the row's routing key, else its queue (the relay never creates topics)",
      OPTION_FROM_ENVIRONMENT, 200},
     {"kafka-sasl-mechanism", "M", OPTION_CHOICE,
-     OPTION_FIELD(struct sink_options, kafka_sasl_mechanism), "plain", 0, 0,
+     OPTION_FIELD(struct sink_kafka_config, sasl_mechanism), "plain", 0, 0,
      "plain|scram-sha-256|scram-sha-512",
      "Kafka: the SASL mechanism when the URL or --broker-password-file gives a password",
      OPTION_FROM_ENVIRONMENT, 0},
@@ -744,5 +751,7 @@ const struct sink_type sink_kafka_type = {
     .schemes = sink_kafka_schemes,
     .options = sink_kafka_options,
     .option_count = sizeof(sink_kafka_options) / sizeof(sink_kafka_options[0]),
+    /* the rows' defaults are zero ("", plain): no config_defaults */
+    .config_size = sizeof(struct sink_kafka_config),
     .ops = &sink_kafka_ops,
 };

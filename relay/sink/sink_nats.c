@@ -59,6 +59,7 @@
 #include "error.h"
 #include "json.h"
 #include "log.h"
+#include "sink_nats.h"
 
 /* Most publishes without an ack at a time. */
 #define PENDING_WINDOW 4096
@@ -247,11 +248,13 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
 /* ---- connecting --------------------------------------------------------------------- */
 
 static int
-sink_nats_init(sink *s, struct outbox_error *err)
+sink_nats_init(sink *s, const void *options, struct outbox_error *err)
 {
+    const struct sink_nats_config *config = options;
     struct sink_nats *n = calloc(1, sizeof(*n));
-    const char *prefix = s->options.subject_prefix != NULL ? s->options.subject_prefix : "";
+    const char *prefix = config->subject_prefix != NULL ? config->subject_prefix : "";
     const char *problem = subject_problem(prefix, true);
+    bool has_creds = config->nats_creds != NULL && config->nats_creds[0] != '\0';
 
     if (n == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -260,11 +263,8 @@ sink_nats_init(sink *s, struct outbox_error *err)
     pthread_cond_init(&n->changed, NULL);
     n->horizon_ms = s->options.redelivery_horizon_ms;
     n->subject_prefix = strdup(prefix);
-    n->creds = s->options.nats_creds != NULL && s->options.nats_creds[0] != '\0'
-                   ? strdup(s->options.nats_creds)
-                   : NULL;
-    if (n->subject_prefix == NULL ||
-        (s->options.nats_creds != NULL && s->options.nats_creds[0] != '\0' && n->creds == NULL))
+    n->creds = has_creds ? strdup(config->nats_creds) : NULL;
+    if (n->subject_prefix == NULL || (has_creds && n->creds == NULL))
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     if (problem != NULL)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
@@ -931,14 +931,14 @@ static const struct url_scheme sink_nats_scheme = {
     .name = "nats",
     .default_port = 4222,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_NONE,
+    .usage = "nats://[user:pass@|token@]h1:p1[,h2:p2...]",
 };
 
 static const struct url_scheme sink_nats_tls_scheme = {
     .name = "tls",
     .default_port = 4222,
     .max_endpoints = URL_MAX_ENDPOINTS,
-    .path = URL_PATH_NONE,
+    .usage = "tls://... (nats over tls)",
     .tls = true,
 };
 
@@ -946,10 +946,10 @@ static const struct url_scheme *const sink_nats_schemes[] = {&sink_nats_scheme,
                                                              &sink_nats_tls_scheme, NULL};
 
 static const struct option_spec sink_nats_options[] = {
-    {"subject-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_options, subject_prefix), "", 0,
+    {"subject-prefix", "P", OPTION_STRING, OPTION_FIELD(struct sink_nats_config, subject_prefix), "", 0,
      0, NULL, "NATS subject = P + the row's routing key, else its queue",
      OPTION_FROM_ENVIRONMENT, 0},
-    {"nats-creds", "FILE", OPTION_STRING, OPTION_FIELD(struct sink_options, nats_creds), NULL, 0, 0,
+    {"nats-creds", "FILE", OPTION_STRING, OPTION_FIELD(struct sink_nats_config, nats_creds), NULL, 0, 0,
      NULL, "NATS: a credentials file (user JWT and seed) for a NATS account",
      OPTION_FROM_ENVIRONMENT, 0},
 };
@@ -959,5 +959,7 @@ const struct sink_type sink_nats_type = {
     .schemes = sink_nats_schemes,
     .options = sink_nats_options,
     .option_count = sizeof(sink_nats_options) / sizeof(sink_nats_options[0]),
+    /* both options default to none (zero): no config_defaults */
+    .config_size = sizeof(struct sink_nats_config),
     .ops = &sink_nats_ops,
 };

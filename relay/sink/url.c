@@ -141,36 +141,6 @@ parse_endpoints(const char *start, const char *end, const struct url_scheme *rul
     return 0;
 }
 
-/* Parses a Sentinel path "/MASTERNAME[/db]" into url. */
-static int
-parse_master_db_path(const char *path, struct broker_url *url, struct outbox_error *err)
-{
-    const char *scheme = url->scheme->name;
-    int port = url->scheme->default_port;
-    const char *name = path + (*path == '/'), *slash = strchr(name, '/');
-    size_t name_len = slash != NULL ? (size_t)(slash - name) : strlen(name);
-
-    if (name_len == 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s URL needs the master name, as in %s://host:%d/mymaster",
-                                scheme, scheme, port);
-    url->master_name = url_percent_decode(name, name_len);
-    if (url->master_name == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL has a bad escape in the master name",
-                                scheme);
-    if (slash != NULL && slash[1] != '\0') {
-        long db = parse_number(slash + 1, strlen(slash + 1), 0, 1000000);
-
-        if (db < 0)
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s URL database must be a number, as in"
-                                    " %s://host:%d/mymaster/0",
-                                    scheme, scheme, port);
-        url->db = (int)db;
-    }
-    return 0;
-}
-
 /*
  * Parses the userinfo of the authority [rest, authority_end) into url and
  * sets *host to where the endpoints start. The last '@' before the path
@@ -206,47 +176,22 @@ bad:
     return outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad escape in its user or password");
 }
 
-/* Parses what follows the endpoints, by the scheme's path kind, into url. */
+/* Hands what follows the endpoints to the scheme's own path rules. */
 static int
 parse_path(const struct url_scheme *rule, const char *path, struct broker_url *url,
            struct outbox_error *err)
 {
-    switch (rule->path) {
-    case URL_PATH_DB:
-        if (*path == '/' && path[1] != '\0') {
-            long db = parse_number(path + 1, strlen(path + 1), 0, 1000000);
-
-            if (db < 0) {
-                return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                        "%s URL database must be a number, as in %s://host:%d/0",
-                                        rule->name, rule->name, rule->default_port);
-            }
-            url->db = (int)db;
-        }
-        break;
-    case URL_PATH_MASTER_DB:
-        if (parse_master_db_path(path, url, err) != 0)
-            return -1;
-        break;
-    case URL_PATH_NONE:
-        if (*path == '/' && path[1] != '\0') {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL takes no database: only database 0 is served",
-                             rule->name);
-            return -1;
-        }
-        break;
-    case URL_PATH_VHOST:
-        if (*path == '\0' || path[1] == '\0')
-            url->vhost = strdup("/");
-        else
-            url->vhost = url_percent_decode(path + 1, strlen(path + 1));
-        if (url->vhost == NULL) {
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "broker URL has a bad vhost escape");
-            return -1;
-        }
-        break;
-    }
+    if (rule->parse_path != NULL)
+        return rule->parse_path(rule, path, &url->path, err);
+    if (*path == '/' && path[1] != '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s URL takes no path", rule->name);
     return 0;
+}
+
+long
+url_decimal(const char *start, size_t len, long min, long max)
+{
+    return parse_number(start, len, min, max);
 }
 
 int
@@ -317,8 +262,8 @@ url_clear(struct broker_url *url)
     }
     for (size_t i = 0; i < URL_MAX_ENDPOINTS; i++)
         free(url->endpoints[i].host);
-    free(url->vhost);
-    free(url->master_name);
+    if (url->path != NULL && url->scheme != NULL && url->scheme->path_free != NULL)
+        url->scheme->path_free(url->path);
     memset(url, 0, sizeof(*url));
 }
 

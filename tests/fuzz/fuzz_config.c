@@ -140,7 +140,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    (int)err.code);
         fuzz_check_message(&err, "(argv)");
         FUZZ_CHECK(config.database_url == NULL && config.broker.url == NULL &&
-                       config.queues == NULL && config.broker.exchange == NULL,
+                       config.queues == NULL && config.broker.broker_config[0] == NULL,
                    "config not cleared after a failure");
         for (int i = 1; i < argc; i++) {
             const char *value = strchr(argv[i], '=');

@@ -16,6 +16,8 @@
 
 #include "fuzz_common.h"
 #include "sink.h"
+#include "sink_amqp.h"
+#include "sink_redis.h"
 #include "url.h"
 
 static bool
@@ -66,7 +68,7 @@ check_broker_url(const char *text, const char *redacted)
         FUZZ_CHECK(err.code == OUTBOX_ERR_CONFIG, "code %d", (int)err.code);
         fuzz_check_message(&err, text);
         FUZZ_CHECK(url.user == NULL && url.password == NULL && url.host == NULL &&
-                       url.vhost == NULL,
+                       url.path == NULL,
                    "url not cleared after a failure");
         return;
     }
@@ -78,10 +80,11 @@ check_broker_url(const char *text, const char *redacted)
         FUZZ_CHECK(url.endpoints[i].host != NULL && url.endpoints[i].host[0] != '\0' &&
                        url.endpoints[i].port >= 1 && url.endpoints[i].port <= 65535,
                    "endpoint %zu lacks a host or port", i + 1);
-    if (url.scheme->path == URL_PATH_MASTER_DB)
-        FUZZ_CHECK(url.master_name != NULL && url.master_name[0] != '\0', "no master name");
-    if (url.scheme->path == URL_PATH_VHOST)
-        FUZZ_CHECK(url.user != NULL && url.password != NULL && url.vhost != NULL,
+    if (strcmp(url.scheme->name, "redis+sentinel") == 0)
+        FUZZ_CHECK(sink_redis_url_master(&url) != NULL && sink_redis_url_master(&url)[0] != '\0',
+                   "no master name");
+    if (sink_amqp_url_vhost(&url) != NULL)
+        FUZZ_CHECK(url.user != NULL && url.password != NULL && sink_amqp_url_vhost(&url) != NULL,
                    "amqp url lacks user, password or vhost");
 
     if (url.password != NULL && password_literal_once(text, url.password))
@@ -90,17 +93,19 @@ check_broker_url(const char *text, const char *redacted)
 
     rc = sink_url_parse(redacted, &again, &err);
     FUZZ_CHECK(rc == 0, "'%s' redacted as '%s' no longer parses: %s", text, redacted, err.message);
-    FUZZ_CHECK(again.scheme == url.scheme && again.port == url.port && again.db == url.db &&
+    FUZZ_CHECK(again.scheme == url.scheme && again.port == url.port &&
+                   sink_redis_url_db(&again) == sink_redis_url_db(&url) &&
                    same_string(again.host, url.host) && same_string(again.user, url.user),
                "'%s' redacted as '%s' changes more than the password", text, redacted);
     FUZZ_CHECK(again.endpoint_count == url.endpoint_count &&
-                   same_string(again.master_name, url.master_name),
+                   same_string(sink_redis_url_master(&again), sink_redis_url_master(&url)),
                "'%s' redacted as '%s' changes the endpoints", text, redacted);
     for (size_t i = 0; i < url.endpoint_count && i < again.endpoint_count; i++)
         FUZZ_CHECK(same_string(again.endpoints[i].host, url.endpoints[i].host) &&
                        again.endpoints[i].port == url.endpoints[i].port,
                    "'%s' redacted as '%s' changes endpoint %zu", text, redacted, i + 1);
-    if (url.password != NULL && !((url.scheme->path == URL_PATH_VHOST) && strcmp(url.password, "guest") == 0 &&
+    if (url.password != NULL && !(sink_amqp_url_vhost(&url) != NULL &&
+                                  strcmp(url.password, "guest") == 0 &&
                                   strcmp(again.password, "guest") == 0))
         FUZZ_CHECK(same_string(again.password, "***"), "'%s' redacted as '%s' keeps a password",
                    text, redacted);

@@ -15,6 +15,7 @@
 
 #include "sink.h"
 #include "url.h"
+#include "sink_amqp.h"
 
 #define CONSUMER_CHANNEL 1
 #define CONSUMER_TIMEOUT_MS 5000
@@ -94,7 +95,7 @@ queue_consumer_connect(const char *url_text)
         goto fail;
     }
     amqp_set_rpc_timeout(c->conn, &timeout);
-    if (check_reply(c, amqp_login(c->conn, url.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
+    if (check_reply(c, amqp_login(c->conn, sink_amqp_url_vhost(&url), 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
                                   url.user, url.password),
                     "login") != 0 ||
         (amqp_channel_open(c->conn, CONSUMER_CHANNEL),

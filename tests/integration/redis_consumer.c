@@ -9,6 +9,7 @@
 
 #include "sink.h"
 #include "url.h"
+#include "sink_redis.h"
 
 redisContext *
 stream_consumer_connect(const char *url)
@@ -42,11 +43,11 @@ stream_consumer_connect(const char *url)
         }
         freeReplyObject(reply);
     }
-    if (parsed.db != 0) {
+    if (sink_redis_url_db(&parsed) != 0) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
 
-        snprintf(db, sizeof(db), "%d", parsed.db);
+        snprintf(db, sizeof(db), "%d", sink_redis_url_db(&parsed));
         reply = stream_consumer_command(context, 2, argv);
         if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
             freeReplyObject(reply);

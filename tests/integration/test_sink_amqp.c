@@ -25,6 +25,7 @@
 #include "amqp_consumer.h"
 #include "harness.h"
 #include "sink.h"
+#include "sink_amqp.h"
 
 #define BROKER_MAX_MESSAGE_BYTES 1048576
 
@@ -41,12 +42,10 @@ static struct sink_options
 default_options(const char *url)
 {
     struct sink_options options = {
-        .url = url,
-        .exchange = "",
+        .url = url, /* the AMQP options stay the broker's defaults: the default exchange, verify */
         .connect_timeout_ms = 5000,
         .io_timeout_ms = 10000,
         .heartbeat_seconds = 30,
-        .tls_verify = true,
     };
 
     return options;
@@ -298,6 +297,7 @@ test_missing_exchange_fails_batch_then_recovers(void **state)
 {
     char queue[128], exchange[128];
     struct sink_options options = default_options(broker_url);
+    struct sink_amqp_config amqp = {.tls_verify = true};
     struct sink_message messages[3];
     struct sink_outcome outcomes[3];
     struct outbox_error err = {0};
@@ -312,7 +312,8 @@ test_missing_exchange_fails_batch_then_recovers(void **state)
     test_name(exchange, sizeof(exchange), "late-exchange");
     c = connected_consumer();
     must(c, queue_consumer_declare_queue(c, queue));
-    options.exchange = exchange;
+    amqp.exchange = exchange;
+    *sink_options_broker(&options, "amqp") = &amqp;
     s = connected_sink(&options);
 
     for (int i = 0; i < 3; i++)

@@ -29,6 +29,7 @@
 
 #include "redis_consumer.h"
 #include "sink.h"
+#include "sink_redis.h"
 #include "url.h"
 
 #define TEST_PASSWORD "outbox-test-secret"
@@ -122,13 +123,16 @@ open_sink(const char *url, const char *prefix, int64_t dedup_window_ms, int64_t 
           int io_timeout_ms)
 {
     struct sink_options options = {0};
+    /* read at sink_new(), not kept: a local is enough */
+    struct sink_redis_config redis = {.stream_prefix = prefix,
+                                      .dedup_window_ms = dedup_window_ms,
+                                      .stream_maxlen = maxlen,
+                                      .wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY};
     struct outbox_error err;
     sink *s;
 
     options.url = url;
-    options.stream_prefix = prefix;
-    options.dedup_window_ms = dedup_window_ms;
-    options.stream_maxlen = maxlen;
+    *sink_options_broker(&options, "redis") = &redis;
     options.connect_timeout_ms = 2000;
     options.io_timeout_ms = io_timeout_ms;
     s = sink_new(&options, &err);
@@ -412,54 +416,6 @@ test_dedup_window_expires(void **state)
     assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 10);
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 20);
-    batch_clear(&b);
-    sink_free(s);
-}
-
-/*
- * Upgrade: records an earlier version wrote under "<stream>:outbox-dedup:<id>"
- * still keep their jobs from a second append, for one dedup window after this
- * version first connected (kept in "<prefix>outbox-dedup:layout-since");
- * after that window the old names are no longer read.
- */
-static void
-test_old_dedup_names_suppress_appends_for_one_window(void **state)
-{
-    struct fixture *f = *state;
-    struct outbox_error err;
-    struct batch b;
-    char key[256], since[32];
-    redisReply *reply;
-    sink *s;
-
-    NEED_REDIS(f);
-    /* what the earlier version left behind for jobs 1..50 */
-    for (int job = 1; job <= 50; job++) {
-        snprintf(key, sizeof(key), "%s:outbox-dedup:%d", f->stream, job);
-        run_ok(f->consumer, "SET", key, "1764474000000-0", NULL);
-    }
-    s = open_sink(f->url, f->prefix, 0, 0, 5000);
-    batch_init(&b, "orders", 1, 100, 100);
-    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
-    assert_int_equal(count_status(&b, SINK_ACCEPTED), 100);
-    /* only the 50 jobs without an old record were appended */
-    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 50);
-    sink_free(s);
-
-    /* the layout has been in use for longer than a window: old names are not read any more */
-    snprintf(key, sizeof(key), "%soutbox-dedup:layout-since", f->prefix);
-    reply = run(f->consumer, "GET", key, (const char *)NULL);
-    assert_non_null(reply);
-    assert_int_equal(reply->type, REDIS_REPLY_STRING);
-    snprintf(since, sizeof(since), "%lld", atoll(reply->str) - 25LL * 3600 * 1000);
-    freeReplyObject(reply);
-    run_ok(f->consumer, "SET", key, since, NULL);
-    batch_clear(&b);
-    batch_init(&b, "orders", 1, 1, 100);
-    s = open_sink(f->url, f->prefix, 0, 0, 5000);
-    assert_int_equal(sink_publish(s, b.messages, b.count, b.outcomes, &err), 0);
-    assert_int_equal(count_status(&b, SINK_ACCEPTED), 1);
-    assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 51);
     batch_clear(&b);
     sink_free(s);
 }
@@ -787,7 +743,7 @@ test_acl_user_can_publish(void **state)
     freeReplyObject(reply);
     assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:acl-secret-99@%s:%d/%d", user, parsed.host, parsed.port,
-             parsed.db);
+             sink_redis_url_db(&parsed));
     url_clear(&parsed);
 
     s = open_sink(url, f->prefix, 0, 0, 5000);
@@ -800,7 +756,7 @@ test_acl_user_can_publish(void **state)
 
     assert_int_equal(sink_url_parse(f->url, &parsed, &err), 0);
     snprintf(url, sizeof(url), "redis://%s:wrong-acl-secret@%s:%d/%d", user, parsed.host,
-             parsed.port, parsed.db);
+             parsed.port, sink_redis_url_db(&parsed));
     url_clear(&parsed);
     expect_connect_failure(url, OUTBOX_ERR_CONFIG, "wrong-acl-secret");
     batch_clear(&b);
@@ -1118,8 +1074,6 @@ main(void)
         cmocka_unit_test_setup_teardown(test_consumer_group_reads_batch_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_republish_is_deduplicated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_window_expires, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_old_dedup_names_suppress_appends_for_one_window, setup,
-                                        teardown),
         cmocka_unit_test_setup_teardown(test_wrong_type_fails_only_its_message, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_mixed_batch_keeps_each_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maxlen_trims, setup, teardown),

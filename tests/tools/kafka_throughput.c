@@ -34,6 +34,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "sink.h"
+#include "sink_kafka.h"
 
 #define MAX_THREADS 16
 
@@ -335,12 +336,15 @@ static void *
 publisher_run(void *arg)
 {
     struct publisher *p = arg;
-    struct sink_options options = {.url = p->url, .topic_prefix = ""};
+    struct sink_kafka_config kafka = {.topic_prefix = ""};
+    struct sink_options options = {.url = p->url};
     struct sink_message *messages = calloc(p->batch, sizeof(*messages));
     struct sink_outcome *outcomes = calloc(p->batch, sizeof(*outcomes));
     struct outbox_error err;
-    sink *s = sink_new(&options, &err);
+    sink *s;
 
+    *sink_options_broker(&options, "kafka") = &kafka;
+    s = sink_new(&options, &err);
     if (s == NULL || messages == NULL || outcomes == NULL || sink_connect(s, &err) != 0) {
         fprintf(stderr, "sink: %s\n", s == NULL || messages == NULL ? "setup failed" : err.message);
         goto out;

@@ -46,6 +46,8 @@
 #include "outbox.h"
 #include "sink.h"
 #include "url.h"
+#include "sink_amqp.h"
+#include "sink_redis.h"
 
 struct options {
     const char *database_url;
@@ -276,7 +278,7 @@ amqp_open(const char *broker)
         fprintf(stderr, "outbox_bench: cannot reach %s:%d\n", url.host, url.port);
         goto out;
     }
-    if (!amqp_reply_ok(amqp_login(conn, url.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
+    if (!amqp_reply_ok(amqp_login(conn, sink_amqp_url_vhost(&url), 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
                                   url.user, url.password),
                        "login"))
         goto out;
@@ -444,8 +446,8 @@ redis_open(const char *broker)
             fprintf(stderr, "outbox_bench: redis authentication failed\n");
         freeReplyObject(reply);
     }
-    if (ok && url.db != 0) {
-        reply = redisCommand(context, "SELECT %d", url.db);
+    if (ok && sink_redis_url_db(&url) != 0) {
+        reply = redisCommand(context, "SELECT %d", sink_redis_url_db(&url));
         ok = reply != NULL && reply->type != REDIS_REPLY_ERROR;
         freeReplyObject(reply);
     }

@@ -38,6 +38,8 @@
 #include "outbox.h"
 #include "sink.h"
 #include "url.h"
+#include "sink_amqp.h"
+#include "sink_redis.h"
 
 /* An open-addressing set of positive ids. */
 struct id_set {
@@ -208,7 +210,7 @@ consume_amqp(const struct options *o, const struct broker_url *url, struct tally
         amqp_destroy_connection(conn);
         return -1;
     }
-    if (amqp_ok(amqp_login(conn, url->vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, url->user,
+    if (amqp_ok(amqp_login(conn, sink_amqp_url_vhost(url), 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, url->user,
                            url->password),
                 "login") != 0)
         goto out;
@@ -300,7 +302,7 @@ consume_redis(const struct options *o, const struct broker_url *url, struct tall
                           : redisCommand(c, "AUTH %s", url->password);
         freeReplyObject(reply);
     }
-    reply = redisCommand(c, "SELECT %d", url->db);
+    reply = redisCommand(c, "SELECT %d", sink_redis_url_db(url));
     freeReplyObject(reply);
     snprintf(stream, sizeof(stream), "%s%s", o->stream_prefix ? o->stream_prefix : "", o->queue);
 

@@ -48,7 +48,7 @@ static void *
 publisher_run(void *arg)
 {
     struct publisher *p = arg;
-    struct sink_options options = {.url = p->url, .exchange = ""};
+    struct sink_options options = {.url = p->url}; /* the default exchange */
     struct sink_message *messages = calloc(p->batch, sizeof(*messages));
     struct sink_outcome *outcomes = calloc(p->batch, sizeof(*outcomes));
     struct outbox_error err;

@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 
 #include "sink.h"
+#include "sink_redis.h"
 #include "url.h"
 
 #define RAW_WINDOW 4096
@@ -55,8 +56,8 @@ connect_raw(const char *url)
                     : redisCommand(context, "AUTH %s", parsed.password);
         freeReplyObject(reply);
     }
-    if (context != NULL && context->err == 0 && parsed.db != 0)
-        freeReplyObject(redisCommand(context, "SELECT %d", parsed.db));
+    if (context != NULL && context->err == 0 && sink_redis_url_db(&parsed) != 0)
+        freeReplyObject(redisCommand(context, "SELECT %d", sink_redis_url_db(&parsed)));
     url_clear(&parsed);
     if (context != NULL && context->err != 0) {
         redisFree(context);
@@ -104,6 +105,7 @@ main(int argc, char **argv)
     char (*queues)[16] = NULL;
     bool raw_possible;
     struct sink_options options = {0};
+    struct sink_redis_config redis = {.wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY};
     struct sink_message *messages = NULL;
     struct sink_outcome *outcomes = NULL;
     struct outbox_error err;
@@ -146,8 +148,9 @@ main(int argc, char **argv)
     }
 
     options.url = url;
-    options.stream_prefix = prefix;
-    options.redis_wait_replicas = wait_replicas;
+    redis.stream_prefix = prefix;
+    redis.wait_replicas = wait_replicas;
+    *sink_options_broker(&options, "redis") = &redis;
     s = sink_new(&options, &err);
     if (s == NULL || sink_connect(s, &err) != 0) {
         fprintf(stderr, "sink: %s\n", err.message);

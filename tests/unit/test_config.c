@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "config.h"
+#include "sink_amqp.h"
+#include "sink_redis.h"
 
 #define BASE "--database-url", "postgresql://db/app", "--broker", "amqp://u:secret@mq/"
 
@@ -52,12 +54,15 @@ test_defaults(void **state)
     assert_int_equal(c.lease_seconds, 60);
     assert_int_equal(c.concurrency, 2);
     assert_string_equal(c.metrics_addr, "127.0.0.1:9187");
-    assert_string_equal(c.broker.exchange, "");
+    assert_string_equal(((struct sink_amqp_config *)*sink_options_broker(&c.broker, "amqp"))->exchange,
+                        "");
     assert_null(c.queues);
     assert_false(c.once);
     assert_int_equal(c.poll_interval_ms, 100);
-    assert_int_equal(c.broker.dedup_window_ms, 24LL * 3600 * 1000);
-    assert_true(c.broker.tls_verify);
+    assert_int_equal(
+        ((struct sink_redis_config *)*sink_options_broker(&c.broker, "redis"))->dedup_window_ms,
+        24LL * 3600 * 1000);
+    assert_true(((struct sink_amqp_config *)*sink_options_broker(&c.broker, "amqp"))->tls_verify);
     assert_false(c.block_on_dead_head);
     assert_false(c.delete_on_success);
     assert_int_equal(c.log_level, CONFIG_LOG_INFO);

@@ -11,6 +11,8 @@
 
 #include "sink.h"
 #include "url.h"
+#include "sink_amqp.h"
+#include "sink_redis.h"
 
 static void
 test_amqp_full(void **state)
@@ -25,7 +27,7 @@ test_amqp_full(void **state)
     assert_string_equal(url.password, "s@cret");
     assert_string_equal(url.host, "mq.local");
     assert_int_equal(url.port, 5673);
-    assert_string_equal(url.vhost, "orders/v1");
+    assert_string_equal(sink_amqp_url_vhost(&url), "orders/v1");
     url_clear(&url);
 }
 
@@ -40,12 +42,12 @@ test_amqp_defaults(void **state)
     assert_string_equal(url.user, "guest");
     assert_string_equal(url.password, "guest");
     assert_int_equal(url.port, 5672);
-    assert_string_equal(url.vhost, "/");
+    assert_string_equal(sink_amqp_url_vhost(&url), "/");
     url_clear(&url);
     assert_int_equal(sink_url_parse("amqps://h/%2f", &url, &err), 0);
     assert_string_equal(url.scheme->name, "amqps");
     assert_int_equal(url.port, 5671);
-    assert_string_equal(url.vhost, "/");
+    assert_string_equal(sink_amqp_url_vhost(&url), "/");
     url_clear(&url);
 }
 
@@ -61,13 +63,13 @@ test_redis_forms(void **state)
     assert_null(url.user);
     assert_string_equal(url.password, "pw");
     assert_int_equal(url.port, 6380);
-    assert_int_equal(url.db, 3);
+    assert_int_equal(sink_redis_url_db(&url), 3);
     url_clear(&url);
     assert_int_equal(sink_url_parse("redis://relay:pw@[::1]", &url, &err), 0);
     assert_string_equal(url.user, "relay");
     assert_string_equal(url.host, "::1");
     assert_int_equal(url.port, 6379);
-    assert_int_equal(url.db, 0);
+    assert_int_equal(sink_redis_url_db(&url), 0);
     url_clear(&url);
 }
 
@@ -134,13 +136,13 @@ test_amqp_endpoint_list(void **state)
     assert_int_equal(url.port, 5673);
     assert_string_equal(url.user, "app");
     assert_string_equal(url.password, "s,c,ret");
-    assert_string_equal(url.vhost, "orders");
+    assert_string_equal(sink_amqp_url_vhost(&url), "orders");
     url_clear(&url);
 
     assert_int_equal(sink_url_parse("amqps://[fe80::1],[fe80::2]:6000", &url, &err), 0);
     assert_string_equal(url.scheme->name, "amqps");
     assert_endpoints(&url, "[fe80::1]:5671,[fe80::2]:6000");
-    assert_string_equal(url.vhost, "/");
+    assert_string_equal(sink_amqp_url_vhost(&url), "/");
     url_clear(&url);
 
     /* a lone endpoint is a list of one */
@@ -162,16 +164,16 @@ test_redis_sentinel_and_cluster(void **state)
                      0);
     assert_string_equal(url.scheme->name, "redis+sentinel");
     assert_endpoints(&url, "s1:26380,s2:26379,[::1]:26379");
-    assert_string_equal(url.master_name, "my-master");
-    assert_int_equal(url.db, 2);
+    assert_string_equal(sink_redis_url_master(&url), "my-master");
+    assert_int_equal(sink_redis_url_db(&url), 2);
     assert_string_equal(url.user, "relay");
     assert_string_equal(url.password, "pw");
-    assert_null(url.vhost);
+    assert_null(sink_amqp_url_vhost(&url));
     url_clear(&url);
 
     assert_int_equal(sink_url_parse("redis+sentinel://s1/mymaster", &url, &err), 0);
-    assert_string_equal(url.master_name, "mymaster");
-    assert_int_equal(url.db, 0);
+    assert_string_equal(sink_redis_url_master(&url), "mymaster");
+    assert_int_equal(sink_redis_url_db(&url), 0);
     assert_null(url.user);
     assert_null(url.password);
     url_clear(&url);
@@ -179,7 +181,7 @@ test_redis_sentinel_and_cluster(void **state)
     assert_int_equal(sink_url_parse("redis+cluster://:pw@n1:7000,n2:7001,n3", &url, &err), 0);
     assert_string_equal(url.scheme->name, "redis+cluster");
     assert_endpoints(&url, "n1:7000,n2:7001,n3:6379");
-    assert_null(url.master_name);
+    assert_null(sink_redis_url_master(&url));
     assert_string_equal(url.password, "pw");
     url_clear(&url);
 

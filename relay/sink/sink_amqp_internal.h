@@ -1,0 +1,117 @@
+/*
+ * sink_amqp_internal.h - what the files of the RabbitMQ sink share: its
+ * state, the bookkeeping of one batch, and the functions one file offers
+ * the others.
+ *
+ * The sink is split by job: sink_amqp.c (connecting, the channel, TLS,
+ * idle, --check, the registry row), sink_amqp_confirm.c (reading what the
+ * broker sends back: acks, nacks, returns, closes) and sink_amqp_publish.c
+ * (publishing a batch in windows, finding the message a channel close
+ * blames). Only these files include this header.
+ */
+#ifndef OUTBOX_SINK_AMQP_INTERNAL_H
+#define OUTBOX_SINK_AMQP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include <amqp.h>
+
+#include "sink_amqp.h"
+#include "sink_internal.h"
+
+#define SINK_AMQP_CHANNEL 1
+#define SINK_AMQP_FRAME_MAX 131072
+/* Publishes between two non-blocking looks at what the broker sent back. */
+#define SINK_AMQP_WINDOW 256
+/* The polite close at disconnect waits at most this long per step. */
+#define SINK_AMQP_CLOSE_TIMEOUT_MS 2000
+#define SINK_AMQP_ATTEMPT_HEADER "x-outbox-attempt"
+#define SINK_AMQP_SHORTSTR_MAX 255
+#define SINK_AMQP_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
+/* Exchanges remembered as existing; past this many the list starts over. */
+#define SINK_AMQP_KNOWN_EXCHANGES 64
+
+struct sink_amqp {
+    amqp_connection_state_t conn; /* NULL when disconnected */
+    bool channel_open;            /* SINK_AMQP_CHANNEL is open in confirm mode */
+    uint64_t next_tag;            /* delivery tag of the next publish on the channel */
+    amqp_table_entry_t *entries; /* scratch for one message's headers */
+    size_t entries_capacity;
+    char *known_exchanges[SINK_AMQP_KNOWN_EXCHANGES]; /* found by a passive declare */
+    size_t known_count;
+    size_t broker_max_bytes; /* max_message_size learned from a 406, 0 while unknown */
+    char *exchange;          /* --exchange, "" for the default exchange */
+    bool tls_verify;         /* --tls-verify */
+};
+
+/* Where one message of the batch being published stands. */
+enum message_state {
+    MESSAGE_NOT_SENT = 0, /* not handed to the broker (yet, or again after a channel close) */
+    MESSAGE_IN_FLIGHT,    /* published, waiting for ack or nack */
+    MESSAGE_RETURNED,     /* basic.return seen: failed, its ack still to come */
+    MESSAGE_SETTLED,      /* outcome final (acked, nacked or rejected locally) */
+};
+
+/* The bookkeeping of one sink_publish() call. */
+struct batch {
+    const struct sink_message *messages;
+    struct sink_outcome *outcomes;
+    size_t count;
+    unsigned char *states;  /* enum message_state per message */
+    size_t *index_of_tag;   /* message index of delivery tag base_tag + k */
+    uint64_t base_tag;      /* delivery tag of the first publish of this batch */
+    size_t sent;            /* tags used so far */
+    size_t settled_below;   /* every tag offset below this is settled */
+    size_t unsettled;       /* published messages without ack/nack yet */
+    bool channel_closed;    /* the broker closed the channel during this round */
+    char close_text[SINK_REASON_MAX]; /* its code and text: "406 PRECONDITION_FAILED - ..." */
+};
+
+/* Result of handling one incoming frame. */
+enum frame_result {
+    FRAME_HANDLED = 0,
+    FRAME_CHANNEL_CLOSED, /* the broker closed our channel; reasons filled */
+    FRAME_CONNECTION_LOST /* err filled; the caller tears down */
+};
+
+/* ---- sink_amqp.c: the connection */
+
+
+/* Forgets which exchanges exist (new connection, or the channel was closed). */
+void sink_amqp_forget_exchanges(struct sink_amqp *impl);
+
+/* Frees the connection without talking to the broker and marks the sink disconnected. */
+void sink_amqp_drop_connection(sink *s);
+
+/* Describes a failed RPC reply as text ("404 NOT_FOUND - ...", a library error). */
+void sink_amqp_describe_reply(amqp_rpc_reply_t reply, char *text, size_t size);
+
+/* Opens the channel and puts it in confirm mode; the tag count starts over. */
+int sink_amqp_open_channel(sink *s, struct outbox_error *err);
+
+/* ---- sink_amqp_confirm.c */
+
+/*
+ * Defers every published, unsettled message and every unsent one with
+ * reason: the connection failed them, not their content. A returned message
+ * keeps its own failure (unroutable).
+ */
+void sink_amqp_defer_unsettled(struct batch *batch, const char *reason);
+
+/*
+ * Waits up to timeout_ms (0: only what already arrived) for one frame and
+ * handles it. Returns 1 when a frame was handled, 0 when none came, or the
+ * negative of a frame_result otherwise.
+ */
+int sink_amqp_read_one_frame(sink *s, struct batch *batch, int64_t timeout_ms,
+                             struct outbox_error *err);
+
+/* ---- sink_amqp_publish.c */
+
+int sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
+                      struct sink_outcome *outcomes, struct outbox_error *err);
+
+#endif
