@@ -369,10 +369,15 @@ enqueue_single_attempt_rows(struct fixture *f, int count)
     harness_query_ll(f->conn, sql);
 }
 
-/* Stops or starts the broker's server (stack.sh stop-service / start-service). */
+/*
+ * Runs stack.sh command (stop-service, start-service, restart-service) for
+ * the broker's server. Until it is through, teardown counts the broker as
+ * stopped, so that a failure leaves the next test a running broker.
+ */
 static void
 broker_service(struct fixture *f, const char *command)
 {
+    f->broker_stopped = true;
     if (harness_stack(command, f->broker->service) != 0)
         fail_msg("%s: stack.sh %s %s failed", f->broker->name, command, f->broker->service);
     f->broker_stopped = strcmp(command, "stop-service") == 0;
@@ -387,19 +392,19 @@ broker_service(struct fixture *f, const char *command)
 static void
 assert_outage_cost_nothing(struct fixture *f, struct relay_process *relay, long long rows)
 {
-    long long settled = wait_for_value(f->conn,
-                                       "SELECT count(*) FROM outbox.job"
-                                       " WHERE state NOT IN ('succeeded', 'dead')",
-                                       0, 90000);
+    long long unsettled = wait_for_value(f->conn,
+                                         "SELECT count(*) FROM outbox.job"
+                                         " WHERE state NOT IN ('succeeded', 'dead')",
+                                         0, 90000);
 
     relay_signal(relay, SIGTERM);
-    if (relay_wait(relay, 15000) != 0 || settled != 0 ||
+    if (relay_wait(relay, 15000) != 0 || unsettled != 0 ||
         count_where(f, "state = 'succeeded' AND attempts = 1") != rows) {
         relay_dump_log(relay);
         fail_msg("%s: of %lld rows, %lld succeeded at their first attempt, %lld are dead,"
                  " %lld not settled",
                  f->broker->name, rows, count_where(f, "state = 'succeeded' AND attempts = 1"),
-                 count_where(f, "state = 'dead'"), settled);
+                 count_where(f, "state = 'dead'"), unsettled);
     }
     unlink(relay->log_path);
     f->broker->reconnect(f);
@@ -480,10 +485,7 @@ test_restart_mid_run_costs_no_attempt(void **state)
     wait_for_value(f->conn,
                    "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
                    60000);
-    f->broker_stopped = true; /* until restart-service says otherwise */
-    if (harness_stack("restart-service", f->broker->service) != 0)
-        fail_msg("%s: stack.sh restart-service failed", f->broker->name);
-    f->broker_stopped = false;
+    broker_service(f, "restart-service");
     /* rows were still to go when the server came back */
     assert_true(count_where(f, "state = 'succeeded'") < 20000);
     assert_outage_cost_nothing(f, &relay, 20000);
