@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "relay_runner.h"
 
@@ -111,31 +112,7 @@ relay_run_once(const char *database_url, const char *broker, const char *const *
 int
 relay_run_capture(const char *const *argv_tail, char *output, size_t size)
 {
-    const char *argv[RELAY_MAX_ARGS];
-    char binary[512], path[128];
-    size_t n = 0;
-    FILE *f;
-    int status;
-
-    snprintf(binary, sizeof(binary), "%s/outbox-relay", harness_env("OUTBOX_BIN"));
-    argv[n++] = binary;
-    for (size_t i = 0; argv_tail[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
-        argv[n++] = argv_tail[i];
-    argv[n] = NULL;
-    snprintf(path, sizeof(path), "/tmp/outbox-relay-capture-%d-%d.log", (int)getpid(),
-             log_counter++);
-    unlink(path);
-    status = harness_wait_exit(harness_spawn(argv, path), 30000);
-    output[0] = '\0';
-    f = fopen(path, "r");
-    if (f != NULL) {
-        size_t len = fread(output, 1, size - 1, f);
-
-        output[len] = '\0';
-        fclose(f);
-    }
-    unlink(path);
-    return status;
+    return fixture_run_program("outbox-relay", argv_tail, output, size, 30000);
 }
 
 void

@@ -37,7 +37,10 @@ void relay_signal(struct relay_process *relay, int signo);
 /* Runs the relay with --once to completion (60 s at most); its exit status. */
 int relay_run_once(const char *database_url, const char *broker, const char *const *extra);
 
-/* Runs the relay and returns its exit status with stderr captured into output (size bytes). */
+/*
+ * Runs the relay with argv_tail to its end (30 s at most) through
+ * fixture_run_program(): its exit status, stdout and stderr in output (size bytes).
+ */
 int relay_run_capture(const char *const *argv_tail, char *output, size_t size);
 
 /* Prints the relay's log to stderr (for a failing test). */

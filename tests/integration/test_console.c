@@ -27,6 +27,7 @@
 
 #include <libpq-fe.h>
 
+#include "fixtures.h"
 #include "harness.h"
 
 #define TOKEN "console-test-token-0123456789"
@@ -668,21 +669,18 @@ test_loopback_without_token(void **state)
 
 /* ---- listening and the database ---- */
 
+/* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status. */
 static int
 run_serve(const char *const *args)
 {
-    char bin[512], *log = harness_log_path("console-usage");
-    const char *argv[12] = {bin, "serve"};
-    int n = 2;
-    pid_t pid;
+    const char *argv[FIXTURE_MAX_ARGS + 1] = {"serve"};
+    char output[4096];
+    int n = 1;
 
-    snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
-    for (int i = 0; args[i] != NULL; i++)
+    for (int i = 0; args[i] != NULL && n < FIXTURE_MAX_ARGS; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    pid = harness_spawn(argv, log);
-    free(log);
-    return harness_wait_exit(pid, 10000);
+    return fixture_run_program("outboxctl", argv, output, sizeof(output), 10000);
 }
 
 static void

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "amqp_consumer.h"
+#include "fixtures.h"
 #include "harness.h"
 #include "outbox.h"
 #include "redis_consumer.h"
@@ -160,35 +161,18 @@ stop_relay(struct relay_process *relay)
 static int
 run_ctl(const struct fixture *f, char *output, size_t size, ...)
 {
-    const char *argv[48];
-    char binary[512], path[128];
+    const char *argv[FIXTURE_MAX_ARGS + 1];
     size_t n = 0;
     va_list ap;
-    FILE *file;
-    int status;
 
-    snprintf(binary, sizeof(binary), "%s/outboxctl", harness_env("OUTBOX_BIN"));
-    argv[n++] = binary;
     argv[n++] = "--database-url";
     argv[n++] = f->url;
     va_start(ap, size);
-    for (const char *arg; n < 47 && (arg = va_arg(ap, const char *)) != NULL;)
+    for (const char *arg; n < FIXTURE_MAX_ARGS && (arg = va_arg(ap, const char *)) != NULL;)
         argv[n++] = arg;
     va_end(ap);
     argv[n] = NULL;
-    snprintf(path, sizeof(path), "/tmp/outboxctl-flow-%d.log", (int)getpid());
-    unlink(path);
-    status = harness_wait_exit(harness_spawn(argv, path), 120000);
-    output[0] = '\0';
-    file = fopen(path, "r");
-    if (file != NULL) {
-        size_t len = fread(output, 1, size - 1, file);
-
-        output[len] = '\0';
-        fclose(file);
-    }
-    unlink(path);
-    return status;
+    return fixture_run_program("outboxctl", argv, output, size, 120000);
 }
 
 /* The millisecond part of a Redis entry id: when Redis appended it. */

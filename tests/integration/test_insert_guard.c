@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "outbox.h"
 
@@ -91,10 +92,9 @@ test_guard_probe_uses_the_ordering_index(void **state)
     PGconn *producer;
 
     fill_succeeded(f->conn, 20000);
-    harness_exec(f->conn, "DROP ROLE IF EXISTS guard_producer;"
-                          " CREATE ROLE guard_producer LOGIN;"
-                          " GRANT USAGE ON SCHEMA outbox TO guard_producer;"
-                          " GRANT INSERT ON outbox.job TO guard_producer;");
+    fixture_create_login_role(f->conn, "guard_producer",
+                              "GRANT USAGE ON SCHEMA outbox TO guard_producer;"
+                              " GRANT INSERT ON outbox.job TO guard_producer");
     /* the row the held one waits behind */
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, ordering_key)"
                           " VALUES ('q', '{}', 'k7')");
@@ -114,7 +114,7 @@ test_guard_probe_uses_the_ordering_index(void **state)
     assert_non_null(strstr(seen.text, "job_ordering_idx"));
     /* the row is held: its key had an unfinished row */
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE held"), 1);
-    harness_exec(f->conn, "DROP OWNED BY guard_producer; DROP ROLE guard_producer");
+    fixture_drop_role(f->conn, "guard_producer");
 }
 
 static double
@@ -169,12 +169,12 @@ test_keyed_batch_does_not_slow_with_table_size(void **state)
     struct fixture *f = *state;
     double empty, full = 0;
 
-    harness_exec(f->conn, "DROP ROLE IF EXISTS guard_writer; CREATE ROLE guard_writer;"
-                          " GRANT USAGE ON SCHEMA outbox TO guard_writer;"
-                          " GRANT INSERT ON outbox.job TO guard_writer;"
-                          " GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state)"
-                          "  ON outbox.job TO guard_writer;"
-                          " SET ROLE guard_writer");
+    fixture_create_login_role(f->conn, "guard_writer",
+                              "GRANT USAGE ON SCHEMA outbox TO guard_writer;"
+                              " GRANT INSERT ON outbox.job TO guard_writer;"
+                              " GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state)"
+                              "  ON outbox.job TO guard_writer");
+    harness_exec(f->conn, "SET ROLE guard_writer");
     keyed_batch_seconds(f->conn, 0); /* warm the plans and the cache */
     empty = keyed_batch_seconds(f->conn, 1);
     harness_exec(f->conn, "RESET ROLE");
@@ -197,7 +197,7 @@ test_keyed_batch_does_not_slow_with_table_size(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE held"),
                      (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                            " WHERE state = 'ready'") / 100) * 90);
-    harness_exec(f->conn, "DROP OWNED BY guard_writer; DROP ROLE guard_writer");
+    fixture_drop_role(f->conn, "guard_writer");
 }
 
 /* The owner's held rows are its own business: kept as written, not probed. */

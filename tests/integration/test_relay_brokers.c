@@ -1,11 +1,20 @@
 /*
  * test_relay_brokers.c - the relay scenarios every broker must pass, written
- * once and run per broker through a table of consumer functions: a relay
- * killed mid-batch loses nothing, SIGTERM and SIGHUP leave nothing running,
- * a relay stopped past its lease keeps the order of keys. Adding a
- * broker to the suite is one row of BROKERS. What only one broker does
- * (AMQP properties, Redis dedup, ...) stays in test_relay_amqp.c,
- * test_relay_redis.c and test_relay_kafka.c.
+ * once and run per broker through a table of consumer functions: a
+ * rolled-back producer transaction is never published, a bad row among good
+ * ones dies alone, a broker restart mid-run and a broker outage lose no row
+ * and cost no row an attempt, a relay killed mid-batch loses nothing,
+ * SIGTERM and SIGHUP leave nothing running, a relay stopped past its lease
+ * keeps the order of keys. What only one broker does (AMQP properties and
+ * exchanges, Redis dedup and BUSY, NATS subjects and TLS, ...) stays in
+ * test_relay_amqp.c, test_relay_redis.c, test_relay_nats.c and
+ * test_relay_kafka.c.
+ *
+ * Adding a broker to the suite is one row of BROKERS: its name, the
+ * harness's environment variable holding its URL, its tests/harness/stack.sh
+ * service, and the consumer functions below. Every scenario runs on a fresh
+ * database and, through open(), a fresh destination; the rows a scenario
+ * enqueues all go to queue f->queue.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,14 +37,37 @@
 
 struct fixture;
 
-/* What a scenario needs from a broker. */
+/*
+ * One broker of the table. The functions fail the current test (cmocka
+ * asserts) instead of returning errors.
+ */
 struct broker {
+    /* the test names' prefix, "rabbitmq: ..." */
     const char *name;
-    const char *url_variable;         /* the harness's URL of it */
-    void (*open)(struct fixture *f);  /* the consumer; queue or stream prefix */
-    void (*close)(struct fixture *f); /* deletes what open made */
-    size_t (*delivered)(struct fixture *f, int64_t **ids); /* job ids the broker holds */
-    bool exactly_once; /* a job reaches it once even when a relay dies (Redis dedup) */
+    /* the environment variable tests/run.sh sets to the broker's URL (f->broker_url) */
+    const char *url_variable;
+    /* its tests/harness/stack.sh service: stop-service, start-service, restart-service */
+    const char *service;
+    /*
+     * Connects a consumer and makes the place where the relay's messages of
+     * rows of f->queue end up, empty (a queue, a stream, a prefix of
+     * streams); stores the relay's broker arguments that send them there
+     * in f->extra (NULL-terminated, at most 6).
+     */
+    void (*open)(struct fixture *f);
+    /* Deletes what open() made and disconnects; must not fail when the broker is gone. */
+    void (*close)(struct fixture *f);
+    /* Replaces the consumer's connection after a broker restart; keeps what open() made. */
+    void (*reconnect)(struct fixture *f);
+    /*
+     * Stores in *ids (malloc'd, freed by the caller) the job id of every
+     * message the broker holds for f->queue, a repeat as often as it was
+     * stored, and returns how many. May consume them (a second call may
+     * return none).
+     */
+    size_t (*delivered)(struct fixture *f, int64_t **ids);
+    /* a job reaches it once even when a relay dies or a broker restarts (dedup by job id) */
+    bool exactly_once;
 };
 
 struct fixture {
@@ -44,8 +76,9 @@ struct fixture {
     PGconn *conn;
     const char *broker_url;
     char queue[64];       /* the rows' queue (and the AMQP queue) */
-    char prefix[64];      /* Redis stream prefix */
+    char prefix[64];      /* Redis stream prefix, NATS subject prefix */
     const char *extra[8]; /* the relay's broker arguments, NULL-terminated */
+    bool broker_stopped;  /* a scenario stopped the broker: teardown starts it again */
     queue_consumer *mq;
     redisContext *redis;
     nats_consumer *nats;
@@ -68,6 +101,14 @@ amqp_close(struct fixture *f)
 {
     queue_consumer_delete_queue(f->mq, f->queue);
     queue_consumer_free(f->mq);
+}
+
+static void
+amqp_reconnect(struct fixture *f)
+{
+    queue_consumer_free(f->mq);
+    f->mq = queue_consumer_connect(f->broker_url);
+    assert_non_null(f->mq);
 }
 
 static size_t
@@ -109,6 +150,14 @@ redis_stream_close(struct fixture *f)
 {
     stream_consumer_delete_prefix(f->redis, f->prefix);
     redisFree(f->redis);
+}
+
+static void
+redis_stream_reconnect(struct fixture *f)
+{
+    redisFree(f->redis);
+    f->redis = stream_consumer_connect(f->broker_url);
+    assert_non_null(f->redis);
 }
 
 static size_t
@@ -165,6 +214,14 @@ nats_stream_close(struct fixture *f)
     nats_consumer_free(f->nats);
 }
 
+static void
+nats_stream_reconnect(struct fixture *f)
+{
+    nats_consumer_free(f->nats);
+    f->nats = nats_consumer_connect(f->broker_url);
+    assert_non_null(f->nats);
+}
+
 static size_t
 nats_stream_delivered(struct fixture *f, int64_t **ids)
 {
@@ -200,6 +257,13 @@ kafka_close(struct fixture *f)
     kafka_consumer_delete_topic(f->broker_url, f->queue);
 }
 
+/* Every read of the topic makes its own connection: nothing to renew after a restart. */
+static void
+kafka_reconnect(struct fixture *f)
+{
+    (void)f;
+}
+
 /* The job ids of the topic's records, each of which names its queue. */
 static size_t
 kafka_delivered(struct fixture *f, int64_t **ids)
@@ -224,12 +288,14 @@ kafka_delivered(struct fixture *f, int64_t **ids)
 }
 
 static const struct broker BROKERS[] = {
-    {"rabbitmq", "OUTBOX_TEST_AMQP_URL", amqp_open, amqp_close, amqp_delivered, false},
-    {"redis", "OUTBOX_TEST_REDIS_URL", redis_stream_open, redis_stream_close,
-     redis_stream_delivered, true},
-    {"nats", "OUTBOX_TEST_NATS_URL", nats_stream_open, nats_stream_close, nats_stream_delivered,
-     true},
-    {"kafka", "OUTBOX_TEST_KAFKA_URL", kafka_open, kafka_close, kafka_delivered, false},
+    {"rabbitmq", "OUTBOX_TEST_AMQP_URL", "rabbitmq", amqp_open, amqp_close, amqp_reconnect,
+     amqp_delivered, false},
+    {"redis", "OUTBOX_TEST_REDIS_URL", "redis", redis_stream_open, redis_stream_close,
+     redis_stream_reconnect, redis_stream_delivered, true},
+    {"nats", "OUTBOX_TEST_NATS_URL", "nats", nats_stream_open, nats_stream_close,
+     nats_stream_reconnect, nats_stream_delivered, true},
+    {"kafka", "OUTBOX_TEST_KAFKA_URL", "kafka", kafka_open, kafka_close, kafka_reconnect,
+     kafka_delivered, false},
 };
 
 /* ---- fixture ---- */
@@ -256,6 +322,8 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
+    if (f->broker_stopped)
+        harness_stack("start-service", f->broker->service);
     f->broker->close(f);
     PQfinish(f->conn);
     harness_database_drop(f->url);
@@ -329,6 +397,194 @@ assert_every_row_delivered(struct fixture *f)
 }
 
 /* ---- scenarios ---- */
+
+static long long
+count_where(struct fixture *f, const char *condition)
+{
+    char sql[512];
+
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM outbox.job WHERE queue = '%s' AND (%s)",
+             f->queue, condition);
+    return harness_query_ll(f->conn, sql);
+}
+
+/* Enqueues count rows of a single attempt each: one spent on no fault of theirs kills them. */
+static void
+enqueue_single_attempt_rows(struct fixture *f, int count)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('%s', jsonb_build_object('n', g), max_attempts => 1))"
+             " FROM generate_series(1, %d) AS g",
+             f->queue, count);
+    harness_query_ll(f->conn, sql);
+}
+
+/*
+ * Runs stack.sh command (stop-service, start-service, restart-service) for
+ * the broker's server. Until it is through, teardown counts the broker as
+ * stopped, so that a failure leaves the next test a running broker.
+ */
+static void
+broker_service(struct fixture *f, const char *command)
+{
+    f->broker_stopped = true;
+    if (harness_stack(command, f->broker->service) != 0)
+        fail_msg("%s: stack.sh %s %s failed", f->broker->name, command, f->broker->service);
+    f->broker_stopped = strcmp(command, "stop-service") == 0;
+}
+
+/*
+ * After the broker went away under a running relay: every row of the queue
+ * succeeded with the one attempt it was given (none spent an attempt on the
+ * outage, none died of it), the relay stops cleanly, and the broker holds
+ * every committed row. The relay's log is printed when that fails.
+ */
+static void
+assert_outage_cost_nothing(struct fixture *f, struct relay_process *relay, long long rows)
+{
+    long long unsettled = wait_for_value(f->conn,
+                                         "SELECT count(*) FROM outbox.job"
+                                         " WHERE state NOT IN ('succeeded', 'dead')",
+                                         0, 90000);
+
+    relay_signal(relay, SIGTERM);
+    if (relay_wait(relay, 15000) != 0 || unsettled != 0 ||
+        count_where(f, "state = 'succeeded' AND attempts = 1") != rows) {
+        relay_dump_log(relay);
+        fail_msg("%s: of %lld rows, %lld succeeded at their first attempt, %lld are dead,"
+                 " %lld not settled",
+                 f->broker->name, rows, count_where(f, "state = 'succeeded' AND attempts = 1"),
+                 count_where(f, "state = 'dead'"), unsettled);
+    }
+    unlink(relay->log_path);
+    f->broker->reconnect(f);
+    assert_every_row_delivered(f);
+}
+
+/* A producer's rolled-back transaction: its row never reaches the broker, the committed one does. */
+static void
+test_rolled_back_row_is_never_published(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[16];
+    char sql[256];
+    long long committed, rolled_back;
+    int64_t *ids;
+    size_t count;
+
+    snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('%s', '{\"order\": 1}')", f->queue);
+    harness_exec(f->conn, "BEGIN");
+    committed = harness_query_ll(f->conn, sql);
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "BEGIN");
+    rolled_back = harness_query_ll(f->conn, sql);
+    harness_exec(f->conn, "ROLLBACK");
+    assert_true(rolled_back != committed);
+
+    assert_int_equal(relay_run_once(f->url, f->broker_url, arguments(f, extra, 16, NULL)), 0);
+    assert_int_equal(count_where(f, "state = 'succeeded'"), 1);
+    count = f->broker->delivered(f, &ids);
+    if (count != 1 || ids[0] != committed)
+        fail_msg("%s: expected job %lld alone at the broker, found %zu messages (the first %lld)",
+                 f->broker->name, committed, count, count > 0 ? (long long)ids[0] : -1LL);
+    free(ids);
+}
+
+/*
+ * A row over --max-message-bytes among ten good ones: dead at its first
+ * attempt, with the reason; the ten are published, and only they.
+ */
+static void
+test_oversized_row_dies_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--max-message-bytes", "500", NULL};
+    const char *extra[16];
+    char sql[256];
+
+    enqueue_rows(f->conn, f->queue, 5);
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue('%s', jsonb_build_object('pad', repeat('x', 600)))", f->queue);
+    harness_exec(f->conn, sql);
+    enqueue_rows(f->conn, f->queue, 5);
+
+    assert_int_equal(relay_run_once(f->url, f->broker_url, arguments(f, extra, 16, scenario)), 0);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1"
+                                    " AND last_error LIKE '%exceeds the limit of 500%'"),
+                     1);
+    assert_int_equal(count_where(f, "state = 'succeeded' AND attempts = 1"), 10);
+    harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
+    assert_int_equal(assert_every_row_delivered(f), 0);
+}
+
+/*
+ * The broker restarted while the relay publishes 20 000 rows of a single
+ * attempt each: the restart falls mid-run, and afterwards every row
+ * succeeded at its first attempt and is at the broker.
+ */
+static void
+test_restart_mid_run_costs_no_attempt(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--batch-size", "100", NULL};
+    const char *extra[16];
+    struct relay_process relay;
+
+    enqueue_single_attempt_rows(f, 20000);
+    relay_start_process(&relay, f->url, f->broker_url, arguments(f, extra, 16, scenario));
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   60000);
+    broker_service(f, "restart-service");
+    /* rows were still to go when the server came back */
+    assert_true(count_where(f, "state = 'succeeded'") < 20000);
+    assert_outage_cost_nothing(f, &relay, 20000);
+}
+
+/*
+ * A broker that is down: at the start the relay waits for it (it neither
+ * exits nor claims a row away); when the broker goes away for a few seconds
+ * in the middle of a run, the rows in flight are given back, not failed.
+ * Every row, of a single attempt each, succeeds at its first attempt.
+ */
+static void
+test_outage_costs_no_attempt(void **state)
+{
+    struct fixture *f = *state;
+    const char *const scenario[] = {"--batch-size", "100", NULL};
+    const char *const given_back[] = {"given back", NULL};
+    const char *extra[16];
+    struct relay_process relay;
+
+    enqueue_single_attempt_rows(f, 20000);
+    broker_service(f, "stop-service");
+    relay_start_process(&relay, f->url, f->broker_url, arguments(f, extra, 16, scenario));
+    sleep(2);
+    assert_int_equal(kill(relay.pid, 0), 0); /* waiting for the broker, not exited */
+    assert_int_equal(count_where(f, "state <> 'ready' OR attempts <> 0"), 0);
+    broker_service(f, "start-service");
+
+    wait_for_value(f->conn,
+                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
+                   60000);
+    broker_service(f, "stop-service");
+    /* the relay noticed with rows in hand and gave them back */
+    for (int i = 0; i < 100 && relay_log_find(&relay, 0, false, given_back, NULL, 0) < 0; i++)
+        usleep(100 * 1000);
+    if (relay_log_find(&relay, 0, false, given_back, NULL, 0) < 0) {
+        relay_dump_log(&relay);
+        fail_msg("%s: the relay logged no rows given back while the broker was down",
+                 f->broker->name);
+    }
+    sleep(2); /* reconnects keep failing meanwhile */
+    assert_int_equal(kill(relay.pid, 0), 0);
+    assert_true(count_where(f, "state = 'succeeded'") < 20000);
+    broker_service(f, "start-service");
+    assert_outage_cost_nothing(f, &relay, 20000);
+}
+
 
 /* kill -9 mid-batch, then a --once run: every row delivered, none left behind. */
 static void
@@ -549,6 +805,10 @@ static const struct scenario {
     const char *name;
     void (*run)(void **state);
 } SCENARIOS[] = {
+    {"rolled_back_row_is_never_published", test_rolled_back_row_is_never_published},
+    {"oversized_row_dies_alone", test_oversized_row_dies_alone},
+    {"restart_mid_run_costs_no_attempt", test_restart_mid_run_costs_no_attempt},
+    {"outage_costs_no_attempt", test_outage_costs_no_attempt},
     {"kill_mid_batch_then_restart", test_kill_mid_batch_then_restart},
     {"sigterm_leaves_nothing_running", test_sigterm_leaves_nothing_running},
     {"sighup_leaves_nothing_running", test_sighup_leaves_nothing_running},
@@ -558,7 +818,11 @@ static const struct scenario {
 #define BROKER_COUNT (sizeof(BROKERS) / sizeof(BROKERS[0]))
 #define SCENARIO_COUNT (sizeof(SCENARIOS) / sizeof(SCENARIOS[0]))
 
-/* Every scenario for every broker, named "broker: scenario". */
+/*
+ * Every scenario for every broker, named "broker: scenario";
+ * OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "nats: *") runs only those
+ * that match.
+ */
 int
 main(void)
 {
@@ -572,5 +836,7 @@ main(void)
             tests[n] = (struct CMUnitTest){names[n], SCENARIOS[s].run, setup, teardown,
                                            (void *)&BROKERS[b]};
         }
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests_name("relay_brokers", tests, NULL, NULL);
 }

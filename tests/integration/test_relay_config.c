@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "relay_runner.h"
 
@@ -68,36 +69,6 @@ teardown(void **state)
     return 0;
 }
 
-/* Runs program (in $OUTBOX_BIN) with argv_tail; its exit status, output (stdout + stderr) kept. */
-static int
-run_program(const char *program, const char *const *argv_tail, char *output, size_t size,
-            int timeout_ms)
-{
-    static int counter;
-    const char *argv[RELAY_MAX_ARGS];
-    char binary[512], path[128];
-    size_t n = 0, len = 0;
-    FILE *file;
-    int status;
-
-    snprintf(binary, sizeof(binary), "%s/%s", harness_env("OUTBOX_BIN"), program);
-    argv[n++] = binary;
-    for (size_t i = 0; argv_tail[i] != NULL && n < RELAY_MAX_ARGS - 1; i++)
-        argv[n++] = argv_tail[i];
-    argv[n] = NULL;
-    snprintf(path, sizeof(path), "/tmp/outbox-config-test-%d-%d.log", (int)getpid(), counter++);
-    unlink(path);
-    status = harness_wait_exit(harness_spawn(argv, path), timeout_ms);
-    file = fopen(path, "r");
-    if (file != NULL) {
-        len = fread(output, 1, size - 1, file);
-        fclose(file);
-    }
-    output[len] = '\0';
-    unlink(path);
-    return status;
-}
-
 static int
 count_lines(const char *text)
 {
@@ -137,7 +108,7 @@ assert_config_error(const char *url, const char *broker)
     const char *const *argvs[] = {check, run};
 
     for (int i = 0; i < 2; i++) {
-        int status = run_program("outbox-relay", argvs[i], output, sizeof(output), 20000);
+        int status = fixture_run_program("outbox-relay", argvs[i], output, sizeof(output), 20000);
 
         assert_no_secret(i == 0 ? "outbox-relay --check" : "outbox-relay", url, output);
         if (status != 2 || count_lines(output) != 1 || strstr(output, "--database-url") == NULL)
@@ -145,7 +116,7 @@ assert_config_error(const char *url, const char *broker)
                      " --database-url:\n%s",
                      i == 0 ? " --check" : "", url, status, output);
     }
-    if (run_program("outboxctl", ctl, output, sizeof(output), 20000) != 2 ||
+    if (fixture_run_program("outboxctl", ctl, output, sizeof(output), 20000) != 2 ||
         count_lines(output) != 1 || strstr(output, "--database-url") == NULL)
         fail_msg("outboxctl with '%s': expected exit 2 and one line naming --database-url:\n%s",
                  url, output);
@@ -221,9 +192,9 @@ test_retry_lines_hide_the_password(void **state)
         FILE *log;
         size_t len = 0;
 
-        assert_int_equal(run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
+        assert_int_equal(fixture_run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
         assert_no_secret("outbox-relay --check", urls[i], output);
-        assert_int_equal(run_program("outboxctl", ctl, output, sizeof(output), 30000), 1);
+        assert_int_equal(fixture_run_program("outboxctl", ctl, output, sizeof(output), 30000), 1);
         assert_no_secret("outboxctl", urls[i], output);
 
         relay_start_process(&relay, urls[i], broker, extra);
@@ -272,12 +243,12 @@ test_options_name_themselves_once(void **state)
 
     memset(exchange, 'x', 299);
     exchange[299] = '\0';
-    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 2);
+    assert_int_equal(fixture_run_program("outbox-relay", argv, output, sizeof(output), 20000), 2);
     if (strstr(output, "--exchange") == NULL || strstr(output, "--broker") != NULL ||
         count_lines(output) != 1)
         fail_msg("a 299-byte --exchange, expected one line naming --exchange:\n%s", output);
 
-    assert_int_equal(run_program("outbox-relay", metrics, output, sizeof(output), 20000), 2);
+    assert_int_equal(fixture_run_program("outbox-relay", metrics, output, sizeof(output), 20000), 2);
     if (count_occurrences(output, "--metrics-addr") != 1 || count_lines(output) != 1)
         fail_msg("--metrics-addr bad, expected one line naming it once:\n%s", output);
 }
@@ -294,7 +265,7 @@ test_command_line_wins_without_reading_the_variable(void **state)
     setenv("OUTBOX_BATCH_SIZE", "lots", 1);
     setenv("OUTBOX_LEASE", "-1", 1);
     setenv("OUTBOX_DATABASE_URL", "postgresql://u:" WORD_A "%zz@127.0.0.1/app", 1);
-    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
+    assert_int_equal(fixture_run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
     assert_non_null(strstr(output, "configuration OK"));
     unsetenv("OUTBOX_BATCH_SIZE");
     unsetenv("OUTBOX_LEASE");
@@ -316,7 +287,7 @@ test_flags_never_come_from_the_environment(void **state)
     setenv("OUTBOX_HELP", "1", 1);
     setenv("OUTBOX_VERSION", "yes", 1);
     setenv("OUTBOX_ONCE", "yes", 1);
-    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
+    assert_int_equal(fixture_run_program("outbox-relay", argv, output, sizeof(output), 20000), 0);
     if (strstr(output, "configuration OK") == NULL || strstr(output, "usage:") != NULL)
         fail_msg("OUTBOX_HELP=1 turned --check into something else:\n%s", output);
 
@@ -514,65 +485,19 @@ test_once_gives_up_on_an_unreachable_end(void **state)
 
 /* ---- --check verifies what the relay will do --------------------------------------- */
 
-/* url with its userinfo replaced by user (no password: the test server trusts loopback). */
-static char *
-url_as(const char *url, const char *user)
-{
-    const char *scheme_end = strstr(url, "://"), *at, *rest;
-    char *out;
-
-    assert_non_null(scheme_end);
-    at = strchr(scheme_end + 3, '@');
-    rest = at != NULL ? at + 1 : scheme_end + 3;
-    out = malloc(strlen(url) + strlen(user) + 2);
-    assert_non_null(out);
-    sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
-    return out;
-}
-
-/* Runs sql/roles/outbox_relay_role.sql in the test's database. */
-static void
-run_roles_script(PGconn *conn)
-{
-    char path[1024], *text;
-    FILE *file;
-    long size;
-
-    snprintf(path, sizeof(path), "%s/sql/roles/outbox_relay_role.sql",
-             harness_env("OUTBOX_SOURCE_DIR"));
-    file = fopen(path, "r");
-    if (file == NULL)
-        fail_msg("cannot open %s", path);
-    fseek(file, 0, SEEK_END);
-    size = ftell(file);
-    fseek(file, 0, SEEK_SET);
-    text = malloc((size_t)size + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)size, file), (size_t)size);
-    text[size] = '\0';
-    fclose(file);
-    harness_exec(conn, text);
-    free(text);
-}
-
 /* --check as user after grants (run as the owner); exit 2 naming missing, or 0 when NULL. */
 static void
 check_as_role(struct fixture *f, const char *user, const char *grants, const char *missing)
 {
     const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    char sql[1024], output[4096];
-    char *url = url_as(f->url, user);
+    char output[4096];
+    char *url = fixture_url_as(f->url, user);
     const char *argv[] = {"--database-url", url, "--broker", broker, "--check", NULL};
     int status;
 
-    snprintf(sql, sizeof(sql),
-             "SET client_min_messages = warning; DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN; %s",
-             user, user,
-             grants);
-    harness_exec(f->conn, sql);
-    status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
-    snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", user, user);
-    harness_exec(f->conn, sql);
+    fixture_create_login_role(f->conn, user, grants);
+    status = fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000);
+    fixture_drop_role(f->conn, user);
     free(url);
     if (missing == NULL) {
         if (status != 0 || strstr(output, "configuration OK") == NULL)
@@ -632,7 +557,7 @@ test_check_names_a_missing_privilege(void **state)
         harness_exec(f->conn, "GRANT EXECUTE ON FUNCTION pg_catalog.make_interval(integer, integer,"
                               " integer, integer, integer, integer, double precision) TO PUBLIC");
         /* what sql/roles grants the relay is enough */
-        run_roles_script(f->conn);
+        fixture_create_outbox_roles(f->conn);
         check_as_role(f, user, GRANTS("GRANT outbox_relay TO %s", user), NULL);
     }
 #undef GRANTS
@@ -655,19 +580,18 @@ test_on_success_delete_needs_the_delete_privilege(void **state)
 
     snprintf(user, sizeof(user), "delete_role_%d", (int)getpid());
     snprintf(prefix, sizeof(prefix), "on-delete-%d:", (int)getpid());
-    url = url_as(f->url, user);
+    url = fixture_url_as(f->url, user);
     snprintf(sql, sizeof(sql),
-             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
-             " GRANT USAGE ON SCHEMA outbox TO %1$s; GRANT SELECT, UPDATE ON outbox.job TO %1$s;"
+             "GRANT USAGE ON SCHEMA outbox TO %1$s; GRANT SELECT, UPDATE ON outbox.job TO %1$s;"
              " GRANT SELECT ON outbox.paused TO %1$s",
              user);
-    harness_exec(f->conn, sql);
+    fixture_create_login_role(f->conn, user, sql);
     harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', '{}')) FROM generate_series(1, 5)");
     {
         const char *argv[] = {"--database-url", url, "--broker", broker, "--stream-prefix", prefix,
                               "--on-success", "delete", "--once", NULL};
 
-        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        status = fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000);
         if (status == 0 || strstr(output, "--on-success delete") == NULL ||
             strstr(output, "DELETE on table outbox.job") == NULL)
             fail_msg("--on-success delete without DELETE: exit %d, expected a failure naming the"
@@ -678,13 +602,12 @@ test_on_success_delete_needs_the_delete_privilege(void **state)
                          5);
         snprintf(sql, sizeof(sql), "GRANT DELETE ON outbox.job TO %s", user);
         harness_exec(f->conn, sql);
-        status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        status = fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000);
         if (status != 0)
             fail_msg("--on-success delete with DELETE: exit %d\n%s", status, output);
         assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 0);
     }
-    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
-    harness_exec(f->conn, sql);
+    fixture_drop_role(f->conn, user);
     free(url);
 }
 
@@ -734,13 +657,12 @@ test_once_ends_when_no_row_can_move(void **state)
     PGconn *locker;
 
     snprintf(user, sizeof(user), "readonly_role_%d", (int)getpid());
-    run_roles_script(f->conn);
+    fixture_create_outbox_roles(f->conn);
     snprintf(sql, sizeof(sql),
-             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
-             " GRANT outbox_relay TO %1$s; ALTER ROLE %1$s SET default_transaction_read_only = on",
+             "GRANT outbox_relay TO %1$s; ALTER ROLE %1$s SET default_transaction_read_only = on",
              user);
-    harness_exec(f->conn, sql);
-    url = url_as(f->url, user);
+    fixture_create_login_role(f->conn, user, sql);
+    url = fixture_url_as(f->url, user);
     enqueue_rows(f->conn, "stuck", 5);
 
     relay_start_process(&waiting, f->url, broker, wait_extra);
@@ -749,7 +671,7 @@ test_once_ends_when_no_row_can_move(void **state)
     assert_once_gave_up(&readonly, "as a read-only role", read_only);
     {
         const char *argv[] = {"--database-url", url, "--broker", broker, "--check", NULL};
-        int status = run_program("outbox-relay", argv, output, sizeof(output), 30000);
+        int status = fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000);
 
         if (status != 2 || strstr(output, "read-only") == NULL || count_lines(output) != 1)
             fail_msg("--check as a read-only role: exit %d, expected 2 and one line:\n%s", status,
@@ -767,8 +689,7 @@ test_once_ends_when_no_row_can_move(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'ready'"),
                      5);
-    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
-    harness_exec(f->conn, sql);
+    fixture_drop_role(f->conn, user);
     free(url);
 }
 
@@ -821,13 +742,12 @@ test_revoked_privilege_is_waited_out(void **state)
 
     snprintf(user, sizeof(user), "revoked_role_%d", (int)getpid());
     snprintf(sql, sizeof(sql),
-             "SET client_min_messages = warning; DROP ROLE IF EXISTS %1$s; CREATE ROLE %1$s LOGIN;"
-             " GRANT USAGE ON SCHEMA outbox TO %1$s;"
+             "GRANT USAGE ON SCHEMA outbox TO %1$s;"
              " GRANT SELECT, UPDATE, DELETE ON outbox.job TO %1$s;"
              " GRANT SELECT ON outbox.paused TO %1$s",
              user);
-    harness_exec(f->conn, sql);
-    url = url_as(f->url, user);
+    fixture_create_login_role(f->conn, user, sql);
+    url = fixture_url_as(f->url, user);
     relay_start_process(&relay, url, broker, extra);
     enqueue_rows(f->conn, "revoked", 10);
     assert_int_equal(wait_for_value(f->conn,
@@ -856,8 +776,7 @@ test_revoked_privilege_is_waited_out(void **state)
     assert_int_equal(relay_wait(&relay, 15000), 0);
     assert_log_is_json(&relay);
     unlink(relay.log_path);
-    snprintf(sql, sizeof(sql), "DROP OWNED BY %1$s; DROP ROLE %1$s", user);
-    harness_exec(f->conn, sql);
+    fixture_drop_role(f->conn, user);
     free(url);
 }
 
@@ -870,13 +789,13 @@ test_check_looks_for_the_exchange(void **state)
     const char *argv[] = {"--database-url", f->url, "--broker", broker, "--exchange",
                           "no-such-exchange-here", "--check", NULL};
 
-    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 30000), 2);
+    assert_int_equal(fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000), 2);
     if (strstr(output, "--exchange") == NULL || strstr(output, "no-such-exchange-here") == NULL ||
         count_lines(output) != 1)
         fail_msg("--check with a missing exchange, expected one line naming --exchange:\n%s",
                  output);
     argv[5] = "amq.topic";
-    assert_int_equal(run_program("outbox-relay", argv, output, sizeof(output), 30000), 0);
+    assert_int_equal(fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000), 0);
     assert_non_null(strstr(output, "configuration OK"));
 }
 
@@ -928,18 +847,18 @@ test_broker_password_file(void **state)
     snprintf(amqp_wrong, sizeof(amqp_wrong), "amqp://guest:not-it@127.0.0.1:%d/", amqp_port);
 
     /* without it the Redis server refuses */
-    assert_int_equal(run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
+    assert_int_equal(fixture_run_program("outbox-relay", check, output, sizeof(output), 30000), 1);
     with_file[5] = with_newline;
-    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+    if (fixture_run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
         fail_msg("redis with --broker-password-file:\n%s", output);
     with_file[5] = without_newline;
     with_file[3] = redis_wrong;
-    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+    if (fixture_run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
         fail_msg("redis, wrong password in the URL, the right one in the file:\n%s", output);
     assert_null(strstr(output, password));
     with_file[5] = guest;
     with_file[3] = amqp_wrong;
-    if (run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
+    if (fixture_run_program("outbox-relay", with_file, output, sizeof(output), 30000) != 0)
         fail_msg("amqp, wrong password in the URL, the right one in the file:\n%s", output);
 
     /* rows go through with it */
@@ -953,7 +872,7 @@ test_broker_password_file(void **state)
     /* unreadable and empty files */
     with_file[3] = redis_bare;
     with_file[5] = "/nonexistent/outbox-password";
-    assert_int_equal(run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
+    assert_int_equal(fixture_run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
     if (strstr(output, "--broker-password-file") == NULL || count_lines(output) != 1 ||
         strstr(output, "No such file") == NULL)
         fail_msg("an unreadable password file, expected one line naming the option:\n%s", output);
@@ -961,7 +880,7 @@ test_broker_password_file(void **state)
     free(without_newline);
     without_newline = write_file("redis-password-empty", "\n");
     with_file[5] = without_newline;
-    assert_int_equal(run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
+    assert_int_equal(fixture_run_program("outbox-relay", with_file, output, sizeof(output), 30000), 2);
     assert_non_null(strstr(output, "--broker-password-file"));
 
     unlink(with_newline);
@@ -1076,7 +995,7 @@ test_enqueue_payload_from_a_file_or_stdin(void **state)
                                                " AND right(payload->>'pad', 3) = 'jkl'"),
                      2);
 
-    assert_int_equal(run_program("outboxctl", missing, output, sizeof(output), 20000), 2);
+    assert_int_equal(fixture_run_program("outboxctl", missing, output, sizeof(output), 20000), 2);
     if (strstr(output, "--payload-file") == NULL || count_lines(output) != 1)
         fail_msg("an unreadable payload file, expected one line naming --payload-file:\n%s",
                  output);

@@ -4,10 +4,11 @@
  * Each test has its own database and its own subject prefix
  * "nats-<pid>-<n>.", with a stream the test makes (the relay never does)
  * over the subjects the test wants covered. The shared broker scenarios
- * (kill -9, SIGTERM) run for NATS from test_relay_brokers.c; here is what
- * only NATS does: the message's headers, subjects without a stream, the
- * server's max_payload, invalid subjects, a server restart with file
- * storage, JetStream's dedup of a re-driven row, --check.
+ * (rollback, a bad row, a server restart or outage, kill -9, SIGTERM) run
+ * for NATS from test_relay_brokers.c; here is what only NATS does: the
+ * message's headers, subjects without a stream, the server's max_payload,
+ * invalid subjects, JetStream's dedup of a re-driven row, --check, TLS and
+ * tokens.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -266,46 +267,6 @@ test_invalid_subjects_die(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      10);
-}
-
-/*
- * A server restart mid-run (file storage): every committed row in the
- * stream exactly once, every row succeeded, and none paid an attempt.
- */
-static void
-test_restart_mid_run_loses_nothing(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--subject-prefix", f->prefix, "--batch-size", "100", NULL};
-    struct relay_process relay;
-
-    make_stream(f, ">", 0);
-    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
-                              " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
-    relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn,
-                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
-                   30000);
-    assert_int_equal(harness_stack("restart-service", "nats"), 0);
-    /* the restart fell mid-run: rows were still to go when the server came back */
-    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
-                                          " WHERE state = 'succeeded'") < 20000);
-    assert_int_equal(wait_for_value(f->conn,
-                                    "SELECT count(*) FROM outbox.job"
-                                    " WHERE state NOT IN ('succeeded', 'dead')",
-                                    0, 90000),
-                     0);
-    relay_signal(&relay, SIGTERM);
-    assert_int_equal(relay_wait(&relay, 15000), 0);
-    if (harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'") != 0) {
-        relay_dump_log(&relay);
-        fail_msg("rows died of a server restart");
-    }
-    unlink(relay.log_path);
-    nats_consumer_free(f->nats);
-    f->nats = nats_consumer_connect(f->broker);
-    assert_non_null(f->nats);
-    assert_each_row_once(f, 20000);
 }
 
 /*
@@ -577,7 +538,6 @@ main(void)
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tls_verifies_the_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_is_used_and_redacted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restart_mid_run_loses_nothing, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("relay_nats", tests, NULL, NULL);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
@@ -32,47 +33,6 @@ struct fixture {
     char reader_user[64];
     char prefix[64];
 };
-
-/* Reads the whole file at OUTBOX_SOURCE_DIR/relative into a malloc'd string. */
-static char *
-read_source_file(const char *relative)
-{
-    char path[1024];
-    FILE *f;
-    long size;
-    char *text;
-
-    snprintf(path, sizeof(path), "%s/%s", harness_env("OUTBOX_SOURCE_DIR"), relative);
-    f = fopen(path, "r");
-    if (f == NULL)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = malloc((size_t)size + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)size, f), (size_t)size);
-    text[size] = '\0';
-    fclose(f);
-    return text;
-}
-
-/* url (postgresql://user@host:port/db) with its user replaced by user; malloc'd. */
-static char *
-url_for_user(const char *url, const char *user)
-{
-    const char *scheme_end = strstr(url, "://");
-    const char *at, *rest;
-    char *out;
-
-    assert_non_null(scheme_end);
-    at = strchr(scheme_end + 3, '@');
-    rest = at != NULL ? at + 1 : scheme_end + 3;
-    out = malloc(strlen(url) + strlen(user) + 2);
-    assert_non_null(out);
-    sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
-    return out;
-}
 
 /* Runs sql on conn and returns its SQLSTATE ("" when it worked). */
 static const char *
@@ -115,14 +75,12 @@ setup(void **state)
 {
     static int counter;
     struct fixture *f = calloc(1, sizeof(*f));
-    char *script = read_source_file("sql/roles/outbox_relay_role.sql");
-    char sql[512];
+    char sql[128];
 
     f->url = harness_database_new();
     f->admin = harness_connect(f->url);
-    harness_exec(f->admin, script);
-    harness_exec(f->admin, script); /* idempotent */
-    free(script);
+    fixture_create_outbox_roles(f->admin);
+    fixture_create_outbox_roles(f->admin); /* idempotent */
 
     snprintf(f->relay_user, sizeof(f->relay_user), "roles_test_relay_%d_%d", (int)getpid(),
              counter);
@@ -131,12 +89,12 @@ setup(void **state)
     snprintf(f->reader_user, sizeof(f->reader_user), "roles_test_reader_%d_%d", (int)getpid(),
              counter);
     snprintf(f->prefix, sizeof(f->prefix), "roles-test-%d-%d:", (int)getpid(), counter++);
-    snprintf(sql, sizeof(sql),
-             "CREATE ROLE %s LOGIN IN ROLE outbox_relay;"
-             " CREATE ROLE %s LOGIN IN ROLE outbox_producer;"
-             " CREATE ROLE %s LOGIN IN ROLE outbox_reader",
-             f->relay_user, f->producer_user, f->reader_user);
-    harness_exec(f->admin, sql);
+    snprintf(sql, sizeof(sql), "GRANT outbox_relay TO %s", f->relay_user);
+    fixture_create_login_role(f->admin, f->relay_user, sql);
+    snprintf(sql, sizeof(sql), "GRANT outbox_producer TO %s", f->producer_user);
+    fixture_create_login_role(f->admin, f->producer_user, sql);
+    snprintf(sql, sizeof(sql), "GRANT outbox_reader TO %s", f->reader_user);
+    fixture_create_login_role(f->admin, f->reader_user, sql);
     *state = f;
     return 0;
 }
@@ -146,16 +104,12 @@ teardown(void **state)
 {
     struct fixture *f = *state;
     const char *broker = getenv("OUTBOX_TEST_REDIS_URL");
-    char sql[512];
-    PGconn *server;
 
+    fixture_drop_role(f->admin, f->relay_user);
+    fixture_drop_role(f->admin, f->producer_user);
+    fixture_drop_role(f->admin, f->reader_user);
     PQfinish(f->admin);
     harness_database_drop(f->url);
-    server = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
-    snprintf(sql, sizeof(sql), "DROP ROLE IF EXISTS %s, %s, %s", f->relay_user, f->producer_user,
-             f->reader_user);
-    harness_exec(server, sql);
-    PQfinish(server);
     if (broker != NULL) {
         redisContext *redis = stream_consumer_connect(broker);
 
@@ -172,7 +126,7 @@ static void
 test_producer_enqueues_but_cannot_change_rows(void **state)
 {
     struct fixture *f = *state;
-    char *url = url_for_user(f->url, f->producer_user);
+    char *url = fixture_url_as(f->url, f->producer_user);
     PGconn *producer = harness_connect(url);
 
     harness_exec(producer, "BEGIN");
@@ -229,7 +183,7 @@ static void
 test_producer_inserts_only_ready_rows(void **state)
 {
     struct fixture *f = *state;
-    char *url = url_for_user(f->url, f->producer_user);
+    char *url = fixture_url_as(f->url, f->producer_user);
     PGconn *producer = harness_connect(url);
     static const char *const refused[] = {
         "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, worker_id,"
@@ -287,7 +241,7 @@ static void
 test_relay_runs_as_relay_role(void **state)
 {
     struct fixture *f = *state;
-    char *url = url_for_user(f->url, f->relay_user);
+    char *url = fixture_url_as(f->url, f->relay_user);
     const char *broker = harness_env("OUTBOX_TEST_REDIS_URL");
     const char *check[] = {"--database-url", url, "--broker", broker, "--check", NULL};
     const char *extra[] = {"--once", "--stream-prefix", f->prefix, "--retention", "24h", NULL};
@@ -342,22 +296,14 @@ static void
 test_reader_runs_status_and_cannot_write(void **state)
 {
     struct fixture *f = *state;
-    char *url = url_for_user(f->url, f->reader_user);
-    char binary[512];
-    char *log_path = harness_log_path("roles-outboxctl-status");
-    const char *argv[] = {binary, "--database-url", url, "status", "--json", NULL};
+    char *url = fixture_url_as(f->url, f->reader_user);
+    const char *argv[] = {"--database-url", url, "status", "--json", NULL};
+    char output[8192];
     PGconn *reader;
-    char *log;
 
     enqueue_rows(f->admin, "orders", 3);
-    snprintf(binary, sizeof(binary), "%s/outboxctl", harness_env("OUTBOX_BIN"));
-    unlink(log_path);
-    assert_int_equal(harness_wait_exit(harness_spawn(argv, log_path), 30000), 0);
-    log = read_log(log_path);
-    assert_non_null(strstr(log, "\"queue\":\"orders\",\"ready\":3"));
-    free(log);
-    unlink(log_path);
-    free(log_path);
+    assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+    assert_non_null(strstr(output, "\"queue\":\"orders\",\"ready\":3"));
 
     reader = harness_connect(url);
     assert_string_equal(sqlstate_of(reader, "UPDATE outbox.job SET state = 'dead'"), "42501");

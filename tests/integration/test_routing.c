@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "amqp_consumer.h"
+#include "fixtures.h"
 #include "harness.h"
 #include "outbox.h"
 #include "redis_consumer.h"
@@ -308,35 +309,6 @@ test_library_enqueue_and_claim_carry_destination_and_trace(void **state)
 
 /* ---- outboxctl --------------------------------------------------------------- */
 
-/* Runs bin/outboxctl with args; its exit status, with stdout + stderr in output. */
-static int
-run_outboxctl(const char *const *args, char *output, size_t size)
-{
-    const char *argv[16];
-    char binary[512];
-    char *log = harness_log_path("routing-outboxctl");
-    size_t n = 0, len = 0;
-    FILE *file;
-    int status;
-
-    snprintf(binary, sizeof(binary), "%s/outboxctl", harness_env("OUTBOX_BIN"));
-    argv[n++] = binary;
-    while (*args != NULL && n < 15)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    unlink(log);
-    status = harness_wait_exit(harness_spawn(argv, log), 30000);
-    file = fopen(log, "r");
-    if (file != NULL) {
-        len = fread(output, 1, size - 1, file);
-        fclose(file);
-    }
-    output[len] = '\0';
-    unlink(log);
-    free(log);
-    return status;
-}
-
 static void
 test_outboxctl_enqueue_routes(void **state)
 {
@@ -348,11 +320,11 @@ test_outboxctl_enqueue_routes(void **state)
                          "--payload", "{}", "--routing-key", "order\ncreated", NULL};
     char output[4096];
 
-    assert_int_equal(run_outboxctl(routed, output, sizeof(output)), 0);
+    assert_int_equal(fixture_run_outboxctl(routed, output, sizeof(output)), 0);
     assert_query_text(f->conn, "SELECT exchange || ' ' || routing_key FROM outbox.job",
                       "events order.created.eu");
     /* bad input: one clear line, exit 1, nothing written */
-    assert_int_equal(run_outboxctl(bad, output, sizeof(output)), 1);
+    assert_int_equal(fixture_run_outboxctl(bad, output, sizeof(output)), 1);
     if (strstr(output, "invalid outbox routing key \"order\\ncreated\"") == NULL ||
         strchr(output, '\n') != strrchr(output, '\n')) {
         fprintf(stderr, "%s", output);

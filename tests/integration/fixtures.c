@@ -1,0 +1,133 @@
+/*
+ * fixtures.c - running the built programs and making roles, for integration tests.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fixtures.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* Runs so far; part of each run's log file name. */
+static unsigned run_counter;
+
+int
+fixture_run_program(const char *program, const char *const *argv_tail, char *output, size_t size,
+                    int timeout_ms)
+{
+    const char *argv[FIXTURE_MAX_ARGS + 2];
+    char binary[512], name[128];
+    char *log_path;
+    size_t n = 0, len = 0;
+    FILE *file;
+    int status;
+
+    snprintf(binary, sizeof(binary), "%s/%s", harness_env("OUTBOX_BIN"), program);
+    argv[n++] = binary;
+    for (size_t i = 0; argv_tail[i] != NULL; i++) {
+        if (n > FIXTURE_MAX_ARGS)
+            fail_msg("%s run with more than %d arguments", program, FIXTURE_MAX_ARGS);
+        argv[n++] = argv_tail[i];
+    }
+    argv[n] = NULL;
+    snprintf(name, sizeof(name), "%s-run-%d-%u", program, (int)getpid(), run_counter++);
+    log_path = harness_log_path(name);
+    unlink(log_path);
+    status = harness_wait_exit(harness_spawn(argv, log_path), timeout_ms);
+    file = fopen(log_path, "r");
+    if (file != NULL) {
+        len = fread(output, 1, size - 1, file);
+        fclose(file);
+    }
+    output[len] = '\0';
+    unlink(log_path);
+    free(log_path);
+    return status;
+}
+
+int
+fixture_run_outboxctl(const char *const *argv_tail, char *output, size_t size)
+{
+    return fixture_run_program("outboxctl", argv_tail, output, size, 30000);
+}
+
+char *
+fixture_read_source_file(const char *relative)
+{
+    char path[1024];
+    FILE *file;
+    long size;
+    char *text;
+
+    snprintf(path, sizeof(path), "%s/%s", harness_env("OUTBOX_SOURCE_DIR"), relative);
+    file = fopen(path, "r");
+    if (file == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(file, 0, SEEK_END);
+    size = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    text = malloc((size_t)size + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)size, file), (size_t)size);
+    text[size] = '\0';
+    fclose(file);
+    return text;
+}
+
+void
+fixture_create_outbox_roles(PGconn *conn)
+{
+    char *script = fixture_read_source_file("sql/roles/outbox_relay_role.sql");
+
+    harness_exec(conn, script);
+    free(script);
+}
+
+void
+fixture_create_login_role(PGconn *conn, const char *user, const char *grants)
+{
+    size_t size = strlen(grants) + 3 * strlen(user) + 128;
+    char *sql = malloc(size);
+
+    assert_non_null(sql);
+    /* the notice of a role that was not there is noise in the test's output */
+    snprintf(sql, size,
+             "SET client_min_messages = warning; DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN;"
+             " RESET client_min_messages; %s",
+             user, user, grants);
+    harness_exec(conn, sql);
+    free(sql);
+}
+
+void
+fixture_drop_role(PGconn *conn, const char *user)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", user, user);
+    harness_exec(conn, sql);
+}
+
+char *
+fixture_url_as(const char *url, const char *user)
+{
+    const char *scheme_end = strstr(url, "://");
+    const char *at, *rest;
+    char *out;
+
+    assert_non_null(scheme_end);
+    at = strchr(scheme_end + 3, '@');
+    rest = at != NULL ? at + 1 : scheme_end + 3;
+    out = malloc(strlen(url) + strlen(user) + 2);
+    assert_non_null(out);
+    sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
+    return out;
+}

@@ -1,0 +1,59 @@
+/*
+ * fixtures.h - what several integration tests set up the same way: running
+ * the built programs (outboxctl, outbox-relay) to their end with their
+ * output kept, and PostgreSQL roles to run them as.
+ *
+ * Like harness.h, these fail the current cmocka test on an error instead of
+ * returning one. Include <cmocka.h> (with its prelude) before this header.
+ */
+#ifndef OUTBOX_TEST_FIXTURES_H
+#define OUTBOX_TEST_FIXTURES_H
+
+#include <stddef.h>
+
+#include <libpq-fe.h>
+
+/* The most arguments fixture_run_program() passes on. */
+#define FIXTURE_MAX_ARGS 48
+
+/*
+ * Runs $OUTBOX_BIN/program (under $OUTBOX_VALGRIND when set) with the
+ * arguments argv_tail (NULL-terminated) and waits up to timeout_ms for it.
+ * Returns its exit status (128 + the signal when one ended it, -1 after
+ * killing it at the timeout), with what it wrote to stdout and stderr in
+ * output (size bytes, NUL-terminated, cut to fit).
+ */
+int fixture_run_program(const char *program, const char *const *argv_tail, char *output,
+                        size_t size, int timeout_ms);
+
+/* fixture_run_program() of outboxctl, 30 s at most. */
+int fixture_run_outboxctl(const char *const *argv_tail, char *output, size_t size);
+
+/* The file OUTBOX_SOURCE_DIR/relative as a malloc'd string; fails the test when unreadable. */
+char *fixture_read_source_file(const char *relative);
+
+/*
+ * Runs sql/roles/outbox_relay_role.sql on conn: the group roles
+ * outbox_relay, outbox_producer and outbox_reader with what each may do in
+ * conn's database (the script is idempotent).
+ */
+void fixture_create_outbox_roles(PGconn *conn);
+
+/*
+ * Creates login role user, dropping one a failed run left behind first, then
+ * runs grants on conn (SQL, "" for none), e.g. "GRANT outbox_relay TO u".
+ * Drop it with fixture_drop_role().
+ */
+void fixture_create_login_role(PGconn *conn, const char *user, const char *grants);
+
+/* Drops what user owns and its privileges in conn's database, then the role itself. */
+void fixture_drop_role(PGconn *conn, const char *user);
+
+/*
+ * A malloc'd copy of the libpq URL url (postgresql://user@host:port/db) with
+ * its userinfo replaced by user, without a password (the test server trusts
+ * loopback).
+ */
+char *fixture_url_as(const char *url, const char *user);
+
+#endif
