@@ -77,14 +77,6 @@ create_topic(struct fixture *f, const char *name, int partitions, const char *co
     return topic;
 }
 
-static int
-compare_id(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-    return (x > y) - (x < y);
-}
-
 static void
 read_topic(struct fixture *f, const char *topic, struct kafka_consumer_topic *out)
 {
@@ -286,56 +278,6 @@ test_check_names_the_topics(void **state)
         fail_msg("--check without topics said: %s", output);
 }
 
-/*
- * The broker stops mid-run and comes back: the rows caught in flight are
- * no row's fault and are given back without spending an attempt, so with
- * max_attempts 1 none is dead, and every row reaches the topic.
- */
-static void
-test_broker_restart_spends_no_attempt(void **state)
-{
-    struct fixture *f = *state;
-    const char *extra[] = {"--topic-prefix", f->prefix, "--batch-size", "100", NULL};
-    const char *topic = create_topic(f, "orders", 3, NULL);
-    struct kafka_consumer_topic read;
-    struct relay_process relay;
-    int64_t *ids;
-    size_t unique = 0;
-
-    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
-                              " max_attempts => 1)) FROM generate_series(1, 20000) AS g");
-    relay_start_process(&relay, f->url, f->broker, extra);
-    wait_for_value(f->conn,
-                   "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
-                   60000);
-    assert_int_equal(harness_stack("stop-service", "kafka"), 0);
-    sleep(2);
-    assert_int_equal(harness_stack("start-service", "kafka"), 0);
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 20000,
-                       120000) != 20000) {
-        relay_dump_log(&relay);
-        fail_msg("rows left unsucceeded after the broker came back: %lld dead",
-                 harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'dead'"));
-    }
-    relay_signal(&relay, SIGTERM);
-    assert_int_equal(relay_wait(&relay, 15000), 0);
-    unlink(relay.log_path);
-
-    read_topic(f, topic, &read);
-    ids = calloc(read.count + 1, sizeof(*ids));
-    assert_non_null(ids);
-    for (size_t i = 0; i < read.count; i++)
-        ids[i] = read.records[i].message_id;
-    qsort(ids, read.count, sizeof(*ids), compare_id);
-    for (size_t i = 0; i < read.count; i++)
-        unique += i == 0 || ids[i] != ids[i - 1];
-    print_message("kafka: broker restart: %zu records, %zu distinct of 20000\n", read.count,
-                  unique);
-    assert_int_equal(unique, 20000);
-    free(ids);
-    kafka_consumer_topic_clear(&read);
-}
-
 int
 main(void)
 {
@@ -345,7 +287,6 @@ main(void)
         cmocka_unit_test_setup_teardown(test_missing_topic_fails_only_its_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dead_among_200, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_names_the_topics, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_restart_spends_no_attempt, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("relay_kafka", tests, NULL, NULL);
