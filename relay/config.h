@@ -5,7 +5,7 @@
  * One table in config.c describes the relay's options (name, environment
  * name, kind, default, help), and the sink registry adds each broker's
  * (sink_option_group): parsing, defaults, `--help`, the man page and the
- * README's reference all come from them. The command line wins over the
+ * options block of docs/reference.md all come from them. The command line wins over the
  * environment.
  * Every error names the option (or variable) and the bad value, never a
  * password.

@@ -1,5 +1,6 @@
 /*
- * outbox-relay - publishes committed outbox rows to RabbitMQ or Redis Streams.
+ * outbox-relay - publishes committed outbox rows to RabbitMQ, Redis Streams,
+ * NATS JetStream or Kafka.
  *
  * main() owns configuration, logging, the metrics endpoint and signals; the
  * pipelines (relay.c) do the work. Signals are blocked in every thread and

@@ -1,5 +1,5 @@
 #!/bin/sh
-# check_docs.sh - the README's options block must be exactly `outbox-relay --help`.
+# check_docs.sh - the options block of docs/reference.md must be exactly `outbox-relay --help`.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-bin}
@@ -12,10 +12,10 @@ trap 'rm -f "$expected" "$documented"' EXIT
 # the fenced block right after the marker comment
 awk '/^<!-- the block below is `bin\/outbox-relay --help`/ { marker = 1; next }
      marker && /^```/ { if (inside) exit; inside = 1; next }
-     inside { print }' "$ROOT/README.md" > "$documented"
+     inside { print }' "$ROOT/docs/reference.md" > "$documented"
 if ! diff -u "$documented" "$expected"; then
-    echo "check_docs: README.md's options block differs from 'outbox-relay --help' (above);" >&2
-    echo "check_docs: paste the --help output into README.md" >&2
+    echo "check_docs: docs/reference.md's options block differs from 'outbox-relay --help' (above);" >&2
+    echo "check_docs: paste the --help output into docs/reference.md" >&2
     exit 1
 fi
-echo "check_docs: README options match --help"
+echo "check_docs: docs/reference.md options match --help"

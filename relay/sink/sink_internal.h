@@ -19,7 +19,7 @@
  * - one row in the broker table of tests/integration/test_relay_brokers.c;
  * - its server and client library in tests/harness/deps.sh (and the
  *   Makefile's RELAY_PKGS);
- * - its options in the README and man page (tests/check_docs.sh compares
+ * - its options in docs/reference.md and the man page (tests/check_docs.sh compares
  *   them with --help).
  * Only sink*.c include this header.
  */
