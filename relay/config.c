@@ -657,7 +657,7 @@ config_usage(FILE *out)
 
     fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
           "\n"
-          "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams or NATS JetStream.\n"
+          "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams, NATS JetStream or Kafka.\n"
           "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
           "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
           "its variable is then not read.",
