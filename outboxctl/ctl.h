@@ -105,6 +105,26 @@ int ctl_check_queue_and_key(const char *queue, const char *key);
  */
 int ctl_connect(struct ctl *ctl);
 
+/* ---- batched subcommands (outboxctl.c): purge, inbox purge, replay ---- */
+
+/* The rows a batched subcommand has done, kept up to date by the store's progress calls. */
+struct ctl_batch {
+    struct store_progress progress; /* hand &progress to the store */
+    int64_t rows;
+    const char *verb; /* "purged" */
+    const char *what; /* "succeeded jobs" */
+};
+
+void ctl_batch_init(struct ctl_batch *batch, const char *verb, const char *what);
+
+/*
+ * Reports a runtime error that stopped a batched subcommand, after the line
+ * "outboxctl: <verb> <rows> <what> before the error" when rows were done;
+ * returns 1.
+ */
+int ctl_batch_error(const struct ctl *ctl, const struct ctl_batch *batch,
+                    const struct outbox_error *err);
+
 /* ---- output (ctl_output.c) ---- */
 
 /* Writes text as a JSON string: quoted, with " \ and control characters escaped. */
@@ -150,7 +170,7 @@ ctl_command_fn ctl_command_pause;       /* ctl_flow.c */
 ctl_command_fn ctl_command_resume;      /* ctl_flow.c */
 ctl_command_fn ctl_command_paused;      /* ctl_flow.c */
 ctl_command_fn ctl_command_replay;      /* ctl_replay.c */
-ctl_command_fn ctl_command_inbox_purge; /* ctl_inbox.c */
+ctl_command_fn ctl_command_inbox_purge; /* ctl_purge.c */
 ctl_command_fn ctl_command_serve;       /* outboxctl.c: the console */
 
 #endif

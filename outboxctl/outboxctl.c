@@ -280,6 +280,37 @@ ctl_check_queue_and_key(const char *queue, const char *key)
     return names_check(queue, key, message, sizeof(message)) ? 0 : ctl_usage_error("%s", message);
 }
 
+/* ---- batched subcommands ------------------------------------------------ */
+
+/* Keeps the rows done so far, told by the store after each batch. */
+static void
+batch_done(void *arg, int64_t rows)
+{
+    struct ctl_batch *batch = arg;
+
+    batch->rows = rows;
+}
+
+void
+ctl_batch_init(struct ctl_batch *batch, const char *verb, const char *what)
+{
+    batch->progress.batch_done = batch_done;
+    batch->progress.arg = batch;
+    batch->rows = 0;
+    batch->verb = verb;
+    batch->what = what;
+}
+
+int
+ctl_batch_error(const struct ctl *ctl, const struct ctl_batch *batch,
+                const struct outbox_error *err)
+{
+    if (batch->rows > 0)
+        fprintf(stderr, "outboxctl: %s %lld %s before the error\n", batch->verb,
+                (long long)batch->rows, batch->what);
+    return ctl_runtime_error(ctl, err);
+}
+
 /* ---- dispatch ---------------------------------------------------------- */
 
 int

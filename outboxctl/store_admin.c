@@ -622,11 +622,71 @@ store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t 
     return 0;
 }
 
+/* ---- batched statements -------------------------------------------------- */
+
+/*
+ * One batch of a batched statement, in its own transaction: stores the rows
+ * it did in *rows (also when it fails after they were committed) and sets
+ * *more when rows may be left. Returns 0 or -1.
+ */
+typedef int batch_step_fn(PGconn *conn, void *state, int64_t *rows, bool *more,
+                          struct outbox_error *err);
+
+/*
+ * The one batch loop of purge, inbox purge and replay: runs step until it
+ * says nothing is left, adding its rows to *total and telling progress after
+ * every batch. Each batch commits on its own, so locks stay short and
+ * progress is kept; *total holds what was done, also on failure.
+ */
+static int
+run_batches(PGconn *conn, batch_step_fn *step, void *state, const struct store_progress *progress,
+            int64_t *total, struct outbox_error *err)
+{
+    bool more = true;
+
+    while (more) {
+        int64_t rows = 0;
+        int rc = step(conn, state, &rows, &more, err);
+
+        *total += rows;
+        if (progress != NULL && progress->batch_done != NULL && (rc == 0 || rows > 0))
+            progress->batch_done(progress->arg, *total);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A retention purge in progress: its fixed cutoff and batch size. */
+struct purge_state {
+    const char *cutoff;
+    int batch_size;
+};
+
+static int
+purge_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct outbox_error *err)
+{
+    const struct purge_state *purge = state;
+    struct outbox_cleanup_result cleaned;
+
+    if (outbox_cleanup_batch(conn, purge->cutoff, purge->batch_size, &cleaned, err) < 0)
+        return -1;
+    *rows = (int64_t)cleaned.deleted;
+    if (!cleaned.locked) {
+        usleep(PURGE_LOCKED_WAIT_US); /* a relay's cleanup batch runs: wait for its turn */
+        *more = true;
+        return 0;
+    }
+    *more = cleaned.deleted >= (size_t)purge->batch_size;
+    return 0;
+}
+
 int
-store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
-                  struct outbox_error *err)
+store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
+                  const struct store_progress *progress, int64_t *count, struct outbox_error *err)
 {
     char cutoff[64];
+    struct purge_state purge = {cutoff, batch_size};
 
     *count = 0;
     if (older_than_seconds < 0 || batch_size < 1)
@@ -634,20 +694,7 @@ store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int6
                                 "unable to purge succeeded jobs: bad age or batch size");
     if (outbox_cleanup_cutoff(conn, (double)older_than_seconds, cutoff, sizeof(cutoff), err) < 0)
         return -1;
-    for (;;) {
-        struct outbox_cleanup_result cleaned;
-
-        /* each batch commits on its own: locks stay short and progress is kept */
-        if (outbox_cleanup_batch(conn, cutoff, batch_size, &cleaned, err) < 0)
-            return -1;
-        *count += (int64_t)cleaned.deleted;
-        if (!cleaned.locked) {
-            usleep(PURGE_LOCKED_WAIT_US); /* a relay's cleanup batch runs: wait for its turn */
-            continue;
-        }
-        if (cleaned.deleted < (size_t)batch_size)
-            return 0;
-    }
+    return run_batches(conn, purge_step, &purge, progress, count, err);
 }
 
 int
@@ -812,113 +859,190 @@ id_array(const int64_t *ids, size_t count)
     return text;
 }
 
+/* A replay in progress: the request, its fixed range and the cursor of the last batch. */
+struct replay_state {
+    const struct store_replay_request *request;
+    const char *ids;    /* "{1,2}" or NULL */
+    char *cutoff;       /* the end of the range, fixed at the start */
+    char *cursor_time;  /* finished_at, job_id of the last row taken; NULL: none yet */
+    char *cursor_id;
+    char batch_text[16];
+};
+
+/* Fixes the end of the range: until, or now when later or not given. */
+static int
+replay_cutoff(PGconn *conn, struct replay_state *replay, struct outbox_error *err)
+{
+    const struct store_replay_request *request = replay->request;
+    const char *params[1] = {request->job_count > 0 ? NULL : request->until};
+    PGresult *result = run(conn, replay_cutoff_sql, 1, params);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to replay jobs");
+        PQclear(result);
+        return -1;
+    }
+    replay->cutoff = strdup(PQgetvalue(result, 0, 0));
+    PQclear(result);
+    if (replay->cutoff == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Counts what the replay selects, by state; with dry_run, that is all it does. */
+static int
+replay_count(PGconn *conn, const struct replay_state *replay, struct store_replay_result *out,
+             struct outbox_error *err)
+{
+    const struct store_replay_request *request = replay->request;
+    const char *since = request->job_count > 0 ? NULL : request->since;
+    const char *params[5] = {request->queue, since, replay->cutoff, replay->ids,
+                             request->ordering_key};
+    PGresult *result = run(conn, replay_count_sql, 5, params);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        fail_with(err, conn, result, "unable to replay jobs");
+        PQclear(result);
+        return -1;
+    }
+    out->ready = int64_value(result, 0, 1);
+    out->running = int64_value(result, 0, 2);
+    out->dead = int64_value(result, 0, 3);
+    out->missing = request->job_count > 0 ? int64_value(result, 0, 4) : 0;
+    if (request->dry_run)
+        out->replayed = int64_value(result, 0, 0);
+    PQclear(result);
+    return 0;
+}
+
+/* Moves the cursor to the last row of the batch in result; false when out of memory. */
+static bool
+replay_move_cursor(struct replay_state *replay, const PGresult *result)
+{
+    free(replay->cursor_time);
+    free(replay->cursor_id);
+    replay->cursor_time = strdup(PQgetvalue(result, 0, 1));
+    replay->cursor_id = strdup(PQgetvalue(result, 0, 2));
+    return replay->cursor_time != NULL && replay->cursor_id != NULL;
+}
+
+static int
+replay_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct outbox_error *err)
+{
+    struct replay_state *replay = state;
+    const struct store_replay_request *request = replay->request;
+    const char *since = request->job_count > 0 ? NULL : request->since;
+    const char *params[8] = {request->queue,        since,
+                             replay->cutoff,        replay->ids,
+                             request->ordering_key, replay->cursor_time,
+                             replay->cursor_id,     replay->batch_text};
+    PGresult *result = run(conn, replay_batch_sql, 8, params);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        goto fail;
+    *rows = int64_value(result, 0, 0);
+    *more = !PQgetisnull(result, 0, 1);
+    if (!*more) {
+        PQclear(result);
+        return 0;
+    }
+    if (!replay_move_cursor(replay, result)) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    PQclear(result);
+    /* relays waiting on the channel take the batch at once */
+    result = PQexec(conn, "NOTIFY outbox_job");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        goto fail;
+    PQclear(result);
+    return 0;
+
+fail:
+    fail_with(err, conn, result, "unable to replay jobs");
+    PQclear(result);
+    return -1;
+}
+
 int
 store_admin_replay(PGconn *conn, const struct store_replay_request *request,
                    struct store_replay_result *out, struct outbox_error *err)
 {
-    char batch_text[16];
-    char *ids = NULL, *cutoff = NULL, *cursor_time = NULL, *cursor_id = NULL;
-    PGresult *result = NULL;
+    struct replay_state replay = {.request = request};
+    char *ids = NULL;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
     if (request->queue == NULL || request->batch_size < 1)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "unable to replay: bad request");
-    snprintf(batch_text, sizeof(batch_text), "%d", request->batch_size);
+    snprintf(replay.batch_text, sizeof(replay.batch_text), "%d", request->batch_size);
     if (request->job_count > 0 && (ids = id_array(request->job_ids, request->job_count)) == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    replay.ids = ids;
+    if (replay_cutoff(conn, &replay, err) < 0 || replay_count(conn, &replay, out, err) < 0)
+        goto cleanup;
+    if (request->dry_run)
+        rc = 0;
+    else
+        rc = run_batches(conn, replay_step, &replay, request->progress, &out->replayed, err);
 
-    {
-        const char *params[1] = {request->job_count > 0 ? NULL : request->until};
-
-        result = run(conn, replay_cutoff_sql, 1, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        cutoff = strdup(PQgetvalue(result, 0, 0));
-        PQclear(result);
-        result = NULL;
-        if (cutoff == NULL)
-            goto out_of_memory;
-    }
-    {
-        const char *since = request->job_count > 0 ? NULL : request->since;
-        const char *params[5] = {request->queue, since, cutoff, ids, request->ordering_key};
-
-        result = run(conn, replay_count_sql, 5, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        out->ready = int64_value(result, 0, 1);
-        out->running = int64_value(result, 0, 2);
-        out->dead = int64_value(result, 0, 3);
-        out->missing = request->job_count > 0 ? int64_value(result, 0, 4) : 0;
-        if (request->dry_run)
-            out->replayed = int64_value(result, 0, 0);
-        PQclear(result);
-        result = NULL;
-    }
-
-    while (!request->dry_run) {
-        const char *since = request->job_count > 0 ? NULL : request->since;
-        const char *params[8] = {request->queue,        since,       cutoff,    ids,
-                                 request->ordering_key, cursor_time, cursor_id, batch_text};
-
-        /* each batch commits on its own: locks stay short and progress is kept */
-        result = run(conn, replay_batch_sql, 8, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        out->replayed += int64_value(result, 0, 0);
-        if (PQgetisnull(result, 0, 1))
-            break;
-        free(cursor_time);
-        free(cursor_id);
-        cursor_time = strdup(PQgetvalue(result, 0, 1));
-        cursor_id = strdup(PQgetvalue(result, 0, 2));
-        PQclear(result);
-        result = NULL;
-        if (cursor_time == NULL || cursor_id == NULL)
-            goto out_of_memory;
-        /* relays waiting on the channel take the batch at once */
-        result = PQexec(conn, "NOTIFY outbox_job");
-        if (PQresultStatus(result) != PGRES_COMMAND_OK)
-            goto fail;
-        PQclear(result);
-        result = NULL;
-    }
-    rc = 0;
-    goto cleanup;
-
-out_of_memory:
-    outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    goto cleanup;
-fail:
-    fail_with(err, conn, result, "unable to replay jobs");
 cleanup:
-    PQclear(result);
     free(ids);
-    free(cutoff);
-    free(cursor_time);
-    free(cursor_id);
+    free(replay.cutoff);
+    free(replay.cursor_time);
+    free(replay.cursor_id);
     return rc;
 }
 
 /* ---- inbox ---------------------------------------------------------------- */
 
+/* An inbox purge in progress: the table it deletes from (0 inbox, 1 inbox_key, 2 done). */
+struct inbox_purge_state {
+    const char *cutoff;
+    char batch_text[16];
+    int batch_size;
+    int table;
+};
+
+static int
+inbox_purge_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct outbox_error *err)
+{
+    struct inbox_purge_state *purge = state;
+    const char *params[2] = {purge->cutoff, purge->batch_text};
+    PGresult *result =
+        run(conn, purge->table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
+
+    if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+        fail_with(err, conn, result, "unable to purge the inbox");
+        PQclear(result);
+        return -1;
+    }
+    *rows = strtoll(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    if (*rows < purge->batch_size)
+        purge->table++;
+    *more = purge->table < 2;
+    return 0;
+}
+
 int
-store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
+store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
+                        const struct store_progress *progress, int64_t *count,
                         struct outbox_error *err)
 {
-    char seconds_text[24], batch_text[16];
+    char seconds_text[24];
     const char *cutoff_params[1] = {seconds_text};
+    struct inbox_purge_state purge = {.batch_size = batch_size};
     char *cutoff;
     PGresult *result;
-    int rc = -1;
+    int rc;
 
     *count = 0;
     if (older_than_seconds < 0 || batch_size < 1)
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
                                 "unable to purge the inbox: bad age or batch size");
     snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
-    snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
+    snprintf(purge.batch_text, sizeof(purge.batch_text), "%d", batch_size);
     result = run(conn, time_ago_sql, 1, cutoff_params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         fail_with(err, conn, result, "unable to purge the inbox");
@@ -929,25 +1053,8 @@ store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size
     PQclear(result);
     if (cutoff == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    for (int table = 0; table < 2;) {
-        const char *params[2] = {cutoff, batch_text};
-        int64_t deleted;
-
-        result = run(conn, table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            fail_with(err, conn, result, "unable to purge the inbox");
-            PQclear(result);
-            goto cleanup;
-        }
-        deleted = strtoll(PQcmdTuples(result), NULL, 10);
-        PQclear(result);
-        *count += deleted;
-        if (deleted < batch_size)
-            table++;
-    }
-    rc = 0;
-
-cleanup:
+    purge.cutoff = cutoff;
+    rc = run_batches(conn, inbox_purge_step, &purge, progress, count, err);
     free(cutoff);
     return rc;
 }
