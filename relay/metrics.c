@@ -692,6 +692,115 @@ render_table_gauges(struct buffer *o, const struct metrics *m)
                  t->oldest_succeeded_past_retention_seconds);
 }
 
+/* The counters: per queue, relay-wide, and reconnects per target. */
+static void
+render_counters(struct buffer *o, const struct metrics *m)
+{
+    for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
+        out_header(o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
+        for (size_t q = 0; q < m->queue_count; q++) {
+            buffer_puts(o, queue_counter_info[c].name);
+            out_labels(o, m, "queue", m->queues[q].name);
+            buffer_printf(o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
+        }
+    }
+    for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
+        out_header(o, counter_info[c].name, counter_info[c].help, "counter");
+        buffer_puts(o, counter_info[c].name);
+        out_labels(o, m, NULL, NULL);
+        buffer_printf(o, " %llu\n", (unsigned long long)m->counters[c]);
+    }
+    out_header(o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
+               "counter");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        buffer_puts(o, "outbox_reconnects_total");
+        out_labels(o, m, "target", target_names[t]);
+        buffer_printf(o, " %llu\n", (unsigned long long)m->reconnects[t]);
+    }
+}
+
+/* Rows in flight, then the per-queue gauges of the last sample. */
+static void
+render_queue_gauges(struct buffer *o, const struct metrics *m)
+{
+    out_header(o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
+               "gauge");
+    buffer_puts(o, "outbox_rows_in_flight");
+    out_labels(o, m, NULL, NULL);
+    buffer_printf(o, " %lld\n", (long long)m->in_flight);
+
+    out_header(o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_ready_rows");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %lld\n", (long long)m->queues[q].ready_rows);
+    }
+    out_header(o, "outbox_oldest_ready_age_seconds",
+               "Age of the oldest ready row per queue at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_oldest_ready_age_seconds");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_puts(o, " ");
+        out_double(o, m->queues[q].oldest_ready_age_seconds);
+        buffer_puts(o, "\n");
+    }
+    out_header(o, "outbox_queue_paused",
+               "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_queue_paused");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %d\n", m->queues[q].paused ? 1 : 0);
+    }
+    out_header(o, "outbox_queue_paused_keys",
+               "Ordering keys of the queue paused at the last sample.", "gauge");
+    for (size_t q = 0; q < m->queue_count; q++) {
+        buffer_puts(o, "outbox_queue_paused_keys");
+        out_labels(o, m, "queue", m->queues[q].name);
+        buffer_printf(o, " %lld\n", (long long)m->queues[q].paused_keys);
+    }
+}
+
+/* Connection state, the xmin horizon, folded queues and the broker endpoints. */
+static void
+render_health_gauges(struct buffer *o, const struct metrics *m)
+{
+    out_header(o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
+               "gauge");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        buffer_puts(o, "outbox_up");
+        out_labels(o, m, "target", target_names[t]);
+        buffer_printf(o, " %d\n", m->up[t] ? 1 : 0);
+    }
+
+    out_header(o, "outbox_xmin_horizon_age_seconds",
+               "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
+               "gauge");
+    buffer_puts(o, "outbox_xmin_horizon_age_seconds");
+    out_labels(o, m, NULL, NULL);
+    buffer_puts(o, " ");
+    out_double(o, m->horizon_age_seconds);
+    buffer_puts(o, "\n");
+
+    out_header(o, "outbox_metrics_queues_folded",
+               "Queues past --metrics-max-queues, whose figures are summed under queue=\""
+               METRICS_OTHER_QUEUE "\".",
+               "gauge");
+    buffer_puts(o, "outbox_metrics_queues_folded");
+    out_labels(o, m, NULL, NULL);
+    buffer_printf(o, " %zu\n", m->folded_count);
+
+    if (m->endpoint_count > 0) {
+        out_header(o, "outbox_broker_endpoint",
+                   "Connections to each broker endpoint (host:port); 0 for one not in use.",
+                   "gauge");
+        for (size_t i = 0; i < m->endpoint_count; i++) {
+            buffer_puts(o, "outbox_broker_endpoint");
+            out_labels(o, m, "endpoint", m->endpoints[i]);
+            buffer_printf(o, " %lld\n", (long long)m->endpoint_connections[i]);
+        }
+    }
+}
+
 char *
 metrics_render(struct metrics *m, size_t *length)
 {
@@ -700,101 +809,10 @@ metrics_render(struct metrics *m, size_t *length)
     if (m == NULL)
         return NULL;
     pthread_mutex_lock(&m->lock);
-
-    for (size_t c = 0; c < METRICS_QUEUE_COUNTER_COUNT; c++) {
-        out_header(&o, queue_counter_info[c].name, queue_counter_info[c].help, "counter");
-        for (size_t q = 0; q < m->queue_count; q++) {
-            buffer_puts(&o, queue_counter_info[c].name);
-            out_labels(&o, m, "queue", m->queues[q].name);
-            buffer_printf(&o, " %llu\n", (unsigned long long)m->queues[q].counters[c]);
-        }
-    }
-    for (size_t c = 0; c < METRICS_COUNTER_COUNT; c++) {
-        out_header(&o, counter_info[c].name, counter_info[c].help, "counter");
-        buffer_puts(&o, counter_info[c].name);
-        out_labels(&o, m, NULL, NULL);
-        buffer_printf(&o, " %llu\n", (unsigned long long)m->counters[c]);
-    }
-    out_header(&o, "outbox_reconnects_total", "Reconnects after a lost connection, by target.",
-               "counter");
-    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        buffer_puts(&o, "outbox_reconnects_total");
-        out_labels(&o, m, "target", target_names[t]);
-        buffer_printf(&o, " %llu\n", (unsigned long long)m->reconnects[t]);
-    }
-
-    out_header(&o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
-               "gauge");
-    buffer_puts(&o, "outbox_rows_in_flight");
-    out_labels(&o, m, NULL, NULL);
-    buffer_printf(&o, " %lld\n", (long long)m->in_flight);
-
-    out_header(&o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_ready_rows");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %lld\n", (long long)m->queues[q].ready_rows);
-    }
-    out_header(&o, "outbox_oldest_ready_age_seconds",
-               "Age of the oldest ready row per queue at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_oldest_ready_age_seconds");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_puts(&o, " ");
-        out_double(&o, m->queues[q].oldest_ready_age_seconds);
-        buffer_puts(&o, "\n");
-    }
-    out_header(&o, "outbox_queue_paused",
-               "Whether the queue is paused (1) or not (0) at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_queue_paused");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %d\n", m->queues[q].paused ? 1 : 0);
-    }
-    out_header(&o, "outbox_queue_paused_keys",
-               "Ordering keys of the queue paused at the last sample.", "gauge");
-    for (size_t q = 0; q < m->queue_count; q++) {
-        buffer_puts(&o, "outbox_queue_paused_keys");
-        out_labels(&o, m, "queue", m->queues[q].name);
-        buffer_printf(&o, " %lld\n", (long long)m->queues[q].paused_keys);
-    }
+    render_counters(&o, m);
+    render_queue_gauges(&o, m);
     render_table_gauges(&o, m);
-    out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
-               "gauge");
-    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        buffer_puts(&o, "outbox_up");
-        out_labels(&o, m, "target", target_names[t]);
-        buffer_printf(&o, " %d\n", m->up[t] ? 1 : 0);
-    }
-
-    out_header(&o, "outbox_xmin_horizon_age_seconds",
-               "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
-               "gauge");
-    buffer_puts(&o, "outbox_xmin_horizon_age_seconds");
-    out_labels(&o, m, NULL, NULL);
-    buffer_puts(&o, " ");
-    out_double(&o, m->horizon_age_seconds);
-    buffer_puts(&o, "\n");
-
-    out_header(&o, "outbox_metrics_queues_folded",
-               "Queues past --metrics-max-queues, whose figures are summed under queue=\""
-               METRICS_OTHER_QUEUE "\".",
-               "gauge");
-    buffer_puts(&o, "outbox_metrics_queues_folded");
-    out_labels(&o, m, NULL, NULL);
-    buffer_printf(&o, " %zu\n", m->folded_count);
-
-    if (m->endpoint_count > 0) {
-        out_header(&o, "outbox_broker_endpoint",
-                   "Connections to each broker endpoint (host:port); 0 for one not in use.",
-                   "gauge");
-        for (size_t i = 0; i < m->endpoint_count; i++) {
-            buffer_puts(&o, "outbox_broker_endpoint");
-            out_labels(&o, m, "endpoint", m->endpoints[i]);
-            buffer_printf(&o, " %lld\n", (long long)m->endpoint_connections[i]);
-        }
-    }
-
+    render_health_gauges(&o, m);
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);
 
