@@ -2,14 +2,16 @@
  * outboxctl - the operators' command line for the outbox: migrate the
  * schema, show status, list and retry dead jobs, purge old succeeded jobs,
  * enqueue a job by hand, pause and resume queues, replay published jobs,
- * purge the consumers' inbox.
+ * purge the consumers' inbox, serve the web console. This file holds main,
+ * the --help text, the options and errors every subcommand shares, and the
+ * dispatch table; each subcommand lives in a ctl_<job>.c file (see ctl.h).
+ * A new subcommand is one row in command_table and one line in the help.
  *
  * Exit codes: 0 success, 1 runtime error (connection, database, missing
  * schema), 2 usage error, reported in one line naming the bad option. A
  * password from the database URL (or PGPASSWORD) never reaches the output:
  * every error message is scrubbed of it before printing.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,7 +26,6 @@
 #include "error.h"
 #include "migrate.h"
 #include "names.h"
-#include "outbox.h"
 #include "parse.h"
 #include "redact.h"
 #include "retention.h"
