@@ -93,8 +93,7 @@ int ctl_parse_options(struct ctl *ctl, int argc, char **argv, int first,
                       const struct ctl_option *options, size_t count);
 
 /* Parses a numeric option value, reporting a usage error naming the option. */
-int ctl_number_option(const char *name, const char *text, int64_t min, int64_t max,
-                      int64_t *value);
+int ctl_number_option(const char *name, const char *text, int64_t min, int64_t max, int64_t *value);
 
 /* A usage error (exit 2) for a bad queue name or ordering key; 0 when both are fine. */
 int ctl_check_queue_and_key(const char *queue, const char *key);

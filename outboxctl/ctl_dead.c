@@ -24,8 +24,7 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
     bool ok;
     int taken;
 
-    const struct ctl_option options[] = {{"--queue", &queue, NULL},
-                                             {"--limit", &limit_text, NULL}};
+    const struct ctl_option options[] = {{"--queue", &queue, NULL}, {"--limit", &limit_text, NULL}};
 
     if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 2)) != CTL_GO_ON)
         return taken;
@@ -49,7 +48,8 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
         snprintf(id, sizeof(id), "%lld", (long long)job->job_id);
         snprintf(attempts, sizeof(attempts), "%d/%d", (int)job->attempts, (int)job->max_attempts);
         ok = ctl_table_add_row(&table, id, job->queue, attempts, job->finished_at,
-                           job->last_error ? ctl_one_line(error, sizeof(error), job->last_error) : "-");
+                               job->last_error ? ctl_one_line(error, sizeof(error), job->last_error)
+                                               : "-");
     }
     if (ok)
         ctl_table_print(&table, stdout);
@@ -67,8 +67,8 @@ ctl_command_dead_retry(struct ctl *ctl, int argc, char **argv, int first)
     int taken;
 
     const struct ctl_option options[] = {{"--queue", &queue, NULL},
-                                             {"--job", &job_text, NULL},
-                                             {"--extra-attempts", &extra_text, NULL}};
+                                         {"--job", &job_text, NULL},
+                                         {"--extra-attempts", &extra_text, NULL}};
 
     if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 3)) != CTL_GO_ON)
         return taken;

@@ -43,7 +43,7 @@ read_payload_file(const char *path, char **payload)
                 if (!from_stdin)
                     fclose(file);
                 return ctl_usage_error("--payload-file: unable to read '%s': %s", path,
-                                   strerror(saved_errno));
+                                       strerror(saved_errno));
             }
             break; /* end of file */
         }
@@ -89,12 +89,12 @@ ctl_command_enqueue(struct ctl *ctl, int argc, char **argv, int first)
     int taken;
 
     const struct ctl_option options[] = {{"--queue", &message.queue, NULL},
-                                             {"--payload", &message.payload_json, NULL},
-                                             {"--payload-file", &payload_file, NULL},
-                                             {"--idempotency-key", &message.idempotency_key, NULL},
-                                             {"--key", &message.idempotency_key, NULL},
-                                             {"--exchange", &message.exchange, NULL},
-                                             {"--routing-key", &message.routing_key, NULL}};
+                                         {"--payload", &message.payload_json, NULL},
+                                         {"--payload-file", &payload_file, NULL},
+                                         {"--idempotency-key", &message.idempotency_key, NULL},
+                                         {"--key", &message.idempotency_key, NULL},
+                                         {"--exchange", &message.exchange, NULL},
+                                         {"--routing-key", &message.routing_key, NULL}};
 
     if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 7)) != CTL_GO_ON)
         return taken;

@@ -44,11 +44,12 @@ ctl_pauses_table(struct ctl_table *table, const struct store_pause_list *list)
         const struct store_pause *pause = &list->pauses[i];
         char key[256], reason[256];
 
-        ok = ctl_table_add_row(table, pause->queue,
-                           pause->ordering_key ? ctl_one_line(key, sizeof(key), pause->ordering_key)
-                                               : "(whole queue)",
-                           pause->paused_at, pause->paused_by,
-                           pause->reason ? ctl_one_line(reason, sizeof(reason), pause->reason) : "-");
+        ok = ctl_table_add_row(
+            table, pause->queue,
+            pause->ordering_key ? ctl_one_line(key, sizeof(key), pause->ordering_key)
+                                : "(whole queue)",
+            pause->paused_at, pause->paused_by,
+            pause->reason ? ctl_one_line(reason, sizeof(reason), pause->reason) : "-");
     }
     return ok;
 }
@@ -79,9 +80,8 @@ ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
     bool changed = false;
     int taken;
 
-    const struct ctl_option options[] = {{"--ordering-key", &key, NULL},
-                                             {"--key", &key, NULL},
-                                             {"--reason", &reason, NULL}};
+    const struct ctl_option options[] = {
+        {"--ordering-key", &key, NULL}, {"--key", &key, NULL}, {"--reason", &reason, NULL}};
 
     if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
         return taken;
@@ -112,8 +112,7 @@ ctl_command_resume(struct ctl *ctl, int argc, char **argv, int first)
     int64_t keys = 0;
     int taken;
 
-    const struct ctl_option options[] = {{"--ordering-key", &key, NULL},
-                                             {"--key", &key, NULL}};
+    const struct ctl_option options[] = {{"--ordering-key", &key, NULL}, {"--key", &key, NULL}};
 
     if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
         return taken;

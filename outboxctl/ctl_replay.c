@@ -80,12 +80,10 @@ take_job(const struct ctl *ctl, int argc, char **argv, int *index, struct replay
 static int
 parse_replay(struct ctl *ctl, int argc, char **argv, int first, struct replay_args *args)
 {
-    const struct ctl_option options[] = {{"--queue", &args->queue, NULL},
-                                         {"--since", &args->since, NULL},
-                                         {"--until", &args->until, NULL},
-                                         {"--ordering-key", &args->key, NULL},
-                                         {"--key", &args->key, NULL},
-                                         {"--dry-run", NULL, &args->dry_run}};
+    const struct ctl_option options[] = {
+        {"--queue", &args->queue, NULL}, {"--since", &args->since, NULL},
+        {"--until", &args->until, NULL}, {"--ordering-key", &args->key, NULL},
+        {"--key", &args->key, NULL},     {"--dry-run", NULL, &args->dry_run}};
     int taken = 0;
 
     for (int i = first; i < argc && taken != EXIT_USAGE; i++) {

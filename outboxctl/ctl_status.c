@@ -106,8 +106,7 @@ static void
 oldest_transaction_text(char *line, size_t size, const struct store_oldest_transaction *oldest)
 {
     if (oldest->present)
-        snprintf(line, size, "pid %d (%s, %s), open %.1fs, xmin %lld transactions old",
-                 oldest->pid,
+        snprintf(line, size, "pid %d (%s, %s), open %.1fs, xmin %lld transactions old", oldest->pid,
                  oldest->application_name[0] ? oldest->application_name : "no application name",
                  oldest->state[0] ? oldest->state : "unknown state", oldest->age_seconds,
                  (long long)oldest->xid_age);
@@ -205,8 +204,8 @@ blocked_rows(struct ctl_table *blocked, const struct store_status *status)
         if (key->last_error != NULL && strlen(key->last_error) > BLOCKED_ERROR_WIDTH)
             strcat(error, "...");
         ok = ctl_table_add_row(blocked, key->queue,
-                               ctl_one_line(key_text, sizeof(key_text), key->ordering_key), a, b,
-                               c, d, error);
+                               ctl_one_line(key_text, sizeof(key_text), key->ordering_key), a, b, c,
+                               d, error);
     }
     return ok;
 }
@@ -277,7 +276,7 @@ ctl_command_status(struct ctl *ctl, int argc, char **argv, int first)
     int taken, rc;
 
     const struct ctl_option options[] = {{"--json", NULL, &json},
-                                             {"--retention", &retention, NULL}};
+                                         {"--retention", &retention, NULL}};
 
     if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 2)) != CTL_GO_ON)
         return taken;

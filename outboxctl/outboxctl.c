@@ -142,7 +142,7 @@ ctl_out_of_memory(void)
  */
 int
 ctl_take_value(const struct ctl *ctl, int argc, char **argv, int *index, const char *name,
-           const char **value)
+               const char **value)
 {
     const char *arg = argv[*index];
     size_t len = strlen(name);
@@ -194,7 +194,7 @@ ctl_unexpected_argument(const struct ctl *ctl, const char *arg)
  */
 int
 ctl_parse_options(struct ctl *ctl, int argc, char **argv, int first,
-                      const struct ctl_option *options, size_t count)
+                  const struct ctl_option *options, size_t count)
 {
     for (int i = first; i < argc; i++) {
         int taken = ctl_common_option(ctl, argc, argv, &i);
@@ -251,7 +251,7 @@ ctl_connect(struct ctl *ctl)
 
     if (ctl->database_url == NULL || ctl->database_url[0] == '\0')
         return ctl_usage_error("missing database URL: give --database-url or set "
-                           "OUTBOX_DATABASE_URL");
+                               "OUTBOX_DATABASE_URL");
     if (url_check_database(ctl->database_url, &err) != 0)
         return ctl_usage_error("--database-url: %s", err.message);
 
@@ -270,7 +270,6 @@ ctl_connect(struct ctl *ctl)
         return ctl_runtime_error(ctl, &err);
     return 0;
 }
-
 
 /* A usage error (exit 2) for a bad queue name or ordering key; 0 when both are fine. */
 int
@@ -329,6 +328,7 @@ static const struct ctl_command_row {
     const char *name;
     ctl_command_fn *run;
 } command_table[] = {
+    /* clang-format off */
     {"migrate", ctl_command_migrate},
     {"status", ctl_command_status},
     {"purge", ctl_command_purge},
@@ -341,6 +341,7 @@ static const struct ctl_command_row {
     {"inbox purge", ctl_command_inbox_purge},
     {"dead list", ctl_command_dead_list},
     {"dead retry", ctl_command_dead_retry},
+    /* clang-format on */
 };
 
 #define COMMAND_COUNT (sizeof(command_table) / sizeof(command_table[0]))
@@ -374,12 +375,13 @@ group_choices(const char *group, char *buf, size_t size)
     buf[0] = '\0';
     for (size_t r = 0; r < COMMAND_COUNT && used < size; r++) {
         const struct ctl_command_row *row = &command_table[r];
+        const char *separator;
 
         if (!in_group(row, group))
             continue;
         seen++;
-        used += (size_t)snprintf(buf + used, size - used, "%s%s",
-                                 seen == 1 ? "" : seen == total ? " or " : ", ",
+        separator = seen == 1 ? "" : seen == total ? " or " : ", ";
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", separator,
                                  row->name + group_length(row->name) + 1);
     }
     return buf;
@@ -407,8 +409,7 @@ run_group(struct ctl *ctl, int argc, char **argv, int i)
     group_choices(group, choices, sizeof(choices));
     if (i + 1 >= argc)
         return ctl_usage_error("'%s' needs a subcommand: %s", group, choices);
-    return ctl_usage_error("unknown subcommand '%s' for '%s': use %s", argv[i + 1], group,
-                           choices);
+    return ctl_usage_error("unknown subcommand '%s' for '%s': use %s", argv[i + 1], group, choices);
 }
 
 /* Runs the command argv[i] names; returns the exit code. */

@@ -171,7 +171,8 @@ store_admin_exec(PGconn *conn, const char *sql, int count, const char *const *pa
 }
 
 int
-store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result, const char *context)
+store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
+                 const char *context)
 {
     const char *sqlstate = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : NULL;
 

@@ -205,7 +205,8 @@ struct store_replay_request {
     const char *ordering_key;
     bool dry_run;   /* count only */
     int batch_size; /* rows per transaction */
-    const struct store_progress *progress; /* told after each batch; may be NULL */
+    /* told after each batch; may be NULL */
+    const struct store_progress *progress;
 };
 
 struct store_replay_result {

@@ -200,9 +200,9 @@ id_array(const int64_t *ids, size_t count)
 /* A replay in progress: the request, its fixed range and the cursor of the last batch. */
 struct replay_state {
     const struct store_replay_request *request;
-    const char *ids;    /* "{1,2}" or NULL */
-    char *cutoff;       /* the end of the range, fixed at the start */
-    char *cursor_time;  /* finished_at, job_id of the last row taken; NULL: none yet */
+    const char *ids;   /* "{1,2}" or NULL */
+    char *cutoff;      /* the end of the range, fixed at the start */
+    char *cursor_time; /* finished_at, job_id of the last row taken; NULL: none yet */
     char *cursor_id;
     char batch_text[16];
 };
@@ -347,8 +347,8 @@ inbox_purge_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct ou
 {
     struct inbox_purge_state *purge = state;
     const char *params[2] = {purge->cutoff, purge->batch_text};
-    PGresult *result =
-        store_admin_exec(conn, purge->table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
+    PGresult *result = store_admin_exec(
+        conn, purge->table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
 
     if (PQresultStatus(result) != PGRES_COMMAND_OK) {
         store_admin_fail(err, conn, result, "unable to purge the inbox");

@@ -245,8 +245,8 @@ read_member(struct reader *r, struct json_member *member)
     if (need_more(r) != 0)
         return -1;
     if (r->text[r->at] != '"')
-        return outbox_error_set(r->err, OUTBOX_ERR_INVALID,
-                                "expected a key in json at offset %zu", r->at);
+        return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "expected a key in json at offset %zu",
+                                r->at);
     if (read_string(r, &member->key, &member->key_len) != 0)
         return -1;
     skip_space(r);
