@@ -1,33 +1,21 @@
 /*
- * store_admin.c - status, dead rows, purge and enqueue for operators.
+ * store_admin.c - status, dead rows, enqueue, pauses and the time texts of
+ * replay ranges for operators; the batched statements (purge, replay, inbox
+ * purge) are in store_batch.c.
  */
 #include "store_admin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "error.h"
 #include "migrate.h"
+#include "store_admin_sql.h"
 
 #define SCHEMA_MISSING "outbox schema not found: run 'outboxctl migrate'"
 
 /* clang-format off */
-
-/* ISO 8601 UTC text of a timestamptz expression, whatever the session TimeZone. */
-#define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
-
-/*
- * A time as text that reads back as the same instant under any DateStyle and
- * TimeZone: ISO 8601 in UTC with microseconds and an explicit offset. The
- * session's own text ("... 2026 CST" under DateStyle Postgres) names zones by
- * ambiguous abbreviations and moved replay ranges by hours. Infinite times
- * keep their spelling, which every session reads alike.
- */
-#define EXACT_TIME(expr)                                                                           \
-    "CASE WHEN isfinite(" expr ") THEN to_char((" expr ") AT TIME ZONE 'UTC',"                     \
-    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"') ELSE (" expr ")::text END"
 
 static const char check_schema_sql[] = "SELECT to_regclass('outbox.job') IS NOT NULL";
 
@@ -133,10 +121,7 @@ static const char dead_retry_sql[] =
     "   AND ($1::text IS NULL OR queue = $1::text)"
     "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
 
-/* A purge batch that found the cleanup lock taken tries again after this long. */
-#define PURGE_LOCKED_WAIT_US 20000
-
-/* ---- pause, replay, inbox ---- */
+/* ---- pause, replay times ---- */
 
 static const char pause_sql[] = "SELECT outbox.pause($1, $2, $3)";
 
@@ -149,92 +134,6 @@ static const char paused_sql[] =
     "  FROM outbox.paused ORDER BY queue, ordering_key NULLS FIRST";
 
 static const char check_time_sql[] = "SELECT $1::timestamptz";
-
-/* The end of a replay's range: until, or now when later or not given. */
-static const char replay_cutoff_sql[] =
-    "SELECT " EXACT_TIME("least(coalesce($1::timestamptz, 'infinity'), now())");
-
-/*
- * What a replay selects, by state, in one read: rows by id ($4) or, for a
- * time range, rows finished in [$2, $3): succeeded and dead ones, since
- * ready and running rows have not finished. The last column counts the ids
- * not found.
- */
-static const char replay_count_sql[] =
-    "SELECT count(*) FILTER (WHERE state = 'succeeded'),"
-    "       count(*) FILTER (WHERE state = 'ready'),"
-    "       count(*) FILTER (WHERE state = 'running'),"
-    "       count(*) FILTER (WHERE state = 'dead'),"
-    "       (SELECT count(DISTINCT i) FROM unnest($4::bigint[]) AS i) - count(*)"
-    "  FROM outbox.job"
-    " WHERE queue = $1 AND ($5::text IS NULL OR ordering_key = $5)"
-    "   AND CASE WHEN $4::bigint[] IS NULL"
-    "            THEN state IN ('succeeded', 'dead') AND finished_at < $3::timestamptz"
-    "                 AND ($2::timestamptz IS NULL OR finished_at >= $2::timestamptz)"
-    "            ELSE job_id = ANY ($4::bigint[]) AND (state <> 'succeeded' OR finished_at < $3::timestamptz) END";
-
-/*
- * One replay batch: up to $8 succeeded rows after the cursor ($6, $7) in
- * finish order (job_succeeded_idx), locked, made ready again. A row of an
- * ordering key waits (held) unless it is the first of its key in the batch
- * and no earlier row of its key is unfinished; the statement's snapshot
- * still sees the batch's rows as succeeded, hence the first-of-key test.
- * Returns the rows changed and the new cursor (NULL: nothing left).
- */
-static const char replay_batch_sql[] =
-    "WITH picked AS MATERIALIZED ("
-    "    SELECT job_id, ordering_key, finished_at FROM outbox.job"
-    "     WHERE state = 'succeeded' AND queue = $1 AND finished_at < $3::timestamptz"
-    "       AND ($2::timestamptz IS NULL OR finished_at >= $2::timestamptz)"
-    "       AND ($4::bigint[] IS NULL OR job_id = ANY ($4::bigint[]))"
-    "       AND ($5::text IS NULL OR ordering_key = $5)"
-    "       AND ($6::timestamptz IS NULL OR (finished_at, job_id) > ($6::timestamptz, $7::bigint))"
-    "     ORDER BY finished_at, job_id"
-    "     LIMIT $8::integer"
-    "       FOR UPDATE),"
-    " firsts AS ("
-    "    SELECT ordering_key, min(job_id) AS job_id FROM picked"
-    "     WHERE ordering_key IS NOT NULL GROUP BY ordering_key),"
-    " replayed AS ("
-    "    UPDATE outbox.job AS j"
-    "       SET state = 'ready', run_at = now(), finished_at = NULL, replays = j.replays + 1,"
-    "           max_attempts = j.attempts + j.max_attempts,"
-    "           held = j.ordering_key IS NOT NULL AND ("
-    "               j.job_id <> (SELECT f.job_id FROM firsts AS f WHERE f.ordering_key = j.ordering_key)"
-    "               OR EXISTS (SELECT 1 FROM outbox.job AS e"
-    "                           WHERE e.queue = j.queue AND e.ordering_key = j.ordering_key"
-    "                             AND e.job_id < j.job_id AND e.state IN ('ready', 'running')))"
-    "      FROM picked AS p WHERE j.job_id = p.job_id"
-    "    RETURNING j.job_id)"
-    " SELECT (SELECT count(*) FROM replayed), " EXACT_TIME("last.finished_at") ", last.job_id"
-    "   FROM (SELECT 1) AS one LEFT JOIN ("
-    "        SELECT finished_at, job_id FROM picked"
-    "         ORDER BY finished_at DESC, job_id DESC LIMIT 1) AS last ON true";
-
-/* now - $1 seconds, for --since DURATION and the inbox purge's cutoff */
-static const char time_ago_sql[] =
-    "SELECT " EXACT_TIME("now() - make_interval(secs => $1::float8)");
-
-static const char inbox_purge_sql[] =
-    "WITH doomed AS ("
-    "    SELECT consumer, message_id FROM outbox.inbox"
-    "     WHERE accepted_at < $1::timestamptz"
-    "     ORDER BY accepted_at"
-    "     LIMIT $2::integer"
-    "       FOR UPDATE SKIP LOCKED)"
-    " DELETE FROM outbox.inbox AS i USING doomed AS d"
-    "  WHERE i.consumer = d.consumer AND i.message_id = d.message_id";
-
-/* The keyed inbox's marks (migration 008) of keys not accepted since the cutoff. */
-static const char inbox_key_purge_sql[] =
-    "WITH doomed AS ("
-    "    SELECT consumer, ordering_key FROM outbox.inbox_key"
-    "     WHERE accepted_at < $1::timestamptz"
-    "     ORDER BY accepted_at"
-    "     LIMIT $2::integer"
-    "       FOR UPDATE SKIP LOCKED)"
-    " DELETE FROM outbox.inbox_key AS k USING doomed AS d"
-    "  WHERE k.consumer = d.consumer AND k.ordering_key = d.ordering_key";
 
 /* clang-format on */
 
@@ -252,8 +151,8 @@ copy_value(const PGresult *result, int row, int column, bool *failed)
     return copy;
 }
 
-static int64_t
-int64_value(const PGresult *result, int row, int column)
+int64_t
+store_admin_int64(const PGresult *result, int row, int column)
 {
     return PQgetisnull(result, row, column) ? 0
                                             : strtoll(PQgetvalue(result, row, column), NULL, 10);
@@ -265,16 +164,15 @@ double_value(const PGresult *result, int row, int column)
     return PQgetisnull(result, row, column) ? 0.0 : strtod(PQgetvalue(result, row, column), NULL);
 }
 
-/* PQexecParams with text parameters; NULL on out of memory is left to the caller. */
-static PGresult *
-run(PGconn *conn, const char *sql, int count, const char *const *params)
+PGresult *
+store_admin_exec(PGconn *conn, const char *sql, int count, const char *const *params)
 {
     return PQexecParams(conn, sql, count, NULL, params, NULL, NULL, 0);
 }
 
-/* Fills err from a failed result; a missing table, schema or function is a missing schema. */
-static int
-fail_with(struct outbox_error *err, PGconn *conn, const PGresult *result, const char *context)
+int
+store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
+                 const char *context)
 {
     const char *sqlstate = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : NULL;
 
@@ -294,7 +192,7 @@ store_admin_check_schema(PGconn *conn, struct outbox_error *err)
     bool present;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to look for the outbox schema");
+        store_admin_fail(err, conn, result, "unable to look for the outbox schema");
         PQclear(result);
         return -1;
     }
@@ -314,7 +212,7 @@ read_queue_status(PGconn *conn, struct store_status *status, struct outbox_error
     int rows;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        fail_with(err, conn, result, "unable to count jobs per queue");
+        store_admin_fail(err, conn, result, "unable to count jobs per queue");
         PQclear(result);
         return -1;
     }
@@ -329,10 +227,10 @@ read_queue_status(PGconn *conn, struct store_status *status, struct outbox_error
 
         status->queue_count++;
         queue->queue = copy_value(result, row, 0, &failed);
-        queue->ready = int64_value(result, row, 1);
-        queue->running = int64_value(result, row, 2);
-        queue->succeeded = int64_value(result, row, 3);
-        queue->dead = int64_value(result, row, 4);
+        queue->ready = store_admin_int64(result, row, 1);
+        queue->running = store_admin_int64(result, row, 2);
+        queue->succeeded = store_admin_int64(result, row, 3);
+        queue->dead = store_admin_int64(result, row, 4);
         queue->oldest_ready_seconds = double_value(result, row, 5);
     }
     PQclear(result);
@@ -349,14 +247,14 @@ read_table_status(PGconn *conn, struct store_status *status, struct outbox_error
     bool failed = false;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to read the size of 'outbox.job'");
+        store_admin_fail(err, conn, result, "unable to read the size of 'outbox.job'");
         PQclear(result);
         return -1;
     }
-    status->table_bytes = int64_value(result, 0, 0);
-    status->index_bytes = int64_value(result, 0, 1);
-    status->live_tuples = int64_value(result, 0, 2);
-    status->dead_tuples = int64_value(result, 0, 3);
+    status->table_bytes = store_admin_int64(result, 0, 0);
+    status->index_bytes = store_admin_int64(result, 0, 1);
+    status->live_tuples = store_admin_int64(result, 0, 2);
+    status->dead_tuples = store_admin_int64(result, 0, 3);
     status->last_autovacuum = copy_value(result, 0, 4, &failed);
     status->last_autoanalyze = copy_value(result, 0, 5, &failed);
     PQclear(result);
@@ -380,11 +278,11 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
     }
     if (PQntuples(result) == 1) {
         oldest->present = true;
-        oldest->pid = (int)int64_value(result, 0, 0);
+        oldest->pid = (int)store_admin_int64(result, 0, 0);
         oldest->application_name = copy_value(result, 0, 1, &failed);
         oldest->state = copy_value(result, 0, 2, &failed);
         oldest->age_seconds = double_value(result, 0, 3);
-        oldest->xid_age = int64_value(result, 0, 4);
+        oldest->xid_age = store_admin_int64(result, 0, 4);
     }
     PQclear(result);
     if (failed)
@@ -403,9 +301,9 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
     int rows;
 
     snprintf(limit, sizeof(limit), "%d", STORE_BLOCKED_KEYS_PER_QUEUE);
-    result = run(conn, blocked_keys_sql, 1, params);
+    result = store_admin_exec(conn, blocked_keys_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        fail_with(err, conn, result, "unable to look for blocked ordering keys");
+        store_admin_fail(err, conn, result, "unable to look for blocked ordering keys");
         PQclear(result);
         return -1;
     }
@@ -421,17 +319,17 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
         status->blocked_count++;
         key->queue = copy_value(result, row, 0, &failed);
         key->ordering_key = copy_value(result, row, 1, &failed);
-        key->head_job_id = int64_value(result, row, 2);
+        key->head_job_id = store_admin_int64(result, row, 2);
         key->head_state = copy_value(result, row, 3, &failed);
-        key->attempts = (int32_t)int64_value(result, row, 4);
-        key->max_attempts = (int32_t)int64_value(result, row, 5);
+        key->attempts = (int32_t)store_admin_int64(result, row, 4);
+        key->max_attempts = (int32_t)store_admin_int64(result, row, 5);
         key->last_error = copy_value(result, row, 6, &failed);
         /* NULL: a ready head due at +infinity, which never comes */
         key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : double_value(result, row, 8);
-        key->waiting = int64_value(result, row, 9);
+        key->waiting = store_admin_int64(result, row, 9);
         for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
             if (strcmp(status->queues[i].queue, key->queue) == 0)
-                status->queues[i].blocked_keys = int64_value(result, row, 7);
+                status->queues[i].blocked_keys = store_admin_int64(result, row, 7);
     }
     PQclear(result);
     if (failed)
@@ -449,7 +347,7 @@ read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *er
 
     memset(list, 0, sizeof(*list));
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        fail_with(err, conn, result, "unable to list paused queues");
+        store_admin_fail(err, conn, result, "unable to list paused queues");
         PQclear(result);
         return -1;
     }
@@ -552,9 +450,9 @@ store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct sto
 
     memset(list, 0, sizeof(*list));
     snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
-    result = run(conn, dead_list_sql, 2, params);
+    result = store_admin_exec(conn, dead_list_sql, 2, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        fail_with(err, conn, result, "unable to list dead jobs");
+        store_admin_fail(err, conn, result, "unable to list dead jobs");
         PQclear(result);
         return -1;
     }
@@ -568,10 +466,10 @@ store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct sto
         struct store_dead_job *job = &list->jobs[row];
 
         list->count++;
-        job->job_id = int64_value(result, row, 0);
+        job->job_id = store_admin_int64(result, row, 0);
         job->queue = copy_value(result, row, 1, &failed);
-        job->attempts = (int32_t)int64_value(result, row, 2);
-        job->max_attempts = (int32_t)int64_value(result, row, 3);
+        job->attempts = (int32_t)store_admin_int64(result, row, 2);
+        job->max_attempts = (int32_t)store_admin_int64(result, row, 3);
         job->finished_at = copy_value(result, row, 4, &failed);
         job->last_error = copy_value(result, row, 5, &failed);
     }
@@ -611,43 +509,15 @@ store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t 
                                 "unable to retry dead jobs: extra attempts must be positive");
     snprintf(job_text, sizeof(job_text), "%lld", (long long)job_id);
     snprintf(extra_text, sizeof(extra_text), "%d", (int)extra_attempts);
-    result = run(conn, dead_retry_sql, 3, params);
+    result = store_admin_exec(conn, dead_retry_sql, 3, params);
     if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-        fail_with(err, conn, result, "unable to retry dead jobs");
+        store_admin_fail(err, conn, result, "unable to retry dead jobs");
         PQclear(result);
         return -1;
     }
     *count = strtoll(PQcmdTuples(result), NULL, 10);
     PQclear(result);
     return 0;
-}
-
-int
-store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
-                  struct outbox_error *err)
-{
-    char cutoff[64];
-
-    *count = 0;
-    if (older_than_seconds < 0 || batch_size < 1)
-        return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "unable to purge succeeded jobs: bad age or batch size");
-    if (outbox_cleanup_cutoff(conn, (double)older_than_seconds, cutoff, sizeof(cutoff), err) < 0)
-        return -1;
-    for (;;) {
-        struct outbox_cleanup_result cleaned;
-
-        /* each batch commits on its own: locks stay short and progress is kept */
-        if (outbox_cleanup_batch(conn, cutoff, batch_size, &cleaned, err) < 0)
-            return -1;
-        *count += (int64_t)cleaned.deleted;
-        if (!cleaned.locked) {
-            usleep(PURGE_LOCKED_WAIT_US); /* a relay's cleanup batch runs: wait for its turn */
-            continue;
-        }
-        if (cleaned.deleted < (size_t)batch_size)
-            return 0;
-    }
 }
 
 int
@@ -677,7 +547,7 @@ store_admin_enqueue(PGconn *conn, const struct outbox_message *message, int64_t 
     return 0;
 
 fail:
-    fail_with(err, conn, result, "unable to enqueue");
+    store_admin_fail(err, conn, result, "unable to enqueue");
     PQclear(result);
 rollback:
     state = PQtransactionStatus(conn);
@@ -694,11 +564,11 @@ store_admin_pause(PGconn *conn, const char *queue, const char *key, const char *
                   bool *changed, struct outbox_error *err)
 {
     const char *params[3] = {queue, key, reason};
-    PGresult *result = run(conn, pause_sql, 3, params);
+    PGresult *result = store_admin_exec(conn, pause_sql, 3, params);
 
     *changed = false;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to pause");
+        store_admin_fail(err, conn, result, "unable to pause");
         PQclear(result);
         return -1;
     }
@@ -712,17 +582,17 @@ store_admin_resume(PGconn *conn, const char *queue, const char *key, bool *chang
                    int64_t *keys_still_paused, struct outbox_error *err)
 {
     const char *params[2] = {queue, key};
-    PGresult *result = run(conn, resume_sql, 2, params);
+    PGresult *result = store_admin_exec(conn, resume_sql, 2, params);
 
     *changed = false;
     *keys_still_paused = 0;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to resume");
+        store_admin_fail(err, conn, result, "unable to resume");
         PQclear(result);
         return -1;
     }
     *changed = PQgetvalue(result, 0, 0)[0] == 't';
-    *keys_still_paused = int64_value(result, 0, 1);
+    *keys_still_paused = store_admin_int64(result, 0, 1);
     PQclear(result);
     return 0;
 }
@@ -753,7 +623,7 @@ store_pause_list_clear(struct store_pause_list *list)
     memset(list, 0, sizeof(*list));
 }
 
-/* ---- replay --------------------------------------------------------------- */
+/* ---- replay times -------------------------------------------------------- */
 
 int
 store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
@@ -764,9 +634,9 @@ store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
     PGresult *result;
 
     snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)seconds);
-    result = run(conn, time_ago_sql, 1, params);
+    result = store_admin_exec(conn, TIME_AGO_SQL, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to read the time");
+        store_admin_fail(err, conn, result, "unable to read the time");
         PQclear(result);
         return -1;
     }
@@ -779,7 +649,7 @@ int
 store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
 {
     const char *params[1] = {text};
-    PGresult *result = run(conn, check_time_sql, 1, params);
+    PGresult *result = store_admin_exec(conn, check_time_sql, 1, params);
     const char *sqlstate;
 
     if (PQresultStatus(result) == PGRES_TUPLES_OK) {
@@ -787,169 +657,12 @@ store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
         return 0;
     }
     sqlstate = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-    fail_with(err, conn, result, "unable to read the time");
+    store_admin_fail(err, conn, result, "unable to read the time");
     /* class 22: the text is no time PostgreSQL reads */
     if (sqlstate != NULL && strncmp(sqlstate, "22", 2) == 0)
         err->code = OUTBOX_ERR_INVALID;
     PQclear(result);
     return -1;
-}
-
-/* Builds the array literal "{1,2,3}" of ids; NULL when out of memory. */
-static char *
-id_array(const int64_t *ids, size_t count)
-{
-    char *text = malloc(count * 21 + 3), *at;
-
-    if (text == NULL)
-        return NULL;
-    at = text;
-    *at++ = '{';
-    for (size_t i = 0; i < count; i++)
-        at += sprintf(at, i ? ",%lld" : "%lld", (long long)ids[i]);
-    *at++ = '}';
-    *at = '\0';
-    return text;
-}
-
-int
-store_admin_replay(PGconn *conn, const struct store_replay_request *request,
-                   struct store_replay_result *out, struct outbox_error *err)
-{
-    char batch_text[16];
-    char *ids = NULL, *cutoff = NULL, *cursor_time = NULL, *cursor_id = NULL;
-    PGresult *result = NULL;
-    int rc = -1;
-
-    memset(out, 0, sizeof(*out));
-    if (request->queue == NULL || request->batch_size < 1)
-        return outbox_error_set(err, OUTBOX_ERR_INVALID, "unable to replay: bad request");
-    snprintf(batch_text, sizeof(batch_text), "%d", request->batch_size);
-    if (request->job_count > 0 && (ids = id_array(request->job_ids, request->job_count)) == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-
-    {
-        const char *params[1] = {request->job_count > 0 ? NULL : request->until};
-
-        result = run(conn, replay_cutoff_sql, 1, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        cutoff = strdup(PQgetvalue(result, 0, 0));
-        PQclear(result);
-        result = NULL;
-        if (cutoff == NULL)
-            goto out_of_memory;
-    }
-    {
-        const char *since = request->job_count > 0 ? NULL : request->since;
-        const char *params[5] = {request->queue, since, cutoff, ids, request->ordering_key};
-
-        result = run(conn, replay_count_sql, 5, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        out->ready = int64_value(result, 0, 1);
-        out->running = int64_value(result, 0, 2);
-        out->dead = int64_value(result, 0, 3);
-        out->missing = request->job_count > 0 ? int64_value(result, 0, 4) : 0;
-        if (request->dry_run)
-            out->replayed = int64_value(result, 0, 0);
-        PQclear(result);
-        result = NULL;
-    }
-
-    while (!request->dry_run) {
-        const char *since = request->job_count > 0 ? NULL : request->since;
-        const char *params[8] = {request->queue,        since,       cutoff,    ids,
-                                 request->ordering_key, cursor_time, cursor_id, batch_text};
-
-        /* each batch commits on its own: locks stay short and progress is kept */
-        result = run(conn, replay_batch_sql, 8, params);
-        if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-            goto fail;
-        out->replayed += int64_value(result, 0, 0);
-        if (PQgetisnull(result, 0, 1))
-            break;
-        free(cursor_time);
-        free(cursor_id);
-        cursor_time = strdup(PQgetvalue(result, 0, 1));
-        cursor_id = strdup(PQgetvalue(result, 0, 2));
-        PQclear(result);
-        result = NULL;
-        if (cursor_time == NULL || cursor_id == NULL)
-            goto out_of_memory;
-        /* relays waiting on the channel take the batch at once */
-        result = PQexec(conn, "NOTIFY outbox_job");
-        if (PQresultStatus(result) != PGRES_COMMAND_OK)
-            goto fail;
-        PQclear(result);
-        result = NULL;
-    }
-    rc = 0;
-    goto cleanup;
-
-out_of_memory:
-    outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    goto cleanup;
-fail:
-    fail_with(err, conn, result, "unable to replay jobs");
-cleanup:
-    PQclear(result);
-    free(ids);
-    free(cutoff);
-    free(cursor_time);
-    free(cursor_id);
-    return rc;
-}
-
-/* ---- inbox ---------------------------------------------------------------- */
-
-int
-store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
-                        struct outbox_error *err)
-{
-    char seconds_text[24], batch_text[16];
-    const char *cutoff_params[1] = {seconds_text};
-    char *cutoff;
-    PGresult *result;
-    int rc = -1;
-
-    *count = 0;
-    if (older_than_seconds < 0 || batch_size < 1)
-        return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "unable to purge the inbox: bad age or batch size");
-    snprintf(seconds_text, sizeof(seconds_text), "%lld", (long long)older_than_seconds);
-    snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
-    result = run(conn, time_ago_sql, 1, cutoff_params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        fail_with(err, conn, result, "unable to purge the inbox");
-        PQclear(result);
-        return -1;
-    }
-    cutoff = strdup(PQgetvalue(result, 0, 0));
-    PQclear(result);
-    if (cutoff == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    for (int table = 0; table < 2;) {
-        const char *params[2] = {cutoff, batch_text};
-        int64_t deleted;
-
-        result = run(conn, table == 0 ? inbox_purge_sql : inbox_key_purge_sql, 2, params);
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            fail_with(err, conn, result, "unable to purge the inbox");
-            PQclear(result);
-            goto cleanup;
-        }
-        deleted = strtoll(PQcmdTuples(result), NULL, 10);
-        PQclear(result);
-        *count += deleted;
-        if (deleted < batch_size)
-            table++;
-    }
-    rc = 0;
-
-cleanup:
-    free(cutoff);
-    return rc;
 }
 
 int

@@ -140,14 +140,25 @@ int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int3
                            int64_t *count, struct outbox_error *err);
 
 /*
+ * How far a batched command (purge, inbox purge, replay) has come: after
+ * every batch that committed, batch_done(arg, rows) with the rows done so
+ * far, so a caller can show progress or say what was done before an error.
+ */
+struct store_progress {
+    void (*batch_done)(void *arg, int64_t rows);
+    void *arg;
+};
+
+/*
  * Deletes succeeded rows finished more than older_than_seconds ago, in
  * transactions of at most batch_size rows, skipping rows locked by others,
  * until none is left: the relays' cleanup batches (outbox_cleanup_batch()),
  * taking turns with them under the same advisory lock. The cutoff is fixed
  * at the start, so this ends. Stores the rows deleted in *count, also on
- * failure.
+ * failure; progress (may be NULL) is told after each batch.
  */
-int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size, int64_t *count,
+int store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
+                      const struct store_progress *progress, int64_t *count,
                       struct outbox_error *err);
 
 /*
@@ -194,6 +205,8 @@ struct store_replay_request {
     const char *ordering_key;
     bool dry_run;   /* count only */
     int batch_size; /* rows per transaction */
+    /* told after each batch; may be NULL */
+    const struct store_progress *progress;
 };
 
 struct store_replay_result {
@@ -233,10 +246,12 @@ int store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
  * Deletes inbox records (outbox.inbox, and the keyed inbox's marks in
  * outbox.inbox_key) accepted more than
  * older_than_seconds ago, in transactions of at most batch_size rows, until
- * none is left. Stores the rows deleted in *count, also on failure.
+ * none is left. Stores the rows deleted in *count, also on failure;
+ * progress (may be NULL) is told after each batch.
  */
 int store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
-                            int64_t *count, struct outbox_error *err);
+                            const struct store_progress *progress, int64_t *count,
+                            struct outbox_error *err);
 
 /*
  * The parts of store_admin_status() that never scan outbox.job: schema

@@ -683,7 +683,7 @@ render_table_gauges(struct buffer *o, const struct metrics *m)
                  t->oldest_succeeded_past_retention_seconds);
 }
 
-/* The counters: per queue, relay-wide, reconnects by target. */
+/* The counters: per queue, relay-wide, and reconnects per target. */
 static void
 render_counters(struct buffer *o, const struct metrics *m)
 {
@@ -710,10 +710,16 @@ render_counters(struct buffer *o, const struct metrics *m)
     }
 }
 
-/* The backlog gauges of each queue, from the last sample. */
+/* Rows in flight, then the per-queue gauges of the last sample. */
 static void
 render_queue_gauges(struct buffer *o, const struct metrics *m)
 {
+    out_header(o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
+               "gauge");
+    buffer_puts(o, "outbox_rows_in_flight");
+    out_labels(o, m, NULL, NULL);
+    buffer_printf(o, " %lld\n", (long long)m->in_flight);
+
     out_header(o, "outbox_ready_rows", "Ready rows per queue at the last sample.", "gauge");
     for (size_t q = 0; q < m->queue_count; q++) {
         buffer_puts(o, "outbox_ready_rows");
@@ -745,6 +751,47 @@ render_queue_gauges(struct buffer *o, const struct metrics *m)
     }
 }
 
+/* Connection state, the xmin horizon, folded queues and the broker endpoints. */
+static void
+render_health_gauges(struct buffer *o, const struct metrics *m)
+{
+    out_header(o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
+               "gauge");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        buffer_puts(o, "outbox_up");
+        out_labels(o, m, "target", target_names[t]);
+        buffer_printf(o, " %d\n", m->up[t] ? 1 : 0);
+    }
+
+    out_header(o, "outbox_xmin_horizon_age_seconds",
+               "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
+               "gauge");
+    buffer_puts(o, "outbox_xmin_horizon_age_seconds");
+    out_labels(o, m, NULL, NULL);
+    buffer_puts(o, " ");
+    out_double(o, m->horizon_age_seconds);
+    buffer_puts(o, "\n");
+
+    out_header(o, "outbox_metrics_queues_folded",
+               "Queues past --metrics-max-queues, whose figures are summed under queue=\""
+               METRICS_OTHER_QUEUE "\".",
+               "gauge");
+    buffer_puts(o, "outbox_metrics_queues_folded");
+    out_labels(o, m, NULL, NULL);
+    buffer_printf(o, " %zu\n", m->folded_count);
+
+    if (m->endpoint_count > 0) {
+        out_header(o, "outbox_broker_endpoint",
+                   "Connections to each broker endpoint (host:port); 0 for one not in use.",
+                   "gauge");
+        for (size_t i = 0; i < m->endpoint_count; i++) {
+            buffer_puts(o, "outbox_broker_endpoint");
+            out_labels(o, m, "endpoint", m->endpoints[i]);
+            buffer_printf(o, " %lld\n", (long long)m->endpoint_connections[i]);
+        }
+    }
+}
+
 char *
 metrics_render(struct metrics *m, size_t *length)
 {
@@ -753,52 +800,10 @@ metrics_render(struct metrics *m, size_t *length)
     if (m == NULL)
         return NULL;
     pthread_mutex_lock(&m->lock);
-
     render_counters(&o, m);
-    out_header(&o, "outbox_rows_in_flight", "Rows claimed and not yet completed or given back.",
-               "gauge");
-    buffer_puts(&o, "outbox_rows_in_flight");
-    out_labels(&o, m, NULL, NULL);
-    buffer_printf(&o, " %lld\n", (long long)m->in_flight);
-
     render_queue_gauges(&o, m);
     render_table_gauges(&o, m);
-    out_header(&o, "outbox_up", "Whether the relay is connected to the target (1) or not (0).",
-               "gauge");
-    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
-        buffer_puts(&o, "outbox_up");
-        out_labels(&o, m, "target", target_names[t]);
-        buffer_printf(&o, " %d\n", m->up[t] ? 1 : 0);
-    }
-
-    out_header(&o, "outbox_xmin_horizon_age_seconds",
-               "Age of the oldest transaction holding back vacuum at the last sample (0: none).",
-               "gauge");
-    buffer_puts(&o, "outbox_xmin_horizon_age_seconds");
-    out_labels(&o, m, NULL, NULL);
-    buffer_puts(&o, " ");
-    out_double(&o, m->horizon_age_seconds);
-    buffer_puts(&o, "\n");
-
-    out_header(&o, "outbox_metrics_queues_folded",
-               "Queues past --metrics-max-queues, whose figures are summed under queue=\""
-               METRICS_OTHER_QUEUE "\".",
-               "gauge");
-    buffer_puts(&o, "outbox_metrics_queues_folded");
-    out_labels(&o, m, NULL, NULL);
-    buffer_printf(&o, " %zu\n", m->folded_count);
-
-    if (m->endpoint_count > 0) {
-        out_header(&o, "outbox_broker_endpoint",
-                   "Connections to each broker endpoint (host:port); 0 for one not in use.",
-                   "gauge");
-        for (size_t i = 0; i < m->endpoint_count; i++) {
-            buffer_puts(&o, "outbox_broker_endpoint");
-            out_labels(&o, m, "endpoint", m->endpoints[i]);
-            buffer_printf(&o, " %lld\n", (long long)m->endpoint_connections[i]);
-        }
-    }
-
+    render_health_gauges(&o, m);
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);
 

@@ -231,12 +231,98 @@ kind_of_value(unsigned char c)
     }
 }
 
+/* -1 after the truncation message when the text ends at r->at, else 0. */
+static int
+need_more(struct reader *r)
+{
+    return r->at >= r->length ? truncated(r) : 0;
+}
+
+/* Reads one "key": "value" member at r->at; its strings point into the output. */
+static int
+read_member(struct reader *r, struct json_member *member)
+{
+    if (need_more(r) != 0)
+        return -1;
+    if (r->text[r->at] != '"')
+        return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "expected a key in json at offset %zu",
+                                r->at);
+    if (read_string(r, &member->key, &member->key_len) != 0)
+        return -1;
+    skip_space(r);
+    if (need_more(r) != 0)
+        return -1;
+    if (r->text[r->at] != ':')
+        return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "expected ':' in json at offset %zu",
+                                r->at);
+    r->at++;
+    skip_space(r);
+    if (need_more(r) != 0)
+        return -1;
+    if (r->text[r->at] != '"') {
+        char key[65];
+
+        return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string",
+                                outbox_error_quote(key, sizeof(key), member->key),
+                                kind_of_value(r->text[r->at]));
+    }
+    return read_string(r, &member->value, &member->value_len);
+}
+
+/* Appends member to object, growing its array (*capacity entries) by doubling. */
+static int
+add_member(struct json_string_object *object, size_t *capacity, const struct json_member *member,
+           struct outbox_error *err)
+{
+    if (object->count == *capacity) {
+        size_t grown = *capacity == 0 ? 8 : *capacity * 2;
+        struct json_member *members = realloc(object->members, grown * sizeof(*members));
+
+        if (members == NULL)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        object->members = members;
+        *capacity = grown;
+    }
+    object->members[object->count++] = *member;
+    return 0;
+}
+
+/* Reads the members after the opening brace, through the closing one. */
+static int
+read_members(struct reader *r, struct json_string_object *object)
+{
+    size_t capacity = 0;
+
+    skip_space(r);
+    if (r->at < r->length && r->text[r->at] == '}') {
+        r->at++;
+        return 0;
+    }
+    for (;;) {
+        struct json_member member;
+
+        if (read_member(r, &member) != 0 || add_member(object, &capacity, &member, r->err) != 0)
+            return -1;
+        skip_space(r);
+        if (need_more(r) != 0)
+            return -1;
+        if (r->text[r->at] == '}') {
+            r->at++;
+            return 0;
+        }
+        if (r->text[r->at] != ',')
+            return outbox_error_set(r->err, OUTBOX_ERR_INVALID,
+                                    "expected ',' or '}' in json at offset %zu", r->at);
+        r->at++;
+        skip_space(r);
+    }
+}
+
 int
 json_parse_string_object(const char *text, size_t length, struct json_string_object *object,
                          struct outbox_error *err)
 {
     struct reader r = {.text = (const unsigned char *)text, .length = length, .err = err};
-    size_t capacity = 0;
 
     memset(object, 0, sizeof(*object));
     /* Decoded strings never grow, and every string costs at least its 2 quotes for its NUL. */
@@ -247,91 +333,16 @@ json_parse_string_object(const char *text, size_t length, struct json_string_obj
     }
     r.out = object->storage;
     skip_space(&r);
-    if (r.at >= r.length) {
-        truncated(&r);
+    if (need_more(&r) != 0)
         goto fail;
-    }
     if (r.text[r.at] != '{') {
         outbox_error_set(err, OUTBOX_ERR_INVALID, "json is %s, not an object",
                          kind_of_value(r.text[r.at]));
         goto fail;
     }
     r.at++;
-    skip_space(&r);
-    if (r.at < r.length && r.text[r.at] == '}') {
-        r.at++;
-        goto done;
-    }
-    for (;;) {
-        struct json_member member;
-
-        if (r.at >= r.length) {
-            truncated(&r);
-            goto fail;
-        }
-        if (r.text[r.at] != '"') {
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "expected a key in json at offset %zu",
-                             r.at);
-            goto fail;
-        }
-        if (read_string(&r, &member.key, &member.key_len) != 0)
-            goto fail;
-        skip_space(&r);
-        if (r.at >= r.length) {
-            truncated(&r);
-            goto fail;
-        }
-        if (r.text[r.at] != ':') {
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "expected ':' in json at offset %zu", r.at);
-            goto fail;
-        }
-        r.at++;
-        skip_space(&r);
-        if (r.at >= r.length) {
-            truncated(&r);
-            goto fail;
-        }
-        if (r.text[r.at] != '"') {
-            char key[65];
-
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "value of '%s' is %s, not a string",
-                             outbox_error_quote(key, sizeof(key), member.key),
-                             kind_of_value(r.text[r.at]));
-            goto fail;
-        }
-        if (read_string(&r, &member.value, &member.value_len) != 0)
-            goto fail;
-        if (object->count == capacity) {
-            size_t grown = capacity == 0 ? 8 : capacity * 2;
-            struct json_member *members = realloc(object->members, grown * sizeof(*members));
-
-            if (members == NULL) {
-                outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-                goto fail;
-            }
-            object->members = members;
-            capacity = grown;
-        }
-        object->members[object->count++] = member;
-        skip_space(&r);
-        if (r.at >= r.length) {
-            truncated(&r);
-            goto fail;
-        }
-        if (r.text[r.at] == '}') {
-            r.at++;
-            break;
-        }
-        if (r.text[r.at] != ',') {
-            outbox_error_set(err, OUTBOX_ERR_INVALID, "expected ',' or '}' in json at offset %zu",
-                             r.at);
-            goto fail;
-        }
-        r.at++;
-        skip_space(&r);
-    }
-
-done:
+    if (read_members(&r, object) != 0)
+        goto fail;
     skip_space(&r);
     if (r.at != r.length) {
         outbox_error_set(err, OUTBOX_ERR_INVALID, "trailing text after json at offset %zu", r.at);

@@ -1058,6 +1058,53 @@ test_bad_usage_exits_2(void **state)
     usage_fails("database URL", (const char *const[]){"status", NULL});
 }
 
+/* Runs outboxctl with args; it must exit 2 with exactly the line want on stderr. */
+static void
+usage_says(const char *want, const char *const *args)
+{
+    struct ctl_run run;
+
+    run_ctl(&run, NULL, args);
+    assert_exit(&run, 2);
+    assert_string_equal(run.out, "");
+    assert_string_equal(run.err, want);
+    run_clear(&run);
+}
+
+/* The subcommand words: groups name their subcommands, --help after a group prints the usage. */
+static void
+test_subcommand_dispatch(void **state)
+{
+    struct ctl_run run;
+
+    (void)state;
+    usage_says("outboxctl: 'dead' needs a subcommand: list or retry (see outboxctl --help)\n",
+               (const char *const[]){"dead", NULL});
+    usage_says("outboxctl: unknown subcommand 'bury' for 'dead': use list or retry"
+               " (see outboxctl --help)\n",
+               (const char *const[]){"dead", "bury", NULL});
+    usage_says("outboxctl: 'inbox' needs a subcommand: purge (see outboxctl --help)\n",
+               (const char *const[]){"inbox", NULL});
+    usage_says("outboxctl: unknown subcommand 'list' for 'inbox': use purge"
+               " (see outboxctl --help)\n",
+               (const char *const[]){"inbox", "list", NULL});
+    usage_says("outboxctl: unknown command 'deadlist' (see outboxctl --help)\n",
+               (const char *const[]){"deadlist", NULL});
+    usage_says("outboxctl: unknown option '--x' for 'dead list' (see outboxctl --help)\n",
+               (const char *const[]){"dead", "list", "--x", NULL});
+    usage_says("outboxctl: 'inbox purge' needs --older-than DURATION (see outboxctl --help)\n",
+               (const char *const[]){"inbox", "purge", NULL});
+    for (size_t i = 0; i < 3; i++) {
+        static const char *const group[] = {"dead", "inbox", "paused"};
+
+        RUN_CTL(&run, NULL, group[i], "--help");
+        assert_exit(&run, 0);
+        assert_string_equal(run.err, "");
+        assert_true(strncmp(run.out, "usage: outboxctl ", 17) == 0);
+        run_clear(&run);
+    }
+}
+
 static void
 test_unreachable_database_hides_password(void **state)
 {
@@ -1343,6 +1390,7 @@ main(void)
         DB_TEST(test_old_schema_is_named),
         DB_TEST(test_pause_names_and_key_options),
         cmocka_unit_test(test_bad_usage_exits_2),
+        cmocka_unit_test(test_subcommand_dispatch),
         cmocka_unit_test(test_unreachable_database_hides_password),
     };
 #undef DB_TEST

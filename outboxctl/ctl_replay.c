@@ -1,0 +1,192 @@
+/*
+ * outboxctl replay: publishes succeeded jobs of one queue again, chosen by
+ * finish time (a timestamp or a duration ago) or by id, optionally of one
+ * ordering key; --dry-run only counts. Rows in other states are counted as
+ * refused, never changed.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "parse.h"
+
+#define REPLAY_BATCH_SIZE 1000
+#define REPLAY_JOBS_MAX 100000
+
+/*
+ * The value of --since or --until: a timestamp PostgreSQL reads, or a
+ * DURATION meaning that long ago. Durations become "now - N seconds" texts
+ * in buf. Returns 0, or an exit code after the message.
+ */
+static int
+replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size_t size,
+            const char **out)
+{
+    struct outbox_error err;
+    int64_t seconds;
+
+    if (parse_duration(text, &seconds, &err) == 0) {
+        if (store_admin_time_ago(ctl->conn, seconds, buf, size, &err) < 0)
+            return ctl_runtime_error(ctl, &err);
+        *out = buf;
+        return 0;
+    }
+    if (store_admin_check_time(ctl->conn, text, &err) < 0) {
+        if (err.code == OUTBOX_ERR_INVALID)
+            return ctl_usage_error("%s: '%.60s' is neither a timestamp nor a duration", name, text);
+        return ctl_runtime_error(ctl, &err);
+    }
+    *out = text;
+    return 0;
+}
+
+/* What the command line asks of a replay. */
+struct replay_args {
+    const char *queue;
+    const char *since;
+    const char *until;
+    const char *key;
+    bool dry_run;
+    int64_t *ids; /* calloc'd, room for every argument */
+    size_t id_count;
+};
+
+/* Takes argv[*index] when it is --job ID: 1 when taken, 0 when not, EXIT_USAGE. */
+static int
+take_job(const struct ctl *ctl, int argc, char **argv, int *index, struct replay_args *args)
+{
+    const char *job = NULL;
+    int64_t id;
+    int taken = ctl_take_value(ctl, argc, argv, index, "--job", &job);
+
+    if (taken != 1)
+        return taken;
+    if (ctl_number_option("--job", job, 1, INT64_MAX, &id) != 0)
+        return EXIT_USAGE;
+    if (args->id_count == REPLAY_JOBS_MAX)
+        return ctl_usage_error("at most %d --job ids at a time", REPLAY_JOBS_MAX);
+    args->ids[args->id_count++] = id;
+    return 1;
+}
+
+/*
+ * Reads replay's options: --job repeats, so replay reads them itself, the
+ * rest as ctl_parse_options() does. Returns CTL_GO_ON, or the exit status
+ * after --help or a usage message.
+ */
+static int
+parse_replay(struct ctl *ctl, int argc, char **argv, int first, struct replay_args *args)
+{
+    const struct ctl_option options[] = {
+        {"--queue", &args->queue, NULL}, {"--since", &args->since, NULL},
+        {"--until", &args->until, NULL}, {"--ordering-key", &args->key, NULL},
+        {"--key", &args->key, NULL},     {"--dry-run", NULL, &args->dry_run}};
+    int taken = 0;
+
+    for (int i = first; i < argc && taken != EXIT_USAGE; i++) {
+        taken = ctl_common_option(ctl, argc, argv, &i);
+        if (taken == 0)
+            taken = take_job(ctl, argc, argv, &i, args);
+        for (size_t o = 0; o < sizeof(options) / sizeof(options[0]) && taken == 0; o++) {
+            if (options[o].flag != NULL && strcmp(argv[i], options[o].name) == 0) {
+                *options[o].flag = true;
+                taken = 1;
+            } else if (options[o].flag == NULL) {
+                taken = ctl_take_value(ctl, argc, argv, &i, options[o].name, options[o].value);
+            }
+        }
+        if (taken == 0)
+            taken = ctl_unexpected_argument(ctl, argv[i]);
+    }
+    if (taken == EXIT_USAGE)
+        return EXIT_USAGE;
+    if (ctl->help) {
+        ctl_print_usage();
+        return 0;
+    }
+    return CTL_GO_ON;
+}
+
+/* The usage error for options that do not make one replay; 0 when they do. */
+static int
+check_replay(const struct replay_args *args)
+{
+    if (args->queue == NULL)
+        return ctl_usage_error("'replay' needs --queue Q");
+    if (args->id_count == 0 && args->since == NULL)
+        return ctl_usage_error("'replay' needs --since TIME or --job ID");
+    if (args->id_count > 0 && (args->since != NULL || args->until != NULL))
+        return ctl_usage_error("'replay' takes either --since/--until or --job, not both");
+    return ctl_check_queue_and_key(args->queue, args->key);
+}
+
+static void
+print_replay(const struct replay_args *args, const struct store_replay_result *result)
+{
+    int64_t refused = result->ready + result->running + result->dead;
+
+    printf("%s %lld succeeded job%s of queue '%s'\n", args->dry_run ? "would replay" : "replayed",
+           (long long)result->replayed, result->replayed == 1 ? "" : "s", args->queue);
+    if (refused > 0)
+        printf("refused %lld job%s not in state succeeded: %lld ready, %lld running, %lld dead\n",
+               (long long)refused, refused == 1 ? "" : "s", (long long)result->ready,
+               (long long)result->running, (long long)result->dead);
+    if (result->missing > 0)
+        printf("not found in queue '%s'%s: %lld job id%s\n", args->queue,
+               args->key != NULL ? " with that ordering key" : "", (long long)result->missing,
+               result->missing == 1 ? "" : "s");
+}
+
+/* Connects, turns --since and --until into timestamps, and replays; returns the exit status. */
+static int
+run_replay(struct ctl *ctl, struct replay_args *args)
+{
+    char since_buf[64], until_buf[64];
+    struct store_replay_request request = {.batch_size = REPLAY_BATCH_SIZE};
+    struct store_replay_result result;
+    struct ctl_batch batch;
+    struct outbox_error err;
+    int taken;
+
+    if ((taken = ctl_connect(ctl)) != 0 ||
+        (args->since != NULL && (taken = replay_time(ctl, "--since", args->since, since_buf,
+                                                     sizeof(since_buf), &args->since)) != 0) ||
+        (args->until != NULL && (taken = replay_time(ctl, "--until", args->until, until_buf,
+                                                     sizeof(until_buf), &args->until)) != 0))
+        return taken;
+    ctl_batch_init(&batch, "replayed", "jobs");
+    request.queue = args->queue;
+    request.since = args->since;
+    request.until = args->until;
+    request.job_ids = args->ids;
+    request.job_count = args->id_count;
+    request.ordering_key = args->key;
+    request.dry_run = args->dry_run;
+    request.progress = &batch.progress;
+    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
+        store_admin_replay(ctl->conn, &request, &result, &err) < 0)
+        return ctl_batch_error(ctl, &batch, &err);
+    print_replay(args, &result);
+    return 0;
+}
+
+int
+ctl_command_replay(struct ctl *ctl, int argc, char **argv, int first)
+{
+    struct replay_args args = {0};
+    int rc;
+
+    args.ids = calloc((size_t)argc, sizeof(*args.ids));
+    if (args.ids == NULL)
+        return ctl_out_of_memory();
+    rc = parse_replay(ctl, argc, argv, first, &args);
+    if (rc == CTL_GO_ON)
+        rc = check_replay(&args);
+    if (rc == 0 && !ctl->help)
+        rc = run_replay(ctl, &args);
+    free(args.ids);
+    return rc;
+}

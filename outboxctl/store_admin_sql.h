@@ -1,0 +1,51 @@
+/*
+ * store_admin_sql.h - what store_admin.c and store_batch.c share and no
+ * one else needs: the SQL text macros that make times read back alike under
+ * any DateStyle and TimeZone, and the helpers that run a statement and turn
+ * its failure into an outbox_error (a missing table naming the missing
+ * schema). Private to the outboxctl store.
+ */
+#ifndef OUTBOXCTL_STORE_ADMIN_SQL_H
+#define OUTBOXCTL_STORE_ADMIN_SQL_H
+
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "error.h"
+
+/* clang-format off */
+
+/* ISO 8601 UTC text of a timestamptz expression, whatever the session TimeZone. */
+#define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+/*
+ * A time as text that reads back as the same instant under any DateStyle and
+ * TimeZone: ISO 8601 in UTC with microseconds and an explicit offset. The
+ * session's own text ("... 2026 CST" under DateStyle Postgres) names zones by
+ * ambiguous abbreviations and moved replay ranges by hours. Infinite times
+ * keep their spelling, which every session reads alike.
+ */
+#define EXACT_TIME(expr)                                                                           \
+    "CASE WHEN isfinite(" expr ") THEN to_char((" expr ") AT TIME ZONE 'UTC',"                     \
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"') ELSE (" expr ")::text END"
+
+/* now - $1 seconds, for --since DURATION and the inbox purge's cutoff */
+#define TIME_AGO_SQL "SELECT " EXACT_TIME("now() - make_interval(secs => $1::float8)")
+
+/* clang-format on */
+
+/* PQexecParams with text parameters; NULL on out of memory is left to the caller. */
+PGresult *store_admin_exec(PGconn *conn, const char *sql, int count, const char *const *params);
+
+/*
+ * Fills err from a failed result (result may be NULL); a missing table,
+ * schema or function is a missing schema. Returns -1.
+ */
+int store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
+                     const char *context);
+
+/* The integer in a result cell; 0 for SQL NULL. */
+int64_t store_admin_int64(const PGresult *result, int row, int column);
+
+#endif
