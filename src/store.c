@@ -84,7 +84,8 @@ store_await_last_result(outbox_store *store, const char *context, struct outbox_
 
 /* Runs sql (one or more statements, no parameters) within the deadline; its last result. */
 PGresult *
-store_exec_bounded(outbox_store *store, const char *sql, const char *context, struct outbox_error *err)
+store_exec_bounded(outbox_store *store, const char *sql, const char *context,
+                   struct outbox_error *err)
 {
     if (!PQsendQuery(store->conn, sql)) {
         outbox_error_from_pg(err, store->conn, NULL, context);
@@ -95,13 +96,14 @@ store_exec_bounded(outbox_store *store, const char *sql, const char *context, st
 
 /* Runs a prepared statement, checking for the expected result status. */
 PGresult *
-store_run_prepared(outbox_store *store, enum statement statement, int nparams, const char *const *values,
-             ExecStatusType expected, const char *context, struct outbox_error *err)
+store_run_prepared(outbox_store *store, enum statement statement, int nparams,
+                   const char *const *values, ExecStatusType expected, const char *context,
+                   struct outbox_error *err)
 {
     PGresult *result;
 
-    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL, NULL,
-                             0)) {
+    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
+                             NULL, 0)) {
         outbox_error_from_pg(err, store->conn, NULL, context);
         return NULL;
     }
@@ -124,14 +126,14 @@ store_run_prepared(outbox_store *store, enum statement statement, int nparams, c
  */
 int
 store_queue_prepared(outbox_store *store, enum statement statement, int nparams,
-               const char *const *values, const char *context, struct outbox_error *err)
+                     const char *const *values, const char *context, struct outbox_error *err)
 {
     if (store->queued_count == STORE_QUEUE_MAX)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: too many statements queued", context);
     if (PQpipelineStatus(store->conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
-    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL, NULL,
-                             0) ||
+    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
+                             NULL, 0) ||
         !PQpipelineSync(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
     store->queued[store->queued_count++] = statement;
@@ -149,7 +151,7 @@ is_claim(enum statement statement)
 /* statement is the one queued first (any claim stands for every claim). */
 PGresult *
 store_collect_prepared(outbox_store *store, enum statement statement, ExecStatusType expected,
-                 const char *context, struct outbox_error *err)
+                       const char *context, struct outbox_error *err)
 {
     PGresult *result, *extra;
 

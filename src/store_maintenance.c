@@ -195,7 +195,7 @@ int
 outbox_sample_horizon(outbox_store *store, struct outbox_horizon *horizon, struct outbox_error *err)
 {
     PGresult *result = store_run_prepared(store, STMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
-                                    "unable to sample open transactions", err);
+                                          "unable to sample open transactions", err);
 
     memset(horizon, 0, sizeof(*horizon));
     if (result == NULL)

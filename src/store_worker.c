@@ -89,7 +89,7 @@ mark_returned(const PGresult *result, const int64_t *job_ids, size_t count, bool
 /* ---- pauses ---------------------------------------------------------------- */
 
 /*
- * Keeps the pauses of a pauses statement's result, as of read_at: when the statement
+ * Keeps the pauses of a STMT_PAUSES result, as of read_at: when the statement
  * was sent, not when its result came back (a busy turn may lie between);
  * -1 when out of memory.
  */
@@ -124,7 +124,7 @@ store_pauses_read(outbox_store *store, struct outbox_error *err)
 {
     double sent_at = clock_monotonic_seconds();
     PGresult *result = store_run_prepared(store, STMT_PAUSES, 0, NULL, PGRES_TUPLES_OK,
-                                    "unable to read 'outbox.paused'", err);
+                                          "unable to read 'outbox.paused'", err);
     int rc;
 
     if (result == NULL)
@@ -148,7 +148,8 @@ pauses_refresh(outbox_store *store, struct outbox_error *err)
         return 0;
     if (store->queued_count == 0)
         return store_pauses_read(store, err);
-    if (store_queue_prepared(store, STMT_PAUSES, 0, NULL, "unable to read 'outbox.paused'", err) != 0)
+    if (store_queue_prepared(store, STMT_PAUSES, 0, NULL, "unable to read 'outbox.paused'",
+                             err) != 0)
         return -1;
     p->pending = true;
     p->sent_at = clock_monotonic_seconds();
@@ -174,8 +175,8 @@ pauses_collect(outbox_store *store, struct outbox_error *err)
     if (!store->pauses.pending)
         return 0;
     store->pauses.pending = false;
-    result = store_collect_prepared(store, STMT_PAUSES, PGRES_TUPLES_OK, "unable to read 'outbox.paused'",
-                              err);
+    result = store_collect_prepared(store, STMT_PAUSES, PGRES_TUPLES_OK,
+                                    "unable to read 'outbox.paused'", err);
     if (result == NULL)
         return -1;
     rc = pauses_keep(store, result, store->pauses.sent_at, err);
@@ -230,8 +231,8 @@ outbox_claim_send(outbox_store *store, const char *const *queues, size_t queue_c
     } else {
         statement = queue_count > 0 ? STMT_CLAIM_QUEUES : STMT_CLAIM_ALL;
     }
-    rc = store_queue_prepared(store, statement, count, values, "unable to claim jobs from 'outbox.job'",
-                        err);
+    rc = store_queue_prepared(store, statement, count, values,
+                              "unable to claim jobs from 'outbox.job'", err);
     store_array_clear(&queue_array);
     return rc;
 }
@@ -246,7 +247,7 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
     if (pauses_collect(store, err) != 0)
         return -1;
     result = store_collect_prepared(store, STMT_CLAIM_ALL, PGRES_TUPLES_OK,
-                              "unable to claim jobs from 'outbox.job'", err);
+                                    "unable to claim jobs from 'outbox.job'", err);
     if (result == NULL)
         return -1;
 
@@ -476,7 +477,8 @@ outbox_fail_send(outbox_store *store, const struct outbox_failure *failures, siz
         store_array_add_int(&ids, (long long)failures[i].job_id);
         store_array_add_int(&generations, (long long)failures[i].generation);
         store_array_add_text(&errors, failures[i].error ? failures[i].error : "");
-        store_array_add_double(&delays, failures[i].retry_seconds > 0 ? failures[i].retry_seconds : 0.0);
+        store_array_add_double(&delays,
+                               failures[i].retry_seconds > 0 ? failures[i].retry_seconds : 0.0);
         store_array_add_bool(&permanent, failures[i].permanent);
     }
     values[0] = store->worker_id;
@@ -541,7 +543,7 @@ outbox_reap(outbox_store *store, int limit, double retry_seconds, struct outbox_
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
     snprintf(delay_text, sizeof(delay_text), "%.3f", retry_seconds > 0 ? retry_seconds : 0.0);
     result = store_run_prepared(store, STMT_REAP, 2, values, PGRES_TUPLES_OK,
-                          "unable to reap expired leases", err);
+                                "unable to reap expired leases", err);
     if (result == NULL)
         return -1;
     for (int r = 0; r < PQntuples(result); r++) {
@@ -572,7 +574,7 @@ outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
     values[2] = store->sweep_key ? store->sweep_key : "";
     values[3] = store->block_on_dead_head ? "true" : "false";
     result = store_run_prepared(store, STMT_SWEEP_HELD, 4, values, PGRES_TUPLES_OK,
-                          "unable to release waiting rows", err);
+                                "unable to release waiting rows", err);
     if (result == NULL)
         return -1;
     *released = (size_t)strtoull(PQgetvalue(result, 0, 0), NULL, 10);

@@ -43,7 +43,7 @@ calls(const char *sql, const char *name)
     while ((at = strstr(at, call)) != NULL) {
         char before = at == sql ? ' ' : at[-1];
 
-        if (!(before == '_' || (before >= 'a' && before <= 'z') || (before >= '0' && before <= '9')))
+        if (before != '_' && !(before >= 'a' && before <= 'z') && !(before >= '0' && before <= '9'))
             return true;
         at++;
     }
