@@ -132,7 +132,6 @@ static enum phase_result
 phase_cleanup(struct maintenance *m)
 {
     relay *r = m->db.relay;
-    PGconn *conn = outbox_store_conn(m->db.store);
     struct outbox_cleanup_result cleaned = {.locked = true};
     double started = clock_monotonic_seconds();
     struct outbox_error err;
@@ -142,13 +141,13 @@ phase_cleanup(struct maintenance *m)
         return PHASE_DONE;
     if (m->cleaned == 0)
         m->cleanup_started = started;
-    if (outbox_cleanup_cutoff(conn, r->config->retention_seconds, cutoff, sizeof(cutoff), &err) !=
-        0) {
+    if (outbox_store_cleanup_cutoff(m->db.store, r->config->retention_seconds, cutoff,
+                                    sizeof(cutoff), &err) != 0) {
         database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     do {
-        if (outbox_cleanup_batch(conn, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
+        if (outbox_store_cleanup_batch(m->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
             database_failed(&m->db, &err);
             return PHASE_FAILED;
         }
@@ -173,8 +172,7 @@ phase_table_sample(struct maintenance *m)
     struct outbox_table_sample t;
     struct outbox_error err;
 
-    if (outbox_sample_table(outbox_store_conn(m->db.store), r->config->retention_seconds, &t,
-                            &err) != 0) {
+    if (outbox_store_sample_table(m->db.store, r->config->retention_seconds, &t, &err) != 0) {
         database_failed(&m->db, &err);
         return PHASE_FAILED;
     }

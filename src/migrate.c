@@ -215,8 +215,9 @@ fail:
     return -1;
 }
 
-int
-outbox_migrate_latest_version(void)
+/* The highest embedded version: what outbox_migrate() brings a database to. */
+static int
+migrate_latest_version(void)
 {
     return migrate_file_count > 0 ? migrate_files[migrate_file_count - 1].version : 0;
 }
@@ -224,7 +225,7 @@ outbox_migrate_latest_version(void)
 int
 outbox_schema_check(PGconn *conn, struct outbox_error *err)
 {
-    int needed = outbox_migrate_latest_version(), version = 0;
+    int needed = migrate_latest_version(), version = 0;
     PGresult *result;
     bool present, readable;
 

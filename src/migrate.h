@@ -40,9 +40,6 @@ extern const size_t migrate_file_count;
 
 /* outbox_migrate() and outbox_schema_version() are public: see outbox.h. */
 
-/* The highest embedded version: what outbox_migrate() brings a database to. */
-int outbox_migrate_latest_version(void);
-
 /*
  * Returns 0 when the database's schema is at the highest embedded version
  * (or later), else -1 with OUTBOX_ERR_SCHEMA and "outbox schema is at

@@ -354,8 +354,10 @@ int outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
  * OUTBOX_CLEANUP_LOCK_KEY with pg_try_advisory_xact_lock(), so the whole
  * database runs at most one cleanup batch at a time however many relays
  * and purges there are; a batch that finds it taken deletes nothing and
- * reports locked = false. Both calls run on conn with no transaction open
- * (a store's connection: outbox_store_conn()).
+ * reports locked = false. Both calls run on conn with no transaction open;
+ * the outbox_store_ forms run on a store's connection through its prepared
+ * statements, each answer waited for within the store's deadline like every
+ * other statement of the store (OUTBOX_ERR_TIMEOUT past it: drop the store).
  */
 /* the bigint of the ASCII bytes "outboxcl"; also in docs/operating.md */
 #define OUTBOX_CLEANUP_LOCK_KEY "8031453476610925420"
@@ -363,6 +365,8 @@ int outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
 /* Writes the database's now minus older_than_seconds to cutoff (timestamptz text). */
 int outbox_cleanup_cutoff(PGconn *conn, double older_than_seconds, char *cutoff, size_t size,
                           struct outbox_error *err);
+int outbox_store_cleanup_cutoff(outbox_store *store, double older_than_seconds, char *cutoff,
+                                size_t size, struct outbox_error *err);
 
 /* What one cleanup batch did. */
 struct outbox_cleanup_result {
@@ -373,6 +377,8 @@ struct outbox_cleanup_result {
 /* Deletes at most limit succeeded rows finished before cutoff, oldest first. */
 int outbox_cleanup_batch(PGconn *conn, const char *cutoff, int limit,
                          struct outbox_cleanup_result *cleaned, struct outbox_error *err);
+int outbox_store_cleanup_batch(outbox_store *store, const char *cutoff, int limit,
+                               struct outbox_cleanup_result *cleaned, struct outbox_error *err);
 
 /* ---- observation --------------------------------------------------------- */
 
@@ -423,6 +429,9 @@ struct outbox_table_sample {
  */
 int outbox_sample_table(PGconn *conn, double retention_seconds,
                         struct outbox_table_sample *sample, struct outbox_error *err);
+/* The same on a store, through its prepared statements and within its deadline. */
+int outbox_store_sample_table(outbox_store *store, double retention_seconds,
+                              struct outbox_table_sample *sample, struct outbox_error *err);
 
 /*
  * The retry delay after the given attempt failed: base * 2^(attempt-1),

@@ -1,6 +1,7 @@
 /*
  * test_store.c - the worker protocol against a real PostgreSQL: enqueue,
- * claim, extend, complete, fail, release, reap, cleanup, ordering keys.
+ * claim, extend, complete, fail, release, reap, cleanup, ordering keys,
+ * and a store whose server stops answering.
  *
  * Each test runs on a fresh database cloned from the migrated template.
  */
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -720,7 +722,6 @@ static void
 test_cleanup_batches_take_turns(void **state)
 {
     struct fixture *f = *state;
-    PGconn *conn = outbox_store_conn(f->a);
     struct outbox_cleanup_result cleaned;
     struct outbox_error err;
     char cutoff[64];
@@ -728,14 +729,14 @@ test_cleanup_batches_take_turns(void **state)
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
                           " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
                           " FROM generate_series(1, 30)");
-    assert_int_equal(outbox_cleanup_cutoff(conn, 3600, cutoff, sizeof(cutoff), &err), 0);
+    assert_int_equal(outbox_store_cleanup_cutoff(f->a, 3600, cutoff, sizeof(cutoff), &err), 0);
     harness_exec(f->conn, "BEGIN; SELECT pg_advisory_xact_lock(" OUTBOX_CLEANUP_LOCK_KEY ")");
-    assert_int_equal(outbox_cleanup_batch(conn, cutoff, 100, &cleaned, &err), 0);
+    assert_int_equal(outbox_store_cleanup_batch(f->a, cutoff, 100, &cleaned, &err), 0);
     assert_false(cleaned.locked);
     assert_int_equal(cleaned.deleted, 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"), 30);
     harness_exec(f->conn, "COMMIT");
-    assert_int_equal(outbox_cleanup_batch(conn, cutoff, 100, &cleaned, &err), 0);
+    assert_int_equal(outbox_store_cleanup_batch(f->a, cutoff, 100, &cleaned, &err), 0);
     assert_true(cleaned.locked);
     assert_int_equal(cleaned.deleted, 30);
     /* the batch's own transaction ended with it: the lock is free again */
@@ -764,6 +765,72 @@ test_table_sample(void **state)
     assert_true(sample.oldest_past_retention_seconds > 1e8);
     assert_true(sample.table_bytes > 0);
     assert_true(sample.index_bytes > 0);
+    /* the same figures through the store's prepared statement */
+    assert_int_equal(outbox_store_sample_table(f->a, 60, &sample, &err), 0);
+    assert_int_equal(sample.succeeded_rows, 2);
+    assert_int_equal(sample.past_retention_rows, 1);
+    assert_true(sample.oldest_past_retention_seconds > 1e8);
+}
+
+/* A cleanup batch run on a thread, and what it returned. */
+struct stalled_cleanup {
+    outbox_store *store;
+    const char *cutoff;
+    int rc;
+    struct outbox_error err;
+    volatile int done;
+};
+
+static void *
+run_stalled_cleanup(void *arg)
+{
+    struct stalled_cleanup *c = arg;
+    struct outbox_cleanup_result cleaned;
+
+    c->rc = outbox_store_cleanup_batch(c->store, c->cutoff, 100, &cleaned, &c->err);
+    __atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/*
+ * The relay's maintenance runs cleanup on its store: when the server stops
+ * answering mid-batch (a stopped backend behind a socket its kernel still
+ * acknowledges), the batch ends with OUTBOX_ERR_TIMEOUT at the store's
+ * deadline while the backend is still stopped, like every other statement
+ * of the store, instead of holding the maintenance thread for ever. The
+ * backend is let go on every path, and only then is the thread joined.
+ */
+static void
+test_cleanup_on_a_stalled_server_ends_at_the_deadline(void **state)
+{
+    struct fixture *f = *state;
+    struct stalled_cleanup c = {.store = f->a};
+    struct outbox_error err;
+    char cutoff[64];
+    int backend = PQbackendPID(outbox_store_conn(f->a)), waited = 0;
+    bool ended_while_stalled;
+    pthread_t thread;
+
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
+                          " SELECT 'q', '{}', 'succeeded', now() - interval '2 hours'"
+                          " FROM generate_series(1, 10)");
+    assert_int_equal(outbox_store_cleanup_cutoff(f->a, 3600, cutoff, sizeof(cutoff), &err), 0);
+    c.cutoff = cutoff;
+    assert_int_equal(kill(backend, SIGSTOP), 0);
+    if (pthread_create(&thread, NULL, run_stalled_cleanup, &c) != 0) {
+        kill(backend, SIGCONT);
+        fail_msg("unable to start the cleanup thread");
+    }
+    /* bounded: well past the store's 12 s deadline */
+    while (!__atomic_load_n(&c.done, __ATOMIC_SEQ_CST) && waited++ < 300)
+        usleep(100 * 1000);
+    ended_while_stalled = __atomic_load_n(&c.done, __ATOMIC_SEQ_CST);
+    kill(backend, SIGCONT);
+    pthread_join(thread, NULL);
+    assert_true(ended_while_stalled);
+    assert_int_equal(c.rc, -1);
+    assert_int_equal(c.err.code, OUTBOX_ERR_TIMEOUT);
+    assert_true(outbox_error_is_transient(&c.err));
 }
 
 /* Claims everything claimable now and returns how many rows, recording ids. */
@@ -1314,6 +1381,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_batches_take_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_sample, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cleanup_on_a_stalled_server_ends_at_the_deadline,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_removes_only_old_succeeded_rows, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ordering_key_one_at_a_time, setup, teardown),
