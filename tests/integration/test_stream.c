@@ -601,6 +601,46 @@ test_reconnect_keeps_partitions(void **state)
     assert_int_equal(assert_every_row_published(f), 0);
 }
 
+/* Backends of the relays on the test's database. */
+static const char SQL_RELAY_BACKENDS[] =
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    "   AND application_name = 'outbox-relay'";
+
+/*
+ * With no stream queue a relay holds only its pipelines' and maintenance
+ * connections: the stream threads connect once a stream queue is made
+ * (here while the relay runs), and then publish it.
+ */
+static void
+test_no_stream_costs_no_connection(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--concurrency", "2", NULL};
+    struct relay_process relay;
+
+    enqueue_rows(f->conn, "plain", 5);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn,
+                                     "SELECT count(*) FROM outbox.job WHERE state = 'ready'", 0,
+                                     20000),
+                     0);
+    /* 2 pipelines + maintenance, and still so after several stream checks */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 3, 10000), 3);
+    usleep(5 * 1000 * 1000);
+    assert_int_equal(harness_query_ll(f->conn, SQL_RELAY_BACKENDS), 3);
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    if (wait_for_entries(f, 10, 20000) != 10)
+        relay_dump_log(&relay);
+    assert_int_equal(wait_for_entries(f, 10, 100), 10);
+    /* ... and 2 stream threads once there is a stream */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 5, 10000), 5);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(assert_every_row_published(f), 0);
+}
+
 int
 main(void)
 {
@@ -616,6 +656,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_keeps_partitions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_stream_costs_no_connection, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
