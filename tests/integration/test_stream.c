@@ -695,6 +695,10 @@ test_outboxctl_sees_stream_rows(void **state)
     assert_int_equal(run_outboxctl(f, "status", out, sizeof(out)), 0);
     assert_non_null(strstr(out, "STREAM WAITING"));
 
+    /* by time: the published rows, by when they were created; nothing changes on --dry-run */
+    assert_int_equal(run_outboxctl(f, "replay --queue ev --since 1h --dry-run", out, sizeof(out)),
+                     0);
+    assert_non_null(strstr(out, "would replay 10 succeeded jobs"));
     cursor = harness_query_ll(f->conn, cursor_sql);
     snprintf(args, sizeof(args), "replay --queue ev --job %lld --job %lld --job %lld", first + 1,
              first + 4, waiting_id);
