@@ -92,8 +92,10 @@ ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
     if ((taken = ctl_connect(ctl)) != 0)
         return taken;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0)
-        return ctl_runtime_error(ctl, &err);
+        store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0) {
+        taken = ctl_runtime_error(ctl, &err);
+        return err.code == OUTBOX_ERR_INVALID ? EXIT_USAGE : taken; /* a key of a stream queue */
+    }
     if (key != NULL)
         printf("%s ordering key '%s' of queue '%s'\n", changed ? "paused" : "already paused:",
                ctl_one_line(key_text, sizeof(key_text), key), queue);

@@ -29,10 +29,13 @@ print_status_json(const struct store_status *status)
         printf("%s{\"queue\":", i > 0 ? "," : "");
         ctl_json_string(stdout, queue->queue);
         printf(",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld,"
+               "\"stream\":%s,\"stream_published\":%lld,\"stream_waiting\":%lld,"
                "\"oldest_ready_age_seconds\":%.3f,\"paused\":%s,\"paused_keys\":%lld,"
                "\"blocked_keys\":%lld,\"blocked\":[",
                (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
-               (long long)queue->dead, queue->oldest_ready_seconds,
+               (long long)queue->dead, queue->stream ? "true" : "false",
+               (long long)queue->stream_published, (long long)queue->stream_waiting,
+               queue->oldest_ready_seconds,
                queue->paused ? "true" : "false", (long long)queue->paused_keys,
                (long long)queue->blocked_keys);
         for (size_t k = 0, shown = 0; k < status->blocked_count; k++) {
@@ -141,13 +144,14 @@ summary_rows(struct ctl_table *summary, const struct store_status *status)
     return ok;
 }
 
-/* The header and one row per queue (7 columns). */
+/* The header and one row per queue (9 columns; the stream ones "-" for row-state queues). */
 static bool
 queue_rows(struct ctl_table *queues, const struct store_status *status)
 {
-    char a[64], b[64], c[64], d[64], e[64], f[64];
+    char a[64], b[64], c[64], d[64], e[64], f[64], g[64], h[64];
     bool ok = ctl_table_add_row(queues, "QUEUE", "READY", "RUNNING", "SUCCEEDED", "DEAD",
-                                "OLDEST READY", "BLOCKED KEYS");
+                                "OLDEST READY", "BLOCKED KEYS", "STREAM PUBLISHED",
+                                "STREAM WAITING");
 
     for (size_t i = 0; ok && i < status->queue_count; i++) {
         const struct store_queue_status *queue = &status->queues[i];
@@ -158,7 +162,13 @@ queue_rows(struct ctl_table *queues, const struct store_status *status)
         snprintf(d, sizeof(d), "%lld", (long long)queue->dead);
         snprintf(e, sizeof(e), "%.1fs", queue->oldest_ready_seconds);
         snprintf(f, sizeof(f), "%lld", (long long)queue->blocked_keys);
-        ok = ctl_table_add_row(queues, queue->queue, a, b, c, d, e, f);
+        snprintf(g, sizeof(g), "%lld", (long long)queue->stream_published);
+        snprintf(h, sizeof(h), "%lld", (long long)queue->stream_waiting);
+        if (!queue->stream && queue->stream_published + queue->stream_waiting == 0) {
+            snprintf(g, sizeof(g), "-");
+            snprintf(h, sizeof(h), "-");
+        }
+        ok = ctl_table_add_row(queues, queue->queue, a, b, c, d, e, f, g, h);
     }
     return ok;
 }
@@ -242,11 +252,11 @@ print_status_tables(const struct status_tables *tables, const struct store_statu
 static int
 print_status_text(const struct store_status *status)
 {
-    static const bool numbers[] = {false, true, true, true, true, true, true};
+    static const bool numbers[] = {false, true, true, true, true, true, true, true, true};
     static const bool blocked_numbers[] = {false, false, true, false, true, true, false};
     struct status_tables tables = {
         .summary = {.columns = 2},
-        .queues = {.columns = 7, .right_aligned = numbers},
+        .queues = {.columns = 9, .right_aligned = numbers},
         .blocked = {.columns = 7, .right_aligned = blocked_numbers},
         .paused = {.columns = 5},
     };

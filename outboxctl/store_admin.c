@@ -25,17 +25,27 @@ static const char check_schema_sql[] = "SELECT to_regclass('outbox.job') IS NOT 
  * since -infinity has waited since it was created.
  */
 static const char queue_status_sql[] =
-    "SELECT queue,"
-    "       count(*) FILTER (WHERE state = 'ready'),"
-    "       count(*) FILTER (WHERE state = 'running'),"
-    "       count(*) FILTER (WHERE state = 'succeeded'),"
-    "       count(*) FILTER (WHERE state = 'dead'),"
+    "SELECT j.queue,"
+    "       count(*) FILTER (WHERE j.state = 'ready'),"
+    "       count(*) FILTER (WHERE j.state = 'running'),"
+    "       count(*) FILTER (WHERE j.state = 'succeeded'),"
+    "       count(*) FILTER (WHERE j.state = 'dead'),"
     "       greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM least("
-    "           min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now() AND isfinite(run_at)),"
-    "           min(created_at) FILTER (WHERE state = 'ready' AND run_at = '-infinity'"
-    "                                     AND isfinite(created_at)))),"
-    "         0), 0)::float8"
-    "  FROM outbox.job GROUP BY queue ORDER BY queue";
+    "           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= now()"
+    "                                   AND isfinite(j.run_at)),"
+    "           min(j.created_at) FILTER (WHERE j.state = 'ready' AND j.run_at = '-infinity'"
+    "                                       AND isfinite(j.created_at)),"
+    "           min(j.created_at) FILTER (WHERE j.state = 'stream' AND isfinite(j.created_at)"
+    "                                       AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)))),"
+    "         0), 0)::float8,"
+    "       count(*) FILTER (WHERE j.state = 'stream'"
+    "                          AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)),"
+    "       count(*) FILTER (WHERE j.state = 'stream'"
+    "                          AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)),"
+    "       j.queue IN (SELECT s.queue FROM outbox.stream AS s)"
+    "  FROM outbox.job AS j LEFT JOIN outbox.stream_cursor AS c"
+    "    ON c.queue = j.queue AND c.partition = j.stream_partition"
+    " GROUP BY j.queue ORDER BY j.queue";
 
 static const char table_status_sql[] =
     "SELECT pg_table_size(c.oid), pg_indexes_size(c.oid),"
@@ -123,7 +133,14 @@ static const char dead_retry_sql[] =
 
 /* ---- pause, replay times ---- */
 
-static const char pause_sql[] = "SELECT outbox.pause($1, $2, $3)";
+/*
+ * NULL instead of pausing one key of a stream queue: its partition cannot
+ * skip a key without losing the order of the others (pause the queue).
+ */
+static const char pause_sql[] =
+    "SELECT CASE WHEN $2::text IS NOT NULL"
+    "             AND EXISTS (SELECT 1 FROM outbox.stream AS s WHERE s.queue = $1)"
+    "            THEN NULL ELSE outbox.pause($1, $2, $3) END";
 
 static const char resume_sql[] =
     "SELECT outbox.resume($1, $2),"
@@ -232,6 +249,9 @@ read_queue_status(PGconn *conn, struct store_status *status, struct outbox_error
         queue->succeeded = store_admin_int64(result, row, 3);
         queue->dead = store_admin_int64(result, row, 4);
         queue->oldest_ready_seconds = double_value(result, row, 5);
+        queue->stream_published = store_admin_int64(result, row, 6);
+        queue->stream_waiting = store_admin_int64(result, row, 7);
+        queue->stream = PQgetvalue(result, row, 8)[0] == 't';
     }
     PQclear(result);
     if (failed)
@@ -571,6 +591,13 @@ store_admin_pause(PGconn *conn, const char *queue, const char *key, const char *
         store_admin_fail(err, conn, result, "unable to pause");
         PQclear(result);
         return -1;
+    }
+    if (PQgetisnull(result, 0, 0)) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "queue '%s' is a stream: an ordering key cannot be paused on its"
+                                " own, pause the whole queue",
+                                queue);
     }
     *changed = PQgetvalue(result, 0, 0)[0] == 't';
     PQclear(result);

@@ -27,7 +27,10 @@ struct store_queue_status {
     int64_t running;
     int64_t succeeded;
     int64_t dead;
-    double oldest_ready_seconds; /* now - run_at of the longest-waiting due ready row; 0: none */
+    double oldest_ready_seconds; /* longest wait of a due ready row or unpublished stream row; 0: none */
+    bool stream;                 /* the queue is a stream (outbox.stream) */
+    int64_t stream_published;    /* stream rows behind their partition's cursor */
+    int64_t stream_waiting;      /* stream rows after it, not published yet */
     int64_t blocked_keys;        /* ordering keys whose head is dead or retrying (all of them) */
     bool paused;                 /* the whole queue is paused */
     int64_t paused_keys;         /* ordering keys of the queue paused */
@@ -225,6 +228,10 @@ struct store_replay_result {
  * The end of the range is fixed at the start (now, at the latest), so rows
  * that finish again meanwhile are not taken twice. Rows in other states are
  * counted, never changed. *result holds what was done, also on failure.
+ * Rows of a stream queue behind their partition's cursor count as
+ * succeeded, finished when created: they leave the stream as ready rows
+ * (in read order, after the succeeded ones) and the cursor stays; rows
+ * after the cursor count as ready (not published yet).
  */
 int store_admin_replay(PGconn *conn, const struct store_replay_request *request,
                        struct store_replay_result *result, struct outbox_error *err);

@@ -29,15 +29,27 @@ static const char replay_cutoff_sql[] =
  * What a replay selects, by state, in one read: rows by id ($4) or, for a
  * time range, rows finished in [$2, $3): succeeded and dead ones, since
  * ready and running rows have not finished. The last column counts the ids
- * not found.
+ * not found. A stream row counts as succeeded once its partition's cursor
+ * passed it, finished when it was created (a cursor keeps no time per
+ * row), and as ready before that.
  */
 static const char replay_count_sql[] =
+    "WITH r AS ("
+    "    SELECT queue, state, ordering_key, job_id, finished_at FROM outbox.job"
+    "     WHERE queue = $1 AND state <> 'stream'"
+    "    UNION ALL"
+    "    SELECT j.queue, CASE WHEN (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
+    "                         THEN 'succeeded' ELSE 'ready' END,"
+    "           j.ordering_key, j.job_id, j.created_at"
+    "      FROM outbox.job AS j JOIN outbox.stream_cursor AS c"
+    "        ON c.queue = j.queue AND c.partition = j.stream_partition"
+    "     WHERE j.queue = $1 AND j.state = 'stream')"
     "SELECT count(*) FILTER (WHERE state = 'succeeded'),"
     "       count(*) FILTER (WHERE state = 'ready'),"
     "       count(*) FILTER (WHERE state = 'running'),"
     "       count(*) FILTER (WHERE state = 'dead'),"
     "       (SELECT count(DISTINCT i) FROM unnest($4::bigint[]) AS i) - count(*)"
-    "  FROM outbox.job"
+    "  FROM r"
     " WHERE queue = $1 AND ($5::text IS NULL OR ordering_key = $5)"
     "   AND CASE WHEN $4::bigint[] IS NULL"
     "            THEN state IN ('succeeded', 'dead') AND finished_at < $3::timestamptz"
@@ -81,6 +93,42 @@ static const char replay_batch_sql[] =
     "   FROM (SELECT 1) AS one LEFT JOIN ("
     "        SELECT finished_at, job_id FROM picked"
     "         ORDER BY finished_at DESC, job_id DESC LIMIT 1) AS last ON true";
+
+/*
+ * One replay batch of a stream queue: up to $6 stream rows behind their
+ * partition's cursor, created in [$2, $3), in read order, leave the stream
+ * for the row-state path as ready rows, under the rule of replay_batch_sql
+ * for ordering keys. The cursor stays: the rows after it are published by
+ * the stream as before. Returns the rows changed.
+ */
+static const char replay_stream_batch_sql[] =
+    "WITH picked AS MATERIALIZED ("
+    "    SELECT j.job_id, j.ordering_key FROM outbox.job AS j"
+    "      JOIN outbox.stream_cursor AS c ON c.queue = j.queue AND c.partition = j.stream_partition"
+    "     WHERE j.state = 'stream' AND j.queue = $1"
+    "       AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
+    "       AND j.created_at < $3::timestamptz"
+    "       AND ($2::timestamptz IS NULL OR j.created_at >= $2::timestamptz)"
+    "       AND ($4::bigint[] IS NULL OR j.job_id = ANY ($4::bigint[]))"
+    "       AND ($5::text IS NULL OR j.ordering_key = $5)"
+    "     ORDER BY j.xid, j.job_id"
+    "     LIMIT $6::integer"
+    "       FOR UPDATE OF j),"
+    " firsts AS ("
+    "    SELECT ordering_key, min(job_id) AS job_id FROM picked"
+    "     WHERE ordering_key IS NOT NULL GROUP BY ordering_key),"
+    " replayed AS ("
+    "    UPDATE outbox.job AS j"
+    "       SET state = 'ready', stream_partition = NULL, run_at = now(), finished_at = NULL,"
+    "           replays = j.replays + 1, max_attempts = j.attempts + j.max_attempts,"
+    "           held = j.ordering_key IS NOT NULL AND ("
+    "               j.job_id <> (SELECT f.job_id FROM firsts AS f WHERE f.ordering_key = j.ordering_key)"
+    "               OR EXISTS (SELECT 1 FROM outbox.job AS e"
+    "                           WHERE e.queue = j.queue AND e.ordering_key = j.ordering_key"
+    "                             AND e.job_id < j.job_id AND e.state IN ('ready', 'running')))"
+    "      FROM picked AS p WHERE j.job_id = p.job_id"
+    "    RETURNING j.job_id)"
+    " SELECT count(*) FROM replayed";
 
 static const char inbox_purge_sql[] =
     "WITH doomed AS ("
@@ -302,6 +350,36 @@ fail:
     return -1;
 }
 
+/* One batch of a stream queue's published rows; they leave the stream, so no cursor is kept. */
+static int
+replay_stream_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct outbox_error *err)
+{
+    struct replay_state *replay = state;
+    const struct store_replay_request *request = replay->request;
+    const char *since = request->job_count > 0 ? NULL : request->since;
+    const char *params[6] = {request->queue, since, replay->cutoff, replay->ids,
+                             request->ordering_key, replay->batch_text};
+    PGresult *result = store_admin_exec(conn, replay_stream_batch_sql, 6, params);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        goto fail;
+    *rows = store_admin_int64(result, 0, 0);
+    *more = *rows >= request->batch_size;
+    PQclear(result);
+    if (*rows == 0)
+        return 0;
+    result = PQexec(conn, "NOTIFY outbox_job");
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        goto fail;
+    PQclear(result);
+    return 0;
+
+fail:
+    store_admin_fail(err, conn, result, "unable to replay stream rows");
+    PQclear(result);
+    return -1;
+}
+
 int
 store_admin_replay(PGconn *conn, const struct store_replay_request *request,
                    struct store_replay_result *out, struct outbox_error *err)
@@ -321,8 +399,10 @@ store_admin_replay(PGconn *conn, const struct store_replay_request *request,
         goto cleanup;
     if (request->dry_run)
         rc = 0;
-    else
-        rc = run_batches(conn, replay_step, &replay, request->progress, &out->replayed, err);
+    else if (run_batches(conn, replay_step, &replay, request->progress, &out->replayed, err) ==
+             0)
+        rc = run_batches(conn, replay_stream_step, &replay, request->progress, &out->replayed,
+                         err);
 
 cleanup:
     free(ids);

@@ -25,6 +25,7 @@
 #include "outbox.h"
 #include "relay_internal.h"
 #include "sink.h"
+#include "stream.h"
 #include "wait.h"
 
 /* Maintenance phases: how often each runs, and the bounds of one run. */
@@ -39,6 +40,8 @@
 #define CLEANUP_LIMIT 5000
 #define CLEANUP_RUN_SECONDS 0.5
 #define SAMPLE_EVERY_SECONDS 15.0
+/* A stream queue made while the relay runs is published this soon. */
+#define STREAM_CHECK_EVERY_SECONDS 2.0
 #define TABLE_SAMPLE_EVERY_SECONDS 30.0
 /* A phase whose database failed tries again this soon after the reconnect. */
 #define PHASE_RETRY_SECONDS 1.0
@@ -77,6 +80,19 @@ enum phase_result {
     PHASE_MORE,   /* stopped at its bound with work left: it runs again at once */
     PHASE_FAILED, /* the database failed and the connection is dropped */
 };
+
+/* Looks for a stream queue, until one is found: no stream, no stream connection. */
+static enum phase_result
+phase_stream_check(struct maintenance *m)
+{
+    struct outbox_error err;
+
+    if (stream_runner_check(m->db.relay->streams, outbox_store_conn(m->db.store), &err) != 0) {
+        database_failed(&m->db, &err);
+        return PHASE_FAILED;
+    }
+    return PHASE_DONE;
+}
 
 /* Reaps expired leases, up to REAP_MAX_ROUNDS x REAP_LIMIT rows. */
 static enum phase_result
@@ -224,6 +240,7 @@ static const struct phase {
     double every_seconds;
     enum phase_result (*run)(struct maintenance *m);
 } PHASES[PHASE_COUNT] = {
+    [PHASE_STREAM_CHECK] = {"stream-check", STREAM_CHECK_EVERY_SECONDS, phase_stream_check},
     [PHASE_REAP] = {"reap", REAP_EVERY_SECONDS, phase_reap},
     [PHASE_RELEASE_WAITING] = {"release-waiting", SWEEP_EVERY_SECONDS, phase_release_waiting},
     [PHASE_CLEANUP] = {"cleanup", CLEANUP_EVERY_SECONDS, phase_cleanup},
@@ -306,6 +323,7 @@ maintenance_run(void *arg)
             wait_until(&r->stop, r->pipelines_done.fd, next);
     }
 done:
+    stream_runner_checks_over(r->streams);
     drop_store(&m->db);
     relay_thread_returned(r);
     return NULL;

@@ -99,6 +99,7 @@ struct metrics {
     bool loop_turned; /* false until the first metrics_loop_turned() */
     double last_loop_turn;
     double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
+    struct metrics_stream *stream; /* stream partitions and horizon (metrics_stream.c) */
 };
 
 /* A growable output buffer; `failed` records an allocation failure. */
@@ -116,7 +117,9 @@ metrics_new(const char *broker)
 
     if (m == NULL)
         return NULL;
-    if (broker != NULL && (m->broker = strdup(broker)) == NULL) {
+    if ((broker != NULL && (m->broker = strdup(broker)) == NULL) ||
+        (m->stream = metrics_stream_new()) == NULL) {
+        free(m->broker);
         free(m);
         return NULL;
     }
@@ -139,6 +142,7 @@ metrics_free(struct metrics *m)
     for (size_t i = 0; i < m->endpoint_count; i++)
         free(m->endpoints[i]);
     free(m->broker);
+    metrics_stream_free(m->stream);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -481,6 +485,20 @@ metrics_set_horizon_age(struct metrics *m, double seconds)
     pthread_mutex_unlock(&m->lock);
 }
 
+void
+metrics_set_stream_sample(struct metrics *m, const struct metrics_stream_partition *partitions,
+                          size_t count, const struct metrics_stream_horizon *horizon)
+{
+    size_t max_queues;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    max_queues = m->max_queues;
+    pthread_mutex_unlock(&m->lock);
+    metrics_stream_set(m->stream, partitions, count, horizon, max_queues);
+}
+
 bool
 metrics_loop_alive(struct metrics *m)
 {
@@ -804,6 +822,7 @@ metrics_render(struct metrics *m, size_t *length)
     render_queue_gauges(&o, m);
     render_table_gauges(&o, m);
     render_health_gauges(&o, m);
+    metrics_stream_render(m->stream, &o, m->broker);
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);
 

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrics_stream.h"
+
 /* Counters labelled {queue}: rows moving through the relay. */
 enum metrics_queue_counter {
     METRICS_ROWS_CLAIMED = 0, /* outbox_rows_claimed_total: rows claimed */
@@ -169,6 +171,14 @@ void metrics_set_health(struct metrics *m, bool database_up, bool broker_up);
  * takes rows again. While set, health is "broker holds rows back: <reason>".
  */
 void metrics_set_broker_held(struct metrics *m, const char *reason);
+
+/*
+ * Replaces the stream gauges with one sample of every stream partition (in
+ * queue order) and the transaction holding the stream horizon (see
+ * metrics_stream.h; the queue cap of metrics_set_max_queues applies).
+ */
+void metrics_set_stream_sample(struct metrics *m, const struct metrics_stream_partition *partitions,
+                               size_t count, const struct metrics_stream_horizon *horizon);
 
 /* Sets outbox_xmin_horizon_age_seconds: the oldest open transaction's age, 0 when none. */
 void metrics_set_horizon_age(struct metrics *m, double seconds);

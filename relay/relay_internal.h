@@ -102,7 +102,8 @@ struct pipeline {
 
 /* The maintenance phases, in the order one pass of the loop runs them. */
 enum maintenance_phase {
-    PHASE_REAP = 0,        /* expired leases back to ready (or dead) */
+    PHASE_STREAM_CHECK = 0, /* a stream queue exists: the stream threads connect */
+    PHASE_REAP,            /* expired leases back to ready (or dead) */
     PHASE_RELEASE_WAITING, /* held rows whose key's head finished while they were inserted */
     PHASE_CLEANUP,         /* succeeded rows older than --retention */
     PHASE_SAMPLE,          /* backlog gauges and the xmin horizon warning */

@@ -71,8 +71,8 @@ struct stream_runner {
     struct metrics *metrics;
     char owner[192];
     atomic_int stopping;
-    atomic_int first_turn_done; /* the first thread looked for partitions once */
-    atomic_int streams_seen;    /* ... and found some: the other threads connect */
+    atomic_int checked;      /* stream_runner_check ran once (or never will) */
+    atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
     struct stream_worker *workers;
     int worker_count;
 };
@@ -178,9 +178,6 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
                   taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
     }
     sr->next_renew = clock_monotonic_seconds() + sr->lease_seconds / STREAM_RENEW_FRACTION;
-    if (sr->owned_count > 0)
-        atomic_store(&sr->runner->streams_seen, 1);
-    atomic_store(&sr->runner->first_turn_done, 1);
     return 0;
 }
 
@@ -388,7 +385,36 @@ cleanup:
 
 /* ---- between turns --------------------------------------------------------------- */
 
-/* Logs lagging partitions and, when one lags, the transaction holding the horizon. */
+/* Hands the lag of every partition and the horizon to the stream gauges. */
+static void
+lag_metrics(struct stream_worker *sr, const struct stream_lag *lag, size_t count,
+            const struct stream_horizon *horizon)
+{
+    struct metrics_stream_partition *partitions = calloc(count > 0 ? count : 1,
+                                                         sizeof(*partitions));
+    struct metrics_stream_horizon h = {.found = horizon->found,
+                                       .pid = horizon->pid,
+                                       .age_seconds = horizon->seconds};
+
+    if (partitions == NULL)
+        return; /* the gauges keep the last sample */
+    for (size_t i = 0; i < count; i++)
+        partitions[i] = (struct metrics_stream_partition){
+            .queue = lag[i].queue,
+            .partition = lag[i].partition,
+            .owner = lag[i].owner,
+            .lag_rows = lag[i].rows,
+            .lag_seconds = lag[i].seconds,
+        };
+    metrics_set_stream_sample(sr->runner->metrics, partitions, count, &h);
+    free(partitions);
+}
+
+/*
+ * Samples the lag of every partition and the transaction holding the
+ * horizon for the gauges; logs lagging partitions and, when one lags, that
+ * transaction.
+ */
 static int
 report_lag(struct stream_worker *sr, struct outbox_error *err)
 {
@@ -402,6 +428,11 @@ report_lag(struct stream_worker *sr, struct outbox_error *err)
     sr->next_report = clock_monotonic_seconds() + STREAM_REPORT_SECONDS;
     if (stream_store_lag(sr->store, &lag, &count, err) != 0)
         return -1;
+    if (stream_store_horizon(sr->store, &horizon, err) != 0) {
+        free(lag);
+        return -1;
+    }
+    lag_metrics(sr, lag, count, &horizon);
     for (size_t i = 0; i < count; i++) {
         if (lag[i].seconds < threshold)
             continue;
@@ -412,11 +443,7 @@ report_lag(struct stream_worker *sr, struct outbox_error *err)
                   lag[i].owner[0] != '\0' ? lag[i].owner : "none");
     }
     free(lag);
-    if (!lagging)
-        return 0;
-    if (stream_store_horizon(sr->store, &horizon, err) != 0)
-        return -1;
-    if (horizon.found)
+    if (lagging && horizon.found)
         log_event(OUTBOX_LOG_WARN, "a transaction holds the stream horizon",
                   "pid=%d seconds=%.1f user=%s application=\"%s\" query=\"%s\"", horizon.pid,
                   horizon.seconds, horizon.user, horizon.application, horizon.query);
@@ -478,19 +505,19 @@ partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err
 }
 
 /*
- * For every thread but the first: true once there are streams to publish.
- * Until then the thread waits without a connection; false when it should
- * return instead (stopping, or --once with no stream found).
+ * True once a stream queue exists (stream_runner_check found one). Until
+ * then the thread waits without a connection; false when it should return
+ * instead (stopping, or --once and the check found none).
  */
 static bool
 wait_for_streams(struct stream_worker *sr)
 {
     stream_runner *runner = sr->runner;
 
-    while (sr->index > 0 && !atomic_load(&runner->streams_seen)) {
+    while (!atomic_load(&runner->streams_seen)) {
         if (runner_stopping(sr))
             return false;
-        if (sr->config->once && atomic_load(&runner->first_turn_done))
+        if (sr->config->once && atomic_load(&runner->checked))
             return false;
         runner_sleep_ms(sr, sr->config->once ? 10 : 500);
     }
@@ -524,7 +551,6 @@ stream_run(void *arg)
         size_t rows = 0;
 
         if (!connect_ends(sr)) {
-            atomic_store(&sr->runner->first_turn_done, 1);
             if (c->once)
                 break;
             runner_sleep_ms(sr, 1000);
@@ -680,6 +706,31 @@ stream_runner_start(stream_runner *runner, struct outbox_error *err)
         sr->started = true;
     }
     return 0;
+}
+
+int
+stream_runner_check(stream_runner *runner, PGconn *conn, struct outbox_error *err)
+{
+    bool exists = false;
+
+    if (runner == NULL || atomic_load(&runner->streams_seen))
+        return 0;
+    if (stream_admin_exists(conn, runner->workers[0].queues, &exists, err) != 0)
+        return -1;
+    if (exists) {
+        log_event(OUTBOX_LOG_INFO, "stream queues found: the stream threads connect",
+                  "threads=%d", runner->worker_count);
+        atomic_store(&runner->streams_seen, 1);
+    }
+    atomic_store(&runner->checked, 1);
+    return 0;
+}
+
+void
+stream_runner_checks_over(stream_runner *runner)
+{
+    if (runner != NULL)
+        atomic_store(&runner->checked, 1);
 }
 
 void

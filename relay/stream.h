@@ -16,14 +16,17 @@
  * transaction holding the horizon, and deletes published rows older than
  * --retention.
  *
- * With no stream queue only the first thread connects to the database,
- * looking for partitions every lease/3 seconds; the others connect once it
- * found some, and a thread opens its broker connection once it holds a
+ * With no stream queue the threads hold no connection at all: the
+ * maintenance thread, on the connection it holds anyway, looks for a stream
+ * queue among --queues (stream_runner_check), and the threads connect once
+ * one exists; a thread opens its broker connection once it holds a
  * partition. Stopping: the batch in flight is published and recorded, the
  * leases are given back, so another relay takes over at once.
  */
 #ifndef OUTBOX_RELAY_STREAM_H
 #define OUTBOX_RELAY_STREAM_H
+
+#include <libpq-fe.h>
 
 #include "config.h"
 #include "metrics.h"
@@ -37,6 +40,16 @@ void stream_runner_free(stream_runner *sr);
 
 /* Starts the thread. 0, or -1 with err. */
 int stream_runner_start(stream_runner *sr, struct outbox_error *err);
+
+/*
+ * Looks on conn, a connection the caller holds, for a stream queue among
+ * --queues; once one is found the threads connect (and later calls return
+ * at once). 0, or -1 with err when the query failed.
+ */
+int stream_runner_check(stream_runner *sr, PGconn *conn, struct outbox_error *err);
+
+/* No check will come any more: with --once, threads still waiting for one return. */
+void stream_runner_checks_over(stream_runner *sr);
 
 /* Asks the thread to stop after its batch in flight; async-signal-safe. */
 void stream_runner_stop(stream_runner *sr);

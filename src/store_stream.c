@@ -612,6 +612,17 @@ stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outb
 }
 
 int
+stream_admin_exists(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err)
+{
+    const char *values[1] = {queues};
+
+    return admin_boolean(conn,
+                         "SELECT EXISTS (SELECT 1 FROM outbox.stream"
+                         " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
+                         1, values, exists, "unable to look for stream queues", err);
+}
+
+int
 stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err)
 {
     PGresult *result = PQexec(conn, SQL_LAG);

@@ -164,6 +164,13 @@ int stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *c
 /* outbox.stream_disable(): *changed false when queue was no stream. */
 int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err);
 
+/*
+ * *exists: whether a stream queue is among queues (a text[] literal, NULL:
+ * any queue). One index-only probe of outbox.stream, cheap enough for a
+ * relay with no stream to ask it on a connection it holds anyway.
+ */
+int stream_admin_exists(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err);
+
 /* Writes every stream partition, its owner and lag, as a table on out. */
 int stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err);
 

@@ -13,10 +13,13 @@
 #     queue of 4 partitions, each with PostgreSQL's CPU per relayed row (utime +
 #     stime of the server's processes, the exited ones through the postmaster's
 #     cutime), every row checked in the stream (XLEN) and in the table
-#   - commit -> broker latency (p50, p99, max) of a stream queue at 5 000 rows/s
-#     offered (1 000 transactions/s of 5 rows through outbox.enqueue_batch(),
-#     STREAM_BENCH_LATENCY_SECONDS, default 15), from the Redis entry ids
-#     ($BUILD/tests/tools/outbox_bench stream-times; skipped when not built)
+#   - commit -> broker latency (p50, p99, max) at 5 000 rows/s offered (1 000
+#     transactions/s of 5 rows through outbox.enqueue_batch(),
+#     STREAM_BENCH_LATENCY_SECONDS, default 15) of a stream queue of 4
+#     partitions and of a row-state queue, one relay of default options each,
+#     from the Redis entry ids ($BUILD/tests/tools/outbox_bench stream-times;
+#     skipped when not built), with the load average over each run
+# STREAM_BENCH_ROUNDS=0 runs the latency runs only.
 # Prints one result line per figure on stdout; progress on stderr. Fails only
 # when a step fails or a check of the delivered rows does not hold.
 set -euo pipefail
@@ -133,13 +136,15 @@ drain() {
     redis_cli DEL "sbench:$queue" >/dev/null
 }
 
-# latency_run: one steady run at 5 000 rows/s into stream queue 'slat'; sets P50 P99 PMAX (ms)
+# latency_run QUEUE: one steady run at 5 000 rows/s into QUEUE ('slat' a stream, 'rlat'
+# row-state); sets P50 P99 PMAX (ms) and LOAD (the 1-minute load average before and after)
 latency_run() {
-    local relay_pid rows count
+    local queue=$1 relay_pid rows count load_before
     reset_outbox
-    redis_cli DEL sbench:slat >/dev/null
-    printf "SELECT cardinality(outbox.enqueue_batch('slat', array_fill('%s'::jsonb, ARRAY[5])));\n" \
-        "$PAYLOAD" >"$STACK/stream-latency.sql"
+    redis_cli DEL "sbench:$queue" >/dev/null
+    printf "SELECT cardinality(outbox.enqueue_batch('%s', array_fill('%s'::jsonb, ARRAY[5])));\n" \
+        "$queue" "$PAYLOAD" >"$STACK/stream-latency.sql"
+    load_before=$(cut -d' ' -f1 /proc/loadavg)
     "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --metrics-addr off \
         --log-level warn --stream-prefix sbench: 2>"$STACK/stream-relay-latency.log" &
     relay_pid=$!
@@ -147,21 +152,22 @@ latency_run() {
     timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R 1000 \
         -T "$LATENCY_SECONDS" -f "$STACK/stream-latency.sql" "$DB" >/dev/null 2>&1 ||
         die "pgbench at 5000 rows/s failed"
-    rows=$(sql "SELECT count(*) FROM outbox.job WHERE queue = 'slat'")
+    LOAD="$load_before to $(cut -d' ' -f1 /proc/loadavg)"
+    rows=$(sql "SELECT count(*) FROM outbox.job WHERE queue = '$queue'")
     for _ in $(seq 1 600); do
-        [ "$(redis_cli XLEN sbench:slat)" -ge "$rows" ] && break
+        [ "$(redis_cli XLEN "sbench:$queue")" -ge "$rows" ] && break
         sleep 0.1
     done
     kill -TERM "$relay_pid"
     wait "$relay_pid" || die "the background relay exited with $?"
-    "$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream sbench:slat \
+    "$TOOLS/outbox_bench" stream-times --broker "$REDIS_URL" --stream "sbench:$queue" \
         >"$STACK/stream-times" 2>/dev/null || die "reading the stream's entry ids failed"
-    redis_cli DEL sbench:slat >/dev/null
+    redis_cli DEL "sbench:$queue" >/dev/null
     cat >"$STACK/stream-latency-report.sql" <<EOF
 CREATE TEMP TABLE received (job_id bigint, received_ms bigint);
 \\copy received FROM '$STACK/stream-times' WITH (DELIMITER ' ')
 WITH l AS (SELECT r.received_ms - extract(epoch FROM j.created_at) * 1000 AS ms
-           FROM outbox.job j JOIN received r USING (job_id) WHERE j.queue = 'slat')
+           FROM outbox.job j JOIN received r USING (job_id) WHERE j.queue = '$queue')
 SELECT count(*), round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
        round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1),
        round(max(ms)::numeric, 1)
@@ -169,7 +175,7 @@ FROM l;
 EOF
     IFS='|' read -r count P50 P99 PMAX < <(psql -X -qAt -v ON_ERROR_STOP=1 "$DB" \
         -f "$STACK/stream-latency-report.sql")
-    [ "$count" = "$rows" ] || die "the stream holds $count of the $rows latency rows"
+    [ "$count" = "$rows" ] || die "sbench:$queue holds $count of the $rows latency rows"
 }
 
 sql "SELECT outbox.stream_enable('sbench', 4)" >/dev/null
@@ -195,6 +201,7 @@ for round in $(seq 1 "$ROUNDS"); do
     STREAM_RATE+=("$RATE") STREAM_PG+=("$PG_US")
 done
 
+if [ "$ROUNDS" -gt 0 ]; then
 W=$(median "${WITH_XID[@]}")
 WO=$(median "${WITHOUT_XID[@]}")
 WU=$(median "${WITH_XID_US[@]}")
@@ -211,9 +218,13 @@ result "drain to Redis, stream (4 partitions)" "$(printf '%.0f' "$S") rows/s" \
     "$(printf '%.2f' "$(calc "$S / $R")") x row-state (goal >= 2.5); runs: $(runs "${STREAM_RATE[@]}")"
 result "  PostgreSQL CPU per relayed row, stream" "$(printf '%.1f' "$(median "${STREAM_PG[@]}")") us" \
     "goal <= 8; runs: $(runs "${STREAM_PG[@]}") us"
+fi
 if [ -x "$TOOLS/outbox_bench" ]; then
-    log "commit -> broker latency of a stream at 5000 rows/s, $LATENCY_SECONDS s"
-    latency_run
+    log "commit -> broker latency at 5000 rows/s, $LATENCY_SECONDS s: stream, then row-state"
+    latency_run slat
     result "stream commit -> Redis at 5000 rows/s offered, p50 / p99" "$P50 / $P99 ms" \
-        "max $PMAX ms; goal p99 <= 50; one run"
+        "max $PMAX ms; goal p99 <= 50; one run; load average $LOAD"
+    latency_run rlat
+    result "row-state commit -> Redis at 5000 rows/s offered, p50 / p99" "$P50 / $P99 ms" \
+        "max $PMAX ms; the same relay options; one run; load average $LOAD"
 fi

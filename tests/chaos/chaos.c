@@ -38,6 +38,14 @@
 #define RELAY_COUNT 3
 #define PRODUCER_COUNT 4
 #define ORDERING_KEYS 300
+/* Partitions of the stream queue; every third ordering key and a third of the other rows go there. */
+#define STREAM_PARTITIONS 4
+
+/* Rows of the stream queue after their partition's cursor: not published yet. */
+static const char SQL_STREAM_UNPUBLISHED[] =
+    "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c"
+    " ON c.queue = j.queue AND c.partition = j.stream_partition"
+    " WHERE j.state = 'stream' AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)";
 #define LEASE_SECONDS 5
 #define DRAIN_TIMEOUT_MS 120000
 #define SAMPLE_INTERVAL_MS 2000
@@ -86,6 +94,7 @@ struct producer {
     long errors;                /* transactions broken by a fault */
     char keys[64][48];          /* recently committed idempotency keys and their ids */
     int64_t key_ids[64];
+    const char *key_queues[64]; /* a key is reused in its row's queue (keys are per queue) */
     int key_count;
 };
 
@@ -110,8 +119,11 @@ struct chaos {
     chaos_proxy *database_proxy;
     chaos_proxy *broker_proxy;
     char name[64];          /* queue (and stream suffix) of this run */
+    char stream_queue[72];  /* a stream queue (sql/009_stream.sql) beside it: name + ".s" */
+    char relay_queues[144]; /* --queues: both */
     char stream_prefix[80]; /* redis */
     char stream[160];
+    char stream_of_stream_queue[160];
     const char *broker_url; /* direct, for the consumer */
     char relay_broker_url[512];
     char relay_database_base[512];
@@ -378,18 +390,45 @@ producer_command(PGconn *conn, const char *sql)
 
 /* Remembers a committed idempotency key, for a later transaction to reuse. */
 static void
-producer_remember_key(struct producer *p, const char *key, int64_t id)
+producer_remember_key(struct producer *p, const char *key, const char *queue, int64_t id)
 {
     int slot = p->key_count < 64 ? p->key_count++ : (int)(next_random(&p->rng) % 64);
 
     snprintf(p->keys[slot], sizeof(p->keys[slot]), "%s", key);
     p->key_ids[slot] = id;
+    p->key_queues[slot] = queue;
 }
 
 /*
  * One business transaction: an order row and its outbox row. Returns false
  * when a fault broke the connection (the caller reconnects).
  */
+/*
+ * Picks the row's ordering key (half the rows have one) and queue: every
+ * third key and a third of the rows without a key go to the stream queue,
+ * so a key stays in one queue and its order is that queue's.
+ */
+static void
+producer_pick_queue(struct producer *p, struct outbox_message *message, char *ordering,
+                    size_t size)
+{
+    struct chaos *c = p->chaos;
+
+    message->queue = c->name;
+    if (random_between(&p->rng, 0, 1) == 0) {
+        /* each producer owns its keys, so job_id order is commit order per key */
+        long k = p->index +
+                 PRODUCER_COUNT * random_between(&p->rng, 0, ORDERING_KEYS / PRODUCER_COUNT - 1);
+
+        snprintf(ordering, size, "key-%03ld", k);
+        message->ordering_key = ordering;
+        if (k % 3 == 0)
+            message->queue = c->stream_queue;
+    } else if (random_between(&p->rng, 0, 2) == 0) {
+        message->queue = c->stream_queue;
+    }
+}
+
 static bool
 producer_transaction(struct producer *p, PGconn *conn, long sequence)
 {
@@ -404,17 +443,9 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
     PGresult *result;
 
     snprintf(payload, sizeof(payload), "{\"producer\": %d, \"sequence\": %ld}", p->index, sequence);
-    message.queue = c->name;
     message.payload_json = payload;
     message.max_attempts = 1000; /* faults must never make a row dead */
-    if (random_between(&p->rng, 0, 1) == 0) {
-        /* each producer owns its keys, so job_id order is commit order per key */
-        long k = p->index +
-                 PRODUCER_COUNT * random_between(&p->rng, 0, ORDERING_KEYS / PRODUCER_COUNT - 1);
-
-        snprintf(ordering, sizeof(ordering), "key-%03ld", k);
-        message.ordering_key = ordering;
-    }
+    producer_pick_queue(p, &message, ordering, sizeof(ordering));
     roll = random_between(&p->rng, 0, 99);
     if (roll < 8 && p->key_count > 0) {
         int slot = (int)(next_random(&p->rng) % (uint64_t)p->key_count);
@@ -424,6 +455,10 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
         reuse_slot = slot;
         reuse = true;
         message.idempotency_key = key;
+        if (strcmp(message.queue, p->key_queues[slot]) != 0) {
+            message.queue = p->key_queues[slot];
+            message.ordering_key = NULL; /* an ordering key stays in its own queue */
+        }
     } else if (roll < 40) {
         snprintf(key, sizeof(key), "p%d-%ld", p->index, sequence);
         message.idempotency_key = key;
@@ -479,7 +514,7 @@ producer_transaction(struct producer *p, PGconn *conn, long sequence)
     } else {
         id_list_add(&p->committed, job_id);
         if (message.idempotency_key != NULL)
-            producer_remember_key(p, key, job_id);
+            producer_remember_key(p, key, message.queue, job_id);
     }
     return true;
 }
@@ -548,7 +583,7 @@ relay_start(struct chaos *c, int index)
     argv[n++] = "--retry-max";
     argv[n++] = "2s";
     argv[n++] = "--queues";
-    argv[n++] = c->name;
+    argv[n++] = c->relay_queues;
     if (c->options->broker == CHAOS_REDIS) {
         argv[n++] = "--stream-prefix";
         argv[n++] = c->stream_prefix;
@@ -878,44 +913,65 @@ inject(struct chaos *c, enum fault_kind kind)
 
 /* ---- deliveries ------------------------------------------------------------ */
 
-/* Every message on the broker, in delivery order, as job ids. */
+/* Every message of one AMQP queue, in delivery order, as job ids; the queue is deleted. */
+static void
+read_amqp_queue(struct chaos *c, const char *queue, struct id_list *delivered, long *foreign)
+{
+    struct queue_consumer_message messages[500];
+    queue_consumer *mq = queue_consumer_connect(c->broker_url);
+    size_t fetched;
+    int empty = 0;
+
+    assert_non_null(mq);
+    while (empty < 2) {
+        if (queue_consumer_fetch(mq, queue, messages, 500, 1000, &fetched) == -1)
+            fail_msg("chaos: unable to read the queue: %s", queue_consumer_error(mq));
+        empty = fetched == 0 ? empty + 1 : 0;
+        for (size_t i = 0; i < fetched; i++) {
+            if (messages[i].message_id == NULL)
+                (*foreign)++;
+            else
+                id_list_add(delivered, strtoll(messages[i].message_id, NULL, 10));
+            queue_consumer_message_clear(&messages[i]);
+        }
+    }
+    queue_consumer_delete_queue(mq, queue);
+    queue_consumer_free(mq);
+}
+
+/* Every entry of one Redis stream, in order, as job ids. */
+static void
+read_redis_stream(redisContext *redis, const char *key, struct id_list *delivered, long *foreign)
+{
+    struct stream_consumer_stream stream;
+
+    assert_int_equal(stream_consumer_read_stream(redis, key, &stream), 0);
+    for (size_t i = 0; i < stream.count; i++) {
+        if (stream.entries[i].job_id <= 0)
+            (*foreign)++;
+        else
+            id_list_add(delivered, stream.entries[i].job_id);
+    }
+    stream_consumer_stream_clear(&stream);
+}
+
+/*
+ * Every message on the broker, of the row-state queue then of the stream
+ * queue, each in delivery order, as job ids (an ordering key lives in one
+ * queue, so its order is kept).
+ */
 static void
 read_deliveries(struct chaos *c, struct id_list *delivered, long *foreign)
 {
     if (c->options->broker == CHAOS_RABBITMQ) {
-        struct queue_consumer_message messages[500];
-        queue_consumer *mq = queue_consumer_connect(c->broker_url);
-        size_t fetched;
-        int empty = 0;
-
-        assert_non_null(mq);
-        while (empty < 2) {
-            if (queue_consumer_fetch(mq, c->name, messages, 500, 1000, &fetched) == -1)
-                fail_msg("chaos: unable to read the queue: %s", queue_consumer_error(mq));
-            empty = fetched == 0 ? empty + 1 : 0;
-            for (size_t i = 0; i < fetched; i++) {
-                if (messages[i].message_id == NULL)
-                    (*foreign)++;
-                else
-                    id_list_add(delivered, strtoll(messages[i].message_id, NULL, 10));
-                queue_consumer_message_clear(&messages[i]);
-            }
-        }
-        queue_consumer_delete_queue(mq, c->name);
-        queue_consumer_free(mq);
+        read_amqp_queue(c, c->name, delivered, foreign);
+        read_amqp_queue(c, c->stream_queue, delivered, foreign);
     } else {
-        struct stream_consumer_stream stream;
         redisContext *redis = stream_consumer_connect(c->broker_url);
 
         assert_non_null(redis);
-        assert_int_equal(stream_consumer_read_stream(redis, c->stream, &stream), 0);
-        for (size_t i = 0; i < stream.count; i++) {
-            if (stream.entries[i].job_id <= 0)
-                (*foreign)++;
-            else
-                id_list_add(delivered, stream.entries[i].job_id);
-        }
-        stream_consumer_stream_clear(&stream);
+        read_redis_stream(redis, c->stream, delivered, foreign);
+        read_redis_stream(redis, c->stream_of_stream_queue, delivered, foreign);
         stream_consumer_delete_prefix(redis, c->stream_prefix);
         redisFree(redis);
     }
@@ -1015,7 +1071,7 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     long missing = 0, duplicates = 0, duplicated_jobs = 0, rolled_back_delivered = 0,
          not_committed = 0, out_of_order = 0, keyed = 0, not_succeeded;
     long long rows_total, orphans, audit_rows, completions, fenced_bad, reap_bad, dead, reclaimed;
-    long long deleted, kept_succeeded = 0, forgotten = 0, forgotten_bad = 0;
+    long long deleted, kept_succeeded = 0, forgotten = 0, forgotten_bad = 0, stream_rows;
     struct id_list duplicated = {0};
 
     /* the committed rows: those left, and those deleted at completion */
@@ -1116,7 +1172,9 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
         }
 
     not_succeeded = (long)control_value(c, "SELECT count(*) FROM outbox.job"
-                                           " WHERE state NOT IN ('succeeded')");
+                                           " WHERE state NOT IN ('succeeded', 'stream')");
+    not_succeeded += (long)control_value(c, SQL_STREAM_UNPUBLISHED);
+    stream_rows = control_value(c, "SELECT count(*) FROM outbox.job WHERE state = 'stream'");
     dead = control_value(c, "SELECT count(*) FROM outbox.job WHERE state = 'dead'");
     deleted = control_value(c, "SELECT count(*) FROM chaos_audit WHERE new_state = 'deleted'");
     if (c->options->delete_on_success)
@@ -1146,9 +1204,10 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     printf("  duplicate keys:     %ld committed transactions reused a key, %ld got another id\n",
            duplicate_commits, mismatches);
     printf("  producer retries:   %ld transactions broken by faults\n", producer_errors);
-    printf("  rows final state:   %lld succeeded (%lld of them deleted), %lld dead, %lld not"
-           " finished\n",
-           rows_total - not_succeeded, deleted, dead, (long long)not_succeeded - dead);
+    printf("  rows final state:   %lld succeeded (%lld of them deleted, %lld published by the"
+           " cursors of stream queue %s), %lld dead, %lld not finished\n",
+           rows_total - not_succeeded, deleted, stream_rows, c->stream_queue, dead,
+           (long long)not_succeeded - dead);
     if (c->options->delete_on_success)
         printf("  on success delete:  %lld succeeded rows kept, %lld reused keys found their row"
                " gone (%lld of those rows never deleted by a completion)\n",
@@ -1198,6 +1257,7 @@ verdict(struct chaos *c, const struct id_list *delivered, long foreign, double s
     check(&v, orphans == 0, "outbox rows and business rows disagree");
     check(&v, c->unexpected_exits == 0, "relays exited without being told to");
     check(&v, rows_total > 0 && completions > 0, "nothing was produced");
+    check(&v, stream_rows > 0, "no row went through the stream queue");
     if (!resources_verdict(c, c->options->soak))
         v.ok = false;
     printf("  VERDICT: %s\n\n", v.ok ? "PASS" : "FAIL");
@@ -1239,6 +1299,25 @@ setup_urls(struct chaos *c)
              strchr(at, '/'));
 }
 
+/* Makes the stream queue a stream; with RabbitMQ declares both queues. */
+static void
+setup_queues(struct chaos *c)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql), "SELECT outbox.stream_enable('%s', %d)", c->stream_queue,
+             STREAM_PARTITIONS);
+    harness_exec(c->conn, sql);
+    if (c->options->broker == CHAOS_RABBITMQ) {
+        queue_consumer *mq = queue_consumer_connect(c->broker_url);
+
+        assert_non_null(mq);
+        assert_int_equal(queue_consumer_declare_queue(mq, c->name), 0);
+        assert_int_equal(queue_consumer_declare_queue(mq, c->stream_queue), 0);
+        queue_consumer_free(mq);
+    }
+}
+
 bool
 chaos_run(const struct chaos_options *options)
 {
@@ -1256,6 +1335,10 @@ chaos_run(const struct chaos_options *options)
              (long)time(NULL) % 100000);
     snprintf(c->stream_prefix, sizeof(c->stream_prefix), "%s:", c->name);
     snprintf(c->stream, sizeof(c->stream), "%s%s", c->stream_prefix, c->name);
+    snprintf(c->stream_queue, sizeof(c->stream_queue), "%s.s", c->name);
+    snprintf(c->relay_queues, sizeof(c->relay_queues), "%s,%s", c->name, c->stream_queue);
+    snprintf(c->stream_of_stream_queue, sizeof(c->stream_of_stream_queue), "%s%s",
+             c->stream_prefix, c->stream_queue);
     printf("chaos: %s%s, seed %" PRIu64 " (replay with OUTBOX_CHAOS_SEED=%" PRIu64 "), %d s,"
            " %d transactions/s, %d relays, lease %d s\n",
            broker_service(c), options->delete_on_success ? " --on-success delete" : "",
@@ -1268,13 +1351,7 @@ chaos_run(const struct chaos_options *options)
     PQsetNoticeProcessor(c->conn, ignore_notice, NULL);
     harness_exec(c->conn, SETUP_SQL);
     setup_urls(c);
-    if (options->broker == CHAOS_RABBITMQ) {
-        queue_consumer *mq = queue_consumer_connect(c->broker_url);
-
-        assert_non_null(mq);
-        assert_int_equal(queue_consumer_declare_queue(mq, c->name), 0);
-        queue_consumer_free(mq);
-    }
+    setup_queues(c);
 
     c->started = now_seconds();
     for (int i = 0; i < RELAY_COUNT; i++)
@@ -1309,7 +1386,8 @@ chaos_run(const struct chaos_options *options)
     do {
         relay_check_alive(c);
         left = control_value(c, "SELECT count(*) FROM outbox.job"
-                                " WHERE state IN ('ready', 'running')");
+                                " WHERE state IN ('ready', 'running')") +
+               control_value(c, SQL_STREAM_UNPUBLISHED);
         if (left > 0)
             sleep_ms(500);
     } while (left > 0 && now_seconds() - drain_start < DRAIN_TIMEOUT_MS / 1000.0);

@@ -6,7 +6,9 @@
  * One run, on a fresh database cloned from the test template:
  *   - producer threads commit real business transactions (an order row plus
  *     its outbox row) at a steady rate; some roll back, some reuse an
- *     idempotency key, about half carry an ordering key out of a few hundred
+ *     idempotency key, about half carry an ordering key out of a few hundred;
+ *     a third of the rows (every third ordering key) go to a stream queue of
+ *     4 partitions (sql/009_stream.sql), the rest to a row-state queue
  *   - three relays on that database, reaching PostgreSQL and the broker
  *     through loopback TCP proxies (tests/chaos/proxy.h)
  *   - faults at random moments from a seed (printed; OUTBOX_CHAOS_SEED

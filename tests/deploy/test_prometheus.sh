@@ -17,6 +17,10 @@ url=$DATABASE_URL
 psql -X -q -v ON_ERROR_STOP=1 "$url" \
     -c "SELECT outbox.enqueue('prom.orders', jsonb_build_object('n', i)) FROM generate_series(1, $ROWS) i" \
     >/dev/null || fail "unable to enqueue"
+# a stream queue beside it, so the stream gauges are exported (and checked) too
+psql -X -q -v ON_ERROR_STOP=1 "$url" -c "SELECT outbox.stream_enable('prom.events', 2)" \
+    -c "SELECT outbox.enqueue('prom.events', jsonb_build_object('n', i)) FROM generate_series(1, 50) i" \
+    >/dev/null || fail "unable to enqueue into a stream"
 relay_port=$(free_port)
 prefix="deploy-prometheus-$$:"
 "$BIN/outbox-relay" --database-url "$url" --broker "$OUTBOX_TEST_REDIS_URL" \
@@ -24,11 +28,13 @@ prefix="deploy-prometheus-$$:"
     >"$SCRATCH/relay.log" 2>&1 &
 relay_pid=$!
 CLEANUP="$CLEANUP; kill $relay_pid 2>/dev/null; wait $relay_pid 2>/dev/null"
-CLEANUP="$CLEANUP; redis-cli -p $OUTBOX_TEST_REDIS_PORT -a '$OUTBOX_TEST_REDIS_PASSWORD' --no-auth-warning del '${prefix}prom.orders' >/dev/null 2>&1"
+CLEANUP="$CLEANUP; redis-cli -p $OUTBOX_TEST_REDIS_PORT -a '$OUTBOX_TEST_REDIS_PASSWORD' --no-auth-warning del '${prefix}prom.orders' '${prefix}prom.events' >/dev/null 2>&1"
 wait_until "psql -X -At '$url' -c \"SELECT count(*) = $ROWS FROM outbox.job WHERE state = 'succeeded'\" | grep -qx t" 60 ||
     fail "the relay did not publish $ROWS rows in 60 s: $(tail -n 5 "$SCRATCH/relay.log")"
 
 metrics=$SCRATCH/metrics.txt
+wait_until "curl -fsS 'http://127.0.0.1:$relay_port/metrics' | grep -q '^outbox_stream_lag_rows{.*prom.events'" 30 ||
+    fail "no stream gauges in /metrics after 30 s: $(tail -n 5 "$SCRATCH/relay.log")"
 curl -fsS "http://127.0.0.1:$relay_port/metrics" >"$metrics" || fail "GET /metrics"
 promtool check metrics <"$metrics" || fail "promtool check metrics finds problems in /metrics"
 pass "promtool check metrics"

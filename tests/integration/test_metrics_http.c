@@ -659,6 +659,65 @@ test_health_follows_the_broker(void **state)
     unlink(relay.log_path);
 }
 
+/*
+ * The stream gauges: while a transaction holds the horizon, each partition
+ * shows the rows after its cursor and their age, its owner, and the
+ * holder's pid and age; once it ends the rows are published and the lag
+ * drops to 0.
+ */
+static void
+test_stream_gauges(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
+    struct relay_process relay;
+    PGconn *holder = harness_connect(f->url);
+    long long holder_pid;
+    double lag;
+    char *text;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(holder, "BEGIN");
+    harness_query_ll(holder, "SELECT pg_current_xact_id()::text::bigint");
+    holder_pid = harness_query_ll(holder, "SELECT pg_backend_pid()");
+    enqueue_rows(f->conn, "ev", 6);
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    if (wait_for_status(f->port, "/healthz", 200, 10000) != 200 ||
+        wait_for_metric(f, "outbox_stream_horizon_pid", NULL, (double)holder_pid, 20000) !=
+            (double)holder_pid ||
+        wait_for_metric(f, "outbox_stream_partition_owned", "queue=\"ev\",partition=\"1\"", 1,
+                        20000) != 1)
+        relay_dump_log(&relay);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_stream_horizon_pid", NULL) == (double)holder_pid);
+    assert_true(metric_value(text, "outbox_stream_horizon_age_seconds", NULL) > 0);
+    assert_true(metric_value(text, "outbox_stream_lag_rows", "queue=\"ev\",partition=\"0\"") +
+                    metric_value(text, "outbox_stream_lag_rows", "queue=\"ev\",partition=\"1\"") ==
+                6);
+    lag = metric_value(text, "outbox_stream_lag_seconds", "queue=\"ev\",partition=\"0\"");
+    assert_true(lag > 0 && lag < 600);
+    assert_true(metric_value(text, "outbox_stream_partition_owned",
+                             "queue=\"ev\",partition=\"0\"") == 1);
+    assert_non_null(strstr(text, "/stream\"} 1"));
+    free(text);
+
+    harness_exec(holder, "ROLLBACK");
+    if (wait_for_metric(f, "outbox_stream_lag_rows", "queue=\"ev\",partition=\"0\"", 0, 20000) !=
+            0 ||
+        wait_for_metric(f, "outbox_stream_lag_rows", "queue=\"ev\",partition=\"1\"", 0, 20000) !=
+            0)
+        relay_dump_log(&relay);
+    text = scrape(f);
+    assert_true(metric_value(text, "outbox_stream_lag_rows", "queue=\"ev\",partition=\"1\"") == 0);
+    assert_true(metric_value(text, "outbox_stream_horizon_pid", NULL) != (double)holder_pid);
+    free(text);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    PQfinish(holder);
+}
+
 int
 main(void)
 {
@@ -668,6 +727,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_series_are_capped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_gauges, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

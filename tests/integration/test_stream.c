@@ -601,6 +601,132 @@ test_reconnect_keeps_partitions(void **state)
     assert_int_equal(assert_every_row_published(f), 0);
 }
 
+/* Backends of the relays on the test's database. */
+static const char SQL_RELAY_BACKENDS[] =
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    "   AND application_name = 'outbox-relay'";
+
+/*
+ * With no stream queue a relay holds only its pipelines' and maintenance
+ * connections: the stream threads connect once a stream queue is made
+ * (here while the relay runs), and then publish it.
+ */
+static void
+test_no_stream_costs_no_connection(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--concurrency", "2", NULL};
+    struct relay_process relay;
+
+    enqueue_rows(f->conn, "plain", 5);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn,
+                                     "SELECT count(*) FROM outbox.job WHERE state = 'ready'", 0,
+                                     20000),
+                     0);
+    /* 2 pipelines + maintenance, and still so after several stream checks */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 3, 10000), 3);
+    usleep(5 * 1000 * 1000);
+    assert_int_equal(harness_query_ll(f->conn, SQL_RELAY_BACKENDS), 3);
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    if (wait_for_entries(f, 10, 20000) != 10)
+        relay_dump_log(&relay);
+    assert_int_equal(wait_for_entries(f, 10, 100), 10);
+    /* ... and 2 stream threads once there is a stream */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 5, 10000), 5);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(assert_every_row_published(f), 0);
+}
+
+/* A number of queue 'ev' in `outboxctl status --json`; -1 when absent. */
+static long long
+status_field(const struct fixture *f, const char *field)
+{
+    char out[16384];
+    const char *params[2] = {out, field};
+    PGresult *result;
+    long long value = -1;
+
+    assert_int_equal(run_outboxctl(f, "status --json", out, sizeof(out)), 0);
+    result = PQexecParams(f->conn,
+                          "SELECT CASE q->>$2 WHEN 'true' THEN 1 WHEN 'false' THEN 0"
+                          "       ELSE (q->>$2)::bigint END"
+                          "  FROM jsonb_array_elements($1::jsonb->'queues') AS q"
+                          " WHERE q->>'queue' = 'ev'",
+                          2, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        fail_msg("status --json is not the expected JSON: %s\n%s", PQerrorMessage(f->conn), out);
+    if (PQntuples(result) == 1 && !PQgetisnull(result, 0, 0))
+        value = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
+    PQclear(result);
+    return value;
+}
+
+/*
+ * outboxctl on a stream queue: status counts its rows as published or
+ * waiting from the cursors; replay republishes published rows (by id)
+ * without moving the cursor and refuses the unpublished one; pausing one
+ * key is refused in one line (exit 2), pausing the queue is not.
+ */
+static void
+test_outboxctl_sees_stream_rows(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    const char *cursor_sql = "SELECT sum(cursor_job_id) FROM outbox.stream_cursor";
+    char out[4096], args[256];
+    long long cursor, waiting_id, first;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 10);
+    first = harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job");
+    waiting_id = harness_query_ll(f->conn, "SELECT outbox.enqueue('ev', '{}')");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 2)");
+
+    assert_int_equal(status_field(f, "stream"), 1);
+    assert_int_equal(status_field(f, "stream_published"), 10);
+    assert_int_equal(status_field(f, "stream_waiting"), 3);
+    assert_int_equal(status_field(f, "ready"), 0);
+    assert_int_equal(run_outboxctl(f, "status", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "STREAM WAITING"));
+
+    /* by time: the published rows, by when they were created; nothing changes on --dry-run */
+    assert_int_equal(run_outboxctl(f, "replay --queue ev --since 1h --dry-run", out, sizeof(out)),
+                     0);
+    assert_non_null(strstr(out, "would replay 10 succeeded jobs"));
+    cursor = harness_query_ll(f->conn, cursor_sql);
+    snprintf(args, sizeof(args), "replay --queue ev --job %lld --job %lld --job %lld", first + 1,
+             first + 4, waiting_id);
+    assert_int_equal(run_outboxctl(f, args, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "replayed 2 succeeded jobs"));
+    assert_non_null(strstr(out, "1 ready"));
+    assert_int_equal(harness_query_ll(f->conn, cursor_sql), cursor);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'ready' AND replays = 1"),
+                     2);
+    assert_int_equal(status_field(f, "stream_published"), 8);
+
+    /* the replayed rows go out again, the waiting ones for the first time */
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 15);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded' AND replays = 1"),
+                     2);
+    assert_int_equal(status_field(f, "stream_waiting"), 0);
+
+    assert_int_equal(run_outboxctl(f, "pause ev --ordering-key k1", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "queue 'ev' is a stream"));
+    assert_null(strchr(strchr(out, '\n') + 1, '\n')); /* one line */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    assert_int_equal(run_outboxctl(f, "pause ev", out, sizeof(out)), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
+}
+
 int
 main(void)
 {
@@ -616,6 +742,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_keeps_partitions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_stream_costs_no_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outboxctl_sees_stream_rows, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -640,6 +640,45 @@ test_horizon_age_gauge(void **state)
     metrics_free(m);
 }
 
+/*
+ * The stream gauges: absent until the first sample; then per partition lag
+ * and owner, the horizon holder, and the queue cap folding later queues.
+ */
+static void
+test_stream_gauges(void **state)
+{
+    struct metrics *m = metrics_new("redis");
+    const struct metrics_stream_partition partitions[] = {
+        {.queue = "a", .partition = 0, .owner = "r1/stream", .lag_rows = 7, .lag_seconds = 1.5},
+        {.queue = "a", .partition = 1, .owner = "", .lag_rows = 0, .lag_seconds = 0},
+        {.queue = "b", .partition = 0, .owner = "r2/stream", .lag_rows = 3, .lag_seconds = 9},
+        {.queue = "c", .partition = 0, .owner = "r2/stream", .lag_rows = 1, .lag_seconds = 2},
+    };
+    const struct metrics_stream_horizon horizon = {.found = true, .pid = 4242, .age_seconds = 12.5};
+
+    (void)state;
+    metrics_set_max_queues(m, 2);
+    render_and_parse(m);
+    assert_true(isnan(value_of(&exposition, "outbox_stream_horizon_pid", NULL, NULL)));
+    metrics_set_stream_sample(m, partitions, 4, &horizon);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_stream_lag_rows", "queue", "b") == 3);
+    assert_true(value_of(&exposition, "outbox_stream_lag_seconds", "queue", "b") == 9);
+    assert_true(value_of(&exposition, "outbox_stream_lag_rows", "partition", "1") == 0);
+    assert_true(value_of(&exposition, "outbox_stream_partition_owned", "owner", "r1/stream") == 1);
+    assert_true(value_of(&exposition, "outbox_stream_partition_owned", "owner", "") == 0);
+    assert_true(isnan(value_of(&exposition, "outbox_stream_lag_rows", "queue", "c")));
+    assert_true(value_of(&exposition, "outbox_stream_partitions_folded", NULL, NULL) == 1);
+    assert_true(value_of(&exposition, "outbox_stream_horizon_pid", NULL, NULL) == 4242);
+    assert_true(value_of(&exposition, "outbox_stream_horizon_age_seconds", NULL, NULL) == 12.5);
+    /* a new sample replaces the old one whole */
+    metrics_set_stream_sample(m, partitions + 2, 1, NULL);
+    render_and_parse(m);
+    assert_true(isnan(value_of(&exposition, "outbox_stream_lag_rows", "queue", "a")));
+    assert_true(value_of(&exposition, "outbox_stream_horizon_pid", NULL, NULL) == 0);
+    metrics_free(m);
+}
+
 /* outbox_broker_endpoint names each endpoint and counts the connections on it. */
 static void
 test_broker_endpoints(void **state)
@@ -724,6 +763,7 @@ main(void)
         cmocka_unit_test(test_null_is_ignored),         cmocka_unit_test(test_concurrent_updates),
         cmocka_unit_test(test_loop_alive_ignores_the_ends),
         cmocka_unit_test(test_horizon_age_gauge),
+        cmocka_unit_test(test_stream_gauges),
         cmocka_unit_test(test_broker_endpoints),
         cmocka_unit_test(test_queue_series_are_capped),
         cmocka_unit_test(test_health_says_when_the_broker_holds_rows),
