@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "store_internal.h"
+#include "store_statements.h"
 
 /* Whether statement lists a need of this kind, name and (when not NULL) detail. */
 static bool
