@@ -23,7 +23,8 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "ends.h"
+#include "maintenance.h"
 #include "sink.h"
 #include "wait.h"
 
