@@ -2,7 +2,7 @@
  * relay.c - the relay: its pipelines and maintenance thread made, started,
  * stopped and joined; --check.
  *
- * The relay owns every thread's state (relay_internal.h); the threads run
+ * The relay owns every thread's state (relay_state.h); the threads run
  * in pipeline.c and maintenance.c. The first fatal error of any thread is
  * kept and stops them all.
  */
