@@ -1,5 +1,7 @@
 /*
- * sink_amqp.c - the RabbitMQ sink: its connection, channel and registry row.
+ * sink_amqp.c - the RabbitMQ sink: connecting, idle, --check, its ops table
+ * and registry row. The top of the sink: the shared state and connection
+ * helpers are in sink_amqp_conn.c, and no file of the sink calls back here.
  *
  * One connection, one channel in confirm mode (SINK_AMQP_CHANNEL); what a
  * batch does on it is in sink_amqp_publish.c and sink_amqp_confirm.c. A

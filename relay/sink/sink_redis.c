@@ -1,7 +1,9 @@
 /*
  * sink_redis.c - the Redis Streams sink: one server, a Sentinel-watched
- * primary, or a Redis Cluster; its nodes, connecting, idling, --check and
- * its registry row.
+ * primary, or a Redis Cluster; its ops table (connecting, idling, --check)
+ * and its registry row. The top of the sink: its nodes are in
+ * sink_redis_node.c, the URL path rules in sink_redis_url.c, and no file of
+ * the sink calls back here.
  *
  * Every message becomes one stream entry, appended at most once per job
  * within the dedup window (sink_redis_script.c); a batch is pipelined per

@@ -1,5 +1,7 @@
 /*
- * sink_redis_script.c - the dedup-and-append script and its calls.
+ * sink_redis_script.c - the dedup-and-append script, making a node ready
+ * to run it (sink_redis_node_connect: credentials, database, role, SCRIPT
+ * LOAD), and its calls. Stands on sink_redis_node.c alone.
  *
  * Every message becomes one stream entry, exactly
  *
