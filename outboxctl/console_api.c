@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "console.h"
+#include "console_api.h"
 #include "error.h"
 #include "store_admin.h"
 #include "store_console.h"

@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "console.h"
+#include "console_assets.h"
 
 /* clang-format off */
 static const char console_css[] =

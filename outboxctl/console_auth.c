@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "console.h"
+#include "console_auth.h"
 
 #define TOKEN_MIN_LENGTH 16
 #define TOKEN_MAX_LENGTH 4096

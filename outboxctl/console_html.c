@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "console.h"
+#include "console_auth.h"
+#include "console_html.h"
 #include "store_admin.h"
 #include "store_console.h"
 

@@ -22,7 +22,7 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "ends.h"
 #include "sink.h"
 #include "wait.h"
 

@@ -24,7 +24,10 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "ends.h"
+#include "pipeline.h"
+#include "publish.h"
+#include "settle.h"
 #include "sink.h"
 #include "wait.h"
 

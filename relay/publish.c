@@ -21,7 +21,8 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "ends.h"
+#include "publish.h"
 #include "sink.h"
 
 /* Batches in a row that lose the broker connection before one is published in halves. */

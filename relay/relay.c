@@ -2,7 +2,7 @@
  * relay.c - the relay: its pipelines and maintenance thread made, started,
  * stopped and joined; --check.
  *
- * The relay owns every thread's state (relay_internal.h); the threads run
+ * The relay owns every thread's state (relay_state.h); the threads run
  * in pipeline.c and maintenance.c. The first fatal error of any thread is
  * kept and stops them all.
  */
@@ -24,38 +24,14 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "maintenance.h"
+#include "pipeline.h"
+#include "relay_state.h"
+#include "settle.h"
 #include "sink.h"
 #include "wait.h"
 
 #include <uuid/uuid.h>
-
-bool
-relay_stopping(const relay *r)
-{
-    return atomic_load(&r->stopping) || atomic_load(&r->fatal);
-}
-
-/* Records the first fatal error and stops every pipeline. */
-void
-relay_set_fatal(relay *r, const struct outbox_error *err)
-{
-    pthread_mutex_lock(&r->fatal_lock);
-    if (!atomic_load(&r->fatal)) {
-        r->fatal_error = *err;
-        atomic_store(&r->fatal, 1);
-    }
-    pthread_mutex_unlock(&r->fatal_lock);
-    wait_latch_set(&r->stop);
-}
-
-/* Called by each thread as it returns; the last one tells the caller. */
-void
-relay_thread_returned(relay *r)
-{
-    if (atomic_fetch_sub(&r->running, 1) == 1 && r->finished != NULL)
-        r->finished(r->finished_arg);
-}
 
 /* host:pid:uuid, so a restarted relay never inherits its predecessor's leases. */
 static void

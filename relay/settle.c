@@ -22,7 +22,8 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "relay_internal.h"
+#include "ends.h"
+#include "settle.h"
 #include "sink.h"
 
 bool

@@ -5,7 +5,7 @@
  * Appends never fail at the call site; an allocation failure surfaces once,
  * as NULL from store_array_finish().
  */
-#include "store_internal.h"
+#include "store_array.h"
 
 /* Starts the next element: the opening brace or a comma. */
 static void

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "store_internal.h"
+#include "store_exec.h"
 
 #define CLEANUP_CONTEXT "unable to delete old succeeded jobs"
 #define TABLE_SAMPLE_CONTEXT "unable to read the size of 'outbox.job'"

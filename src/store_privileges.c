@@ -13,7 +13,7 @@
 
 #include "buffer.h"
 #include "error.h"
-#include "store_internal.h"
+#include "store_privileges.h"
 
 #define AUDIT_CONTEXT "unable to read the role's privileges"
 

@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "error.h"
-#include "store_internal.h"
+#include "store_array.h"
+#include "store_exec.h"
 
 /* clang-format off */
 static const char SQL_INBOX_ACCEPT[] = "SELECT outbox.inbox_accept($1, $2)";

@@ -18,7 +18,8 @@
  * clock_timestamp() after the lock is held, so time spent waiting for the
  * lock never counts in the owner's favour. Rows not returned are "lease lost".
  */
-#include "store_internal.h"
+#include "outbox.h"
+#include "store_statements.h"
 
 
 /*

@@ -17,7 +17,9 @@
 
 #include "clock.h"
 #include "error.h"
-#include "store_internal.h"
+#include "store_array.h"
+#include "store_exec.h"
+#include "store_worker.h"
 
 /*
  * Pauses are read again before a claim once they are this old (seconds): a

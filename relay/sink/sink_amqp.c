@@ -1,5 +1,7 @@
 /*
- * sink_amqp.c - the RabbitMQ sink: its connection, channel and registry row.
+ * sink_amqp.c - the RabbitMQ sink: connecting, idle, --check, its ops table
+ * and registry row. The top of the sink: the shared state and connection
+ * helpers are in sink_amqp_conn.c, and no file of the sink calls back here.
  *
  * One connection, one channel in confirm mode (SINK_AMQP_CHANNEL); what a
  * batch does on it is in sink_amqp_publish.c and sink_amqp_confirm.c. A
@@ -12,7 +14,10 @@
  * --tls-verify is no, against the CA file named by SSL_CERT_FILE or else
  * the system bundle /etc/ssl/certs/ca-certificates.crt.
  */
-#include "sink_amqp_internal.h"
+#include "sink_amqp.h"
+#include "sink_amqp_confirm.h"
+#include "sink_amqp_conn.h"
+#include "sink_amqp_publish.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,82 +32,6 @@
 #include "clock.h"
 #include "error.h"
 #include "json.h"
-
-void
-sink_amqp_forget_exchanges(struct sink_amqp *impl)
-{
-    for (size_t i = 0; i < impl->known_count; i++)
-        free(impl->known_exchanges[i]);
-    impl->known_count = 0;
-}
-
-void
-sink_amqp_drop_connection(sink *s)
-{
-    struct sink_amqp *impl = s->impl;
-
-    sink_amqp_forget_exchanges(impl);
-    if (impl->conn != NULL)
-        amqp_destroy_connection(impl->conn);
-    impl->conn = NULL;
-    impl->channel_open = false;
-    s->connected = false;
-}
-
-void
-sink_amqp_describe_reply(amqp_rpc_reply_t reply, char *text, size_t size)
-{
-    switch (reply.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        snprintf(text, size, "no error");
-        break;
-    case AMQP_RESPONSE_NONE:
-        snprintf(text, size, "no reply from the broker");
-        break;
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        snprintf(text, size, "%s", amqp_error_string2(reply.library_error));
-        break;
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-        if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            const amqp_connection_close_t *close = reply.reply.decoded;
-
-            snprintf(text, size, "%u %.*s", close->reply_code, (int)close->reply_text.len,
-                     (const char *)close->reply_text.bytes);
-        } else if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            const amqp_channel_close_t *close = reply.reply.decoded;
-
-            snprintf(text, size, "%u %.*s", close->reply_code, (int)close->reply_text.len,
-                     (const char *)close->reply_text.bytes);
-        } else {
-            snprintf(text, size, "unexpected method 0x%08x from the broker", reply.reply.id);
-        }
-        break;
-    }
-}
-
-int
-sink_amqp_open_channel(sink *s, struct outbox_error *err)
-{
-    struct sink_amqp *impl = s->impl;
-    amqp_rpc_reply_t reply;
-    char text[256];
-
-    amqp_channel_open(impl->conn, SINK_AMQP_CHANNEL);
-    reply = amqp_get_rpc_reply(impl->conn);
-    if (reply.reply_type == AMQP_RESPONSE_NORMAL) {
-        amqp_confirm_select(impl->conn, SINK_AMQP_CHANNEL);
-        reply = amqp_get_rpc_reply(impl->conn);
-    }
-    if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
-        sink_amqp_describe_reply(reply, text, sizeof(text));
-        return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
-                                "unable to open a confirm channel on %s: %s",
-                                sink_target(s), text);
-    }
-    impl->channel_open = true;
-    impl->next_tag = 1;
-    return 0;
-}
 
 /*
  * librabbitmq trusts no CA by itself: load the OpenSSL-conventional

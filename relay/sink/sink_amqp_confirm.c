@@ -17,7 +17,7 @@
  *                  (given back without spending an attempt) and the
  *                  connection is torn down
  */
-#include "sink_amqp_internal.h"
+#include "sink_amqp_confirm.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -26,7 +26,8 @@
  * SINK_AMQP_KNOWN_EXCHANGES names; any channel close forgets them, since an
  * exchange deleted later closes the channel on the next publish).
  */
-#include "sink_amqp_internal.h"
+#include "sink_amqp_publish.h"
+#include "sink_amqp_confirm.h"
 
 #include <inttypes.h>
 #include <stdio.h>

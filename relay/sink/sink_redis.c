@@ -1,7 +1,9 @@
 /*
  * sink_redis.c - the Redis Streams sink: one server, a Sentinel-watched
- * primary, or a Redis Cluster; its nodes, connecting, idling, --check and
- * its registry row.
+ * primary, or a Redis Cluster; its ops table (connecting, idling, --check)
+ * and its registry row. The top of the sink: its nodes are in
+ * sink_redis_node.c, the URL path rules in sink_redis_url.c, and no file of
+ * the sink calls back here.
  *
  * Every message becomes one stream entry, appended at most once per job
  * within the dedup window (sink_redis_script.c); a batch is pipelined per
@@ -17,7 +19,13 @@
  * other: the sink is then disconnected and the next sink_connect() starts
  * over (asking the sentinels, or reading the slot map, again).
  */
-#include "sink_redis_internal.h"
+#include "sink_redis.h"
+#include "sink_redis_cluster.h"
+#include "sink_redis_node.h"
+#include "sink_redis_publish.h"
+#include "sink_redis_replicas.h"
+#include "sink_redis_script.h"
+#include "sink_redis_sentinel.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -30,127 +38,6 @@
 #include "clock.h"
 #include "error.h"
 #include "keyslot.h"
-
-const char *
-sink_redis_prefix_of(const sink *s)
-{
-    return ((const struct sink_redis *)s->impl)->stream_prefix;
-}
-
-void
-sink_redis_copy_redis_error(char *out, size_t size, const char *text, size_t len)
-{
-    const char *tail = strstr(text, " script: ");
-    size_t n = strcspn(text, "\r\n");
-
-    if (n > len)
-        n = len;
-    if (tail != NULL && (size_t)(tail - text) < n)
-        n = (size_t)(tail - text);
-    while (n > 0 && (text[n - 1] == '.' || text[n - 1] == ' '))
-        n--;
-    if (n >= size)
-        n = size - 1;
-    memcpy(out, text, n);
-    out[n] = '\0';
-}
-
-bool
-sink_redis_reply_error_is(const redisReply *reply, const char *prefix)
-{
-    size_t len = strlen(prefix);
-
-    return reply->type == REDIS_REPLY_ERROR && reply->len >= len &&
-           strncmp(reply->str, prefix, len) == 0;
-}
-
-const char *
-sink_redis_node_label(const sink *s, const struct sink_redis_node *node)
-{
-    const struct sink_redis *r = s->impl;
-
-    return r->topology == TOPOLOGY_SINGLE ? sink_display_url(s) : node->name;
-}
-
-void
-sink_redis_node_set_address(struct sink_redis_node *node, const char *host, size_t host_len,
-                            int port)
-{
-    if (host_len >= sizeof(node->host))
-        host_len = sizeof(node->host) - 1;
-    memcpy(node->host, host, host_len);
-    node->host[host_len] = '\0';
-    node->port = port;
-    if (memchr(node->host, ':', host_len) != NULL)
-        snprintf(node->name, sizeof(node->name), "[%s]:%d", node->host, port);
-    else
-        snprintf(node->name, sizeof(node->name), "%s:%d", node->host, port);
-}
-
-void
-sink_redis_node_drop(struct sink_redis_node *node)
-{
-    if (node->context != NULL)
-        redisFree(node->context);
-    node->context = NULL;
-}
-
-void
-sink_redis_drop_connection(sink *s)
-{
-    struct sink_redis *r = s->impl;
-
-    for (size_t i = 0; i < r->node_count; i++)
-        sink_redis_node_drop(&r->nodes[i]);
-    s->connected = false;
-}
-
-int
-sink_redis_fail_node(sink *s, struct sink_redis_node *node, int saved_errno, const char *doing,
-                     struct outbox_error *err)
-{
-    bool timed_out = node->context->err == REDIS_ERR_IO &&
-                     (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-                      saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
-    char reason[128];
-
-    sink_redis_copy_redis_error(reason, sizeof(reason), node->context->errstr,
-                                strlen(node->context->errstr));
-    if (timed_out)
-        outbox_error_set(err, OUTBOX_ERR_TIMEOUT, "redis at %s did not answer %s within %d ms",
-                         sink_redis_node_label(s, node), doing, s->options.io_timeout_ms);
-    else
-        outbox_error_set(err, OUTBOX_ERR_CONNECTION, "lost the redis connection to %s %s: %s",
-                         sink_redis_node_label(s, node), doing, reason);
-    sink_redis_node_drop(node);
-    return -1;
-}
-
-uint16_t
-sink_redis_find_node(struct sink_redis *r, const char *host, size_t host_len, int port)
-{
-    struct sink_redis_node probe;
-
-    sink_redis_node_set_address(&probe, host, host_len, port);
-    for (size_t i = 0; i < r->node_count; i++)
-        if (r->nodes[i].port == port && strcmp(r->nodes[i].host, probe.host) == 0)
-            return (uint16_t)i;
-    if (r->node_count + 1 >= NO_NODE)
-        return NO_NODE;
-    if (r->node_count == r->node_capacity) {
-        size_t capacity = r->node_capacity == 0 ? 8 : 2 * r->node_capacity;
-        struct sink_redis_node *bigger = realloc(r->nodes, capacity * sizeof(*bigger));
-
-        if (bigger == NULL)
-            return NO_NODE;
-        r->nodes = bigger;
-        r->node_capacity = capacity;
-    }
-    probe.context = NULL;
-    probe.replicas = SINK_REDIS_REPLICAS_UNKNOWN;
-    r->nodes[r->node_count] = probe;
-    return (uint16_t)r->node_count++;
-}
 
 static int
 sink_redis_init(sink *s, const void *options, struct outbox_error *err)
@@ -206,152 +93,6 @@ sink_redis_init(sink *s, const void *options, struct outbox_error *err)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         break;
     }
-    return 0;
-}
-
-/*
- * True when an error reply during connect is worth retrying later (the
- * server is starting, busy, or a replica lost its primary); everything else
- * (credentials, db out of range, missing permissions) is configuration.
- */
-static bool
-connect_error_is_transient(const char *text)
-{
-    static const char *const transient[] = {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN",
-                                            "CLUSTERDOWN"};
-
-    for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
-        if (strncmp(text, transient[i], strlen(transient[i])) == 0)
-            return true;
-    return false;
-}
-
-int
-sink_redis_setup_command(sink *s, struct sink_redis_node *node, int argc, const char **argv,
-                         const char *what, redisReply **out, struct outbox_error *err)
-{
-    redisReply *reply = redisCommandArgv(node->context, argc, argv, NULL);
-    char reason[160];
-
-    if (reply == NULL) {
-        int saved_errno = errno;
-
-        return sink_redis_fail_node(s, node, saved_errno, "during connect", err);
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        enum outbox_error_code code =
-            connect_error_is_transient(reply->str) ? OUTBOX_ERR_CONNECTION : OUTBOX_ERR_CONFIG;
-
-        sink_redis_copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
-        if (strncmp(reply->str, "NOAUTH", 6) == 0)
-            outbox_error_set(err, code, "redis at %s requires a password: %s",
-                             sink_redis_node_label(s, node), reason);
-        else
-            outbox_error_set(err, code, "redis at %s %s: %s", sink_redis_node_label(s, node), what,
-                             reason);
-        freeReplyObject(reply);
-        sink_redis_node_drop(node);
-        return -1;
-    }
-    if (out != NULL)
-        *out = reply;
-    else
-        freeReplyObject(reply);
-    return 0;
-}
-
-int
-sink_redis_node_open(sink *s, struct sink_redis_node *node, bool authenticate,
-                     struct outbox_error *err)
-{
-    sink_redis_node_drop(node);
-    node->context = redisConnectWithTimeout(node->host, node->port,
-                                            timeval_from_ms(s->options.connect_timeout_ms));
-    if (node->context == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    if (node->context->err != 0) {
-        char reason[128];
-
-        sink_redis_copy_redis_error(reason, sizeof(reason), node->context->errstr,
-                                    strlen(node->context->errstr));
-        outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to connect to redis at %s: %s",
-                         sink_redis_node_label(s, node), reason);
-        sink_redis_node_drop(node);
-        return -1;
-    }
-    if (redisSetTimeout(node->context, timeval_from_ms(s->options.io_timeout_ms)) != REDIS_OK ||
-        redisEnableKeepAlive(node->context) != REDIS_OK) {
-        outbox_error_set(err, OUTBOX_ERR_CONNECTION,
-                         "unable to set socket options on the redis connection to %s",
-                         sink_redis_node_label(s, node));
-        sink_redis_node_drop(node);
-        return -1;
-    }
-    if (authenticate && s->url.password != NULL) {
-        const char *argv[3] = {"AUTH", NULL, NULL};
-        int argc = 1;
-
-        if (s->url.user != NULL)
-            argv[argc++] = s->url.user;
-        argv[argc++] = s->url.password;
-        if (sink_redis_setup_command(s, node, argc, argv, "refused the credentials", NULL,
-                                     err) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-int
-sink_redis_node_connect(sink *s, struct sink_redis_node *node, struct outbox_error *err)
-{
-    struct sink_redis *r = s->impl;
-    redisReply *reply = NULL;
-    char db[16];
-
-    if (sink_redis_node_open(s, node, true, err) != 0)
-        return -1;
-    if (sink_redis_url_db(&s->url) != 0 && r->topology != TOPOLOGY_CLUSTER) {
-        const char *argv[2] = {"SELECT", db};
-
-        snprintf(db, sizeof(db), "%d", sink_redis_url_db(&s->url));
-        if (sink_redis_setup_command(s, node, 2, argv, "refused to select the database", NULL,
-                                     err) != 0)
-            return -1;
-    }
-    if (r->topology == TOPOLOGY_SENTINEL) {
-        const char *argv[1] = {"ROLE"};
-        bool master;
-
-        if (sink_redis_setup_command(s, node, 1, argv, "refused ROLE", &reply, err) != 0)
-            return -1;
-        master = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-                 reply->element[0]->type == REDIS_REPLY_STRING &&
-                 strcmp(reply->element[0]->str, "master") == 0;
-        freeReplyObject(reply);
-        if (!master) {
-            sink_redis_node_drop(node);
-            return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
-                                    "redis at %s, named primary by a sentinel, is not a master",
-                                    node->name);
-        }
-    }
-    {
-        const char *argv[3] = {"SCRIPT", "LOAD", sink_redis_append_script};
-
-        if (sink_redis_setup_command(s, node, 3, argv, "refused to load the append script", &reply,
-                                     err) != 0)
-            return -1;
-    }
-    if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
-        freeReplyObject(reply);
-        sink_redis_node_drop(node);
-        return outbox_error_set(err, OUTBOX_ERR_BROKER,
-                                "redis at %s answered SCRIPT LOAD with something other than a sha1",
-                                sink_redis_node_label(s, node));
-    }
-    memcpy(r->sha, reply->str, 40);
-    r->sha[40] = '\0';
-    freeReplyObject(reply);
     return 0;
 }
 
@@ -544,99 +285,6 @@ static const struct sink_ops sink_redis_ops = {
 };
 
 /* ---- registry row --------------------------------------------------------- */
-
-/* What a Redis URL's path names. */
-struct sink_redis_url_path {
-    char *master_name; /* redis+sentinel://: required */
-    int db;            /* 0 when none is named; always 0 in a cluster */
-};
-
-static void
-sink_redis_path_free(void *parsed)
-{
-    struct sink_redis_url_path *path = parsed;
-
-    if (path != NULL)
-        free(path->master_name);
-    free(path);
-}
-
-/* "/N" into path->db; -1 with an error naming example when N is no database number. */
-static int
-parse_db(const struct url_scheme *scheme, const char *text, const char *example,
-         struct sink_redis_url_path *path, struct outbox_error *err)
-{
-    long db = url_decimal(text, strlen(text), 0, 1000000);
-
-    if (db < 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s URL database must be a number, as in %s://host:%d/%s",
-                                scheme->name, scheme->name, scheme->default_port, example);
-    path->db = (int)db;
-    return 0;
-}
-
-/* A Sentinel path "/MASTERNAME[/db]". */
-static int
-parse_master_db(const struct url_scheme *scheme, const char *text,
-                struct sink_redis_url_path *path, struct outbox_error *err)
-{
-    const char *name = text + (*text == '/'), *slash = strchr(name, '/');
-    size_t name_len = slash != NULL ? (size_t)(slash - name) : strlen(name);
-
-    if (name_len == 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s URL needs the master name, as in %s://host:%d/mymaster",
-                                scheme->name, scheme->name, scheme->default_port);
-    path->master_name = url_percent_decode(name, name_len);
-    if (path->master_name == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s URL has a bad escape in the master name", scheme->name);
-    if (slash != NULL && slash[1] != '\0')
-        return parse_db(scheme, slash + 1, "mymaster/0", path, err);
-    return 0;
-}
-
-/* redis://: "[/db]"; redis+sentinel://: "/MASTERNAME[/db]"; redis+cluster://: nothing. */
-static int
-sink_redis_parse_path(const struct url_scheme *scheme, const char *text, void **parsed,
-                      struct outbox_error *err)
-{
-    struct sink_redis_url_path *path = calloc(1, sizeof(*path));
-
-    if (path == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    *parsed = path;
-    switch ((enum topology)scheme->variant) {
-    case TOPOLOGY_SINGLE:
-        return *text == '/' && text[1] != '\0' ? parse_db(scheme, text + 1, "0", path, err) : 0;
-    case TOPOLOGY_SENTINEL:
-        return parse_master_db(scheme, text, path, err);
-    case TOPOLOGY_CLUSTER:
-        if (*text == '/' && text[1] != '\0')
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                    "%s URL takes no database: only database 0 is served",
-                                    scheme->name);
-        return 0;
-    }
-    return 0;
-}
-
-int
-sink_redis_url_db(const struct broker_url *url)
-{
-    if (url->scheme == NULL || url->scheme->parse_path != sink_redis_parse_path || url->path == NULL)
-        return 0;
-    return ((const struct sink_redis_url_path *)url->path)->db;
-}
-
-const char *
-sink_redis_url_master(const struct broker_url *url)
-{
-    if (url->scheme == NULL || url->scheme->parse_path != sink_redis_parse_path || url->path == NULL)
-        return NULL;
-    return ((const struct sink_redis_url_path *)url->path)->master_name;
-}
 
 static const struct url_scheme sink_redis_scheme = {
     .name = "redis",

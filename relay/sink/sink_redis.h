@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "url.h"
+#include "sink_redis_url.h"
 
 /* --redis-wait's default: 1 with Sentinel or Cluster, 0 with one server. */
 #define SINK_REDIS_WAIT_BY_TOPOLOGY (-1)
@@ -22,11 +22,5 @@ struct sink_redis_config {
     int64_t stream_maxlen;     /* --stream-maxlen: MAXLEN ~ N on every XADD, 0 for none */
     int wait_replicas;         /* --redis-wait: replicas that must have an append */
 };
-
-/* The database of a parsed redis:// or redis+sentinel:// URL ("/N"), 0 when none is named. */
-int sink_redis_url_db(const struct broker_url *url);
-
-/* The master name of a parsed redis+sentinel:// URL, owned by url; NULL for another scheme. */
-const char *sink_redis_url_master(const struct broker_url *url);
 
 #endif

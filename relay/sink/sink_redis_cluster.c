@@ -11,7 +11,8 @@
  * with a '}' but no hash tag has no dedup record in its slot, so such a
  * message is rejected.
  */
-#include "sink_redis_internal.h"
+#include "sink_redis_cluster.h"
+#include "sink_redis_script.h"
 
 #include <errno.h>
 #include <inttypes.h>

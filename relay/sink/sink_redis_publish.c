@@ -18,7 +18,10 @@
  * calls are deferred. Writing to a closed socket raises SIGPIPE: the
  * process must ignore it, as the relay does.
  */
-#include "sink_redis_internal.h"
+#include "sink_redis_publish.h"
+#include "sink_redis_cluster.h"
+#include "sink_redis_replicas.h"
+#include "sink_redis_script.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,7 @@
 /*
- * sink_redis_script.c - the dedup-and-append script and its calls.
+ * sink_redis_script.c - the dedup-and-append script, making a node ready
+ * to run it (sink_redis_node_connect: credentials, database, role, SCRIPT
+ * LOAD), and its calls. Stands on sink_redis_node.c alone.
  *
  * Every message becomes one stream entry, exactly
  *
@@ -24,7 +26,7 @@
  * value is the entry id, written with PX = the window, so Redis expires it
  * by itself and records are independent of each other.
  */
-#include "sink_redis_internal.h"
+#include "sink_redis_script.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -260,4 +262,58 @@ sink_redis_settle_message(sink *s, const struct sink_message *message, const red
         return;
     }
     sink_outcome_set(outcome, SINK_FAILED, "redis answered the append with an unexpected reply");
+}
+
+int
+sink_redis_node_connect(sink *s, struct sink_redis_node *node, struct outbox_error *err)
+{
+    struct sink_redis *r = s->impl;
+    redisReply *reply = NULL;
+    char db[16];
+
+    if (sink_redis_node_open(s, node, true, err) != 0)
+        return -1;
+    if (sink_redis_url_db(&s->url) != 0 && r->topology != TOPOLOGY_CLUSTER) {
+        const char *argv[2] = {"SELECT", db};
+
+        snprintf(db, sizeof(db), "%d", sink_redis_url_db(&s->url));
+        if (sink_redis_setup_command(s, node, 2, argv, "refused to select the database", NULL,
+                                     err) != 0)
+            return -1;
+    }
+    if (r->topology == TOPOLOGY_SENTINEL) {
+        const char *argv[1] = {"ROLE"};
+        bool master;
+
+        if (sink_redis_setup_command(s, node, 1, argv, "refused ROLE", &reply, err) != 0)
+            return -1;
+        master = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+                 reply->element[0]->type == REDIS_REPLY_STRING &&
+                 strcmp(reply->element[0]->str, "master") == 0;
+        freeReplyObject(reply);
+        if (!master) {
+            sink_redis_node_drop(node);
+            return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
+                                    "redis at %s, named primary by a sentinel, is not a master",
+                                    node->name);
+        }
+    }
+    {
+        const char *argv[3] = {"SCRIPT", "LOAD", sink_redis_append_script};
+
+        if (sink_redis_setup_command(s, node, 3, argv, "refused to load the append script", &reply,
+                                     err) != 0)
+            return -1;
+    }
+    if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+        freeReplyObject(reply);
+        sink_redis_node_drop(node);
+        return outbox_error_set(err, OUTBOX_ERR_BROKER,
+                                "redis at %s answered SCRIPT LOAD with something other than a sha1",
+                                sink_redis_node_label(s, node));
+    }
+    memcpy(r->sha, reply->str, 40);
+    r->sha[40] = '\0';
+    freeReplyObject(reply);
+    return 0;
 }

@@ -8,7 +8,8 @@
  * concerned and leaves the sink disconnected, so the next connect asks the
  * sentinels again: a demoted primary never keeps receiving appends.
  */
-#include "sink_redis_internal.h"
+#include "sink_redis_sentinel.h"
+#include "sink_redis_script.h"
 
 #include <errno.h>
 #include <inttypes.h>

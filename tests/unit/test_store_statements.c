@@ -7,13 +7,14 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
-#include "store_internal.h"
+#include "store_statements.h"
 
 /* Whether statement lists a need of this kind, name and (when not NULL) detail. */
 static bool

@@ -1,5 +1,5 @@
 /*
- * relay_internal.h - the state the relay's threads share, private to relay/.
+ * relay_state.h - the state the relay's threads share, private to relay/.
  *
  * A relay owns its pipelines (pipeline.c, each a thread with a database
  * connection and a broker connection) and a maintenance thread
@@ -8,10 +8,11 @@
  * (settle.c) until the database confirmed them. relay.c starts and stops
  * them all. A thread stops at relay_stopping(), set by relay_stop() or by
  * the first fatal error, which also sets the stop latch that ends every
- * wait (wait.h) at once.
+ * wait (wait.h) at once. The ground floor of the relay's threads:
+ * relay_state.c calls none of the files that include this header.
  */
-#ifndef OUTBOX_RELAY_INTERNAL_H
-#define OUTBOX_RELAY_INTERNAL_H
+#ifndef OUTBOX_RELAY_STATE_H
+#define OUTBOX_RELAY_STATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,10 +20,13 @@
 
 #include "backoff.h"
 #include "cause_log.h"
+#include "config.h"
+#include "metrics.h"
 #include "outbox.h"
-#include "relay.h"
 #include "sink.h"
 #include "wait.h"
+
+typedef struct relay relay;
 
 /* Reconnect backoff (connect_ends): from the first to the longest wait. */
 #define RECONNECT_FIRST_SECONDS 0.2
@@ -140,7 +144,7 @@ struct relay {
     struct outbox_error fatal_error;
 };
 
-/* relay.c: the owner of the threads */
+/* The stop flag and the first fatal error (relay_state.c) */
 
 /* True once relay_stop() was called or a thread met a fatal error. */
 bool relay_stopping(const relay *r);
@@ -148,37 +152,5 @@ bool relay_stopping(const relay *r);
 void relay_set_fatal(relay *r, const struct outbox_error *err);
 /* Called by each thread as it returns; the last one tells relay_start's caller. */
 void relay_thread_returned(relay *r);
-
-/* ends.c: connecting, losing and closing a thread's database and broker */
-
-int connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink,
-                 bool first);
-int connect_store(struct database *db, bool first);
-int connect_sink(struct pipeline *p, bool first);
-void drop_store(struct database *db);
-void database_failed(struct database *db, const struct outbox_error *err);
-void store_failed(struct pipeline *p, const struct outbox_error *err);
-void broker_lost(struct pipeline *p, const struct outbox_error *err);
-void broker_close(struct pipeline *p);
-
-/* settle.c: a published batch's marks, until the database confirmed them */
-
-int settlement_init(struct settlement *st, size_t n);
-void settlement_free(struct settlement *st);
-bool settlement_has_rows(const struct settlement *st);
-void settlement_clear(struct pipeline *p, struct settlement *st);
-int settle_send(struct pipeline *p, const struct settlement *st);
-void settle_receive(struct pipeline *p, struct settlement *st);
-void settle_now(struct pipeline *p, struct settlement *st);
-
-/* publish.c: one batch out to the broker */
-
-void keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at);
-void give_back(struct pipeline *p, struct outbox_batch *batch);
-void publish_batch(struct pipeline *p, struct settlement *st);
-
-/* the threads' bodies */
-void *pipeline_run(void *arg);
-void *maintenance_run(void *arg);
 
 #endif

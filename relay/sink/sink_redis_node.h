@@ -1,17 +1,14 @@
 /*
- * sink_redis_internal.h - what the files of the Redis sink share: its
- * state, a node, a message's route, and the functions one file offers
- * the others.
+ * sink_redis_node.h - the Redis sink's shared state and its nodes: one
+ * server the sink talks to, opening its connection, running a setup
+ * command, dropping it, and the error texts all files of the sink use.
  *
- * The Redis sink is split by job: sink_redis.c (nodes, connecting,
- * idle, --check, the registry row), sink_redis_sentinel.c (finding the
- * primary), sink_redis_cluster.c (the slot map, redirections, routing),
- * sink_redis_script.c (the dedup-and-append script and its calls) and
- * sink_redis_publish.c (pipelining a batch, WAIT, outcomes). Only these
- * files include this header; the rest of the relay sees sink.h alone.
+ * The ground floor of the sink: sink_redis_node.c calls only the URL rules
+ * (sink_redis_url.c); the script, sentinel, cluster, publish and ops-table
+ * files stand on it. Only the files of the Redis sink include this header.
  */
-#ifndef OUTBOX_SINK_REDIS_INTERNAL_H
-#define OUTBOX_SINK_REDIS_INTERNAL_H
+#ifndef OUTBOX_SINK_REDIS_NODE_H
+#define OUTBOX_SINK_REDIS_NODE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,8 +17,8 @@
 #include <hiredis/hiredis.h>
 
 #include "sink_internal.h"
-#include "sink_redis.h"
 #include "sink_redis_replicas.h"
+#include "sink_redis_url.h"
 
 #define DEFAULT_DEDUP_WINDOW_MS (24LL * 60 * 60 * 1000)
 #define PIPELINE_WINDOW 4096
@@ -44,13 +41,6 @@
 enum script_call {
     CALL_EVALSHA, /* by the SHA1 loaded on connect */
     CALL_EVAL,    /* with the script text, after NOSCRIPT */
-};
-
-/* What the URL scheme asks for. */
-enum topology {
-    TOPOLOGY_SINGLE,   /* redis://: one server */
-    TOPOLOGY_SENTINEL, /* redis+sentinel://: the primary the sentinels name */
-    TOPOLOGY_CLUSTER,  /* redis+cluster://: the masters of a Redis Cluster */
 };
 
 /* One server the sink talks to. */
@@ -98,11 +88,6 @@ struct sink_redis {
     int wait_replicas;       /* --redis-wait, its default resolved by the topology */
 };
 
-
-/* The dedup-and-append script (sink_redis_script.c), loaded on connect. */
-extern const char sink_redis_append_script[];
-
-/* ---- sink_redis.c: nodes and connections */
 
 /* --stream-prefix, "" for none. */
 const char *sink_redis_prefix_of(const sink *s);
@@ -159,89 +144,5 @@ int sink_redis_setup_command(sink *s, struct sink_redis_node *node, int argc, co
  */
 int sink_redis_node_open(sink *s, struct sink_redis_node *node, bool authenticate,
                          struct outbox_error *err);
-
-/*
- * Makes a node ready for script calls: connects, authenticates, selects the
- * db, checks it is a master when the sentinels named it, loads the script.
- */
-int sink_redis_node_connect(sink *s, struct sink_redis_node *node, struct outbox_error *err);
-
-/* ---- sink_redis_sentinel.c */
-
-/*
- * Asks the sentinels in turn for the primary and connects to it. The error
- * is OUTBOX_ERR_CONFIG only when no attempt failed in a way worth retrying
- * (every sentinel refused the credentials or does not know the master).
- */
-int sink_redis_connect_sentinel(sink *s, struct outbox_error *err);
-
-/* ---- sink_redis_cluster.c */
-
-/* Whether node i receives appends: the one server, the primary, or a master owning a slot. */
-bool sink_redis_node_is_primary(const struct sink_redis *r, uint16_t node);
-
-/*
- * Asks the seed nodes in turn for the slot map, then connects to every
- * master. Configuration errors as connect_sentinel.
- */
-int sink_redis_connect_cluster(sink *s, struct outbox_error *err);
-
-/*
- * Reads a -MOVED or -ASK redirection ("MOVED 3999 127.0.0.1:6381") into the
- * index of the node it names; an empty host is the node that answered.
- * NO_NODE when the text is not one, or out of memory.
- */
-uint16_t sink_redis_redirect_target(struct sink_redis *r, uint16_t from, const char *text,
-                                    unsigned *slot);
-
-/* Cluster: reads the slot map again from any connected node after a MOVED. */
-void sink_redis_refresh_slot_map(sink *s);
-
-/*
- * Routes the messages of the batch to send: their slot and node. A message
- * whose slot has no known owner is deferred at once; in a cluster, one whose
- * stream name holds a '}' but no hash tag (a routing key can) is rejected,
- * since no dedup record could share its slot. Returns how many were routed.
- */
-size_t sink_redis_route_messages(sink *s, const struct sink_message *messages,
-                                 const size_t *sendable, size_t count,
-                                 struct sink_outcome *outcomes);
-
-/* ---- sink_redis_script.c */
-
-/* Makes a scratch buffer hold at least size bytes; -1 when out of memory. */
-int sink_redis_reserve(char **buffer, size_t *capacity, size_t size);
-
-/* The stream of a message is stream_prefix + this: its routing key, else its queue. */
-const char *sink_redis_stream_suffix(const struct sink_message *message);
-
-/* The length of a message's stream name, "<prefix><suffix>". */
-size_t sink_redis_stream_length(const sink *s, const struct sink_message *message);
-
-/* Writes a message's stream name into out (stream_length + 1 bytes); its length. */
-size_t sink_redis_write_stream_name(const sink *s, const struct sink_message *message, char *out);
-
-/*
- * Appends one script call for the messages of routes[0..n-1] to a node's
- * output buffer (ASKING first when they were redirected with -ASK); -1 when
- * out of memory. The arguments are laid out as sink_redis_append_script reads them:
- * first the keys of every message, then the shared values, then five values
- * a message. Keys and numbers are written into the scratch buffer, the rest
- * points into the messages.
- */
-int sink_redis_append_call(sink *s, redisContext *context, const struct sink_message *messages,
-                           const struct route *routes, size_t n);
-
-/* Messages in the next call from routes[from]: up to SCRIPT_CHUNK of one slot. */
-size_t sink_redis_call_length(const struct route *routes, size_t from, size_t n);
-
-/* Turns the reply element for one message into its outcome. */
-void sink_redis_settle_message(sink *s, const struct sink_message *message, const redisReply *reply,
-                               struct sink_outcome *outcome);
-
-/* ---- sink_redis_publish.c */
-
-int sink_redis_publish(sink *s, const struct sink_message *messages, size_t count,
-                       struct sink_outcome *outcomes, struct outbox_error *err);
 
 #endif

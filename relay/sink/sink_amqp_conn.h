@@ -1,16 +1,14 @@
 /*
- * sink_amqp_internal.h - what the files of the RabbitMQ sink share: its
- * state, the bookkeeping of one batch, and the functions one file offers
- * the others.
+ * sink_amqp_conn.h - the RabbitMQ sink's shared state: the connection and
+ * channel, the bookkeeping of the batch being published, and the small
+ * connection helpers every file of the sink uses.
  *
- * The sink is split by job: sink_amqp.c (connecting, the channel, TLS,
- * idle, --check, the registry row), sink_amqp_confirm.c (reading what the
- * broker sends back: acks, nacks, returns, closes) and sink_amqp_publish.c
- * (publishing a batch in windows, finding the message a channel close
- * blames). Only these files include this header.
+ * This is the ground floor of the sink: sink_amqp_conn.c calls nothing of
+ * sink_amqp.c, sink_amqp_confirm.c or sink_amqp_publish.c, and only those
+ * files include this header.
  */
-#ifndef OUTBOX_SINK_AMQP_INTERNAL_H
-#define OUTBOX_SINK_AMQP_INTERNAL_H
+#ifndef OUTBOX_SINK_AMQP_CONN_H
+#define OUTBOX_SINK_AMQP_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,7 +17,6 @@
 
 #include <amqp.h>
 
-#include "sink_amqp.h"
 #include "sink_internal.h"
 
 #define SINK_AMQP_CHANNEL 1
@@ -77,9 +74,6 @@ enum frame_result {
     FRAME_CONNECTION_LOST /* err filled; the caller tears down */
 };
 
-/* ---- sink_amqp.c: the connection */
-
-
 /* Forgets which exchanges exist (new connection, or the channel was closed). */
 void sink_amqp_forget_exchanges(struct sink_amqp *impl);
 
@@ -91,27 +85,5 @@ void sink_amqp_describe_reply(amqp_rpc_reply_t reply, char *text, size_t size);
 
 /* Opens the channel and puts it in confirm mode; the tag count starts over. */
 int sink_amqp_open_channel(sink *s, struct outbox_error *err);
-
-/* ---- sink_amqp_confirm.c */
-
-/*
- * Defers every published, unsettled message and every unsent one with
- * reason: the connection failed them, not their content. A returned message
- * keeps its own failure (unroutable).
- */
-void sink_amqp_defer_unsettled(struct batch *batch, const char *reason);
-
-/*
- * Waits up to timeout_ms (0: only what already arrived) for one frame and
- * handles it. Returns 1 when a frame was handled, 0 when none came, or the
- * negative of a frame_result otherwise.
- */
-int sink_amqp_read_one_frame(sink *s, struct batch *batch, int64_t timeout_ms,
-                             struct outbox_error *err);
-
-/* ---- sink_amqp_publish.c */
-
-int sink_amqp_publish(sink *s, const struct sink_message *messages, size_t count,
-                      struct sink_outcome *outcomes, struct outbox_error *err);
 
 #endif

@@ -1,0 +1,34 @@
+/*
+ * console_auth.h - the console's access control: the token file, logins
+ * and their sessions, CSRF tokens, and who a request is.
+ */
+#ifndef OUTBOX_CONSOLE_AUTH_H
+#define OUTBOX_CONSOLE_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "console_request.h"
+
+/* Reads the token file (first line, at least 16 characters); 0 or -1 after a message. */
+int console_auth_load(struct console *console, const char *path);
+
+/* Fills request->identity, ->session and ->who from its headers. */
+void console_auth_identify(struct console *console, struct console_request *request);
+
+/* True when the CSRF token of request (header, or csrf form field) matches its session. */
+bool console_auth_csrf_ok(const struct console_request *request, const char *form_csrf);
+
+/* Checks a submitted token and opens a session; NULL when it does not match. */
+struct console_session *console_auth_login(struct console *console, const char *token);
+
+/* Forgets the session of request. */
+void console_auth_logout(struct console *console, struct console_request *request);
+
+/* Constant-time comparison of two NUL-terminated strings. */
+bool console_auth_equal(const char *a, const char *b);
+
+/* Fills out with size - 1 random hex digits; -1 when no randomness is available. */
+int console_auth_random_hex(char *out, size_t size);
+
+#endif

@@ -1,0 +1,133 @@
+/*
+ * console_request.c - the console's shared ground: the database connection
+ * (reconnected at the next request after a failure), query and form
+ * parameters, and plain-text answers.
+ *
+ * Rules: calls no other console file; a lost connection is remembered with
+ * its reason in console->db_error and reported once on stderr.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "console_request.h"
+#include "error.h"
+
+#define CONNECT_TIMEOUT_SECONDS "5"
+
+static void
+ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+PGconn *
+console_database(struct console *console)
+{
+    /*
+     * No parallel workers: the console's queries read indexes of the backlog, where
+     * workers cost a loaded server more than they save, and its one backend then
+     * holds all the CPU time a page costs (what make bench measures).
+     */
+    static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
+                                           "client_encoding", "options", "dbname", NULL};
+    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
+                            "-c max_parallel_workers_per_gather=0", console->database_url, NULL};
+    struct outbox_error err;
+
+    if (console->conn != NULL && PQstatus(console->conn) == CONNECTION_OK)
+        return console->conn;
+    PQfinish(console->conn);
+    console->conn = PQconnectdbParams(keywords, values, 1);
+    if (console->conn != NULL && PQstatus(console->conn) == CONNECTION_OK) {
+        PQsetNoticeProcessor(console->conn, ignore_notice, NULL);
+        if (console->db_error[0] != '\0')
+            fprintf(stderr, "outboxctl serve: database connection back\n");
+        console->db_error[0] = '\0';
+        return console->conn;
+    }
+    outbox_error_from_connect(&err, console->conn, console->database_url,
+                              "unable to connect to the database");
+    if (strcmp(console->db_error, err.message) != 0)
+        fprintf(stderr, "outboxctl serve: %s\n", err.message);
+    snprintf(console->db_error, sizeof(console->db_error), "%s", err.message);
+    PQfinish(console->conn);
+    console->conn = NULL;
+    return NULL;
+}
+
+void
+console_database_failed(struct console *console, const struct outbox_error *err)
+{
+    if (console->conn == NULL || PQstatus(console->conn) == CONNECTION_OK)
+        return;
+    snprintf(console->db_error, sizeof(console->db_error), "%s", err->message);
+    fprintf(stderr, "outboxctl serve: %s\n", err->message);
+    PQfinish(console->conn);
+    console->conn = NULL;
+}
+
+static int
+hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes text[0..length) ('+' is a space) into out; false when it does not fit. */
+static bool
+url_decode(const char *text, size_t length, char *out, size_t size)
+{
+    size_t used = 0;
+
+    for (size_t i = 0; i < length; i++) {
+        char c = text[i];
+
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%' && i + 2 < length && hex_value(text[i + 1]) >= 0 &&
+                   hex_value(text[i + 2]) >= 0) {
+            c = (char)(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
+            i += 2;
+        }
+        if (used + 1 >= size)
+            return false;
+        out[used++] = c;
+    }
+    out[used] = '\0';
+    return true;
+}
+
+bool
+console_param(const char *params, size_t length, const char *name, char *out, size_t size)
+{
+    size_t name_len = strlen(name);
+    const char *p = params, *end = params + length;
+
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+
+        if (eq != NULL && (size_t)(eq - p) == name_len && memcmp(p, name, name_len) == 0)
+            return url_decode(eq + 1, (size_t)(stop - eq - 1), out, size) && out[0] != '\0';
+        p = stop + 1;
+    }
+    return false;
+}
+
+void
+console_respond_text(struct console_response *response, int status, const char *text)
+{
+    response->status = status;
+    response->content_type = "text/plain; charset=utf-8";
+    response->body.len = 0;
+    buffer_puts(&response->body, text);
+    buffer_putc(&response->body, '\n');
+}

@@ -1,0 +1,95 @@
+/*
+ * console_request.h - what every part of the console shares: the server's
+ * state, a parsed request and the response being built, query and form
+ * parameters, and the database connection that survives a restart.
+ *
+ * The ground floor of the console: console_request.c calls no other
+ * console file, so the server, access control, API and pages all stand on
+ * it. A failed query is reported through console_database_failed() so the
+ * next request reconnects.
+ */
+#ifndef OUTBOX_CONSOLE_REQUEST_H
+#define OUTBOX_CONSOLE_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "buffer.h"
+#include "outbox.h"
+
+#define CONSOLE_TOKEN_HEX 64     /* session ids and CSRF tokens: 32 random bytes in hex */
+#define CONSOLE_MAX_SESSIONS 64  /* the oldest login is forgotten beyond this */
+#define CONSOLE_BATCH_SIZE 1000  /* rows per transaction of a retry or delete of many rows */
+#define CONSOLE_DEAD_LIMIT_DEFAULT 100
+#define CONSOLE_DEAD_LIMIT_MAX 10000
+#define CONSOLE_JOB_IDS_MAX 10000
+
+/* A login: the cookie value and the CSRF token the pages of that login carry. */
+struct console_session {
+    char id[CONSOLE_TOKEN_HEX + 1];
+    char csrf[CONSOLE_TOKEN_HEX + 1];
+    int64_t created; /* for replacing the oldest; 0: free slot */
+};
+
+/* The server's state: options, database connection, logins. */
+struct console {
+    const char *database_url;
+    char *token; /* NULL: no --auth-token-file, loopback only, no login */
+    bool allow_actions;
+    PGconn *conn;        /* NULL or broken: reconnect at the next request */
+    char db_error[OUTBOX_ERROR_MESSAGE_MAX]; /* why the database is unavailable; "" when it is up */
+    struct console_session sessions[CONSOLE_MAX_SESSIONS];
+    struct console_session anonymous; /* without a token: the one CSRF token of every page */
+    int64_t session_counter;
+};
+
+/* How a request proved who it is. */
+enum console_identity {
+    CONSOLE_NOBODY,    /* no valid credential (only with a token) */
+    CONSOLE_ANONYMOUS, /* no token configured: loopback, anyone local */
+    CONSOLE_BEARER,    /* Authorization: Bearer with the token (exempt from CSRF) */
+    CONSOLE_COOKIE,    /* the login cookie of a session */
+};
+
+struct console_request {
+    char method[8];
+    char path[512];    /* without the query, not decoded */
+    char query[2048];  /* after '?', not decoded; "" when none */
+    const char *authorization;
+    const char *cookie;
+    const char *csrf_header; /* X-CSRF-Token */
+    const char *content_type;
+    const char *body;
+    size_t body_len;
+    char peer[64];
+    enum console_identity identity;
+    struct console_session *session; /* CONSOLE_COOKIE, or &anonymous */
+    char who[96];                    /* for the action log */
+};
+
+struct console_response {
+    int status;
+    const char *content_type;
+    struct buffer body;
+    struct buffer headers; /* extra header lines, each ending in \r\n */
+};
+
+/*
+ * Returns the connection, reconnecting when needed; NULL when the database
+ * is unavailable (console->db_error says why).
+ */
+PGconn *console_database(struct console *console);
+
+/* Notes a failed query: a lost connection makes the next request reconnect. */
+void console_database_failed(struct console *console, const struct outbox_error *err);
+
+/* Decodes parameter name of a query or form body into out; false when absent. */
+bool console_param(const char *params, size_t length, const char *name, char *out, size_t size);
+
+/* Sets a plain one-line answer. */
+void console_respond_text(struct console_response *response, int status, const char *text);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * store_exec.c - running the prepared statements within the deadline.
+ *
+ * Every wait on the server is bounded by STORE_STATEMENT_DEADLINE_MS on our
+ * side, for a server that stopped answering. Statements are sent one at a
+ * time, or queued in libpq's pipeline mode and collected in the order sent;
+ * with nothing queued the connection is out of pipeline mode. Rules: this
+ * file calls only the statement table, never the connect path or a caller.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <poll.h>
+
+#include "clock.h"
+#include "error.h"
+#include "store_exec.h"
+
+/* ---- running statements ---------------------------------------------------- */
+
+/*
+ * Waits until the next result can be read without blocking, for at most
+ * STORE_STATEMENT_DEADLINE_MS: libpq itself would wait for ever on a
+ * server that stopped answering (a stopped backend, a frozen host whose
+ * kernel still acknowledges). On expiry the error is a transient
+ * OUTBOX_ERR_TIMEOUT: the caller drops the connection and makes a new one,
+ * and rows claimed meanwhile come back after their lease.
+ */
+int
+store_await_result(outbox_store *store, const char *context, struct outbox_error *err)
+{
+    int64_t deadline = clock_monotonic_ms() + STORE_STATEMENT_DEADLINE_MS;
+
+    if (PQflush(store->conn) < 0)
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    while (PQisBusy(store->conn)) {
+        int64_t remaining = deadline - clock_monotonic_ms();
+        struct pollfd pfd = {.fd = PQsocket(store->conn), .events = POLLIN};
+
+        if (remaining <= 0)
+            return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
+                                    "%s: the database did not answer within %d s (server stalled"
+                                    " or unreachable); dropping the connection",
+                                    context, STORE_STATEMENT_DEADLINE_MS / 1000);
+        if (pfd.fd < 0)
+            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s: database connection is closed",
+                                    context);
+        if (poll(&pfd, 1, (int)remaining) > 0 && !PQconsumeInput(store->conn))
+            return outbox_error_from_pg(err, store->conn, NULL, context);
+    }
+    return 0;
+}
+
+/*
+ * Collects the results of a statement sent outside pipeline mode within the
+ * deadline and returns the last one (libpq's PQexec does the same without a
+ * deadline), or NULL with err.
+ */
+PGresult *
+store_await_last_result(outbox_store *store, const char *context, struct outbox_error *err)
+{
+    PGresult *last = NULL, *next;
+
+    for (;;) {
+        if (store_await_result(store, context, err) != 0) {
+            PQclear(last);
+            return NULL;
+        }
+        next = PQgetResult(store->conn);
+        if (next == NULL)
+            break;
+        PQclear(last);
+        last = next;
+    }
+    if (last == NULL)
+        outbox_error_from_pg(err, store->conn, NULL, context);
+    return last;
+}
+
+/* Runs sql (one or more statements, no parameters) within the deadline; its last result. */
+PGresult *
+store_exec_bounded(outbox_store *store, const char *sql, const char *context,
+                   struct outbox_error *err)
+{
+    if (!PQsendQuery(store->conn, sql)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        return NULL;
+    }
+    return store_await_last_result(store, context, err);
+}
+
+/* Runs a prepared statement, checking for the expected result status. */
+PGresult *
+store_run_prepared(outbox_store *store, enum statement statement, int nparams,
+                   const char *const *values, ExecStatusType expected, const char *context,
+                   struct outbox_error *err)
+{
+    PGresult *result;
+
+    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
+                             NULL, 0)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        return NULL;
+    }
+    result = store_await_last_result(store, context, err);
+    if (result != NULL && PQresultStatus(result) != expected) {
+        outbox_error_from_pg(err, store->conn, result, context);
+        PQclear(result);
+        return NULL;
+    }
+    return result;
+}
+
+/*
+ * Queued statements. store_queue_prepared() sends a statement without waiting:
+ * the connection enters libpq's pipeline mode and a Sync follows the
+ * statement, so it runs and commits as its own transaction while the caller
+ * does something else. store_collect_prepared() waits for the oldest queued
+ * statement's result; results come back in the order sent. With nothing
+ * queued the connection leaves pipeline mode, so the plain calls work again.
+ */
+int
+store_queue_prepared(outbox_store *store, enum statement statement, int nparams,
+                     const char *const *values, const char *context, struct outbox_error *err)
+{
+    if (store->queued_count == STORE_QUEUE_MAX)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: too many statements queued", context);
+    if (PQpipelineStatus(store->conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(store->conn))
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
+                             NULL, 0) ||
+        !PQpipelineSync(store->conn))
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    store->queued[store->queued_count++] = statement;
+    return 0;
+}
+
+/* Whether a statement is one of the claims (claim_receive collects whichever was sent). */
+static bool
+is_claim(enum statement statement)
+{
+    return statement == STMT_CLAIM_ALL || statement == STMT_CLAIM_QUEUES ||
+           statement == STMT_CLAIM_ALL_PAUSED || statement == STMT_CLAIM_QUEUES_PAUSED;
+}
+
+/* statement is the one queued first (any claim stands for every claim). */
+PGresult *
+store_collect_prepared(outbox_store *store, enum statement statement, ExecStatusType expected,
+                       const char *context, struct outbox_error *err)
+{
+    PGresult *result, *extra;
+
+    if (store->queued_count == 0 ||
+        (store->queued[0] != statement && !(is_claim(statement) && is_claim(store->queued[0])))) {
+        outbox_error_set(
+            err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)", context,
+            store->queued_count > 0 ? "another statement was sent first" : "nothing was sent");
+        return NULL;
+    }
+    store->queued_count--;
+    memmove(store->queued, store->queued + 1, (size_t)store->queued_count * sizeof(*store->queued));
+
+    if (store_await_result(store, context, err) != 0)
+        return NULL;
+    result = PQgetResult(store->conn);
+    /* the statement's results end with NULL, then comes its Sync */
+    for (;;) {
+        if (store_await_result(store, context, err) != 0) {
+            PQclear(result);
+            return NULL;
+        }
+        if ((extra = PQgetResult(store->conn)) == NULL)
+            break;
+        PQclear(extra);
+    }
+    if (store_await_result(store, context, err) != 0) {
+        PQclear(result);
+        return NULL;
+    }
+    extra = PQgetResult(store->conn);
+    if (PQresultStatus(result) != expected || PQresultStatus(extra) != PGRES_PIPELINE_SYNC) {
+        outbox_error_from_pg(err, store->conn, PQresultStatus(result) != expected ? result : extra,
+                             context);
+        PQclear(result);
+        PQclear(extra);
+        return NULL;
+    }
+    PQclear(extra);
+    if (store->queued_count == 0 && !PQexitPipelineMode(store->conn)) {
+        outbox_error_from_pg(err, store->conn, NULL, context);
+        PQclear(result);
+        return NULL;
+    }
+    return result;
+}
