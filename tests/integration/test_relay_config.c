@@ -588,8 +588,9 @@ test_on_success_delete_needs_the_delete_privilege(void **state)
     fixture_create_login_role(f->conn, user, sql);
     harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', '{}')) FROM generate_series(1, 5)");
     {
-        const char *argv[] = {"--database-url", url, "--broker", broker, "--stream-prefix", prefix,
-                              "--on-success", "delete", "--once", NULL};
+        const char *argv[] = {"--database-url", url,       "--broker",     broker,
+                              "--stream-prefix", prefix, "--on-success", "delete",
+                              "--metrics-addr",  "off",  "--once",       NULL};
 
         status = fixture_run_program("outbox-relay", argv, output, sizeof(output), 30000);
         if (status == 0 || strstr(output, "--on-success delete") == NULL ||
