@@ -64,6 +64,23 @@ ha_stop_servers(void)
     printf("ha: servers stopped in %.1f s\n", wall_clock_seconds() - started);
 }
 
+int
+ha_start_cluster(const char *cluster)
+{
+    const char *const services[] = {cluster, NULL};
+
+    ha_start_servers(cluster, services);
+    return 0;
+}
+
+int
+ha_group_teardown(void **state)
+{
+    (void)state;
+    ha_stop_servers();
+    return 0;
+}
+
 void
 ha_stack(const char *const args[])
 {

@@ -44,19 +44,8 @@ static int test_counter;
 static int
 group_setup(void **state)
 {
-    const char *const services[] = {"kafka-cluster", NULL};
-
     (void)state;
-    ha_start_servers("kafka-cluster", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
+    return ha_start_cluster("kafka-cluster");
 }
 
 static int
@@ -219,5 +208,5 @@ main(void)
         cmocka_unit_test_setup_teardown(test_partition_leader_killed_mid_run, setup, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_kafka", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_kafka", tests, group_setup, ha_group_teardown);
 }

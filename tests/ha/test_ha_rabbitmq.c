@@ -47,19 +47,8 @@ static int test_counter;
 static int
 group_setup(void **state)
 {
-    const char *const services[] = {"rabbitmq-cluster", NULL};
-
     (void)state;
-    ha_start_servers("rabbitmq-cluster", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
+    return ha_start_cluster("rabbitmq-cluster");
 }
 
 /* amqp:// URL of node index (1-based) alone. */
@@ -341,5 +330,5 @@ main(void)
         cmocka_unit_test_setup_teardown(test_node_stop_mid_run, setup, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_rabbitmq", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_rabbitmq", tests, group_setup, ha_group_teardown);
 }
