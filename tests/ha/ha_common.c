@@ -64,6 +64,29 @@ ha_stop_servers(void)
     printf("ha: servers stopped in %.1f s\n", wall_clock_seconds() - started);
 }
 
+void
+ha_wait_third_through(PGconn *conn, struct relay_process *relay, int rows)
+{
+    char sql[128];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT least(count(*), %d) FROM outbox.job WHERE state = 'succeeded'", rows / 3);
+    if (wait_for_value(conn, sql, rows / 3, 120000) != rows / 3) {
+        relay_dump_log(relay);
+        fail_msg("a third of the rows did not get through within 120 s");
+    }
+}
+
+void
+ha_wait_all_succeeded(PGconn *conn, struct relay_process *relay)
+{
+    if (wait_for_value(conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
+                       180000) != 0) {
+        relay_dump_log(relay);
+        fail_msg("rows left unsucceeded 180 s after the last commit");
+    }
+}
+
 int
 ha_start_cluster(const char *cluster)
 {

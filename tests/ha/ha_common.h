@@ -40,6 +40,20 @@ void ha_stop_servers(void);
 int ha_start_cluster(const char *cluster);
 int ha_group_teardown(void **state);
 
+struct relay_process;
+
+/*
+ * Waits up to 120 s until a third of rows have succeeded (mid-run, the
+ * moment to break something); dumps relay's log and fails the test when not.
+ */
+void ha_wait_third_through(PGconn *conn, struct relay_process *relay, int rows);
+
+/*
+ * Waits up to 180 s (after the last commit) until no row is left
+ * unsucceeded; dumps relay's log and fails the test when some are.
+ */
+void ha_wait_all_succeeded(PGconn *conn, struct relay_process *relay);
+
 /* Runs stack.sh COMMAND $DIR ARGS... (NULL-terminated), printing it; fails the test unless it exits 0. */
 void ha_stack(const char *const args[]);
 
