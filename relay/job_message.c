@@ -1,3 +1,6 @@
+/*
+ * job_message.c - the broker message for a claimed row (see job_message.h).
+ */
 #include "job_message.h"
 
 struct sink_message

@@ -1,3 +1,6 @@
+/*
+ * store_row.c - a claimed row read into an outbox_job (see store_row.h).
+ */
 #include "store_row.h"
 
 #include <math.h>

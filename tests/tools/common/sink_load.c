@@ -1,3 +1,6 @@
+/*
+ * sink_load.c - one thread's share of a sink throughput load (see sink_load.h).
+ */
 #include "sink_load.h"
 
 #include <stdio.h>
