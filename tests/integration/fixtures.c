@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -154,4 +158,23 @@ fixture_redis_close(struct fixture_redis *f)
     redisFree(f->redis);
     PQfinish(f->conn);
     harness_database_drop(f->url);
+}
+
+int
+fixture_connect_loopback(int port, int timeout_seconds)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    struct timeval timeout = {.tv_sec = timeout_seconds};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

@@ -59,6 +59,12 @@ void fixture_drop_role(PGconn *conn, const char *user);
 char *fixture_url_as(const char *url, const char *user);
 
 /*
+ * A TCP connection to 127.0.0.1:port whose reads and writes give up after
+ * timeout_seconds; -1 when nothing accepts it.
+ */
+int fixture_connect_loopback(int port, int timeout_seconds);
+
+/*
  * What a Redis test works in: a fresh database (url, conn), the Redis at
  * OUTBOX_TEST_REDIS_URL (broker, redis) and a key prefix no other test
  * uses, "<name>-<pid>-<n>:", with stream the prefix + a stream name.
