@@ -87,6 +87,8 @@ HA_HELPERS := $(filter-out $(HA_SRC),$(sort $(wildcard tests/ha/*.c)))
 HA_HELPER_OBJ := $(HA_HELPERS:%.c=$(BUILD)/%.o)
 TOOL_SRC   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN   := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
+# tests/tools/common: what several tools share, linked into each.
+TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/common/*.c)))
 
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
@@ -183,8 +185,8 @@ $(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG
 	$(CC) $(LDFLAGS) -o $@ $< $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) \
 	    $(TEST_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(TEST_LINK)
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LINK) $(LDLIBS)
+$(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(TOOL_HELPER_OBJ) $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_HELPER_OBJ) $(TEST_LINK) $(LDLIBS)
 
 .SECONDARY:
 

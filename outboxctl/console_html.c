@@ -301,17 +301,35 @@ table_facts(struct buffer *out, const struct store_console_overview *overview)
     buffer_puts(out, "</dd></dl>");
 }
 
+/*
+ * Writes a section's heading and, when it has rows, the head of its table
+ * (columns NULL-terminated); with none, the note empty instead and false.
+ */
+static bool
+table_open(struct buffer *out, const char *title, size_t rows, const char *empty, const char *id,
+           const char *const columns[])
+{
+    buffer_printf(out, "<h2>%s</h2>", title);
+    if (rows == 0) {
+        buffer_printf(out, "<p class=\"note\">%s</p>", empty);
+        return false;
+    }
+    buffer_printf(out, "<table id=\"%s\"><thead><tr>", id);
+    for (size_t i = 0; columns[i] != NULL; i++)
+        buffer_printf(out, "<th>%s</th>", columns[i]);
+    buffer_puts(out, "</tr></thead><tbody>");
+    return true;
+}
+
 static void
 relays_table(struct buffer *out, const struct store_console_overview *overview)
 {
-    buffer_puts(out, "<h2>Relays seen</h2>");
-    if (overview->relay_count == 0) {
-        buffer_puts(out, "<p class=\"note\">No relay holds a lease right now.</p>");
+    static const char *const columns[] = {"Worker id", "Rows held", "First lease expires in",
+                                          "Last lease expires in", NULL};
+
+    if (!table_open(out, "Relays seen", overview->relay_count,
+                    "No relay holds a lease right now.", "relays", columns))
         return;
-    }
-    buffer_puts(out, "<table id=\"relays\"><thead><tr><th>Worker id</th><th>Rows held</th>"
-                     "<th>First lease expires in</th><th>Last lease expires in</th></tr>"
-                     "</thead><tbody>");
     for (size_t i = 0; i < overview->relay_count; i++) {
         const struct store_console_relay *relay = &overview->relays[i];
 
@@ -495,14 +513,13 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
 static void
 blocked_table(struct buffer *out, bool allowed, const struct store_status *status)
 {
-    buffer_puts(out, "<h2>Blocked keys</h2>");
-    if (status->blocked_count == 0) {
-        buffer_puts(out, "<p class=\"note\">No ordering key is held up by its head.</p>");
+    static const char *const columns[] = {"Queue",      "Ordering key", "Head job",
+                                          "Head state", "Attempts",     "Last error",
+                                          "Waiting behind", "", NULL};
+
+    if (!table_open(out, "Blocked keys", status->blocked_count,
+                    "No ordering key is held up by its head.", "blocked", columns))
         return;
-    }
-    buffer_puts(out, "<table id=\"blocked\"><thead><tr><th>Queue</th><th>Ordering key</th>"
-                     "<th>Head job</th><th>Head state</th><th>Attempts</th><th>Last error</th>"
-                     "<th>Waiting behind</th><th></th></tr></thead><tbody>");
     for (size_t i = 0; i < status->blocked_count; i++) {
         const struct store_blocked_key *key = &status->blocked[i];
 
@@ -526,13 +543,11 @@ blocked_table(struct buffer *out, bool allowed, const struct store_status *statu
 static void
 paused_table(struct buffer *out, bool allowed, const struct store_pause_list *list)
 {
-    buffer_puts(out, "<h2>Paused</h2>");
-    if (list->count == 0) {
-        buffer_puts(out, "<p class=\"note\">Nothing is paused.</p>");
+    static const char *const columns[] = {"Queue", "Ordering key", "Reason", "By", "Since", "",
+                                          NULL};
+
+    if (!table_open(out, "Paused", list->count, "Nothing is paused.", "paused", columns))
         return;
-    }
-    buffer_puts(out, "<table id=\"paused\"><thead><tr><th>Queue</th><th>Ordering key</th>"
-                     "<th>Reason</th><th>By</th><th>Since</th><th></th></tr></thead><tbody>");
     for (size_t i = 0; i < list->count; i++) {
         const struct store_pause *pause = &list->pauses[i];
 

@@ -71,6 +71,31 @@ queue_argument(const struct ctl *ctl, int argc, char **argv, int *first, const c
     return ctl_usage_error("'%s' needs a QUEUE", ctl->command);
 }
 
+/*
+ * What pause and resume do before their statement: QUEUE, the options, the
+ * name checks, the connection and the schema check. Returns CTL_GO_ON with
+ * ctl->conn ready, or the exit status (after the message).
+ */
+static int
+flow_start(struct ctl *ctl, int argc, char **argv, int first, const struct ctl_option *options,
+           size_t count, const char **queue, const char *const *key)
+{
+    struct outbox_error err;
+    int taken;
+
+    if ((taken = queue_argument(ctl, argc, argv, &first, queue)) != 0)
+        return taken;
+    if ((taken = ctl_parse_options(ctl, argc, argv, first, options, count)) != CTL_GO_ON)
+        return taken;
+    if ((taken = ctl_check_queue_and_key(*queue, *key)) != 0)
+        return taken;
+    if ((taken = ctl_connect(ctl)) != 0)
+        return taken;
+    if (store_admin_check_schema(ctl->conn, &err) < 0)
+        return ctl_runtime_error(ctl, &err);
+    return CTL_GO_ON;
+}
+
 int
 ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
 {
@@ -83,16 +108,9 @@ ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
     const struct ctl_option options[] = {
         {"--ordering-key", &key, NULL}, {"--key", &key, NULL}, {"--reason", &reason, NULL}};
 
-    if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
+    if ((taken = flow_start(ctl, argc, argv, first, options, 3, &queue, &key)) != CTL_GO_ON)
         return taken;
-    if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 3)) != CTL_GO_ON)
-        return taken;
-    if ((taken = ctl_check_queue_and_key(queue, key)) != 0)
-        return taken;
-    if ((taken = ctl_connect(ctl)) != 0)
-        return taken;
-    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0) {
+    if (store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0) {
         taken = ctl_runtime_error(ctl, &err);
         return err.code == OUTBOX_ERR_INVALID ? EXIT_USAGE : taken; /* a key of a stream queue */
     }
@@ -116,16 +134,9 @@ ctl_command_resume(struct ctl *ctl, int argc, char **argv, int first)
 
     const struct ctl_option options[] = {{"--ordering-key", &key, NULL}, {"--key", &key, NULL}};
 
-    if ((taken = queue_argument(ctl, argc, argv, &first, &queue)) != 0)
+    if ((taken = flow_start(ctl, argc, argv, first, options, 2, &queue, &key)) != CTL_GO_ON)
         return taken;
-    if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 2)) != CTL_GO_ON)
-        return taken;
-    if ((taken = ctl_check_queue_and_key(queue, key)) != 0)
-        return taken;
-    if ((taken = ctl_connect(ctl)) != 0)
-        return taken;
-    if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_resume(ctl->conn, queue, key, &changed, &keys, &err) < 0)
+    if (store_admin_resume(ctl->conn, queue, key, &changed, &keys, &err) < 0)
         return ctl_runtime_error(ctl, &err);
     if (key != NULL)
         printf("%s ordering key '%s' of queue '%s'\n", changed ? "resumed" : "was not paused:",

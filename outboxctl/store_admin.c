@@ -154,9 +154,8 @@ static const char check_time_sql[] = "SELECT $1::timestamptz";
 
 /* clang-format on */
 
-/* strdup of a result value, NULL for SQL NULL; sets *failed when out of memory. */
-static char *
-copy_value(const PGresult *result, int row, int column, bool *failed)
+char *
+store_admin_text(const PGresult *result, int row, int column, bool *failed)
 {
     char *copy;
 
@@ -175,8 +174,8 @@ store_admin_int64(const PGresult *result, int row, int column)
                                             : strtoll(PQgetvalue(result, row, column), NULL, 10);
 }
 
-static double
-double_value(const PGresult *result, int row, int column)
+double
+store_admin_double(const PGresult *result, int row, int column)
 {
     return PQgetisnull(result, row, column) ? 0.0 : strtod(PQgetvalue(result, row, column), NULL);
 }
@@ -220,39 +219,44 @@ store_admin_check_schema(PGconn *conn, struct outbox_error *err)
     return 0;
 }
 
+void
+store_admin_fill_queues(const PGresult *result, struct store_status *status, bool *failed)
+{
+    int rows = PQntuples(result);
+
+    if (rows > 0 && (status->queues = calloc((size_t)rows, sizeof(*status->queues))) == NULL)
+        *failed = true;
+    for (int row = 0; row < rows && !*failed; row++) {
+        struct store_queue_status *queue = &status->queues[row];
+
+        status->queue_count++;
+        queue->queue = store_admin_text(result, row, 0, failed);
+        queue->ready = store_admin_int64(result, row, 1);
+        queue->running = store_admin_int64(result, row, 2);
+        queue->succeeded = store_admin_int64(result, row, 3);
+        queue->dead = store_admin_int64(result, row, 4);
+        queue->oldest_ready_seconds = store_admin_double(result, row, 5);
+        if (PQnfields(result) > 8) { /* status: the stream columns */
+            queue->stream_published = store_admin_int64(result, row, 6);
+            queue->stream_waiting = store_admin_int64(result, row, 7);
+            queue->stream = PQgetvalue(result, row, 8)[0] == 't';
+        }
+    }
+}
+
 /* Fills the per-queue part of status. */
 static int
 read_queue_status(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
     PGresult *result = PQexec(conn, queue_status_sql);
     bool failed = false;
-    int rows;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         store_admin_fail(err, conn, result, "unable to count jobs per queue");
         PQclear(result);
         return -1;
     }
-    rows = PQntuples(result);
-    if (rows > 0) {
-        status->queues = calloc((size_t)rows, sizeof(*status->queues));
-        if (status->queues == NULL)
-            failed = true;
-    }
-    for (int row = 0; row < rows && !failed; row++) {
-        struct store_queue_status *queue = &status->queues[row];
-
-        status->queue_count++;
-        queue->queue = copy_value(result, row, 0, &failed);
-        queue->ready = store_admin_int64(result, row, 1);
-        queue->running = store_admin_int64(result, row, 2);
-        queue->succeeded = store_admin_int64(result, row, 3);
-        queue->dead = store_admin_int64(result, row, 4);
-        queue->oldest_ready_seconds = double_value(result, row, 5);
-        queue->stream_published = store_admin_int64(result, row, 6);
-        queue->stream_waiting = store_admin_int64(result, row, 7);
-        queue->stream = PQgetvalue(result, row, 8)[0] == 't';
-    }
+    store_admin_fill_queues(result, status, &failed);
     PQclear(result);
     if (failed)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -275,8 +279,8 @@ read_table_status(PGconn *conn, struct store_status *status, struct outbox_error
     status->index_bytes = store_admin_int64(result, 0, 1);
     status->live_tuples = store_admin_int64(result, 0, 2);
     status->dead_tuples = store_admin_int64(result, 0, 3);
-    status->last_autovacuum = copy_value(result, 0, 4, &failed);
-    status->last_autoanalyze = copy_value(result, 0, 5, &failed);
+    status->last_autovacuum = store_admin_text(result, 0, 4, &failed);
+    status->last_autoanalyze = store_admin_text(result, 0, 5, &failed);
     PQclear(result);
     if (failed)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -299,9 +303,9 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
     if (PQntuples(result) == 1) {
         oldest->present = true;
         oldest->pid = (int)store_admin_int64(result, 0, 0);
-        oldest->application_name = copy_value(result, 0, 1, &failed);
-        oldest->state = copy_value(result, 0, 2, &failed);
-        oldest->age_seconds = double_value(result, 0, 3);
+        oldest->application_name = store_admin_text(result, 0, 1, &failed);
+        oldest->state = store_admin_text(result, 0, 2, &failed);
+        oldest->age_seconds = store_admin_double(result, 0, 3);
         oldest->xid_age = store_admin_int64(result, 0, 4);
     }
     PQclear(result);
@@ -337,15 +341,15 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
         struct store_blocked_key *key = &status->blocked[row];
 
         status->blocked_count++;
-        key->queue = copy_value(result, row, 0, &failed);
-        key->ordering_key = copy_value(result, row, 1, &failed);
+        key->queue = store_admin_text(result, row, 0, &failed);
+        key->ordering_key = store_admin_text(result, row, 1, &failed);
         key->head_job_id = store_admin_int64(result, row, 2);
-        key->head_state = copy_value(result, row, 3, &failed);
+        key->head_state = store_admin_text(result, row, 3, &failed);
         key->attempts = (int32_t)store_admin_int64(result, row, 4);
         key->max_attempts = (int32_t)store_admin_int64(result, row, 5);
-        key->last_error = copy_value(result, row, 6, &failed);
+        key->last_error = store_admin_text(result, row, 6, &failed);
         /* NULL: a ready head due at +infinity, which never comes */
-        key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : double_value(result, row, 8);
+        key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : store_admin_double(result, row, 8);
         key->waiting = store_admin_int64(result, row, 9);
         for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
             if (strcmp(status->queues[i].queue, key->queue) == 0)
@@ -381,11 +385,11 @@ read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *er
         struct store_pause *pause = &list->pauses[row];
 
         list->count++;
-        pause->queue = copy_value(result, row, 0, &failed);
-        pause->ordering_key = copy_value(result, row, 1, &failed);
-        pause->reason = copy_value(result, row, 2, &failed);
-        pause->paused_by = copy_value(result, row, 3, &failed);
-        pause->paused_at = copy_value(result, row, 4, &failed);
+        pause->queue = store_admin_text(result, row, 0, &failed);
+        pause->ordering_key = store_admin_text(result, row, 1, &failed);
+        pause->reason = store_admin_text(result, row, 2, &failed);
+        pause->paused_by = store_admin_text(result, row, 3, &failed);
+        pause->paused_at = store_admin_text(result, row, 4, &failed);
     }
     PQclear(result);
     if (failed)
@@ -487,11 +491,11 @@ store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct sto
 
         list->count++;
         job->job_id = store_admin_int64(result, row, 0);
-        job->queue = copy_value(result, row, 1, &failed);
+        job->queue = store_admin_text(result, row, 1, &failed);
         job->attempts = (int32_t)store_admin_int64(result, row, 2);
         job->max_attempts = (int32_t)store_admin_int64(result, row, 3);
-        job->finished_at = copy_value(result, row, 4, &failed);
-        job->last_error = copy_value(result, row, 5, &failed);
+        job->finished_at = store_admin_text(result, row, 4, &failed);
+        job->last_error = store_admin_text(result, row, 5, &failed);
     }
     PQclear(result);
     if (failed) {

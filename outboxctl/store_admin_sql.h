@@ -1,18 +1,21 @@
 /*
- * store_admin_sql.h - what store_admin.c and store_batch.c share and no
- * one else needs: the SQL text macros that make times read back alike under
- * any DateStyle and TimeZone, and the helpers that run a statement and turn
- * its failure into an outbox_error (a missing table naming the missing
- * schema). Private to the outboxctl store.
+ * store_admin_sql.h - what the outboxctl store files (store_admin.c,
+ * store_batch.c, store_console.c) share and no one else needs: the SQL text
+ * macros that make times read back alike under any DateStyle and TimeZone,
+ * the helpers that run a statement and turn its failure into an
+ * outbox_error (a missing table naming the missing schema), and the readers
+ * of result cells. Private to the outboxctl store.
  */
 #ifndef OUTBOXCTL_STORE_ADMIN_SQL_H
 #define OUTBOXCTL_STORE_ADMIN_SQL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <libpq-fe.h>
 
 #include "error.h"
+#include "store_admin.h"
 
 /* clang-format off */
 
@@ -47,5 +50,18 @@ int store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *res
 
 /* The integer in a result cell; 0 for SQL NULL. */
 int64_t store_admin_int64(const PGresult *result, int row, int column);
+
+/* The number in a result cell; 0 for SQL NULL. */
+double store_admin_double(const PGresult *result, int row, int column);
+
+/* A malloc'd copy of a result cell, NULL for SQL NULL; sets *failed when out of memory. */
+char *store_admin_text(const PGresult *result, int row, int column, bool *failed);
+
+/*
+ * Fills status->queues from the per-queue counts (queue, ready, running,
+ * succeeded, dead, oldest ready seconds); sets *failed when out of memory,
+ * leaving what was filled for store_status_clear.
+ */
+void store_admin_fill_queues(const PGresult *result, struct store_status *status, bool *failed);
 
 #endif

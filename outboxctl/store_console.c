@@ -9,11 +9,10 @@
 #include <libpq-fe.h>
 
 #include "error.h"
+#include "store_admin_sql.h"
 #include "store_console.h"
 
 /* clang-format off */
-
-#define ISO_UTC(expr) "to_char((" expr ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 
 /*
  * Per queue: ready (due or not, held included), running and dead from
@@ -126,38 +125,6 @@ static const char dead_delete_batch_sql[] =
 
 /* clang-format on */
 
-static char *
-copy_value(const PGresult *result, int row, int column, bool *failed)
-{
-    char *copy;
-
-    if (PQgetisnull(result, row, column))
-        return NULL;
-    copy = strdup(PQgetvalue(result, row, column));
-    if (copy == NULL)
-        *failed = true;
-    return copy;
-}
-
-static int64_t
-int64_value(const PGresult *result, int row, int column)
-{
-    return PQgetisnull(result, row, column) ? 0
-                                            : strtoll(PQgetvalue(result, row, column), NULL, 10);
-}
-
-static double
-double_value(const PGresult *result, int row, int column)
-{
-    return PQgetisnull(result, row, column) ? 0.0 : strtod(PQgetvalue(result, row, column), NULL);
-}
-
-static PGresult *
-run(PGconn *conn, const char *sql, int count, const char *const *params)
-{
-    return PQexecParams(conn, sql, count, NULL, params, NULL, NULL, 0);
-}
-
 /* Fills err from result, clears it and returns -1. */
 static int
 fail_result(struct outbox_error *err, PGconn *conn, PGresult *result, const char *context)
@@ -176,7 +143,7 @@ table_is_small(PGconn *conn, bool *small, struct outbox_error *err)
     PGresult *result;
 
     snprintf(limit, sizeof(limit), "%lld", (long long)STORE_CONSOLE_EXACT_BYTES);
-    result = run(conn, small_table_sql, 1, params);
+    result = store_admin_exec(conn, small_table_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
         return fail_result(err, conn, result, "unable to read the size of 'outbox.job'");
     *small = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
@@ -189,26 +156,12 @@ read_queues(PGconn *conn, struct store_console_overview *overview, struct outbox
 {
     struct store_status *status = &overview->status;
     const char *params[1] = {overview->succeeded_estimated ? "false" : "true"};
-    PGresult *result = run(conn, queues_sql, 1, params);
+    PGresult *result = store_admin_exec(conn, queues_sql, 1, params);
     bool failed = false;
-    int rows;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
         return fail_result(err, conn, result, "unable to count jobs per queue");
-    rows = PQntuples(result);
-    if (rows > 0 && (status->queues = calloc((size_t)rows, sizeof(*status->queues))) == NULL)
-        failed = true;
-    for (int row = 0; row < rows && !failed; row++) {
-        struct store_queue_status *queue = &status->queues[row];
-
-        status->queue_count++;
-        queue->queue = copy_value(result, row, 0, &failed);
-        queue->ready = int64_value(result, row, 1);
-        queue->running = int64_value(result, row, 2);
-        queue->succeeded = int64_value(result, row, 3);
-        queue->dead = int64_value(result, row, 4);
-        queue->oldest_ready_seconds = double_value(result, row, 5);
-    }
+    store_admin_fill_queues(result, status, &failed);
     PQclear(result);
     if (failed)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -231,10 +184,10 @@ read_relays(PGconn *conn, struct store_console_overview *overview, struct outbox
         struct store_console_relay *relay = &overview->relays[row];
 
         overview->relay_count++;
-        relay->worker_id = copy_value(result, row, 0, &failed);
-        relay->rows = int64_value(result, row, 1);
-        relay->lease_min_seconds = double_value(result, row, 2);
-        relay->lease_max_seconds = double_value(result, row, 3);
+        relay->worker_id = store_admin_text(result, row, 0, &failed);
+        relay->rows = store_admin_int64(result, row, 1);
+        relay->lease_min_seconds = store_admin_double(result, row, 2);
+        relay->lease_max_seconds = store_admin_double(result, row, 3);
     }
     PQclear(result);
     if (failed)
@@ -278,11 +231,11 @@ static void
 add_minutes(const PGresult *result, const struct store_console_chart *chart, int64_t *column)
 {
     for (int row = 0; row < PQntuples(result); row++) {
-        int64_t minute = int64_value(result, row, 0);
+        int64_t minute = store_admin_int64(result, row, 0);
         int64_t index = (minute - chart->minute_epoch[0]) / 60;
 
         if (index >= 0 && index < STORE_CONSOLE_CHART_MINUTES)
-            column[index] += int64_value(result, row, 1);
+            column[index] += store_admin_int64(result, row, 1);
     }
 }
 
@@ -295,23 +248,23 @@ store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outb
 
     memset(chart, 0, sizeof(*chart));
     snprintf(minutes, sizeof(minutes), "%d", STORE_CONSOLE_CHART_MINUTES);
-    result = run(conn, chart_start_sql, 1, params);
+    result = store_admin_exec(conn, chart_start_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
         return fail_result(err, conn, result, "unable to read the traffic of the last hour");
-    chart->minute_epoch[0] = int64_value(result, 0, 0);
+    chart->minute_epoch[0] = store_admin_int64(result, 0, 0);
     PQclear(result);
     for (int i = 1; i < STORE_CONSOLE_CHART_MINUTES; i++)
         chart->minute_epoch[i] = chart->minute_epoch[0] + 60 * i;
     snprintf(start_text, sizeof(start_text), "%lld", (long long)chart->minute_epoch[0]);
 
     params[0] = start_text;
-    result = run(conn, chart_published_sql, 1, params);
+    result = store_admin_exec(conn, chart_published_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
         return fail_result(err, conn, result, "unable to count the rows published");
     add_minutes(result, chart, chart->published);
     PQclear(result);
 
-    result = run(conn, chart_enqueued_sql, 1, params);
+    result = store_admin_exec(conn, chart_enqueued_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
         return fail_result(err, conn, result, "unable to count the rows enqueued");
     add_minutes(result, chart, chart->enqueued);
@@ -344,15 +297,15 @@ id_array(const struct store_console_filter *filter, bool *failed)
 static void
 fill_dead_job(const PGresult *result, int row, struct store_console_dead_job *job, bool *failed)
 {
-    job->job_id = int64_value(result, row, 0);
-    job->queue = copy_value(result, row, 1, failed);
-    job->ordering_key = copy_value(result, row, 2, failed);
-    job->attempts = (int32_t)int64_value(result, row, 3);
-    job->max_attempts = (int32_t)int64_value(result, row, 4);
-    job->finished_at = copy_value(result, row, 5, failed);
-    job->last_error = copy_value(result, row, 6, failed);
-    job->payload = copy_value(result, row, 7, failed);
-    job->headers = copy_value(result, row, 8, failed);
+    job->job_id = store_admin_int64(result, row, 0);
+    job->queue = store_admin_text(result, row, 1, failed);
+    job->ordering_key = store_admin_text(result, row, 2, failed);
+    job->attempts = (int32_t)store_admin_int64(result, row, 3);
+    job->max_attempts = (int32_t)store_admin_int64(result, row, 4);
+    job->finished_at = store_admin_text(result, row, 5, failed);
+    job->last_error = store_admin_text(result, row, 6, failed);
+    job->payload = store_admin_text(result, row, 7, failed);
+    job->headers = store_admin_text(result, row, 8, failed);
 }
 
 int
@@ -371,7 +324,7 @@ store_console_dead_list(PGconn *conn, const struct store_console_filter *filter,
     if (failed)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
-    result = run(conn, dead_list_sql, 5, params);
+    result = store_admin_exec(conn, dead_list_sql, 5, params);
     free(ids);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
         return fail_result(err, conn, result, "unable to list dead jobs");
@@ -428,7 +381,7 @@ dead_batches(PGconn *conn, const char *sql, const char *what,
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     snprintf(batch_text, sizeof(batch_text), "%d", batch_size > 0 ? batch_size : 1);
     for (;;) {
-        PGresult *result = run(conn, sql, 6, params);
+        PGresult *result = store_admin_exec(conn, sql, 6, params);
         int64_t last = 0;
         int rows;
 
@@ -438,8 +391,8 @@ dead_batches(PGconn *conn, const char *sql, const char *what,
         }
         rows = PQntuples(result);
         for (int row = 0; row < rows; row++)
-            if (int64_value(result, row, 0) > last)
-                last = int64_value(result, row, 0);
+            if (store_admin_int64(result, row, 0) > last)
+                last = store_admin_int64(result, row, 0);
         PQclear(result);
         if (rows == 0)
             break;

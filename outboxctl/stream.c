@@ -1,7 +1,6 @@
 /*
  * stream.c - outboxctl stream: make a queue a stream, back again, and list streams.
  */
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,15 +8,11 @@
 
 #include <libpq-fe.h>
 
+#include "ctl.h"
 #include "error.h"
 #include "parse.h"
-#include "store_admin.h"
 #include "store_stream.h"
 #include "stream.h"
-#include "redact.h"
-#include "url_check.h"
-
-#define STREAM_EXIT_USAGE 2
 
 const char outboxctl_stream_usage[] =
     "  stream enable QUEUE [--partitions N]\n"
@@ -31,72 +26,27 @@ struct stream_args {
     const char *subcommand;
     const char *queue;
     const char *partitions;
-    const char *database_url;
-    bool help;
 };
 
-static int usage(const char *format, ...) __attribute__((format(printf, 1, 2)));
-
+/* The common options, --partitions, then up to two words: the subcommand and QUEUE. */
 static int
-usage(const char *format, ...)
-{
-    va_list ap;
-
-    fputs("outboxctl: ", stderr);
-    va_start(ap, format);
-    vfprintf(stderr, format, ap);
-    va_end(ap);
-    fputs(" (see outboxctl --help)\n", stderr);
-    return STREAM_EXIT_USAGE;
-}
-
-/* "--name VALUE" or "--name=VALUE" at argv[*i]: 1 taken, 0 not this option, 2 no value. */
-static int
-option_value(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t len = strlen(name);
-
-    if (strncmp(argv[*i], name, len) != 0)
-        return 0;
-    if (argv[*i][len] == '=') {
-        *value = argv[*i] + len + 1;
-        return 1;
-    }
-    if (argv[*i][len] != '\0')
-        return 0;
-    if (*i + 1 >= argc) {
-        usage("option '%s' of 'stream' needs a value", name);
-        return 2;
-    }
-    *value = argv[++*i];
-    return 1;
-}
-
-static int
-parse_args(struct stream_args *a, int argc, char **argv, int first)
+parse_args(struct ctl *ctl, struct stream_args *a, int argc, char **argv, int first)
 {
     for (int i = first; i < argc; i++) {
-        int taken;
+        int taken = ctl_common_option(ctl, argc, argv, &i);
 
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            a->help = true;
-            continue;
-        }
-        taken = option_value(argc, argv, &i, "--database-url", &a->database_url);
         if (taken == 0)
-            taken = option_value(argc, argv, &i, "--partitions", &a->partitions);
-        if (taken == 2)
-            return STREAM_EXIT_USAGE;
+            taken = ctl_take_value(ctl, argc, argv, &i, "--partitions", &a->partitions);
+        if (taken == EXIT_USAGE)
+            return EXIT_USAGE;
         if (taken == 1)
             continue;
-        if (argv[i][0] == '-')
-            return usage("unknown option '%s' for 'stream'", argv[i]);
+        if (argv[i][0] == '-' || a->queue != NULL)
+            return ctl_unexpected_argument(ctl, argv[i]);
         if (a->subcommand == NULL)
             a->subcommand = argv[i];
-        else if (a->queue == NULL)
-            a->queue = argv[i];
         else
-            return usage("unexpected argument '%s' for 'stream'", argv[i]);
+            a->queue = argv[i];
     }
     return 0;
 }
@@ -110,24 +60,20 @@ check_args(const struct stream_args *a, int *partitions)
     bool list;
 
     if (a->subcommand == NULL)
-        return usage("'stream' needs a subcommand: enable, disable or list");
+        return ctl_usage_error("'stream' needs a subcommand: enable, disable or list");
     list = strcmp(a->subcommand, "list") == 0;
     if (!list && strcmp(a->subcommand, "enable") != 0 && strcmp(a->subcommand, "disable") != 0)
-        return usage("unknown subcommand '%s' for 'stream': use enable, disable or list",
+        return ctl_usage_error("unknown subcommand '%s' for 'stream': use enable, disable or list",
                      a->subcommand);
     if (list && a->queue != NULL)
-        return usage("unexpected argument '%s' for 'stream list'", a->queue);
+        return ctl_usage_error("unexpected argument '%s' for 'stream list'", a->queue);
     if (!list && a->queue == NULL)
-        return usage("'stream %s' needs a QUEUE", a->subcommand);
+        return ctl_usage_error("'stream %s' needs a QUEUE", a->subcommand);
     if (a->partitions != NULL && strcmp(a->subcommand, "enable") != 0)
-        return usage("--partitions is an option of 'stream enable' only");
+        return ctl_usage_error("--partitions is an option of 'stream enable' only");
     if (a->partitions != NULL && parse_integer(a->partitions, 1, 256, &value, &err) < 0)
-        return usage("--partitions: %s", err.message);
+        return ctl_usage_error("--partitions: %s", err.message);
     *partitions = (int)value;
-    if (a->database_url == NULL || a->database_url[0] == '\0')
-        return usage("missing database URL: give --database-url or set OUTBOX_DATABASE_URL");
-    if (url_check_database(a->database_url, &err) != 0)
-        return usage("--database-url: %s", err.message);
     return 0;
 }
 
@@ -137,8 +83,6 @@ run_command(PGconn *conn, const struct stream_args *a, int partitions, struct ou
 {
     bool changed = false;
 
-    if (store_admin_check_schema(conn, err) < 0)
-        return -1;
     if (strcmp(a->subcommand, "list") == 0)
         return stream_admin_list(conn, stdout, err);
     if (strcmp(a->subcommand, "enable") == 0) {
@@ -157,33 +101,24 @@ run_command(PGconn *conn, const struct stream_args *a, int partitions, struct ou
 int
 outboxctl_stream(const char *database_url, int argc, char **argv, int first)
 {
-    struct stream_args a = {.database_url = database_url};
+    struct ctl ctl = {.database_url = database_url, .command = "stream"};
+    struct stream_args a = {0};
     struct outbox_error err;
-    char message[OUTBOX_ERROR_MESSAGE_MAX];
-    PGconn *conn;
     int partitions = 1, rc;
 
-    if ((rc = parse_args(&a, argc, argv, first)) != 0)
+    if ((rc = parse_args(&ctl, &a, argc, argv, first)) != 0)
         return rc;
-    if (a.help) {
+    if (ctl.help) {
         fputs(outboxctl_stream_usage, stdout);
         return 0;
     }
     if ((rc = check_args(&a, &partitions)) != 0)
         return rc;
-    conn = PQconnectdb(a.database_url);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        outbox_error_from_connect(&err, conn, a.database_url, "unable to connect to the database");
-        rc = 1;
-    } else {
-        rc = run_command(conn, &a, partitions, &err) == 0 ? 0 : 1;
-        if (rc != 0 && err.code == OUTBOX_ERR_INVALID)
-            rc = STREAM_EXIT_USAGE;
+    if ((rc = ctl_connect(&ctl)) == 0 && run_command(ctl.conn, &a, partitions, &err) != 0) {
+        rc = ctl_runtime_error(&ctl, &err);
+        if (err.code == OUTBOX_ERR_INVALID)
+            rc = EXIT_USAGE;
     }
-    PQfinish(conn);
-    if (rc != 0) {
-        url_redact_message(err.message, a.database_url, NULL, message, sizeof(message));
-        fprintf(stderr, "outboxctl: %s\n", message);
-    }
+    PQfinish(ctl.conn);
     return rc;
 }

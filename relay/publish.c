@@ -18,6 +18,7 @@
 #include "cause_log.h"
 #include "clock.h"
 #include "error.h"
+#include "job_message.h"
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
@@ -245,19 +246,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
-        p->messages[i] = (struct sink_message){
-            .job_id = job->job_id,
-            .attempt = job->generation,
-            .queue = job->queue,
-            .payload = job->payload,
-            .payload_len = job->payload_len,
-            .headers = job->headers,
-            .created_at = job->created_at,
-            .replay = job->replays,
-            .exchange = job->exchange,
-            .routing_key = job->routing_key,
-            .ordering_key = job->ordering_key,
-        };
+        p->messages[i] = job_message_from_job(job);
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
 

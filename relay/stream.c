@@ -12,6 +12,7 @@
 #include "buffer.h"
 #include "clock.h"
 #include "error.h"
+#include "job_message.h"
 #include "log.h"
 #include "sink.h"
 #include "store_stream.h"
@@ -186,22 +187,8 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
 static void
 build_messages(struct stream_worker *sr, const struct stream_batch *batch)
 {
-    for (size_t i = 0; i < batch->count; i++) {
-        const struct outbox_job *job = &batch->jobs[i];
-
-        sr->messages[i] = (struct sink_message){
-            .job_id = job->job_id,
-            .attempt = job->generation,
-            .queue = job->queue,
-            .payload = job->payload,
-            .payload_len = job->payload_len,
-            .headers = job->headers,
-            .created_at = job->created_at,
-            .replay = job->replays,
-            .exchange = job->exchange,
-            .routing_key = job->routing_key,
-        };
-    }
+    for (size_t i = 0; i < batch->count; i++)
+        sr->messages[i] = job_message_from_job(&batch->jobs[i]);
 }
 
 /* True when a row after index in the batch has the same ordering key. */

@@ -4,13 +4,13 @@
  * Statements are prepared once per connection and take bound parameters
  * only. See store_stream.h for the rules, sql/009_stream.sql for the schema.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buffer.h"
 #include "error.h"
+#include "store_row.h"
 #include "store_stream.h"
 
 struct stream_store {
@@ -349,22 +349,7 @@ batch_fill(struct stream_batch *batch, PGresult *result, struct outbox_error *er
     if (batch->jobs == NULL || batch->xids == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     for (int r = 0; r < rows; r++) {
-        struct outbox_job *job = &batch->jobs[r];
-
-        job->job_id = strtoll(PQgetvalue(result, r, 0), NULL, 10);
-        job->generation = (int32_t)strtol(PQgetvalue(result, r, 1), NULL, 10);
-        job->max_attempts = (int32_t)strtol(PQgetvalue(result, r, 2), NULL, 10);
-        job->queue = PQgetvalue(result, r, 3);
-        job->payload = PQgetvalue(result, r, 4);
-        job->payload_len = (size_t)PQgetlength(result, r, 4);
-        job->headers = PQgetvalue(result, r, 5);
-        job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
-        job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
-        if (!isfinite(job->created_at))
-            job->created_at = 0;
-        job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
-        job->exchange = PQgetisnull(result, r, 9) ? NULL : PQgetvalue(result, r, 9);
-        job->routing_key = PQgetisnull(result, r, 10) ? NULL : PQgetvalue(result, r, 10);
+        store_row_read_job(result, r, &batch->jobs[r]);
         batch->xids[r] = PQgetvalue(result, r, 11);
     }
     batch->count = (size_t)rows;

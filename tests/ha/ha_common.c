@@ -65,6 +65,46 @@ ha_stop_servers(void)
 }
 
 void
+ha_wait_third_through(PGconn *conn, struct relay_process *relay, int rows)
+{
+    char sql[128];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT least(count(*), %d) FROM outbox.job WHERE state = 'succeeded'", rows / 3);
+    if (wait_for_value(conn, sql, rows / 3, 120000) != rows / 3) {
+        relay_dump_log(relay);
+        fail_msg("a third of the rows did not get through within 120 s");
+    }
+}
+
+void
+ha_wait_all_succeeded(PGconn *conn, struct relay_process *relay)
+{
+    if (wait_for_value(conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
+                       180000) != 0) {
+        relay_dump_log(relay);
+        fail_msg("rows left unsucceeded 180 s after the last commit");
+    }
+}
+
+int
+ha_start_cluster(const char *cluster)
+{
+    const char *const services[] = {cluster, NULL};
+
+    ha_start_servers(cluster, services);
+    return 0;
+}
+
+int
+ha_group_teardown(void **state)
+{
+    (void)state;
+    ha_stop_servers();
+    return 0;
+}
+
+void
 ha_stack(const char *const args[])
 {
     int status;

@@ -32,6 +32,28 @@ void ha_start_servers(const char *name, const char *const services[]);
 /* Stops what ha_start_servers() started (for a group teardown). */
 void ha_stop_servers(void);
 
+/*
+ * cmocka group setup and teardown of a test that needs one cluster: the
+ * stack.sh service cluster (e.g. "kafka-cluster") started with
+ * ha_start_servers() in a stack directory of the same name, then stopped.
+ */
+int ha_start_cluster(const char *cluster);
+int ha_group_teardown(void **state);
+
+struct relay_process;
+
+/*
+ * Waits up to 120 s until a third of rows have succeeded (mid-run, the
+ * moment to break something); dumps relay's log and fails the test when not.
+ */
+void ha_wait_third_through(PGconn *conn, struct relay_process *relay, int rows);
+
+/*
+ * Waits up to 180 s (after the last commit) until no row is left
+ * unsucceeded; dumps relay's log and fails the test when some are.
+ */
+void ha_wait_all_succeeded(PGconn *conn, struct relay_process *relay);
+
 /* Runs stack.sh COMMAND $DIR ARGS... (NULL-terminated), printing it; fails the test unless it exits 0. */
 void ha_stack(const char *const args[]);
 

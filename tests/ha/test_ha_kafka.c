@@ -44,19 +44,8 @@ static int test_counter;
 static int
 group_setup(void **state)
 {
-    const char *const services[] = {"kafka-cluster", NULL};
-
     (void)state;
-    ha_start_servers("kafka-cluster", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
+    return ha_start_cluster("kafka-cluster");
 }
 
 static int
@@ -166,12 +155,7 @@ test_partition_leader_killed_mid_run(void **state)
 
     relay_start_process(&relay, f->url, f->cluster_url, extra);
     ha_producer_start(&producer);
-    if (wait_for_value(f->conn, "SELECT least(count(*), 10000) FROM outbox.job"
-                                " WHERE state = 'succeeded'",
-                       ROWS / 3, 120000) != ROWS / 3) {
-        relay_dump_log(&relay);
-        fail_msg("a third of the rows did not get through within 120 s");
-    }
+    ha_wait_third_through(f->conn, &relay, ROWS);
     leader = kafka_consumer_partition_leader(f->cluster_url, f->topic, 0);
     assert_true(leader >= 1 && leader <= 3);
     snprintf(node, sizeof(node), "%d", leader);
@@ -186,11 +170,7 @@ test_partition_leader_killed_mid_run(void **state)
         fail_msg("%s", producer.error);
     assert_int_equal(producer.committed, ROWS);
     assert_int_equal(producer.in_doubt, 0);
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
-                       180000) != 0) {
-        relay_dump_log(&relay);
-        fail_msg("rows left unsucceeded 180 s after the last commit");
-    }
+    ha_wait_all_succeeded(f->conn, &relay);
     done_at = wall_clock_seconds();
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded' AND attempts >= 1"),
@@ -219,5 +199,5 @@ main(void)
         cmocka_unit_test_setup_teardown(test_partition_leader_killed_mid_run, setup, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_kafka", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_kafka", tests, group_setup, ha_group_teardown);
 }

@@ -47,19 +47,8 @@ static int test_counter;
 static int
 group_setup(void **state)
 {
-    const char *const services[] = {"nats-cluster", NULL};
-
     (void)state;
-    ha_start_servers("nats-cluster", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
+    return ha_start_cluster("nats-cluster");
 }
 
 static int
@@ -204,12 +193,7 @@ test_leader_kill_mid_run(void **state)
     relay_start_process(&relay, f->url, f->cluster_url, extra);
     ha_producer_start(&producer);
 
-    if (wait_for_value(f->conn, "SELECT least(count(*), 10000) FROM outbox.job"
-                                " WHERE state = 'succeeded'",
-                       ROWS / 3, 120000) != ROWS / 3) {
-        relay_dump_log(&relay);
-        fail_msg("a third of the rows did not get through within 120 s");
-    }
+    ha_wait_third_through(f->conn, &relay, ROWS);
     assert_int_equal(nats_consumer_stream_leader(f->nats, f->stream, leader, sizeof(leader)), 0);
     killed_at = wall_clock_seconds();
     kill_node(leader);
@@ -220,11 +204,7 @@ test_leader_kill_mid_run(void **state)
     if (producer.error[0] != '\0')
         fail_msg("%s", producer.error);
     assert_int_equal(producer.committed, ROWS);
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
-                       180000) != 0) {
-        relay_dump_log(&relay);
-        fail_msg("rows left unsucceeded 180 s after the last commit");
-    }
+    ha_wait_all_succeeded(f->conn, &relay);
     printf("ha: every row succeeded %.1f s after the kill\n", wall_clock_seconds() - killed_at);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 30000), 0);
@@ -272,5 +252,5 @@ main(void)
         cmocka_unit_test_setup_teardown(test_leader_kill_mid_run, setup, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_nats", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_nats", tests, group_setup, ha_group_teardown);
 }

@@ -47,19 +47,8 @@ static int test_counter;
 static int
 group_setup(void **state)
 {
-    const char *const services[] = {"rabbitmq-cluster", NULL};
-
     (void)state;
-    ha_start_servers("rabbitmq-cluster", services);
-    return 0;
-}
-
-static int
-group_teardown(void **state)
-{
-    (void)state;
-    ha_stop_servers();
-    return 0;
+    return ha_start_cluster("rabbitmq-cluster");
 }
 
 /* amqp:// URL of node index (1-based) alone. */
@@ -233,12 +222,7 @@ test_node_stop_mid_run(void **state)
     ha_producer_start(&producer);
 
     /* mid-run: a third of the rows are through */
-    if (wait_for_value(f->conn, "SELECT least(count(*), 10000) FROM outbox.job"
-                                " WHERE state = 'succeeded'",
-                       ROWS / 3, 120000) != ROWS / 3) {
-        relay_dump_log(&relay);
-        fail_msg("a third of the rows did not get through within 120 s");
-    }
+    ha_wait_third_through(f->conn, &relay, ROWS);
     for (int p = 0; p < CONCURRENCY; p++) {
         char pipeline[32];
         const char *needles[] = {"broker connected", pipeline, NULL};
@@ -297,11 +281,7 @@ test_node_stop_mid_run(void **state)
         fail_msg("%s", producer.error);
     assert_int_equal(producer.committed, ROWS);
     assert_int_equal(producer.in_doubt, 0);
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
-                       180000) != 0) {
-        relay_dump_log(&relay);
-        fail_msg("rows left unsucceeded 180 s after the last commit");
-    }
+    ha_wait_all_succeeded(f->conn, &relay);
     assert_int_equal(count_where(f, "true"), ROWS);
 
     /* nothing is counted on the stopped node any more; every pipeline is counted once */
@@ -341,5 +321,5 @@ main(void)
         cmocka_unit_test_setup_teardown(test_node_stop_mid_run, setup, teardown),
     };
 
-    return cmocka_run_group_tests_name("ha_rabbitmq", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("ha_rabbitmq", tests, group_setup, ha_group_teardown);
 }

@@ -12,9 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "redis_consumer.h"
 
 /* Runs so far; part of each run's log file name. */
 static unsigned run_counter;
@@ -130,4 +135,46 @@ fixture_url_as(const char *url, const char *user)
     assert_non_null(out);
     sprintf(out, "%.*s%s@%s", (int)(scheme_end + 3 - url), url, user, rest);
     return out;
+}
+
+void
+fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream_name)
+{
+    static int counter;
+
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    snprintf(f->prefix, sizeof(f->prefix), "%s-%d-%d:", name, (int)getpid(), counter++);
+    snprintf(f->stream, sizeof(f->stream), "%s%s", f->prefix, stream_name);
+}
+
+void
+fixture_redis_close(struct fixture_redis *f)
+{
+    stream_consumer_delete_prefix(f->redis, f->prefix);
+    redisFree(f->redis);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+}
+
+int
+fixture_connect_loopback(int port, int timeout_seconds)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    struct timeval timeout = {.tv_sec = timeout_seconds};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

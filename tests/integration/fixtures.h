@@ -1,7 +1,8 @@
 /*
  * fixtures.h - what several integration tests set up the same way: running
  * the built programs (outboxctl, outbox-relay) to their end with their
- * output kept, and PostgreSQL roles to run them as.
+ * output kept, PostgreSQL roles to run them as, and a Redis test's database,
+ * connection and key prefix.
  *
  * Like harness.h, these fail the current cmocka test on an error instead of
  * returning one. Include <cmocka.h> (with its prelude) before this header.
@@ -11,6 +12,7 @@
 
 #include <stddef.h>
 
+#include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
 /* The most arguments fixture_run_program() passes on. */
@@ -55,5 +57,31 @@ void fixture_drop_role(PGconn *conn, const char *user);
  * loopback).
  */
 char *fixture_url_as(const char *url, const char *user);
+
+/*
+ * A TCP connection to 127.0.0.1:port whose reads and writes give up after
+ * timeout_seconds; -1 when nothing accepts it.
+ */
+int fixture_connect_loopback(int port, int timeout_seconds);
+
+/*
+ * What a Redis test works in: a fresh database (url, conn), the Redis at
+ * OUTBOX_TEST_REDIS_URL (broker, redis) and a key prefix no other test
+ * uses, "<name>-<pid>-<n>:", with stream the prefix + a stream name.
+ */
+struct fixture_redis {
+    char *url;
+    PGconn *conn;
+    redisContext *redis;
+    const char *broker;
+    char prefix[64];
+    char stream[96];
+};
+
+/* Sets f up with a prefix made of name, stream the prefix + stream_name. */
+void fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream_name);
+
+/* Deletes the keys of f's prefix, closes f's connections and drops its database. */
+void fixture_redis_close(struct fixture_redis *f);
 
 #endif

@@ -63,21 +63,12 @@ static struct reply
 http(int port, const char *method, const char *path, const char *extra, const char *body)
 {
     struct reply reply = {0};
-    struct sockaddr_in addr = {.sin_family = AF_INET};
-    struct timeval timeout = {.tv_sec = 20};
     char *request, *buffer, *split;
     size_t len = 0, body_len = body ? strlen(body) : 0;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = fixture_connect_loopback(port, 20);
 
-    assert_true(fd >= 0);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons((uint16_t)port);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
-        close(fd);
+    if (fd < 0)
         return reply;
-    }
     assert_true(asprintf(&request, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu"
                                    "\r\n\r\n%s",
                          method, path, extra ? extra : "", body_len, body ? body : "") > 0);

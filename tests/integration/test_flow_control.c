@@ -64,30 +64,20 @@ struct producer {
 };
 
 struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
+    struct fixture_redis base; /* database, Redis and this test's key prefix */
     struct relay_process relays[RELAYS_MAX];
     int relay_count;
     struct producer producer;
     queue_consumer *mq;
 };
 
-static int test_counter;
-
 static int
 setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
 
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "flow-test-%d-%d:", (int)getpid(), test_counter++);
+    assert_non_null(f);
+    fixture_redis_open(&f->base, "flow-test", "");
     *state = f;
     return 0;
 }
@@ -111,10 +101,7 @@ teardown(void **state)
         queue_consumer_delete_queue(f->mq, "other");
         queue_consumer_free(f->mq);
     }
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(&f->base);
     free(f);
     return 0;
 }
@@ -141,7 +128,7 @@ start_relay(struct fixture *f, const char *broker, const char *const *extra)
     struct relay_process *relay = &f->relays[f->relay_count++];
 
     assert_true(f->relay_count <= RELAYS_MAX);
-    relay_start_process(relay, f->url, broker, extra);
+    relay_start_process(relay, f->base.url, broker, extra);
     return relay;
 }
 
@@ -166,7 +153,7 @@ run_ctl(const struct fixture *f, char *output, size_t size, ...)
     va_list ap;
 
     argv[n++] = "--database-url";
-    argv[n++] = f->url;
+    argv[n++] = f->base.url;
     va_start(ap, size);
     for (const char *arg; n < FIXTURE_MAX_ARGS && (arg = va_arg(ap, const char *)) != NULL;)
         argv[n++] = arg;
@@ -187,8 +174,8 @@ read_stream(struct fixture *f, const char *queue, struct stream_consumer_stream 
 {
     char stream[128];
 
-    snprintf(stream, sizeof(stream), "%s%s", f->prefix, queue);
-    assert_int_equal(stream_consumer_read_stream(f->redis, stream, out), 0);
+    snprintf(stream, sizeof(stream), "%s%s", f->base.prefix, queue);
+    assert_int_equal(stream_consumer_read_stream(f->base.redis, stream, out), 0);
 }
 
 /* Fails unless the stream of queue holds each of the queue's rows exactly times times. */
@@ -201,8 +188,8 @@ assert_each_row_appended(struct fixture *f, const char *queue, int times)
     int *seen;
 
     snprintf(sql, sizeof(sql), "SELECT count(*) FROM outbox.job WHERE queue = '%s'", queue);
-    rows = harness_query_ll(f->conn, sql);
-    max_id = harness_query_ll(f->conn, "SELECT coalesce(max(job_id), 0) FROM outbox.job");
+    rows = harness_query_ll(f->base.conn, sql);
+    max_id = harness_query_ll(f->base.conn, "SELECT coalesce(max(job_id), 0) FROM outbox.job");
     read_stream(f, queue, &stream);
     seen = calloc((size_t)max_id + 1, sizeof(*seen));
     assert_non_null(seen);
@@ -210,15 +197,15 @@ assert_each_row_appended(struct fixture *f, const char *queue, int times)
         int64_t id = stream.entries[i].job_id;
 
         if (id < 1 || id > max_id)
-            fail_msg("stream %s%s holds unknown job id %" PRId64, f->prefix, queue, id);
+            fail_msg("stream %s%s holds unknown job id %" PRId64, f->base.prefix, queue, id);
         seen[id]++;
     }
     if ((long long)stream.count != rows * times)
-        fail_msg("stream %s%s has %zu entries, want %lld rows x %d", f->prefix, queue,
+        fail_msg("stream %s%s has %zu entries, want %lld rows x %d", f->base.prefix, queue,
                  stream.count, rows, times);
     snprintf(sql, sizeof(sql), "SELECT job_id FROM outbox.job WHERE queue = '%s'", queue);
     {
-        PGresult *result = PQexec(f->conn, sql);
+        PGresult *result = PQexec(f->base.conn, sql);
 
         assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
         for (int r = 0; r < PQntuples(result); r++) {
@@ -246,13 +233,13 @@ claimed_rows(struct fixture *f, const char *queue, int64_t *max_id)
     PGresult *result;
     bool *claimed;
 
-    *max_id = harness_query_ll(f->conn, "SELECT coalesce(max(job_id), 0) FROM outbox.job");
+    *max_id = harness_query_ll(f->base.conn, "SELECT coalesce(max(job_id), 0) FROM outbox.job");
     claimed = calloc((size_t)*max_id + 1, sizeof(*claimed));
     assert_non_null(claimed);
     snprintf(sql, sizeof(sql),
              "SELECT job_id FROM outbox.job WHERE queue = '%s' AND state IN ('running', 'succeeded')",
              queue);
-    result = PQexec(f->conn, sql);
+    result = PQexec(f->base.conn, sql);
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
     for (int r = 0; r < PQntuples(result); r++) {
         long long id = strtoll(PQgetvalue(result, r, 0), NULL, 10);
@@ -295,9 +282,9 @@ wait_for_entries(struct fixture *f, const char *queue, long long count, int time
     char stream[128];
     long long length = 0;
 
-    snprintf(stream, sizeof(stream), "%s%s", f->prefix, queue);
+    snprintf(stream, sizeof(stream), "%s%s", f->base.prefix, queue);
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
-        length = stream_consumer_stream_length(f->redis, stream);
+        length = stream_consumer_stream_length(f->base.redis, stream);
         if (length >= count)
             return;
         sleep_ms(50);
@@ -319,7 +306,7 @@ test_pause_queue_with_three_relays(void **state)
 {
     struct fixture *f = *state;
     /* batches of 100: the test times how a pause spreads, not how long a batch takes */
-    const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", POLL_INTERVAL,
+    const char *extra[] = {"--stream-prefix", f->base.prefix, "--poll-interval", POLL_INTERVAL,
                            "--batch-size",    "100",     NULL};
     struct stream_consumer_stream paused, flowing;
     char out[4096];
@@ -328,8 +315,8 @@ test_pause_queue_with_three_relays(void **state)
     bool *claimed;
 
     for (int i = 0; i < 3; i++)
-        start_relay(f, f->broker, extra);
-    f->producer.url = f->url;
+        start_relay(f, f->base.broker, extra);
+    f->producer.url = f->base.url;
     assert_int_equal(pthread_create(&f->producer.thread, NULL, produce, &f->producer), 0);
     f->producer.started = true;
     wait_for_entries(f, "paused", 50, 20000);
@@ -343,7 +330,7 @@ test_pause_queue_with_three_relays(void **state)
     sleep_ms(TAKES_EFFECT_MS + SLOW_TURN_MS);
     claimed = claimed_rows(f, "paused", &claimed_max);
     sleep_ms(PAUSED_FOR_MS - TAKES_EFFECT_MS - SLOW_TURN_MS);
-    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_true(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                           " WHERE queue = 'paused' AND state = 'ready'") > 100);
     assert_int_equal(run_ctl(f, out, sizeof(out), "paused", NULL), 0);
     assert_non_null(strstr(out, "test"));
@@ -356,7 +343,7 @@ test_pause_queue_with_three_relays(void **state)
     f->producer.started = false;
     assert_int_equal(f->producer.errors, 0);
 
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
+    if (wait_for_value(f->base.conn, "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
                        30000) != 0)
         fail_msg("rows left unpublished after resume");
     read_stream(f, "paused", &paused);
@@ -403,7 +390,7 @@ static void
 test_pause_one_key(void **state)
 {
     struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    const char *extra[] = {"--stream-prefix", f->base.prefix, NULL};
     struct stream_consumer_stream stream;
     char out[4096];
     int64_t last = 0;
@@ -411,20 +398,20 @@ test_pause_one_key(void **state)
 
     assert_int_equal(run_ctl(f, out, sizeof(out), "pause", "orders", "--key", "k1", NULL), 0);
     assert_non_null(strstr(out, "paused ordering key 'k1'"));
-    harness_exec(f->conn, "SELECT outbox.enqueue('orders', jsonb_build_object('n', g),"
+    harness_exec(f->base.conn, "SELECT outbox.enqueue('orders', jsonb_build_object('n', g),"
                           " ordering_key => 'k' || (g % 3)) FROM generate_series(1, 300) AS g");
-    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_int_equal(relay_run_once(f->base.url, f->base.broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE ordering_key = 'k1' AND state = 'ready'"),
                      100);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE ordering_key <> 'k1' AND state = 'succeeded'"),
                      200);
     assert_int_equal(run_ctl(f, out, sizeof(out), "status", "--json", NULL), 0);
     assert_non_null(strstr(out, "\"paused_keys\":1"));
 
     assert_int_equal(run_ctl(f, out, sizeof(out), "resume", "orders", "--key", "k1", NULL), 0);
-    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(relay_run_once(f->base.url, f->base.broker, extra), 0);
     assert_each_row_appended(f, "orders", 1);
     read_stream(f, "orders", &stream);
     for (size_t i = 0; i < stream.count; i++) {
@@ -457,7 +444,7 @@ test_pause_bad_input(void **state)
     assert_int_equal(run_ctl(f, out, sizeof(out), "pause", NULL), 2);
     assert_non_null(strstr(out, "'pause' needs a QUEUE"));
     assert_int_equal(run_ctl(f, out, sizeof(out), "resume", "orders", "--bogus", NULL), 2);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.paused"), 0);
 }
 
 /* ---- replay ------------------------------------------------------------------------ */
@@ -472,8 +459,8 @@ enqueue_replay_rows(struct fixture *f)
              "SELECT count(outbox.enqueue('replay', jsonb_build_object('n', g),"
              " ordering_key => 'k' || (g %% %d))) FROM generate_series(1, %d) AS g",
              REPLAY_KEYS, REPLAY_ROWS);
-    harness_query_ll(f->conn, sql);
-    enqueue_rows(f->conn, "other", 100);
+    harness_query_ll(f->base.conn, sql);
+    enqueue_rows(f->base.conn, "other", 100);
 }
 
 /*
@@ -490,13 +477,13 @@ replay_with_kill(struct fixture *f, const char *broker, const char *const *extra
     PGresult *result;
     struct relay_process *first;
 
-    result = PQexec(f->conn, "SELECT (now() - interval '1 second')::text");
+    result = PQexec(f->base.conn, "SELECT (now() - interval '1 second')::text");
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
     snprintf(since, sizeof(since), "%s", PQgetvalue(result, 0, 0));
     PQclear(result);
     enqueue_replay_rows(f);
-    assert_int_equal(relay_run_once(f->url, broker, extra), 0);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_int_equal(relay_run_once(f->base.url, broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      REPLAY_ROWS + 100);
     if (published != NULL)
@@ -508,7 +495,7 @@ replay_with_kill(struct fixture *f, const char *broker, const char *const *extra
                      0);
     snprintf(want, sizeof(want), "would replay %d succeeded jobs of queue 'replay'", REPLAY_ROWS);
     assert_non_null(strstr(out, want));
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE replays > 0"),
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job WHERE replays > 0"),
                      0);
 
     first = start_relay(f, broker, extra_slow);
@@ -520,7 +507,7 @@ replay_with_kill(struct fixture *f, const char *broker, const char *const *extra
         fail_msg("replay printed: %s", out);
     /* bounded: 30 s (150 s under valgrind) */
     for (int waited = 0; waited < (under_valgrind ? 150000 : 30000); waited += 5) {
-        replayed = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+        replayed = harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                              " WHERE replays = 1 AND state = 'succeeded'");
         if (replayed >= REPLAY_ROWS / 10)
             break;
@@ -534,12 +521,12 @@ replay_with_kill(struct fixture *f, const char *broker, const char *const *extra
                  replayed, REPLAY_ROWS);
 
     start_relay(f, broker, extra);
-    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job"
+    if (wait_for_value(f->base.conn, "SELECT count(*) FROM outbox.job"
                                 " WHERE replays = 1 AND state = 'succeeded'",
                        REPLAY_ROWS, under_valgrind ? 300000 : 60000) != REPLAY_ROWS)
         fail_msg("replayed rows were not all published again");
     stop_relay(&f->relays[f->relay_count - 1]);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE queue = 'other' AND replays > 0"),
                      0);
 }
@@ -553,14 +540,14 @@ static void
 test_replay_redis(void **state)
 {
     struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", POLL_INTERVAL, NULL};
-    const char *slow[] = {"--stream-prefix", f->prefix, "--batch-size", "5", "--concurrency", "1",
+    const char *extra[] = {"--stream-prefix", f->base.prefix, "--poll-interval", POLL_INTERVAL, NULL};
+    const char *slow[] = {"--stream-prefix", f->base.prefix, "--batch-size", "5", "--concurrency", "1",
                           "--lease",         "5",       NULL};
     struct stream_consumer_stream stream;
     int64_t last[REPLAY_KEYS] = {0};
     char *seen;
 
-    replay_with_kill(f, f->broker, slow, extra, NULL);
+    replay_with_kill(f, f->base.broker, slow, extra, NULL);
     assert_each_row_appended(f, "replay", 2);
     assert_each_row_appended(f, "other", 1);
 
@@ -655,13 +642,13 @@ static void
 test_replay_refuses_unfinished_rows(void **state)
 {
     struct fixture *f = *state;
-    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    const char *extra[] = {"--stream-prefix", f->base.prefix, NULL};
     char out[4096];
 
-    enqueue_rows(f->conn, "orders", 3); /* ids 1 2 3 */
-    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
-    enqueue_rows(f->conn, "orders", 2); /* ids 4 5, ready */
-    harness_exec(f->conn, "UPDATE outbox.job SET state = 'dead', finished_at = now(),"
+    enqueue_rows(f->base.conn, "orders", 3); /* ids 1 2 3 */
+    assert_int_equal(relay_run_once(f->base.url, f->base.broker, extra), 0);
+    enqueue_rows(f->base.conn, "orders", 2); /* ids 4 5, ready */
+    harness_exec(f->base.conn, "UPDATE outbox.job SET state = 'dead', finished_at = now(),"
                           " last_error = 'test' WHERE job_id = 5");
     assert_int_equal(run_ctl(f, out, sizeof(out), "replay", "--queue", "orders", "--job", "1",
                              "--job", "2", "--job", "4", "--job", "5", "--job", "99", NULL),
@@ -669,10 +656,10 @@ test_replay_refuses_unfinished_rows(void **state)
     assert_non_null(strstr(out, "replayed 2 succeeded jobs of queue 'orders'"));
     assert_non_null(strstr(out, "refused 2 jobs not in state succeeded: 1 ready, 0 running, 1 dead"));
     assert_non_null(strstr(out, "not found in queue 'orders': 1 job id"));
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE replays = 1"
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job WHERE replays = 1"
                                                " AND state = 'ready' AND job_id IN (1, 2)"),
                      2);
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE replays > 0"),
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.job WHERE replays > 0"),
                      2);
     assert_int_equal(run_ctl(f, out, sizeof(out), "replay", "--queue", "orders", NULL), 2);
     assert_non_null(strstr(out, "needs --since TIME or --job ID"));
@@ -757,7 +744,7 @@ test_inbox_two_consumers(void **state)
     struct consumer consumers[4];
     int *first, *second;
 
-    harness_exec(f->conn, "CREATE TABLE side_billing (message_id text NOT NULL);"
+    harness_exec(f->base.conn, "CREATE TABLE side_billing (message_id text NOT NULL);"
                           "CREATE TABLE side_shipping (message_id text NOT NULL)");
     /*
      * Every message twice: one instance takes 1 2 3 4 ..., the other 2 1 4 3 ...
@@ -772,7 +759,7 @@ test_inbox_two_consumers(void **state)
         second[i] = i % 2 == 0 ? i + 2 : i;
     }
     for (int i = 0; i < 4; i++) {
-        consumers[i] = (struct consumer){.url = f->url,
+        consumers[i] = (struct consumer){.url = f->base.url,
                                          .name = names[i / 2],
                                          .table = tables[i / 2],
                                          .ids = i % 2 ? second : first,
@@ -793,11 +780,11 @@ test_inbox_two_consumers(void **state)
                          INBOX_MESSAGES);
         assert_int_equal(consumers[2 * c].skipped + consumers[2 * c + 1].skipped, INBOX_MESSAGES);
         snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", tables[c]);
-        assert_int_equal(harness_query_ll(f->conn, sql), INBOX_MESSAGES);
+        assert_int_equal(harness_query_ll(f->base.conn, sql), INBOX_MESSAGES);
         snprintf(sql, sizeof(sql), "SELECT count(DISTINCT message_id) FROM %s", tables[c]);
-        assert_int_equal(harness_query_ll(f->conn, sql), INBOX_MESSAGES);
+        assert_int_equal(harness_query_ll(f->base.conn, sql), INBOX_MESSAGES);
     }
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.inbox"),
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.inbox"),
                      2 * INBOX_MESSAGES);
 }
 
@@ -810,35 +797,35 @@ test_inbox_rollback_and_state(void **state)
     bool accepted = false;
     char out[4096];
 
-    assert_int_equal(outbox_inbox_accept(f->conn, "billing", "m-1", &accepted, &err), -1);
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "billing", "m-1", &accepted, &err), -1);
     assert_int_equal(err.code, OUTBOX_ERR_STATE);
 
-    harness_exec(f->conn, "BEGIN");
-    assert_int_equal(outbox_inbox_accept(f->conn, "billing", "m-1", &accepted, &err), 0);
+    harness_exec(f->base.conn, "BEGIN");
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "billing", "m-1", &accepted, &err), 0);
     assert_true(accepted);
-    assert_int_equal(outbox_inbox_accept(f->conn, "billing", "m-1", &accepted, &err), 0);
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "billing", "m-1", &accepted, &err), 0);
     assert_false(accepted);
-    harness_exec(f->conn, "ROLLBACK");
+    harness_exec(f->base.conn, "ROLLBACK");
 
-    harness_exec(f->conn, "BEGIN");
-    assert_int_equal(outbox_inbox_accept(f->conn, "billing", "m-1", &accepted, &err), 0);
+    harness_exec(f->base.conn, "BEGIN");
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "billing", "m-1", &accepted, &err), 0);
     assert_true(accepted);
-    assert_int_equal(outbox_inbox_accept(f->conn, "shipping", "m-1", &accepted, &err), 0);
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "shipping", "m-1", &accepted, &err), 0);
     assert_true(accepted);
-    harness_exec(f->conn, "COMMIT");
-    harness_exec(f->conn, "BEGIN");
-    assert_int_equal(outbox_inbox_accept(f->conn, "billing", "m-1", &accepted, &err), 0);
+    harness_exec(f->base.conn, "COMMIT");
+    harness_exec(f->base.conn, "BEGIN");
+    assert_int_equal(outbox_inbox_accept(f->base.conn, "billing", "m-1", &accepted, &err), 0);
     assert_false(accepted);
-    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->base.conn, "COMMIT");
 
     /* purge: only records older than the age go */
-    harness_exec(f->conn, "INSERT INTO outbox.inbox (consumer, message_id, accepted_at)"
+    harness_exec(f->base.conn, "INSERT INTO outbox.inbox (consumer, message_id, accepted_at)"
                           " SELECT 'old', g::text, now() - interval '2 days'"
                           " FROM generate_series(1, 12000) AS g");
     assert_int_equal(run_ctl(f, out, sizeof(out), "inbox", "purge", "--older-than", "1d", NULL),
                      0);
     assert_non_null(strstr(out, "purged 12000 inbox records"));
-    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.inbox"), 2);
+    assert_int_equal(harness_query_ll(f->base.conn, "SELECT count(*) FROM outbox.inbox"), 2);
     assert_int_equal(run_ctl(f, out, sizeof(out), "inbox", "purge", NULL), 2);
 }
 

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
@@ -88,22 +89,13 @@ static struct response
 http_get(int port, const char *path)
 {
     struct response response = {0};
-    struct sockaddr_in addr = {.sin_family = AF_INET};
-    struct timeval timeout = {.tv_sec = 5};
     char request[256];
     size_t len = 0;
     char *buffer;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = fixture_connect_loopback(port, 5);
 
-    assert_true(fd >= 0);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons((uint16_t)port);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
-        close(fd);
+    if (fd < 0)
         return response;
-    }
     snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
     if (write(fd, request, strlen(request)) != (ssize_t)strlen(request)) {
         close(fd);

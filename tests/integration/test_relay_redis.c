@@ -19,33 +19,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96]; /* prefix + "orders" */
-};
-
-static int test_counter;
-
 static int
 setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
+    struct fixture_redis *f = calloc(1, sizeof(*f));
 
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "relay-test-%d-%d:", (int)getpid(), test_counter++);
-    snprintf(f->stream, sizeof(f->stream), "%sorders", f->prefix);
+    assert_non_null(f);
+    fixture_redis_open(f, "relay-test", "orders");
     *state = f;
     return 0;
 }
@@ -53,13 +38,8 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-    struct fixture *f = *state;
-
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
-    free(f);
+    fixture_redis_close(*state);
+    free(*state);
     return 0;
 }
 
@@ -73,7 +53,7 @@ compare_id(const void *a, const void *b)
 
 /* Checks that the stream holds every row of queue 'orders' exactly once, and nothing else. */
 static void
-assert_each_row_once(struct fixture *f, long long expected)
+assert_each_row_once(struct fixture_redis *f, long long expected)
 {
     struct stream_consumer_stream stream;
     PGresult *rows;
@@ -102,7 +82,7 @@ assert_each_row_once(struct fixture *f, long long expected)
 static void
 test_fields(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, NULL};
     struct stream_consumer_stream stream;
     long long id;
@@ -132,7 +112,7 @@ test_fields(void **state)
 static void
 test_redriven_rows_are_not_appended_twice(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, NULL};
 
     enqueue_rows(f->conn, "orders", 3000);
@@ -160,7 +140,7 @@ test_busy_redis_costs_no_attempt(void **state)
         "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2]"
         " repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 2500000"
         " return 1";
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", "20ms", NULL};
     struct relay_process relay;
     redisContext *busy_client;
@@ -219,7 +199,7 @@ test_busy_redis_costs_no_attempt(void **state)
 static void
 test_long_queue_is_its_own_stream(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, NULL};
     char long_queue[201], sql[512], stream[300];
 
@@ -246,7 +226,7 @@ test_long_queue_is_its_own_stream(void **state)
 static void
 test_once_cleans_up_everything_past_retention(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--retention", "1h", NULL};
 
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, finished_at)"
@@ -269,7 +249,7 @@ test_once_cleans_up_everything_past_retention(void **state)
 static void
 test_check_reports_bad_credentials(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     char output[4096], bad[512];
     const char *argv[] = {"--database-url", f->url, "--broker", bad, "--check", NULL};
     const char *at = strchr(f->broker, '@');

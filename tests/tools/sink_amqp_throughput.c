@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sink.h"
+#include "common/sink_load.h"
 
 #define MAX_THREADS 16
 
@@ -49,38 +49,9 @@ publisher_run(void *arg)
 {
     struct publisher *p = arg;
     struct sink_options options = {.url = p->url}; /* the default exchange */
-    struct sink_message *messages = calloc(p->batch, sizeof(*messages));
-    struct sink_outcome *outcomes = calloc(p->batch, sizeof(*outcomes));
-    struct outbox_error err;
-    sink *s = sink_new(&options, &err);
 
-    if (s == NULL || messages == NULL || outcomes == NULL || sink_connect(s, &err) != 0) {
-        fprintf(stderr, "sink: %s\n", s == NULL || messages == NULL ? "setup failed" : err.message);
-        goto out;
-    }
-    for (size_t at = 0; at < p->count; at += p->batch) {
-        size_t n = p->count - at < p->batch ? p->count - at : p->batch;
-
-        for (size_t i = 0; i < n; i++)
-            messages[i] = (struct sink_message){.job_id = p->first_job_id + (int64_t)(at + i),
-                                                .attempt = 1,
-                                                .queue = p->queue,
-                                                .payload = p->payload,
-                                                .payload_len = p->payload_len,
-                                                .headers = "{}",
-                                                .created_at = 1.7e9};
-        if (sink_publish(s, messages, n, outcomes, &err) != 0) {
-            fprintf(stderr, "sink: %s\n", err.message);
-            goto out;
-        }
-        for (size_t i = 0; i < n; i++)
-            p->accepted += outcomes[i].status == SINK_ACCEPTED;
-    }
-    sink_disconnect(s);
-out:
-    sink_free(s);
-    free(messages);
-    free(outcomes);
+    p->accepted = sink_load_publish(&options, p->queue, p->first_job_id, p->count, p->batch,
+                                    p->payload, p->payload_len);
     return NULL;
 }
 

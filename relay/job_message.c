@@ -1,0 +1,22 @@
+/*
+ * job_message.c - the broker message for a claimed row (see job_message.h).
+ */
+#include "job_message.h"
+
+struct sink_message
+job_message_from_job(const struct outbox_job *job)
+{
+    return (struct sink_message){
+        .job_id = job->job_id,
+        .attempt = job->generation,
+        .queue = job->queue,
+        .payload = job->payload,
+        .payload_len = job->payload_len,
+        .headers = job->headers,
+        .created_at = job->created_at,
+        .replay = job->replays,
+        .exchange = job->exchange,
+        .routing_key = job->routing_key,
+        .ordering_key = job->ordering_key,
+    };
+}

@@ -1,0 +1,70 @@
+/*
+ * test_job_message.c - the broker message built from a claimed row, the one
+ * mapping both pipelines use.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "job_message.h"
+
+/* Every field a broker reads comes from the row, the strings borrowed, not copied. */
+static void
+test_every_field_comes_from_the_row(void **state)
+{
+    static const char payload[] = "{\"n\":1}";
+    const struct outbox_job job = {
+        .job_id = 42,
+        .generation = 3,
+        .max_attempts = 5,
+        .queue = "orders",
+        .payload = payload,
+        .payload_len = sizeof(payload) - 1,
+        .headers = "{\"h\":\"v\"}",
+        .ordering_key = "customer-7",
+        .created_at = 1700000000.25,
+        .replays = 2,
+        .exchange = "events",
+        .routing_key = "orders.created",
+    };
+    struct sink_message m = job_message_from_job(&job);
+
+    (void)state;
+    assert_int_equal(m.job_id, 42);
+    assert_int_equal(m.attempt, 3); /* the generation: the attempt this claim is */
+    assert_ptr_equal(m.queue, job.queue);
+    assert_ptr_equal(m.payload, job.payload);
+    assert_int_equal(m.payload_len, sizeof(payload) - 1);
+    assert_ptr_equal(m.headers, job.headers);
+    assert_true(m.created_at == job.created_at);
+    assert_int_equal(m.replay, 2);
+    assert_ptr_equal(m.exchange, job.exchange);
+    assert_ptr_equal(m.routing_key, job.routing_key);
+    assert_ptr_equal(m.ordering_key, job.ordering_key);
+}
+
+/* A row without routing or ordering fields leaves them to the broker's defaults. */
+static void
+test_absent_fields_stay_null(void **state)
+{
+    const struct outbox_job job = {.job_id = 1, .generation = 1, .queue = "q", .payload = "{}",
+                                   .payload_len = 2, .headers = "{}"};
+    struct sink_message m = job_message_from_job(&job);
+
+    (void)state;
+    assert_null(m.exchange);
+    assert_null(m.routing_key);
+    assert_null(m.ordering_key);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_field_comes_from_the_row),
+        cmocka_unit_test(test_absent_fields_stay_null),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
