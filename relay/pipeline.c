@@ -131,8 +131,10 @@ turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
         store_failed(p, &err);
         t->claiming = false;
     }
-    if (t->claiming)
+    if (t->claiming) {
         metrics_add(r->metrics, METRICS_CLAIMS, 1);
+        metrics_round_trip(r->metrics, METRICS_DATABASE);
+    }
     /* marks not confirmed above (the database failed) get one more try */
     settle_now(p, previous);
 
@@ -224,6 +226,8 @@ wait_for_notify(struct pipeline *p, int wait_ms)
         p->last_sink_idle = clock_monotonic_seconds();
         if (sink_idle(p->sink, &err) != 0)
             broker_lost(p, &err);
+        else if (sink_is_connected(p->sink))
+            metrics_round_trip(p->relay->metrics, METRICS_BROKER); /* serviced: it answers */
     }
 }
 
