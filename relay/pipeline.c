@@ -70,7 +70,7 @@ struct idle {
 static bool
 pipeline_connect(struct pipeline *p)
 {
-    if (p->db.store == NULL && connect_store(&p->db, false) != 0)
+    if (p->db.store == NULL && connect_ends(&p->db, p, true, false, false) != 0)
         return false;
     if (!sink_is_connected(p->sink)) {
         /* published rows are marked and claimed ones given back before the outage */

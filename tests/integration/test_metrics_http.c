@@ -755,9 +755,9 @@ relay_role_url(struct fixture *f)
     return fixture_url_as(f->url, f->role);
 }
 
-/* Lets f->role hold at most its sessions open now (new ones are refused); that count. */
+/* Lets f->role hold at most its sessions open now less spare (new ones are refused); those open. */
 static long long
-freeze_role_connections(struct fixture *f)
+freeze_role_connections(struct fixture *f, long long spare)
 {
     char sql[256];
     long long open;
@@ -765,7 +765,7 @@ freeze_role_connections(struct fixture *f)
     snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE usename = '%s'",
              f->role);
     open = harness_query_ll(f->conn, sql);
-    snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT %lld", f->role, open);
+    snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT %lld", f->role, open - spare);
     harness_exec(f->conn, sql);
     return open;
 }
@@ -822,7 +822,8 @@ test_health_ok_while_one_thread_cannot_reconnect(void **state)
                        30000) != 10 ||
         wait_for_healthz(f, 200, 10, body, sizeof(body)) != 200)
         relay_dump_log(&relay);
-    assert_true(freeze_role_connections(f) >= 3); /* two pipelines and the maintenance thread */
+    /* two pipelines and the maintenance thread; one is ended and may not come back */
+    assert_true(freeze_role_connections(f, 1) >= 3);
     snprintf(sql, sizeof(sql),
              "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
              " WHERE pid = (SELECT max(pid) FROM pg_stat_activity WHERE usename = '%s')",
@@ -882,7 +883,7 @@ test_health_down_while_database_does_not_answer(void **state)
     if (wait_for_healthz(f, 200, 10, body, sizeof(body)) != 200)
         relay_dump_log(&relay);
     assert_string_equal(strtok(body, "\n"), "ok");
-    freeze_role_connections(f);
+    freeze_role_connections(f, 0);
     snprintf(sql, sizeof(sql), "SELECT pid FROM pg_stat_activity WHERE usename = '%s'", f->role);
     result = PQexec(f->conn, sql);
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
@@ -899,8 +900,7 @@ test_health_down_while_database_does_not_answer(void **state)
     if (status != 503)
         relay_dump_log(&relay);
     assert_int_equal(status, 503);
-    assert_non_null(strstr(body, "database"));
-    assert_null(strstr(body, "broker down"));
+    assert_int_equal(strncmp(body, "database", 8), 0);
     assert_non_null(strstr(body, "\ndatabase: last round trip "));
 
     for (int i = 0; i < f->stopped_count; i++)
