@@ -467,8 +467,9 @@ metrics_set_idle_wait(struct metrics *m, double seconds)
     if (m == NULL)
         return;
     pthread_mutex_lock(&m->lock);
-    m->round_trip_window =
-        window > METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS ? window : METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS;
+    m->round_trip_window = window > METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS
+                               ? window
+                               : METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS;
     pthread_mutex_unlock(&m->lock);
 }
 
