@@ -209,6 +209,24 @@ give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
 }
 
 /*
+ * While a pipeline waits for its database, its broker connection is still
+ * serviced (heartbeats), and its answers count for health: an outage of
+ * one end does not make the other look down.
+ */
+static void
+service_broker(struct pipeline *p)
+{
+    struct outbox_error err;
+
+    if (p == NULL || !sink_is_connected(p->sink))
+        return;
+    if (sink_idle(p->sink, &err) != 0)
+        broker_lost(p, &err);
+    else
+        metrics_round_trip(p->relay->metrics, METRICS_BROKER);
+}
+
+/*
  * The one connect-with-backoff loop, for every thread and both ends.
  * Connects what is not connected (db's store when want_store, pipeline p's
  * broker when want_sink; p is NULL for the maintenance thread), trying each
@@ -246,6 +264,7 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
             give_up_once(r, store, broker, &store_err, &sink_err);
             return -1;
         }
+        service_broker(p);
         wait_until(&r->stop, -1, clock_monotonic_seconds() + backoff_next(&db->reconnect));
     }
     return -1;

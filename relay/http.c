@@ -149,7 +149,7 @@ answer_text(struct connection *c, int status, const char *reason, const char *bo
 static void
 route(struct http_server *s, struct connection *c, const char *path, bool head_only)
 {
-    char reason[160], body[192];
+    char reason[160], body[320], ends[128];
     bool ready = false;
 
     if (strcmp(path, "/metrics") == 0) {
@@ -166,7 +166,9 @@ route(struct http_server *s, struct connection *c, const char *path, bool head_o
     } else if (strcmp(path, "/healthz") == 0) {
         bool healthy = metrics_health(s->metrics, reason, sizeof(reason), NULL);
 
-        snprintf(body, sizeof(body), "%s\n", reason);
+        /* the verdict first, then how long ago each end last answered */
+        metrics_describe_ends(s->metrics, ends, sizeof(ends));
+        snprintf(body, sizeof(body), "%s\n%s", reason, ends);
         answer_text(c, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body,
                     head_only);
     } else if (strcmp(path, "/readyz") == 0) {

@@ -112,6 +112,7 @@ phase_reap(struct maintenance *m)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
                       reaped.ready, reaped.dead);
         metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
+        metrics_round_trip(r->metrics, METRICS_DATABASE); /* an idle relay's database answers */
         if (reaped.ready + reaped.dead < REAP_LIMIT) {
             wait_latch_set(&r->reaped);
             return PHASE_DONE;

@@ -87,6 +87,9 @@ struct metrics {
     uint64_t reconnects[METRICS_TARGET_COUNT];
     bool up[METRICS_TARGET_COUNT];
     bool known[METRICS_TARGET_COUNT]; /* up[] was set at least once: the end was tried */
+    bool answered[METRICS_TARGET_COUNT];    /* a round trip succeeded (last_round_trip is set) */
+    double last_round_trip[METRICS_TARGET_COUNT]; /* by the metrics clock */
+    double round_trip_window; /* an end without a round trip for longer is down */
     int64_t in_flight;
     struct metrics_table_sample table;
     struct histogram histograms[METRICS_HISTOGRAM_COUNT];
@@ -125,6 +128,7 @@ metrics_new(const char *broker)
     }
     pthread_mutex_init(&m->lock, NULL);
     m->now = monotonic_seconds;
+    m->round_trip_window = METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS;
     return m;
 }
 
@@ -437,6 +441,67 @@ metrics_set_up(struct metrics *m, enum metrics_target target, bool up)
     pthread_mutex_lock(&m->lock);
     m->up[target] = up;
     m->known[target] = true;
+    if (up) {
+        m->last_round_trip[target] = m->now(m->now_context);
+        m->answered[target] = true;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_round_trip(struct metrics *m, enum metrics_target target)
+{
+    if (m == NULL || (unsigned)target >= METRICS_TARGET_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->last_round_trip[target] = m->now(m->now_context);
+    m->answered[target] = true;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+metrics_set_idle_wait(struct metrics *m, double seconds)
+{
+    double window = METRICS_ROUND_TRIP_IDLE_FACTOR * seconds;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->round_trip_window = window > METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS
+                               ? window
+                               : METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Whether target had a round trip within the window; caller holds the lock. */
+static bool
+end_up(const struct metrics *m, enum metrics_target target, double now)
+{
+    return m->answered[target] && now - m->last_round_trip[target] <= m->round_trip_window;
+}
+
+void
+metrics_describe_ends(struct metrics *m, char *text, size_t size)
+{
+    size_t used = 0;
+
+    if (size == 0)
+        return;
+    text[0] = '\0';
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t t = 0; t < METRICS_TARGET_COUNT && used < size; t++) {
+        int n = m->answered[t]
+                    ? snprintf(text + used, size - used, "%s: last round trip %.1f s ago\n",
+                               target_names[t], m->now(m->now_context) - m->last_round_trip[t])
+                    : snprintf(text + used, size - used, "%s: no round trip yet\n",
+                               target_names[t]);
+
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -457,10 +522,11 @@ metrics_set_health(struct metrics *m, bool database_up, bool broker_up)
     if (m == NULL)
         return;
     pthread_mutex_lock(&m->lock);
-    m->up[METRICS_DATABASE] = database_up;
-    m->up[METRICS_BROKER] = broker_up;
+    m->up[METRICS_DATABASE] = m->answered[METRICS_DATABASE] = database_up;
+    m->up[METRICS_BROKER] = m->answered[METRICS_BROKER] = broker_up;
     m->known[METRICS_DATABASE] = m->known[METRICS_BROKER] = true;
     m->last_loop_turn = m->now(m->now_context);
+    m->last_round_trip[METRICS_DATABASE] = m->last_round_trip[METRICS_BROKER] = m->last_loop_turn;
     m->loop_turned = true;
     pthread_mutex_unlock(&m->lock);
 }
@@ -517,7 +583,8 @@ bool
 metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
 {
     char why[128] = "";
-    bool healthy = false;
+    bool healthy = false, database_up, broker_up;
+    double now;
 
     if (m == NULL) {
         snprintf(why, sizeof(why), "no metrics");
@@ -526,19 +593,23 @@ metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
         goto done;
     }
     pthread_mutex_lock(&m->lock);
+    now = m->now(m->now_context);
+    database_up = end_up(m, METRICS_DATABASE, now);
+    broker_up = end_up(m, METRICS_BROKER, now);
     if (ready != NULL)
-        *ready = m->up[METRICS_DATABASE] && m->up[METRICS_BROKER];
-    if (!m->up[METRICS_DATABASE] || !m->up[METRICS_BROKER]) {
+        *ready = database_up && broker_up;
+    if (!database_up || !broker_up) {
         /* an end not tried yet is not called down: the reason names only what is known */
-        const char *database = m->up[METRICS_DATABASE] ? NULL
-                               : m->known[METRICS_DATABASE] ? "database down"
-                                                            : "database not connected yet";
-        const char *broker = m->up[METRICS_BROKER] ? NULL
-                             : m->known[METRICS_BROKER] ? "broker down"
-                                                        : "broker not connected yet";
+        bool database_known = m->known[METRICS_DATABASE] || m->answered[METRICS_DATABASE];
+        bool broker_known = m->known[METRICS_BROKER] || m->answered[METRICS_BROKER];
+        const char *database = database_up     ? NULL
+                               : database_known ? "database down"
+                                                : "database not connected yet";
+        const char *broker = broker_up     ? NULL
+                             : broker_known ? "broker down"
+                                            : "broker not connected yet";
 
-        if (database != NULL && broker != NULL && m->known[METRICS_DATABASE] &&
-            m->known[METRICS_BROKER])
+        if (database != NULL && broker != NULL && database_known && broker_known)
             snprintf(why, sizeof(why), "database and broker down");
         else if (database != NULL && broker != NULL)
             snprintf(why, sizeof(why), "%s; %s", database, broker);
@@ -547,7 +618,7 @@ metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
     } else if (!m->loop_turned) {
         snprintf(why, sizeof(why), "relay loop not started");
     } else {
-        double idle = m->now(m->now_context) - m->last_loop_turn;
+        double idle = now - m->last_loop_turn;
 
         if (idle > METRICS_HEALTH_STALE_SECONDS)
             snprintf(why, sizeof(why), "relay loop stalled for %.0f s", idle);
@@ -769,7 +840,28 @@ render_queue_gauges(struct buffer *o, const struct metrics *m)
     }
 }
 
-/* Connection state, the xmin horizon, folded queues and the broker endpoints. */
+/*
+ * outbox_last_round_trip_age_seconds{target}: how long ago the last round
+ * trip with each end succeeded; +Inf before the first.
+ */
+static void
+render_round_trip_ages(struct buffer *o, const struct metrics *m)
+{
+    double now = m->now(m->now_context);
+
+    out_header(o, "outbox_last_round_trip_age_seconds",
+               "Seconds since the last successful round trip with the target (+Inf: none yet).",
+               "gauge");
+    for (size_t t = 0; t < METRICS_TARGET_COUNT; t++) {
+        buffer_puts(o, "outbox_last_round_trip_age_seconds");
+        out_labels(o, m, "target", target_names[t]);
+        buffer_puts(o, " ");
+        out_double(o, m->answered[t] ? now - m->last_round_trip[t] : INFINITY);
+        buffer_puts(o, "\n");
+    }
+}
+
+/* Connection state, round-trip ages, the xmin horizon, folded queues and the broker endpoints. */
 static void
 render_health_gauges(struct buffer *o, const struct metrics *m)
 {
@@ -780,6 +872,7 @@ render_health_gauges(struct buffer *o, const struct metrics *m)
         out_labels(o, m, "target", target_names[t]);
         buffer_printf(o, " %d\n", m->up[t] ? 1 : 0);
     }
+    render_round_trip_ages(o, m);
 
     out_header(o, "outbox_xmin_horizon_age_seconds",
                "Age of the oldest transaction holding back vacuum at the last sample (0: none).",

@@ -10,11 +10,16 @@
  * counts them. An optional constant label (broker="amqp" or "redis") is put
  * on every series.
  *
- * Health is pushed by the relay, never probed: it reports whether the
- * database and the broker are up (metrics_set_up) and that its loop turned
- * (metrics_loop_turned). metrics_health() says healthy when both are up and
- * the loop turned within METRICS_HEALTH_STALE_SECONDS by the metrics clock.
- * Until the relay reports, it is unhealthy.
+ * Health is pushed by the relay, never probed: it reports each successful
+ * round trip to the database and the broker (metrics_round_trip: a
+ * statement's result, a broker's confirm or reply, a connect), the
+ * connection state (metrics_set_up) and that its loop turned
+ * (metrics_loop_turned). An end is up while any thread had a round trip
+ * with it within the round-trip window, whatever another thread's
+ * connection says: rows move as long as one does. metrics_health() says
+ * healthy when both ends are up and the loop turned within
+ * METRICS_HEALTH_STALE_SECONDS by the metrics clock. Until the relay
+ * reports, it is unhealthy.
  *
  * Every function is thread-safe (one mutex; update once per batch, not per
  * row, on hot paths). Update functions ignore a NULL struct metrics, so code
@@ -85,6 +90,16 @@ struct metrics_table_sample {
 /* The relay is unhealthy when its loop has not turned for this long. */
 #define METRICS_HEALTH_STALE_SECONDS 30.0
 
+/*
+ * An end is down when no round trip with it succeeded within the window:
+ * ROUND_TRIP_IDLE_FACTOR times the longest idle wait between round trips
+ * (--poll-interval), and never less than ROUND_TRIP_MIN_WINDOW_SECONDS
+ * (the maintenance phases and the broker's idle service make round trips
+ * every few seconds while no row moves).
+ */
+#define METRICS_ROUND_TRIP_IDLE_FACTOR 3.0
+#define METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS 15.0
+
 struct metrics;
 
 /*
@@ -142,8 +157,28 @@ void metrics_observe(struct metrics *m, enum metrics_histogram histogram, double
 void metrics_observe_many(struct metrics *m, enum metrics_histogram histogram,
                           const double *seconds, size_t count);
 
-/* Sets outbox_up{target} (1 or 0); also an input of health. */
+/*
+ * Sets outbox_up{target} (1 or 0) as the last connect or loss of any thread
+ * left it. A connect (up) is a round trip too; a loss alone makes no end
+ * down while another thread's round trips go on.
+ */
 void metrics_set_up(struct metrics *m, enum metrics_target target, bool up);
+
+/* Records a successful round trip with target now (by the metrics clock). */
+void metrics_round_trip(struct metrics *m, enum metrics_target target);
+
+/*
+ * Sets the round-trip window from the longest idle wait between round trips
+ * (seconds): max(METRICS_ROUND_TRIP_IDLE_FACTOR x it,
+ * METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS), the default before the call.
+ */
+void metrics_set_idle_wait(struct metrics *m, double seconds);
+
+/*
+ * Writes one line per end, "database: last round trip 0.4 s ago\n" (or
+ * "...: no round trip yet\n"), for /healthz; truncated to size.
+ */
+void metrics_describe_ends(struct metrics *m, char *text, size_t size);
 
 /* Most broker endpoints outbox_broker_endpoint{endpoint} tracks (a URL's limit). */
 #define METRICS_MAX_ENDPOINTS 16
@@ -162,7 +197,11 @@ void metrics_add_endpoint_connections(struct metrics *m, size_t index, int delta
 /* Records that the relay loop turned now (by the metrics clock). */
 void metrics_loop_turned(struct metrics *m);
 
-/* Shorthand for each loop turn: both up flags, then metrics_loop_turned(). */
+/*
+ * Shorthand for a relay with one connection per end (and tests): both up
+ * flags, a round trip now of each end that is up while one that is not has
+ * none (so it is down at once), then metrics_loop_turned().
+ */
 void metrics_set_health(struct metrics *m, bool database_up, bool broker_up);
 
 /*
@@ -193,8 +232,10 @@ bool metrics_loop_alive(struct metrics *m);
 
 /*
  * True when healthy. When not, and reason is not NULL, writes a short
- * lowercase reason ("broker down", "loop stalled for 42 s", ...).
- * ready (may be NULL) is set to whether both ends are up, ignoring the loop.
+ * lowercase reason ("broker down", "loop stalled for 42 s", ...): an end
+ * is down when it had no round trip within the window, or none at all
+ * after a failed connect. ready (may be NULL) is set to whether both ends
+ * are up, ignoring the loop.
  */
 bool metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready);
 

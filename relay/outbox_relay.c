@@ -189,6 +189,7 @@ main(int argc, char **argv)
     /* config_parse checked that a broker of the registry speaks the URL's scheme */
     m = metrics_new(sink_kind_of_url(config.broker.url));
     metrics_set_max_queues(m, (size_t)config.metrics_max_queues);
+    metrics_set_idle_wait(m, config.poll_interval_ms / 1000.0);
     if (m == NULL) {
         outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
         status = report(EXIT_RUNTIME, &err);

@@ -70,7 +70,7 @@ struct idle {
 static bool
 pipeline_connect(struct pipeline *p)
 {
-    if (p->db.store == NULL && connect_store(&p->db, false) != 0)
+    if (p->db.store == NULL && connect_ends(&p->db, p, true, false, false) != 0)
         return false;
     if (!sink_is_connected(p->sink)) {
         /* published rows are marked and claimed ones given back before the outage */
@@ -131,8 +131,10 @@ turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
         store_failed(p, &err);
         t->claiming = false;
     }
-    if (t->claiming)
+    if (t->claiming) {
         metrics_add(r->metrics, METRICS_CLAIMS, 1);
+        metrics_round_trip(r->metrics, METRICS_DATABASE);
+    }
     /* marks not confirmed above (the database failed) get one more try */
     settle_now(p, previous);
 
@@ -224,6 +226,8 @@ wait_for_notify(struct pipeline *p, int wait_ms)
         p->last_sink_idle = clock_monotonic_seconds();
         if (sink_idle(p->sink, &err) != 0)
             broker_lost(p, &err);
+        else if (sink_is_connected(p->sink))
+            metrics_round_trip(p->relay->metrics, METRICS_BROKER); /* serviced: it answers */
     }
 }
 

@@ -290,6 +290,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
     /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
     metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
+    if (accepted > 0)
+        metrics_round_trip(r->metrics, METRICS_BROKER);
     st->accepted = accepted;
     st->failed = failed;
     st->deferred = deferred;

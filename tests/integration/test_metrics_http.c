@@ -34,6 +34,7 @@
 #include "relay_runner.h"
 
 #define RESPONSE_MAX (1024 * 1024)
+#define MAX_BACKENDS 16
 
 struct fixture {
     char *url;
@@ -43,6 +44,9 @@ struct fixture {
     char prefix[64];
     char metrics_addr[32];
     int port;
+    char role[64];               /* a login role of the relay's own, "" when none */
+    int stopped[MAX_BACKENDS];   /* backends stopped with SIGSTOP, let go in teardown */
+    int stopped_count;
 };
 
 struct response {
@@ -357,9 +361,26 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
+    for (int i = 0; i < f->stopped_count; i++)
+        kill(f->stopped[i], SIGCONT);
+    if (f->role[0] != '\0') {
+        char sql[160];
+
+        snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT -1", f->role);
+        harness_exec(f->conn, sql);
+    }
     if (f->redis != NULL) {
         stream_consumer_delete_prefix(f->redis, f->prefix);
         redisFree(f->redis);
+    }
+    if (f->role[0] != '\0') {
+        char sql[160];
+
+        /* the relay's sessions end with it, a moment after it exits */
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE usename = '%s'",
+                 f->role);
+        wait_for_value(f->conn, sql, 0, 10000);
+        fixture_drop_role(f->conn, f->role);
     }
     PQfinish(f->conn);
     harness_database_drop(f->url);
@@ -710,6 +731,190 @@ test_stream_gauges(void **state)
     PQfinish(holder);
 }
 
+/* ---- health follows round trips -------------------------------------------------- */
+
+/* Makes f->role, a login role with outbox_relay's privileges; the relay's URL as it. */
+static char *
+relay_role_url(struct fixture *f)
+{
+    char grants[160];
+
+    snprintf(f->role, sizeof(f->role), "health_test_%d_%d", (int)getpid(), test_counter);
+    fixture_create_outbox_roles(f->conn);
+    snprintf(grants, sizeof(grants), "GRANT outbox_relay TO %s", f->role);
+    fixture_create_login_role(f->conn, f->role, grants);
+    return fixture_url_as(f->url, f->role);
+}
+
+/* Lets f->role hold at most its sessions open now less spare (new ones are refused); those open. */
+static long long
+freeze_role_connections(struct fixture *f, long long spare)
+{
+    char sql[256];
+    long long open;
+
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE usename = '%s'",
+             f->role);
+    open = harness_query_ll(f->conn, sql);
+    snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT %lld", f->role, open - spare);
+    harness_exec(f->conn, sql);
+    return open;
+}
+
+/* GETs /healthz; its status, and its body in body (size bytes, "" when none). */
+static int
+get_healthz(const struct fixture *f, char *body, size_t size)
+{
+    struct response r = http_get(f->port, "/healthz");
+
+    snprintf(body, size, "%s", r.body != NULL ? r.body : "");
+    free(r.body);
+    return r.status;
+}
+
+/* Waits up to timeout_s for /healthz to answer status; the last status, its body in body. */
+static int
+wait_for_healthz(const struct fixture *f, int status, int timeout_s, char *body, size_t size)
+{
+    int last = 0;
+
+    for (int i = 0; i < timeout_s * 5; i++) {
+        last = get_healthz(f, body, size);
+        if (last == status)
+            break;
+        usleep(200 * 1000);
+    }
+    return last;
+}
+
+/*
+ * A server full for one thread of the relay: one of its sessions is ended
+ * and the role may not open another, so that thread retries its connect
+ * again and again while the others go on moving rows. Health says "ok"
+ * throughout (it said "database down" from the first failed attempt until
+ * that thread got back in), with the age of the last database round trip.
+ */
+static void
+test_health_ok_while_one_thread_cannot_reconnect(void **state)
+{
+    struct fixture *f = *state;
+    char *url = relay_role_url(f);
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr,
+                           "--concurrency", "2", NULL};
+    const char *refused[] = {"database unavailable, retrying", "too many connections", NULL};
+    struct relay_process relay;
+    double started = wall_clock_seconds();
+    char sql[256], body[512];
+    int status;
+
+    enqueue_rows(f->conn, "orders", 10);
+    relay_start_process(&relay, url, f->broker, extra);
+    if (wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 10,
+                       30000) != 10 ||
+        wait_for_healthz(f, 200, 10, body, sizeof(body)) != 200)
+        relay_dump_log(&relay);
+    /* two pipelines and the maintenance thread; one is ended and may not come back */
+    assert_true(freeze_role_connections(f, 1) >= 3);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+             " WHERE pid = (SELECT max(pid) FROM pg_stat_activity WHERE usename = '%s')",
+             f->role);
+    assert_int_equal(harness_query_ll(f->conn, sql), 1);
+    for (int i = 0; i < 150 && relay_log_find(&relay, started, false, refused, NULL, 0) < 0; i++)
+        usleep(100 * 1000);
+    if (relay_log_find(&relay, started, false, refused, NULL, 0) < 0) {
+        relay_dump_log(&relay);
+        fail_msg("the relay's thread was not refused a new session within 15 s");
+    }
+
+    /* rows move, and health says so, while that thread keeps being refused */
+    enqueue_rows(f->conn, "orders", 20);
+    for (int i = 0; i < 20; i++) {
+        status = get_healthz(f, body, sizeof(body));
+        if (status != 200) {
+            relay_dump_log(&relay);
+            fail_msg("one thread cannot reconnect and rows move, /healthz says %d '%s'", status,
+                     body);
+        }
+        usleep(150 * 1000);
+    }
+    assert_int_equal(strncmp(body, "ok\ndatabase: last round trip ", 29), 0);
+    assert_non_null(strstr(body, "\nbroker: last round trip "));
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    30, 30000),
+                     30);
+    assert_true(relay_log_find(&relay, started, true, refused, NULL, 0) > 0);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    free(url);
+}
+
+/*
+ * Every PostgreSQL session of the relay stopped (SIGSTOP), and no new one
+ * allowed: the connections look open but nothing answers. Once no round
+ * trip succeeded for the window, /healthz is 503 naming the database, and
+ * after SIGCONT it is "ok" again. Only "within N s it changes" is asserted.
+ */
+static void
+test_health_down_while_database_does_not_answer(void **state)
+{
+    struct fixture *f = *state;
+    char *url = relay_role_url(f);
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr,
+                           "--concurrency", "2", NULL};
+    struct relay_process relay;
+    char sql[256], body[512];
+    PGresult *result;
+    int status;
+
+    relay_start_process(&relay, url, f->broker, extra);
+    if (wait_for_healthz(f, 200, 10, body, sizeof(body)) != 200)
+        relay_dump_log(&relay);
+    assert_string_equal(strtok(body, "\n"), "ok");
+    freeze_role_connections(f, 0);
+    snprintf(sql, sizeof(sql), "SELECT pid FROM pg_stat_activity WHERE usename = '%s'", f->role);
+    result = PQexec(f->conn, sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    assert_true(PQntuples(result) >= 1);
+    for (int i = 0; i < PQntuples(result) && i < MAX_BACKENDS; i++) {
+        f->stopped[f->stopped_count] = atoi(PQgetvalue(result, i, 0));
+        assert_int_equal(kill(f->stopped[f->stopped_count], SIGSTOP), 0);
+        f->stopped_count++;
+    }
+    PQclear(result);
+
+    /* the window is 15 s with the default --poll-interval */
+    status = wait_for_healthz(f, 503, 45, body, sizeof(body));
+    if (status != 503)
+        relay_dump_log(&relay);
+    assert_int_equal(status, 503);
+    assert_int_equal(strncmp(body, "database", 8), 0);
+    assert_non_null(strstr(body, "\ndatabase: last round trip "));
+
+    for (int i = 0; i < f->stopped_count; i++)
+        kill(f->stopped[i], SIGCONT);
+    f->stopped_count = 0;
+    snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT -1", f->role);
+    harness_exec(f->conn, sql);
+    status = wait_for_healthz(f, 200, 45, body, sizeof(body));
+    if (status != 200)
+        relay_dump_log(&relay);
+    assert_int_equal(status, 200);
+    enqueue_rows(f->conn, "orders", 5);
+    assert_int_equal(wait_for_value(f->conn,
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'", 5,
+                                    30000),
+                     5);
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 20000), 0);
+    unlink(relay.log_path);
+    free(url);
+}
+
 int
 main(void)
 {
@@ -720,6 +925,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_series_are_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_gauges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_ok_while_one_thread_cannot_reconnect, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_health_down_while_database_does_not_answer, setup,
+                                        teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -496,7 +496,11 @@ test_health(void **state)
     metrics_set_up(m, METRICS_BROKER, true);
     assert_false(metrics_health(m, reason, sizeof(reason), &ready));
     assert_string_equal(reason, "database down");
+    /* one thread's loss: the broker answered the connect within the window */
     metrics_set_up(m, METRICS_BROKER, false);
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "database down");
+    fake_seconds += METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS + 1;
     assert_false(metrics_health(m, reason, sizeof(reason), &ready));
     assert_string_equal(reason, "database and broker down");
     assert_false(ready);
@@ -512,8 +516,12 @@ test_health(void **state)
     assert_string_equal(reason, "ok");
 
     fake_seconds += METRICS_HEALTH_STALE_SECONDS - 1;
+    metrics_round_trip(m, METRICS_DATABASE);
+    metrics_round_trip(m, METRICS_BROKER);
     assert_true(metrics_health(m, NULL, 0, NULL));
     fake_seconds += 13;
+    metrics_round_trip(m, METRICS_DATABASE);
+    metrics_round_trip(m, METRICS_BROKER);
     assert_false(metrics_health(m, reason, sizeof(reason), &ready));
     assert_string_equal(reason, "relay loop stalled for 42 s");
     assert_true(ready);
@@ -522,6 +530,100 @@ test_health(void **state)
     assert_false(metrics_health(m, reason, sizeof(reason), &ready));
     assert_string_equal(reason, "broker down");
     assert_false(ready);
+    metrics_free(m);
+}
+
+/*
+ * The verdict follows the age of each end's last round trip: a thread that
+ * cannot reconnect does not make an end down while another's round trips
+ * go on, and connections that look open do not keep an end up once no
+ * round trip succeeded within the window (max(3 x the longest idle wait,
+ * 15 s)). /metrics shows the ages, /healthz's lines name them.
+ */
+static void
+test_health_follows_round_trip_ages(void **state)
+{
+    struct metrics *m = metrics_new(NULL);
+    char reason[128], ends[128], *text;
+    bool ready = false;
+
+    (void)state;
+    fake_seconds = 1000;
+    metrics_set_clock(m, fake_clock, NULL);
+    metrics_describe_ends(m, ends, sizeof(ends));
+    assert_string_equal(ends, "database: no round trip yet\nbroker: no round trip yet\n");
+    render_and_parse(m);
+    assert_true(isinf(value_of(&exposition, "outbox_last_round_trip_age_seconds", "target",
+                               "database")));
+
+    /* two pipelines connect; the second loses its database and cannot reconnect */
+    metrics_set_health(m, true, true);
+    metrics_set_up(m, METRICS_DATABASE, false);
+    for (int i = 0; i < 60; i++) {
+        fake_seconds += 1;
+        metrics_round_trip(m, METRICS_DATABASE); /* the first pipeline goes on */
+        metrics_round_trip(m, METRICS_BROKER);
+        metrics_loop_turned(m);
+        metrics_set_up(m, METRICS_DATABASE, false); /* the second one's failed attempt */
+        assert_true(metrics_health(m, reason, sizeof(reason), &ready));
+    }
+    assert_string_equal(reason, "ok");
+    assert_true(ready);
+
+    /* every backend stops answering: connections look open, no round trip succeeds */
+    metrics_set_up(m, METRICS_DATABASE, true);
+    fake_seconds += 0.4;
+    metrics_round_trip(m, METRICS_BROKER);
+    metrics_describe_ends(m, ends, sizeof(ends));
+    assert_string_equal(ends, "database: last round trip 0.4 s ago\n"
+                              "broker: last round trip 0.0 s ago\n");
+    for (int i = 0; i < (int)METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS - 1; i++) {
+        fake_seconds += 1;
+        metrics_round_trip(m, METRICS_BROKER);
+        metrics_loop_turned(m);
+    }
+    assert_true(metrics_health(m, NULL, 0, NULL)); /* within the window */
+    fake_seconds += 1;
+    metrics_round_trip(m, METRICS_BROKER);
+    metrics_loop_turned(m);
+    assert_false(metrics_health(m, reason, sizeof(reason), &ready));
+    assert_string_equal(reason, "database down");
+    assert_false(ready);
+    render_and_parse(m);
+    assert_true(value_of(&exposition, "outbox_last_round_trip_age_seconds", "target",
+                         "database") > METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS);
+    assert_true(value_of(&exposition, "outbox_last_round_trip_age_seconds", "target", "broker") ==
+                0);
+    assert_true(value_of(&exposition, "outbox_up", "target", "database") == 1);
+
+    /* they answer again */
+    metrics_round_trip(m, METRICS_DATABASE);
+    assert_true(metrics_health(m, reason, sizeof(reason), NULL));
+
+    /* a long --poll-interval widens the window: 3 x 20 s */
+    metrics_set_idle_wait(m, 20);
+    fake_seconds += 59;
+    metrics_loop_turned(m);
+    assert_true(metrics_health(m, NULL, 0, NULL));
+    fake_seconds += 2;
+    metrics_loop_turned(m);
+    assert_false(metrics_health(m, reason, sizeof(reason), NULL));
+    assert_string_equal(reason, "database and broker down");
+    /* a short one keeps the floor */
+    metrics_set_idle_wait(m, 0.1);
+    metrics_round_trip(m, METRICS_DATABASE);
+    metrics_round_trip(m, METRICS_BROKER);
+    fake_seconds += METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS - 1;
+    metrics_loop_turned(m);
+    assert_true(metrics_health(m, NULL, 0, NULL));
+
+    text = metrics_render(m, NULL);
+    assert_non_null(strstr(text, "# TYPE outbox_last_round_trip_age_seconds gauge\n"));
+    free(text);
+    metrics_round_trip(NULL, METRICS_DATABASE);
+    metrics_set_idle_wait(NULL, 1);
+    metrics_describe_ends(NULL, ends, sizeof(ends));
+    assert_string_equal(ends, "");
     metrics_free(m);
 }
 
@@ -760,6 +862,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_registry_is_valid), cmocka_unit_test(test_counts_add_up),
         cmocka_unit_test(test_label_escaping),          cmocka_unit_test(test_health),
+        cmocka_unit_test(test_health_follows_round_trip_ages),
         cmocka_unit_test(test_null_is_ignored),         cmocka_unit_test(test_concurrent_updates),
         cmocka_unit_test(test_loop_alive_ignores_the_ends),
         cmocka_unit_test(test_horizon_age_gauge),
