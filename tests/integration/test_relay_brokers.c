@@ -559,7 +559,7 @@ static void
 test_outage_costs_no_attempt(void **state)
 {
     struct fixture *f = *state;
-    const char *const scenario[] = {"--batch-size", "100", NULL};
+    const char *const scenario[] = {"--batch-size", "100", "--lease", "60", NULL};
     const char *const given_back[] = {"given back", NULL};
     const char *extra[16];
     struct relay_process relay;
@@ -575,7 +575,10 @@ test_outage_costs_no_attempt(void **state)
     wait_for_value(f->conn,
                    "SELECT least(count(*), 1000) FROM outbox.job WHERE state = 'succeeded'", 1000,
                    60000);
+    /* held while the broker stops, so the outage meets it mid-run with a batch in hand */
+    relay_signal(&relay, SIGSTOP);
     broker_service(f, "stop-service");
+    relay_signal(&relay, SIGCONT);
     /* the relay noticed with rows in hand and gave them back */
     for (int i = 0; i < 100 && relay_log_find(&relay, 0, false, given_back, NULL, 0) < 0; i++)
         usleep(100 * 1000);
