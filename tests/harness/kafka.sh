@@ -179,9 +179,13 @@ command_stop() {
 case "${1:-}" in
 fetch) fetch ;;
 cluster-id)
-    # what StorageTool random-uuid prints: 16 random bytes, base64url without padding
-    head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
-    echo
+    # what StorageTool random-uuid prints: 16 random bytes, base64url without padding, never
+    # starting with '-' (the storage tool would read such an id as an option)
+    while :; do
+        id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        case "$id" in -*) ;; *) break ;; esac
+    done
+    echo "$id"
     ;;
 init)
     [ $# -eq 7 ] || die "usage: kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID"
