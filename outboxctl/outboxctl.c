@@ -12,9 +12,7 @@
  * password from the database URL (or PGPASSWORD) never reaches the output:
  * every error message is scrubbed of it before printing.
  */
-#include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +22,6 @@
 #include "console.h"
 #include "ctl.h"
 #include "error.h"
-#include "migrate.h"
-#include "names.h"
-#include "parse.h"
-#include "redact.h"
-#include "retention.h"
-#include "url_check.h"
 #include "stream.h"
 
 

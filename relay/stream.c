@@ -114,7 +114,7 @@ store_lost(struct stream_worker *sr, const struct outbox_error *err)
 
 /* Connects what is missing; false when it could not (the caller waits and retries). */
 static bool
-connect_ends(struct stream_worker *sr)
+stream_connect_ends(struct stream_worker *sr)
 {
     struct outbox_error err;
 
@@ -537,7 +537,7 @@ stream_run(void *arg)
         struct outbox_error err;
         size_t rows = 0;
 
-        if (!connect_ends(sr)) {
+        if (!stream_connect_ends(sr)) {
             if (c->once)
                 break;
             runner_sleep_ms(sr, 1000);
@@ -547,7 +547,7 @@ stream_run(void *arg)
             store_lost(sr, &err);
             continue;
         }
-        if (!connect_ends(sr)) /* the broker, for partitions just taken */
+        if (!stream_connect_ends(sr)) /* the broker, for partitions just taken */
             continue;
         if (partitions_pass(sr, &rows, &err) != 0) {
             store_lost(sr, &err);

@@ -20,6 +20,7 @@
 #include "store_array.h"
 #include "store_exec.h"
 #include "store_worker.h"
+#include "store_row.h"
 
 /*
  * Pauses are read again before a claim once they are this old (seconds): a
@@ -264,24 +265,8 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
         PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
-    for (int r = 0; r < rows; r++) {
-        struct outbox_job *job = &batch->jobs[r];
-
-        job->job_id = strtoll(PQgetvalue(result, r, 0), NULL, 10);
-        job->generation = (int32_t)strtol(PQgetvalue(result, r, 1), NULL, 10);
-        job->max_attempts = (int32_t)strtol(PQgetvalue(result, r, 2), NULL, 10);
-        job->queue = PQgetvalue(result, r, 3);
-        job->payload = PQgetvalue(result, r, 4);
-        job->payload_len = (size_t)PQgetlength(result, r, 4);
-        job->headers = PQgetvalue(result, r, 5);
-        job->ordering_key = PQgetisnull(result, r, 6) ? NULL : PQgetvalue(result, r, 6);
-        job->created_at = strtod(PQgetvalue(result, r, 7), NULL);
-        if (!isfinite(job->created_at))
-            job->created_at = 0; /* an infinite created_at has no age */
-        job->replays = (int32_t)strtol(PQgetvalue(result, r, 8), NULL, 10);
-        job->exchange = PQgetisnull(result, r, 9) ? NULL : PQgetvalue(result, r, 9);
-        job->routing_key = PQgetisnull(result, r, 10) ? NULL : PQgetvalue(result, r, 10);
-    }
+    for (int r = 0; r < rows; r++)
+        store_row_read_job(result, r, &batch->jobs[r]);
     qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
     batch->count = (size_t)rows;
     batch->storage = result;
