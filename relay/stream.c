@@ -14,6 +14,7 @@
 #include "error.h"
 #include "job_message.h"
 #include "log.h"
+#include "metrics.h"
 #include "sink.h"
 #include "store_stream.h"
 #include "stream.h"
@@ -32,6 +33,8 @@
 /* Idle waits: doubled from 1 ms up to this while rows came lately, else --poll-interval. */
 #define STREAM_BUSY_POLL_MAX_MS 20
 #define STREAM_BUSY_WINDOW_SECONDS 2.0
+/* Batches one partition publishes in a row before the thread turns to its others. */
+#define STREAM_TURN_BATCHES 8
 /* After a broker outage deferred a batch, the partition waits this long. */
 #define STREAM_DEFER_SECONDS 1.0
 
@@ -206,37 +209,62 @@ key_has_later_row(const struct stream_batch *batch, size_t index)
 }
 
 /*
- * Sorts the outcomes of the published rows (a prefix of the batch), in row
- * order, into how far the cursor may go and the refused rows. The cursor passes accepted rows and rows leaving the
- * stream; it stops before a deferred row and before a refused row that
- * keeps its place. Returns the number of rows the cursor passes.
+ * Whether refused row index of batch keeps its place in the partition:
+ * with --ordering-dead-policy block, when a later row of its key waits,
+ * in this batch or after it.
  */
-static size_t
+static int
+refused_row_stays(struct stream_worker *sr, const struct owned *o,
+                  const struct stream_batch *batch, size_t index, bool *stay,
+                  struct outbox_error *err)
+{
+    const struct outbox_job *job = &batch->jobs[index];
+
+    *stay = false;
+    if (!sr->config->block_on_dead_head || job->ordering_key == NULL)
+        return 0;
+    *stay = key_has_later_row(batch, index);
+    if (*stay)
+        return 0;
+    return stream_store_key_has_later(sr->store, &o->p, batch->xids[index], job->job_id,
+                                      job->ordering_key, stay, err);
+}
+
+/*
+ * Sorts the outcomes of the published rows (a prefix of the batch), in row
+ * order, into how far the cursor may go (*passed rows) and the refused
+ * rows. The cursor passes accepted rows and rows leaving the stream; it
+ * stops before a deferred row and before a refused row that keeps its place.
+ */
+static int
 settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_batch *batch,
-                size_t published, size_t *refused)
+                size_t published, size_t *passed, size_t *refused, struct outbox_error *err)
 {
     const struct relay_config *c = sr->config;
-    size_t passed = 0;
 
+    *passed = 0;
     *refused = 0;
     for (size_t i = 0; i < published; i++) {
         const struct sink_outcome *out = &sr->outcomes[i];
         struct stream_refusal *r = &sr->refusals[*refused];
         double random01 = (double)rand_r(&sr->seed) / ((double)RAND_MAX + 1.0);
+        bool stay = false;
 
         if (out->status == SINK_ACCEPTED) {
-            passed = i + 1;
+            *passed = i + 1;
             continue;
         }
         if (out->status == SINK_DEFERRED) {
             o->wait_until = clock_monotonic_seconds() + STREAM_DEFER_SECONDS;
             break;
         }
+        if (refused_row_stays(sr, o, batch, i, &stay, err) != 0)
+            return -1;
         *r = (struct stream_refusal){
             .job_id = batch->jobs[i].job_id,
             .error = out->reason,
             .permanent = out->status == SINK_REJECTED,
-            .stay = c->block_on_dead_head && key_has_later_row(batch, i),
+            .stay = stay,
             .delay_seconds = outbox_backoff_seconds(batch->jobs[i].generation, c->retry_base_seconds,
                                                     c->retry_max_seconds, random01),
         };
@@ -245,9 +273,9 @@ settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_b
             o->wait_until = clock_monotonic_seconds() + r->delay_seconds;
             break;
         }
-        passed = i + 1;
+        *passed = i + 1;
     }
-    return passed;
+    return 0;
 }
 
 /* True when rows [start, end) hold a row of the ordering key of row end. */
@@ -325,47 +353,99 @@ record_metrics(struct stream_worker *sr, const struct owned *o, const struct str
     metrics_observe_many(m, METRICS_COMMIT_TO_PUBLISH, sr->lags, accepted);
 }
 
-/* Reads, publishes and records one batch of a partition. *rows: rows read. */
+/*
+ * Moves o's cursor past the rows of batch the broker took (passed) and
+ * writes the refused ones; *held false: the lease was lost and o dropped.
+ */
+static int
+advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch *batch,
+               size_t published, size_t passed, size_t refused, bool *held,
+               struct outbox_error *err)
+{
+    struct owned *o = &sr->owned[index];
+    const char *xid = passed > 0 ? batch->xids[passed - 1] : o->p.cursor_xid;
+    int64_t job_id = passed > 0 ? batch->jobs[passed - 1].job_id : o->p.cursor_job_id;
+    char xid_copy[STREAM_XID_MAX];
+
+    *held = true;
+    if (passed == 0 && refused == 0)
+        return 0;
+    snprintf(xid_copy, sizeof(xid_copy), "%s", xid);
+    if (stream_store_advance(sr->store, &o->p, xid_copy, job_id, sr->refusals, refused,
+                             sr->lease_seconds, held, err) != 0)
+        return -1;
+    if (!*held) {
+        drop_owned(sr, index, "stream partition lease lost");
+        return 0;
+    }
+    record_metrics(sr, o, batch, published, refused);
+    if (refused > 0)
+        log_event(OUTBOX_LOG_WARN, "stream rows refused by the broker",
+                  "thread=stream queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"",
+                  o->p.queue, o->p.partition, refused, (long long)sr->refusals[0].job_id,
+                  sr->refusals[0].error);
+    return 0;
+}
+
+/*
+ * Publishes one batch of partition index and moves its cursor. When the
+ * batch is full, the next one is read while this one is with the broker
+ * (*next, empty when there was none to read); *more tells whether the
+ * partition may go on with it: every row of this batch passed and the
+ * lease held.
+ */
+static int
+batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *batch,
+           struct stream_batch *next, bool *more, struct outbox_error *err)
+{
+    struct owned *o = &sr->owned[index];
+    size_t published, passed, refused = 0;
+    bool prefetch = batch->count == (size_t)sr->config->batch_size, held = false;
+
+    *more = false;
+    memset(next, 0, sizeof(*next));
+    build_messages(sr, batch);
+    if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
+                                           batch->jobs[batch->count - 1].job_id,
+                                           sr->config->batch_size, err) != 0)
+        return -1;
+    published = publish_rows(sr, o, batch, err); /* rows after it are read again */
+    if (sink_is_connected(sr->sink))
+        metrics_round_trip(sr->runner->metrics, METRICS_BROKER);
+    if (prefetch && stream_store_read_receive(sr->store, next, err) != 0)
+        return -1;
+    if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
+        return -1;
+    if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)
+        return -1;
+    *more = held && passed == batch->count && next->count > 0;
+    return 0;
+}
+
+/*
+ * A partition's turn: up to STREAM_TURN_BATCHES batches read, published
+ * and recorded, each read while the one before is published. *rows: rows read.
+ */
 static int
 partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outbox_error *err)
 {
-    struct owned *o = &sr->owned[index];
-    struct stream_batch batch;
-    size_t published, passed, refused = 0;
-    bool held = false;
-    int rc = -1;
+    struct stream_batch batch, next;
+    bool more = true;
+    int rc = 0;
 
     *rows = 0;
-    if (stream_store_read(sr->store, &o->p, sr->config->batch_size, &batch, err) != 0)
+    if (stream_store_read(sr->store, &sr->owned[index].p, sr->config->batch_size, &batch, err) !=
+        0)
         return -1;
-    if (batch.count == 0)
-        return 0;
-    *rows = batch.count;
-    build_messages(sr, &batch);
-    published = publish_rows(sr, o, &batch, err); /* rows after it are read again */
-    passed = settle_outcomes(sr, o, &batch, published, &refused);
-    if (passed > 0 || refused > 0) {
-        const char *xid = passed > 0 ? batch.xids[passed - 1] : o->p.cursor_xid;
-        int64_t job_id = passed > 0 ? batch.jobs[passed - 1].job_id : o->p.cursor_job_id;
-        char xid_copy[STREAM_XID_MAX];
-
-        snprintf(xid_copy, sizeof(xid_copy), "%s", xid);
-        if (stream_store_advance(sr->store, &o->p, xid_copy, job_id, sr->refusals, refused,
-                                 sr->lease_seconds, &held, err) != 0)
-            goto cleanup;
-        if (held)
-            record_metrics(sr, o, &batch, published, refused);
-        if (!held)
-            drop_owned(sr, index, "stream partition lease lost");
-        else if (refused > 0)
-            log_event(OUTBOX_LOG_WARN, "stream rows refused by the broker",
-                      "thread=stream queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"",
-                      o->p.queue, o->p.partition, refused, (long long)sr->refusals[0].job_id,
-                      sr->refusals[0].error);
+    metrics_round_trip(sr->runner->metrics, METRICS_DATABASE);
+    for (int turn = 0; batch.count > 0 && more; turn++) {
+        *rows += batch.count;
+        rc = batch_turn(sr, index, &batch, &next, &more, err);
+        stream_batch_release_memory(&batch);
+        batch = next;
+        more = more && rc == 0 && turn + 1 < STREAM_TURN_BATCHES && !runner_stopping(sr) &&
+               sink_is_connected(sr->sink);
     }
-    rc = 0;
-
-cleanup:
     stream_batch_release_memory(&batch);
     return rc;
 }

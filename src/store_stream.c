@@ -27,6 +27,7 @@ enum stream_statement {
     SSTMT_LAG,
     SSTMT_HORIZON,
     SSTMT_CLEANUP,
+    SSTMT_KEY_LATER,
     SSTMT_COUNT,
 };
 
@@ -147,6 +148,12 @@ static const char SQL_CLEANUP[] =
     " LIMIT $2)"
     " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
 
+/* Whether the partition holds a row of key $5 after ($3, $4), published or not. */
+static const char SQL_KEY_LATER[] =
+    "SELECT EXISTS (SELECT 1 FROM outbox.job AS j"
+    " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"
+    "   AND (j.xid, j.job_id) > ($3::xid8, $4::bigint) AND j.ordering_key = $5)";
+
 static const struct {
     const char *name;
     const char *sql;
@@ -159,6 +166,7 @@ static const struct {
     [SSTMT_LAG] = {"outbox_stream_lag", SQL_LAG},
     [SSTMT_HORIZON] = {"outbox_stream_horizon", SQL_HORIZON},
     [SSTMT_CLEANUP] = {"outbox_stream_cleanup", SQL_CLEANUP},
+    [SSTMT_KEY_LATER] = {"outbox_stream_key_later", SQL_KEY_LATER},
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -358,21 +366,39 @@ batch_fill(struct stream_batch *batch, PGresult *result, struct outbox_error *er
 }
 
 int
-stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
-                  struct stream_batch *batch, struct outbox_error *err)
+stream_store_read_send(stream_store *s, const struct stream_partition *p, const char *after_xid,
+                       int64_t after_job_id, int limit, struct outbox_error *err)
 {
     char partition[16], job_id[24], limit_text[16];
-    const char *values[5] = {p->queue, partition, p->cursor_xid, job_id, limit_text};
-    PGresult *result;
+    const char *values[5] = {p->queue, partition, after_xid, job_id, limit_text};
+
+    snprintf(partition, sizeof(partition), "%d", p->partition);
+    snprintf(job_id, sizeof(job_id), "%lld", (long long)after_job_id);
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    if (PQsendQueryPrepared(s->conn, STATEMENTS[SSTMT_READ].name, 5, values, NULL, NULL, 0) != 1)
+        return outbox_error_from_pg(err, s->conn, NULL, "unable to read a stream partition");
+    return 0;
+}
+
+int
+stream_store_read_receive(stream_store *s, struct stream_batch *batch, struct outbox_error *err)
+{
+    PGresult *result = NULL, *next;
+    int rc = 0;
 
     memset(batch, 0, sizeof(*batch));
-    snprintf(partition, sizeof(partition), "%d", p->partition);
-    snprintf(job_id, sizeof(job_id), "%lld", (long long)p->cursor_job_id);
-    snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    result = run(s, SSTMT_READ, 5, values, PGRES_TUPLES_OK, "unable to read a stream partition",
-                 err);
-    if (result == NULL)
-        return -1;
+    /* every result of the query is taken, so the connection is free afterwards */
+    while ((next = PQgetResult(s->conn)) != NULL) {
+        if (result == NULL)
+            result = next;
+        else
+            PQclear(next);
+    }
+    if (result == NULL || PQresultStatus(result) != PGRES_TUPLES_OK) {
+        rc = outbox_error_from_pg(err, s->conn, result, "unable to read a stream partition");
+        PQclear(result);
+        return rc;
+    }
     if (PQntuples(result) == 0) {
         PQclear(result);
         return 0;
@@ -382,6 +408,35 @@ stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
         stream_batch_release_memory(batch);
         return -1;
     }
+    return 0;
+}
+
+int
+stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
+                  struct stream_batch *batch, struct outbox_error *err)
+{
+    memset(batch, 0, sizeof(*batch));
+    if (stream_store_read_send(s, p, p->cursor_xid, p->cursor_job_id, limit, err) != 0)
+        return -1;
+    return stream_store_read_receive(s, batch, err);
+}
+
+int
+stream_store_key_has_later(stream_store *s, const struct stream_partition *p, const char *xid,
+                           int64_t job_id, const char *key, bool *later, struct outbox_error *err)
+{
+    char partition[16], job_id_text[24];
+    const char *values[5] = {p->queue, partition, xid, job_id_text, key};
+    PGresult *result;
+
+    snprintf(partition, sizeof(partition), "%d", p->partition);
+    snprintf(job_id_text, sizeof(job_id_text), "%lld", (long long)job_id);
+    result = run(s, SSTMT_KEY_LATER, 5, values, PGRES_TUPLES_OK,
+                 "unable to look for a key's later stream rows", err);
+    if (result == NULL)
+        return -1;
+    *later = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
     return 0;
 }
 

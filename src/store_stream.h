@@ -123,7 +123,28 @@ int stream_store_release(stream_store *s, const struct stream_partition *p,
  */
 int stream_store_read(stream_store *s, const struct stream_partition *p, int limit,
                       struct stream_batch *batch, struct outbox_error *err);
+
+/*
+ * The same read in two steps, so that the caller can publish one batch
+ * while the database reads the next: _send starts reading up to limit rows
+ * of p after (after_xid, after_job_id), _receive waits for them. No other
+ * call may use the store in between.
+ */
+int stream_store_read_send(stream_store *s, const struct stream_partition *p,
+                           const char *after_xid, int64_t after_job_id, int limit,
+                           struct outbox_error *err);
+int stream_store_read_receive(stream_store *s, struct stream_batch *batch,
+                              struct outbox_error *err);
 void stream_batch_release_memory(struct stream_batch *batch);
+
+/*
+ * *later: p holds a row of ordering key key after (xid, job_id), in the
+ * stream still, published or not (a refused row of that key keeps its
+ * place when the partition blocks on a dead head).
+ */
+int stream_store_key_has_later(stream_store *s, const struct stream_partition *p, const char *xid,
+                               int64_t job_id, const char *key, bool *later,
+                               struct outbox_error *err);
 
 /*
  * In one statement: moves p's cursor to (xid, job_id), extends the lease,

@@ -437,11 +437,11 @@ test_cleanup_deletes_published_rows_only(void **state)
  * it is dead, and only then the key's next row is published.
  */
 static void
-test_block_policy_keeps_key_order(void **state)
+block_policy_keeps_key_order(struct fixture *f, const char *batch_size)
 {
-    struct fixture *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--ordering-dead-policy", "block",
-                           "--retry-base", "1s", "--retry-max", "1s", NULL};
+                           "--retry-base", "1s", "--retry-max", "1s", "--batch-size", batch_size,
+                           NULL};
     struct relay_process relay;
     struct stream_consumer_stream stream;
     char bad_key[112], sql[256], attempts_sql[128];
@@ -488,6 +488,19 @@ test_block_policy_keeps_key_order(void **state)
     assert_int_equal((long long)stream.count, 1);
     assert_int_equal(stream.entries[0].job_id, next);
     stream_consumer_stream_clear(&stream);
+}
+
+static void
+test_block_policy_keeps_key_order(void **state)
+{
+    block_policy_keeps_key_order(*state, "500");
+}
+
+/* The key's next row is in a later batch than the failing one: it waits all the same. */
+static void
+test_block_policy_keeps_key_order_across_batches(void **state)
+{
+    block_policy_keeps_key_order(*state, "1");
 }
 
 /*
@@ -740,6 +753,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failed_row_goes_to_retry_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order_across_batches, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_keeps_partitions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_stream_costs_no_connection, setup, teardown),
