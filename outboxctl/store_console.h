@@ -20,6 +20,7 @@
 
 #include "outbox.h"
 #include "store_admin.h"
+#include "store_stream.h"
 
 /* Above this heap size succeeded rows are estimated instead of counted. */
 #define STORE_CONSOLE_EXACT_BYTES (64 * 1024 * 1024)
@@ -43,6 +44,21 @@ struct store_console_overview {
 int store_console_overview(PGconn *conn, struct store_console_overview *overview,
                            struct outbox_error *err);
 void store_console_overview_clear(struct store_console_overview *overview);
+
+/*
+ * Every stream partition's lag, owner and lease (stream_admin_lag()), and,
+ * when there is any, the transaction at the snapshot horizon that every
+ * stream's read waits for (stream_admin_horizon()).
+ */
+struct store_console_streams {
+    struct stream_lag *partitions; /* by queue, then partition */
+    size_t count;
+    struct stream_horizon horizon; /* found false when no stream or no holder */
+};
+
+int store_console_streams(PGconn *conn, struct store_console_streams *streams,
+                          struct outbox_error *err);
+void store_console_streams_clear(struct store_console_streams *streams);
 
 #define STORE_CONSOLE_CHART_MINUTES 60
 

@@ -119,7 +119,9 @@ static const char SQL_LAG[] =
     "       coalesce(extract(epoch FROM now() - (SELECT j.created_at FROM outbox.job AS j"
     "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
     "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
-    "         ORDER BY j.xid, j.job_id LIMIT 1))::float8, 0)"
+    "         ORDER BY j.xid, j.job_id LIMIT 1))::float8, 0),"
+    "       CASE WHEN c.lease_until > clock_timestamp() THEN to_char(c.lease_until AT TIME ZONE"
+    "            'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') ELSE '' END"
     " FROM outbox.stream_cursor AS c ORDER BY c.queue, c.partition";
 
 /* The oldest transaction with an xid: what pg_snapshot_xmin() waits for. */
@@ -485,22 +487,14 @@ cleanup:
 
 /* ---- figures and cleanup --------------------------------------------------------- */
 
-int
-stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
+/* Copies the rows of a lag result (SQL_LAG's columns) into a new array *out. */
+static int
+lag_fill(PGresult *result, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    PGresult *result = run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
-                           "unable to read the stream lag", err);
-    int rows;
+    int rows = PQntuples(result);
 
-    *out = NULL;
-    *count = 0;
-    if (result == NULL)
-        return -1;
-    rows = PQntuples(result);
-    if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL) {
-        PQclear(result);
+    if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    }
     for (int r = 0; r < rows; r++) {
         struct stream_lag *l = &(*out)[r];
 
@@ -509,10 +503,40 @@ stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct
         copy_text(l->owner, sizeof(l->owner), PQgetvalue(result, r, 2));
         l->rows = strtoll(PQgetvalue(result, r, 3), NULL, 10);
         l->seconds = strtod(PQgetvalue(result, r, 4), NULL);
+        copy_text(l->lease_until, sizeof(l->lease_until), PQgetvalue(result, r, 5));
     }
     *count = (size_t)rows;
-    PQclear(result);
     return 0;
+}
+
+int
+stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
+{
+    PGresult *result = run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
+                           "unable to read the stream lag", err);
+    int rc;
+
+    *out = NULL;
+    *count = 0;
+    if (result == NULL)
+        return -1;
+    rc = lag_fill(result, out, count, err);
+    PQclear(result);
+    return rc;
+}
+
+/* Fills out from a horizon result (SQL_HORIZON's columns): found when it has a row. */
+static void
+horizon_fill(const PGresult *result, struct stream_horizon *out)
+{
+    if (PQntuples(result) != 1)
+        return;
+    out->found = true;
+    out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
+    copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
+    copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
+    out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
+    copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
 }
 
 int
@@ -524,14 +548,7 @@ stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_
     memset(out, 0, sizeof(*out));
     if (result == NULL)
         return -1;
-    if (PQntuples(result) == 1) {
-        out->found = true;
-        out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
-        copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
-        copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
-        out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
-        copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
-    }
+    horizon_fill(result, out);
     PQclear(result);
     return 0;
 }
@@ -631,6 +648,48 @@ stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err)
                 PQgetvalue(result, r, 1), PQgetvalue(result, r, 3),
                 strtod(PQgetvalue(result, r, 4), NULL), owner[0] != '\0' ? owner : "-");
     }
+    PQclear(result);
+    return 0;
+}
+
+/* Runs sql (no parameters) on conn; NULL with err unless it returned rows. */
+static PGresult *
+admin_query(PGconn *conn, const char *sql, const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, sql);
+
+    if (PQresultStatus(result) == PGRES_TUPLES_OK)
+        return result;
+    outbox_error_from_pg(err, conn, result, context);
+    PQclear(result);
+    return NULL;
+}
+
+int
+stream_admin_lag(PGconn *conn, struct stream_lag **out, size_t *count, struct outbox_error *err)
+{
+    PGresult *result = admin_query(conn, SQL_LAG, "unable to read the stream lag", err);
+    int rc;
+
+    *out = NULL;
+    *count = 0;
+    if (result == NULL)
+        return -1;
+    rc = lag_fill(result, out, count, err);
+    PQclear(result);
+    return rc;
+}
+
+int
+stream_admin_horizon(PGconn *conn, struct stream_horizon *out, struct outbox_error *err)
+{
+    PGresult *result = admin_query(conn, SQL_HORIZON, "unable to read the transaction horizon",
+                                   err);
+
+    memset(out, 0, sizeof(*out));
+    if (result == NULL)
+        return -1;
+    horizon_fill(result, out);
     PQclear(result);
     return 0;
 }
