@@ -487,14 +487,23 @@ cleanup:
 
 /* ---- figures and cleanup --------------------------------------------------------- */
 
-/* Copies the rows of a lag result (SQL_LAG's columns) into a new array *out. */
+/*
+ * Takes a lag result (SQL_LAG's columns; NULL: the statement failed, err
+ * filled) and clears it: its rows go into a new array *out.
+ */
 static int
-lag_fill(PGresult *result, struct stream_lag **out, size_t *count, struct outbox_error *err)
+lag_read(PGresult *result, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    int rows = PQntuples(result);
+    int rows = result != NULL ? PQntuples(result) : 0;
 
-    if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL)
+    *out = NULL;
+    *count = 0;
+    if (result == NULL)
+        return -1;
+    if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL) {
+        PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
     for (int r = 0; r < rows; r++) {
         struct stream_lag *l = &(*out)[r];
 
@@ -506,51 +515,46 @@ lag_fill(PGresult *result, struct stream_lag **out, size_t *count, struct outbox
         copy_text(l->lease_until, sizeof(l->lease_until), PQgetvalue(result, r, 5));
     }
     *count = (size_t)rows;
+    PQclear(result);
     return 0;
 }
 
 int
 stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    PGresult *result = run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
-                           "unable to read the stream lag", err);
-    int rc;
-
-    *out = NULL;
-    *count = 0;
-    if (result == NULL)
-        return -1;
-    rc = lag_fill(result, out, count, err);
-    PQclear(result);
-    return rc;
+    return lag_read(run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK, "unable to read the stream lag",
+                        err),
+                    out, count, err);
 }
 
-/* Fills out from a horizon result (SQL_HORIZON's columns): found when it has a row. */
-static void
-horizon_fill(const PGresult *result, struct stream_horizon *out)
+/*
+ * Takes a horizon result (SQL_HORIZON's columns; NULL: the statement
+ * failed, err filled) and clears it; found when it has a row.
+ */
+static int
+horizon_read(PGresult *result, struct stream_horizon *out)
 {
-    if (PQntuples(result) != 1)
-        return;
-    out->found = true;
-    out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
-    copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
-    copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
-    out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
-    copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
+    memset(out, 0, sizeof(*out));
+    if (result == NULL)
+        return -1;
+    if (PQntuples(result) == 1) {
+        out->found = true;
+        out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
+        copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
+        copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
+        out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
+        copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
+    }
+    PQclear(result);
+    return 0;
 }
 
 int
 stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err)
 {
-    PGresult *result = run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
-                           "unable to read the transaction horizon", err);
-
-    memset(out, 0, sizeof(*out));
-    if (result == NULL)
-        return -1;
-    horizon_fill(result, out);
-    PQclear(result);
-    return 0;
+    return horizon_read(run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
+                            "unable to read the transaction horizon", err),
+                        out);
 }
 
 int
@@ -668,28 +672,14 @@ admin_query(PGconn *conn, const char *sql, const char *context, struct outbox_er
 int
 stream_admin_lag(PGconn *conn, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    PGresult *result = admin_query(conn, SQL_LAG, "unable to read the stream lag", err);
-    int rc;
-
-    *out = NULL;
-    *count = 0;
-    if (result == NULL)
-        return -1;
-    rc = lag_fill(result, out, count, err);
-    PQclear(result);
-    return rc;
+    return lag_read(admin_query(conn, SQL_LAG, "unable to read the stream lag", err), out, count,
+                    err);
 }
 
 int
 stream_admin_horizon(PGconn *conn, struct stream_horizon *out, struct outbox_error *err)
 {
-    PGresult *result = admin_query(conn, SQL_HORIZON, "unable to read the transaction horizon",
-                                   err);
-
-    memset(out, 0, sizeof(*out));
-    if (result == NULL)
-        return -1;
-    horizon_fill(result, out);
-    PQclear(result);
-    return 0;
+    return horizon_read(admin_query(conn, SQL_HORIZON, "unable to read the transaction horizon",
+                                    err),
+                        out);
 }
