@@ -1,6 +1,6 @@
 /*
  * console_html.c - the console's pages, rendered on the server: overview
- * with the traffic chart, dead rows, blocked and paused keys, replay, and
+ * with the stream partitions and the traffic chart, dead rows, blocked and paused keys, replay, and
  * the login form.
  *
  * Every value from the database or the request goes through

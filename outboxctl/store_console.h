@@ -1,6 +1,6 @@
 /*
  * store_console.h - the queries behind the operator's console (outboxctl
- * serve): the overview at a glance, the traffic chart, dead rows with their
+ * serve): the overview at a glance, the stream partitions, the traffic chart, dead rows with their
  * payloads, and bounded batch actions on dead rows.
  *
  * Nothing here scans the whole of outbox.job on a large table: ready,
