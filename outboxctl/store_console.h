@@ -1,11 +1,13 @@
 /*
  * store_console.h - the queries behind the operator's console (outboxctl
- * serve): the overview at a glance, the stream partitions, the traffic chart, dead rows with their
- * payloads, and bounded batch actions on dead rows.
+ * serve): the overview at a glance, the stream partitions, the traffic
+ * chart, dead rows with their payloads, and bounded batch actions on dead
+ * rows.
  *
  * Nothing here scans the whole of outbox.job on a large table: ready,
- * running and dead rows are counted from their partial indexes, so their
- * cost follows the backlog; succeeded rows, the bulk of a busy table, are
+ * running and dead rows are counted from their partial indexes, and stream
+ * rows waiting after their cursor from job_stream_idx, so their cost
+ * follows the backlog; succeeded rows (and published stream rows), the bulk of a busy table, are
  * counted exactly only while the table is small and estimated from the
  * planner's statistics beyond that (the overview says which). Same
  * conventions as store_admin.h: caller-owned connection with no transaction
