@@ -7,11 +7,12 @@
  * Nothing here scans the whole of outbox.job on a large table: ready,
  * running and dead rows are counted from their partial indexes, and stream
  * rows waiting after their cursor from job_stream_idx, so their cost
- * follows the backlog; succeeded rows (and published stream rows), the bulk of a busy table, are
- * counted exactly only while the table is small and estimated from the
- * planner's statistics beyond that (the overview says which). Same
- * conventions as store_admin.h: caller-owned connection with no transaction
- * open, bound parameters, results released by the matching *_clear().
+ * follows the backlog; succeeded rows and published stream rows, the bulk
+ * of a busy table, are counted exactly only while the table is small and
+ * estimated from the planner's statistics beyond that (the overview says
+ * which). Same conventions as store_admin.h: caller-owned connection with
+ * no transaction open, bound parameters, results released by the matching
+ * *_clear().
  */
 #ifndef OUTBOX_STORE_CONSOLE_H
 #define OUTBOX_STORE_CONSOLE_H
