@@ -435,6 +435,9 @@ queue_json(struct buffer *out, const struct store_queue_status *queue)
     json_field_bool(out, "paused", queue->paused);
     json_field_int(out, "paused_keys", queue->paused_keys);
     json_field_int(out, "blocked_keys", queue->blocked_keys);
+    json_field_bool(out, "stream", queue->stream);
+    json_field_int(out, "stream_published", queue->stream_published);
+    json_field_int(out, "stream_waiting", queue->stream_waiting);
     buffer_puts(out, "}");
 }
 
@@ -572,6 +575,58 @@ api_chart(struct console *console, PGconn *conn, struct console_response *respon
                       i > 0 ? "," : "", (long long)chart.minute_epoch[i],
                       (long long)chart.enqueued[i], (long long)chart.published[i]);
     buffer_puts(out, "]}");
+    respond_json(response, 200);
+}
+
+/* A text that is "" for none (an owner, a lease) as a JSON string or null. */
+static void
+json_field_text_or_null(struct buffer *out, const char *key, const char *text)
+{
+    json_field_string(out, key, text[0] != '\0' ? text : NULL);
+}
+
+static void
+streams_json(struct buffer *out, const struct store_console_streams *streams)
+{
+    const struct stream_horizon *horizon = &streams->horizon;
+
+    buffer_puts(out, "{\"partitions\":[");
+    for (size_t i = 0; i < streams->count; i++) {
+        const struct stream_lag *lag = &streams->partitions[i];
+
+        buffer_puts(out, i > 0 ? ",{" : "{");
+        json_key(out, true, "queue");
+        console_json_string(out, lag->queue);
+        json_field_int(out, "partition", lag->partition);
+        json_field_int(out, "lag_rows", lag->rows);
+        buffer_printf(out, ",\"lag_seconds\":%.3f", lag->seconds);
+        json_field_text_or_null(out, "owner", lag->owner);
+        json_field_text_or_null(out, "lease_until", lag->lease_until);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "],\"horizon\":");
+    if (!horizon->found) {
+        buffer_puts(out, "null}");
+        return;
+    }
+    buffer_printf(out, "{\"pid\":%d", horizon->pid);
+    buffer_printf(out, ",\"age_seconds\":%.3f", horizon->seconds);
+    json_field_string(out, "user", horizon->user);
+    json_field_string(out, "application_name", horizon->application);
+    json_field_string(out, "query", horizon->query);
+    buffer_puts(out, "}}");
+}
+
+static void
+api_streams(struct console *console, PGconn *conn, struct console_response *response)
+{
+    struct store_console_streams streams;
+    struct outbox_error err;
+
+    if (store_console_streams(conn, &streams, &err) < 0)
+        return respond_store_error(console, response, &err);
+    streams_json(&response->body, &streams);
+    store_console_streams_clear(&streams);
     respond_json(response, 200);
 }
 
@@ -831,8 +886,8 @@ api_post(struct console *console, PGconn *conn, const struct console_request *re
 static bool
 is_get_endpoint(const char *path)
 {
-    static const char *const names[] = {"overview", "queues", "blocked", "paused",
-                                        "relays",   "dead",   "chart",   "session"};
+    static const char *const names[] = {"overview", "queues", "blocked", "paused", "relays",
+                                        "dead",     "chart",  "session", "streams"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(path, names[i]) == 0)
@@ -862,5 +917,7 @@ console_api(struct console *console, const struct console_request *request, cons
         return api_dead(console, conn, request, response);
     if (strcmp(path, "chart") == 0)
         return api_chart(console, conn, response);
+    if (strcmp(path, "streams") == 0)
+        return api_streams(console, conn, response);
     api_overview(console, conn, path, response);
 }

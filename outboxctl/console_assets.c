@@ -27,6 +27,8 @@ static const char console_css[] =
     "th, td { border: 1px solid #e2e8f0; padding: .3em .6em; text-align: left; vertical-align: top; }\n"
     "th { background: #edf2f7; }\n"
     "td.ready, td.running, td.succeeded, td.dead, td.blocked { text-align: right; font-variant-numeric: tabular-nums; }\n"
+    "td.stream-published, td.stream-waiting, td.partition, td.lag-rows { text-align: right; font-variant-numeric: tabular-nums; }\n"
+    ".badge { font-size: 11px; padding: 0 .4em; border-radius: 3px; background: #e9d8fd; color: #44337a; }\n"
     "pre { white-space: pre-wrap; word-break: break-all; background: #f1f5f9; padding: .4em; margin: 0; max-height: 20em; overflow: auto; }\n"
     ".note, .legend { color: #4a5568; font-size: 12px; }\n"
     ".key-enqueued { color: #2b6cb0; font-weight: bold; }\n"

@@ -1,6 +1,6 @@
 /*
  * console_html.c - the console's pages, rendered on the server: overview
- * with the traffic chart, dead rows, blocked and paused keys, replay, and
+ * with the stream partitions and the traffic chart, dead rows, blocked and paused keys, replay, and
  * the login form.
  *
  * Every value from the database or the request goes through
@@ -230,13 +230,29 @@ chart_svg(struct buffer *out, const struct store_console_chart *chart)
                      "relays' retention)</p>");
 }
 
+/* The stream columns of a queue: "-" for a row-state queue with no stream row. */
+static void
+queue_stream_cells(struct buffer *out, const struct store_queue_status *q, bool estimated)
+{
+    if (!q->stream && q->stream_published + q->stream_waiting == 0) {
+        buffer_puts(out, "<td class=\"stream-published\">-</td>"
+                         "<td class=\"stream-waiting\">-</td>");
+        return;
+    }
+    buffer_printf(out, "<td class=\"stream-published\">%s%lld</td>"
+                       "<td class=\"stream-waiting\">%lld</td>",
+                  estimated ? "&asymp;" : "", (long long)q->stream_published,
+                  (long long)q->stream_waiting);
+}
+
 static void
 queues_table(struct buffer *out, const struct store_console_overview *overview)
 {
     const struct store_status *status = &overview->status;
 
     buffer_puts(out, "<table id=\"queues\"><thead><tr><th>Queue</th><th>Ready</th>"
-                     "<th>Running</th><th>Succeeded</th><th>Dead</th><th>Oldest ready</th>"
+                     "<th>Running</th><th>Succeeded</th><th>Dead</th><th>Stream published</th>"
+                     "<th>Stream waiting</th><th>Oldest ready</th>"
                      "<th>Paused</th><th>Blocked keys</th></tr></thead><tbody>");
     for (size_t i = 0; i < status->queue_count; i++) {
         const struct store_queue_status *q = &status->queues[i];
@@ -245,16 +261,20 @@ queues_table(struct buffer *out, const struct store_console_overview *overview)
         format_age(age, sizeof(age), q->oldest_ready_seconds);
         buffer_puts(out, "<tr data-queue=\"");
         esc(out, q->queue);
-        buffer_puts(out, "\"><td class=\"queue\"><a href=\"/dead?queue=");
+        buffer_printf(out, "\"%s><td class=\"queue\"><a href=\"/dead?queue=",
+                      q->stream ? " data-stream" : "");
         esc(out, q->queue);
         buffer_puts(out, "\">");
         esc(out, q->queue);
-        buffer_printf(out, "</a></td><td class=\"ready\">%lld</td><td class=\"running\">%lld"
-                           "</td><td class=\"succeeded\">%s%lld</td><td class=\"dead\">%lld</td>"
-                           "<td class=\"age\">%s</td><td class=\"paused\">%s",
+        buffer_printf(out, "</a>%s</td><td class=\"ready\">%lld</td><td class=\"running\">%lld"
+                           "</td><td class=\"succeeded\">%s%lld</td><td class=\"dead\">%lld</td>",
+                      q->stream ? " <span class=\"badge stream\">stream</span>" : "",
                       (long long)q->ready, (long long)q->running,
                       overview->succeeded_estimated ? "&asymp;" : "", (long long)q->succeeded,
-                      (long long)q->dead, q->ready > 0 ? age : "-", q->paused ? "paused" : "");
+                      (long long)q->dead);
+        queue_stream_cells(out, q, overview->succeeded_estimated);
+        buffer_printf(out, "<td class=\"age\">%s</td><td class=\"paused\">%s",
+                      q->ready + q->stream_waiting > 0 ? age : "-", q->paused ? "paused" : "");
         if (q->paused_keys > 0)
             buffer_printf(out, "%s%lld key%s", q->paused ? ", " : "", (long long)q->paused_keys,
                           q->paused_keys == 1 ? "" : "s");
@@ -263,10 +283,11 @@ queues_table(struct buffer *out, const struct store_console_overview *overview)
     }
     buffer_puts(out, "</tbody></table>");
     buffer_printf(out, "<p class=\"note\">Ready, running and dead are exact counts from their "
-                       "partial indexes. Succeeded is %s.</p>",
+                       "partial indexes, and so are a stream's rows waiting after its cursors. "
+                       "Succeeded and a stream's published rows are %s.</p>",
                   overview->succeeded_estimated
                       ? "an estimate (&asymp;) from the planner's statistics of outbox.job, "
-                        "as counting it would read the whole table"
+                        "as counting them would read the whole table"
                       : "exact (the table is small)");
 }
 
@@ -342,12 +363,58 @@ relays_table(struct buffer *out, const struct store_console_overview *overview)
     buffer_puts(out, "</tbody></table>");
 }
 
+/* Each stream partition's lag and owner, then who holds the snapshot horizon. */
+static void
+streams_table(struct buffer *out, const struct store_console_streams *streams)
+{
+    static const char *const columns[] = {"Queue", "Partition", "Lag (rows)", "Lag (age)",
+                                          "Owner",  "Lease until", NULL};
+    const struct stream_horizon *horizon = &streams->horizon;
+    char age[32];
+
+    if (!table_open(out, "Streams", streams->count, "No queue is a stream.", "streams", columns))
+        return;
+    for (size_t i = 0; i < streams->count; i++) {
+        const struct stream_lag *lag = &streams->partitions[i];
+
+        format_age(age, sizeof(age), lag->seconds);
+        buffer_puts(out, "<tr data-queue=\"");
+        esc(out, lag->queue);
+        buffer_printf(out, "\" data-partition=\"%d\"><td class=\"queue\">", lag->partition);
+        esc(out, lag->queue);
+        buffer_printf(out, "</td><td class=\"partition\">%d</td><td class=\"lag-rows\">%lld%s"
+                           "</td><td class=\"lag-age\">%s</td><td class=\"owner\">",
+                      lag->partition, (long long)lag->rows,
+                      lag->rows >= STREAM_LAG_COUNT_MAX ? "+" : "", lag->rows > 0 ? age : "-");
+        esc(out, lag->owner[0] != '\0' ? lag->owner : "none");
+        buffer_puts(out, "</td><td class=\"lease\">");
+        esc(out, lag->lease_until[0] != '\0' ? lag->lease_until : "-");
+        buffer_puts(out, "</td></tr>");
+    }
+    buffer_puts(out, "</tbody></table><p class=\"note\" id=\"stream-horizon\">");
+    if (!horizon->found) {
+        buffer_puts(out, "No open transaction holds the streams back.</p>");
+        return;
+    }
+    format_age(age, sizeof(age), horizon->seconds);
+    buffer_printf(out, "Streams read only rows of transactions older than the oldest one open: "
+                       "pid <span class=\"pid\">%d</span> (",
+                  horizon->pid);
+    esc(out, horizon->application[0] != '\0' ? horizon->application : "no application name");
+    buffer_puts(out, ", ");
+    esc(out, horizon->user);
+    buffer_printf(out, "), open for %s, last statement <code>", age);
+    esc(out, horizon->query);
+    buffer_puts(out, "</code>.</p>");
+}
+
 static void
 overview_page(struct console *console, PGconn *conn, const struct console_request *request,
               struct console_response *response)
 {
     struct store_console_overview overview;
     struct store_console_chart chart;
+    struct store_console_streams streams;
     struct outbox_error err;
     struct buffer *out = &response->body;
 
@@ -355,7 +422,8 @@ overview_page(struct console *console, PGconn *conn, const struct console_reques
         console_database_failed(console, &err);
         return database_banner(console, request, response, "Overview", "/", err.message);
     }
-    if (store_console_chart(conn, &chart, &err) < 0) {
+    if (store_console_chart(conn, &chart, &err) < 0 ||
+        store_console_streams(conn, &streams, &err) < 0) {
         store_console_overview_clear(&overview);
         console_database_failed(console, &err);
         return database_banner(console, request, response, "Overview", "/", err.message);
@@ -363,6 +431,7 @@ overview_page(struct console *console, PGconn *conn, const struct console_reques
     page_start(console, request, out, "Overview", "/");
     buffer_puts(out, "<h1>Overview</h1><h2>Queues</h2>");
     queues_table(out, &overview);
+    streams_table(out, &streams);
     buffer_puts(out, "<h2>Last hour</h2>");
     chart_svg(out, &chart);
     buffer_puts(out, "<h2>Table</h2>");
@@ -370,6 +439,7 @@ overview_page(struct console *console, PGconn *conn, const struct console_reques
     relays_table(out, &overview);
     page_end(out);
     store_console_overview_clear(&overview);
+    store_console_streams_clear(&streams);
     respond_html(response, 200);
 }
 

@@ -36,6 +36,13 @@
 /* now - $1 seconds, for --since DURATION and the inbox purge's cutoff */
 #define TIME_AGO_SQL "SELECT " EXACT_TIME("now() - make_interval(secs => $1::float8)")
 
+/*
+ * Where a stream row j stands against its partition's cursor c (a row of
+ * outbox.stream_cursor): published (behind it) or waiting (after it).
+ */
+#define STREAM_PUBLISHED "(j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
+#define STREAM_WAITING "(j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
+
 /* clang-format on */
 
 /* PQexecParams with text parameters; NULL on out of memory is left to the caller. */

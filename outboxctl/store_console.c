@@ -14,11 +14,21 @@
 
 /* clang-format off */
 
+/* The rows of cursor c's partition still in the stream, as job_stream_idx holds them. */
+#define STREAM_ROW_OF_CURSOR \
+    " j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
+
 /*
  * Per queue: ready (due or not, held included), running and dead from
  * their partial indexes; succeeded exactly ($1 true) or as the planner's
  * share of the queue in the table minus the unfinished rows ($1 false).
- * Queue names come from the same indexes, the statistics and the pauses.
+ * Stream rows, counted as `outboxctl status` counts them, come from
+ * job_stream_idx one partition at a time: those waiting after the cursor
+ * always (their cost follows the lag), those published behind it only
+ * with $1; beyond that the planner's share of a stream queue, minus the
+ * exact counts, is its published estimate (its few succeeded rows, which
+ * left the stream and were claimed, included). Queue names come from the
+ * same indexes, the statistics, the pauses and the streams.
  */
 static const char queues_sql[] =
     "WITH ready AS ("
@@ -30,6 +40,17 @@ static const char queues_sql[] =
     " dead AS (SELECT queue, count(*) AS n FROM outbox.job WHERE state = 'dead' GROUP BY queue),"
     " exact AS (SELECT queue, count(*) AS n FROM outbox.job"
     "            WHERE $1::boolean AND state = 'succeeded' GROUP BY queue),"
+    " stream AS ("
+    "    SELECT c.queue, sum(w.n) AS waiting, sum(p.n) AS published, min(w.oldest) AS oldest"
+    "      FROM outbox.stream_cursor AS c"
+    "     CROSS JOIN LATERAL (SELECT count(*) AS n,"
+    "                                min(j.created_at) FILTER (WHERE isfinite(j.created_at)) AS oldest"
+    "                           FROM outbox.job AS j WHERE" STREAM_ROW_OF_CURSOR
+    "                            AND " STREAM_WAITING ") AS w"
+    "     CROSS JOIN LATERAL (SELECT count(*) AS n FROM outbox.job AS j"
+    "                          WHERE $1::boolean AND" STREAM_ROW_OF_CURSOR
+    "                            AND " STREAM_PUBLISHED ") AS p"
+    "     GROUP BY c.queue),"
     " estimate AS ("
     "    SELECT v.queue, (v.freq * greatest(c.reltuples, 0))::bigint AS n"
     "      FROM pg_stats AS s CROSS JOIN pg_class AS c"
@@ -38,17 +59,29 @@ static const char queues_sql[] =
     "       AND s.attname = 'queue' AND c.oid = 'outbox.job'::regclass),"
     " names AS (SELECT queue FROM ready UNION SELECT queue FROM held UNION SELECT queue FROM running"
     "           UNION SELECT queue FROM dead UNION SELECT queue FROM exact"
-    "           UNION SELECT queue FROM estimate UNION SELECT queue FROM outbox.paused)"
+    "           UNION SELECT queue FROM estimate UNION SELECT queue FROM outbox.paused"
+    "           UNION SELECT queue FROM stream),"
+    " rest AS ("
+    "    SELECT n.queue, greatest(coalesce(e.n, 0) - coalesce(r.n, 0) - coalesce(h.n, 0)"
+    "                             - coalesce(u.n, 0) - coalesce(d.n, 0)"
+    "                             - coalesce(s.waiting, 0), 0) AS n"
+    "      FROM names AS n"
+    "      LEFT JOIN ready AS r USING (queue) LEFT JOIN held AS h USING (queue)"
+    "      LEFT JOIN running AS u USING (queue) LEFT JOIN dead AS d USING (queue)"
+    "      LEFT JOIN stream AS s USING (queue) LEFT JOIN estimate AS e USING (queue))"
     " SELECT n.queue, coalesce(r.n, 0) + coalesce(h.n, 0), coalesce(u.n, 0),"
-    "        CASE WHEN $1::boolean THEN coalesce(x.n, 0)"
-    "             ELSE greatest(coalesce(e.n, 0) - coalesce(r.n, 0) - coalesce(h.n, 0)"
-    "                           - coalesce(u.n, 0) - coalesce(d.n, 0), 0) END,"
+    "        CASE WHEN $1::boolean THEN coalesce(x.n, 0) WHEN s.queue IS NULL THEN t.n ELSE 0 END,"
     "        coalesce(d.n, 0),"
-    "        greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM r.oldest), 0), 0)::float8"
+    "        greatest(coalesce(extract(epoch FROM now())"
+    "                          - extract(epoch FROM least(r.oldest, s.oldest)), 0), 0)::float8,"
+    "        CASE WHEN $1::boolean THEN coalesce(s.published, 0) WHEN s.queue IS NULL THEN 0"
+    "             ELSE t.n END,"
+    "        coalesce(s.waiting, 0), s.queue IS NOT NULL"
     "   FROM names AS n"
     "   LEFT JOIN ready AS r USING (queue) LEFT JOIN held AS h USING (queue)"
     "   LEFT JOIN running AS u USING (queue) LEFT JOIN dead AS d USING (queue)"
-    "   LEFT JOIN exact AS x USING (queue) LEFT JOIN estimate AS e USING (queue)"
+    "   LEFT JOIN exact AS x USING (queue) LEFT JOIN stream AS s USING (queue)"
+    "   LEFT JOIN rest AS t USING (queue)"
     "  ORDER BY n.queue";
 
 static const char small_table_sql[] =
@@ -224,6 +257,30 @@ store_console_overview_clear(struct store_console_overview *overview)
         free(overview->relays[i].worker_id);
     free(overview->relays);
     memset(overview, 0, sizeof(*overview));
+}
+
+int
+store_console_streams(PGconn *conn, struct store_console_streams *streams,
+                      struct outbox_error *err)
+{
+    memset(streams, 0, sizeof(*streams));
+    if (store_admin_check_schema(conn, err) < 0 ||
+        stream_admin_lag(conn, &streams->partitions, &streams->count, err) < 0)
+        return -1;
+    if (streams->count > 0 && stream_admin_horizon(conn, &streams->horizon, err) < 0) {
+        store_console_streams_clear(streams);
+        return -1;
+    }
+    return 0;
+}
+
+void
+store_console_streams_clear(struct store_console_streams *streams)
+{
+    if (streams == NULL)
+        return;
+    free(streams->partitions);
+    memset(streams, 0, sizeof(*streams));
 }
 
 /* Adds the (minute, count) rows of result into column. */

@@ -1,15 +1,18 @@
 /*
  * store_console.h - the queries behind the operator's console (outboxctl
- * serve): the overview at a glance, the traffic chart, dead rows with their
- * payloads, and bounded batch actions on dead rows.
+ * serve): the overview at a glance, the stream partitions, the traffic
+ * chart, dead rows with their payloads, and bounded batch actions on dead
+ * rows.
  *
  * Nothing here scans the whole of outbox.job on a large table: ready,
- * running and dead rows are counted from their partial indexes, so their
- * cost follows the backlog; succeeded rows, the bulk of a busy table, are
- * counted exactly only while the table is small and estimated from the
- * planner's statistics beyond that (the overview says which). Same
- * conventions as store_admin.h: caller-owned connection with no transaction
- * open, bound parameters, results released by the matching *_clear().
+ * running and dead rows are counted from their partial indexes, and stream
+ * rows waiting after their cursor from job_stream_idx, so their cost
+ * follows the backlog; succeeded rows and published stream rows, the bulk
+ * of a busy table, are counted exactly only while the table is small and
+ * estimated from the planner's statistics beyond that (the overview says
+ * which). Same conventions as store_admin.h: caller-owned connection with
+ * no transaction open, bound parameters, results released by the matching
+ * *_clear().
  */
 #ifndef OUTBOX_STORE_CONSOLE_H
 #define OUTBOX_STORE_CONSOLE_H
@@ -20,6 +23,7 @@
 
 #include "outbox.h"
 #include "store_admin.h"
+#include "store_stream.h"
 
 /* Above this heap size succeeded rows are estimated instead of counted. */
 #define STORE_CONSOLE_EXACT_BYTES (64 * 1024 * 1024)
@@ -43,6 +47,21 @@ struct store_console_overview {
 int store_console_overview(PGconn *conn, struct store_console_overview *overview,
                            struct outbox_error *err);
 void store_console_overview_clear(struct store_console_overview *overview);
+
+/*
+ * Every stream partition's lag, owner and lease (stream_admin_lag()), and,
+ * when there is any, the transaction at the snapshot horizon that every
+ * stream's read waits for (stream_admin_horizon()).
+ */
+struct store_console_streams {
+    struct stream_lag *partitions; /* by queue, then partition */
+    size_t count;
+    struct stream_horizon horizon; /* found false when no stream or no holder */
+};
+
+int store_console_streams(PGconn *conn, struct store_console_streams *streams,
+                          struct outbox_error *err);
+void store_console_streams_clear(struct store_console_streams *streams);
 
 #define STORE_CONSOLE_CHART_MINUTES 60
 

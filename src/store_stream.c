@@ -120,7 +120,9 @@ static const char SQL_LAG[] =
     "       coalesce(extract(epoch FROM now() - (SELECT j.created_at FROM outbox.job AS j"
     "         WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
     "           AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
-    "         ORDER BY j.xid, j.job_id LIMIT 1))::float8, 0)"
+    "         ORDER BY j.xid, j.job_id LIMIT 1))::float8, 0),"
+    "       CASE WHEN c.lease_until > clock_timestamp() THEN to_char(c.lease_until AT TIME ZONE"
+    "            'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') ELSE '' END"
     " FROM outbox.stream_cursor AS c ORDER BY c.queue, c.partition";
 
 /* The oldest transaction with an xid: what pg_snapshot_xmin() waits for. */
@@ -540,18 +542,19 @@ cleanup:
 
 /* ---- figures and cleanup --------------------------------------------------------- */
 
-int
-stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
+/*
+ * Takes a lag result (SQL_LAG's columns; NULL: the statement failed, err
+ * filled) and clears it: its rows go into a new array *out.
+ */
+static int
+lag_read(PGresult *result, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    PGresult *result = run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
-                           "unable to read the stream lag", err);
-    int rows;
+    int rows = result != NULL ? PQntuples(result) : 0;
 
     *out = NULL;
     *count = 0;
     if (result == NULL)
         return -1;
-    rows = PQntuples(result);
     if (rows > 0 && (*out = calloc((size_t)rows, sizeof(**out))) == NULL) {
         PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -564,6 +567,7 @@ stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct
         copy_text(l->owner, sizeof(l->owner), PQgetvalue(result, r, 2));
         l->rows = strtoll(PQgetvalue(result, r, 3), NULL, 10);
         l->seconds = strtod(PQgetvalue(result, r, 4), NULL);
+        copy_text(l->lease_until, sizeof(l->lease_until), PQgetvalue(result, r, 5));
     }
     *count = (size_t)rows;
     PQclear(result);
@@ -571,11 +575,20 @@ stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct
 }
 
 int
-stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err)
+stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    PGresult *result = run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
-                           "unable to read the transaction horizon", err);
+    return lag_read(run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK, "unable to read the stream lag",
+                        err),
+                    out, count, err);
+}
 
+/*
+ * Takes a horizon result (SQL_HORIZON's columns; NULL: the statement
+ * failed, err filled) and clears it; found when it has a row.
+ */
+static int
+horizon_read(PGresult *result, struct stream_horizon *out)
+{
     memset(out, 0, sizeof(*out));
     if (result == NULL)
         return -1;
@@ -589,6 +602,14 @@ stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_
     }
     PQclear(result);
     return 0;
+}
+
+int
+stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err)
+{
+    return horizon_read(run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
+                            "unable to read the transaction horizon", err),
+                        out);
 }
 
 int
@@ -688,4 +709,32 @@ stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err)
     }
     PQclear(result);
     return 0;
+}
+
+/* Runs sql (no parameters) on conn; NULL with err unless it returned rows. */
+static PGresult *
+admin_query(PGconn *conn, const char *sql, const char *context, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, sql);
+
+    if (PQresultStatus(result) == PGRES_TUPLES_OK)
+        return result;
+    outbox_error_from_pg(err, conn, result, context);
+    PQclear(result);
+    return NULL;
+}
+
+int
+stream_admin_lag(PGconn *conn, struct stream_lag **out, size_t *count, struct outbox_error *err)
+{
+    return lag_read(admin_query(conn, SQL_LAG, "unable to read the stream lag", err), out, count,
+                    err);
+}
+
+int
+stream_admin_horizon(PGconn *conn, struct stream_horizon *out, struct outbox_error *err)
+{
+    return horizon_read(admin_query(conn, SQL_HORIZON, "unable to read the transaction horizon",
+                                    err),
+                        out);
 }

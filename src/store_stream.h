@@ -77,6 +77,7 @@ struct stream_lag {
     char owner[192]; /* "" when no unexpired lease */
     int64_t rows;    /* rows after the cursor (counted up to STREAM_LAG_COUNT_MAX) */
     double seconds;  /* age of the oldest row after the cursor, 0 when none */
+    char lease_until[32]; /* ISO 8601 UTC end of the owner's lease, "" when none */
 };
 
 #define STREAM_LAG_COUNT_MAX 100000
@@ -191,6 +192,11 @@ int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct 
  * relay with no stream to ask it on a connection it holds anyway.
  */
 int stream_admin_exists(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err);
+
+/* stream_store_lag() and stream_store_horizon() on a caller's connection (outboxctl serve). */
+int stream_admin_lag(PGconn *conn, struct stream_lag **out, size_t *count,
+                     struct outbox_error *err);
+int stream_admin_horizon(PGconn *conn, struct stream_horizon *out, struct outbox_error *err);
 
 /* Writes every stream partition, its owner and lag, as a table on out. */
 int stream_admin_list(PGconn *conn, FILE *out, struct outbox_error *err);

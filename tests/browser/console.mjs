@@ -1,10 +1,11 @@
 // console.mjs - drives the outbox console in Debian's headless Chromium, as an operator would:
-// log in, read the seeded counts, open a dead row whose last_error is markup and see it as
+// log in, read the seeded counts and the stream's partitions, open a dead row whose last_error is markup and see it as
 // text, retry it, pause a key, replay a time range after its dry run.
 //
 // Run by test_console.sh, which seeds the database and starts `outboxctl serve`; the
 // environment says where (CONSOLE_URL, CONSOLE_TOKEN), what to expect (EXPECT_READY,
-// EXPECT_DEAD, EXPECT_REPLAY, DEAD_JOB_ID, XSS_ERROR, REPLAY_SINCE) and where to put files
+// EXPECT_DEAD, EXPECT_REPLAY, DEAD_JOB_ID, XSS_ERROR, REPLAY_SINCE, STREAM_QUEUE and
+// EXPECT_STREAM_LAG, its rows per partition as "0:N0,1:N1") and where to put files
 // (SCREENSHOT, USER_DATA_DIR). Never downloads a browser: /usr/bin/chromium only.
 import { chromium } from 'playwright-core';
 
@@ -57,6 +58,24 @@ try {
           `overview shows ${env('EXPECT_READY')} ready rows of orders`);
     check(await cell('orders', 'dead') === env('EXPECT_DEAD'),
           `overview shows ${env('EXPECT_DEAD')} dead row of orders`);
+    // the stream queue: marked in the queues, its partitions in the streams section
+    const stream = env('STREAM_QUEUE');
+    check(await page.locator(`#queues tr[data-queue="${stream}"][data-stream] .badge.stream`).count() === 1,
+          `${stream} is marked as a stream among the queues`);
+    const lags = env('EXPECT_STREAM_LAG').split(',').map((pair) => pair.split(':'));
+    const waiting = lags.reduce((sum, [, rows]) => sum + Number(rows), 0);
+    check((await page.textContent(`#queues tr[data-queue="${stream}"] td.stream-waiting`)).trim() === String(waiting),
+          `${stream} counts ${waiting} stream rows waiting`);
+    check(await page.locator('#streams tbody tr').count() === lags.length,
+          `the streams section lists ${lags.length} partitions`);
+    for (const [partition, rows] of lags) {
+        const part = page.locator(`#streams tr[data-queue="${stream}"][data-partition="${partition}"]`);
+        check(await part.count() === 1 && (await part.locator('td.lag-rows').textContent()).trim() === rows,
+              `partition ${partition} of ${stream} lags ${rows} rows`);
+        check((await part.locator('td.owner').textContent()).trim() === 'none',
+              `partition ${partition} of ${stream} has no owner`);
+    }
+    check(await page.locator('#stream-horizon').count() === 1, 'the snapshot horizon is reported');
     check(await page.locator('svg.chart polyline.published').count() === 1,
           'the chart of the last hour is drawn');
     await page.screenshot({ path: env('SCREENSHOT'), fullPage: true });

@@ -33,8 +33,13 @@ INSERT INTO outbox.job (queue, payload, state, attempts, finished_at, created_at
 SELECT 'orders', '{}', 'succeeded', 1, now() - interval '10 minutes' + i * interval '1 minute',
        now() - interval '20 minutes' + i * interval '1 minute'
   FROM generate_series(1, 5) AS i;
+SELECT outbox.stream_enable('events', 2);
+SELECT outbox.enqueue('events', jsonb_build_object('n', i)) FROM generate_series(1, 7) AS i;
 SQL
 dead_id=$(psql -X -At "$url" -c "SELECT job_id FROM outbox.job WHERE state = 'dead'")
+# the rows of each partition of the stream 'events', "0:N0,1:N1"
+stream_lag=$(psql -X -At "$url" -c "SELECT string_agg(p || ':' || (SELECT count(*) FROM outbox.job
+    WHERE queue = 'events' AND stream_partition = p), ',' ORDER BY p) FROM generate_series(0, 1) AS p")
 
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s\n' "$token" >"$SCRATCH/token"
@@ -52,6 +57,7 @@ rm -f "$screenshot"
 CONSOLE_URL="http://127.0.0.1:$port" CONSOLE_TOKEN="$token" SCREENSHOT="$screenshot" \
     USER_DATA_DIR="$SCRATCH/chromium-profile" DEAD_JOB_ID="$dead_id" XSS_ERROR="$xss" \
     EXPECT_READY=3 EXPECT_DEAD=1 EXPECT_REPLAY=5 REPLAY_SINCE="-infinity" \
+    STREAM_QUEUE=events EXPECT_STREAM_LAG="$stream_lag" \
     timeout 180 node "$BROWSER_DIR/console.mjs" || {
     echo "console log:" >&2
     tail -n 20 "$SCRATCH/console.log" >&2
@@ -67,4 +73,4 @@ psql -X -At "$url" -c "SELECT count(*) FROM outbox.paused WHERE queue = 'orders'
 psql -X -At "$url" -c "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'" | grep -qx 0 ||
     fail "the replay left succeeded rows"
 grep -q "action dead/retry by session" "$SCRATCH/console.log" || fail "the retry was not logged"
-pass "console in Chromium: login, counts, escaped last_error, retry, pause, replay"
+pass "console in Chromium: login, counts, stream partitions, escaped last_error, retry, pause, replay"

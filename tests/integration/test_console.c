@@ -658,6 +658,100 @@ test_loopback_without_token(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
 }
 
+/* ---- stream queues ---- */
+
+/* Asserts that body holds the text printf makes of format. */
+static void
+expect_part(const char *body, const char *format, ...)
+{
+    char part[512];
+    va_list args;
+
+    va_start(args, format);
+    vsnprintf(part, sizeof(part), format, args);
+    va_end(args);
+    if (strstr(body, part) == NULL)
+        fail_msg("expected '%s' in: %s", part, body);
+}
+
+static void
+test_streams(void **state)
+{
+    struct fixture *f = *state;
+    long long lag[2];
+    PGconn *holder;
+    struct reply r;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('events', 2);"
+                          "SELECT outbox.enqueue('events', jsonb_build_object('n', i))"
+                          "  FROM generate_series(1, 7) AS i");
+    lag[0] = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                       " WHERE queue = 'events' AND stream_partition = 0");
+    lag[1] = harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                       " WHERE queue = 'events' AND stream_partition = 1");
+    assert_true(lag[0] > 0 && lag[1] > 0);
+    assert_int_equal(lag[0] + lag[1], 7);
+    start_with_token(f, false);
+
+    /* each partition with the rows inserted in it, no owner; nobody holds the horizon */
+    r = bearer_get(f, "/api/v1/streams");
+    expect(&r, 200, "{\"partitions\":[");
+    for (int p = 0; p < 2; p++)
+        expect_part(r.body, "{\"queue\":\"events\",\"partition\":%d,\"lag_rows\":%lld,", p,
+                    lag[p]);
+    assert_null(strstr(r.body, "\"owner\":\""));
+    assert_null(strstr(r.body, "\"lease_until\":\""));
+    expect_part(r.body, "\"horizon\":null}");
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/queues");
+    expect(&r, 200, "{\"queue\":\"events\",\"ready\":0,\"running\":0,\"succeeded\":0,\"dead\":0,");
+    expect_part(r.body, "\"stream\":true,\"stream_published\":0,\"stream_waiting\":7}");
+    expect_part(r.body, "\"stream\":false,\"stream_published\":0,\"stream_waiting\":0}");
+    reply_free(&r);
+
+    /* partition 0 published and owned: its rows count as published, its owner shows */
+    harness_exec(f->conn, "UPDATE outbox.stream_cursor AS c"
+                          "   SET owner = 'relay-<s>', generation = 1,"
+                          "       lease_until = now() + interval '1 hour',"
+                          "       (cursor_xid, cursor_job_id) = (SELECT j.xid, j.job_id"
+                          "         FROM outbox.job AS j WHERE j.queue = c.queue"
+                          "          AND j.stream_partition = c.partition"
+                          "        ORDER BY j.xid DESC, j.job_id DESC LIMIT 1)"
+                          " WHERE c.queue = 'events' AND c.partition = 0");
+    r = bearer_get(f, "/api/v1/streams");
+    expect(&r, 200, "\"partition\":0,\"lag_rows\":0,\"lag_seconds\":0.000,"
+                    "\"owner\":\"relay-\\u003cs\\u003e\",\"lease_until\":\"20");
+    expect_part(r.body, "\"partition\":1,\"lag_rows\":%lld,", lag[1]);
+    reply_free(&r);
+    r = bearer_get(f, "/api/v1/queues");
+    expect_part(r.body, "\"stream\":true,\"stream_published\":%lld,\"stream_waiting\":%lld}",
+                lag[0], lag[1]);
+    reply_free(&r);
+
+    /* a transaction with an xid held open on another session holds the horizon */
+    holder = harness_connect(f->url);
+    harness_exec(holder, "BEGIN; SELECT pg_current_xact_id(), '<b>held</b>'");
+    r = bearer_get(f, "/api/v1/streams");
+    expect_part(r.body, "\"horizon\":{\"pid\":%d,\"age_seconds\":", PQbackendPID(holder));
+    expect_part(r.body, "\"query\":\"BEGIN; SELECT pg_current_xact_id(), '\\u003cb\\u003eheld");
+    reply_free(&r);
+
+    /* the overview page: the queue marked, the partitions, the holder, all escaped */
+    r = bearer_get(f, "/");
+    expect(&r, 200, "<tr data-queue=\"events\" data-stream>");
+    expect_part(r.body, "<table id=\"streams\">");
+    for (int p = 0; p < 2; p++)
+        expect_part(r.body, "<tr data-queue=\"events\" data-partition=\"%d\">", p);
+    expect_part(r.body, "<td class=\"owner\">relay-&lt;s&gt;</td>");
+    expect_part(r.body, "<td class=\"owner\">none</td>");
+    expect_part(r.body, "pid <span class=\"pid\">%d</span>", PQbackendPID(holder));
+    expect_part(r.body, "&lt;b&gt;held&lt;/b&gt;");
+    assert_null(strstr(r.body, "<b>held"));
+    reply_free(&r);
+    harness_exec(holder, "ROLLBACK");
+    PQfinish(holder);
+}
+
 /* ---- listening and the database ---- */
 
 /* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status. */
@@ -731,6 +825,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listen_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_down, setup, teardown),
     };
