@@ -137,7 +137,9 @@ static const char SQL_HORIZON[] =
 /*
  * The oldest rows behind each cursor, in read order, $2 at most: those
  * older than the retention go. The scan never passes $2 rows a partition,
- * however many younger rows wait behind the cursor for their turn.
+ * however many younger rows wait behind the cursor for their turn, and a
+ * partition whose oldest row is younger than the retention costs one
+ * index probe (the usual case: nothing to delete yet).
  */
 static const char SQL_CLEANUP[] =
     "WITH doomed AS ("
@@ -147,6 +149,9 @@ static const char SQL_CLEANUP[] =
     "     AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
     "   ORDER BY j.xid, j.job_id LIMIT $2) AS d"
     " WHERE d.created_at < now() - make_interval(secs => $1)"
+    "   AND (SELECT o.created_at FROM outbox.job AS o"
+    "        WHERE o.state = 'stream' AND o.queue = c.queue AND o.stream_partition = c.partition"
+    "        ORDER BY o.xid, o.job_id LIMIT 1) < now() - make_interval(secs => $1)"
     " LIMIT $2)"
     " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
 

@@ -20,7 +20,8 @@
 #      acks=all librdkafka producer to Kafka (tests/tools/kafka_throughput); and the
 #      relay's RabbitMQ sink alone, without a database
 #   4. drain rows/s of a backlog of BENCH_N rows by `outbox-relay --once` to
-#      Redis (with --on-success mark, the default, and delete), to RabbitMQ and to Kafka,
+#      Redis (with --on-success mark, the default, and delete), to RabbitMQ and to Kafka
+#      (also from a stream queue of 4 partitions, docs/stream.md),
 #      checked row by row and message by message, with the relay's max RSS and
 #      PostgreSQL's CPU time per relayed row (utime + stime of the server's
 #      processes from /proc, the exited ones through the postmaster's cutime);
@@ -37,7 +38,8 @@
 #      (tests/bench/console.sh)
 #  10. NATS JetStream: the raw async publisher ceiling (tools/nats_bench, one
 #      connection, window 4096, the same payload and stream) and the relay's
-#      drain of BENCH_N rows to that stream, in turns, with PostgreSQL's CPU
+#      drain of BENCH_N rows to that stream (row-state, and from a stream queue
+#      of 4 partitions), in turns, with PostgreSQL's CPU
 #      per relayed row (skipped when the stack has no nats)
 #  11. stream mode against row-state (tests/bench/stream.sh): PostgreSQL CPU per
 #      relayed row, the drain to Redis, the enqueue cost of recording the xid
@@ -616,8 +618,41 @@ drain_kafka() {
     RATE=$(rate "$N" "$DRAIN_SECONDS")
     PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
 }
+
+# stream_fill QUEUE: QUEUE made a stream of 4 partitions (docs/stream.md), then a backlog of N
+stream_fill() {
+    reset_outbox
+    sql "SELECT outbox.stream_enable('$1', 4)" >/dev/null
+    fill "$N" "$1"
+}
+
+# stream_check QUEUE: every row of QUEUE is behind its partition's cursor; the queue is
+# made row-state again, so that later steps' relays hold no stream connections
+stream_check() {
+    local left
+    left=$(sql "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c
+                ON c.queue = j.queue AND c.partition = j.stream_partition
+                WHERE j.queue = '$1' AND j.state = 'stream'
+                  AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)")
+    [ "$left" = 0 ] || die "stream queue $1: $left rows left after the cursors"
+    sql "SELECT outbox.stream_disable('$1')" >/dev/null
+}
+
+# drain_kafka_stream ROUND: the same drain from a stream queue (kstream, 4 partitions)
+drain_kafka_stream() {
+    local out topic="sdrain$1.kstream"
+    stream_fill kstream
+    "$TOOLS/kafka_throughput" create-topic "$KAFKA_URL" "$topic" 3 || die "creating topic $topic failed"
+    relay_once "$KAFKA_URL" kafka-stream --topic-prefix "sdrain$1."
+    stream_check kstream
+    out=$("$TOOLS/kafka_throughput" count "$KAFKA_URL" "$topic") || die "counting $topic failed"
+    [ "$(field records "$out")" = "$N" ] || die "topic $topic holds $(field records "$out") records, expected $N"
+    "$TOOLS/kafka_throughput" delete-topic "$KAFKA_URL" "$topic"
+    RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
+}
 KAFKA_URL=${OUTBOX_TEST_KAFKA_URL:-}
-KAFKA_CEILING_RUNS=() KAFKA_SINK_RUNS=() KAFKA_RUNS=() KAFKA_PG=()
+KAFKA_CEILING_RUNS=() KAFKA_SINK_RUNS=() KAFKA_RUNS=() KAFKA_PG=() KAFKA_STREAM_RUNS=() KAFKA_STREAM_PG=()
 
 if ! check_out=$("$BIN/outbox-relay" --database-url "$DB" --broker "$AMQP_URL" \
     --metrics-addr off --check 2>&1); then
@@ -655,6 +690,8 @@ for round in $(seq 1 "$ROUNDS"); do
         KAFKA_SINK_RUNS+=("$RATE")
         drain_kafka "$round"
         KAFKA_RUNS+=("$RATE") KAFKA_PG+=("$PG_US")
+        drain_kafka_stream "$round"
+        KAFKA_STREAM_RUNS+=("$RATE") KAFKA_STREAM_PG+=("$PG_US")
     fi
 done
 CLAIM_CEILING=$(median "${CLAIM_RUNS[@]}")
@@ -716,6 +753,11 @@ if [ -n "$KAFKA_URL" ]; then
     result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${KAFKA_PG[@]}")") us" \
         "runs: $(printf '%.1f ' "${KAFKA_PG[@]}" | sed 's/ $//; s/ /, /g') us"
     result "  relay max RSS during the last Kafka drain" "$((KAFKA_RSS_KB / 1024)) MiB" "(${KAFKA_RSS_KB} kB)"
+    KAFKA_STREAM=$(median "${KAFKA_STREAM_RUNS[@]}")
+    result "to Kafka from a stream queue (4 partitions, topic held $N)" "$(fmt_rate "$KAFKA_STREAM") rows/s" \
+        "$(printf '%.2f' "$(ratio "$KAFKA_STREAM" "$KAFKA_CEILING")") of the raw producers (goal >= 0.80); runs: $(runs "${KAFKA_STREAM_RUNS[@]}")"
+    result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${KAFKA_STREAM_PG[@]}")") us" \
+        "runs: $(printf '%.1f ' "${KAFKA_STREAM_PG[@]}" | sed 's/ $//; s/ /, /g') us"
 fi
 result "table + indexes with $N succeeded rows" "" "$(sizes)"
 timeout "$STEP_TIMEOUT" "$BIN/outboxctl" --database-url "$DB" purge --older-than 0s >/dev/null ||
@@ -889,15 +931,28 @@ drain_nats() {
     PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
 }
 
+# drain_nats_stream: the same drain from a stream queue (nstream, 4 partitions)
+drain_nats_stream() {
+    nats_stream_reset
+    stream_fill nstream
+    relay_once "$NATS_URL" nats-stream --subject-prefix nbench.
+    stream_check nstream
+    nats_stream_holds "$N"
+    RATE=$(rate "$N" "$DRAIN_SECONDS")
+    PG_US=$(pg_cpu_us_per_row 0 "$DRAIN_PG_TICKS" "$N")
+}
+
 NATS_URL=${OUTBOX_TEST_NATS_URL:-}
 if [ -n "$NATS_URL" ]; then
-    NATS_CEILING_RUNS=() NATS_RUNS=() NATS_PG=()
+    NATS_CEILING_RUNS=() NATS_RUNS=() NATS_PG=() NATS_STREAM_RUNS=() NATS_STREAM_PG=()
     for round in $(seq 1 "$ROUNDS"); do
         log "round $round of $ROUNDS: NATS async publish ceiling, drain to NATS"
         nats_ceiling
         NATS_CEILING_RUNS+=("$RATE")
         drain_nats
         NATS_RUNS+=("$RATE") NATS_PG+=("$PG_US")
+        drain_nats_stream
+        NATS_STREAM_RUNS+=("$RATE") NATS_STREAM_PG+=("$PG_US")
     done
     "$TOOLS/nats_bench" stream-delete --broker "$NATS_URL" --stream bench-nats >/dev/null || true
     NATS_CEILING=$(median "${NATS_CEILING_RUNS[@]}")
@@ -912,6 +967,12 @@ if [ -n "$NATS_URL" ]; then
         "runs: $(printf '%.1f ' "${NATS_PG[@]}" | sed 's/ $//; s/ /, /g') us"
     result "  relay max RSS during the last NATS drain" "$((NATS_RSS_KB / 1024)) MiB" \
         "(${NATS_RSS_KB} kB)"
+    NATS_STREAM=$(median "${NATS_STREAM_RUNS[@]}")
+    result "drain of $N rows to NATS from a stream queue (4 partitions)" \
+        "$(fmt_rate "$NATS_STREAM") rows/s" \
+        "$(printf '%.2f' "$(ratio "$NATS_STREAM" "$NATS_CEILING")") of the raw publisher (goal >= 0.80); runs: $(runs "${NATS_STREAM_RUNS[@]}")"
+    result "  PostgreSQL CPU per relayed row, median" "$(printf '%.1f' "$(median "${NATS_STREAM_PG[@]}")") us" \
+        "runs: $(printf '%.1f ' "${NATS_STREAM_PG[@]}" | sed 's/ $//; s/ /, /g') us"
 fi
 
 # ---- 11. stream mode ----------------------------------------------------------------------
