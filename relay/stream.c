@@ -33,6 +33,8 @@
 /* Idle waits: doubled from 1 ms up to this while rows came lately, else --poll-interval. */
 #define STREAM_BUSY_POLL_MAX_MS 20
 #define STREAM_BUSY_WINDOW_SECONDS 2.0
+/* After a failed database call, the thread waits this long before it connects again. */
+#define STREAM_RETRY_MS 1000
 /* Batches one partition publishes in a row before the thread turns to its others. */
 #define STREAM_TURN_BATCHES 8
 /* After a broker outage deferred a batch, the partition waits this long. */
@@ -113,6 +115,7 @@ store_lost(struct stream_worker *sr, const struct outbox_error *err)
               err->message);
     stream_store_free(sr->store);
     sr->store = NULL;
+    runner_sleep_ms(sr, STREAM_RETRY_MS); /* an error that stays must not spin */
 }
 
 /* Connects what is missing; false when it could not (the caller waits and retries). */
@@ -151,13 +154,43 @@ drop_owned(struct stream_worker *sr, size_t index, const char *why)
 
 /* ---- leases -------------------------------------------------------------------- */
 
-/* Renews every held lease, forgets lost ones, then takes free partitions. */
+/*
+ * Gives back the partitions of this thread that this relay holds over its
+ * fair share and another relay would take, between batches.
+ */
+static int
+give_back_surplus(struct stream_worker *sr, struct outbox_error *err)
+{
+    struct stream_partition held[STREAM_MAX_PARTITIONS];
+    bool give_back[STREAM_MAX_PARTITIONS];
+    size_t count = sr->owned_count;
+
+    for (size_t i = 0; i < count; i++)
+        held[i] = sr->owned[i].p;
+    if (count == 0 || stream_store_surplus(sr->store, held, count, give_back, err) != 0)
+        return count == 0 ? 0 : -1;
+    for (size_t i = count; i-- > 0;) {
+        if (!give_back[i])
+            continue;
+        if (stream_store_release(sr->store, &sr->owned[i].p, err) != 0)
+            return -1;
+        drop_owned(sr, i, "stream partition given back to another relay");
+    }
+    return 0;
+}
+
+/*
+ * Says this relay is there, renews every held lease, forgets lost ones,
+ * gives back a surplus, then takes free partitions up to the fair share.
+ */
 static int
 leases_turn(struct stream_worker *sr, struct outbox_error *err)
 {
     struct stream_partition taken[STREAM_MAX_PARTITIONS];
     size_t count = 0;
 
+    if (stream_store_member(sr->store, sr->queues, sr->lease_seconds, err) != 0)
+        return -1;
     for (size_t i = 0; i < sr->owned_count;) {
         bool held = false;
 
@@ -168,6 +201,8 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
         else
             drop_owned(sr, i, "stream partition lease lost");
     }
+    if (give_back_surplus(sr, err) != 0)
+        return -1;
     if (stream_store_acquire(sr->store, sr->queues, sr->runner->worker_count, sr->index,
                              sr->lease_seconds, taken, STREAM_MAX_PARTITIONS - sr->owned_count,
                              &count, err) != 0)
@@ -600,6 +635,8 @@ release_all(struct stream_worker *sr)
     for (size_t i = 0; sr->store != NULL && i < sr->owned_count; i++)
         if (stream_store_release(sr->store, &sr->owned[i].p, &err) != 0)
             break;
+    if (sr->store != NULL)
+        (void)stream_store_leave(sr->store, &err); /* else it expires after a lease */
     sr->owned_count = 0;
 }
 

@@ -28,6 +28,9 @@ enum stream_statement {
     SSTMT_HORIZON,
     SSTMT_CLEANUP,
     SSTMT_KEY_LATER,
+    SSTMT_MEMBER,
+    SSTMT_LEAVE,
+    SSTMT_SURPLUS,
     SSTMT_COUNT,
 };
 
@@ -39,16 +42,28 @@ enum stream_statement {
     "   AND c.lease_until > clock_timestamp()"
 
 /*
- * Free partitions, up to this owner's fair share: all partitions divided by
- * the owners holding a live lease, counting this one. SKIP LOCKED: two
- * relays acquiring at once take different partitions.
+ * The relays there are: live members (migration 010), the owners of live
+ * leases (a relay that writes no member row counts too) and this one ($1).
+ * A relay's fair share is all partitions divided by their number, rounded
+ * up; "wanted" is how many more it may take (negative: its surplus).
+ */
+#define STREAM_SHARE_CTE                                                                           \
+    "WITH owners AS ("                                                                             \
+    " SELECT m.owner FROM outbox.stream_member AS m WHERE m.seen_until > clock_timestamp()"       \
+    " UNION SELECT l.owner FROM outbox.stream_cursor AS l WHERE l.lease_until > clock_timestamp()" \
+    " UNION SELECT $1::text),"                                                                     \
+    " share AS ("                                                                                  \
+    " SELECT ceil((SELECT count(*) FROM outbox.stream_cursor)::numeric"                           \
+    "             / (SELECT count(*) FROM owners))"                                                \
+    "        - (SELECT count(*) FROM outbox.stream_cursor AS l"                                    \
+    "           WHERE l.owner = $1 AND l.lease_until > clock_timestamp()) AS wanted)"
+
+/*
+ * Free partitions, up to this owner's fair share. SKIP LOCKED: two relays
+ * acquiring at once take different partitions.
  */
 static const char SQL_ACQUIRE[] =
-    "WITH share AS ("
-    " SELECT ceil((SELECT count(*) FROM outbox.stream_cursor)::numeric"
-    "             / (count(DISTINCT l.owner) + CASE WHEN bool_or(l.owner = $1) THEN 0 ELSE 1 END))"
-    "        - count(*) FILTER (WHERE l.owner = $1) AS wanted"
-    " FROM outbox.stream_cursor AS l WHERE l.lease_until > clock_timestamp()),"
+    STREAM_SHARE_CTE ","
     " free AS ("
     " SELECT f.queue, f.partition FROM outbox.stream_cursor AS f"
     " WHERE (f.lease_until IS NULL OR f.lease_until <= clock_timestamp())"
@@ -63,6 +78,39 @@ static const char SQL_ACQUIRE[] =
     " FROM free WHERE c.queue = free.queue AND c.partition = free.partition"
     "   AND (c.lease_until IS NULL OR c.lease_until <= clock_timestamp())"
     " RETURNING c.queue, c.partition, c.generation, c.cursor_xid::text, c.cursor_job_id";
+
+/*
+ * The partitions this owner holds over its fair share that another member
+ * holding less than its share publishes (its queues cover them), at most
+ * the surplus.
+ */
+static const char SQL_SURPLUS[] =
+    STREAM_SHARE_CTE ","
+    " needy AS ("
+    " SELECT m.queues FROM outbox.stream_member AS m"
+    " WHERE m.seen_until > clock_timestamp() AND m.owner <> $1"
+    "   AND (SELECT count(*) FROM outbox.stream_cursor AS l"
+    "        WHERE l.owner = m.owner AND l.lease_until > clock_timestamp())"
+    "       < ceil((SELECT count(*) FROM outbox.stream_cursor)::numeric"
+    "              / (SELECT count(*) FROM owners)))"
+    " SELECT c.queue, c.partition FROM outbox.stream_cursor AS c"
+    " WHERE c.owner = $1 AND c.lease_until > clock_timestamp()"
+    "   AND EXISTS (SELECT 1 FROM needy AS n WHERE n.queues IS NULL OR c.queue = ANY (n.queues))"
+    " ORDER BY c.queue, c.partition DESC"
+    " LIMIT greatest(0, -(SELECT wanted FROM share))::bigint";
+
+/*
+ * This relay is there for another lease's length ($2 seconds); members
+ * gone for ten leases are forgotten on the way.
+ */
+static const char SQL_MEMBER[] =
+    "WITH gone AS (DELETE FROM outbox.stream_member AS g"
+    "              WHERE g.seen_until < clock_timestamp() - make_interval(secs => 10 * $2::float8))"
+    " INSERT INTO outbox.stream_member AS m (owner, queues, seen_until)"
+    " VALUES ($1, $3::text[], clock_timestamp() + make_interval(secs => $2::float8))"
+    " ON CONFLICT (owner) DO UPDATE SET queues = excluded.queues, seen_until = excluded.seen_until";
+
+static const char SQL_LEAVE[] = "DELETE FROM outbox.stream_member WHERE owner = $1";
 
 static const char SQL_RENEW[] = "UPDATE outbox.stream_cursor AS c"
                                 " SET lease_until = clock_timestamp() + make_interval(secs => $5)"
@@ -174,6 +222,9 @@ static const struct {
     [SSTMT_HORIZON] = {"outbox_stream_horizon", SQL_HORIZON},
     [SSTMT_CLEANUP] = {"outbox_stream_cleanup", SQL_CLEANUP},
     [SSTMT_KEY_LATER] = {"outbox_stream_key_later", SQL_KEY_LATER},
+    [SSTMT_MEMBER] = {"outbox_stream_member", SQL_MEMBER},
+    [SSTMT_LEAVE] = {"outbox_stream_leave", SQL_LEAVE},
+    [SSTMT_SURPLUS] = {"outbox_stream_surplus", SQL_SURPLUS},
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -310,6 +361,56 @@ stream_store_acquire(stream_store *s, const char *queues, int modulus, int resid
         copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, r, 3));
         p->cursor_job_id = strtoll(PQgetvalue(result, r, 4), NULL, 10);
         (*count)++;
+    }
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_member(stream_store *s, const char *queues, double lease_seconds,
+                    struct outbox_error *err)
+{
+    char lease[32];
+    const char *values[3] = {s->owner, lease, queues};
+    PGresult *result;
+
+    snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
+    result = run(s, SSTMT_MEMBER, 3, values, PGRES_COMMAND_OK,
+                 "unable to renew this relay's stream membership", err);
+    if (result == NULL)
+        return -1;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_leave(stream_store *s, struct outbox_error *err)
+{
+    const char *values[1] = {s->owner};
+    PGresult *result = run(s, SSTMT_LEAVE, 1, values, PGRES_COMMAND_OK,
+                           "unable to end this relay's stream membership", err);
+
+    if (result == NULL)
+        return -1;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_surplus(stream_store *s, const struct stream_partition *held, size_t count,
+                     bool *give_back, struct outbox_error *err)
+{
+    const char *values[1] = {s->owner};
+    PGresult *result = run(s, SSTMT_SURPLUS, 1, values, PGRES_TUPLES_OK,
+                           "unable to count this relay's stream partitions", err);
+
+    if (result == NULL)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        give_back[i] = false;
+        for (int r = 0; r < PQntuples(result) && !give_back[i]; r++)
+            give_back[i] = strcmp(PQgetvalue(result, r, 0), held[i].queue) == 0 &&
+                           strtol(PQgetvalue(result, r, 1), NULL, 10) == held[i].partition;
     }
     PQclear(result);
     return 0;

@@ -99,8 +99,8 @@ void stream_store_free(stream_store *s);
 
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,
- * no more than a fair share of all partitions among the owners holding one
- * now (this one included), of the queues in queues (a text[] literal such
+ * no more than a fair share of all partitions among the relays there are
+ * (members, owners of a live lease, this one), of the queues in queues (a text[] literal such
  * as {a,b}; NULL: every stream), and only partitions p with p % modulus ==
  * residue (the threads of one owner split its partitions so). out[0..*count)
  * receive them, with a new generation and a lease of lease_seconds.
@@ -108,6 +108,19 @@ void stream_store_free(stream_store *s);
 int stream_store_acquire(stream_store *s, const char *queues, int modulus, int residue,
                          double lease_seconds, struct stream_partition *out, size_t capacity,
                          size_t *count, struct outbox_error *err);
+
+/*
+ * Membership (migration 010): _member says this relay publishes streams of
+ * queues (a text[] literal, NULL: every queue) for another lease_seconds,
+ * _leave that it stops. _surplus sets give_back[i] for those of the count
+ * partitions in held this relay should give back: held over its fair share,
+ * of a queue another member holding less than its share publishes.
+ */
+int stream_store_member(stream_store *s, const char *queues, double lease_seconds,
+                        struct outbox_error *err);
+int stream_store_leave(stream_store *s, struct outbox_error *err);
+int stream_store_surplus(stream_store *s, const struct stream_partition *held, size_t count,
+                         bool *give_back, struct outbox_error *err);
 
 /* Extends the lease. *held false: the lease was lost (expired, or another owner). */
 int stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,

@@ -89,6 +89,9 @@ GRANT SELECT ON outbox.job, outbox.schema_migrations, outbox.paused TO outbox_re
 GRANT SELECT ON outbox.stream TO outbox_relay, outbox_reader;
 GRANT SELECT, UPDATE ON outbox.stream_cursor TO outbox_relay;
 GRANT SELECT ON outbox.stream_cursor TO outbox_reader;
+-- Relays publishing streams (migration 010), so that partitions spread among them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.stream_member TO outbox_relay;
+GRANT SELECT ON outbox.stream_member TO outbox_reader;
 
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;

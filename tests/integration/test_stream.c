@@ -286,6 +286,55 @@ test_key_order_across_relays(void **state)
     stream_consumer_stream_clear(&stream);
 }
 
+/* Relays holding a live lease on a partition of 'ev', and the most partitions one holds. */
+static const char SQL_OWNERS[] =
+    "SELECT count(DISTINCT owner) FROM outbox.stream_cursor"
+    " WHERE queue = 'ev' AND lease_until > clock_timestamp()";
+static const char SQL_MOST_HELD[] =
+    "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM outbox.stream_cursor"
+    " WHERE queue = 'ev' AND lease_until > clock_timestamp() GROUP BY owner) AS o";
+static const char SQL_HELD[] =
+    "SELECT count(*) FROM outbox.stream_cursor WHERE queue = 'ev' AND lease_until > clock_timestamp()";
+
+/*
+ * A relay started after another took every partition gets its share: the
+ * first gives partitions back between batches and the second takes them;
+ * when the second stops, the first takes them again. No row is lost or
+ * published twice on the way.
+ */
+static void
+test_partitions_spread_to_a_later_relay(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--lease", "6", NULL};
+    struct relay_process first, second;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 4)");
+    relay_start_process(&first, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn, SQL_MOST_HELD, 4, 20000), 4);
+    harness_exec(f->conn, "SELECT outbox.enqueue_batch('ev', array_agg(jsonb_build_object('n', g)))"
+                          " FROM generate_series(1, 200) AS g");
+
+    relay_start_process(&second, f->url, f->broker, extra);
+    assert_int_equal(wait_for_value(f->conn, SQL_OWNERS, 2, 30000), 2);
+    assert_int_equal(wait_for_value(f->conn, SQL_MOST_HELD, 2, 30000), 2);
+    assert_int_equal(wait_for_value(f->conn, SQL_HELD, 4, 30000), 4);
+    harness_exec(f->conn, "SELECT outbox.enqueue_batch('ev', array_agg(jsonb_build_object('n', g)))"
+                          " FROM generate_series(1, 200) AS g");
+    assert_int_equal(wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 30000), 0);
+
+    relay_signal(&second, SIGTERM);
+    assert_int_equal(relay_wait(&second, 15000), 0);
+    assert_int_equal(wait_for_value(f->conn, SQL_MOST_HELD, 4, 30000), 4);
+    harness_exec(f->conn, "SELECT outbox.enqueue_batch('ev', array_agg(jsonb_build_object('n', g)))"
+                          " FROM generate_series(1, 200) AS g");
+    assert_int_equal(wait_for_value(f->conn, SQL_UNPUBLISHED, 0, 30000), 0);
+    relay_signal(&first, SIGTERM);
+    assert_int_equal(relay_wait(&first, 15000), 0);
+    assert_int_equal(assert_every_row_published(f), 0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 600);
+}
+
 /* A row too large for the broker leaves the stream (dead, with why); the rest is published. */
 static void
 test_refused_row_leaves_the_stream(void **state)
@@ -752,6 +801,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_refused_row_leaves_the_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_row_goes_to_retry_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_deletes_published_rows_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partitions_spread_to_a_later_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_block_policy_keeps_key_order_across_batches, setup,
                                         teardown),
