@@ -69,6 +69,8 @@
 #define SINK_KAFKA_TOPIC_MAX 249
 /* Topics --check lists by name; past this many it counts them. */
 #define SINK_KAFKA_CHECK_LISTED 20
+/* The first librdkafka whose SCRAM Kafka 4 brokers accept (librdkafka issue 4895). */
+#define SINK_KAFKA_SCRAM_FIXED 0x020601ff
 
 static const char *const SASL_MECHANISMS[] = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"};
 
@@ -324,11 +326,20 @@ connect_error(sink *s, rd_kafka_resp_err_t code, struct outbox_error *err)
 {
     struct sink_kafka *k = s->impl;
 
+    /* librdkafka before 2.6.1 sends a SCRAM proof that Kafka 4 brokers refuse, as a bad password */
+    bool old_scram = k->sasl_mechanism != 0 && rd_kafka_version() < SINK_KAFKA_SCRAM_FIXED;
+
     rd_kafka_poll(k->producer, 0); /* collects the error callbacks */
     if (k->last_error == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
         k->last_error == RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "kafka %s refused the login: %s",
-                                s->display_url, k->last_reason);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "kafka %s refused the login%s%s%s: %s",
+                                s->display_url,
+                                old_scram ? " (a wrong password, or the SCRAM of librdkafka " : "",
+                                old_scram ? rd_kafka_version_str() : "",
+                                old_scram ? ", which Kafka 4 brokers refuse: fixed in librdkafka"
+                                            " 2.6.1; PLAIN is not affected)"
+                                          : "",
+                                k->last_reason);
     if (k->last_error == RD_KAFKA_RESP_ERR__SSL)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "kafka %s: tls: %s", s->display_url,
                                 k->last_reason);

@@ -2,7 +2,7 @@
 # kafka.sh - the Apache Kafka broker of the test stack: fetched from Maven Central, run in KRaft mode.
 #
 #   kafka.sh fetch                                      resolve the broker into the cache, print its path
-#   kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID
+#   kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID [SASL_PORT SSL_PORT USER PASSWORD]
 #                                                       write server.properties, format the storage
 #   kafka.sh start NODE_DIR                             start the node, wait until it serves
 #   kafka.sh stop NODE_DIR                              stop it (TERM, then KILL)
@@ -14,6 +14,10 @@
 # run reuses the cache. A node is a combined broker + controller (process.roles=broker,controller)
 # listening on 127.0.0.1 only, with its data, configuration, log and pid under NODE_DIR.
 # VOTERS is the controller.quorum.voters list ("1@127.0.0.1:p1,2@127.0.0.1:p2,...").
+# With SASL_PORT and SSL_PORT the node also listens there: SASL_PLAINTEXT taking USER with
+# PASSWORD by PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (the SCRAM credentials are written at
+# storage format time), and SSL with a certificate for localhost and 127.0.0.1 signed by a
+# throwaway CA made for the node, NODE_DIR/tls/ca.pem (the key of the CA is not kept).
 # Messages: one line "kafka: ..." on stderr and exit 1 when something fails.
 set -eu
 
@@ -77,22 +81,67 @@ java_run() {
         -cp "$CACHE/*" "$@"
 }
 
+# A CA made for the node and a server certificate it signs (EC keys: made in milliseconds),
+# the key and chain in one PEM file the broker reads as its keystore.
+make_certificates() {
+    local tls=$1
+    mkdir -p "$tls"
+    (
+        cd "$tls" &&
+            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 7 \
+                -subj "/CN=outbox test CA" -keyout ca.key -out ca.pem &&
+            openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+                -subj "/CN=localhost" -keyout server.key -out server.csr &&
+            printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >server.ext &&
+            openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 7 \
+                -extfile server.ext -out server.pem &&
+            cat server.key server.pem >keystore.pem &&
+            rm -f ca.key ca.srl server.csr server.ext server.key
+    ) >"$tls/openssl.log" 2>&1 || fail_with_log "unable to make the certificates of $tls" "$tls/openssl.log"
+}
+
+# The SASL_PLAINTEXT and SSL listeners' settings, appended to server.properties.
+secure_properties() {
+    local node=$1 user=$2 password=$3
+    cat <<EOF
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$user="$password";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$node/tls/keystore.pem
+EOF
+}
+
 command_init() {
-    local node=$1 id=$2 port=$3 controller_port=$4 voters=$5 cluster_id=$6 replicas
+    local node=$1 id=$2 port=$3 controller_port=$4 voters=$5 cluster_id=$6
+    local sasl_port=${7:-} ssl_port=${8:-} user=${9:-} password=${10:-}
+    local replicas listeners advertised protocols scram=()
     [ -f "$CACHE/.complete" ] || fetch >/dev/null
     replicas=$(echo "$voters" | tr ',' '\n' | wc -l)
     [ "$replicas" -le 3 ] || replicas=3
     mkdir -p "$node/data"
+    listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+    advertised=PLAINTEXT://127.0.0.1:$port
+    protocols=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+    if [ -n "$sasl_port" ]; then
+        listeners=$listeners,SASL_PLAINTEXT://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port
+        advertised=$advertised,SASL_PLAINTEXT://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port
+        protocols=$protocols,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
+        scram=(--add-scram "SCRAM-SHA-256=[name=$user,password=$password]"
+            --add-scram "SCRAM-SHA-512=[name=$user,password=$password]")
+        make_certificates "$node/tls"
+    fi
     cat >"$node/server.properties" <<EOF
 # outbox test stack: one combined broker + controller node
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$node/data
 # the relay never creates topics: a missing one must stay missing
 auto.create.topics.enable=false
@@ -124,8 +173,9 @@ logger.kafka.level = info
 logger.state.name = state.change.logger
 logger.state.level = warn
 EOF
+    [ -z "$sasl_port" ] || secure_properties "$node" "$user" "$password" >>"$node/server.properties"
     if ! (java_run "$node" kafka.tools.StorageTool format -t "$cluster_id" \
-        -c "$node/server.properties" --ignore-formatted) >"$node/format.log" 2>&1; then
+        -c "$node/server.properties" --ignore-formatted "${scram[@]}") >"$node/format.log" 2>&1; then
         fail_with_log "unable to format the storage of node $id" "$node/format.log"
     fi
 }
@@ -188,7 +238,8 @@ cluster-id)
     echo "$id"
     ;;
 init)
-    [ $# -eq 7 ] || die "usage: kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID"
+    [ $# -eq 7 ] || [ $# -eq 11 ] ||
+        die "usage: kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID [SASL_PORT SSL_PORT USER PASSWORD]"
     shift
     command_init "$@"
     ;;

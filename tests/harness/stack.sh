@@ -37,6 +37,9 @@ SOURCE_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=${OUTBOX_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 REDIS_PASSWORD=outbox-test-secret
+# the SASL user of the kafka service (PLAIN and SCRAM), see tests/harness/kafka.sh
+KAFKA_SASL_USER=relay
+KAFKA_SASL_PASSWORD=outbox-kafka-secret
 TEMPLATE_DB=outbox_template
 ALL_SERVICES="postgres rabbitmq redis nats kafka"
 # stop stops every service it finds, the standby before its primary
@@ -137,6 +140,7 @@ load_ports() {
     PG_STANDBY_PORT="" CLUSTER_PORTS="" CLUSTER_DIST_PORTS="" CLUSTER_EPMD_PORT="" CLUSTER_NODES=""
     NATS_PORT="" NATS_CLUSTER_PORTS="" NATS_ROUTE_PORTS=""
     KAFKA_PORT="" KAFKA_CONTROLLER_PORT="" KAFKA_CLUSTER_PORTS="" KAFKA_CLUSTER_CONTROLLER_PORTS=""
+    KAFKA_SASL_PORT="" KAFKA_SSL_PORT=""
     if [ -f "$DIR/ports" ]; then
         # shellcheck disable=SC1091
         . "$DIR/ports"
@@ -163,6 +167,8 @@ KAFKA_PORT=$KAFKA_PORT
 KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
 KAFKA_CLUSTER_PORTS="$KAFKA_CLUSTER_PORTS"
 KAFKA_CLUSTER_CONTROLLER_PORTS="$KAFKA_CLUSTER_CONTROLLER_PORTS"
+KAFKA_SASL_PORT=$KAFKA_SASL_PORT
+KAFKA_SSL_PORT=$KAFKA_SSL_PORT
 EOF
     mv "$DIR/ports.tmp" "$DIR/ports"
 }
@@ -218,6 +224,14 @@ write_env() {
         if [ -n "$KAFKA_PORT" ]; then
             echo "export OUTBOX_TEST_KAFKA_PORT=$KAFKA_PORT"
             echo "export OUTBOX_TEST_KAFKA_URL='kafka://127.0.0.1:$KAFKA_PORT'"
+        fi
+        if [ -n "$KAFKA_SASL_PORT" ]; then
+            # SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256/512) and SSL listeners of the same node
+            echo "export OUTBOX_TEST_KAFKA_SASL_PORT=$KAFKA_SASL_PORT"
+            echo "export OUTBOX_TEST_KAFKA_SASL_USER='$KAFKA_SASL_USER'"
+            echo "export OUTBOX_TEST_KAFKA_SASL_PASSWORD='$KAFKA_SASL_PASSWORD'"
+            echo "export OUTBOX_TEST_KAFKA_SSL_PORT=$KAFKA_SSL_PORT"
+            echo "export OUTBOX_TEST_KAFKA_SSL_CA_FILE='$DIR/kafka/tls/ca.pem'"
         fi
         if [ -n "$KAFKA_CLUSTER_PORTS" ]; then
             local kafka_port kafka_list=""
@@ -709,7 +723,8 @@ kafka_init() {
     local cluster_id
     cluster_id=$("$KAFKA_SH" cluster-id) || die "unable to make a kafka cluster id"
     "$KAFKA_SH" init "$DIR/kafka" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" \
-        "1@127.0.0.1:$KAFKA_CONTROLLER_PORT" "$cluster_id" || exit 1
+        "1@127.0.0.1:$KAFKA_CONTROLLER_PORT" "$cluster_id" \
+        "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT" "$KAFKA_SASL_USER" "$KAFKA_SASL_PASSWORD" || exit 1
 }
 
 kafka_start() {
@@ -910,6 +925,10 @@ command_start() {
             PICKED_PORTS="$PICKED_PORTS$KAFKA_PORT "
             KAFKA_CONTROLLER_PORT=$(pick_port)
             PICKED_PORTS="$PICKED_PORTS$KAFKA_CONTROLLER_PORT "
+            KAFKA_SASL_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_SASL_PORT "
+            KAFKA_SSL_PORT=$(pick_port)
+            PICKED_PORTS="$PICKED_PORTS$KAFKA_SSL_PORT "
             save_ports
             kafka_init
             kafka_start

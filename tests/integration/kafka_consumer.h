@@ -7,7 +7,7 @@
  * topic is read back whole: every partition from its first offset up to the
  * high watermark at the time of the call, so a read is exact (no "wait a
  * bit for more"). URLs are the relay's kafka://h1:p1,h2:p2 (plaintext, no
- * credentials: the test brokers have none). For tests only: errors are
+ * credentials: the tests use the brokers' plaintext listeners). For tests only: errors are
  * reported by return value and, where given, a message in errbuf.
  */
 #ifndef OUTBOX_TESTS_KAFKA_CONSUMER_H
