@@ -2,6 +2,7 @@
 # kafka.sh - the Apache Kafka broker of the test stack: fetched from Maven Central, run in KRaft mode.
 #
 #   kafka.sh fetch                                      resolve the broker into the cache, print its path
+#   kafka.sh cached                                     exit 0 when the cache holds the broker (no fetch)
 #   kafka.sh init NODE_DIR ID PORT CONTROLLER_PORT VOTERS CLUSTER_ID [SASL_PORT SSL_PORT USER PASSWORD]
 #                                                       write server.properties, format the storage
 #   kafka.sh start NODE_DIR                             start the node, wait until it serves
@@ -228,6 +229,7 @@ command_stop() {
 
 case "${1:-}" in
 fetch) fetch ;;
+cached) [ -f "$CACHE/.complete" ] && command -v java >/dev/null 2>&1 ;;
 cluster-id)
     # what StorageTool random-uuid prints: 16 random bytes, base64url without padding, never
     # starting with '-' (the storage tool would read such an id as an option)

@@ -81,7 +81,8 @@ client_new(rd_kafka_type_t type, const char *url)
     snprintf(servers, sizeof(servers), "%s", start != NULL ? start + 3 : url);
     servers[strcspn(servers, "/")] = '\0';
     snprintf(group, sizeof(group), "kafka-throughput-%d", (int)getpid());
-    ok = conf_set(conf, "bootstrap.servers", servers, errstr, size);
+    ok = conf_set(conf, "bootstrap.servers", servers, errstr, size) &&
+         conf_set(conf, "log_level", "3", errstr, size); /* no retry chatter while a broker starts */
     if (type == RD_KAFKA_PRODUCER) {
         ok = ok && conf_set(conf, "enable.idempotence", "true", errstr, size) &&
              conf_set(conf, "acks", "all", errstr, size) &&
