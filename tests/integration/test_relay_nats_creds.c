@@ -41,9 +41,9 @@
 /* The group's operator-mode server. */
 struct operator_server {
     pid_t pid;
-    char dir[512];    /* its config, store and log */
-    char url[64];     /* nats://127.0.0.1:<port> */
-    char creds[600];  /* the fixture's user.creds */
+    char dir[512];     /* its config, store and log */
+    char url[64];      /* nats://127.0.0.1:<port> */
+    char creds[600];   /* the fixture's user.creds */
     char missing[600]; /* a credentials file that does not exist */
 };
 
