@@ -45,6 +45,7 @@
  */
 #include "sink_internal.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -247,6 +248,26 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
 
 /* ---- connecting --------------------------------------------------------------------- */
 
+/*
+ * Fails with a configuration error naming --nats-creds when path cannot be
+ * read. libnats opens the file only at connect, and its error there reads
+ * as a failed connection (exit 1) instead of a wrong option. The file's
+ * content is never quoted.
+ */
+static int
+check_creds_file(const char *path, struct outbox_error *err)
+{
+    char quoted[512];
+    FILE *file = fopen(path, "r");
+
+    if (file != NULL) {
+        fclose(file);
+        return 0;
+    }
+    return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--nats-creds: unable to read '%s': %s",
+                            outbox_error_quote(quoted, sizeof(quoted), path), strerror(errno));
+}
+
 static int
 sink_nats_init(sink *s, const void *options, struct outbox_error *err)
 {
@@ -270,6 +291,8 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "--subject-prefix '%s' is not a valid nats subject prefix: %s",
                                 prefix, problem);
+    if (has_creds)
+        return check_creds_file(n->creds, err);
     return 0;
 }
 

@@ -29,6 +29,30 @@ nats_consumer_connect(const char *url)
     return c;
 }
 
+nats_consumer *
+nats_consumer_connect_creds(const char *url, const char *creds)
+{
+    nats_consumer *c = calloc(1, sizeof(*c));
+    natsOptions *options = NULL;
+    natsStatus st;
+
+    if (c == NULL)
+        return NULL;
+    st = natsOptions_Create(&options);
+    if (st == NATS_OK)
+        st = natsOptions_SetURL(options, url);
+    if (st == NATS_OK)
+        st = natsOptions_SetUserCredentialsFromFiles(options, creds, NULL);
+    if (st == NATS_OK)
+        st = natsConnection_Connect(&c->connection, options);
+    natsOptions_Destroy(options);
+    if (st != NATS_OK || natsConnection_JetStream(&c->js, c->connection, NULL) != NATS_OK) {
+        nats_consumer_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 void
 nats_consumer_free(nats_consumer *c)
 {

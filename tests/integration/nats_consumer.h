@@ -31,6 +31,8 @@ struct nats_consumer_stream_options {
 
 /* Connects to a nats:// URL (a server list allowed). NULL on failure. */
 nats_consumer *nats_consumer_connect(const char *url);
+/* The same, authenticated by a credentials file (user JWT and seed). NULL on failure. */
+nats_consumer *nats_consumer_connect_creds(const char *url, const char *creds);
 void nats_consumer_free(nats_consumer *c);
 
 /* Creates stream name. 0, or -1. */
