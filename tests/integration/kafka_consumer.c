@@ -385,10 +385,10 @@ kafka_consumer_read_topic(const char *url, const char *topic, int timeout_ms,
         goto cleanup;
     }
     rc = consume_to(client, high, partitions, deadline, out, errbuf, size);
-    if (rc == 0 && out->count > 1) /* an empty topic has no array to sort */
-        qsort(out->records, out->count, sizeof(*out->records), compare_record);
-    else
+    if (rc != 0)
         kafka_consumer_topic_clear(out);
+    else if (out->count > 1) /* an empty topic has no array to sort */
+        qsort(out->records, out->count, sizeof(*out->records), compare_record);
 
 cleanup:
     if (assignment != NULL)
