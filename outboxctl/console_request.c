@@ -12,6 +12,7 @@
 
 #include "console_request.h"
 #include "error.h"
+#include "redact.h"
 
 #define CONNECT_TIMEOUT_SECONDS "5"
 
@@ -68,18 +69,6 @@ console_database_failed(struct console *console, const struct outbox_error *err)
     console->conn = NULL;
 }
 
-static int
-hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes text[0..length) ('+' is a space) into out; false when it does not fit. */
 static bool
 url_decode(const char *text, size_t length, char *out, size_t size)
@@ -91,9 +80,9 @@ url_decode(const char *text, size_t length, char *out, size_t size)
 
         if (c == '+') {
             c = ' ';
-        } else if (c == '%' && i + 2 < length && hex_value(text[i + 1]) >= 0 &&
-                   hex_value(text[i + 2]) >= 0) {
-            c = (char)(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
+        } else if (c == '%' && i + 2 < length && url_hex_value(text[i + 1]) >= 0 &&
+                   url_hex_value(text[i + 2]) >= 0) {
+            c = (char)(url_hex_value(text[i + 1]) * 16 + url_hex_value(text[i + 2]));
             i += 2;
         }
         if (used + 1 >= size)

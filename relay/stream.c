@@ -165,10 +165,12 @@ give_back_surplus(struct stream_worker *sr, struct outbox_error *err)
     bool give_back[STREAM_MAX_PARTITIONS];
     size_t count = sr->owned_count;
 
+    if (count == 0)
+        return 0;
     for (size_t i = 0; i < count; i++)
         held[i] = sr->owned[i].p;
-    if (count == 0 || stream_store_surplus(sr->store, held, count, give_back, err) != 0)
-        return count == 0 ? 0 : -1;
+    if (stream_store_surplus(sr->store, held, count, give_back, err) != 0)
+        return -1;
     for (size_t i = count; i-- > 0;) {
         if (!give_back[i])
             continue;

@@ -10,9 +10,8 @@
 #include <string.h>
 
 
-/* Value of one hex digit, or -1. */
-static int
-hex_value(char c)
+int
+url_hex_value(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -39,8 +38,8 @@ url_percent_decode(const char *start, size_t len)
                 free(out);
                 return NULL;
             }
-            hi = hex_value(start[i + 1]);
-            lo = hex_value(start[i + 2]);
+            hi = url_hex_value(start[i + 1]);
+            lo = url_hex_value(start[i + 2]);
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 free(out);
                 return NULL;

@@ -13,6 +13,9 @@
 
 #include <stddef.h>
 
+/* The value of one hex digit, or -1. */
+int url_hex_value(char c);
+
 /* Percent-decodes [start, start+len) into a new string; NULL on a bad escape or "%00". */
 char *url_percent_decode(const char *start, size_t len);
 

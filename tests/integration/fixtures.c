@@ -64,18 +64,16 @@ fixture_run_outboxctl(const char *const *argv_tail, char *output, size_t size)
     return fixture_run_program("outboxctl", argv_tail, output, size, 30000);
 }
 
-char *
-fixture_read_source_file(const char *relative)
+/* The whole file at path, malloc'd; NULL when it cannot be opened. */
+static char *
+read_file(const char *path)
 {
-    char path[1024];
-    FILE *file;
+    FILE *file = fopen(path, "r");
     long size;
     char *text;
 
-    snprintf(path, sizeof(path), "%s/%s", harness_env("OUTBOX_SOURCE_DIR"), relative);
-    file = fopen(path, "r");
     if (file == NULL)
-        fail_msg("cannot open %s", path);
+        return NULL;
     fseek(file, 0, SEEK_END);
     size = ftell(file);
     fseek(file, 0, SEEK_SET);
@@ -84,6 +82,31 @@ fixture_read_source_file(const char *relative)
     assert_int_equal(fread(text, 1, (size_t)size, file), (size_t)size);
     text[size] = '\0';
     fclose(file);
+    return text;
+}
+
+char *
+fixture_read_file(const char *path)
+{
+    char *text = read_file(path);
+
+    if (text == NULL) {
+        text = strdup("");
+        assert_non_null(text);
+    }
+    return text;
+}
+
+char *
+fixture_read_source_file(const char *relative)
+{
+    char path[1024];
+    char *text;
+
+    snprintf(path, sizeof(path), "%s/%s", harness_env("OUTBOX_SOURCE_DIR"), relative);
+    text = read_file(path);
+    if (text == NULL)
+        fail_msg("cannot open %s", path);
     return text;
 }
 

@@ -34,6 +34,9 @@ int fixture_run_outboxctl(const char *const *argv_tail, char *output, size_t siz
 /* The file OUTBOX_SOURCE_DIR/relative as a malloc'd string; fails the test when unreadable. */
 char *fixture_read_source_file(const char *relative);
 
+/* The file at path (a relay's log, say) as a malloc'd string; "" when it cannot be read. */
+char *fixture_read_file(const char *path);
+
 /*
  * Runs sql/roles/outbox_relay_role.sql on conn: the group roles
  * outbox_relay, outbox_producer and outbox_reader with what each may do in

@@ -21,6 +21,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "kafka_consumer.h"
 #include "relay_runner.h"
@@ -316,23 +317,6 @@ password_file(char *path, size_t size, const char *password)
     fclose(file);
 }
 
-/* The whole of a file (the relay's log), malloc'd; "" when it cannot be read. */
-static char *
-read_whole(const char *path)
-{
-    FILE *file = fopen(path, "r");
-    char *text = calloc(1, 1 << 20);
-    size_t n = 0;
-
-    assert_non_null(text);
-    if (file != NULL) {
-        n = fread(text, 1, (1 << 20) - 1, file);
-        fclose(file);
-    }
-    text[n] = '\0';
-    return text;
-}
-
 /* Every committed row is in topic exactly once, by message-id, and every row succeeded. */
 static void
 assert_topic_holds_every_row_once(struct fixture *f, const char *topic, long long rows)
@@ -474,7 +458,7 @@ test_sasl_wrong_password_marks_nothing(void **state)
     for (int run = 0; run < 2; run++) {
         relay_start_process(&relay, f->url, user_only, run == 0 ? extra : daemon);
         assert_int_equal(relay_wait(&relay, 60000), 1);
-        log = read_whole(relay.log_path);
+        log = fixture_read_file(relay.log_path);
         if (strstr(log, "refused the login") == NULL || strstr(log, WRONG_PASSWORD) != NULL) {
             relay_dump_log(&relay);
             fail_msg("the log of a relay with a wrong password names no refused login, or it");

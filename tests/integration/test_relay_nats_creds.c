@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "nats_consumer.h"
 #include "relay_runner.h"
@@ -260,23 +261,6 @@ relay_error_line(const char *output, char *line, size_t size)
     snprintf(line, size, "%.*s", (int)strcspn(first, "\n"), first);
 }
 
-/* The whole file at path (1 MiB at most), malloc'd; "" when it cannot be read. */
-static char *
-read_whole(const char *path)
-{
-    FILE *file = fopen(path, "r");
-    char *text = calloc(1, 1 << 20);
-    size_t n = 0;
-
-    assert_non_null(text);
-    if (file != NULL) {
-        n = fread(text, 1, (1 << 20) - 1, file);
-        fclose(file);
-    }
-    text[n] = '\0';
-    return text;
-}
-
 static int
 compare_id(const void *a, const void *b)
 {
@@ -378,7 +362,7 @@ test_no_creds_is_refused(void **state)
     for (int run = 0; run < 2; run++) {
         relay_start_process(&relay, f->url, server.url, run == 0 ? once : daemon);
         assert_int_equal(relay_wait(&relay, 60000), 1);
-        log = read_whole(relay.log_path);
+        log = fixture_read_file(relay.log_path);
         if (strstr(log, "Authorization Violation") == NULL) {
             relay_dump_log(&relay);
             fail_msg("the log of a relay without credentials names no refused login");
