@@ -18,5 +18,8 @@ job_message_from_job(const struct outbox_job *job)
         .exchange = job->exchange,
         .routing_key = job->routing_key,
         .ordering_key = job->ordering_key,
+        /* a replayed row is published once more, whatever its place */
+        .place_order = job->replays == 0 ? job->stream_order : NULL,
+        .place_at = job->replays == 0 ? job->stream_place : NULL,
     };
 }

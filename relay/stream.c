@@ -67,6 +67,8 @@ struct stream_worker {
     double next_renew, next_report, next_cleanup;
     unsigned int seed;
     struct sink_message *messages;
+    char (*places)[STREAM_PLACE_SIZE]; /* each message's place_at */
+    char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
     struct sink_outcome *outcomes;
     struct stream_refusal *refusals;
     double *lags; /* commit-to-publish seconds of accepted rows */
@@ -224,11 +226,26 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
 
 /* ---- one partition's turn ------------------------------------------------------ */
 
+/*
+ * The messages of a batch of o, each with its place in o's order; the
+ * floor is o's cursor, behind which every row is published or gone.
+ */
 static void
-build_messages(struct stream_worker *sr, const struct stream_batch *batch)
+build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
 {
-    for (size_t i = 0; i < batch->count; i++)
+    const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
+
+    bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
+
+    for (size_t i = 0; i < batch->count; i++) {
         sr->messages[i] = job_message_from_job(&batch->jobs[i]);
+        if (order == NULL ||
+            !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
+            continue;
+        sr->messages[i].place_order = order;
+        sr->messages[i].place_at = sr->places[i];
+        sr->messages[i].place_floor = floor ? sr->floor : NULL;
+    }
 }
 
 /* True when a row after index in the batch has the same ordering key. */
@@ -348,6 +365,9 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             end = batch->count;
         while (end < batch->count && !chunk_has_key(batch, start, end))
             end++;
+        for (size_t i = start; i < end && start > 0 && sr->places[start - 1][0] != '\0'; i++)
+            if (sr->messages[i].place_order != NULL) /* the chunks before were accepted */
+                sr->messages[i].place_floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed",
                       "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
@@ -441,7 +461,7 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
 
     *more = false;
     memset(next, 0, sizeof(*next));
-    build_messages(sr, batch);
+    build_messages(sr, o, batch);
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
                                            sr->config->batch_size, err) != 0)
@@ -737,10 +757,11 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     if (sr->sink == NULL)
         return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));
+    sr->places = calloc(n, sizeof(*sr->places));
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
     sr->lags = calloc(n, sizeof(*sr->lags));
-    if (sr->messages == NULL || sr->outcomes == NULL || sr->refusals == NULL || sr->lags == NULL ||
+    if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL || sr->refusals == NULL || sr->lags == NULL ||
         queues_literal(sr, config) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;
@@ -752,6 +773,7 @@ worker_clear(struct stream_worker *sr)
     sink_free(sr->sink);
     stream_store_free(sr->store);
     free(sr->messages);
+    free(sr->places);
     free(sr->outcomes);
     free(sr->refusals);
     free(sr->lags);

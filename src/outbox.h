@@ -220,6 +220,15 @@ struct outbox_job {
     int32_t replays;          /* times an operator replayed the row (outboxctl replay) */
     const char *exchange;     /* NULL: the relay's --exchange */
     const char *routing_key;  /* NULL: route by queue */
+    /*
+     * A row a stream queue handed to the claims when it was disabled: its
+     * place in that stream, for a broker that records how far each
+     * partition was published (the relay's Redis sink). stream_order names
+     * the partition within the queue ("<epoch>:<partition>"), stream_place
+     * the row in it (39 digits, ordered as text). NULL for every other row.
+     */
+    const char *stream_order;
+    const char *stream_place;
 };
 
 /* Claimed rows in ascending job_id order. */

@@ -6,9 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* NULL for SQL NULL, else the cell's text. */
-static const char *
-text_or_null(const PGresult *result, int row, int column)
+const char *
+store_row_text_or_null(const PGresult *result, int row, int column)
 {
     return PQgetisnull(result, row, column) ? NULL : PQgetvalue(result, row, column);
 }
@@ -23,11 +22,13 @@ store_row_read_job(const PGresult *result, int row, struct outbox_job *job)
     job->payload = PQgetvalue(result, row, 4);
     job->payload_len = (size_t)PQgetlength(result, row, 4);
     job->headers = PQgetvalue(result, row, 5);
-    job->ordering_key = text_or_null(result, row, 6);
+    job->ordering_key = store_row_text_or_null(result, row, 6);
     job->created_at = strtod(PQgetvalue(result, row, 7), NULL);
     if (!isfinite(job->created_at))
         job->created_at = 0; /* an infinite created_at has no age */
     job->replays = (int32_t)strtol(PQgetvalue(result, row, 8), NULL, 10);
-    job->exchange = text_or_null(result, row, 9);
-    job->routing_key = text_or_null(result, row, 10);
+    job->exchange = store_row_text_or_null(result, row, 9);
+    job->routing_key = store_row_text_or_null(result, row, 10);
+    job->stream_order = NULL;
+    job->stream_place = NULL;
 }

@@ -14,7 +14,13 @@
 
 #include "outbox.h"
 
-/* Fills job from row of result (columns 0 to 10 as above); job borrows result's strings. */
+/*
+ * Fills job from row of result (columns 0 to 10 as above; stream_order and
+ * stream_place NULL); job borrows result's strings.
+ */
 void store_row_read_job(const PGresult *result, int row, struct outbox_job *job);
+
+/* NULL for SQL NULL, else the cell's text. */
+const char *store_row_text_or_null(const PGresult *result, int row, int column);
 
 #endif

@@ -55,7 +55,11 @@
     " FROM candidate WHERE j.job_id = candidate.job_id"                                            \
     " RETURNING j.job_id, j.attempts, j.max_attempts, j.queue, j.payload::text,"                   \
     "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8,"         \
-    "           j.replays, j.exchange, j.routing_key"
+    "           j.replays, j.exchange, j.routing_key,"                                          \
+    "           CASE WHEN j.stream_epoch IS NOT NULL AND j.job_id >= 0"                            \
+    "                THEN j.stream_epoch || ':' || j.stream_partition END,"                        \
+    "           CASE WHEN j.stream_epoch IS NOT NULL AND j.job_id >= 0"                            \
+    "                THEN lpad(j.xid::text, 20, '0') || lpad(j.job_id::text, 19, '0') END"
 
 /* Paused queues ($N), and paused keys as (queue, key) pairs ($N+1, $N+2). */
 #define PAUSE_FILTER(queues, key_queues, keys)                                                     \

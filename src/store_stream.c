@@ -77,7 +77,9 @@ static const char SQL_ACQUIRE[] =
     "     lease_until = clock_timestamp() + make_interval(secs => $2)"
     " FROM free WHERE c.queue = free.queue AND c.partition = free.partition"
     "   AND (c.lease_until IS NULL OR c.lease_until <= clock_timestamp())"
-    " RETURNING c.queue, c.partition, c.generation, c.cursor_xid::text, c.cursor_job_id";
+    " RETURNING c.queue, c.partition, c.generation, c.cursor_xid::text, c.cursor_job_id,"
+    "   (SELECT (extract(epoch FROM s.created_at) * 1000000)::bigint FROM outbox.stream AS s"
+    "    WHERE s.queue = c.queue) || ':' || c.partition";
 
 /*
  * The partitions this owner holds over its fair share that another member
@@ -330,6 +332,17 @@ stream_store_free(stream_store *s)
     free(s);
 }
 
+bool
+stream_place_format(char *out, const char *xid, int64_t job_id)
+{
+    out[0] = '\0';
+    if (job_id < 0)
+        return false;
+    snprintf(out, STREAM_PLACE_SIZE, "%020llu%019lld", strtoull(xid, NULL, 10),
+             (long long)job_id);
+    return true;
+}
+
 /* ---- leases -------------------------------------------------------------------- */
 
 int
@@ -360,6 +373,7 @@ stream_store_acquire(stream_store *s, const char *queues, int modulus, int resid
         p->generation = strtoll(PQgetvalue(result, r, 2), NULL, 10);
         copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, r, 3));
         p->cursor_job_id = strtoll(PQgetvalue(result, r, 4), NULL, 10);
+        copy_text(p->order, sizeof(p->order), PQgetvalue(result, r, 5));
         (*count)++;
     }
     PQclear(result);

@@ -33,6 +33,18 @@ typedef struct stream_store stream_store;
 /* An xid8 as text: at most 20 digits. */
 #define STREAM_XID_MAX 24
 
+/*
+ * A row's place in its partition's order, (xid, job_id), as text that
+ * sorts as the pair does: the xid in 20 digits, then the job id in 19.
+ */
+#define STREAM_PLACE_SIZE 40
+
+/*
+ * Writes the place of (xid, job_id) to out (STREAM_PLACE_SIZE bytes); false
+ * (out empty) for a negative job id, which has none.
+ */
+bool stream_place_format(char *out, const char *xid, int64_t job_id);
+
 /* A partition this owner holds, and how far it is published. */
 struct stream_partition {
     char queue[208];
@@ -40,6 +52,7 @@ struct stream_partition {
     int64_t generation; /* of the lease: fences every write */
     char cursor_xid[STREAM_XID_MAX];
     int64_t cursor_job_id;
+    char order[48]; /* "<epoch>:<partition>": names this partition of this stream (sink_message) */
 };
 
 /*

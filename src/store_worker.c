@@ -265,8 +265,11 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
         PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
         store_row_read_job(result, r, &batch->jobs[r]);
+        batch->jobs[r].stream_order = store_row_text_or_null(result, r, 11);
+        batch->jobs[r].stream_place = store_row_text_or_null(result, r, 12);
+    }
     qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
     batch->count = (size_t)rows;
     batch->storage = result;

@@ -105,6 +105,22 @@ struct sink_message {
     const char *exchange;
     const char *routing_key;
     const char *ordering_key; /* the row's ordering key (Kafka: the record key); NULL: none */
+    /*
+     * The row's place in the order of a stream partition (a stream queue's
+     * row, or one its disabled stream handed to the claims), for a broker
+     * that records how far each order was published instead of one dedup
+     * record per message (Redis). NULL place_order: the row has none.
+     *   place_order  the partition within the queue: "<epoch>:<partition>"
+     *   place_at     the row in it: 39 digits, ordered as text
+     *   place_floor  every row of the order at or before this place is
+     *                published or has left the order, and the messages of a
+     *                publish with this order and floor are the rows right
+     *                after it, in order (the stream's read); NULL: neither
+     *                is known (rows the claims publish)
+     */
+    const char *place_order;
+    const char *place_at;
+    const char *place_floor;
 };
 
 /* What happened to one message. */

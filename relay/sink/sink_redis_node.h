@@ -24,6 +24,11 @@
 #define PIPELINE_WINDOW 4096
 #define IDLE_PING_MS 1000 /* ping when idle this long */
 #define DEDUP_INFIX ":outbox-dedup:"
+#define ORDER_INFIX ":outbox-order:"
+/* A place in an order (sink_message.place_at): 39 digits. */
+#define STREAM_PLACE_DIGITS 39
+/* Messages looked back for the place before one (sink_redis_append_call). */
+#define PLACE_LOOKBACK 64
 /* How long WAIT waits for the replicas before the calls it follows are deferred. */
 #define WAIT_TIMEOUT_MS 1000
 /* Redirections (MOVED, ASK) and NOSCRIPT resends followed within one batch. */
@@ -34,8 +39,8 @@
 
 /* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
 #define SCRIPT_CHUNK 100
-/* Arguments of one call: command, script, numkeys, 2 shared, 2 keys and 5 values a message. */
-#define SCRIPT_ARGS (3 + 2 + 7 * SCRIPT_CHUNK)
+/* Arguments of one call: command, script, numkeys, 2 shared, 3 keys and 7 values a message. */
+#define SCRIPT_ARGS (3 + 2 + 10 * SCRIPT_CHUNK)
 
 /* How a call is sent. */
 enum script_call {

@@ -13,10 +13,9 @@
  * append are one atomic step in Redis: the script is loaded with SCRIPT
  * LOAD on connect and called with EVALSHA (EVAL with the script text when
  * the server answers NOSCRIPT, e.g. after SCRIPT FLUSH or a failover), one
- * call for up to SCRIPT_CHUNK messages. A job whose dedup record exists is
- * answered with the entry id recorded earlier and counts as accepted, so a
- * relay that died after the append and before marking its row never
- * appends the row a second time.
+ * call for up to SCRIPT_CHUNK messages. A job found appended before counts
+ * as accepted, so a relay that died after the append and before marking
+ * its row never appends the row a second time.
  *
  * Dedup record: "{<stream>}:outbox-dedup:<job_id>" (the stream's name as
  * hash tag, so the record lives in its stream's slot), or
@@ -25,6 +24,14 @@
  * replay appends the job once more, and at most once. A plain string whose
  * value is the entry id, written with PX = the window, so Redis expires it
  * by itself and records are independent of each other.
+ *
+ * Order record: a stream queue's rows are published in the order of their
+ * partition (sink_message.place_*), so one record per partition and stream
+ * says how far they were appended, instead of one record per row (writing
+ * that record was half of Redis' work per message):
+ * "{<stream>}:outbox-order:<queue>:<epoch>:<partition>" (named like the
+ * dedup record), written with PX = the window. The script below says how
+ * it is kept.
  */
 #include "sink_redis_script.h"
 
@@ -42,21 +49,74 @@
 
 /*
  * One call appends up to SCRIPT_CHUNK messages. ARGV[1] is the window in ms,
- * ARGV[2] the maxlen ("0" for none). For message i, KEYS[2i-1] is its
- * stream, KEYS[2i] its dedup record; ARGV[5i-2 .. 5i+2] its job_id, queue,
- * payload, headers and attempt. The reply has one element per message: {entry id, 1}
- * after an append, {earlier entry id, 0} for a duplicate, or the error XADD
- * raised (WRONGTYPE, say), which fails only that message. Nothing is written
- * before XADD succeeds, so a refused append leaves no dedup record behind.
+ * ARGV[2] the maxlen ("0" for none). For message i, KEYS[3i-2] is its
+ * stream, KEYS[3i-1] its dedup record, KEYS[3i] its order record (the dedup
+ * record again for a message without a place); ARGV[7i-4 .. 7i+2] its
+ * job_id, queue, payload, headers, attempt, place ("" for none) and the
+ * place before it: the previous row of its order published to its stream,
+ * "F" and a floor (every row of the order up to there is published or gone),
+ * or "" when unknown.
+ *
+ * An order record holds two places, 39 digits each: done, every row of the
+ * order up to it is in the stream or gone from the order; then gap, the
+ * highest place appended out of turn (under its own dedup record). A
+ * message at or before done was appended before. One whose previous row is
+ * at or before done comes in turn: it is appended and moves done, with no
+ * record of its own (its dedup record is looked at only at or before gap).
+ * Any other is appended out of turn, under a dedup record as a message
+ * without a place is, and raises gap. A failed append moves nothing, so a
+ * row after it is out of turn until the failed one is appended or gone
+ * (then the floor passes it).
+ *
+ * The reply has one element per message: 1 after an append, 0 when the job
+ * was appended before, or the error XADD raised (WRONGTYPE, say), which
+ * fails only that message. Nothing is recorded before XADD succeeds, so a
+ * refused append leaves no record behind.
  */
 const char sink_redis_append_script[] =
-    "local window, maxlen, out = ARGV[1], ARGV[2], {}\n"
-    "for i = 1, #KEYS / 2 do\n"
-    "  local a = 5 * i - 2\n"
-    "  local stream, dedup = KEYS[2 * i - 1], KEYS[2 * i]\n"
-    "  local existing = redis.call('GET', dedup)\n"
-    "  if existing then\n"
-    "    out[i] = {existing, 0}\n"
+    "local window, maxlen, out, orders, changed = ARGV[1], ARGV[2], {}, {}, {}\n"
+    "local none = string.rep('0', 39)\n"
+    "local function touch(order)\n"
+    "  if not order.dirty then\n"
+    "    order.dirty = true\n"
+    "    changed[#changed + 1] = order\n"
+    "  end\n"
+    "end\n"
+    "for i = 1, #KEYS / 3 do\n"
+    "  local a = 7 * i - 4\n"
+    "  local stream, dedup, place = KEYS[3 * i - 2], KEYS[3 * i - 1], ARGV[a + 5]\n"
+    "  local order, in_turn, seen = nil, false, false\n"
+    "  if place ~= '' then\n"
+    "    local key = KEYS[3 * i]\n"
+    "    order = orders[key]\n"
+    "    if not order then\n"
+    "      local v = redis.call('GET', key)\n"
+    "      order = {key = key, done = none, gap = none}\n"
+    "      if v and #v == 78 then\n"
+    "        order.done, order.gap = string.sub(v, 1, 39), string.sub(v, 40)\n"
+    "      end\n"
+    "      orders[key] = order\n"
+    "    end\n"
+    "    local before = ARGV[a + 6]\n"
+    "    if string.sub(before, 1, 1) == 'F' then\n"
+    "      before = string.sub(before, 2)\n"
+    "      if before > order.done then\n"
+    "        order.done = before\n"
+    "        touch(order)\n"
+    "      end\n"
+    "    end\n"
+    "    seen = place <= order.done\n"
+    "    in_turn = before ~= '' and before <= order.done\n"
+    "  end\n"
+    "  if not seen and (not in_turn or place <= order.gap) then\n"
+    "    seen = redis.call('GET', dedup) ~= false\n"
+    "    if seen and in_turn then\n"
+    "      order.done = place\n"
+    "      touch(order)\n"
+    "    end\n"
+    "  end\n"
+    "  if seen then\n"
+    "    out[i] = 0\n"
     "  else\n"
     "    local id\n"
     "    if maxlen ~= '0' then\n"
@@ -71,10 +131,19 @@ const char sink_redis_append_script[] =
     "    if type(id) == 'table' then\n"
     "      out[i] = id\n"
     "    else\n"
-    "      redis.call('SET', dedup, id, 'PX', window)\n"
-    "      out[i] = {id, 1}\n"
+    "      out[i] = 1\n"
+    "      if in_turn then\n"
+    "        order.done = place\n"
+    "      else\n"
+    "        redis.call('SET', dedup, id, 'PX', window)\n"
+    "        if order and place > order.gap then order.gap = place end\n"
+    "      end\n"
+    "      if order then touch(order) end\n"
     "    end\n"
     "  end\n"
+    "end\n"
+    "for _, order in ipairs(changed) do\n"
+    "  redis.call('SET', order.key, order.done .. order.gap, 'PX', window)\n"
     "end\n"
     "return out\n";
 
@@ -119,15 +188,13 @@ sink_redis_write_stream_name(const sink *s, const struct sink_message *message, 
 }
 
 /*
- * Writes the dedup record name of a message for its stream into out (room
- * for stream_len + sizeof(DEDUP_INFIX) + 35 bytes) and returns its length:
- * the stream's name as hash tag, or the name as is when it holds a tag of
- * its own (or cannot be a tag: it holds a '}'); ":<replay>" after the job id
- * for a replayed row.
+ * Writes the start of a record name of stream into out and returns its
+ * length: the stream's name as hash tag, or the name as is when it holds a
+ * tag of its own (or cannot be a tag: it holds a '}'), so the record lives
+ * in its stream's slot.
  */
 static size_t
-write_dedup_name(const char *stream, size_t stream_len, const struct sink_message *message,
-                 char *out)
+write_record_prefix(const char *stream, size_t stream_len, char *out)
 {
     size_t tag_start, tag_len, n = 0;
     bool wrap = !keyslot_tag(stream, stream_len, &tag_start, &tag_len) &&
@@ -139,6 +206,16 @@ write_dedup_name(const char *stream, size_t stream_len, const struct sink_messag
     n += stream_len;
     if (wrap)
         out[n++] = '}';
+    return n;
+}
+
+/* The dedup record of a message in stream, with ":<replay>" after the job id of a replayed row. */
+static size_t
+write_dedup_name(const char *stream, size_t stream_len, const struct sink_message *message,
+                 char *out)
+{
+    size_t n = write_record_prefix(stream, stream_len, out);
+
     memcpy(out + n, DEDUP_INFIX, sizeof(DEDUP_INFIX) - 1);
     n += sizeof(DEDUP_INFIX) - 1;
     if (message->replay > 0)
@@ -148,14 +225,65 @@ write_dedup_name(const char *stream, size_t stream_len, const struct sink_messag
     return n;
 }
 
+/* The order record of a message with a place in stream: "<prefix>:outbox-order:<queue>:<order>". */
+static size_t
+write_order_name(const char *stream, size_t stream_len, const struct sink_message *message,
+                 char *out)
+{
+    size_t n = write_record_prefix(stream, stream_len, out);
+
+    n += (size_t)sprintf(out + n, "%s%s:%s", ORDER_INFIX, message->queue, message->place_order);
+    return n;
+}
+
 /* Bytes of scratch one message takes in sink_redis_append_call(). */
 static size_t
 scratch_size(const sink *s, const struct sink_message *message)
 {
-    size_t stream_len = sink_redis_stream_length(s, message);
+    size_t stream_len = sink_redis_stream_length(s, message), size;
 
     /* stream, dedup record (with ":<replay>"), job id, attempt, with NULs */
-    return (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 35) + 21 + 12;
+    size = (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 35) + 21 + 12;
+    if (message->place_order != NULL) /* order record, "F" and a floor */
+        size += stream_len + sizeof(ORDER_INFIX) + strlen(message->queue) +
+                strlen(message->place_order) + 4 + 1 + STREAM_PLACE_DIGITS + 1;
+    return size;
+}
+
+/* Whether messages a and b share an order, a floor and a stream. */
+static bool
+same_order(const struct sink_message *a, const struct sink_message *b)
+{
+    return a->place_order != NULL && a->place_floor != NULL &&
+           strcmp(a->place_order, b->place_order) == 0 &&
+           strcmp(a->place_floor, b->place_floor) == 0 && strcmp(a->queue, b->queue) == 0 &&
+           strcmp(sink_redis_stream_suffix(a), sink_redis_stream_suffix(b)) == 0;
+}
+
+/*
+ * The place before messages[index] in its order and stream, for the
+ * script. With a floor the messages of an order are its rows right after
+ * the floor, in order (sink.h): the place of the nearest earlier message of
+ * the order and stream in the batch, else "F" and the floor (into
+ * floor_out). Without a floor, or when none is found within PLACE_LOOKBACK
+ * messages, "": unknown, the message goes out of turn.
+ */
+static const char *
+place_before(const struct sink_message *messages, size_t index, char *floor_out)
+{
+    const struct sink_message *m = &messages[index];
+    size_t lowest = index > PLACE_LOOKBACK ? index - PLACE_LOOKBACK : 0;
+
+    if (m->place_floor == NULL)
+        return "";
+    for (size_t j = index; j > lowest; j--)
+        if (same_order(&messages[j - 1], m))
+            return messages[j - 1].place_at;
+    if (lowest > 0)
+        return "";
+    floor_out[0] = 'F';
+    snprintf(floor_out + 1, STREAM_PLACE_DIGITS + 1, "%s", m->place_floor);
+    return floor_out;
 }
 
 /* Prints value into the scratch at *at and makes it the next argument. */
@@ -192,7 +320,7 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
         return -1;
     if (routes[0].asking && redisAppendCommand(context, "ASKING") != REDIS_OK)
         return -1;
-    snprintf(numkeys, sizeof(numkeys), "%zu", 2 * n);
+    snprintf(numkeys, sizeof(numkeys), "%zu", 3 * n);
     if (routes[0].call == CALL_EVALSHA)
         add_text(r, &argc, "EVALSHA", 7);
     else
@@ -205,12 +333,21 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
 
     for (size_t i = 0; i < n; i++) {
         const struct sink_message *m = &messages[routes[i].index];
-        char *stream = r->keys + at;
-        size_t stream_len = sink_redis_write_stream_name(s, m, stream), len;
+        char *stream = r->keys + at, *dedup;
+        size_t stream_len = sink_redis_stream_length(s, m), dedup_len, len;
 
+        sink_redis_write_stream_name(s, m, stream);
         add_text(r, &argc, stream, stream_len);
         at += stream_len + 1;
-        len = write_dedup_name(stream, stream_len, m, r->keys + at);
+        dedup = r->keys + at;
+        dedup_len = write_dedup_name(stream, stream_len, m, dedup);
+        add_text(r, &argc, dedup, dedup_len);
+        at += dedup_len + 1;
+        if (m->place_order == NULL) {
+            add_text(r, &argc, dedup, dedup_len); /* no order record */
+            continue;
+        }
+        len = write_order_name(stream, stream_len, m, r->keys + at);
         add_text(r, &argc, r->keys + at, len);
         at += len + 1;
     }
@@ -218,7 +355,7 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
     add_text(r, &argc, r->maxlen, strlen(r->maxlen));
     for (size_t i = 0; i < n; i++) {
         const struct sink_message *m = &messages[routes[i].index];
-        const char *headers = m->headers != NULL ? m->headers : "{}";
+        const char *headers = m->headers != NULL ? m->headers : "{}", *before;
 
         add_number(r, &argc, &at, (long long)m->job_id);
         add_text(r, &argc, m->queue, strlen(m->queue));
@@ -228,6 +365,16 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
             add_text(r, &argc, "null", 4);
         add_text(r, &argc, headers, strlen(headers));
         add_number(r, &argc, &at, (long long)m->attempt);
+        if (m->place_order == NULL) {
+            add_text(r, &argc, "", 0);
+            add_text(r, &argc, "", 0);
+            continue;
+        }
+        add_text(r, &argc, m->place_at, strlen(m->place_at));
+        before = place_before(messages, routes[i].index, r->keys + at);
+        add_text(r, &argc, before, strlen(before));
+        if (before == r->keys + at)
+            at += STREAM_PLACE_DIGITS + 2;
     }
     return redisAppendCommandArgv(context, argc, r->argv, r->argvlen) == REDIS_OK ? 0 : -1;
 }
@@ -255,9 +402,7 @@ sink_redis_settle_message(sink *s, const struct sink_message *message, const red
                          sink_redis_prefix_of(s), sink_redis_stream_suffix(message), reason);
         return;
     }
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-        reply->element[0]->type == REDIS_REPLY_STRING &&
-        reply->element[1]->type == REDIS_REPLY_INTEGER) {
+    if (reply->type == REDIS_REPLY_INTEGER) {
         sink_outcome_set(outcome, SINK_ACCEPTED, NULL);
         return;
     }

@@ -1,0 +1,252 @@
+/*
+ * test_stream_dedup.c - a stream queue's rows reach a Redis stream at most
+ * once, without one dedup record per row, against real PostgreSQL and Redis.
+ *
+ * The case every test stages: an owner published rows and stopped before it
+ * moved its cursor over them (killed, or its lease lost). The cursor is
+ * rolled back by hand to stand for it. Whoever publishes those rows next (a
+ * relay taking the partitions over, or the claims after `stream disable`)
+ * must find them in Redis by their place in the partition, and publish every
+ * row that was not there.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    redisContext *redis;
+    const char *broker;
+    char prefix[64];
+    char stream[96]; /* prefix + "ev" */
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    snprintf(f->prefix, sizeof(f->prefix), "stream-dedup-%d-%d:", (int)getpid(), test_counter++);
+    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+    char tagged[80];
+
+    stream_consumer_delete_prefix(f->redis, f->prefix);
+    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
+    stream_consumer_delete_prefix(f->redis, tagged);
+    redisFree(f->redis);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Relays what is publishable now with --once; the stream prefix is the fixture's. */
+static void
+relay_once(struct fixture *f)
+{
+    const char *extra[] = {"--stream-prefix", f->prefix, "--batch-size", "100", NULL};
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+}
+
+static void
+enqueue(struct fixture *f, int count)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue_batch('ev', array_agg(jsonb_build_object('n', g)))"
+             " FROM generate_series(1, %d) AS g",
+             count);
+    harness_exec(f->conn, sql);
+}
+
+/* The owners published and stopped before their cursors moved: the cursors go back to the start. */
+static void
+forget_cursors(struct fixture *f)
+{
+    harness_exec(f->conn, "UPDATE outbox.stream_cursor"
+                          " SET cursor_xid = '0', cursor_job_id = 0, owner = NULL, lease_until = NULL");
+}
+
+/*
+ * Checks that the stream holds every row of queue 'ev' exactly once, replays
+ * times more for the rows replayed, and holds want entries.
+ */
+static void
+assert_each_row_once(struct fixture *f, long long want)
+{
+    struct stream_consumer_stream stream;
+    PGresult *rows = PQexec(f->conn, "SELECT job_id, replays FROM outbox.job WHERE queue = 'ev'"
+                                     " ORDER BY job_id");
+    long long max_id;
+    int *seen;
+
+    assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
+    max_id = strtoll(PQgetvalue(rows, PQntuples(rows) - 1, 0), NULL, 10);
+    seen = calloc((size_t)max_id + 1, sizeof(*seen));
+    assert_non_null(seen);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count; i++) {
+        int64_t id = stream.entries[i].job_id;
+
+        assert_true(id >= 1 && id <= max_id);
+        seen[id]++;
+    }
+    for (int r = 0; r < PQntuples(rows); r++) {
+        long long id = strtoll(PQgetvalue(rows, r, 0), NULL, 10);
+        int replays = atoi(PQgetvalue(rows, r, 1));
+
+        if (seen[id] != 1 + replays)
+            fail_msg("row %lld (replayed %d times) is in the stream %d times", id, replays,
+                     seen[id]);
+    }
+    assert_int_equal((long long)stream.count, want);
+    PQclear(rows);
+    free(seen);
+    stream_consumer_stream_clear(&stream);
+}
+
+/* Keys in Redis whose name starts with "{<stream>}" followed by infix. */
+static long long
+records_named(struct fixture *f, const char *infix)
+{
+    char pattern[160], cursor[32] = "0";
+    long long count = 0;
+
+    snprintf(pattern, sizeof(pattern), "{%s}%s*", f->stream, infix);
+    do {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        redisReply *reply = stream_consumer_command(f->redis, 6, argv);
+
+        assert_non_null(reply);
+        assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+        count += (long long)reply->element[1]->elements;
+        freeReplyObject(reply);
+    } while (strcmp(cursor, "0") != 0);
+    return count;
+}
+
+/* Runs outboxctl with args on the test database; its exit status. */
+static int
+run_outboxctl(const struct fixture *f, const char *args)
+{
+    char command[1024];
+    int status;
+
+    snprintf(command, sizeof(command), "'%s/outboxctl' --database-url '%s' %s >/dev/null 2>&1",
+             harness_env("OUTBOX_BIN"), f->url, args);
+    status = system(command);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*
+ * The partitions are taken over from cursors that never moved over the
+ * rows published: nothing is appended twice, the rows committed since are
+ * appended, and the stream path wrote no dedup record per row (one record
+ * per partition instead).
+ */
+static void
+test_takeover_appends_nothing_twice(void **state)
+{
+    struct fixture *f = *state;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    enqueue(f, 3000);
+    relay_once(f);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 3000);
+
+    forget_cursors(f);
+    enqueue(f, 500);
+    relay_once(f);
+    assert_each_row_once(f, 3500);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job AS j"
+                                               " JOIN outbox.stream_cursor AS c"
+                                               " ON c.queue = j.queue AND c.partition = j.stream_partition"
+                                               " WHERE (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"),
+                     0);
+    assert_int_equal(records_named(f, ":outbox-dedup:"), 0);
+    assert_int_equal(records_named(f, ":outbox-order:"), 2);
+}
+
+/*
+ * `stream disable` while the last batches were published but not recorded:
+ * the rows go back to the claims with their place, so the claims append
+ * only the rows Redis lacks. A replayed row is appended once more; a stream
+ * made again later (another partition count) starts an order of its own.
+ */
+static void
+test_disable_appends_nothing_twice(void **state)
+{
+    struct fixture *f = *state;
+    char args[64];
+    long long replayed;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    enqueue(f, 2000);
+    relay_once(f);
+    enqueue(f, 300); /* never published */
+    forget_cursors(f);
+    assert_int_equal(run_outboxctl(f, "stream disable ev"), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"
+                                               " AND stream_epoch IS NOT NULL"
+                                               " AND stream_partition IS NOT NULL"),
+                     2300);
+
+    relay_once(f);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'"),
+                     2300);
+    assert_each_row_once(f, 2300);
+
+    replayed = harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job");
+    snprintf(args, sizeof(args), "replay --queue ev --job %lld", replayed);
+    assert_int_equal(run_outboxctl(f, args), 0);
+    relay_once(f);
+    assert_each_row_once(f, 2301);
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 3)");
+    enqueue(f, 200);
+    relay_once(f);
+    assert_each_row_once(f, 2501);
+    assert_int_equal(records_named(f, ":outbox-order:"), 2 + 3);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_takeover_appends_nothing_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disable_appends_nothing_twice, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
