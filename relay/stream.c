@@ -234,7 +234,6 @@ static void
 build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
 {
     const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
-
     bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
 
     for (size_t i = 0; i < batch->count; i++) {
@@ -761,8 +760,8 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
     sr->lags = calloc(n, sizeof(*sr->lags));
-    if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL || sr->refusals == NULL || sr->lags == NULL ||
-        queues_literal(sr, config) != 0)
+    if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL ||
+        sr->refusals == NULL || sr->lags == NULL || queues_literal(sr, config) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;
 }

@@ -56,6 +56,29 @@ test_absent_fields_stay_null(void **state)
     assert_null(m.exchange);
     assert_null(m.routing_key);
     assert_null(m.ordering_key);
+    assert_null(m.place_order);
+}
+
+/*
+ * A row a disabled stream handed back keeps its place for the broker; once
+ * replayed it has none, so it is published again.
+ */
+static void
+test_place_only_before_a_replay(void **state)
+{
+    struct outbox_job job = {.job_id = 9, .generation = 1, .queue = "q", .payload = "{}",
+                             .payload_len = 2, .headers = "{}", .stream_order = "1764000000:3",
+                             .stream_place = "000000000000000007770000000000000000009"};
+    struct sink_message m = job_message_from_job(&job);
+
+    (void)state;
+    assert_ptr_equal(m.place_order, job.stream_order);
+    assert_ptr_equal(m.place_at, job.stream_place);
+    assert_null(m.place_floor); /* the claims' rows are not the partition's next rows */
+    job.replays = 1;
+    m = job_message_from_job(&job);
+    assert_null(m.place_order);
+    assert_null(m.place_at);
 }
 
 int
@@ -64,6 +87,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_field_comes_from_the_row),
         cmocka_unit_test(test_absent_fields_stay_null),
+        cmocka_unit_test(test_place_only_before_a_replay),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
