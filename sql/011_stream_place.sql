@@ -13,7 +13,8 @@
 -- enabled again later never shares its order with the rows of an earlier one.
 -- Every other row has stream_epoch NULL.
 --
--- Locks: ADD COLUMN without a default changes the catalog only.
+-- Locks: ADD COLUMN without a default changes the catalog only; the insert
+-- guard's trigger is made again (below).
 
 ALTER TABLE outbox.job ADD COLUMN stream_epoch bigint;
 
@@ -61,3 +62,51 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- A producer may not insert a row with a place of its own: the relay would
+-- take it for a row a stream had published before and might not publish it.
+-- The insert guard also fires on stream_epoch (its WHEN clause stays a
+-- comparison the executor makes itself; DROP and CREATE TRIGGER hold a
+-- SHARE ROW EXCLUSIVE lock on outbox.job for that instant).
+CREATE OR REPLACE FUNCTION outbox.job_insert_guard() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT isfinite(NEW.run_at) THEN
+        RAISE EXCEPTION 'outbox run_at must be a finite time, got %', NEW.run_at
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT isfinite(NEW.created_at) THEN
+        RAISE EXCEPTION 'outbox created_at must be a finite time, got %', NEW.created_at
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The owner holds every privilege WITH GRANT OPTION; a role the owner gave
+    -- INSERT WITH GRANT OPTION administers the table and is trusted alike.
+    IF has_table_privilege(TG_RELID, 'INSERT WITH GRANT OPTION') THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.state = 'ready' AND NEW.worker_id IS NULL AND NEW.lease_until IS NULL
+       AND NEW.attempts = 0 AND NEW.finished_at IS NULL AND NEW.stream_epoch IS NULL THEN
+        -- only held is left: it stays when the key has an earlier unfinished
+        -- row, else the row is ready at once (a held row without a key is
+        -- refused by job_held_shape)
+        IF NEW.held AND NEW.ordering_key IS NOT NULL
+           AND NOT outbox.ordering_key_busy(NEW.queue, NEW.ordering_key, NEW.job_id) THEN
+            NEW.held := false;
+        END IF;
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'outbox producers may insert only ready rows: state ready, no worker, lease, attempts, finish time or stream place'
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'use outbox.enqueue(), or insert the message columns only';
+END
+$$;
+
+DROP TRIGGER job_insert_guard ON outbox.job;
+CREATE TRIGGER job_insert_guard
+    BEFORE INSERT ON outbox.job
+    FOR EACH ROW
+    WHEN (NOT isfinite(NEW.run_at) OR NOT isfinite(NEW.created_at) OR NEW.state <> 'ready'
+          OR NEW.worker_id IS NOT NULL OR NEW.lease_until IS NOT NULL OR NEW.attempts <> 0
+          OR NEW.finished_at IS NOT NULL OR NEW.held OR NEW.stream_epoch IS NOT NULL)
+    EXECUTE FUNCTION outbox.job_insert_guard();

@@ -978,6 +978,12 @@ fi
 # ---- 11. stream mode ----------------------------------------------------------------------
 
 section "11. stream mode against row-state (tests/bench/stream.sh, median of $ROUNDS)"
+# The step needs PostgreSQL and Redis only: the other servers stop, so that their idle
+# work (RabbitMQ's schedulers, Kafka's JVM) is not on the two cores it measures;
+# stream.sh waits for the autovacuum of the earlier steps' tables before each figure.
+for service in rabbitmq kafka nats; do
+    "$STACK_SH" stop-service "$STACK" "$service" >/dev/null 2>&1 || true
+done
 log "stream mode: enqueue cost of the xid, drain row-state vs stream"
 BUILD="$BUILD" BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STREAM_BENCH_ROUNDS="$ROUNDS" \
     timeout $((STEP_TIMEOUT * 4)) "$ROOT/tests/bench/stream.sh" >"$STACK/stream.out" ||

@@ -91,6 +91,23 @@ pg_cpu_ticks() {
 reset_outbox() {
     sql "TRUNCATE outbox.job" >/dev/null
     sql "CHECKPOINT" >/dev/null
+    wait_quiet
+}
+
+# wait_quiet: waits (STEP_TIMEOUT at most) until no autovacuum worker runs anywhere in the
+# server and Redis rewrites no file: on a stack shared with earlier steps (make bench) the
+# vacuum of their tables would run on the cores measured, and count in PostgreSQL's CPU.
+wait_quiet() {
+    local busy waited=0
+    while [ "$waited" -lt "$STEP_TIMEOUT" ]; do
+        busy=$(psql -X -qAt "$OUTBOX_TEST_PG_URL" -c "SELECT count(*) FROM pg_stat_activity
+                 WHERE backend_type = 'autovacuum worker'")
+        redis_cli INFO persistence | grep -Eq '^(aof_rewrite|rdb_bgsave)_in_progress:1' && busy=1
+        [ "$busy" = 0 ] && break
+        [ "$waited" -eq 0 ] && log "waiting for autovacuum or a Redis rewrite to end"
+        sleep 1
+        waited=$((waited + 1))
+    done
 }
 
 # enqueue_rate: rows/s of 1000-row outbox.enqueue_batch() calls, one client, 10 s;
@@ -122,6 +139,7 @@ drain() {
          SELECT '$queue', '$PAYLOAD'::jsonb FROM generate_series(1, $N)" >/dev/null
     sql "VACUUM ANALYZE outbox.job" >/dev/null
     sql "CHECKPOINT" >/dev/null
+    wait_quiet
     ticks=$(pg_cpu_ticks)
     start=$(date +%s.%N)
     timeout "$STEP_TIMEOUT" "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \

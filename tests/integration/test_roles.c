@@ -174,7 +174,7 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
 
 /*
  * A producer creates only what enqueue() creates: ready rows without an
- * owner, a lease or attempts. Any other shape, which could block an
+ * owner, a lease, attempts or a stream place. Any other shape, which could block an
  * ordering key for every producer, is refused by the database; a row that
  * legitimately waits behind its key (enqueue() sets held) still goes in, and
  * a hold with no unfinished row before it goes in not held.
@@ -194,6 +194,9 @@ test_producer_inserts_only_ready_rows(void **state)
         "INSERT INTO outbox.job (queue, payload, ordering_key, state, attempts, finished_at)"
         " VALUES ('orders', '{}', 'k', 'dead', 1, now())",
         "INSERT INTO outbox.job (queue, payload, attempts) VALUES ('orders', '{}', 3)",
+        /* a place of its own would pass for a row a stream had published already */
+        "INSERT INTO outbox.job (queue, payload, stream_partition, stream_epoch)"
+        " VALUES ('orders', '{}', 0, 1)",
     };
 
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
