@@ -37,6 +37,8 @@
 #define STREAM_RETRY_MS 1000
 /* Batches one partition publishes in a row before the thread turns to its others. */
 #define STREAM_TURN_BATCHES 8
+/* Until a stream queue is found, the threads look at the runner's flag this often. */
+#define STREAM_CHECK_WAIT_MS 10
 /* After a broker outage deferred a batch, the partition waits this long. */
 #define STREAM_DEFER_SECONDS 1.0
 
@@ -642,7 +644,7 @@ wait_for_streams(struct stream_worker *sr)
             return false;
         if (sr->config->once && atomic_load(&runner->checked))
             return false;
-        runner_sleep_ms(sr, sr->config->once ? 10 : 500);
+        runner_sleep_ms(sr, STREAM_CHECK_WAIT_MS); /* a flag: waiting costs nothing */
     }
     return !runner_stopping(sr);
 }
