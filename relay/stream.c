@@ -83,7 +83,7 @@ struct stream_runner {
     atomic_int stopping;
     atomic_int checked;      /* stream_runner_check ran once (or never will) */
     atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
-    struct stream_worker *workers;
+    struct stream_worker *workers; /* worker_count publishing threads, then the watch thread */
     int worker_count;
 };
 
@@ -591,19 +591,11 @@ cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
     return 0;
 }
 
-/* The periodic work that is due; -1 with err when the database failed. */
+/* The lease work that is due; -1 with err when the database failed. */
 static int
 due_work(struct stream_worker *sr, struct outbox_error *err)
 {
-    double now = clock_monotonic_seconds();
-
-    if (now >= sr->next_renew && leases_turn(sr, err) != 0)
-        return -1;
-    if (sr->index > 0)
-        return 0; /* the first thread reports and cleans up for the relay */
-    if (now >= sr->next_report && report_lag(sr, err) != 0)
-        return -1;
-    if (now >= sr->next_cleanup && cleanup_turn(sr, err) != 0)
+    if (clock_monotonic_seconds() >= sr->next_renew && leases_turn(sr, err) != 0)
         return -1;
     return 0;
 }
@@ -661,6 +653,46 @@ release_all(struct stream_worker *sr)
     if (sr->store != NULL)
         (void)stream_store_leave(sr->store, &err); /* else it expires after a lease */
     sr->owned_count = 0;
+}
+
+/*
+ * The watch thread: the lag report and the cleanup on a connection of
+ * their own, so that neither holds up a partition's publishing (the lag
+ * count of a long backlog takes a while). With --once it runs them once.
+ */
+static void *
+watch_run(void *arg)
+{
+    struct stream_worker *sr = arg;
+
+    if (!wait_for_streams(sr))
+        goto done;
+    while (!runner_stopping(sr)) {
+        struct outbox_error err;
+        double now = clock_monotonic_seconds(), next;
+
+        if (!stream_connect_ends(sr)) {
+            if (sr->config->once)
+                break;
+            runner_sleep_ms(sr, STREAM_RETRY_MS);
+            continue;
+        }
+        if ((now >= sr->next_report && report_lag(sr, &err) != 0) ||
+            (now >= sr->next_cleanup && cleanup_turn(sr, &err) != 0)) {
+            store_lost(sr, &err);
+            continue;
+        }
+        if (sr->config->once)
+            break;
+        next = sr->next_report < sr->next_cleanup ? sr->next_report : sr->next_cleanup;
+        now = clock_monotonic_seconds();
+        if (next > now)
+            runner_sleep_ms(sr, (int)((next - now) * 1000) + 1);
+    }
+done:
+    stream_store_free(sr->store);
+    sr->store = NULL;
+    return NULL;
 }
 
 static void *
@@ -795,12 +827,12 @@ stream_runner_new(const struct relay_config *config, const char *worker_prefix, 
     runner->metrics = m;
     snprintf(runner->owner, sizeof(runner->owner), "%s/stream", worker_prefix);
     runner->worker_count = config->concurrency > 0 ? config->concurrency : 1;
-    runner->workers = calloc((size_t)runner->worker_count, sizeof(*runner->workers));
+    runner->workers = calloc((size_t)runner->worker_count + 1, sizeof(*runner->workers));
     if (runner->workers == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < runner->worker_count; i++)
+    for (int i = 0; i <= runner->worker_count; i++)
         if (worker_init(runner, &runner->workers[i], i, err) != 0)
             goto fail;
     return runner;
@@ -815,7 +847,7 @@ stream_runner_free(stream_runner *runner)
 {
     if (runner == NULL)
         return;
-    for (int i = 0; runner->workers != NULL && i < runner->worker_count; i++)
+    for (int i = 0; runner->workers != NULL && i <= runner->worker_count; i++)
         worker_clear(&runner->workers[i]);
     free(runner->workers);
     free(runner);
@@ -824,10 +856,11 @@ stream_runner_free(stream_runner *runner)
 int
 stream_runner_start(stream_runner *runner, struct outbox_error *err)
 {
-    for (int i = 0; i < runner->worker_count; i++) {
+    for (int i = 0; i <= runner->worker_count; i++) {
         struct stream_worker *sr = &runner->workers[i];
 
-        if (pthread_create(&sr->thread, NULL, stream_run, sr) != 0) {
+        if (pthread_create(&sr->thread, NULL, i < runner->worker_count ? stream_run : watch_run,
+                           sr) != 0) {
             stream_runner_stop(runner);
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start stream thread %d",
                                     i);
@@ -872,7 +905,7 @@ stream_runner_stop(stream_runner *runner)
 void
 stream_runner_join(stream_runner *runner)
 {
-    for (int i = 0; runner != NULL && i < runner->worker_count; i++) {
+    for (int i = 0; runner != NULL && i <= runner->worker_count; i++) {
         if (runner->workers[i].started)
             pthread_join(runner->workers[i].thread, NULL);
         runner->workers[i].started = false;

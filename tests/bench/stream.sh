@@ -94,11 +94,14 @@ reset_outbox() {
     wait_quiet
 }
 
-# wait_quiet: waits (STEP_TIMEOUT at most) until no autovacuum worker runs anywhere in the
-# server and Redis rewrites no file: on a stack shared with earlier steps (make bench) the
-# vacuum of their tables would run on the cores measured, and count in PostgreSQL's CPU.
+# wait_quiet: writes the page cache out (sync: the WAL of the steps before must not be
+# written back under the commits measured), then waits (STEP_TIMEOUT at most) until no
+# autovacuum worker runs anywhere in the server and Redis rewrites no file: on a stack
+# shared with earlier steps (make bench) the vacuum of their tables would run on the cores
+# measured, and count in PostgreSQL's CPU.
 wait_quiet() {
     local busy waited=0
+    sync
     while [ "$waited" -lt "$STEP_TIMEOUT" ]; do
         busy=$(psql -X -qAt "$OUTBOX_TEST_PG_URL" -c "SELECT count(*) FROM pg_stat_activity
                  WHERE backend_type = 'autovacuum worker'")

@@ -696,8 +696,8 @@ test_no_stream_costs_no_connection(void **state)
     if (wait_for_entries(f, 10, 20000) != 10)
         relay_dump_log(&relay);
     assert_int_equal(wait_for_entries(f, 10, 100), 10);
-    /* ... and 2 stream threads once there is a stream */
-    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 5, 10000), 5);
+    /* ... and 2 stream threads and the one reporting the lag once there is a stream */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 6, 10000), 6);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
     assert_int_equal(assert_every_row_published(f), 0);
