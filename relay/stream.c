@@ -366,9 +366,10 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             end = batch->count;
         while (end < batch->count && !chunk_has_key(batch, start, end))
             end++;
-        for (size_t i = start; i < end && start > 0 && sr->places[start - 1][0] != '\0'; i++)
-            if (sr->messages[i].place_order != NULL) /* the chunks before were accepted */
-                sr->messages[i].place_floor = sr->places[start - 1];
+        if (start > 0 && sr->places[start - 1][0] != '\0') /* the chunks before were accepted */
+            for (size_t i = start; i < end; i++)
+                if (sr->messages[i].place_order != NULL)
+                    sr->messages[i].place_floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed",
                       "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
@@ -786,6 +787,8 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->index = index;
     sr->lease_seconds = config->lease_seconds;
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
+    if (index == runner->worker_count)
+        return 0; /* the watch thread: no broker, no batches */
     sr->sink = sink_new(&options, err);
     if (sr->sink == NULL)
         return -1;

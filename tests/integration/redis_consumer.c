@@ -222,17 +222,15 @@ stream_consumer_xrange_count(redisContext *context, const char *stream)
     return count;
 }
 
-long long
-stream_consumer_delete_prefix(redisContext *context, const char *prefix)
+/* A SCAN pattern matching the keys that start with prefix (glob characters escaped); NULL: no memory. */
+static char *
+prefix_pattern(const char *prefix)
 {
-    char cursor[32] = "0";
     char *pattern = malloc(2 * strlen(prefix) + 2);
-    long long deleted = 0;
     size_t n = 0;
 
     if (pattern == NULL)
-        return -1;
-    /* escape glob characters so the prefix matches literally */
+        return NULL;
     for (const char *p = prefix; *p != '\0'; p++) {
         if (strchr("*?[]\\", *p) != NULL)
             pattern[n++] = '\\';
@@ -240,6 +238,45 @@ stream_consumer_delete_prefix(redisContext *context, const char *prefix)
     }
     pattern[n++] = '*';
     pattern[n] = '\0';
+    return pattern;
+}
+
+long long
+stream_consumer_count_prefix(redisContext *context, const char *prefix)
+{
+    char cursor[32] = "0";
+    char *pattern = prefix_pattern(prefix);
+    long long count = 0;
+
+    if (pattern == NULL)
+        return -1;
+    do {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        redisReply *reply = stream_consumer_command(context, 6, argv);
+
+        if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+            reply->element[0]->type != REDIS_REPLY_STRING) {
+            freeReplyObject(reply);
+            free(pattern);
+            return -1;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+        count += (long long)reply->element[1]->elements;
+        freeReplyObject(reply);
+    } while (strcmp(cursor, "0") != 0);
+    free(pattern);
+    return count;
+}
+
+long long
+stream_consumer_delete_prefix(redisContext *context, const char *prefix)
+{
+    char cursor[32] = "0";
+    char *pattern = prefix_pattern(prefix);
+    long long deleted = 0;
+
+    if (pattern == NULL)
+        return -1;
     do {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         redisReply *reply = stream_consumer_command(context, 6, argv);

@@ -57,6 +57,9 @@ struct stream_consumer_stream {
 int stream_consumer_read_stream(redisContext *context, const char *stream, struct stream_consumer_stream *out);
 void stream_consumer_stream_clear(struct stream_consumer_stream *stream);
 
+/* The number of keys that start with prefix (SCAN), or -1. */
+long long stream_consumer_count_prefix(redisContext *context, const char *prefix);
+
 /* Deletes every key that starts with prefix (SCAN + UNLINK); the count or -1. */
 long long stream_consumer_delete_prefix(redisContext *context, const char *prefix);
 

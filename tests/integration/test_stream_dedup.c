@@ -139,21 +139,10 @@ assert_each_row_once(struct fixture *f, long long want)
 static long long
 records_named(struct fixture *f, const char *infix)
 {
-    char pattern[160], cursor[32] = "0";
-    long long count = 0;
+    char prefix[160];
 
-    snprintf(pattern, sizeof(pattern), "{%s}%s*", f->stream, infix);
-    do {
-        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
-        redisReply *reply = stream_consumer_command(f->redis, 6, argv);
-
-        assert_non_null(reply);
-        assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
-        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
-        count += (long long)reply->element[1]->elements;
-        freeReplyObject(reply);
-    } while (strcmp(cursor, "0") != 0);
-    return count;
+    snprintf(prefix, sizeof(prefix), "{%s}%s", f->stream, infix);
+    return stream_consumer_count_prefix(f->redis, prefix);
 }
 
 /* Runs outboxctl with args on the test database; its exit status. */
