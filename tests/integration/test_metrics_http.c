@@ -699,6 +699,8 @@ test_stream_gauges(void **state)
     if (wait_for_status(f->port, "/healthz", 200, 10000) != 200 ||
         wait_for_metric(f, "outbox_stream_horizon_pid", NULL, (double)holder_pid, 20000) !=
             (double)holder_pid ||
+        wait_for_metric(f, "outbox_stream_partition_owned", "queue=\"ev\",partition=\"0\"", 1,
+                        20000) != 1 ||
         wait_for_metric(f, "outbox_stream_partition_owned", "queue=\"ev\",partition=\"1\"", 1,
                         20000) != 1)
         relay_dump_log(&relay);
