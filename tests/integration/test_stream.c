@@ -554,7 +554,9 @@ test_block_policy_keeps_key_order_across_batches(void **state)
 
 /*
  * A producer that does not own outbox.job (the insert guard of migration
- * 003 checks its rows) enqueues into a stream queue as into any other.
+ * 003 checks its rows) enqueues into a stream queue as into any other. Its
+ * stream rows record their transaction, whatever xid the insert names; rows
+ * of other queues record none (migration 012).
  */
 static void
 test_producer_role_enqueues_into_stream(void **state)
@@ -578,6 +580,18 @@ test_producer_role_enqueues_into_stream(void **state)
     harness_exec(f->conn, "RESET ROLE");
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'stream'"
                                                " AND stream_partition IS NOT NULL AND xid IS NOT NULL"),
+                     3);
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, xid) VALUES ('ev', '{}', '1')");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'ev'"
+                                               " AND xid = pg_current_xact_id()"),
+                     1);
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "SELECT outbox.enqueue('plain', '{}')");
+    harness_exec(f->conn, "SELECT outbox.enqueue_batch('plain', ARRAY['{}', '{}']::jsonb[])");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'plain'"
+                                               " AND state = 'ready' AND xid IS NULL"),
                      3);
     snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
     harness_exec(f->conn, sql);
