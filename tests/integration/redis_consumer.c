@@ -241,39 +241,16 @@ prefix_pattern(const char *prefix)
     return pattern;
 }
 
-long long
-stream_consumer_count_prefix(redisContext *context, const char *prefix)
+/*
+ * SCANs the keys that start with prefix; with unlink, UNLINKs each page of
+ * them. The number of keys found (or unlinked), -1 on an error.
+ */
+static long long
+scan_prefix(redisContext *context, const char *prefix, bool unlink)
 {
     char cursor[32] = "0";
     char *pattern = prefix_pattern(prefix);
-    long long count = 0;
-
-    if (pattern == NULL)
-        return -1;
-    do {
-        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
-        redisReply *reply = stream_consumer_command(context, 6, argv);
-
-        if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-            reply->element[0]->type != REDIS_REPLY_STRING) {
-            freeReplyObject(reply);
-            free(pattern);
-            return -1;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
-        count += (long long)reply->element[1]->elements;
-        freeReplyObject(reply);
-    } while (strcmp(cursor, "0") != 0);
-    free(pattern);
-    return count;
-}
-
-long long
-stream_consumer_delete_prefix(redisContext *context, const char *prefix)
-{
-    char cursor[32] = "0";
-    char *pattern = prefix_pattern(prefix);
-    long long deleted = 0;
+    long long total = 0;
 
     if (pattern == NULL)
         return -1;
@@ -290,7 +267,9 @@ stream_consumer_delete_prefix(redisContext *context, const char *prefix)
         }
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
         keys = reply->element[1];
-        if (keys->elements > 0) {
+        if (!unlink) {
+            total += (long long)keys->elements;
+        } else if (keys->elements > 0) {
             const char **argv_unlink = malloc((keys->elements + 1) * sizeof(*argv_unlink));
             redisReply *unlinked;
 
@@ -304,12 +283,24 @@ stream_consumer_delete_prefix(redisContext *context, const char *prefix)
                 argv_unlink[i + 1] = keys->element[i]->str;
             unlinked = stream_consumer_command(context, (int)keys->elements + 1, argv_unlink);
             if (unlinked != NULL && unlinked->type == REDIS_REPLY_INTEGER)
-                deleted += unlinked->integer;
+                total += unlinked->integer;
             freeReplyObject(unlinked);
             free(argv_unlink);
         }
         freeReplyObject(reply);
     } while (strcmp(cursor, "0") != 0);
     free(pattern);
-    return deleted;
+    return total;
+}
+
+long long
+stream_consumer_count_prefix(redisContext *context, const char *prefix)
+{
+    return scan_prefix(context, prefix, false);
+}
+
+long long
+stream_consumer_delete_prefix(redisContext *context, const char *prefix)
+{
+    return scan_prefix(context, prefix, true);
 }

@@ -582,8 +582,12 @@ test_producer_role_enqueues_into_stream(void **state)
                                                " AND stream_partition IS NOT NULL AND xid IS NOT NULL"),
                      3);
 
+    /* a producer naming an xid behind every cursor gets its own transaction's */
     harness_exec(f->conn, "BEGIN");
+    snprintf(sql, sizeof(sql), "SET LOCAL ROLE %s", role);
+    harness_exec(f->conn, sql);
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, xid) VALUES ('ev', '{}', '1')");
+    harness_exec(f->conn, "RESET ROLE");
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'ev'"
                                                " AND xid = pg_current_xact_id()"),
                      1);
