@@ -9,7 +9,8 @@ PACKAGES="build-essential pkg-config libpq-dev librabbitmq-dev libhiredis-dev uu
 postgresql-15 rabbitmq-server redis-server redis-sentinel iproute2
 systemd prometheus lintian dpkg-dev curl jq
 chromium nodejs npm libnats-dev nats-server openssl
-librdkafka-dev maven openjdk-17-jre-headless"
+librdkafka-dev maven openjdk-17-jre-headless
+python3 python3-psycopg2 python3-pika python3-confluent-kafka"
 
 # A Node.js installed another way (NodeSource's nodejs bundles npm and conflicts with
 # Debian's npm) serves the browser test as well.

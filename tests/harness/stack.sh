@@ -6,6 +6,8 @@
 #   stack.sh stop-service DIR NAME                     stop one server, keep its data and port
 #   stack.sh start-service DIR NAME                    start it again on the same port and data
 #   stack.sh restart-service DIR NAME                  stop + start (postgres: pg_ctl restart -m fast)
+#   stack.sh kill-service DIR NAME                     kill -9 one server (postgres: stop -m immediate),
+#                                                      keep its data and port for start-service
 #   stack.sh rabbitmqctl DIR ARGS...                   rabbitmqctl against the stack's node
 #   stack.sh cluster-rabbitmqctl DIR N ARGS...         rabbitmqctl against cluster node N (1-3)
 #   stack.sh crash-primary DIR                         pg_ctl stop -m immediate the primary
@@ -271,6 +273,8 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$DIR/pg-socket'
 max_connections = 200
+# producers' PREPARE TRANSACTION (the torture run, the horizon tests)
+max_prepared_transactions = 20
 logging_collector = off
 log_line_prefix = '%m [%p] %q%u@%d '
 EOF
@@ -815,6 +819,35 @@ service_stop() {
     esac
 }
 
+# kill -9 of a server, as a crash; start-service brings it back on its data and port.
+service_kill() {
+    local pidfile=""
+    case "$1" in
+    postgres)
+        as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -m immediate -w -t "$STOP_TIMEOUT" stop \
+            >/dev/null 2>&1 || true
+        return 0
+        ;;
+    redis) pidfile=$DIR/redis/redis.pid ;;
+    nats) pidfile=$DIR/nats/nats.pid ;;
+    kafka) pidfile=$DIR/kafka/kafka.pid ;;
+    *)
+        # a RabbitMQ node killed leaves its launcher and epmd: stopped as a whole instead
+        service_stop "$1"
+        return 0
+        ;;
+    esac
+    local pid i
+    pid=$(tr -dc 0-9 <"$pidfile" 2>/dev/null || true)
+    pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+    for ((i = 0; i < 100; i++)); do
+        pid_alive "$pid" || break
+        sleep 0.1
+    done
+    rm -f "$pidfile"
+    [ "$1" != nats ] || [ ! -f "$DIR/nats/nats.log" ] || mv "$DIR/nats/nats.log" "$DIR/nats/nats.log.old"
+}
+
 service_configured() {
     case "$1" in
     postgres) [ -n "$PG_PORT" ] ;;
@@ -978,6 +1011,7 @@ command_service() {
     case "$command" in
     stop-service) service_stop "$service" ;;
     start-service) service_start "$service" ;;
+    kill-service) service_kill "$service" ;;
     restart-service)
         if [ "$service" = postgres ]; then
             as_user postgres "$PG_BIN/pg_ctl" -D "$DIR/pg" -l "$DIR/pg.log" -m fast -w \
@@ -1003,7 +1037,7 @@ shift 2
 case "$COMMAND" in
 start) command_start "$@" ;;
 stop) command_stop ;;
-stop-service | start-service | restart-service) command_service "$COMMAND" "$@" ;;
+stop-service | start-service | restart-service | kill-service) command_service "$COMMAND" "$@" ;;
 rabbitmqctl)
     [ -d "$DIR" ] || die "no stack in $DIR"
     DIR=$(cd "$DIR" && pwd)

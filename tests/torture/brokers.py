@@ -1,0 +1,368 @@
+"""brokers.py - the torture checker's own view of each broker.
+
+Every destination is prepared and read here with a client of its own, never with the
+relay's code: a few lines of RESP for Redis, of the NATS text protocol for JetStream,
+pika for RabbitMQ and confluent-kafka for Kafka. A reader returns every message the
+destination holds (or, for RabbitMQ, has handed over so far) as a list of payload
+texts in the broker's order; for Kafka, in offset order per partition, which is the
+order a key's records are kept in.
+
+A cell (one broker, one mode) has one destination that both of its databases publish
+into; its name comes from the cell so that cells never share one.
+"""
+
+import base64
+import json
+import socket
+import time
+
+
+class Destination:
+    """What a relay of a cell needs (relay_args) and what the checker reads."""
+
+    def __init__(self, cell, env):
+        self.cell = cell
+        self.env = env
+
+    def relay_args(self):
+        raise NotImplementedError
+
+    def bad_routing_keys(self):
+        """Routing keys of rows this broker must refuse: they end dead, never published."""
+        return []
+
+    def read(self):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+# ---------------------------------------------------------------- Redis
+
+
+class Resp:
+    """A minimal RESP2 client: enough for AUTH, SET, DEL, XRANGE, CONFIG SET."""
+
+    def __init__(self, host, port, password):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.buffer = b""
+        if password:
+            self.call("AUTH", password)
+
+    def call(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            out += b"$%d\r\n%s\r\n" % (len(data), data)
+        self.sock.sendall(out)
+        reply = self._reply()
+        if isinstance(reply, RespError):
+            raise reply
+        return reply
+
+    def _line(self):
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, size):
+        while len(self.buffer) < size + 2:
+            chunk = self.sock.recv(max(65536, size))
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:size], self.buffer[size + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return RespError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else self._exact(size)
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self._reply() for _ in range(count)]
+        raise ConnectionError("unexpected redis reply %r" % line)
+
+    def close(self):
+        self.sock.close()
+
+
+class RespError(Exception):
+    pass
+
+
+class RedisDestination(Destination):
+    def __init__(self, cell, env):
+        super().__init__(cell, env)
+        self.prefix = "tt_%s:" % cell
+        self.port = int(env["OUTBOX_TEST_REDIS_PORT"])
+        self.password = env["OUTBOX_TEST_REDIS_PASSWORD"]
+        redis = self._connect()
+        # acknowledged appends must survive a kill -9 of the server
+        redis.call("CONFIG", "SET", "appendfsync", "always")
+        redis.call("DEL", self.prefix + "tq")
+        # a key of another type: an append to it is refused (WRONGTYPE)
+        redis.call("SET", self.prefix + "wrongtype", "not a stream")
+        redis.close()
+
+    def _connect(self):
+        return Resp("127.0.0.1", self.port, self.password)
+
+    def relay_args(self):
+        return ["--broker", self.env["OUTBOX_TEST_REDIS_URL"], "--stream-prefix", self.prefix]
+
+    def bad_routing_keys(self):
+        return ["wrongtype"]
+
+    def read(self):
+        redis = self._connect()
+        try:
+            messages, start = [], "-"
+            while True:
+                entries = redis.call("XRANGE", self.prefix + "tq", start, "+", "COUNT", 1000)
+                for entry_id, fields in entries:
+                    values = dict(zip(fields[0::2], fields[1::2]))
+                    messages.append(values.get(b"payload", b"").decode())
+                if len(entries) < 1000:
+                    return messages
+                start = "(" + entries[-1][0].decode()
+        finally:
+            redis.close()
+
+
+# ---------------------------------------------------------------- NATS JetStream
+
+
+class Nats:
+    """A minimal NATS client for JetStream API requests (request/reply on one inbox)."""
+
+    def __init__(self, host, port):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.buffer = b""
+        self._line()  # INFO
+        connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
+                   "protocol": 1, "lang": "torture", "version": "1"}
+        self.sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB _INBOX.torture 1\r\n")
+
+    def _line(self):
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("nats closed the connection")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, size):
+        while len(self.buffer) < size + 2:
+            chunk = self.sock.recv(max(65536, size))
+            if not chunk:
+                raise ConnectionError("nats closed the connection")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:size], self.buffer[size + 2:]
+        return data
+
+    def request(self, subject, body):
+        data = json.dumps(body).encode()
+        self.sock.sendall(b"PUB %s _INBOX.torture %d\r\n%s\r\n" % (subject.encode(), len(data), data))
+        while True:
+            line = self._line()
+            if line.startswith(b"PING"):
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"MSG "):
+                parts = line.split()
+                return json.loads(self._exact(int(parts[-1])) or b"{}")
+            elif line.startswith(b"HMSG "):
+                parts = line.split()
+                raw = self._exact(int(parts[-1]))
+                headers_size = int(parts[-2])
+                status = raw[:headers_size].split(b"\r\n", 1)[0]
+                if b"503" in status:
+                    raise ConnectionError("jetstream: no responders for %s" % subject)
+                return json.loads(raw[headers_size:] or b"{}")
+            elif line.startswith(b"-ERR"):
+                raise ConnectionError(line.decode())
+
+    def close(self):
+        self.sock.close()
+
+
+class NatsDestination(Destination):
+    def __init__(self, cell, env):
+        super().__init__(cell, env)
+        self.prefix = "tt_%s." % cell
+        self.stream = "TT_%s" % cell.upper()
+        self.port = int(env["OUTBOX_TEST_NATS_PORT"])
+        nats = self._connect()
+        nats.request("$JS.API.STREAM.DELETE." + self.stream, {})
+        created = nats.request("$JS.API.STREAM.CREATE." + self.stream, {
+            "name": self.stream, "subjects": [self.prefix + "tq"], "storage": "file",
+            "retention": "limits", "duplicate_window": 120 * 1000 * 1000 * 1000})
+        nats.close()
+        if "error" in created:
+            raise RuntimeError("unable to create stream %s: %s" % (self.stream, created["error"]))
+
+    def _connect(self):
+        return Nats("127.0.0.1", self.port)
+
+    def relay_args(self):
+        return ["--broker", self.env["OUTBOX_TEST_NATS_URL"], "--subject-prefix", self.prefix]
+
+    def bad_routing_keys(self):
+        # no stream holds this subject: refused with "no responders"
+        return ["nostream"]
+
+    def read(self):
+        nats = self._connect()
+        try:
+            info = nats.request("$JS.API.STREAM.INFO." + self.stream, {})
+            if "error" in info:
+                raise ConnectionError("stream %s: %s" % (self.stream, info["error"]))
+            messages = []
+            first, last = info["state"]["first_seq"], info["state"]["last_seq"]
+            for seq in range(max(first, 1), last + 1):
+                got = nats.request("$JS.API.STREAM.MSG.GET." + self.stream, {"seq": seq})
+                if "message" in got:
+                    messages.append(base64.b64decode(got["message"].get("data", "")).decode())
+            self.first_seq = first
+            return messages
+        finally:
+            nats.close()
+
+
+# ---------------------------------------------------------------- RabbitMQ
+
+
+class AmqpDestination(Destination):
+    def __init__(self, cell, env):
+        super().__init__(cell, env)
+        import pika
+
+        self.exchange = "tt_%s" % cell
+        self.queue = "tt_%s_q" % cell
+        self.url = env["OUTBOX_TEST_AMQP_URL"]
+        self.received = []
+        channel = self._channel()
+        channel.exchange_declare(self.exchange, exchange_type="direct", durable=True)
+        channel.queue_declare(self.queue, durable=True)
+        channel.queue_purge(self.queue)
+        channel.queue_bind(self.queue, self.exchange, routing_key="tq")
+        self._close()
+
+    def _channel(self):
+        import pika
+
+        self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        return self.connection.channel()
+
+    def _close(self):
+        try:
+            self.connection.close()
+        except Exception:
+            pass
+
+    def relay_args(self):
+        return ["--broker", self.env["OUTBOX_TEST_AMQP_URL"], "--exchange", self.exchange]
+
+    def bad_routing_keys(self):
+        # bound to no queue: returned as unroutable
+        return ["nowhere"]
+
+    def read(self):
+        """Takes (and acks) what the queue holds now; returns all taken so far."""
+        channel = self._channel()
+        try:
+            while True:
+                method, _, body = channel.basic_get(self.queue, auto_ack=False)
+                if method is None:
+                    break
+                self.received.append(body.decode())
+                channel.basic_ack(method.delivery_tag)
+        finally:
+            self._close()
+        return list(self.received)
+
+
+# ---------------------------------------------------------------- Kafka
+
+
+class KafkaDestination(Destination):
+    PARTITIONS = 3
+
+    def __init__(self, cell, env):
+        super().__init__(cell, env)
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        self.prefix = "tt_%s." % cell
+        self.topic = self.prefix + "tq"
+        self.bootstrap = env["OUTBOX_TEST_KAFKA_URL"].split("://", 1)[1]
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics([NewTopic(self.topic, self.PARTITIONS, 1)])
+        for future in futures.values():
+            try:
+                future.result(30)
+            except Exception as error:  # an earlier run's topic
+                if "TOPIC_ALREADY_EXISTS" not in str(error):
+                    raise
+
+    def relay_args(self):
+        return ["--broker", self.env["OUTBOX_TEST_KAFKA_URL"], "--topic-prefix", self.prefix]
+
+    def bad_routing_keys(self):
+        # no such topic (the relay never creates topics, the broker does not either)
+        return ["notopic"]
+
+    def read(self):
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "torture-checker",
+                             "enable.auto.commit": False, "enable.partition.eof": True,
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        try:
+            partitions = [TopicPartition(self.topic, p, 0) for p in range(self.PARTITIONS)]
+            consumer.assign(partitions)
+            per_partition = {p: [] for p in range(self.PARTITIONS)}
+            at_end = set()
+            deadline = time.monotonic() + 60
+            while len(at_end) < self.PARTITIONS and time.monotonic() < deadline:
+                record = consumer.poll(1.0)
+                if record is None:
+                    continue
+                if record.error():
+                    if record.error().code() == -191:  # _PARTITION_EOF
+                        at_end.add(record.partition())
+                        continue
+                    raise ConnectionError(str(record.error()))
+                per_partition[record.partition()].append(record.value().decode())
+            if len(at_end) < self.PARTITIONS:
+                raise ConnectionError("kafka: the partitions' ends were not reached in 60 s")
+            return [value for p in range(self.PARTITIONS) for value in per_partition[p]]
+        finally:
+            consumer.close()
+
+
+DESTINATIONS = {
+    "amqp": AmqpDestination,
+    "redis": RedisDestination,
+    "nats": NatsDestination,
+    "kafka": KafkaDestination,
+}
+
+# Brokers that promise at most one append per job (Redis' dedup record, NATS' duplicate
+# window); RabbitMQ and Kafka are at least once and consumers deduplicate.
+AT_MOST_ONCE = {"redis", "nats"}
+# The stack's service behind each broker, for its faults.
+SERVICE = {"amqp": "rabbitmq", "redis": "redis", "nats": "nats", "kafka": "kafka"}

@@ -1,0 +1,314 @@
+"""producers.py - the torture run's producers and what they record for the checker.
+
+A producer is a session on one database with a random generator of its own, drawn from
+the run's seed. Each transaction it runs is one of the shapes applications use (single
+rows, enqueue_batch, the C outbox_enqueue_many, savepoints rolled back, whole
+transactions rolled back, a long transaction that takes its xid early and enqueues late,
+PREPARE TRANSACTION then COMMIT or ROLLBACK PREPARED, idle in transaction, repeated
+idempotency keys, payloads near and over the size limit, routing keys the broker must
+refuse).
+
+Every row's payload is {"u": token, "k": key, "n": counter, ...}: the token names the row
+for the checker whatever message id the relay gives it. A keyed transaction first
+increments its keys' counters in torture.key_counter (row locks held to commit), so for
+one key the committed transactions' counters rise in commit order: the checker expects
+a key's rows delivered in (n, job_id) order.
+
+What the checker needs is recorded here: tokens committed (COMMIT returned), rolled back
+(ROLLBACK, ROLLBACK TO SAVEPOINT, ROLLBACK PREPARED), uncertain (the connection died in
+COMMIT: the table decides), and bad by construction (they may only end dead).
+"""
+
+import ctypes
+import json
+import random
+import threading
+import time
+
+import psycopg2
+
+KEYS_PER_DATABASE = 12
+BUSINESS_ROWS = 50
+# over the relays' --max-message-bytes (1 MiB): dead at once; near it: published
+NEAR_LIMIT_BYTES = 900_000
+OVER_LIMIT_BYTES = 1_100_000
+SETUP_SQL = """
+CREATE SCHEMA IF NOT EXISTS torture;
+CREATE TABLE IF NOT EXISTS torture.key_counter (key text PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS torture.business (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0);
+INSERT INTO torture.business SELECT g FROM generate_series(1, %d) g ON CONFLICT DO NOTHING;
+""" % BUSINESS_ROWS
+
+
+class Record:
+    """What one database's producers did, shared by its sessions."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.committed = set()
+        self.rolled = {}  # token -> payload text, for the self-test's planted delivery
+        self.uncertain = set()
+        self.bad = set()
+        self.idempotent = {}  # token -> (database, idempotency key): may name an earlier row
+        self.transactions = 0
+        self.kinds = {}
+
+    def add(self, outcome, tokens, payloads=None):
+        with self.lock:
+            if outcome == "committed":
+                self.committed.update(tokens)
+            elif outcome == "rolled":
+                for token in tokens:
+                    self.rolled[token] = (payloads or {}).get(token, "")
+            else:
+                self.uncertain.update(tokens)
+
+    def count(self, kind):
+        with self.lock:
+            self.transactions += 1
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+
+def setup_database(url, database_name):
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(SETUP_SQL)
+        cur.execute("INSERT INTO torture.key_counter SELECT %s || ':k' || g FROM generate_series(1, %s) g "
+                    "ON CONFLICT DO NOTHING", (database_name, KEYS_PER_DATABASE))
+    conn.close()
+
+
+class CLibrary:
+    """outbox_enqueue_many() of lib/liboutbox.so on a psycopg2 connection's PGconn."""
+
+    class Message(ctypes.Structure):
+        _fields_ = [("queue", ctypes.c_char_p), ("payload_json", ctypes.c_char_p),
+                    ("idempotency_key", ctypes.c_char_p), ("headers_json", ctypes.c_char_p),
+                    ("ordering_key", ctypes.c_char_p), ("priority", ctypes.c_int32),
+                    ("max_attempts", ctypes.c_int32), ("delay_seconds", ctypes.c_double),
+                    ("exchange", ctypes.c_char_p), ("routing_key", ctypes.c_char_p),
+                    ("traceparent", ctypes.c_char_p), ("tracestate", ctypes.c_char_p)]
+
+    class Error(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_int), ("sqlstate", ctypes.c_char * 6),
+                    ("message", ctypes.c_char * 512)]
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.outbox_enqueue_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                 ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.outbox_enqueue_many.restype = ctypes.c_int
+
+    def enqueue_many(self, conn, rows):
+        messages = (self.Message * len(rows))()
+        keep = []
+        for slot, row in zip(messages, rows):
+            fields = {name: (value.encode() if isinstance(value, str) else value)
+                      for name, value in row.items()}
+            keep.append(fields)
+            slot.queue = fields["queue"]
+            slot.payload_json = fields["payload"]
+            slot.idempotency_key = fields.get("idempotency_key")
+            slot.ordering_key = fields.get("ordering_key")
+            slot.routing_key = fields.get("routing_key")
+            slot.max_attempts = row.get("max_attempts") or 0
+        ids = (ctypes.c_int64 * len(rows))()
+        error = self.Error()
+        if self.lib.outbox_enqueue_many(ctypes.c_void_p(conn.pgconn_ptr), messages, len(rows),
+                                        ids, ctypes.byref(error)) != 0:
+            raise psycopg2.DatabaseError("outbox_enqueue_many: %s" % error.message.decode(errors="replace"))
+        return list(ids)
+
+
+class Producer(threading.Thread):
+    """One session of one database, running random transactions until stopped."""
+
+    def __init__(self, name, url, database_name, rng_seed, record, bad_routing_keys, clib, stop,
+                 pace_seconds):
+        super().__init__(name=name, daemon=True)
+        self.url = url
+        self.database = database_name
+        self.rng = random.Random(rng_seed)
+        self.record = record
+        self.bad_routing_keys = bad_routing_keys
+        self.clib = clib
+        self.stop = stop
+        self.pace = pace_seconds
+        self.conn = None
+        self.serial = 0
+        self.errors = 0
+
+    # ---- rows
+
+    def token(self):
+        self.serial += 1
+        return "%s.%s.%d" % (self.database, self.name, self.serial)
+
+    def key(self):
+        return "%s:k%d" % (self.database, self.rng.randint(1, KEYS_PER_DATABASE))
+
+    def row(self, key, counters, size=0, bad=False):
+        """A row of one key (or none): its payload carries the key's counter."""
+        token = self.token()
+        payload = {"u": token, "k": key, "n": counters.get(key)}
+        if size:
+            payload["pad"] = "x" * size
+        row = {"queue": "tq", "payload": json.dumps(payload), "ordering_key": key, "token": token}
+        if bad:
+            row["max_attempts"] = 2
+            if size == 0:
+                row["routing_key"] = self.rng.choice(self.bad_routing_keys)
+            with self.record.lock:
+                self.record.bad.add(token)
+        elif self.rng.random() < 0.1:
+            row["idempotency_key"] = "idem-%d" % self.rng.randint(1, 40)
+            with self.record.lock:
+                self.record.idempotent[token] = (self.database.rsplit("_", 1)[-1], row["idempotency_key"])
+        return row
+
+    # ---- statements
+
+    def lock_keys(self, cur, keys):
+        """Increments each key's counter (sorted: no deadlock); the row locks order commits."""
+        counters = {}
+        for key in sorted(k for k in set(keys) if k):
+            cur.execute("UPDATE torture.key_counter SET n = n + 1 WHERE key = %s RETURNING n", (key,))
+            counters[key] = cur.fetchone()[0]
+        return counters
+
+    def enqueue(self, cur, rows, how):
+        if how == "single" or len(rows) == 1:
+            for row in rows:
+                cur.execute("SELECT outbox.enqueue(%s, %s::jsonb, idempotency_key => %s, ordering_key => %s,"
+                            " routing_key => %s, max_attempts => %s)",
+                            (row["queue"], row["payload"], row.get("idempotency_key"), row.get("ordering_key"),
+                             row.get("routing_key"), row.get("max_attempts") or 10))
+        elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") for r in rows):
+            cur.execute("SELECT outbox.enqueue_batch('tq', %s::jsonb[], %s::text[], %s::text[])",
+                        ([r["payload"] for r in rows], [r.get("idempotency_key") for r in rows],
+                         [r.get("ordering_key") for r in rows]))
+        elif self.clib is not None:
+            self.clib.enqueue_many(self.conn, rows)
+        else:
+            self.enqueue(cur, rows, "single")
+
+    def make_rows(self, count, keyed=True):
+        keys = [self.key() if keyed and self.rng.random() < 0.8 else None for _ in range(count)]
+        return keys
+
+    # ---- transactions
+
+    def transaction(self):
+        rng = self.rng
+        kind = rng.choices(["single", "batch", "many", "rollback", "savepoint", "early_xid", "prepared",
+                            "idle", "bad", "big"],
+                           weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1])[0]
+        self.record.count(kind)
+        cur = self.conn.cursor()
+        if kind == "idle":
+            cur.execute("SELECT pg_current_xact_id()")
+            self.sleep(rng.uniform(0.5, 2.0))
+            self.finish(cur, "commit", [])
+            return
+        if kind == "early_xid":
+            cur.execute("UPDATE torture.business SET v = v + 1 WHERE id = %s", (rng.randint(1, BUSINESS_ROWS),))
+            self.sleep(rng.uniform(0.2, 1.5))
+        keys = self.make_rows(rng.randint(2, 8) if kind in ("batch", "many") else rng.randint(1, 2))
+        counters = self.lock_keys(cur, keys)
+        rows = [self.row(key, counters) for key in keys]
+        if kind == "bad":
+            rows.append(self.row(rng.choice([None, keys[0]]), counters, bad=True))
+        if kind == "big":
+            size = rng.choice([NEAR_LIMIT_BYTES, OVER_LIMIT_BYTES])
+            rows.append(self.row(None, counters, size=size, bad=size == OVER_LIMIT_BYTES))
+        tokens = [row["token"] for row in rows]
+        payloads = {row["token"]: row["payload"] for row in rows}
+        if kind == "savepoint":
+            self.enqueue(cur, rows, "single")
+            cur.execute("SAVEPOINT s")
+            extra = [self.row(key, counters) for key in keys]
+            self.enqueue(cur, extra, "single")
+            cur.execute("ROLLBACK TO SAVEPOINT s")
+            self.record.add("rolled", [r["token"] for r in extra], {r["token"]: r["payload"] for r in extra})
+            self.finish(cur, "commit", tokens)
+            return
+        self.enqueue(cur, rows, {"batch": "batch", "many": "many"}.get(kind, "single"))
+        if kind == "rollback":
+            self.conn.rollback()
+            self.record.add("rolled", tokens, payloads)
+        elif kind == "prepared":
+            self.prepared(cur, tokens, payloads)
+        else:
+            self.finish(cur, "commit", tokens)
+
+    def prepared(self, cur, tokens, payloads):
+        gid = "torture-%s-%d" % (self.name, self.serial)
+        commit = self.rng.random() < 0.6
+        cur.execute("PREPARE TRANSACTION %s", (gid,))
+        self.conn.commit()  # psycopg2: ends its own transaction block; the PREPARE already ended ours
+        self.sleep(self.rng.uniform(0.1, 1.0))
+        statement = "COMMIT PREPARED %s" if commit else "ROLLBACK PREPARED %s"
+        self.conn.autocommit = True
+        try:
+            for _ in range(100):  # the server may be restarting: the prepared transaction survives it
+                try:
+                    self.conn.cursor().execute(statement, (gid,))
+                    break
+                except psycopg2.OperationalError:
+                    self.reconnect()
+                    self.conn.autocommit = True
+                except psycopg2.ProgrammingError:
+                    break  # already finished
+            self.record.add("committed" if commit else "rolled", tokens, payloads)
+        finally:
+            self.conn.autocommit = False
+
+    def finish(self, cur, how, tokens):
+        try:
+            self.conn.commit()
+        except psycopg2.OperationalError:
+            self.record.add("uncertain", tokens)
+            raise
+        self.record.add("committed", tokens)
+
+    # ---- the session
+
+    def sleep(self, seconds):
+        self.stop.wait(seconds)
+
+    def reconnect(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = None
+        for _ in range(600):
+            try:
+                self.conn = psycopg2.connect(self.url, connect_timeout=5)
+                return
+            except psycopg2.OperationalError:
+                time.sleep(0.1)
+        raise RuntimeError("%s: the database stayed unreachable" % self.name)
+
+    def run(self):
+        self.reconnect()
+        while not self.stop.is_set():
+            try:
+                self.transaction()
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                self.errors += 1
+                self.reconnect()
+            except psycopg2.DatabaseError:
+                # a refused statement (a deadlock, a serialization failure): nothing committed
+                self.errors += 1
+                try:
+                    self.conn.rollback()
+                except Exception:
+                    self.reconnect()
+            self.sleep(self.rng.uniform(0, self.pace))
+        try:
+            self.conn.close()
+        except Exception:
+            pass

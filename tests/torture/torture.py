@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""torture.py - a permanent adversary: randomized histories and faults, an independent checker.
+
+    torture.py            (the settings come from the environment)
+
+    TORTURE_SECONDS   length of the history with faults (default 600)
+    TORTURE_SEED      the seed (default random); everything random derives from it
+    TORTURE_BROKERS   amqp,redis,nats,kafka (default all)
+    TORTURE_MODES     row,stream (default both)
+    TORTURE_SELFTEST  1: plant a lost, a duplicate, an order and a rolled violation in the
+                      observed history; the checker must name each (exit non-zero)
+    TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
+    TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
+
+Each broker x mode is a cell: two databases (a and b), each with two relays of different
+leases, and producers, all publishing into one destination of the broker. All cells run
+at once against one stack (tests/harness/stack.sh: the suite's, from OUTBOX_TEST_STACK_DIR,
+or one started here), under one fault schedule. After TORTURE_SECONDS the producers stop,
+the faults undo themselves, and the relays drain; then the checker reads each destination
+with its own consumer and the tables, and judges (checker.py).
+
+The last line is exactly `torture: seed=<S> rows=<N> violations=<V>`; exit 0 only with 0.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg2  # noqa: E402
+
+import brokers  # noqa: E402
+import checker  # noqa: E402
+import faults  # noqa: E402
+import producers  # noqa: E402
+
+SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+STACK = os.path.join(SOURCE_DIR, "tests", "harness", "stack.sh")
+LEASES = [5, 8]
+
+
+def log(text):
+    print("torture: %s" % text, flush=True)
+
+
+class Database:
+    def __init__(self, run, cell, letter):
+        self.name = "%s_%s" % (cell.slug, letter)
+        self.letter = letter
+        base = run.env["OUTBOX_TEST_PG_URL"].rsplit("/", 1)[0]
+        self.url = "%s/tt_%s" % (base, self.name)
+        admin = psycopg2.connect(run.env["OUTBOX_TEST_PG_URL"])
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS tt_%s WITH (FORCE)" % self.name)
+            cur.execute("CREATE DATABASE tt_%s TEMPLATE %s" % (self.name, run.env["OUTBOX_TEST_TEMPLATE_DB"]))
+        admin.close()
+        producers.setup_database(self.url, self.name)
+        self.record = producers.Record()
+
+    def query(self, sql, args=None):
+        for attempt in range(100):
+            try:
+                conn = psycopg2.connect(self.url, connect_timeout=5)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(sql, args)
+                        return cur.fetchall() if cur.description else None
+                finally:
+                    conn.close()
+            except psycopg2.OperationalError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.2)
+
+
+class Cell:
+    def __init__(self, run, broker, mode):
+        self.broker, self.mode = broker, mode
+        self.name = "%s/%s" % (broker, mode)
+        self.slug = "%s_%s" % (broker, mode)
+        self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
+        self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
+        self.replayed = set()
+        if mode == "stream":
+            for database in self.databases:
+                run.outboxctl(database, "stream", "enable", "tq", "--partitions",
+                              str(run.rng.randint(1, 4)))
+
+
+class Relay:
+    def __init__(self, run, cell, database, lease, index):
+        self.run_, self.lease = run, lease
+        self.name = "%s-%s-%d" % (cell.slug, database.letter, index)
+        self.metrics_port = run.free_port()
+        self.args = [os.path.join(run.bin, "outbox-relay"), "--database-url", database.url,
+                     "--lease", str(lease), "--concurrency", "2", "--batch-size", "50",
+                     "--poll-interval", "50ms", "--retry-base", "200ms", "--retry-max", "1s",
+                     "--retention", "0", "--max-message-bytes", "1048576",
+                     "--metrics-addr", "127.0.0.1:%d" % self.metrics_port]
+        self.args += cell.destination.relay_args()
+        self.database = database
+        self.process = None
+        self.lock = threading.Lock()
+        self.log_path = os.path.join(run.work, self.name + ".log")
+
+    def start(self):
+        with self.lock:
+            out = open(self.log_path, "a")
+            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+            out.close()
+
+    def signal(self, number):
+        with self.lock:
+            if self.process is not None and self.process.poll() is None:
+                self.process.send_signal(number)
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait()
+
+    def pause(self):
+        self.signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.signal(signal.SIGCONT)
+
+    def ensure_running(self):
+        self.resume()
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+
+    def stop(self):
+        self.resume()
+        self.signal(signal.SIGTERM)
+        if self.process is not None:
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5) as page:
+            return page.read().decode()
+
+
+class Run:
+    def __init__(self):
+        self.seed = os.environ.get("TORTURE_SEED") or str(random.SystemRandom().randrange(1, 10**9))
+        log("seed=%s" % self.seed)
+        self.rng = random.Random("run-%s" % self.seed)
+        self.seconds = float(os.environ.get("TORTURE_SECONDS", "600"))
+        self.drain = float(os.environ.get("TORTURE_DRAIN", "120"))
+        self.selftest = os.environ.get("TORTURE_SELFTEST") == "1"
+        # two databases publish into each destination; 1 isolates a single database's promises
+        self.database_count = int(os.environ.get("TORTURE_DATABASES", "2"))
+        self.broker_names = [b for b in os.environ.get("TORTURE_BROKERS", "amqp,redis,nats,kafka").split(",") if b]
+        self.modes = [m for m in os.environ.get("TORTURE_MODES", "row,stream").split(",") if m]
+        for name in self.broker_names:
+            if name not in brokers.DESTINATIONS:
+                sys.exit("torture: unknown broker %r in TORTURE_BROKERS (amqp, redis, nats, kafka)" % name)
+        for mode in self.modes:
+            if mode not in ("row", "stream"):
+                sys.exit("torture: unknown mode %r in TORTURE_MODES (row, stream)" % mode)
+        self.bin = os.path.abspath(os.environ.get("BIN", os.path.join(SOURCE_DIR, "bin")))
+        self.lib = os.path.abspath(os.environ.get("LIB", os.path.join(SOURCE_DIR, "lib")))
+        self.work = tempfile.mkdtemp(prefix="torture.")
+        os.chmod(self.work, 0o755)  # the servers run as their own users
+        self.own_stack = None
+        self.cells, self.relays, self.producers = [], [], []
+        self.used_ports = set()
+
+    # ---- the stack
+
+    def start_stack(self):
+        stack_dir = os.environ.get("OUTBOX_TEST_STACK_DIR")
+        if not stack_dir:
+            stack_dir = os.path.join(self.work, "stack")
+            services = ["postgres"] + sorted({brokers.SERVICE[b] for b in self.broker_names})
+            log("starting %s" % " ".join(services))
+            subprocess.run([STACK, "start", stack_dir] + services, check=True)
+            self.own_stack = stack_dir
+        self.stack_dir = stack_dir
+        self.env = {}
+        with open(os.path.join(stack_dir, "env")) as env:
+            for line in env:
+                if line.startswith("export "):
+                    name, _, value = line[7:].strip().partition("=")
+                    self.env[name] = value.strip("'")
+
+    def stack(self, command, service):
+        result = faults.run_quietly([STACK, command, self.stack_dir, service], timeout=180)
+        if result.returncode != 0:
+            raise RuntimeError("stack.sh %s %s: %s" % (command, service, result.stdout.strip()[-300:]))
+
+    def service_of(self, broker):
+        return brokers.SERVICE[broker]
+
+    def brokers(self):
+        return self.broker_names
+
+    def free_port(self):
+        import socket
+
+        while True:
+            port = self.rng.randint(20000, 32000)
+            if port in self.used_ports:
+                continue
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            self.used_ports.add(port)
+            return port
+
+    def outboxctl(self, database, *args):
+        result = faults.run_quietly([os.path.join(self.bin, "outboxctl"), "--database-url", database.url]
+                                    + list(args))
+        if result.returncode != 0:
+            raise RuntimeError("outboxctl %s: %s" % (" ".join(args), result.stdout.strip()[-300:]))
+        return result.stdout
+
+    # ---- the history
+
+    def setup(self):
+        for broker in self.broker_names:
+            for mode in self.modes:
+                self.cells.append(Cell(self, broker, mode))
+        self.stop_producers = threading.Event()
+        clib_path = os.path.join(self.lib, "liboutbox.so")
+        clib = producers.CLibrary(clib_path) if os.path.exists(clib_path) else None
+        sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
+        for cell in self.cells:
+            for database in cell.databases:
+                for index, lease in enumerate(LEASES):
+                    self.relays.append(Relay(self, cell, database, lease, index))
+                for session in range(sessions):
+                    self.producers.append(producers.Producer(
+                        "p%d" % session, database.url, database.name,
+                        "%s-%s-%d" % (self.seed, database.name, session), database.record,
+                        cell.destination.bad_routing_keys(), clib, self.stop_producers, 0.05))
+
+    def history(self):
+        for relay in self.relays:
+            relay.start()
+        for producer in self.producers:
+            producer.start()
+        schedule = faults.Schedule(self, self.seed, log)
+        schedule.start()
+        time.sleep(self.seconds)
+        log("history done; stopping producers and faults")
+        self.stop_producers.set()
+        for producer in self.producers:
+            producer.join(60)
+        schedule.finish()
+        log("faults applied: %s" % ", ".join("%s=%d" % kv for kv in sorted(schedule.done.items())))
+        self.rollback_leftover_prepared()
+
+    def rollback_leftover_prepared(self):
+        for cell in self.cells:
+            for database in cell.databases:
+                for (gid,) in database.query("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"):
+                    database.query("ROLLBACK PREPARED %s", (gid,))
+
+    # ---- drain and observe
+
+    def observe(self, cell):
+        rows = {}
+        for database in cell.databases:
+            result = database.query("""
+                SELECT j.job_id, j.state, j.payload->>'u', j.last_error, j.idempotency_key,
+                       CASE WHEN j.state = 'stream'
+                            THEN (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id) END
+                  FROM outbox.job AS j
+                  LEFT JOIN outbox.stream_cursor AS c ON c.queue = j.queue AND c.partition = j.stream_partition
+                 WHERE j.queue = 'tq'""")
+            for job_id, state, token, error, idempotency_key, published in result:
+                rows[token] = {"db": database.letter, "job_id": job_id, "state": state,
+                               "published": published, "error": error,
+                               "idempotency_key": idempotency_key}
+        return rows
+
+    def waiting(self, cell):
+        """Committed good rows not delivered yet, and bad rows not yet dead."""
+        observed = self.history_of(cell, [])
+        delivered = {p["u"] for p in map(checker.parse, observed["deliveries"]) if p}
+        rows = observed["rows"]
+        missing = len(checker.expected(observed) - delivered)
+        missing += sum(1 for token in observed["bad"] if token in rows and rows[token]["state"] != "dead")
+        return missing
+
+    def drain_all(self):
+        for relay in self.relays:
+            relay.ensure_running()
+        deadline = time.monotonic() + self.drain
+        pending = {cell.name: None for cell in self.cells}
+        while time.monotonic() < deadline:
+            for cell in self.cells:
+                try:
+                    pending[cell.name] = self.waiting(cell)
+                except Exception as error:
+                    pending[cell.name] = "unreadable (%s)" % error
+            if all(value == 0 for value in pending.values()):
+                return
+            time.sleep(2)
+        log("drain: still waiting after %.0f s: %s" % (self.drain, pending))
+
+    def counts(self, cell):
+        """(what, table, reported) triples for `outboxctl status` and each database's /metrics."""
+        triples = []
+        for database in cell.databases:
+            table = dict(database.query("""
+                SELECT s, count(j.job_id) FROM unnest(ARRAY['ready','running','succeeded','dead']) s
+                LEFT JOIN outbox.job j ON j.state = s AND j.queue = 'tq' GROUP BY s"""))
+            status = json.loads(self.outboxctl(database, "status", "--json"))
+            queue = next((q for q in status["queues"] if q["queue"] == "tq"), {})
+            for state in ("ready", "running", "succeeded", "dead"):
+                triples.append(("db %s status %s" % (database.letter, state), table[state], queue.get(state)))
+            relay = next(r for r in self.relays if r.database is database)
+            got = None
+            for _ in range(30):  # the gauges are sampled every few seconds
+                metrics = relay.metrics()
+                got = gauge(metrics, "outbox_ready_rows", "tq")
+                if got == table["ready"]:
+                    break
+                time.sleep(1)
+            triples.append(("db %s /metrics outbox_ready_rows" % database.letter, table["ready"], got))
+        return triples
+
+    def judge(self):
+        total_rows, total_violations, lines = 0, 0, []
+        for cell in self.cells:
+            counts = self.counts(cell)
+            observed = self.history_of(cell, counts)
+            planted = []
+            if self.selftest:
+                planted = checker.plant(observed, random.Random("plant-%s" % self.seed))
+            result, violations, summary = checker.check(observed)
+            total_rows += summary["committed"]
+            total_violations += sum(result.values())
+            lines += violations
+            print("cell %-14s committed=%d delivered=%d %s" % (
+                cell.name, summary["committed"], summary["delivered"],
+                " ".join("%s=%d" % (p, result[p]) for p in checker.PROMISES)), flush=True)
+            if self.selftest:
+                missed = [name for name in planted if result[name] == 0]
+                print("selftest %s planted %s; %s" % (cell.name, ",".join(planted),
+                      "all reported" if not missed else "NOT REPORTED: " + ",".join(missed)))
+        for line in lines:
+            print(line)
+        if total_violations:
+            print("replay with: TORTURE_SEED=%s TORTURE_SECONDS=%g TORTURE_BROKERS=%s TORTURE_MODES=%s make torture"
+                  % (self.seed, self.seconds, ",".join(self.broker_names), ",".join(self.modes)))
+        return total_rows, total_violations
+
+    def history_of(self, cell, counts):
+        rows = self.observe(cell)
+        deliveries = cell.destination.read()
+        merged = {"committed": set(), "uncertain": set(), "bad": set(), "rolled": {}, "idempotent": {}}
+        for database in cell.databases:
+            record = database.record
+            merged["committed"] |= record.committed
+            merged["uncertain"] |= record.uncertain
+            merged["bad"] |= record.bad
+            merged["rolled"].update(record.rolled)
+            merged["idempotent"].update(record.idempotent)
+        return dict(merged, name=cell.name, at_most_once=cell.broker in brokers.AT_MOST_ONCE,
+                    deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts)
+
+    def cleanup(self):
+        for relay in self.relays:
+            try:
+                relay.stop()
+            except Exception:
+                pass
+        if self.own_stack:
+            subprocess.run([STACK, "stop", self.own_stack])
+        if os.environ.get("TORTURE_KEEP"):
+            log("kept %s (relay logs)" % self.work)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def gauge(metrics, name, queue):
+    """The value of a per-queue gauge; a queue the relay has no sample for reads 0."""
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") and ('queue="%s"' % queue) in line:
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def main():
+    run = Run()
+    rows, violations = 0, 1
+    try:
+        run.start_stack()
+        run.setup()
+        run.history()
+        run.drain_all()
+        rows, violations = run.judge()
+    finally:
+        run.cleanup()
+        print("torture: seed=%s rows=%d violations=%d" % (run.seed, rows, violations), flush=True)
+    return 0 if violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
