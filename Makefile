@@ -9,6 +9,9 @@
 #   make bench      the benchmark
 #   make fuzz       libFuzzer targets in tests/fuzz, FUZZ_SECONDS each (needs clang)
 #                   (FUZZ_TARGETS="url config" picks some)
+#   make torture    randomized histories and faults over every broker and both modes, judged
+#                   by an independent checker (TORTURE_SECONDS, TORTURE_SEED, TORTURE_BROKERS,
+#                   TORTURE_MODES, TORTURE_SELFTEST: tests/torture/torture.py)
 #   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker, then
 #                   the table's long-run health under 5 000 rows/s (tests/bench/longrun.sh)
 #   make deps       install the Debian packages this needs (as root)
@@ -92,7 +95,7 @@ TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/com
 
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
-.PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak fuzz deps \
+.PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
         format analyze clean check-deps install man deb
 
 all: check-deps $(PRODUCTS)
@@ -232,6 +235,12 @@ bench:
 	tests/harness/deps.sh
 	$(MAKE) OPT="-O2" all $(TOOL_BIN)
 	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
+
+# The torture run starts its own servers; every setting comes from the environment.
+torture:
+	tests/harness/deps.sh
+	$(MAKE) all
+	BIN=$(BIN) LIB=$(LIB) /usr/bin/python3 tests/torture/torture.py
 
 # libFuzzer targets: tests/fuzz/fuzz_<name>.c against the library sources,
 # all compiled by clang with the fuzzer, address and undefined sanitizers.

@@ -7,7 +7,7 @@
 # Integration tests get a fresh stack (tests/harness/stack.sh) in a temp dir, stopped on
 # every exit, and the environment of its DIR/env plus OUTBOX_BIN and OUTBOX_SOURCE_DIR;
 # then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it,
-# and tests/browser (the console in headless Chromium).
+# tests/browser (the console in headless Chromium) and tests/torture (the short torture pass).
 # OUTBOX_VALGRIND, when set, prefixes every test binary (e.g. "valgrind -q ...").
 # OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 600).
 # Prints one line per binary and a summary; exits 1 when any failed.
@@ -150,6 +150,7 @@ if [ "$WHAT" != unit ]; then
             run_dir "$BUILD/tests/integration"
             run_dir tests/deploy
             run_dir tests/browser
+            run_dir tests/torture
         fi
     fi
     stop_stack
