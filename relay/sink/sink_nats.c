@@ -27,9 +27,11 @@
  * - a subject no stream covers (no responders) fails only its messages;
  * - a stream refusing a message (limits with discard new, say) fails it
  *   with the server's text; one over the stream's size limit is rejected;
- * - a message whose subject is not a valid NATS subject, whose headers a
- *   NATS header cannot carry or which exceeds the server's max_payload
- *   (from its INFO) is rejected without publishing;
+ * - a message whose subject is not a valid NATS subject or lies in the
+ *   server's reserved spaces ('$...', _INBOX.), with a header JetStream
+ *   obeys (any Nats- name), whose headers a NATS header cannot carry or
+ *   which exceeds the server's max_payload (from its INFO) is rejected
+ *   without publishing;
  * - a lost connection, no answer in time or a JetStream leader election is
  *   no message's fault: those messages are deferred. The library does not
  *   reconnect by itself (a closed connection leaves the sink disconnected),
@@ -66,7 +68,7 @@
 #define PENDING_WINDOW 4096
 /* Ping an idle connection this often. */
 #define IDLE_FLUSH_MS 2000
-/* Header names the sink writes itself; a row's header of the same name is dropped. */
+/* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
 #define HEADER_MSG_ID "Nats-Msg-Id"
 #define HEADER_QUEUE "Outbox-Queue"
 #define HEADER_ATTEMPT "Outbox-Attempt"
@@ -142,6 +144,24 @@ subject_problem(const char *text, bool prefix)
     }
     if (text[len - 1] == '.' && !prefix)
         return "it has an empty token";
+    return NULL;
+}
+
+/*
+ * Why subject lies in a space the server keeps for itself, or NULL when it
+ * does not: '$' subjects are the JetStream API ($JS.API.STREAM.PURGE.<name>
+ * purges a stream), the system account ($SYS.), key-value buckets ($KV.),
+ * object stores and any the server adds; _INBOX. holds the replies of
+ * clients. A row publishing there would drive the server, not append to a
+ * stream.
+ */
+static const char *
+subject_reserved(const char *subject)
+{
+    if (subject[0] == '$')
+        return "'$' subjects ($JS., $SYS., $KV., ...) are the server's api";
+    if (strncmp(subject, "_INBOX.", 7) == 0)
+        return "_INBOX. holds the replies of clients";
     return NULL;
 }
 
@@ -287,6 +307,8 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
     n->creds = has_creds ? strdup(config->nats_creds) : NULL;
     if (n->subject_prefix == NULL || (has_creds && n->creds == NULL))
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (problem == NULL)
+        problem = subject_reserved(prefix);
     if (problem != NULL)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "--subject-prefix '%s' is not a valid nats subject prefix: %s",
@@ -439,12 +461,23 @@ header_fits(const struct json_member *member)
     return true;
 }
 
-/* True for a header name the sink writes itself (NATS header names are case-sensitive). */
+/*
+ * True for a header name JetStream obeys: Nats-Msg-Id (its dedup key: a
+ * forged one drops another job as a duplicate), Nats-Rollup (purges the
+ * subject or the stream), Nats-Expected-*, Nats-TTL and whatever the
+ * server adds under the prefix. Compared in any case, as later servers may.
+ */
+static bool
+header_is_reserved(const struct json_member *member)
+{
+    return member->key_len >= 5 && strncasecmp(member->key, "Nats-", 5) == 0;
+}
+
+/* True for a header name the sink writes itself: a row's of that name is dropped. */
 static bool
 header_is_ours(const struct json_member *member)
 {
-    static const char *const ours[] = {HEADER_MSG_ID, HEADER_QUEUE, HEADER_ATTEMPT,
-                                       HEADER_CONTENT_TYPE};
+    static const char *const ours[] = {HEADER_QUEUE, HEADER_ATTEMPT, HEADER_CONTENT_TYPE};
 
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strcasecmp(member->key, ours[i]) == 0)
@@ -517,6 +550,13 @@ build_message(sink *s, const struct sink_message *message, size_t i)
                          n->subject, problem);
         return;
     }
+    problem = subject_reserved(n->subject);
+    if (problem != NULL) {
+        sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
+                         "nats subject '%.128s' is reserved to the server: %s", n->subject,
+                         problem);
+        return;
+    }
     if (header_text[0] != '\0' &&
         json_parse_string_object(header_text, strlen(header_text), &headers, &parse_error) != 0) {
         sink_outcome_set(&n->outcomes[i], SINK_REJECTED, "invalid headers: %s",
@@ -524,7 +564,13 @@ build_message(sink *s, const struct sink_message *message, size_t i)
         return;
     }
     for (size_t h = 0; h < headers.count; h++)
-        if (!header_fits(&headers.members[h])) {
+        if (header_is_reserved(&headers.members[h])) {
+            sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
+                             "header '%.64s' is reserved to nats: a Nats- header steers jetstream"
+                             " (message id, rollup, expected stream or sequence)",
+                             headers.members[h].key);
+            goto cleanup;
+        } else if (!header_fits(&headers.members[h])) {
             sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
                              "header '%.64s' cannot be a nats header (a name with ':', space or"
                              " control characters, or a value with a line break)",

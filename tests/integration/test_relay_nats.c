@@ -270,6 +270,70 @@ test_invalid_subjects_die(void **state)
 }
 
 /*
+ * With the default empty --subject-prefix a producer's routing key is the
+ * whole subject: rows naming the server's reserved subjects ($JS.API...
+ * purge and delete, $SYS., $KV., _INBOX., any leading '$') and rows with a
+ * header JetStream obeys (Nats-Rollup, Nats-Expected-*, any Nats- name)
+ * die at their first attempt, naming what is reserved; the stream keeps its
+ * messages and the good rows go.
+ */
+static void
+test_reserved_subjects_and_headers_die(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const subjects[] = {"$JS.API.STREAM.PURGE.%s", "$JS.API.STREAM.DELETE.%s",
+                                           "$SYS.REQ.SERVER.PING", "$KV.bucket.key", "$O.x",
+                                           "_INBOX.abc"};
+    static const char *const headers[] = {
+        "{\"Nats-Rollup\": \"all\"}", "{\"Nats-Expected-Stream\": \"other\"}",
+        "{\"Nats-Expected-Last-Sequence\": \"1\"}", "{\"nats-rollup\": \"sub\"}",
+        "{\"Nats-Msg-Id\": \"1\"}"};
+    char sql[512], subject[128];
+
+    make_stream(f, ">", 0);
+    for (int i = 0; i < 50; i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('orders', '{}', routing_key => '%sok')",
+                 f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 50);
+
+    for (size_t i = 0; i < sizeof(subjects) / sizeof(subjects[0]); i++) {
+        snprintf(subject, sizeof(subject), subjects[i], f->stream);
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('bad', '{}', routing_key => '%s', max_attempts => 5)",
+                 subject);
+        harness_exec(f->conn, sql);
+    }
+    for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('bad', '{}', NULL, '%s', routing_key => '%sok',"
+                 " max_attempts => 5)",
+                 headers[i], f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    for (int i = 0; i < 10; i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('orders', '{}', routing_key => '%sok')",
+                 f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 60);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1 AND last_error"
+                                               " LIKE 'nats subject % is reserved to the server%'"),
+                     6);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1 AND last_error"
+                                               " LIKE 'header % is reserved to nats%'"),
+                     5);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'orders' AND state = 'succeeded'"),
+                     60);
+}
+
+/*
  * A re-driven row (as if a relay died between publish and mark) is acked as
  * a duplicate and counts as published; the stream holds it once. A replayed
  * row is appended once more, under <job_id>.r1.
@@ -533,6 +597,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_subject_without_stream_fails_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_subjects_die, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserved_subjects_and_headers_die, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redriven_row_is_a_duplicate_replay_is_not, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
