@@ -67,6 +67,18 @@ message_routing_key(const struct sink_message *message)
 }
 
 /*
+ * True for a header RabbitMQ routes by: CC and BCC send copies of the
+ * message to more routing keys (BCC invisibly), past the row's routing key.
+ * RabbitMQ compares them as written.
+ */
+static bool
+header_is_reserved(const struct json_member *member)
+{
+    return (member->key_len == 2 && memcmp(member->key, "CC", 2) == 0) ||
+           (member->key_len == 3 && memcmp(member->key, "BCC", 3) == 0);
+}
+
+/*
  * Checks that a message can be published as is: 0 with headers filled (the
  * caller clears them), or -1 with the outcome set to SINK_REJECTED and why.
  */
@@ -108,6 +120,13 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
         if (headers->members[i].key_len > SINK_AMQP_SHORTSTR_MAX) {
             sink_outcome_set(outcome, SINK_REJECTED, "header name longer than %d bytes",
                              SINK_AMQP_SHORTSTR_MAX);
+            goto fail;
+        }
+        if (header_is_reserved(&headers->members[i])) {
+            sink_outcome_set(outcome, SINK_REJECTED,
+                             "header '%s' is reserved to rabbitmq: it routes copies of the message"
+                             " past the row's routing key",
+                             headers->members[i].key);
             goto fail;
         }
         header_bytes += 1 + headers->members[i].key_len + 1 + 4 + headers->members[i].value_len;

@@ -514,6 +514,13 @@ record_topic(const struct sink_kafka *k, const struct sink_message *m, char *top
     }
     memcpy(topic, k->topic_prefix, prefix_len);
     memcpy(topic + prefix_len, suffix, strlen(suffix) + 1);
+    if (strncmp(topic, "__", 2) == 0) {
+        /* __consumer_offsets, __transaction_state, the tools' own topics */
+        sink_outcome_set(outcome, SINK_REJECTED,
+                         "kafka topic '%.128s' is reserved: '__' topics are the cluster's own",
+                         topic);
+        return -1;
+    }
     return 0;
 }
 

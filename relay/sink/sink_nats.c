@@ -27,9 +27,11 @@
  * - a subject no stream covers (no responders) fails only its messages;
  * - a stream refusing a message (limits with discard new, say) fails it
  *   with the server's text; one over the stream's size limit is rejected;
- * - a message whose subject is not a valid NATS subject, whose headers a
- *   NATS header cannot carry or which exceeds the server's max_payload
- *   (from its INFO) is rejected without publishing;
+ * - a message whose subject is not a valid NATS subject or lies in the
+ *   server's reserved spaces ('$...', _INBOX.), with a header JetStream
+ *   obeys (any Nats- name), whose headers a NATS header cannot carry or
+ *   which exceeds the server's max_payload (from its INFO) is rejected
+ *   without publishing;
  * - a lost connection, no answer in time or a JetStream leader election is
  *   no message's fault: those messages are deferred. The library does not
  *   reconnect by itself (a closed connection leaves the sink disconnected),
@@ -64,9 +66,16 @@
 
 /* Most publishes without an ack at a time. */
 #define PENDING_WINDOW 4096
+/*
+ * Ask whether a stream covers the subjects of unanswered messages after
+ * this long without an ack (at most half the I/O timeout): a subject a core
+ * NATS subscriber listens on, with no stream behind it, gets no answer at
+ * all, and its rows fail then instead of holding the batch.
+ */
+#define PROBE_AFTER_MS 500
 /* Ping an idle connection this often. */
 #define IDLE_FLUSH_MS 2000
-/* Header names the sink writes itself; a row's header of the same name is dropped. */
+/* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
 #define HEADER_MSG_ID "Nats-Msg-Id"
 #define HEADER_QUEUE "Outbox-Queue"
 #define HEADER_ATTEMPT "Outbox-Attempt"
@@ -82,6 +91,7 @@
 enum nats_state {
     NATS_STATE_IDLE = 0, /* not published (rejected before, or never reached) */
     NATS_STATE_PENDING,  /* published, no answer yet */
+    NATS_STATE_COVERED,  /* published, no answer yet, and a stream covers its subject */
     NATS_STATE_ANSWERED, /* its outcome is final */
     NATS_STATE_NO_RESPONDERS, /* answered "no responders": no stream, or one without a leader */
 };
@@ -98,6 +108,12 @@ struct sink_nats {
     int64_t horizon_ms;
     natsConnection *connection;
     jsCtx *js;
+    /*
+     * A message went out through js: the library makes its table of pending
+     * publishes at the first, and asking for that table before it exists
+     * reads a null pointer.
+     */
+    bool js_published;
     int64_t max_payload; /* from the server's INFO */
     int64_t last_used_ms;
     /* the batch in flight, shared with the library's thread under lock */
@@ -142,6 +158,24 @@ subject_problem(const char *text, bool prefix)
     }
     if (text[len - 1] == '.' && !prefix)
         return "it has an empty token";
+    return NULL;
+}
+
+/*
+ * Why subject lies in a space the server keeps for itself, or NULL when it
+ * does not: '$' subjects are the JetStream API ($JS.API.STREAM.PURGE.<name>
+ * purges a stream), the system account ($SYS.), key-value buckets ($KV.),
+ * object stores and any the server adds; _INBOX. holds the replies of
+ * clients. A row publishing there would drive the server, not append to a
+ * stream.
+ */
+static const char *
+subject_reserved(const char *subject)
+{
+    if (subject[0] == '$')
+        return "'$' subjects ($JS., $SYS., $KV., ...) are the server's api";
+    if (strncmp(subject, "_INBOX.", 7) == 0)
+        return "_INBOX. holds the replies of clients";
     return NULL;
 }
 
@@ -194,6 +228,14 @@ slot_of(const struct sink_nats *n, const natsMsg *message)
     return found != NULL ? found->index : SIZE_MAX;
 }
 
+/*
+ * A reply JetStream did not write: a core NATS subscriber on a subject no
+ * stream covers answered in its place. The message reached no stream.
+ */
+#define NOT_AN_ACK                                                                                 \
+    "the reply on '%s' is not a jetstream ack: a core nats subscriber answered, no stream"         \
+    " stored the message"
+
 /* Files an error ack by its fault (see the header comment). */
 static void
 settle_error(struct sink_outcome *outcome, const natsMsg *message, const jsPubAckErr *error)
@@ -212,8 +254,10 @@ settle_error(struct sink_outcome *outcome, const natsMsg *message, const jsPubAc
     else if (error->ErrCode != 0)
         sink_outcome_set(outcome, SINK_FAILED, "jetstream refused the message on '%s': %s (%d)",
                          subject, text, (int)error->ErrCode);
-    else
+    else if (error->Err == NATS_TIMEOUT)
         sink_outcome_set(outcome, SINK_DEFERRED, "no jetstream ack: %s", text);
+    else
+        sink_outcome_set(outcome, SINK_FAILED, NOT_AN_ACK, subject);
 }
 
 /* Runs on the library's thread for every ack or error ack of a published message. */
@@ -226,15 +270,17 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
     (void)js;
     pthread_mutex_lock(&n->lock);
     index = slot_of(n, message);
-    if (index != SIZE_MAX && n->states[index] == NATS_STATE_PENDING) {
+    if (index != SIZE_MAX &&
+        (n->states[index] == NATS_STATE_PENDING || n->states[index] == NATS_STATE_COVERED)) {
         if (ack != NULL && ack->Stream != NULL && ack->Stream[0] != '\0') {
             sink_outcome_set(&n->outcomes[index], SINK_ACCEPTED, NULL);
             n->duplicates += ack->Duplicate;
         }
         else if (error != NULL)
             settle_error(&n->outcomes[index], message, error);
-        else
-            sink_outcome_set(&n->outcomes[index], SINK_DEFERRED, "jetstream ack without a stream");
+        else /* JSON without a stream: an API's answer ({"success":true}), or anyone's */
+            sink_outcome_set(&n->outcomes[index], SINK_FAILED, NOT_AN_ACK,
+                             natsMsg_GetSubject(message));
         n->states[index] = error != NULL && error->Err == NATS_NO_RESPONDERS
                                ? NATS_STATE_NO_RESPONDERS
                                : NATS_STATE_ANSWERED;
@@ -287,6 +333,8 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
     n->creds = has_creds ? strdup(config->nats_creds) : NULL;
     if (n->subject_prefix == NULL || (has_creds && n->creds == NULL))
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (problem == NULL)
+        problem = subject_reserved(prefix);
     if (problem != NULL)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                 "--subject-prefix '%s' is not a valid nats subject prefix: %s",
@@ -304,6 +352,7 @@ drop_connection(sink *s)
 
     jsCtx_Destroy(n->js);
     n->js = NULL;
+    n->js_published = false;
     if (n->connection != NULL) {
         natsConnection_Close(n->connection);
         natsConnection_Destroy(n->connection);
@@ -439,12 +488,23 @@ header_fits(const struct json_member *member)
     return true;
 }
 
-/* True for a header name the sink writes itself (NATS header names are case-sensitive). */
+/*
+ * True for a header name JetStream obeys: Nats-Msg-Id (its dedup key: a
+ * forged one drops another job as a duplicate), Nats-Rollup (purges the
+ * subject or the stream), Nats-Expected-*, Nats-TTL and whatever the
+ * server adds under the prefix. Compared in any case, as later servers may.
+ */
+static bool
+header_is_reserved(const struct json_member *member)
+{
+    return member->key_len >= 5 && strncasecmp(member->key, "Nats-", 5) == 0;
+}
+
+/* True for a header name the sink writes itself: a row's of that name is dropped. */
 static bool
 header_is_ours(const struct json_member *member)
 {
-    static const char *const ours[] = {HEADER_MSG_ID, HEADER_QUEUE, HEADER_ATTEMPT,
-                                       HEADER_CONTENT_TYPE};
+    static const char *const ours[] = {HEADER_QUEUE, HEADER_ATTEMPT, HEADER_CONTENT_TYPE};
 
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strcasecmp(member->key, ours[i]) == 0)
@@ -517,6 +577,13 @@ build_message(sink *s, const struct sink_message *message, size_t i)
                          n->subject, problem);
         return;
     }
+    problem = subject_reserved(n->subject);
+    if (problem != NULL) {
+        sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
+                         "nats subject '%.128s' is reserved to the server: %s", n->subject,
+                         problem);
+        return;
+    }
     if (header_text[0] != '\0' &&
         json_parse_string_object(header_text, strlen(header_text), &headers, &parse_error) != 0) {
         sink_outcome_set(&n->outcomes[i], SINK_REJECTED, "invalid headers: %s",
@@ -524,7 +591,13 @@ build_message(sink *s, const struct sink_message *message, size_t i)
         return;
     }
     for (size_t h = 0; h < headers.count; h++)
-        if (!header_fits(&headers.members[h])) {
+        if (header_is_reserved(&headers.members[h])) {
+            sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
+                             "header '%.64s' is reserved to nats: a Nats- header steers jetstream"
+                             " (message id, rollup, expected stream or sequence)",
+                             headers.members[h].key);
+            goto cleanup;
+        } else if (!header_fits(&headers.members[h])) {
             sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
                              "header '%.64s' cannot be a nats header (a name with ':', space or"
                              " control characters, or a value with a line break)",
@@ -613,6 +686,7 @@ send_all(sink *s, size_t count, struct outbox_error *err)
         n->unanswered++;
         pthread_mutex_unlock(&n->lock);
         st = js_PublishMsgAsync(n->js, &message, NULL);
+        n->js_published |= st == NATS_OK;
         if (st != NATS_OK) {
             pthread_mutex_lock(&n->lock);
             if (n->states[i] == NATS_STATE_PENDING) {
@@ -628,56 +702,6 @@ send_all(sink *s, size_t count, struct outbox_error *err)
             break;
         }
     }
-    return rc;
-}
-
-/* Waits until every published message is answered, the connection closes or time runs out. */
-static int
-wait_answers(sink *s, struct outbox_error *err)
-{
-    struct sink_nats *n = s->impl;
-    int64_t deadline = clock_monotonic_ms() + s->options.io_timeout_ms;
-    size_t last_unanswered;
-    bool closed;
-    int rc = 0;
-
-    pthread_mutex_lock(&n->lock);
-    last_unanswered = n->unanswered;
-    while (n->unanswered > 0 && !n->closed) {
-        int64_t now = clock_monotonic_ms();
-        struct timespec until;
-
-        if (n->unanswered < last_unanswered) {
-            /* progress: io_timeout_ms is the longest wait without any */
-            last_unanswered = n->unanswered;
-            deadline = now + s->options.io_timeout_ms;
-        }
-        if (now >= deadline)
-            break;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 50 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&n->changed, &n->lock, &until);
-        /*
-         * Polled, not told by a closed-connection callback: such a callback
-         * could run after the sink that registered it is gone.
-         */
-        pthread_mutex_unlock(&n->lock);
-        closed = natsConnection_IsClosed(n->connection);
-        pthread_mutex_lock(&n->lock);
-        n->closed |= closed;
-    }
-    if (n->unanswered > 0) {
-        outbox_error_set(err, n->closed ? OUTBOX_ERR_CONNECTION : OUTBOX_ERR_TIMEOUT,
-                         n->closed ? "connection to nats at %s lost with %zu acks outstanding"
-                                   : "nats at %s did not ack %zu messages in time",
-                         sink_display_url(s), n->unanswered);
-        rc = -1;
-    }
-    pthread_mutex_unlock(&n->lock);
     return rc;
 }
 
@@ -705,6 +729,114 @@ stream_covers(sink *s, const char *subject)
         covered = st == NATS_NOT_FOUND ? 0 : -1;
     jsStreamNamesList_Destroy(names);
     return covered;
+}
+
+/*
+ * Fails the unanswered messages whose subject no stream covers: a core NATS
+ * subscriber took them (the server sends no "no responders" then), and no
+ * ack will ever come. Those of a covered subject (or one the API could not
+ * tell about) are marked so and waited for. One question per subject, none
+ * past deadline_ms.
+ */
+static void
+probe_unanswered(sink *s, const struct sink_message *messages, size_t count, int64_t deadline_ms)
+{
+    struct sink_nats *n = s->impl;
+
+    for (size_t i = 0; i < count && !n->closed && clock_monotonic_ms() < deadline_ms; i++) {
+        const char *suffix = subject_suffix(&messages[i]);
+        bool pending;
+        int covered;
+
+        pthread_mutex_lock(&n->lock); /* the library's thread writes the states */
+        pending = n->states[i] == NATS_STATE_PENDING;
+        pthread_mutex_unlock(&n->lock);
+        if (!pending || build_subject(n, &messages[i]) != 0)
+            continue;
+        covered = stream_covers(s, n->subject);
+        pthread_mutex_lock(&n->lock);
+        for (size_t j = i; j < count; j++) {
+            if (n->states[j] != NATS_STATE_PENDING || strcmp(subject_suffix(&messages[j]), suffix) != 0)
+                continue;
+            if (covered == 0) {
+                sink_outcome_set(&n->outcomes[j], SINK_FAILED,
+                                 "no jetstream stream covers subject '%s%s' (no ack: a core nats"
+                                 " subscriber took the message)",
+                                 n->subject_prefix, suffix);
+                n->states[j] = NATS_STATE_ANSWERED;
+                n->unanswered--;
+            } else {
+                n->states[j] = NATS_STATE_COVERED;
+            }
+        }
+        pthread_mutex_unlock(&n->lock);
+    }
+}
+
+/*
+ * Waits until every published message is answered, the connection closes or
+ * time runs out; after PROBE_AFTER_MS without an ack, asks once which
+ * unanswered subjects a stream covers (probe_unanswered).
+ */
+static int
+wait_answers(sink *s, const struct sink_message *messages, size_t count, struct outbox_error *err)
+{
+    struct sink_nats *n = s->impl;
+    int64_t now = clock_monotonic_ms(), deadline = now + s->options.io_timeout_ms;
+    int64_t probe_delay = PROBE_AFTER_MS < s->options.io_timeout_ms / 2
+                              ? PROBE_AFTER_MS
+                              : s->options.io_timeout_ms / 2;
+    int64_t probe_at = now + probe_delay;
+    size_t last_unanswered;
+    bool closed, probed = false;
+    int rc = 0;
+
+    pthread_mutex_lock(&n->lock);
+    last_unanswered = n->unanswered;
+    while (n->unanswered > 0 && !n->closed) {
+        struct timespec until;
+
+        now = clock_monotonic_ms();
+        if (n->unanswered < last_unanswered) {
+            /* progress: io_timeout_ms is the longest wait without any */
+            probe_at = now + probe_delay;
+            last_unanswered = n->unanswered;
+            deadline = now + s->options.io_timeout_ms;
+        }
+        if (now >= deadline)
+            break;
+        if (!probed && now >= probe_at) {
+            pthread_mutex_unlock(&n->lock);
+            probe_unanswered(s, messages, count, deadline);
+            pthread_mutex_lock(&n->lock);
+            probed = true;
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 50 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&n->changed, &n->lock, &until);
+        /*
+         * Polled, not told by a closed-connection callback: such a callback
+         * could run after the sink that registered it is gone.
+         */
+        pthread_mutex_unlock(&n->lock);
+        closed = natsConnection_IsClosed(n->connection);
+        pthread_mutex_lock(&n->lock);
+        n->closed |= closed;
+    }
+    if (n->unanswered > 0) {
+        outbox_error_set(err, n->closed ? OUTBOX_ERR_CONNECTION : OUTBOX_ERR_TIMEOUT,
+                         n->closed ? "connection to nats at %s lost with %zu acks outstanding"
+                                   : "nats at %s did not ack %zu messages in time",
+                         sink_display_url(s), n->unanswered);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc;
 }
 
 /*
@@ -750,7 +882,8 @@ end_batch(sink *s, size_t count)
     struct sink_nats *n = s->impl;
     natsMsgList pending = {0};
 
-    if (n->js != NULL && js_PublishAsyncGetPendingList(&pending, n->js) == NATS_OK) {
+    if (n->js != NULL && n->js_published &&
+        js_PublishAsyncGetPendingList(&pending, n->js) == NATS_OK) {
         /* the same messages as n->messages[]: freed below, not through the list */
         free(pending.Msgs);
     }
@@ -793,11 +926,11 @@ sink_nats_publish(sink *s, const struct sink_message *messages, size_t count,
     }
     rc = send_all(s, count, err);
     if (rc == 0)
-        rc = wait_answers(s, err);
+        rc = wait_answers(s, messages, count, err);
     else {
         struct outbox_error ignored;
 
-        wait_answers(s, &ignored);
+        wait_answers(s, messages, count, &ignored);
     }
     pthread_mutex_lock(&n->lock);
     n->slot_count = 0; /* no late ack may touch the outcomes from here on */

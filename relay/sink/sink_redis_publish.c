@@ -327,6 +327,15 @@ sink_redis_publish(sink *s, const struct sink_message *messages, size_t count,
                              messages[i].payload_len, limit);
             continue;
         }
+        sink_redis_write_stream_name(s, &messages[i], r->name);
+        if (strstr(r->name, DEDUP_INFIX) != NULL || strstr(r->name, ORDER_INFIX) != NULL) {
+            /* such a stream could take the name of a record and pass a job off as appended */
+            sink_outcome_set(&outcomes[i], SINK_REJECTED,
+                             "stream '%.100s' is reserved: names holding '" DEDUP_INFIX
+                             "' or '" ORDER_INFIX "' are the relay's records",
+                             r->name);
+            continue;
+        }
         sink_outcome_set(&outcomes[i], SINK_DEFERRED, "no reply from redis");
         sendable[sendable_count++] = i;
     }

@@ -66,8 +66,9 @@ main(int argc, char **argv)
 EOF
 # --no-as-needed: every library pkg-config names is loaded, as a toolchain without
 # --as-needed by default would link it, so ldd below sees all that outbox.pc asks for.
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Werror -o "$SCRATCH/enqueue" "$program" -Wl,--no-as-needed \
+# A sanitizer build (make asan passes SAN) installs a library that needs the same flags.
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Werror ${SAN:-} -o "$SCRATCH/enqueue" "$program" -Wl,--no-as-needed \
     $(pkg-config --cflags --libs outbox) ||
     fail "a program calling outbox_enqueue() does not build with pkg-config --cflags --libs outbox"
 # The static link takes liboutbox.a and what --static adds for it; libpq itself stays
@@ -75,8 +76,8 @@ cc -std=c11 -Wall -Werror -o "$SCRATCH/enqueue" "$program" -Wl,--no-as-needed \
 static_libs=$(pkg-config --static --libs outbox)
 echo "$static_libs" | grep -Eq -- '-l(rabbitmq|hiredis|uuid)' &&
     fail "pkg-config --static --libs outbox names a broker client: $static_libs"
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Werror -o "$SCRATCH/enqueue-static" "$program" $(pkg-config --cflags outbox) \
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Werror ${SAN:-} -o "$SCRATCH/enqueue-static" "$program" $(pkg-config --cflags outbox) \
     -Wl,--no-as-needed -L"$libdir" -Wl,-Bstatic -loutbox -Wl,-Bdynamic $(pkg-config --libs libpq) \
     $(sed -n 's/^Libs.private: //p' "$libdir/pkgconfig/outbox.pc") ||
     fail "a program calling outbox_enqueue() does not link liboutbox.a statically"

@@ -3,16 +3,72 @@
  */
 #include "nats_consumer.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <nats/nats.h>
 
+#define SUBSCRIPTIONS_MAX 4
+
 struct nats_consumer {
     natsConnection *connection;
     jsCtx *js;
+    natsSubscription *subscriptions[SUBSCRIPTIONS_MAX];
+    size_t subscription_count;
+    const char *reply_text[SUBSCRIPTIONS_MAX];
+    pthread_mutex_t lock;
+    bool lock_made;
+    long long received;
 };
+
+/* A core subscriber's handler: counts the message, answers it when asked to. */
+static void
+on_core_message(natsConnection *connection, natsSubscription *subscription, natsMsg *message,
+                void *closure)
+{
+    nats_consumer *c = closure;
+
+    pthread_mutex_lock(&c->lock);
+    c->received++;
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < c->subscription_count; i++)
+        if (c->subscriptions[i] == subscription && c->reply_text[i] != NULL &&
+            natsMsg_GetReply(message) != NULL)
+            natsConnection_PublishString(connection, natsMsg_GetReply(message), c->reply_text[i]);
+    natsMsg_Destroy(message);
+}
+
+int
+nats_consumer_subscribe(nats_consumer *c, const char *subject, const char *reply_text)
+{
+    size_t i = c->subscription_count;
+
+    if (i == SUBSCRIPTIONS_MAX || (!c->lock_made && pthread_mutex_init(&c->lock, NULL) != 0))
+        return -1;
+    c->lock_made = true;
+    c->reply_text[i] = reply_text;
+    c->subscription_count++; /* before the first message can arrive */
+    if (natsConnection_Subscribe(&c->subscriptions[i], c->connection, subject, on_core_message,
+                                 c) != NATS_OK ||
+        natsConnection_Flush(c->connection) != NATS_OK)
+        return -1;
+    return 0;
+}
+
+long long
+nats_consumer_received(nats_consumer *c)
+{
+    long long received;
+
+    if (!c->lock_made)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    received = c->received;
+    pthread_mutex_unlock(&c->lock);
+    return received;
+}
 
 nats_consumer *
 nats_consumer_connect(const char *url)
@@ -58,11 +114,17 @@ nats_consumer_free(nats_consumer *c)
 {
     if (c == NULL)
         return;
+    for (size_t i = 0; i < c->subscription_count; i++) {
+        natsSubscription_Unsubscribe(c->subscriptions[i]);
+        natsSubscription_Destroy(c->subscriptions[i]);
+    }
     jsCtx_Destroy(c->js);
     if (c->connection != NULL) {
         natsConnection_Close(c->connection);
         natsConnection_Destroy(c->connection);
     }
+    if (c->lock_made)
+        pthread_mutex_destroy(&c->lock);
     free(c);
 }
 

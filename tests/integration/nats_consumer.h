@@ -35,6 +35,15 @@ nats_consumer *nats_consumer_connect(const char *url);
 nats_consumer *nats_consumer_connect_creds(const char *url, const char *creds);
 void nats_consumer_free(nats_consumer *c);
 
+/*
+ * Subscribes with core NATS (no stream) to subject; answers each message
+ * that asks for a reply with reply_text (kept, not copied) unless NULL. 0,
+ * or -1. Up to 4 subscriptions, ended by nats_consumer_free().
+ */
+int nats_consumer_subscribe(nats_consumer *c, const char *subject, const char *reply_text);
+/* How many messages the core subscriptions received. */
+long long nats_consumer_received(nats_consumer *c);
+
 /* Creates stream name. 0, or -1. */
 int nats_consumer_create_stream(nats_consumer *c, const char *name,
                                 const struct nats_consumer_stream_options *options);

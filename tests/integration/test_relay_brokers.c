@@ -2,7 +2,7 @@
  * test_relay_brokers.c - the relay scenarios every broker must pass, written
  * once and run per broker through a table of consumer functions: a
  * rolled-back producer transaction is never published, a bad row among good
- * ones dies alone, a broker restart mid-run and a broker outage lose no row
+ * ones dies alone, so does a row naming what the broker reserves, a broker restart mid-run and a broker outage lose no row
  * and cost no row an attempt, a relay killed mid-batch loses nothing,
  * SIGTERM and SIGHUP leave nothing running, a relay stopped past its lease
  * keeps the order of keys. What only one broker does (AMQP properties and
@@ -68,6 +68,10 @@ struct broker {
     size_t (*delivered)(struct fixture *f, int64_t **ids);
     /* a job reaches it once even when a relay dies or a broker restarts (dedup by job id) */
     bool exactly_once;
+    /* a row's headers (JSON) naming what the broker obeys or the relay keeps; NULL: none */
+    const char *reserved_header;
+    /* a row's routing key naming a place the broker or the relay keeps; NULL: none */
+    const char *reserved_route;
 };
 
 struct fixture {
@@ -289,13 +293,13 @@ kafka_delivered(struct fixture *f, int64_t **ids)
 
 static const struct broker BROKERS[] = {
     {"rabbitmq", "OUTBOX_TEST_AMQP_URL", "rabbitmq", amqp_open, amqp_close, amqp_reconnect,
-     amqp_delivered, false},
+     amqp_delivered, false, "{\"BCC\": \"elsewhere\"}", NULL},
     {"redis", "OUTBOX_TEST_REDIS_URL", "redis", redis_stream_open, redis_stream_close,
-     redis_stream_reconnect, redis_stream_delivered, true},
+     redis_stream_reconnect, redis_stream_delivered, true, NULL, "x:outbox-dedup:1"},
     {"nats", "OUTBOX_TEST_NATS_URL", "nats", nats_stream_open, nats_stream_close,
-     nats_stream_reconnect, nats_stream_delivered, true},
+     nats_stream_reconnect, nats_stream_delivered, true, "{\"Nats-Rollup\": \"all\"}", NULL},
     {"kafka", "OUTBOX_TEST_KAFKA_URL", "kafka", kafka_open, kafka_close, kafka_reconnect,
-     kafka_delivered, false},
+     kafka_delivered, false, NULL, "__consumer_offsets"},
 };
 
 /* ---- fixture ---- */
@@ -514,6 +518,45 @@ test_oversized_row_dies_alone(void **state)
     assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1"
                                     " AND last_error LIKE '%exceeds the limit of 500%'"),
                      1);
+    assert_int_equal(count_where(f, "state = 'succeeded' AND attempts = 1"), 10);
+    harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
+    assert_int_equal(assert_every_row_delivered(f), 0);
+}
+
+/*
+ * A row with a header the broker obeys (NATS Nats-Rollup, RabbitMQ BCC) or
+ * a routing key into a place it or the relay keeps (a Redis dedup record,
+ * a Kafka internal topic), among ten good ones: dead at its first attempt,
+ * saying what is reserved; the ten are published, and only they.
+ */
+static void
+test_reserved_names_die_alone(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[16];
+    char sql[512];
+    long long reserved = 0;
+
+    enqueue_rows(f->conn, f->queue, 5);
+    if (f->broker->reserved_header != NULL) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('%s', '{}', NULL, '%s', max_attempts => 5)",
+                 f->queue, f->broker->reserved_header);
+        harness_exec(f->conn, sql);
+        reserved++;
+    }
+    if (f->broker->reserved_route != NULL) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('%s', '{}', routing_key => '%s', max_attempts => 5)",
+                 f->queue, f->broker->reserved_route);
+        harness_exec(f->conn, sql);
+        reserved++;
+    }
+    enqueue_rows(f->conn, f->queue, 5);
+
+    assert_int_equal(relay_run_once(f->url, f->broker_url, arguments(f, extra, 16, NULL)), 0);
+    assert_int_equal(count_where(f, "state = 'dead' AND attempts = 1"
+                                    " AND last_error LIKE '%is reserved%'"),
+                     reserved);
     assert_int_equal(count_where(f, "state = 'succeeded' AND attempts = 1"), 10);
     harness_exec(f->conn, "DELETE FROM outbox.job WHERE state = 'dead'");
     assert_int_equal(assert_every_row_delivered(f), 0);
@@ -816,6 +859,7 @@ static const struct scenario {
 } SCENARIOS[] = {
     {"rolled_back_row_is_never_published", test_rolled_back_row_is_never_published},
     {"oversized_row_dies_alone", test_oversized_row_dies_alone},
+    {"reserved_names_die_alone", test_reserved_names_die_alone},
     {"restart_mid_run_costs_no_attempt", test_restart_mid_run_costs_no_attempt},
     {"outage_costs_no_attempt", test_outage_costs_no_attempt},
     {"kill_mid_batch_then_restart", test_kill_mid_batch_then_restart},

@@ -245,20 +245,26 @@ test_oversized_row_dies_alone(void **state)
     assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 200);
 }
 
-/* Routing keys that make no valid subject die at once, naming the subject; the rest go. */
+/*
+ * Routing keys that make no valid subject die at once, naming the subject;
+ * the rest go. The first batch of the connection holds only such rows, so
+ * that nothing of it reaches the library (whose JetStream context has made
+ * no publish yet).
+ */
 static void
 test_invalid_subjects_die(void **state)
 {
     struct fixture *f = *state;
-    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+    const char *extra[] = {"--subject-prefix", f->prefix, "--batch-size", "5", "--concurrency",
+                           "1", NULL};
 
     make_stream(f, ">", 0);
-    enqueue_rows(f->conn, "orders", 10);
     harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order created')");
     harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.*')");
     harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.>')");
     harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order..eu')");
     harness_exec(f->conn, "SELECT outbox.enqueue('orders', '{}', routing_key => 'order.')");
+    enqueue_rows(f->conn, "orders", 10);
     assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'dead' AND attempts = 1"
@@ -267,6 +273,127 @@ test_invalid_subjects_die(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      10);
+}
+
+/*
+ * With the default empty --subject-prefix a producer's routing key is the
+ * whole subject: rows naming the server's reserved subjects ($JS.API...
+ * purge and delete, $SYS., $KV., _INBOX., any leading '$') and rows with a
+ * header JetStream obeys (Nats-Rollup, Nats-Expected-*, any Nats- name)
+ * die at their first attempt, naming what is reserved; the stream keeps its
+ * messages and the good rows go.
+ */
+static void
+test_reserved_subjects_and_headers_die(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const subjects[] = {"$JS.API.STREAM.PURGE.%s", "$JS.API.STREAM.DELETE.%s",
+                                           "$SYS.REQ.SERVER.PING", "$KV.bucket.key", "$O.x",
+                                           "_INBOX.abc"};
+    static const char *const headers[] = {
+        "{\"Nats-Rollup\": \"all\"}", "{\"Nats-Expected-Stream\": \"other\"}",
+        "{\"Nats-Expected-Last-Sequence\": \"1\"}", "{\"nats-rollup\": \"sub\"}",
+        "{\"Nats-Msg-Id\": \"1\"}"};
+    char sql[512], subject[128];
+
+    make_stream(f, ">", 0);
+    for (int i = 0; i < 50; i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('orders', '{}', routing_key => '%sok')",
+                 f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 50);
+
+    for (size_t i = 0; i < sizeof(subjects) / sizeof(subjects[0]); i++) {
+        snprintf(subject, sizeof(subject), subjects[i], f->stream);
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('bad', '{}', routing_key => '%s', max_attempts => 5)",
+                 subject);
+        harness_exec(f->conn, sql);
+    }
+    for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('bad', '{}', NULL, '%s', routing_key => '%sok',"
+                 " max_attempts => 5)",
+                 headers[i], f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    for (int i = 0; i < 10; i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('orders', '{}', routing_key => '%sok')",
+                 f->prefix);
+        harness_exec(f->conn, sql);
+    }
+    assert_int_equal(relay_run_once(f->url, f->broker, NULL), 0);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 60);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1 AND last_error"
+                                               " LIKE 'nats subject % is reserved to the server%'"),
+                     6);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1 AND last_error"
+                                               " LIKE 'header % is reserved to nats%'"),
+                     5);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'orders' AND state = 'succeeded'"),
+                     60);
+}
+
+/*
+ * A subject a core NATS subscriber listens on, with no stream behind it:
+ * the server sends no "no responders", and the answer, if any, is no
+ * JetStream ack. Such rows spend their attempt (dead after max_attempts,
+ * like any refused row, the subscriber getting one copy per attempt), and
+ * the good rows of their batches go at once, not after the I/O timeout.
+ */
+static void
+test_core_subscriber_without_stream(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, "--concurrency", "1", "--retry-base", "1m",
+                           NULL};
+    char subject[128];
+    double started, took;
+
+    make_stream(f, "covered.>", 0);
+    snprintf(subject, sizeof(subject), "%splain.>", f->prefix);
+    assert_int_equal(nats_consumer_subscribe(f->nats, subject, NULL), 0);
+    snprintf(subject, sizeof(subject), "%sreplying.>", f->prefix);
+    assert_int_equal(nats_consumer_subscribe(f->nats, subject, "ok"), 0);
+    harness_query_ll(f->conn, "SELECT count(outbox.enqueue('orders', jsonb_build_object('n', g),"
+                              " routing_key => CASE WHEN g % 100 = 0 THEN 'plain.x'"
+                              " WHEN g % 100 = 50 THEN 'replying.x' ELSE 'covered.x' END,"
+                              " max_attempts => 2)) FROM generate_series(1, 2000) AS g");
+
+    started = wall_clock_seconds();
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    took = wall_clock_seconds() - started;
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'succeeded'"
+                                               " AND routing_key = 'covered.x'"),
+                     1960);
+    if (took > 6.0)
+        fail_msg("the good rows took %.1f s: held behind the rows without a stream", took);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE routing_key = 'plain.x' AND state = 'ready'"
+                                               " AND attempts = 1 AND last_error LIKE"
+                                               " '%no jetstream stream covers subject%plain.x%'"),
+                     20);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE routing_key = 'replying.x' AND state = 'ready'"
+                                               " AND attempts = 1 AND last_error LIKE"
+                                                " '%reply on%replying.x%is not a jetstream ack%'"),
+                     20);
+    assert_int_equal(nats_consumer_received(f->nats), 40);
+
+    /* the second and last attempt: dead, one more copy each */
+    harness_exec(f->conn, "UPDATE outbox.job SET run_at = now() WHERE state = 'ready'");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'dead' AND attempts = 2"),
+                     40);
+    assert_int_equal(nats_consumer_received(f->nats), 80);
+    assert_int_equal(nats_consumer_stream_count(f->nats, f->stream), 1960);
 }
 
 /*
@@ -533,6 +660,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_subject_without_stream_fails_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dies_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_subjects_die, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserved_subjects_and_headers_die, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_core_subscriber_without_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redriven_row_is_a_duplicate_replay_is_not, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),
