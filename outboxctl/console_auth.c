@@ -4,7 +4,9 @@
  * cookie, and the CSRF token that every page of a session carries.
  *
  * Tokens are compared in constant time. A session is 32 random bytes held
- * in memory only: restarting the console logs everybody out. Bearer calls
+ * in memory only: restarting the console logs everybody out. Worker threads
+ * share the sessions under console->sessions_lock; a request works on its
+ * own copy of its session. Bearer calls
  * need no CSRF token: a browser never adds an Authorization header to a
  * request another site makes it send, so such a call cannot be forged.
  */
@@ -127,17 +129,20 @@ console_auth_identify(struct console *console, struct console_request *request)
     }
     if (request->cookie == NULL || !session_cookie(request->cookie, cookie, sizeof(cookie)))
         return;
+    pthread_mutex_lock(&console->sessions_lock);
     for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
         struct console_session *session = &console->sessions[i];
 
         if (session->created != 0 && console_auth_equal(cookie, session->id)) {
             request->identity = CONSOLE_COOKIE;
-            request->session = session;
+            request->session_copy = *session;
+            request->session = &request->session_copy;
             snprintf(request->who, sizeof(request->who), "session %.8s@%s", session->id,
                      request->peer);
-            return;
+            break;
         }
     }
+    pthread_mutex_unlock(&console->sessions_lock);
 }
 
 bool
@@ -150,31 +155,43 @@ console_auth_csrf_ok(const struct console_request *request, const char *form_csr
     return console_auth_equal(given, request->session->csrf);
 }
 
-struct console_session *
-console_auth_login(struct console *console, const char *token)
+bool
+console_auth_login(struct console *console, const char *token, struct console_session *opened)
 {
     struct console_session *slot = &console->sessions[0];
+    bool ok = true;
 
     if (console->token == NULL || token == NULL || !console_auth_equal(token, console->token))
-        return NULL;
+        return false;
+    pthread_mutex_lock(&console->sessions_lock);
     for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
         if (console->sessions[i].created < slot->created)
             slot = &console->sessions[i];
     }
     if (console_auth_random_hex(slot->id, sizeof(slot->id)) < 0 ||
         console_auth_random_hex(slot->csrf, sizeof(slot->csrf)) < 0) {
-        slot->created = 0;
-        return NULL;
+        memset(slot, 0, sizeof(*slot));
+        ok = false;
+    } else {
+        slot->created = ++console->session_counter;
+        *opened = *slot;
     }
-    slot->created = ++console->session_counter;
-    return slot;
+    pthread_mutex_unlock(&console->sessions_lock);
+    return ok;
 }
 
 void
 console_auth_logout(struct console *console, struct console_request *request)
 {
-    (void)console;
-    if (request->identity == CONSOLE_COOKIE && request->session != NULL)
-        memset(request->session, 0, sizeof(*request->session));
+    if (request->identity == CONSOLE_COOKIE && request->session != NULL) {
+        pthread_mutex_lock(&console->sessions_lock);
+        for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
+            struct console_session *session = &console->sessions[i];
+
+            if (session->created != 0 && console_auth_equal(request->session->id, session->id))
+                memset(session, 0, sizeof(*session));
+        }
+        pthread_mutex_unlock(&console->sessions_lock);
+    }
     request->session = NULL;
 }

@@ -5,8 +5,9 @@
  *
  * The ground floor of the console: console_request.c calls no other
  * console file, so the server, access control, API and pages all stand on
- * it. A failed query is reported through console_database_failed() so the
- * next request reconnects.
+ * it. Each worker thread has its own database connection; a failed query is
+ * reported through console_database_failed() so that worker's next request
+ * reconnects.
  */
 #ifndef OUTBOX_CONSOLE_REQUEST_H
 #define OUTBOX_CONSOLE_REQUEST_H
@@ -14,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <pthread.h>
 
 #include <libpq-fe.h>
 
@@ -34,13 +37,15 @@ struct console_session {
     int64_t created; /* for replacing the oldest; 0: free slot */
 };
 
-/* The server's state: options, database connection, logins. */
+/*
+ * The server's state, shared by every worker thread: options (read-only
+ * once serving), and the logins, under sessions_lock.
+ */
 struct console {
     const char *database_url;
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
-    PGconn *conn;        /* NULL or broken: reconnect at the next request */
-    char db_error[OUTBOX_ERROR_MESSAGE_MAX]; /* why the database is unavailable; "" when it is up */
+    pthread_mutex_t sessions_lock; /* guards sessions and session_counter */
     struct console_session sessions[CONSOLE_MAX_SESSIONS];
     struct console_session anonymous; /* without a token: the one CSRF token of every page */
     int64_t session_counter;
@@ -55,6 +60,7 @@ enum console_identity {
 };
 
 struct console_request {
+    int refused;       /* the server could not read a request: 400, 408 or 413; else 0 */
     char method[8];
     char path[512];    /* without the query, not decoded */
     char query[2048];  /* after '?', not decoded; "" when none */
@@ -66,7 +72,8 @@ struct console_request {
     size_t body_len;
     char peer[64];
     enum console_identity identity;
-    struct console_session *session; /* CONSOLE_COOKIE, or &anonymous */
+    struct console_session *session; /* &session_copy (CONSOLE_COOKIE), or &anonymous */
+    struct console_session session_copy; /* the login, as it was when the request came */
     char who[96];                    /* for the action log */
 };
 
@@ -78,13 +85,19 @@ struct console_response {
 };
 
 /*
- * Returns the connection, reconnecting when needed; NULL when the database
- * is unavailable (console->db_error says why).
+ * Returns the calling thread's connection, reconnecting when needed; NULL
+ * when the database is unavailable (console_database_error() says why).
  */
 PGconn *console_database(struct console *console);
 
-/* Notes a failed query: a lost connection makes the next request reconnect. */
-void console_database_failed(struct console *console, const struct outbox_error *err);
+/* Why the calling thread's connection is unavailable; "" when it is up. */
+const char *console_database_error(void);
+
+/* Notes a failed query: a lost connection makes this thread's next request reconnect. */
+void console_database_failed(const struct outbox_error *err);
+
+/* Closes the calling thread's connection (a worker that stops). */
+void console_database_close(void);
 
 /* Decodes parameter name of a query or form body into out; false when absent. */
 bool console_param(const char *params, size_t length, const char *name, char *out, size_t size);
