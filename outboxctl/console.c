@@ -34,17 +34,22 @@
 
 #define EXIT_USAGE 2
 
+/*
+ * Referrer-Policy same-origin, not no-referrer: under no-referrer a browser
+ * sends "Origin: null" with the page's own form posts, and a post must name
+ * the console's origin. The pages load nothing from elsewhere anyway.
+ */
 static const char security_headers[] =
     "Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n"
     "X-Content-Type-Options: nosniff\r\n"
     "X-Frame-Options: DENY\r\n"
-    "Referrer-Policy: no-referrer\r\n"
+    "Referrer-Policy: same-origin\r\n"
     "Cache-Control: no-store\r\n";
 
 static const char serve_usage[] =
     "usage: outboxctl serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]\n"
-    "                       [--database-url URL]\n";
+    "                       [--allow-host NAME]... [--database-url URL]\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -121,6 +126,16 @@ refuse(const struct console_request *request, struct console_response *response,
     }
 }
 
+/* Logs a request refused for its Host or Origin, the value quoted. */
+static void
+log_refused(const struct console_request *request, const char *what, const char *value)
+{
+    char quoted[120];
+
+    fprintf(stderr, "outboxctl serve: refused a request from %s with %s %s\n", request->peer,
+            what, outbox_error_quote(quoted, sizeof(quoted), value));
+}
+
 static void
 route(struct console *console, struct console_request *request,
       struct console_response *response)
@@ -128,6 +143,18 @@ route(struct console *console, struct console_request *request,
     bool post = strcmp(request->method, "POST") == 0;
     bool get = strcmp(request->method, "GET") == 0 || strcmp(request->method, "HEAD") == 0;
 
+    if (request->host == NULL)
+        return refuse(request, response, 400, "missing Host header");
+    if (!console_auth_host_ok(console, request->host, "80")) {
+        log_refused(request, "host", request->host);
+        return refuse(request, response, 403, "unknown host: start the console with "
+                                              "--allow-host NAME to serve it by that name");
+    }
+    if (post && request->origin != NULL && !console_auth_origin_ok(console, request->origin)) {
+        log_refused(request, "origin", request->origin);
+        return refuse(request, response, 403, "cross-origin post refused: origin is not the "
+                                              "console's");
+    }
     console_auth_identify(console, request);
     if (strncmp(request->path, "/static/", 8) == 0) {
         const char *asset = get ? console_asset(request->path + 8, &response->content_type) : NULL;
@@ -246,7 +273,47 @@ struct serve_options {
     const char *listen;
     const char *token_file;
     bool allow_actions;
+    const char *allowed_hosts[CONSOLE_ALLOWED_HOSTS_MAX];
+    size_t allowed_count;
 };
+
+/* Adds the value of --allow-host; -1 when there is no room, 0 when it is not a host name. */
+static int
+add_allowed_host(struct serve_options *opts, const char *name)
+{
+    if (!console_auth_host_name_valid(name))
+        return serve_usage_error("invalid --allow-host (a host name or IP address, without "
+                                 "a port):", name);
+    if (opts->allowed_count == CONSOLE_ALLOWED_HOSTS_MAX)
+        return serve_usage_error("too many --allow-host (at most 16)", NULL);
+    opts->allowed_hosts[opts->allowed_count++] = name;
+    return -1;
+}
+
+/* Fills the names the console answers as from where it listens and --allow-host. */
+static void
+set_hosts(struct console_hosts *hosts, const struct listen_addr *addr, int listen_fd,
+          const struct serve_options *opts)
+{
+    struct sockaddr_storage bound;
+    socklen_t length = sizeof(bound);
+    unsigned char any[16] = {0}, address[16];
+    uint16_t port = 0;
+    bool v4 = inet_pton(AF_INET, addr->host, address) == 1;
+    bool v6 = !v4 && inet_pton(AF_INET6, addr->host, address) == 1;
+
+    if (getsockname(listen_fd, (struct sockaddr *)&bound, &length) == 0)
+        port = ntohs(bound.ss_family == AF_INET6
+                         ? ((struct sockaddr_in6 *)(void *)&bound)->sin6_port
+                         : ((struct sockaddr_in *)(void *)&bound)->sin_port);
+    snprintf(hosts->port, sizeof(hosts->port), "%u", (unsigned)port);
+    snprintf(hosts->listen_host, sizeof(hosts->listen_host), v6 ? "[%s]" : "%s", addr->host);
+    hosts->loopback = address_is_loopback((const struct sockaddr *)&bound);
+    hosts->every_address = addr->host[0] == '\0' || (v4 && memcmp(address, any, 4) == 0) ||
+                           (v6 && memcmp(address, any, 16) == 0);
+    for (size_t i = 0; i < opts->allowed_count; i++)
+        hosts->allowed[hosts->allowed_count++] = opts->allowed_hosts[i];
+}
 
 static int
 parse_serve_options(int argc, char **argv, const char **database_url, struct serve_options *opts)
@@ -254,6 +321,7 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char **target = NULL;
+        int rc;
 
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(serve_usage, stdout);
@@ -261,6 +329,13 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
         }
         if (strcmp(arg, "--allow-actions") == 0) {
             opts->allow_actions = true;
+            continue;
+        }
+        if (strcmp(arg, "--allow-host") == 0) {
+            if (i + 1 >= argc)
+                return serve_usage_error("missing value of option", arg);
+            if ((rc = add_allowed_host(opts, argv[++i])) >= 0)
+                return rc;
             continue;
         }
         if (strcmp(arg, "--listen") == 0)
@@ -314,6 +389,7 @@ console_serve(const char *database_url, int argc, char **argv)
         free(console.token);
         return listen_fd == -2 ? EXIT_USAGE : 1;
     }
+    set_hosts(&console.hosts, &addr, listen_fd, &opts);
     signal(SIGPIPE, SIG_IGN);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);

@@ -12,9 +12,12 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+
+#include <arpa/inet.h>
 
 #include "console_auth.h"
 
@@ -194,4 +197,83 @@ console_auth_logout(struct console *console, struct console_request *request)
         pthread_mutex_unlock(&console->sessions_lock);
     }
     request->session = NULL;
+}
+
+/* ---- Host and Origin ---- */
+
+bool
+console_auth_host_name_valid(const char *name)
+{
+    size_t length = strlen(name);
+    unsigned char v6[16];
+    char inner[64];
+
+    if (length == 0 || length > 253)
+        return false;
+    if (name[0] == '[') { /* an IPv6 address */
+        if (name[length - 1] != ']' || length - 2 >= sizeof(inner))
+            return false;
+        memcpy(inner, name + 1, length - 2);
+        inner[length - 2] = '\0';
+        return inet_pton(AF_INET6, inner, v6) == 1;
+    }
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") ==
+           length;
+}
+
+/* True when name (as in Host: brackets around IPv6) is an IP address. */
+static bool
+is_ip_address(const char *name)
+{
+    unsigned char v4[4];
+
+    return inet_pton(AF_INET, name, v4) == 1 ||
+           (name[0] == '[' && console_auth_host_name_valid(name));
+}
+
+bool
+console_auth_host_ok(const struct console *console, const char *authority,
+                     const char *default_port)
+{
+    static const char *const loopback_names[] = {"localhost", "127.0.0.1", "[::1]"};
+    const struct console_hosts *hosts = &console->hosts;
+    char name[256];
+    const char *port, *colon;
+    size_t length;
+
+    if (authority == NULL)
+        return false;
+    colon = strrchr(authority, ':');
+    if (colon != NULL && strchr(colon, ']') != NULL)
+        colon = NULL; /* a colon inside an IPv6 address */
+    length = colon ? (size_t)(colon - authority) : strlen(authority);
+    port = colon ? colon + 1 : default_port;
+    if (length >= sizeof(name))
+        return false;
+    memcpy(name, authority, length);
+    name[length] = '\0';
+    if (!console_auth_host_name_valid(name) || strspn(port, "0123456789") != strlen(port))
+        return false;
+    for (size_t i = 0; i < hosts->allowed_count; i++)
+        if (strcasecmp(name, hosts->allowed[i]) == 0)
+            return true;
+    if (strcmp(port, hosts->port) != 0)
+        return false;
+    if (hosts->loopback || hosts->every_address)
+        for (size_t i = 0; i < sizeof(loopback_names) / sizeof(loopback_names[0]); i++)
+            if (strcasecmp(name, loopback_names[i]) == 0)
+                return true;
+    if (hosts->every_address)
+        return is_ip_address(name);
+    return strcasecmp(name, hosts->listen_host) == 0;
+}
+
+bool
+console_auth_origin_ok(const struct console *console, const char *origin)
+{
+    if (strncmp(origin, "http://", 7) == 0)
+        return console_auth_host_ok(console, origin + 7, "80");
+    if (strncmp(origin, "https://", 8) == 0)
+        return console_auth_host_ok(console, origin + 8, "443");
+    return false; /* "null" (a sandboxed or opaque origin), or no origin of the web */
 }

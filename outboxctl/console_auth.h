@@ -25,6 +25,20 @@ bool console_auth_login(struct console *console, const char *token, struct conso
 /* Forgets the session of request. */
 void console_auth_logout(struct console *console, struct console_request *request);
 
+/*
+ * True when authority ("name[:port]", as in Host) names the console: a name
+ * it listens as on its port, or an --allow-host name on any port.
+ * default_port stands for a missing port ("80" in Host).
+ */
+bool console_auth_host_ok(const struct console *console, const char *authority,
+                          const char *default_port);
+
+/* True when origin ("http[s]://name[:port]", as in Origin) names the console. */
+bool console_auth_origin_ok(const struct console *console, const char *origin);
+
+/* True when name may be given to --allow-host: a host name or an IP address, without a port. */
+bool console_auth_host_name_valid(const char *name);
+
 /* Constant-time comparison of two NUL-terminated strings. */
 bool console_auth_equal(const char *a, const char *b);
 

@@ -29,12 +29,26 @@
 #define CONSOLE_DEAD_LIMIT_DEFAULT 100
 #define CONSOLE_DEAD_LIMIT_MAX 10000
 #define CONSOLE_JOB_IDS_MAX 10000
+#define CONSOLE_ALLOWED_HOSTS_MAX 16 /* --allow-host given at most this often */
 
 /* A login: the cookie value and the CSRF token the pages of that login carry. */
 struct console_session {
     char id[CONSOLE_TOKEN_HEX + 1];
     char csrf[CONSOLE_TOKEN_HEX + 1];
     int64_t created; /* for replacing the oldest; 0: free slot */
+};
+
+/*
+ * The names a request may give in Host (and a POST in Origin): those the
+ * console listens as, on its port, and the --allow-host names, on any port.
+ */
+struct console_hosts {
+    char listen_host[260]; /* as --listen gives it, an IPv6 address in brackets; "" for all */
+    char port[8];          /* the port listened on */
+    bool loopback;         /* also localhost, 127.0.0.1 and [::1] */
+    bool every_address;    /* listening on all interfaces: also any IP address and localhost */
+    const char *allowed[CONSOLE_ALLOWED_HOSTS_MAX];
+    size_t allowed_count;
 };
 
 /*
@@ -45,6 +59,7 @@ struct console {
     const char *database_url;
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
+    struct console_hosts hosts;
     pthread_mutex_t sessions_lock; /* guards sessions and session_counter */
     struct console_session sessions[CONSOLE_MAX_SESSIONS];
     struct console_session anonymous; /* without a token: the one CSRF token of every page */
@@ -68,6 +83,8 @@ struct console_request {
     const char *cookie;
     const char *csrf_header; /* X-CSRF-Token */
     const char *content_type;
+    const char *host;   /* the Host header; NULL when none */
+    const char *origin; /* the Origin header; NULL when none (not from a browser) */
     const char *body;
     size_t body_len;
     char peer[64];

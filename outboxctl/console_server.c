@@ -149,6 +149,8 @@ parse_head(char *head, size_t head_len, struct console_request *request)
     request->cookie = find_header(line_end, end, "Cookie");
     request->csrf_header = find_header(line_end, end, "X-CSRF-Token");
     request->content_type = find_header(line_end, end, "Content-Type");
+    request->host = find_header(line_end, end, "Host");
+    request->origin = find_header(line_end, end, "Origin");
     return 0;
 }
 
