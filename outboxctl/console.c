@@ -1,6 +1,6 @@
 /*
- * console.c - `outboxctl serve`: options, the listening socket, one
- * request at a time read, routed and answered.
+ * console.c - `outboxctl serve`: options, the listening socket, and each
+ * request routed and answered (console_server.c reads and writes them).
  *
  * The top of the console: it routes to the API, the pages and the assets,
  * which stand on console_request.c and never call back here.
@@ -27,24 +27,29 @@
 #include "console_auth.h"
 #include "console_html.h"
 #include "console_request.h"
+#include "console_server.h"
 #include "error.h"
 #include "listen_addr.h"
 #include "url_check.h"
 
 #define EXIT_USAGE 2
-#define CLIENT_TIMEOUT_SECONDS 5
 
+/*
+ * Referrer-Policy same-origin, not no-referrer: under no-referrer a browser
+ * sends "Origin: null" with the page's own form posts, and a post must name
+ * the console's origin. The pages load nothing from elsewhere anyway.
+ */
 static const char security_headers[] =
     "Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n"
     "X-Content-Type-Options: nosniff\r\n"
     "X-Frame-Options: DENY\r\n"
-    "Referrer-Policy: no-referrer\r\n"
+    "Referrer-Policy: same-origin\r\n"
     "Cache-Control: no-store\r\n";
 
 static const char serve_usage[] =
     "usage: outboxctl serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]\n"
-    "                       [--database-url URL]\n";
+    "                       [--allow-host NAME]... [--database-url URL]\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -60,130 +65,6 @@ serve_usage_error(const char *message, const char *value)
 {
     fprintf(stderr, "outboxctl: %s%s%s\n", message, value ? " " : "", value ? value : "");
     return EXIT_USAGE;
-}
-
-/* ---- database ---- */
-
-/* Finds header name (case-insensitive) among the NUL-separated lines of head. */
-static const char *
-find_header(char *lines, const char *end, const char *name)
-{
-    size_t name_len = strlen(name);
-
-    for (char *line = lines; line < end; line += strlen(line) + 1) {
-        if (strncasecmp(line, name, name_len) == 0 && line[name_len] == ':') {
-            const char *value = line + name_len + 1;
-
-            while (*value == ' ' || *value == '\t')
-                value++;
-            return value;
-        }
-    }
-    return NULL;
-}
-
-/* Splits the request line and headers of head (NUL-terminated at the blank line). */
-static int
-parse_head(char *head, size_t head_len, struct console_request *request)
-{
-    char *line_end, *target, *version, *query;
-    char *end = head + head_len;
-
-    for (char *p = head; p < end; p++)
-        if (*p == '\r' || *p == '\n')
-            *p = '\0';
-    line_end = head + strlen(head);
-    target = strchr(head, ' ');
-    if (target == NULL)
-        return -1;
-    *target++ = '\0';
-    version = strchr(target, ' ');
-    if (version == NULL || strncmp(version + 1, "HTTP/1.", 7) != 0)
-        return -1;
-    *version = '\0';
-    if (strlen(head) >= sizeof(request->method) || target[0] != '/')
-        return -1;
-    snprintf(request->method, sizeof(request->method), "%s", head);
-    if ((query = strchr(target, '?')) != NULL) {
-        *query++ = '\0';
-        if (strlen(query) >= sizeof(request->query))
-            return -1;
-        snprintf(request->query, sizeof(request->query), "%s", query);
-    }
-    if (strlen(target) >= sizeof(request->path))
-        return -1;
-    snprintf(request->path, sizeof(request->path), "%s", target);
-    while (line_end < end && *line_end == '\0')
-        line_end++;
-    request->authorization = find_header(line_end, end, "Authorization");
-    request->cookie = find_header(line_end, end, "Cookie");
-    request->csrf_header = find_header(line_end, end, "X-CSRF-Token");
-    request->content_type = find_header(line_end, end, "Content-Type");
-    return 0;
-}
-
-/*
- * Reads one request into *data (owned by the caller) and parses it. Returns
- * 0, or the HTTP status to answer with (400, 408, 413).
- */
-static int
-read_request(int fd, struct buffer *data, struct console_request *request)
-{
-    char chunk[8192];
-    size_t head_len = 0, want = 0;
-    char *blank;
-
-    for (;;) {
-        ssize_t got;
-
-        if (head_len > 0 && data->len >= want)
-            break;
-        got = read(fd, chunk, sizeof(chunk));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 408 : 400;
-        buffer_append(data, chunk, (size_t)got);
-        if (data->failed || data->len > CONSOLE_REQUEST_MAX_BYTES)
-            return 413;
-        if (head_len == 0 && (blank = strstr(data->data, "\r\n\r\n")) != NULL) {
-            const char *length;
-            char *lines;
-
-            head_len = (size_t)(blank - data->data) + 4;
-            lines = strndup(data->data, head_len);
-            if (lines == NULL)
-                return 413;
-            for (char *p = lines; *p != '\0'; p++)
-                if (*p == '\r' || *p == '\n')
-                    *p = '\0';
-            length = find_header(lines, lines + head_len, "Content-Length");
-            want = head_len + (length ? strtoul(length, NULL, 10) : 0);
-            free(lines);
-            if (want > CONSOLE_REQUEST_MAX_BYTES)
-                return 413;
-        }
-    }
-    if (parse_head(data->data, head_len - 2, request) < 0)
-        return 400;
-    request->body = data->data + head_len;
-    request->body_len = want - head_len;
-    return 0;
-}
-
-static void
-write_all(int fd, const char *data, size_t length)
-{
-    while (length > 0) {
-        ssize_t sent = write(fd, data, length);
-
-        if (sent < 0 && errno == EINTR)
-            continue;
-        if (sent <= 0)
-            return;
-        data += sent;
-        length -= (size_t)sent;
-    }
 }
 
 static const char *
@@ -206,24 +87,20 @@ status_text(int status)
     }
 }
 
+/* Writes the status line, the headers and (but for HEAD) the body of response into answer. */
 static void
-send_response(int fd, const struct console_request *request,
-              const struct console_response *response)
+format_answer(const struct console_request *request, const struct console_response *response,
+              struct buffer *answer)
 {
-    struct buffer head = {0};
-
-    buffer_printf(&head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s",
+    buffer_printf(answer, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s",
                   response->status, status_text(response->status),
                   response->content_type ? response->content_type : "text/plain; charset=utf-8",
                   response->body.len, security_headers);
     if (response->headers.len > 0)
-        buffer_append(&head, response->headers.data, response->headers.len);
-    buffer_puts(&head, "Connection: close\r\n\r\n");
-    if (!head.failed)
-        write_all(fd, head.data, head.len);
+        buffer_append(answer, response->headers.data, response->headers.len);
+    buffer_puts(answer, "Connection: close\r\n\r\n");
     if (strcmp(request->method, "HEAD") != 0 && response->body.len > 0)
-        write_all(fd, response->body.data, response->body.len);
-    buffer_clear(&head);
+        buffer_append(answer, response->body.data, response->body.len);
 }
 
 /* ---- routing ---- */
@@ -249,6 +126,16 @@ refuse(const struct console_request *request, struct console_response *response,
     }
 }
 
+/* Logs a request refused for its Host or Origin, the value quoted. */
+static void
+log_refused(const struct console_request *request, const char *what, const char *value)
+{
+    char quoted[120];
+
+    fprintf(stderr, "outboxctl serve: refused a request from %s with %s %s\n", request->peer,
+            what, outbox_error_quote(quoted, sizeof(quoted), value));
+}
+
 static void
 route(struct console *console, struct console_request *request,
       struct console_response *response)
@@ -256,6 +143,18 @@ route(struct console *console, struct console_request *request,
     bool post = strcmp(request->method, "POST") == 0;
     bool get = strcmp(request->method, "GET") == 0 || strcmp(request->method, "HEAD") == 0;
 
+    if (request->host == NULL)
+        return refuse(request, response, 400, "missing Host header");
+    if (!console_auth_host_ok(console, request->host, "80")) {
+        log_refused(request, "host", request->host);
+        return refuse(request, response, 403, "unknown host: start the console with "
+                                              "--allow-host NAME to serve it by that name");
+    }
+    if (post && request->origin != NULL && !console_auth_origin_ok(console, request->origin)) {
+        log_refused(request, "origin", request->origin);
+        return refuse(request, response, 403, "cross-origin post refused: origin is not the "
+                                              "console's");
+    }
     console_auth_identify(console, request);
     if (strncmp(request->path, "/static/", 8) == 0) {
         const char *asset = get ? console_asset(request->path + 8, &response->content_type) : NULL;
@@ -290,35 +189,27 @@ route(struct console *console, struct console_request *request,
     console_html(console, request, response);
 }
 
+/* Answers one request (console_answer_fn): routed, or the text of the server's refusal. */
 static void
-serve_client(struct console *console, int fd, const char *peer)
+console_answer(struct console *console, struct console_request *request, struct buffer *answer)
 {
-    struct console_request request;
     struct console_response response = {.status = 200};
-    struct buffer data = {0};
-    struct timeval timeout = {.tv_sec = CLIENT_TIMEOUT_SECONDS};
-    int status;
 
-    memset(&request, 0, sizeof(request));
-    snprintf(request.peer, sizeof(request.peer), "%s", peer);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    status = read_request(fd, &data, &request);
-    if (status != 0) {
-        snprintf(request.method, sizeof(request.method), "GET");
-        console_respond_text(&response, status,
-                             status == 413 ? "request too large" : "malformed request");
-    } else {
-        route(console, &request, &response);
-    }
+    if (request->refused == 408)
+        console_respond_text(&response, 408, "request not complete in time");
+    else if (request->refused == 413)
+        console_respond_text(&response, 413, "request too large");
+    else if (request->refused != 0)
+        console_respond_text(&response, request->refused, "malformed request");
+    else
+        route(console, request, &response);
     if (response.body.failed || response.headers.failed) {
         buffer_clear(&response.headers);
         console_respond_text(&response, 500, "out of memory");
     }
-    send_response(fd, &request, &response);
+    format_answer(request, &response, answer);
     buffer_clear(&response.body);
     buffer_clear(&response.headers);
-    buffer_clear(&data);
 }
 
 /* ---- listening ---- */
@@ -376,48 +267,53 @@ listen_on(const struct listen_addr *addr, bool need_loopback)
     return fd;
 }
 
-static void
-peer_name(const struct sockaddr_storage *peer, char *out, size_t size)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-
-    if (peer->ss_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)peer)->sin_addr, host,
-                  sizeof(host));
-    else if (peer->ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr, host,
-                  sizeof(host));
-    snprintf(out, size, "%s", host);
-}
-
-static void
-serve_loop(struct console *console, int listen_fd)
-{
-    while (!stop_requested) {
-        struct pollfd pfd = {.fd = listen_fd, .events = POLLIN};
-        struct sockaddr_storage peer;
-        socklen_t peer_len = sizeof(peer);
-        char peer_text[64];
-        int fd;
-
-        if (poll(&pfd, 1, 1000) <= 0)
-            continue;
-        fd = accept(listen_fd, (struct sockaddr *)&peer, &peer_len);
-        if (fd < 0)
-            continue;
-        peer_name(&peer, peer_text, sizeof(peer_text));
-        serve_client(console, fd, peer_text);
-        close(fd);
-    }
-}
-
 /* ---- options ---- */
 
 struct serve_options {
     const char *listen;
     const char *token_file;
     bool allow_actions;
+    const char *allowed_hosts[CONSOLE_ALLOWED_HOSTS_MAX];
+    size_t allowed_count;
 };
+
+/* Adds the value of --allow-host; -1 when there is no room, 0 when it is not a host name. */
+static int
+add_allowed_host(struct serve_options *opts, const char *name)
+{
+    if (!console_auth_host_name_valid(name))
+        return serve_usage_error("invalid --allow-host (a host name or IP address, without "
+                                 "a port):", name);
+    if (opts->allowed_count == CONSOLE_ALLOWED_HOSTS_MAX)
+        return serve_usage_error("too many --allow-host (at most 16)", NULL);
+    opts->allowed_hosts[opts->allowed_count++] = name;
+    return -1;
+}
+
+/* Fills the names the console answers as from where it listens and --allow-host. */
+static void
+set_hosts(struct console_hosts *hosts, const struct listen_addr *addr, int listen_fd,
+          const struct serve_options *opts)
+{
+    struct sockaddr_storage bound;
+    socklen_t length = sizeof(bound);
+    unsigned char any[16] = {0}, address[16];
+    uint16_t port = 0;
+    bool v4 = inet_pton(AF_INET, addr->host, address) == 1;
+    bool v6 = !v4 && inet_pton(AF_INET6, addr->host, address) == 1;
+
+    if (getsockname(listen_fd, (struct sockaddr *)&bound, &length) == 0)
+        port = ntohs(bound.ss_family == AF_INET6
+                         ? ((struct sockaddr_in6 *)(void *)&bound)->sin6_port
+                         : ((struct sockaddr_in *)(void *)&bound)->sin_port);
+    snprintf(hosts->port, sizeof(hosts->port), "%u", (unsigned)port);
+    snprintf(hosts->listen_host, sizeof(hosts->listen_host), v6 ? "[%s]" : "%s", addr->host);
+    hosts->loopback = address_is_loopback((const struct sockaddr *)&bound);
+    hosts->every_address = addr->host[0] == '\0' || (v4 && memcmp(address, any, 4) == 0) ||
+                           (v6 && memcmp(address, any, 16) == 0);
+    for (size_t i = 0; i < opts->allowed_count; i++)
+        hosts->allowed[hosts->allowed_count++] = opts->allowed_hosts[i];
+}
 
 static int
 parse_serve_options(int argc, char **argv, const char **database_url, struct serve_options *opts)
@@ -425,6 +321,7 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char **target = NULL;
+        int rc;
 
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(serve_usage, stdout);
@@ -432,6 +329,13 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
         }
         if (strcmp(arg, "--allow-actions") == 0) {
             opts->allow_actions = true;
+            continue;
+        }
+        if (strcmp(arg, "--allow-host") == 0) {
+            if (i + 1 >= argc)
+                return serve_usage_error("missing value of option", arg);
+            if ((rc = add_allowed_host(opts, argv[++i])) >= 0)
+                return rc;
             continue;
         }
         if (strcmp(arg, "--listen") == 0)
@@ -462,6 +366,7 @@ console_serve(const char *database_url, int argc, char **argv)
     int rc, listen_fd;
 
     memset(&console, 0, sizeof(console));
+    pthread_mutex_init(&console.sessions_lock, NULL);
     if ((rc = parse_serve_options(argc, argv, &database_url, &opts)) >= 0)
         return rc;
     if (database_url == NULL || database_url[0] == '\0')
@@ -484,16 +389,16 @@ console_serve(const char *database_url, int argc, char **argv)
         free(console.token);
         return listen_fd == -2 ? EXIT_USAGE : 1;
     }
+    set_hosts(&console.hosts, &addr, listen_fd, &opts);
     signal(SIGPIPE, SIG_IGN);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
     fprintf(stderr, "outboxctl serve: listening on %s (%s, %s)\n", opts.listen,
             console.token ? "token required" : "loopback, no login",
             console.allow_actions ? "actions allowed" : "read-only");
-    console_database(&console);
-    serve_loop(&console, listen_fd);
+    rc = console_server_run(&console, listen_fd, &stop_requested, console_answer);
     close(listen_fd);
-    PQfinish(console.conn);
+    pthread_mutex_destroy(&console.sessions_lock);
     free(console.token);
-    return 0;
+    return rc < 0 ? 1 : 0;
 }

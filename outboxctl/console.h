@@ -1,12 +1,15 @@
 /*
  * console.h - the operator's console behind `outboxctl serve`: a small
- * HTTP/1.1 server (console.c), access control (console_auth.c), the JSON API
+ * HTTP/1.1 server (console.c routes, console_server.c holds the
+ * connections), access control (console_auth.c), the JSON API
  * under /api/v1/ (console_api.c), the HTML pages (console_html.c), their
  * embedded stylesheet and script (console_assets.c), all standing on the
  * shared state, parameters and database connection (console_request.c).
  *
- * One thread serves one request at a time on one database connection: an
- * operator's page, not a data path. Every answer closes its connection.
+ * One thread reads requests and writes answers without blocking, a few
+ * workers answer them, each on its own database connection: an operator's
+ * page, not a data path, that no slow client can hold up. Every answer
+ * closes its connection.
  * Every value from the database is escaped where it is written (HTML or
  * JSON); the pages load no script or style but the console's own, under a
  * Content-Security-Policy of default-src 'self'.

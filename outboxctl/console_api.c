@@ -95,12 +95,11 @@ respond_error(struct console_response *response, int status, const char *reason)
 
 /* Answers a failed store call: bad input 400, database away 503, else 500. */
 static void
-respond_store_error(struct console *console, struct console_response *response,
-                    const struct outbox_error *err)
+respond_store_error(struct console_response *response, const struct outbox_error *err)
 {
     int status = 500;
 
-    console_database_failed(console, err);
+    console_database_failed(err);
     if (err->code == OUTBOX_ERR_INVALID || err->code == OUTBOX_ERR_CONSTRAINT)
         status = 400;
     else if (err->code == OUTBOX_ERR_CONNECTION || err->code == OUTBOX_ERR_TIMEOUT ||
@@ -547,28 +546,28 @@ overview_json(struct buffer *out, const struct store_console_overview *overview,
 }
 
 static void
-api_overview(struct console *console, PGconn *conn, const char *only,
+api_overview(PGconn *conn, const char *only,
              struct console_response *response)
 {
     struct store_console_overview overview;
     struct outbox_error err;
 
     if (store_console_overview(conn, &overview, &err) < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     overview_json(&response->body, &overview, only);
     store_console_overview_clear(&overview);
     respond_json(response, 200);
 }
 
 static void
-api_chart(struct console *console, PGconn *conn, struct console_response *response)
+api_chart(PGconn *conn, struct console_response *response)
 {
     struct store_console_chart chart;
     struct outbox_error err;
     struct buffer *out = &response->body;
 
     if (store_console_chart(conn, &chart, &err) < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     buffer_puts(out, "{\"minutes\":[");
     for (int i = 0; i < STORE_CONSOLE_CHART_MINUTES; i++)
         buffer_printf(out, "%s{\"minute\":%lld,\"enqueued\":%lld,\"published\":%lld}",
@@ -618,13 +617,13 @@ streams_json(struct buffer *out, const struct store_console_streams *streams)
 }
 
 static void
-api_streams(struct console *console, PGconn *conn, struct console_response *response)
+api_streams(PGconn *conn, struct console_response *response)
 {
     struct store_console_streams streams;
     struct outbox_error err;
 
     if (store_console_streams(conn, &streams, &err) < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     streams_json(&response->body, &streams);
     store_console_streams_clear(&streams);
     respond_json(response, 200);
@@ -691,7 +690,7 @@ dead_job_json(struct buffer *out, const struct store_console_dead_job *job)
 }
 
 static void
-api_dead(struct console *console, PGconn *conn, const struct console_request *request,
+api_dead(PGconn *conn, const struct console_request *request,
          struct console_response *response)
 {
     struct api_body body = {0};
@@ -704,7 +703,7 @@ api_dead(struct console *console, PGconn *conn, const struct console_request *re
         goto done;
     filter_of(&body, &filter);
     if (store_console_dead_list(conn, &filter, limit, &list, &err) < 0) {
-        respond_store_error(console, response, &err);
+        respond_store_error(response, &err);
         goto done;
     }
     buffer_puts(&response->body, "[");
@@ -738,7 +737,7 @@ api_session(struct console *console, const struct console_request *request,
 /* ---- POST endpoints ---- */
 
 static void
-api_dead_action(struct console *console, PGconn *conn, const struct console_request *request,
+api_dead_action(PGconn *conn, const struct console_request *request,
                 const struct api_body *body, bool delete, struct console_response *response)
 {
     const char *action = delete ? "dead/delete" : "dead/retry";
@@ -760,14 +759,14 @@ api_dead_action(struct console *console, PGconn *conn, const struct console_requ
              rc < 0 ? err.message : "");
     log_action(request, action, body, outcome);
     if (rc < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     buffer_printf(&response->body, "{\"%s\":%lld}", delete ? "deleted" : "retried",
                   (long long)count);
     respond_json(response, 200);
 }
 
 static void
-api_pause(struct console *console, PGconn *conn, const struct console_request *request,
+api_pause(PGconn *conn, const struct console_request *request,
           const struct api_body *body, bool pause, struct console_response *response)
 {
     const char *key = body->has_key ? body->ordering_key : NULL;
@@ -786,7 +785,7 @@ api_pause(struct console *console, PGconn *conn, const struct console_request *r
     log_action(request, pause ? "pause" : "resume", body,
                rc < 0 ? err.message : changed ? "1 row" : "0 rows (no change)");
     if (rc < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     buffer_printf(&response->body, "{\"changed\":%s", changed ? "true" : "false");
     buffer_puts(&response->body, "}");
     respond_json(response, 200);
@@ -794,7 +793,7 @@ api_pause(struct console *console, PGconn *conn, const struct console_request *r
 
 /* Checks since and until with the server's timestamptz reader; false after a 400. */
 static bool
-replay_times_ok(struct console *console, PGconn *conn, const struct api_body *body,
+replay_times_ok(PGconn *conn, const struct api_body *body,
                 struct console_response *response)
 {
     const char *times[2] = {body->has_since ? body->since : NULL,
@@ -806,7 +805,7 @@ replay_times_ok(struct console *console, PGconn *conn, const struct api_body *bo
             char reason[200];
 
             if (err.code != OUTBOX_ERR_INVALID) {
-                respond_store_error(console, response, &err);
+                respond_store_error(response, &err);
                 return false;
             }
             snprintf(reason, sizeof(reason), "%s is not a time: %.100s", i ? "until" : "since",
@@ -819,7 +818,7 @@ replay_times_ok(struct console *console, PGconn *conn, const struct api_body *bo
 }
 
 static void
-api_replay(struct console *console, PGconn *conn, const struct console_request *request,
+api_replay(PGconn *conn, const struct console_request *request,
            const struct api_body *body, struct console_response *response)
 {
     struct store_replay_request replay = {0};
@@ -834,7 +833,7 @@ api_replay(struct console *console, PGconn *conn, const struct console_request *
         return respond_error(response, 400, "give either since (with until) or job_ids");
     if (body->has_until && !body->has_since)
         return respond_error(response, 400, "until needs since");
-    if (!replay_times_ok(console, conn, body, response))
+    if (!replay_times_ok(conn, body, response))
         return;
     replay.queue = body->queue;
     replay.since = body->has_since ? body->since : NULL;
@@ -849,7 +848,7 @@ api_replay(struct console *console, PGconn *conn, const struct console_request *
              (long long)result.replayed, rc < 0 ? ", then " : "", rc < 0 ? err.message : "");
     log_action(request, "replay", body, outcome);
     if (rc < 0)
-        return respond_store_error(console, response, &err);
+        return respond_store_error(response, &err);
     buffer_printf(&response->body, "{\"dry_run\":%s", body->dry_run ? "true" : "false");
     json_field_int(&response->body, "replayed", result.replayed);
     json_field_int(&response->body, "ready", result.ready);
@@ -861,7 +860,7 @@ api_replay(struct console *console, PGconn *conn, const struct console_request *
 }
 
 static void
-api_post(struct console *console, PGconn *conn, const struct console_request *request,
+api_post(PGconn *conn, const struct console_request *request,
          const char *path, struct console_response *response)
 {
     struct api_body body = {0};
@@ -870,13 +869,13 @@ api_post(struct console *console, PGconn *conn, const struct console_request *re
     if (parse_body(request, &body, &reader) < 0) {
         respond_error(response, 400, reader.reason);
     } else if (strcmp(path, "dead/retry") == 0) {
-        api_dead_action(console, conn, request, &body, false, response);
+        api_dead_action(conn, request, &body, false, response);
     } else if (strcmp(path, "dead/delete") == 0) {
-        api_dead_action(console, conn, request, &body, true, response);
+        api_dead_action(conn, request, &body, true, response);
     } else if (strcmp(path, "pause") == 0 || strcmp(path, "resume") == 0) {
-        api_pause(console, conn, request, &body, strcmp(path, "pause") == 0, response);
+        api_pause(conn, request, &body, strcmp(path, "pause") == 0, response);
     } else if (strcmp(path, "replay") == 0) {
-        api_replay(console, conn, request, &body, response);
+        api_replay(conn, request, &body, response);
     } else {
         respond_error(response, 404, "no such action");
     }
@@ -910,14 +909,14 @@ console_api(struct console *console, const struct console_request *request, cons
         strncmp(request->content_type, "application/json", 16) != 0)
         return respond_error(response, 400, "the body must be application/json");
     if ((conn = console_database(console)) == NULL)
-        return respond_error(response, 503, console->db_error);
+        return respond_error(response, 503, console_database_error());
     if (post)
-        return api_post(console, conn, request, path, response);
+        return api_post(conn, request, path, response);
     if (strcmp(path, "dead") == 0)
-        return api_dead(console, conn, request, response);
+        return api_dead(conn, request, response);
     if (strcmp(path, "chart") == 0)
-        return api_chart(console, conn, response);
+        return api_chart(conn, response);
     if (strcmp(path, "streams") == 0)
-        return api_streams(console, conn, response);
-    api_overview(console, conn, path, response);
+        return api_streams(conn, response);
+    api_overview(conn, path, response);
 }

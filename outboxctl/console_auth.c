@@ -4,15 +4,20 @@
  * cookie, and the CSRF token that every page of a session carries.
  *
  * Tokens are compared in constant time. A session is 32 random bytes held
- * in memory only: restarting the console logs everybody out. Bearer calls
+ * in memory only: restarting the console logs everybody out. Worker threads
+ * share the sessions under console->sessions_lock; a request works on its
+ * own copy of its session. Bearer calls
  * need no CSRF token: a browser never adds an Authorization header to a
  * request another site makes it send, so such a call cannot be forged.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+
+#include <arpa/inet.h>
 
 #include "console_auth.h"
 
@@ -127,17 +132,20 @@ console_auth_identify(struct console *console, struct console_request *request)
     }
     if (request->cookie == NULL || !session_cookie(request->cookie, cookie, sizeof(cookie)))
         return;
+    pthread_mutex_lock(&console->sessions_lock);
     for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
         struct console_session *session = &console->sessions[i];
 
         if (session->created != 0 && console_auth_equal(cookie, session->id)) {
             request->identity = CONSOLE_COOKIE;
-            request->session = session;
+            request->session_copy = *session;
+            request->session = &request->session_copy;
             snprintf(request->who, sizeof(request->who), "session %.8s@%s", session->id,
                      request->peer);
-            return;
+            break;
         }
     }
+    pthread_mutex_unlock(&console->sessions_lock);
 }
 
 bool
@@ -150,31 +158,122 @@ console_auth_csrf_ok(const struct console_request *request, const char *form_csr
     return console_auth_equal(given, request->session->csrf);
 }
 
-struct console_session *
-console_auth_login(struct console *console, const char *token)
+bool
+console_auth_login(struct console *console, const char *token, struct console_session *opened)
 {
     struct console_session *slot = &console->sessions[0];
+    bool ok = true;
 
     if (console->token == NULL || token == NULL || !console_auth_equal(token, console->token))
-        return NULL;
+        return false;
+    pthread_mutex_lock(&console->sessions_lock);
     for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
         if (console->sessions[i].created < slot->created)
             slot = &console->sessions[i];
     }
     if (console_auth_random_hex(slot->id, sizeof(slot->id)) < 0 ||
         console_auth_random_hex(slot->csrf, sizeof(slot->csrf)) < 0) {
-        slot->created = 0;
-        return NULL;
+        memset(slot, 0, sizeof(*slot));
+        ok = false;
+    } else {
+        slot->created = ++console->session_counter;
+        *opened = *slot;
     }
-    slot->created = ++console->session_counter;
-    return slot;
+    pthread_mutex_unlock(&console->sessions_lock);
+    return ok;
 }
 
 void
 console_auth_logout(struct console *console, struct console_request *request)
 {
-    (void)console;
-    if (request->identity == CONSOLE_COOKIE && request->session != NULL)
-        memset(request->session, 0, sizeof(*request->session));
+    if (request->identity == CONSOLE_COOKIE && request->session != NULL) {
+        pthread_mutex_lock(&console->sessions_lock);
+        for (int i = 0; i < CONSOLE_MAX_SESSIONS; i++) {
+            struct console_session *session = &console->sessions[i];
+
+            if (session->created != 0 && console_auth_equal(request->session->id, session->id))
+                memset(session, 0, sizeof(*session));
+        }
+        pthread_mutex_unlock(&console->sessions_lock);
+    }
     request->session = NULL;
+}
+
+/* ---- Host and Origin ---- */
+
+bool
+console_auth_host_name_valid(const char *name)
+{
+    size_t length = strlen(name);
+    unsigned char v6[16];
+    char inner[64];
+
+    if (length == 0 || length > 253)
+        return false;
+    if (name[0] == '[') { /* an IPv6 address */
+        if (name[length - 1] != ']' || length - 2 >= sizeof(inner))
+            return false;
+        memcpy(inner, name + 1, length - 2);
+        inner[length - 2] = '\0';
+        return inet_pton(AF_INET6, inner, v6) == 1;
+    }
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") ==
+           length;
+}
+
+/* True when name (as in Host: brackets around IPv6) is an IP address. */
+static bool
+is_ip_address(const char *name)
+{
+    unsigned char v4[4];
+
+    return inet_pton(AF_INET, name, v4) == 1 ||
+           (name[0] == '[' && console_auth_host_name_valid(name));
+}
+
+bool
+console_auth_host_ok(const struct console *console, const char *authority,
+                     const char *default_port)
+{
+    static const char *const loopback_names[] = {"localhost", "127.0.0.1", "[::1]"};
+    const struct console_hosts *hosts = &console->hosts;
+    char name[256];
+    const char *port, *colon;
+    size_t length;
+
+    if (authority == NULL)
+        return false;
+    colon = strrchr(authority, ':');
+    if (colon != NULL && strchr(colon, ']') != NULL)
+        colon = NULL; /* a colon inside an IPv6 address */
+    length = colon ? (size_t)(colon - authority) : strlen(authority);
+    port = colon ? colon + 1 : default_port;
+    if (length >= sizeof(name))
+        return false;
+    memcpy(name, authority, length);
+    name[length] = '\0';
+    if (!console_auth_host_name_valid(name) || strspn(port, "0123456789") != strlen(port))
+        return false;
+    for (size_t i = 0; i < hosts->allowed_count; i++)
+        if (strcasecmp(name, hosts->allowed[i]) == 0)
+            return true;
+    if (strcmp(port, hosts->port) != 0)
+        return false;
+    if (hosts->loopback || hosts->every_address)
+        for (size_t i = 0; i < sizeof(loopback_names) / sizeof(loopback_names[0]); i++)
+            if (strcasecmp(name, loopback_names[i]) == 0)
+                return true;
+    if (hosts->every_address)
+        return is_ip_address(name);
+    return strcasecmp(name, hosts->listen_host) == 0;
+}
+
+bool
+console_auth_origin_ok(const struct console *console, const char *origin)
+{
+    if (strncmp(origin, "http://", 7) == 0)
+        return console_auth_host_ok(console, origin + 7, "80");
+    if (strncmp(origin, "https://", 8) == 0)
+        return console_auth_host_ok(console, origin + 8, "443");
+    return false; /* "null" (a sandboxed or opaque origin), or no origin of the web */
 }

@@ -19,11 +19,25 @@ void console_auth_identify(struct console *console, struct console_request *requ
 /* True when the CSRF token of request (header, or csrf form field) matches its session. */
 bool console_auth_csrf_ok(const struct console_request *request, const char *form_csrf);
 
-/* Checks a submitted token and opens a session; NULL when it does not match. */
-struct console_session *console_auth_login(struct console *console, const char *token);
+/* Checks a submitted token and opens a session, copied into *opened; false when it does not match. */
+bool console_auth_login(struct console *console, const char *token, struct console_session *opened);
 
 /* Forgets the session of request. */
 void console_auth_logout(struct console *console, struct console_request *request);
+
+/*
+ * True when authority ("name[:port]", as in Host) names the console: a name
+ * it listens as on its port, or an --allow-host name on any port.
+ * default_port stands for a missing port ("80" in Host).
+ */
+bool console_auth_host_ok(const struct console *console, const char *authority,
+                          const char *default_port);
+
+/* True when origin ("http[s]://name[:port]", as in Origin) names the console. */
+bool console_auth_origin_ok(const struct console *console, const char *origin);
+
+/* True when name may be given to --allow-host: a host name or an IP address, without a port. */
+bool console_auth_host_name_valid(const char *name);
 
 /* Constant-time comparison of two NUL-terminated strings. */
 bool console_auth_equal(const char *a, const char *b);

@@ -164,7 +164,7 @@ login_post(struct console *console, struct console_request *request,
            struct console_response *response)
 {
     char token[4200];
-    struct console_session *session;
+    struct console_session opened, *session = &opened;
 
     if (console->token == NULL) {
         response->status = 303;
@@ -172,7 +172,7 @@ login_post(struct console *console, struct console_request *request,
         return;
     }
     if (!console_param(request->body, request->body_len, "token", token, sizeof(token)) ||
-        (session = console_auth_login(console, token)) == NULL) {
+        !console_auth_login(console, token, &opened)) {
         fprintf(stderr, "outboxctl serve: failed login from %s\n", request->peer);
         request->session = NULL;
         return login_page(console, request, response, 401, "wrong token");
@@ -419,13 +419,13 @@ overview_page(struct console *console, PGconn *conn, const struct console_reques
     struct buffer *out = &response->body;
 
     if (store_console_overview(conn, &overview, &err) < 0) {
-        console_database_failed(console, &err);
+        console_database_failed(&err);
         return database_banner(console, request, response, "Overview", "/", err.message);
     }
     if (store_console_chart(conn, &chart, &err) < 0 ||
         store_console_streams(conn, &streams, &err) < 0) {
         store_console_overview_clear(&overview);
-        console_database_failed(console, &err);
+        console_database_failed(&err);
         return database_banner(console, request, response, "Overview", "/", err.message);
     }
     page_start(console, request, out, "Overview", "/");
@@ -548,7 +548,7 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
             return console_respond_text(response, 400, "limit must be an integer from 1 to 10000");
     }
     if (store_console_dead_list(conn, &filter, limit, &list, &err) < 0) {
-        console_database_failed(console, &err);
+        console_database_failed(&err);
         return database_banner(console, request, response, "Dead rows", "/dead", err.message);
     }
     page_start(console, request, out, "Dead rows", "/dead");
@@ -652,7 +652,7 @@ keys_page(struct console *console, PGconn *conn, const struct console_request *r
     bool allowed = console->allow_actions;
 
     if (store_console_overview(conn, &overview, &err) < 0) {
-        console_database_failed(console, &err);
+        console_database_failed(&err);
         return database_banner(console, request, response, "Keys and pauses", "/keys",
                                err.message);
     }
@@ -735,7 +735,8 @@ console_html(struct console *console, const struct console_request *request,
     if (strcmp(path, "/") != 0 && strcmp(path, "/dead") != 0 && strcmp(path, "/keys") != 0)
         return console_respond_text(response, 404, "not found");
     if ((conn = console_database(console)) == NULL)
-        return database_banner(console, request, response, "Overview", path, console->db_error);
+        return database_banner(console, request, response, "Overview", path,
+                               console_database_error());
     if (strcmp(path, "/dead") == 0)
         return dead_page(console, conn, request, response);
     if (strcmp(path, "/keys") == 0)

@@ -1,10 +1,11 @@
 /*
  * console_request.c - the console's shared ground: the database connection
- * (reconnected at the next request after a failure), query and form
- * parameters, and plain-text answers.
+ * of each worker thread (reconnected at the next request after a failure),
+ * query and form parameters, and plain-text answers.
  *
  * Rules: calls no other console file; a lost connection is remembered with
- * its reason in console->db_error and reported once on stderr.
+ * its reason and reported once on stderr. libpq connections are not shared
+ * between threads: each worker holds its own, in thread-local storage.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,6 +16,10 @@
 #include "redact.h"
 
 #define CONNECT_TIMEOUT_SECONDS "5"
+
+/* The calling worker's connection and why it is unavailable ("" when it is up). */
+static _Thread_local PGconn *thread_conn;
+static _Thread_local char thread_db_error[OUTBOX_ERROR_MESSAGE_MAX];
 
 static void
 ignore_notice(void *arg, const char *message)
@@ -37,36 +42,49 @@ console_database(struct console *console)
                             "-c max_parallel_workers_per_gather=0", console->database_url, NULL};
     struct outbox_error err;
 
-    if (console->conn != NULL && PQstatus(console->conn) == CONNECTION_OK)
-        return console->conn;
-    PQfinish(console->conn);
-    console->conn = PQconnectdbParams(keywords, values, 1);
-    if (console->conn != NULL && PQstatus(console->conn) == CONNECTION_OK) {
-        PQsetNoticeProcessor(console->conn, ignore_notice, NULL);
-        if (console->db_error[0] != '\0')
+    if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK)
+        return thread_conn;
+    PQfinish(thread_conn);
+    thread_conn = PQconnectdbParams(keywords, values, 1);
+    if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK) {
+        PQsetNoticeProcessor(thread_conn, ignore_notice, NULL);
+        if (thread_db_error[0] != '\0')
             fprintf(stderr, "outboxctl serve: database connection back\n");
-        console->db_error[0] = '\0';
-        return console->conn;
+        thread_db_error[0] = '\0';
+        return thread_conn;
     }
-    outbox_error_from_connect(&err, console->conn, console->database_url,
+    outbox_error_from_connect(&err, thread_conn, console->database_url,
                               "unable to connect to the database");
-    if (strcmp(console->db_error, err.message) != 0)
+    if (strcmp(thread_db_error, err.message) != 0)
         fprintf(stderr, "outboxctl serve: %s\n", err.message);
-    snprintf(console->db_error, sizeof(console->db_error), "%s", err.message);
-    PQfinish(console->conn);
-    console->conn = NULL;
+    snprintf(thread_db_error, sizeof(thread_db_error), "%s", err.message);
+    PQfinish(thread_conn);
+    thread_conn = NULL;
     return NULL;
 }
 
-void
-console_database_failed(struct console *console, const struct outbox_error *err)
+const char *
+console_database_error(void)
 {
-    if (console->conn == NULL || PQstatus(console->conn) == CONNECTION_OK)
+    return thread_db_error;
+}
+
+void
+console_database_failed(const struct outbox_error *err)
+{
+    if (thread_conn == NULL || PQstatus(thread_conn) == CONNECTION_OK)
         return;
-    snprintf(console->db_error, sizeof(console->db_error), "%s", err->message);
+    snprintf(thread_db_error, sizeof(thread_db_error), "%s", err->message);
     fprintf(stderr, "outboxctl serve: %s\n", err->message);
-    PQfinish(console->conn);
-    console->conn = NULL;
+    PQfinish(thread_conn);
+    thread_conn = NULL;
+}
+
+void
+console_database_close(void)
+{
+    PQfinish(thread_conn);
+    thread_conn = NULL;
 }
 
 /* Percent-decodes text[0..length) ('+' is a space) into out; false when it does not fit. */

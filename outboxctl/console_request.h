@@ -5,8 +5,9 @@
  *
  * The ground floor of the console: console_request.c calls no other
  * console file, so the server, access control, API and pages all stand on
- * it. A failed query is reported through console_database_failed() so the
- * next request reconnects.
+ * it. Each worker thread has its own database connection; a failed query is
+ * reported through console_database_failed() so that worker's next request
+ * reconnects.
  */
 #ifndef OUTBOX_CONSOLE_REQUEST_H
 #define OUTBOX_CONSOLE_REQUEST_H
@@ -14,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <pthread.h>
 
 #include <libpq-fe.h>
 
@@ -26,6 +29,7 @@
 #define CONSOLE_DEAD_LIMIT_DEFAULT 100
 #define CONSOLE_DEAD_LIMIT_MAX 10000
 #define CONSOLE_JOB_IDS_MAX 10000
+#define CONSOLE_ALLOWED_HOSTS_MAX 16 /* --allow-host given at most this often */
 
 /* A login: the cookie value and the CSRF token the pages of that login carry. */
 struct console_session {
@@ -34,13 +38,29 @@ struct console_session {
     int64_t created; /* for replacing the oldest; 0: free slot */
 };
 
-/* The server's state: options, database connection, logins. */
+/*
+ * The names a request may give in Host (and a POST in Origin): those the
+ * console listens as, on its port, and the --allow-host names, on any port.
+ */
+struct console_hosts {
+    char listen_host[260]; /* as --listen gives it, an IPv6 address in brackets; "" for all */
+    char port[8];          /* the port listened on */
+    bool loopback;         /* also localhost, 127.0.0.1 and [::1] */
+    bool every_address;    /* listening on all interfaces: also any IP address and localhost */
+    const char *allowed[CONSOLE_ALLOWED_HOSTS_MAX];
+    size_t allowed_count;
+};
+
+/*
+ * The server's state, shared by every worker thread: options (read-only
+ * once serving), and the logins, under sessions_lock.
+ */
 struct console {
     const char *database_url;
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
-    PGconn *conn;        /* NULL or broken: reconnect at the next request */
-    char db_error[OUTBOX_ERROR_MESSAGE_MAX]; /* why the database is unavailable; "" when it is up */
+    struct console_hosts hosts;
+    pthread_mutex_t sessions_lock; /* guards sessions and session_counter */
     struct console_session sessions[CONSOLE_MAX_SESSIONS];
     struct console_session anonymous; /* without a token: the one CSRF token of every page */
     int64_t session_counter;
@@ -55,6 +75,7 @@ enum console_identity {
 };
 
 struct console_request {
+    int refused;       /* the server could not read a request: 400, 408 or 413; else 0 */
     char method[8];
     char path[512];    /* without the query, not decoded */
     char query[2048];  /* after '?', not decoded; "" when none */
@@ -62,11 +83,14 @@ struct console_request {
     const char *cookie;
     const char *csrf_header; /* X-CSRF-Token */
     const char *content_type;
+    const char *host;   /* the Host header; NULL when none */
+    const char *origin; /* the Origin header; NULL when none (not from a browser) */
     const char *body;
     size_t body_len;
     char peer[64];
     enum console_identity identity;
-    struct console_session *session; /* CONSOLE_COOKIE, or &anonymous */
+    struct console_session *session; /* &session_copy (CONSOLE_COOKIE), or &anonymous */
+    struct console_session session_copy; /* the login, as it was when the request came */
     char who[96];                    /* for the action log */
 };
 
@@ -78,13 +102,19 @@ struct console_response {
 };
 
 /*
- * Returns the connection, reconnecting when needed; NULL when the database
- * is unavailable (console->db_error says why).
+ * Returns the calling thread's connection, reconnecting when needed; NULL
+ * when the database is unavailable (console_database_error() says why).
  */
 PGconn *console_database(struct console *console);
 
-/* Notes a failed query: a lost connection makes the next request reconnect. */
-void console_database_failed(struct console *console, const struct outbox_error *err);
+/* Why the calling thread's connection is unavailable; "" when it is up. */
+const char *console_database_error(void);
+
+/* Notes a failed query: a lost connection makes this thread's next request reconnect. */
+void console_database_failed(const struct outbox_error *err);
+
+/* Closes the calling thread's connection (a worker that stops). */
+void console_database_close(void);
 
 /* Decodes parameter name of a query or form body into out; false when absent. */
 bool console_param(const char *params, size_t length, const char *name, char *out, size_t size);

@@ -1,6 +1,7 @@
 // console.mjs - drives the outbox console in Debian's headless Chromium, as an operator would:
 // log in, read the seeded counts and the stream's partitions, open a dead row whose last_error is markup and see it as
-// text, retry it, pause a key, replay a time range after its dry run.
+// text, retry it, pause a key, replay a time range after its dry run; then reach it through a
+// rebinding name and be refused.
 //
 // Run by test_console.sh, which seeds the database and starts `outboxctl serve`; the
 // environment says where (CONSOLE_URL, CONSOLE_TOKEN), what to expect (EXPECT_READY,
@@ -23,7 +24,8 @@ const check = (ok, what) => {
 const context = await chromium.launchPersistentContext(env('USER_DATA_DIR'), {
     executablePath: '/usr/bin/chromium',
     headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    // rebind.test: a name that points at the console, as a rebinding attacker's would
+    args: ['--headless', '--no-sandbox', '--host-resolver-rules=MAP rebind.test 127.0.0.1', '--disable-gpu', '--disable-quic', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     viewport: { width: 1280, height: 900 },
 });
@@ -132,6 +134,18 @@ try {
 
     check(dialogs === 0, 'no dialog opened during the whole session');
     check(problems.length === 0, `no console error or outside request (${problems.join('; ')})`);
+
+    // 6. the console reached by another name that points at its address (DNS rebinding):
+    //    the page gets neither the CSRF token nor an action
+    const rebound = base.replace('127.0.0.1', 'rebind.test');
+    const refused = await page.goto(`${rebound}/api/v1/session`);
+    check(refused.status() === 403 && !(await refused.text()).includes('csrf_token'),
+          'a page on a rebinding name is refused, without the CSRF token');
+    const posted = await page.evaluate(async () => (await fetch('/api/v1/pause', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ queue: 'billing' }),
+    })).status);
+    check(posted === 403, 'its script cannot pause a queue');
 } catch (error) {
     console.error(`FAIL: ${error.message}`);
     try {

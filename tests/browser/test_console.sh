@@ -42,7 +42,7 @@ stream_lag=$(psql -X -At "$url" -c "SELECT string_agg(p || ':' || (SELECT count(
     WHERE queue = 'events' AND stream_partition = p), ',' ORDER BY p) FROM generate_series(0, 1) AS p")
 
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-printf '%s\n' "$token" >"$SCRATCH/token"
+(umask 077 && printf '%s\n' "$token" >"$SCRATCH/token")
 port=$(free_port)
 "$BIN/outboxctl" serve --listen "127.0.0.1:$port" --database-url "$url" \
     --auth-token-file "$SCRATCH/token" --allow-actions >"$SCRATCH/console.log" 2>&1 &
@@ -72,5 +72,7 @@ psql -X -At "$url" -c "SELECT count(*) FROM outbox.paused WHERE queue = 'orders'
     AND ordering_key = 'customer-7'" | grep -qx 1 || fail "the key is not paused"
 psql -X -At "$url" -c "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'" | grep -qx 0 ||
     fail "the replay left succeeded rows"
+psql -X -At "$url" -c "SELECT count(*) FROM outbox.paused WHERE queue = 'billing'" | grep -qx 0 ||
+    fail "a page on a rebinding name paused a queue"
 grep -q "action dead/retry by session" "$SCRATCH/console.log" || fail "the retry was not logged"
-pass "console in Chromium: login, counts, stream partitions, escaped last_error, retry, pause, replay"
+pass "console in Chromium: login, counts, stream partitions, escaped last_error, retry, pause, replay, rebinding refused"

@@ -27,11 +27,11 @@
 
 #include <libpq-fe.h>
 
+#include "console_client.h"
 #include "fixtures.h"
 #include "harness.h"
 
 #define TOKEN "console-test-token-0123456789"
-#define REPLY_MAX (4 * 1024 * 1024)
 #define XSS_ERROR "<img src=x onerror=alert(1)>"
 #define XSS_KEY "<script>alert(2)</script>"
 
@@ -44,125 +44,39 @@ struct fixture {
     pid_t pid;
 };
 
-struct reply {
-    int status;
-    char *head; /* status line and headers */
-    char *body;
-};
-
-static void
-reply_free(struct reply *reply)
-{
-    free(reply->head);
-    free(reply->body);
-    memset(reply, 0, sizeof(*reply));
-}
-
-/* Sends one request; extra holds header lines ending in \r\n. status 0: no answer. */
-static struct reply
+/* One request to the console of f, the way every test here sends it. */
+static struct console_reply
 http(int port, const char *method, const char *path, const char *extra, const char *body)
 {
-    struct reply reply = {0};
-    char *request, *buffer, *split;
-    size_t len = 0, body_len = body ? strlen(body) : 0;
-    int fd = fixture_connect_loopback(port, 20);
-
-    if (fd < 0)
-        return reply;
-    assert_true(asprintf(&request, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu"
-                                   "\r\n\r\n%s",
-                         method, path, extra ? extra : "", body_len, body ? body : "") > 0);
-    assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
-    free(request);
-    buffer = malloc(REPLY_MAX + 1);
-    assert_non_null(buffer);
-    for (;;) {
-        ssize_t n = read(fd, buffer + len, REPLY_MAX - len);
-
-        if (n <= 0 || (len += (size_t)n) == REPLY_MAX)
-            break;
-    }
-    close(fd);
-    buffer[len] = '\0';
-    if (sscanf(buffer, "HTTP/1.1 %d", &reply.status) == 1 &&
-        (split = strstr(buffer, "\r\n\r\n")) != NULL) {
-        reply.body = strdup(split + 4);
-        *split = '\0';
-        reply.head = strdup(buffer);
-    } else {
-        reply.status = 0;
-    }
-    free(buffer);
-    return reply;
+    return console_http(port, method, path, extra, body, 20);
 }
 
-static struct reply
+static struct console_reply
 bearer_get(const struct fixture *f, const char *path)
 {
     return http(f->port, "GET", path, "Authorization: Bearer " TOKEN "\r\n", NULL);
 }
 
-static struct reply
+static struct console_reply
 bearer_post(const struct fixture *f, const char *path, const char *body)
 {
     return http(f->port, "POST", path,
                 "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n", body);
 }
 
-/* Asserts status and returns the body (the caller frees the reply). */
-static void
-expect(struct reply *reply, int status, const char *body_part)
-{
-    if (reply->status != status || (body_part && strstr(reply->body, body_part) == NULL))
-        fail_msg("expected %d with '%s', got %d: %s", status, body_part ? body_part : "",
-                 reply->status, reply->body ? reply->body : "(no answer)");
-}
-
 /* Starts a console with the given options (NULL-terminated); waits until it answers. */
 static void
 start_console(struct fixture *f, const char *const *options)
 {
-    char listen[32], bin[512], *log;
-    const char *argv[16];
-    int n = 0;
-
     f->port = harness_closed_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->port);
-    snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
-    argv[n++] = bin;
-    argv[n++] = "serve";
-    argv[n++] = "--listen";
-    argv[n++] = listen;
-    argv[n++] = "--database-url";
-    argv[n++] = f->serve_url ? f->serve_url : f->url;
-    for (int i = 0; options[i] != NULL; i++)
-        argv[n++] = options[i];
-    argv[n] = NULL;
-    log = harness_log_path("console");
-    f->pid = harness_spawn(argv, log);
-    free(log);
-    for (int waited = 0; waited < 10000; waited += 50) {
-        struct reply r = http(f->port, "GET", "/static/console.css", NULL, NULL);
-        int status = r.status;
-
-        reply_free(&r);
-        if (status == 0) {
-            usleep(50 * 1000);
-            continue;
-        }
-        return;
-    }
-    fail_msg("the console did not answer on port %d", f->port);
+    f->pid = console_start(f->port, f->serve_url ? f->serve_url : f->url, options);
 }
 
 static void
 stop_console(struct fixture *f)
 {
-    if (f->pid > 0) {
-        kill(f->pid, SIGTERM);
-        assert_int_equal(harness_wait_exit(f->pid, 10000), 0);
-        f->pid = 0;
-    }
+    console_stop(f->pid);
+    f->pid = 0;
 }
 
 static const char seed_sql[] =
@@ -226,28 +140,28 @@ static void
 test_token_required(void **state)
 {
     struct fixture *f = *state;
-    struct reply r;
+    struct console_reply r;
 
     start_with_token(f, true);
     r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
-    expect(&r, 401, "authentication required");
-    reply_free(&r);
+    console_expect(&r, 401, "authentication required");
+    console_reply_free(&r);
     r = http(f->port, "GET", "/api/v1/queues", "Authorization: Bearer wrong-token-000000\r\n",
              NULL);
-    expect(&r, 401, NULL);
-    reply_free(&r);
+    console_expect(&r, 401, NULL);
+    console_reply_free(&r);
     r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
-    expect(&r, 401, NULL);
-    reply_free(&r);
+    console_expect(&r, 401, NULL);
+    console_reply_free(&r);
     /* a page without credentials is the login form, with 401 */
     r = http(f->port, "GET", "/", NULL, NULL);
-    expect(&r, 401, "name=\"token\"");
+    console_expect(&r, 401, "name=\"token\"");
     assert_null(strstr(r.body, "orders"));
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/queues");
-    expect(&r, 200, "\"queue\":\"orders\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"queue\":\"orders\"");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 }
 
@@ -255,12 +169,12 @@ test_token_required(void **state)
 static char *
 login(const struct fixture *f)
 {
-    struct reply r = http(f->port, "POST", "/login",
+    struct console_reply r = http(f->port, "POST", "/login",
                           "Content-Type: application/x-www-form-urlencoded\r\n",
                           "token=" TOKEN);
     char *cookie, *start, *end;
 
-    expect(&r, 303, NULL);
+    console_expect(&r, 303, NULL);
     start = strstr(r.head, "Set-Cookie: outbox_session=");
     assert_non_null(start);
     assert_non_null(strstr(start, "HttpOnly"));
@@ -268,7 +182,7 @@ login(const struct fixture *f)
     start += strlen("Set-Cookie: ");
     end = strchr(start, ';');
     cookie = strndup(start, (size_t)(end - start));
-    reply_free(&r);
+    console_reply_free(&r);
     return cookie;
 }
 
@@ -277,43 +191,43 @@ test_login_cookie_and_csrf(void **state)
 {
     struct fixture *f = *state;
     char *cookie, headers[512], csrf[80] = "";
-    struct reply r;
+    struct console_reply r;
     const char *at;
 
     start_with_token(f, true);
     r = http(f->port, "POST", "/login", NULL, "token=not-the-token-at-all");
-    expect(&r, 401, "wrong token");
+    console_expect(&r, 401, "wrong token");
     assert_null(strstr(r.head, "Set-Cookie"));
-    reply_free(&r);
+    console_reply_free(&r);
     cookie = login(f);
 
     snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
     r = http(f->port, "GET", "/", headers, NULL);
-    expect(&r, 200, "data-queue=\"orders\"");
+    console_expect(&r, 200, "data-queue=\"orders\"");
     assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
     at = strstr(r.body, "name=\"csrf-token\" content=\"");
     assert_non_null(at);
     sscanf(at + strlen("name=\"csrf-token\" content=\""), "%64[0-9a-f]", csrf);
     assert_int_equal(strlen(csrf), 64);
-    reply_free(&r);
+    console_reply_free(&r);
 
     /* a cookie alone, or with a wrong token, cannot act: that is what a forged form sends */
     snprintf(headers, sizeof(headers), "Cookie: %s\r\nContent-Type: application/json\r\n", cookie);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
-    expect(&r, 403, "csrf");
-    reply_free(&r);
+    console_expect(&r, 403, "csrf");
+    console_reply_free(&r);
     snprintf(headers, sizeof(headers),
              "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %064d\r\n", cookie, 0);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
-    expect(&r, 403, "csrf");
-    reply_free(&r);
+    console_expect(&r, 403, "csrf");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 
     snprintf(headers, sizeof(headers),
              "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %s\r\n", cookie, csrf);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
-    expect(&r, 200, "\"changed\":true");
-    reply_free(&r);
+    console_expect(&r, 200, "\"changed\":true");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"
                                                " WHERE queue = 'orders'"),
                      1);
@@ -321,11 +235,11 @@ test_login_cookie_and_csrf(void **state)
     /* after logout the cookie is worth nothing */
     snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
     r = http(f->port, "POST", "/logout", headers, "");
-    expect(&r, 303, NULL);
-    reply_free(&r);
+    console_expect(&r, 303, NULL);
+    console_reply_free(&r);
     r = http(f->port, "GET", "/api/v1/queues", headers, NULL);
-    expect(&r, 401, NULL);
-    reply_free(&r);
+    console_expect(&r, 401, NULL);
+    console_reply_free(&r);
     free(cookie);
 }
 
@@ -340,13 +254,13 @@ test_read_only(void **state)
         {"/api/v1/dead/delete", "{\"queue\":\"orders\"}"},
         {"/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\",\"dry_run\":false}"},
     };
-    struct reply r;
+    struct console_reply r;
 
     start_with_token(f, false);
     for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++) {
         r = bearer_post(f, posts[i][0], posts[i][1]);
-        expect(&r, 403, "read-only");
-        reply_free(&r);
+        console_expect(&r, 403, "read-only");
+        console_reply_free(&r);
     }
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -356,11 +270,11 @@ test_read_only(void **state)
                                                " WHERE state = 'succeeded'"),
                      5);
     r = bearer_get(f, "/api/v1/dead");
-    expect(&r, 200, "\"job_id\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"job_id\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/dead");
-    expect(&r, 200, "<fieldset disabled>");
-    reply_free(&r);
+    console_expect(&r, 200, "<fieldset disabled>");
+    console_reply_free(&r);
 }
 
 /* ---- endpoints ---- */
@@ -369,80 +283,80 @@ static void
 test_get_endpoints(void **state)
 {
     struct fixture *f = *state;
-    struct reply r;
+    struct console_reply r;
 
     start_with_token(f, true);
     r = bearer_get(f, "/api/v1/queues");
-    expect(&r, 200, "{\"queue\":\"billing\",\"ready\":1,\"running\":1,\"succeeded\":0,\"dead\":0,");
+    console_expect(&r, 200, "{\"queue\":\"billing\",\"ready\":1,\"running\":1,\"succeeded\":0,\"dead\":0,");
     assert_non_null(strstr(r.body, "{\"queue\":\"orders\",\"ready\":2,\"running\":0,"
                                    "\"succeeded\":5,\"dead\":1,"));
     assert_non_null(strstr(r.body, "\"oldest_ready_seconds\":"));
     assert_non_null(strstr(r.body, "\"blocked_keys\":1"));
     assert_non_null(strstr(r.head, "Content-Type: application/json"));
-    reply_free(&r);
+    console_reply_free(&r);
 
     r = bearer_get(f, "/api/v1/dead?queue=orders&limit=10");
-    expect(&r, 200, "\"queue\":\"orders\"");
+    console_expect(&r, 200, "\"queue\":\"orders\"");
     assert_non_null(strstr(r.body, "\"attempts\":3"));
     assert_non_null(strstr(r.body, "\"payload\":{\"html\": \"<b>bold</b>\"}"));
     assert_non_null(strstr(r.body, "\"last_error\":\"\\u003cimg src=x onerror=alert(1)\\u003e\""));
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/dead?queue=billing");
-    expect(&r, 200, NULL);
+    console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
-    reply_free(&r);
+    console_reply_free(&r);
     /* a payload too big for a page comes cut, as a JSON string that says so */
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
                           " VALUES ('big', jsonb_build_object('s', repeat('x', 70000)), 'dead',"
                           " 1, now())");
     r = bearer_get(f, "/api/v1/dead?queue=big");
-    expect(&r, 200, "xxx [cut]\"");
+    console_expect(&r, 200, "xxx [cut]\"");
     assert_true(strlen(r.body) < 67000);
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/dead?error=ONERROR");
-    expect(&r, 200, "\"job_id\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"job_id\"");
+    console_reply_free(&r);
 
     r = bearer_get(f, "/api/v1/overview");
-    expect(&r, 200, "\"schema_version\":");
+    console_expect(&r, 200, "\"schema_version\":");
     assert_non_null(strstr(r.body, "\"succeeded_estimated\":false"));
     assert_non_null(strstr(r.body, "\"vacuum_horizon\":{"));
     assert_non_null(strstr(r.body, "\"relays\":[{\"worker_id\":\"relay-a\",\"rows\":1,"));
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/relays");
-    expect(&r, 200, "\"worker_id\":\"relay-a\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"worker_id\":\"relay-a\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/blocked");
-    expect(&r, 200, "\"head_state\":\"dead\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"head_state\":\"dead\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/paused");
-    expect(&r, 200, NULL);
+    console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/chart");
-    expect(&r, 200, "\"minutes\":[{\"minute\":");
+    console_expect(&r, 200, "\"minutes\":[{\"minute\":");
     assert_non_null(strstr(r.body, "\"published\":5"));
     assert_non_null(strstr(r.body, "\"enqueued\":5,")); /* the 5 rows created 3 minutes ago */
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/session");
-    expect(&r, 200, "\"identity\":\"bearer\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"identity\":\"bearer\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/nothing");
-    expect(&r, 404, "no such endpoint");
-    reply_free(&r);
+    console_expect(&r, 404, "no such endpoint");
+    console_reply_free(&r);
 
     static const char *const pages[] = {"/", "/dead", "/dead?queue=orders", "/keys", "/replay"};
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
         r = bearer_get(f, pages[i]);
-        expect(&r, 200, "</html>");
+        console_expect(&r, 200, "</html>");
         assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
         assert_null(strstr(r.body, "<script>")); /* no inline script anywhere */
         assert_null(strstr(r.body, "style=\""));
-        reply_free(&r);
+        console_reply_free(&r);
     }
     r = bearer_get(f, "/static/console.js");
-    expect(&r, 200, "X-CSRF-Token");
-    reply_free(&r);
+    console_expect(&r, 200, "X-CSRF-Token");
+    console_reply_free(&r);
 }
 
 static void
@@ -452,20 +366,20 @@ test_dead_retry_and_delete(void **state)
     long long dead_id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job"
                                                   " WHERE state = 'dead'");
     char body[128];
-    struct reply r;
+    struct console_reply r;
 
     start_with_token(f, true);
     snprintf(body, sizeof(body), "{\"job_ids\":[%lld]}", dead_id);
     r = bearer_post(f, "/api/v1/dead/retry", body);
-    expect(&r, 200, "{\"retried\":1}");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"retried\":1}");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state ="
                                                " 'ready' AND max_attempts = 4 AND job_id = (SELECT"
                                                " max(job_id) FROM outbox.job WHERE attempts = 3)"),
                      1);
     r = bearer_post(f, "/api/v1/dead/retry", body);
-    expect(&r, 200, "{\"retried\":0}");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"retried\":0}");
+    console_reply_free(&r);
 
     /* more dead rows than one batch: all of them, in several transactions */
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
@@ -474,14 +388,14 @@ test_dead_retry_and_delete(void **state)
                           "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
                           " last_error) VALUES ('bulk', '{}', 'dead', 1, now(), 'other')");
     r = bearer_post(f, "/api/v1/dead/retry", "{\"queue\":\"bulk\",\"error\":\"BOOM\"}");
-    expect(&r, 200, "{\"retried\":2500}");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"retried\":2500}");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
                                                " 'bulk' AND state = 'ready'"),
                      2500);
     r = bearer_post(f, "/api/v1/dead/delete", "{\"queue\":\"bulk\"}");
-    expect(&r, 200, "{\"deleted\":1}");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"deleted\":1}");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
                                                " 'bulk' AND state = 'dead'"),
                      0);
@@ -492,28 +406,28 @@ test_pause_resume_and_replay(void **state)
 {
     struct fixture *f = *state;
     char body[256];
-    struct reply r;
+    struct console_reply r;
 
     start_with_token(f, true);
     r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\",\"ordering_key\":\"k1\","
                                         "\"reason\":\"investigating\"}");
-    expect(&r, 200, "{\"changed\":true}");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"changed\":true}");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/paused");
-    expect(&r, 200, "\"ordering_key\":\"k1\",\"reason\":\"investigating\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"ordering_key\":\"k1\",\"reason\":\"investigating\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/queues");
-    expect(&r, 200, "\"paused\":false,\"paused_keys\":1");
-    reply_free(&r);
+    console_expect(&r, 200, "\"paused\":false,\"paused_keys\":1");
+    console_reply_free(&r);
     r = bearer_post(f, "/api/v1/resume", "{\"queue\":\"orders\",\"ordering_key\":\"k1\"}");
-    expect(&r, 200, "\"changed\":true");
-    reply_free(&r);
+    console_expect(&r, 200, "\"changed\":true");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 
     r = bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\","
                                          "\"dry_run\":true}");
-    expect(&r, 200, "{\"dry_run\":true,\"replayed\":5,");
-    reply_free(&r);
+    console_expect(&r, 200, "{\"dry_run\":true,\"replayed\":5,");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      5);
@@ -522,9 +436,9 @@ test_pause_resume_and_replay(void **state)
              harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job"
                                        " WHERE state = 'succeeded'"));
     r = bearer_post(f, "/api/v1/replay", body);
-    expect(&r, 200, "\"replayed\":1,");
+    console_expect(&r, 200, "\"replayed\":1,");
     assert_non_null(strstr(r.body, "\"missing\":1"));
-    reply_free(&r);
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      4);
@@ -536,7 +450,7 @@ static void
 test_escaping(void **state)
 {
     struct fixture *f = *state;
-    struct reply r;
+    struct console_reply r;
 
     harness_exec(f->conn, "SELECT outbox.pause('orders', '<script>pause()</script>',"
                           " '<script>reason()</script>')");
@@ -544,44 +458,44 @@ test_escaping(void **state)
     static const char *const pages[] = {"/dead", "/keys", "/"};
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
         r = bearer_get(f, pages[i]);
-        expect(&r, 200, NULL);
+        console_expect(&r, 200, NULL);
         assert_null(strstr(r.body, "<script>"));
         assert_null(strstr(r.body, "<img"));
         assert_null(strstr(r.body, "<b>bold"));
-        reply_free(&r);
+        console_reply_free(&r);
     }
     r = bearer_get(f, "/dead");
     assert_non_null(strstr(r.body, "&lt;img src=x onerror=alert(1)&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;alert(2)&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;b&gt;bold&lt;/b&gt;"));
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/keys");
     assert_non_null(strstr(r.body, "&lt;script&gt;pause()&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;reason()&lt;/script&gt;"));
-    reply_free(&r);
+    console_reply_free(&r);
     /* a filter value echoed into the page is escaped too */
     r = bearer_get(f, "/dead?queue=%22%3E%3Cscript%3Ex()%3C/script%3E");
-    expect(&r, 200, "&quot;&gt;&lt;script&gt;x()");
+    console_expect(&r, 200, "&quot;&gt;&lt;script&gt;x()");
     assert_null(strstr(r.body, "<script>"));
-    reply_free(&r);
+    console_reply_free(&r);
     /* JSON escapes < and > so a misread answer cannot become markup */
     r = bearer_get(f, "/api/v1/blocked");
-    expect(&r, 200, "\\u003cscript\\u003ealert(2)\\u003c/script\\u003e");
-    reply_free(&r);
+    console_expect(&r, 200, "\\u003cscript\\u003ealert(2)\\u003c/script\\u003e");
+    console_reply_free(&r);
     /* queue names cannot hold markup at all: the schema refuses them */
     r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"<script>\"}");
-    expect(&r, 400, "invalid outbox queue name");
-    reply_free(&r);
+    console_expect(&r, 400, "invalid outbox queue name");
+    console_reply_free(&r);
 }
 
 /* Asserts a 400 whose body is one line of JSON naming reason. */
 static void
-expect_bad(struct reply r, const char *reason)
+expect_bad(struct console_reply r, const char *reason)
 {
-    expect(&r, 400, reason);
+    console_expect(&r, 400, reason);
     assert_non_null(strchr(r.body, '\n'));
     assert_int_equal(strchr(r.body, '\n')[1], '\0');
-    reply_free(&r);
+    console_reply_free(&r);
 }
 
 static void
@@ -626,35 +540,35 @@ test_loopback_without_token(void **state)
     struct fixture *f = *state;
     const char *options[] = {"--allow-actions", NULL};
     char headers[256], csrf[80] = "";
-    struct reply r;
+    struct console_reply r;
     const char *at;
 
     start_console(f, options);
     r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
-    expect(&r, 200, "\"queue\":\"orders\"");
-    reply_free(&r);
+    console_expect(&r, 200, "\"queue\":\"orders\"");
+    console_reply_free(&r);
     r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
-    expect(&r, 403, "csrf");
-    reply_free(&r);
+    console_expect(&r, 403, "csrf");
+    console_reply_free(&r);
     /* a bearer header means nothing without a token file: still no CSRF token, still 403 */
     r = http(f->port, "POST", "/api/v1/pause",
              "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
-    expect(&r, 403, "csrf");
-    reply_free(&r);
+    console_expect(&r, 403, "csrf");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     r = http(f->port, "GET", "/api/v1/session", NULL, NULL);
-    expect(&r, 200, "\"identity\":\"anonymous\"");
+    console_expect(&r, 200, "\"identity\":\"anonymous\"");
     at = strstr(r.body, "\"csrf_token\":\"");
     assert_non_null(at);
     sscanf(at + strlen("\"csrf_token\":\""), "%64[0-9a-f]", csrf);
-    reply_free(&r);
+    console_reply_free(&r);
     snprintf(headers, sizeof(headers),
              "Content-Type: application/json\r\nX-CSRF-Token: %s\r\n", csrf);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
-    expect(&r, 200, "\"changed\":true");
-    reply_free(&r);
+    console_expect(&r, 200, "\"changed\":true");
+    console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
 }
 
@@ -680,7 +594,7 @@ test_streams(void **state)
     struct fixture *f = *state;
     long long lag[2];
     PGconn *holder;
-    struct reply r;
+    struct console_reply r;
 
     harness_exec(f->conn, "SELECT outbox.stream_enable('events', 2);"
                           "SELECT outbox.enqueue('events', jsonb_build_object('n', i))"
@@ -695,19 +609,19 @@ test_streams(void **state)
 
     /* each partition with the rows inserted in it, no owner; nobody holds the horizon */
     r = bearer_get(f, "/api/v1/streams");
-    expect(&r, 200, "{\"partitions\":[");
+    console_expect(&r, 200, "{\"partitions\":[");
     for (int p = 0; p < 2; p++)
         expect_part(r.body, "{\"queue\":\"events\",\"partition\":%d,\"lag_rows\":%lld,", p,
                     lag[p]);
     assert_null(strstr(r.body, "\"owner\":\""));
     assert_null(strstr(r.body, "\"lease_until\":\""));
     expect_part(r.body, "\"horizon\":null}");
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/queues");
-    expect(&r, 200, "{\"queue\":\"events\",\"ready\":0,\"running\":0,\"succeeded\":0,\"dead\":0,");
+    console_expect(&r, 200, "{\"queue\":\"events\",\"ready\":0,\"running\":0,\"succeeded\":0,\"dead\":0,");
     expect_part(r.body, "\"stream\":true,\"stream_published\":0,\"stream_waiting\":7}");
     expect_part(r.body, "\"stream\":false,\"stream_published\":0,\"stream_waiting\":0}");
-    reply_free(&r);
+    console_reply_free(&r);
 
     /* partition 0 published and owned: its rows count as published, its owner shows */
     harness_exec(f->conn, "UPDATE outbox.stream_cursor AS c"
@@ -719,14 +633,14 @@ test_streams(void **state)
                           "        ORDER BY j.xid DESC, j.job_id DESC LIMIT 1)"
                           " WHERE c.queue = 'events' AND c.partition = 0");
     r = bearer_get(f, "/api/v1/streams");
-    expect(&r, 200, "\"partition\":0,\"lag_rows\":0,\"lag_seconds\":0.000,"
+    console_expect(&r, 200, "\"partition\":0,\"lag_rows\":0,\"lag_seconds\":0.000,"
                     "\"owner\":\"relay-\\u003cs\\u003e\",\"lease_until\":\"20");
     expect_part(r.body, "\"partition\":1,\"lag_rows\":%lld,", lag[1]);
-    reply_free(&r);
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/queues");
     expect_part(r.body, "\"stream\":true,\"stream_published\":%lld,\"stream_waiting\":%lld}",
                 lag[0], lag[1]);
-    reply_free(&r);
+    console_reply_free(&r);
 
     /* a transaction with an xid held open on another session holds the horizon */
     holder = harness_connect(f->url);
@@ -734,11 +648,11 @@ test_streams(void **state)
     r = bearer_get(f, "/api/v1/streams");
     expect_part(r.body, "\"horizon\":{\"pid\":%d,\"age_seconds\":", PQbackendPID(holder));
     expect_part(r.body, "\"query\":\"BEGIN; SELECT pg_current_xact_id(), '\\u003cb\\u003eheld");
-    reply_free(&r);
+    console_reply_free(&r);
 
     /* the overview page: the queue marked, the partitions, the holder, all escaped */
     r = bearer_get(f, "/");
-    expect(&r, 200, "<tr data-queue=\"events\" data-stream>");
+    console_expect(&r, 200, "<tr data-queue=\"events\" data-stream>");
     expect_part(r.body, "<table id=\"streams\">");
     for (int p = 0; p < 2; p++)
         expect_part(r.body, "<tr data-queue=\"events\" data-partition=\"%d\">", p);
@@ -747,7 +661,7 @@ test_streams(void **state)
     expect_part(r.body, "pid <span class=\"pid\">%d</span>", PQbackendPID(holder));
     expect_part(r.body, "&lt;b&gt;held&lt;/b&gt;");
     assert_null(strstr(r.body, "<b>held"));
-    reply_free(&r);
+    console_reply_free(&r);
     harness_exec(holder, "ROLLBACK");
     PQfinish(holder);
 }
@@ -791,25 +705,25 @@ test_database_down(void **state)
 {
     struct fixture *f = *state;
     char url[128];
-    struct reply r;
+    struct console_reply r;
 
     snprintf(url, sizeof(url), "postgresql://postgres@127.0.0.1:%d/postgres",
              harness_closed_port());
     f->serve_url = url;
     start_with_token(f, true);
     r = bearer_get(f, "/");
-    expect(&r, 503, "id=\"database-banner\"");
-    reply_free(&r);
+    console_expect(&r, 503, "id=\"database-banner\"");
+    console_reply_free(&r);
     r = bearer_get(f, "/dead");
-    expect(&r, 503, "Database unavailable");
-    reply_free(&r);
+    console_expect(&r, 503, "Database unavailable");
+    console_reply_free(&r);
     r = bearer_get(f, "/api/v1/queues");
-    expect(&r, 503, "unable to connect to the database");
-    reply_free(&r);
+    console_expect(&r, 503, "unable to connect to the database");
+    console_reply_free(&r);
     /* still serving */
     r = bearer_get(f, "/replay");
-    expect(&r, 200, "replay-form");
-    reply_free(&r);
+    console_expect(&r, 200, "replay-form");
+    console_reply_free(&r);
 }
 
 int

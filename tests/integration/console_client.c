@@ -1,0 +1,126 @@
+/*
+ * console_client.c - the tests' HTTP client for the console (see
+ * console_client.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "console_client.h"
+#include "fixtures.h"
+#include "harness.h"
+
+#define REPLY_MAX (4 * 1024 * 1024)
+
+void
+console_reply_free(struct console_reply *reply)
+{
+    free(reply->head);
+    free(reply->body);
+    memset(reply, 0, sizeof(*reply));
+}
+
+struct console_reply
+console_http(int port, const char *method, const char *path, const char *extra, const char *body,
+             int timeout_seconds)
+{
+    struct console_reply reply = {0};
+    char *request, *buffer, *split, host[64] = "";
+    size_t len = 0, body_len = body ? strlen(body) : 0;
+    int fd = fixture_connect_loopback(port, timeout_seconds);
+
+    if (fd < 0)
+        return reply;
+    if (extra == NULL || strncasecmp(extra, "Host:", 5) != 0)
+        snprintf(host, sizeof(host), "Host: 127.0.0.1:%d\r\n", port);
+    assert_true(asprintf(&request, "%s %s HTTP/1.1\r\n%s%sContent-Length: %zu\r\n\r\n%s", method,
+                         path, host, extra ? extra : "", body_len, body ? body : "") > 0);
+    if (write(fd, request, strlen(request)) != (ssize_t)strlen(request)) {
+        free(request);
+        close(fd);
+        return reply;
+    }
+    free(request);
+    buffer = malloc(REPLY_MAX + 1);
+    assert_non_null(buffer);
+    for (;;) {
+        ssize_t n = read(fd, buffer + len, REPLY_MAX - len);
+
+        if (n <= 0 || (len += (size_t)n) == REPLY_MAX)
+            break;
+    }
+    close(fd);
+    buffer[len] = '\0';
+    if (sscanf(buffer, "HTTP/1.1 %d", &reply.status) == 1 &&
+        (split = strstr(buffer, "\r\n\r\n")) != NULL) {
+        reply.body = strdup(split + 4);
+        *split = '\0';
+        reply.head = strdup(buffer);
+    } else {
+        reply.status = 0;
+    }
+    free(buffer);
+    return reply;
+}
+
+pid_t
+console_start(int port, const char *url, const char *const *options)
+{
+    char listen[32], bin[512], *log;
+    const char *argv[24];
+    pid_t pid;
+    int n = 0;
+
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
+    argv[n++] = bin;
+    argv[n++] = "serve";
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--database-url";
+    argv[n++] = url;
+    for (int i = 0; options[i] != NULL && n < 23; i++)
+        argv[n++] = options[i];
+    argv[n] = NULL;
+    log = harness_log_path("console");
+    pid = harness_spawn(argv, log);
+    free(log);
+    for (int waited = 0; waited < 10000; waited += 50) {
+        struct console_reply r = console_http(port, "GET", "/static/console.css", NULL, NULL, 20);
+        int status = r.status;
+
+        console_reply_free(&r);
+        if (status != 0)
+            return pid;
+        usleep(50 * 1000);
+    }
+    fail_msg("the console did not answer on port %d", port);
+    return pid;
+}
+
+void
+console_stop(pid_t pid)
+{
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        assert_int_equal(harness_wait_exit(pid, 10000), 0);
+    }
+}
+
+void
+console_expect(const struct console_reply *reply, int status, const char *body_part)
+{
+    if (reply->status != status || (body_part && strstr(reply->body, body_part) == NULL))
+        fail_msg("expected %d with '%s', got %d: %s", status, body_part ? body_part : "",
+                 reply->status, reply->body ? reply->body : "(no answer)");
+}
