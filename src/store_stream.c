@@ -73,7 +73,7 @@ static const char SQL_ACQUIRE[] =
     " LIMIT greatest(0, least($3::bigint, (SELECT wanted FROM share)::bigint))"
     " FOR UPDATE SKIP LOCKED)"
     " UPDATE outbox.stream_cursor AS c"
-    " SET owner = $1, generation = c.generation + 1,"
+    " SET owner = $1, generation = nextval('outbox.stream_generation'),"
     "     lease_until = clock_timestamp() + make_interval(secs => $2)"
     " FROM free WHERE c.queue = free.queue AND c.partition = free.partition"
     "   AND (c.lease_until IS NULL OR c.lease_until <= clock_timestamp())"
@@ -124,7 +124,10 @@ static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
 /*
  * The read follows job_stream_idx from the cursor on. xid < the horizon:
  * only transactions that have ended, so the rows read are every row that
- * will ever sort before the last one read.
+ * will ever sort before the last one read. It is fenced like a write ($6
+ * owner, $7 generation, in the same snapshot as the rows): an owner whose
+ * lease ended, or whose stream was disabled and made again, reads nothing,
+ * so it never publishes another lease's rows under its own stream's order.
  */
 static const char SQL_READ[] =
     "SELECT j.job_id, j.attempts + 1, j.max_attempts, j.queue, j.payload::text, j.headers::text,"
@@ -136,6 +139,9 @@ static const char SQL_READ[] =
     "   AND j.xid < pg_snapshot_xmin(pg_current_snapshot())"
     "   AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p"
     "                   WHERE p.queue = $1 AND p.ordering_key IS NULL)"
+    "   AND EXISTS (SELECT 1 FROM outbox.stream_cursor AS c"
+    "               WHERE c.queue = $1 AND c.partition = $2 AND c.owner = $6"
+    "                 AND c.generation = $7 AND c.lease_until > clock_timestamp())"
     " ORDER BY j.xid, j.job_id LIMIT $5";
 
 /*
@@ -497,13 +503,15 @@ int
 stream_store_read_send(stream_store *s, const struct stream_partition *p, const char *after_xid,
                        int64_t after_job_id, int limit, struct outbox_error *err)
 {
-    char partition[16], job_id[24], limit_text[16];
-    const char *values[5] = {p->queue, partition, after_xid, job_id, limit_text};
+    char partition[16], job_id[24], limit_text[16], generation[24];
+    const char *values[7] = {p->queue, partition, after_xid, job_id, limit_text, s->owner,
+                             generation};
 
     snprintf(partition, sizeof(partition), "%d", p->partition);
     snprintf(job_id, sizeof(job_id), "%lld", (long long)after_job_id);
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    if (PQsendQueryPrepared(s->conn, STATEMENTS[SSTMT_READ].name, 5, values, NULL, NULL, 0) != 1)
+    snprintf(generation, sizeof(generation), "%lld", (long long)p->generation);
+    if (PQsendQueryPrepared(s->conn, STATEMENTS[SSTMT_READ].name, 7, values, NULL, NULL, 0) != 1)
         return outbox_error_from_pg(err, s->conn, NULL, "unable to read a stream partition");
     return 0;
 }

@@ -4,7 +4,8 @@
  * A stream queue's rows are published by the owner of their partition, in
  * (transaction id, job id) order, from a cursor: no row is written when it
  * is published. The owner holds a fenced lease on the partition's cursor
- * row; every write of the cursor names owner and generation and needs the
+ * row; every write of the cursor, and the read, names owner and generation
+ * (a lease's own value of outbox.stream_generation) and needs the
  * lease unexpired, checked after the row lock is held, so an owner that
  * lost its lease (stalled, killed, cut off) can never move a cursor a new
  * owner has taken.
@@ -49,7 +50,7 @@ bool stream_place_format(char *out, const char *xid, int64_t job_id);
 struct stream_partition {
     char queue[208];
     int partition;
-    int64_t generation; /* of the lease: fences every write */
+    int64_t generation; /* of the lease, never reused: fences every write and the read */
     char cursor_xid[STREAM_XID_MAX];
     int64_t cursor_job_id;
     char order[48]; /* "<epoch>:<partition>": names this partition of this stream (sink_message) */

@@ -92,6 +92,8 @@ GRANT SELECT ON outbox.stream_cursor TO outbox_reader;
 -- Relays publishing streams (migration 010), so that partitions spread among them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.stream_member TO outbox_relay;
 GRANT SELECT ON outbox.stream_member TO outbox_reader;
+-- Lease generations that never repeat (migration 014).
+GRANT USAGE ON SEQUENCE outbox.stream_generation TO outbox_relay;
 
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;

