@@ -576,19 +576,26 @@ report_lag(struct stream_worker *sr, struct outbox_error *err)
     return 0;
 }
 
+/*
+ * Deletes the places of ordering keys below the horizon and, with a
+ * --retention, published rows older than it, STREAM_CLEANUP_ROWS a
+ * statement (each its own short transaction); again right after the next
+ * report while a statement found a full batch.
+ */
 static int
 cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
 {
-    size_t deleted = 0;
+    size_t rows = 0, keys = 0;
 
     sr->next_cleanup = clock_monotonic_seconds() + STREAM_CLEANUP_SECONDS;
-    if (sr->config->retention_seconds <= 0)
-        return 0;
-    if (stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS,
-                             &deleted, err) != 0)
+    if (stream_store_key_cleanup(sr->store, STREAM_CLEANUP_ROWS, &keys, err) != 0)
         return -1;
-    if (deleted == STREAM_CLEANUP_ROWS)
-        sr->next_cleanup = 0; /* more to delete: again after the next turn */
+    if (sr->config->retention_seconds > 0 &&
+        stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS, &rows,
+                             err) != 0)
+        return -1;
+    if (rows == STREAM_CLEANUP_ROWS || keys == STREAM_CLEANUP_ROWS)
+        sr->next_cleanup = 0; /* more to delete */
     return 0;
 }
 

@@ -31,6 +31,7 @@ enum stream_statement {
     SSTMT_MEMBER,
     SSTMT_LEAVE,
     SSTMT_SURPLUS,
+    SSTMT_KEY_CLEANUP,
     SSTMT_COUNT,
 };
 
@@ -211,6 +212,19 @@ static const char SQL_CLEANUP[] =
     " LIMIT $2)"
     " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
 
+/*
+ * The last places of ordering keys below the horizon ($1 at most): no
+ * transaction still to write a row has an id below it, so none of these
+ * can lift a row any more. A key a producer holds right now is skipped.
+ */
+static const char SQL_KEY_CLEANUP[] =
+    "DELETE FROM outbox.stream_key AS k USING ("
+    " SELECT d.queue, d.ordering_key FROM outbox.stream_key AS d"
+    " WHERE d.place_xid < pg_snapshot_xmin(pg_current_snapshot())"
+    " LIMIT $1 FOR UPDATE SKIP LOCKED) AS old"
+    " WHERE k.queue = old.queue AND k.ordering_key = old.ordering_key"
+    "   AND k.place_xid < pg_snapshot_xmin(pg_current_snapshot())";
+
 /* Whether the partition holds a row of key $5 after ($3, $4), published or not. */
 static const char SQL_KEY_LATER[] =
     "SELECT EXISTS (SELECT 1 FROM outbox.job AS j"
@@ -233,6 +247,7 @@ static const struct {
     [SSTMT_MEMBER] = {"outbox_stream_member", SQL_MEMBER},
     [SSTMT_LEAVE] = {"outbox_stream_leave", SQL_LEAVE},
     [SSTMT_SURPLUS] = {"outbox_stream_surplus", SQL_SURPLUS},
+    [SSTMT_KEY_CLEANUP] = {"outbox_stream_key_cleanup", SQL_KEY_CLEANUP},
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -759,6 +774,24 @@ stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
     result = run(s, SSTMT_CLEANUP, 2, values, PGRES_COMMAND_OK,
                  "unable to delete published stream rows", err);
+    if (result == NULL)
+        return -1;
+    *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted, struct outbox_error *err)
+{
+    char limit_text[16];
+    const char *values[1] = {limit_text};
+    PGresult *result;
+
+    *deleted = 0;
+    snprintf(limit_text, sizeof(limit_text), "%d", limit);
+    result = run(s, SSTMT_KEY_CLEANUP, 1, values, PGRES_COMMAND_OK,
+                 "unable to delete the places of stream ordering keys", err);
     if (result == NULL)
         return -1;
     *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);

@@ -2,7 +2,9 @@
  * store_stream.h - the database side of stream queues (sql/009_stream.sql).
  *
  * A stream queue's rows are published by the owner of their partition, in
- * (transaction id, job id) order, from a cursor: no row is written when it
+ * (place, job id) order, from a cursor (the place is the row's transaction
+ * id, or for a keyed row its key's last transaction when higher: commit
+ * order per key, migration 014): no row is written when it
  * is published. The owner holds a fenced lease on the partition's cursor
  * row; every write of the cursor, and the read, names owner and generation
  * (a lease's own value of outbox.stream_generation) and needs the
@@ -200,6 +202,13 @@ int stream_store_horizon(stream_store *s, struct stream_horizon *out, struct out
  */
 int stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_t *deleted,
                          struct outbox_error *err);
+
+/*
+ * Deletes up to limit rows of outbox.stream_key (migration 014) below the
+ * horizon, which no row can be placed after any more; *deleted says how many.
+ */
+int stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted,
+                             struct outbox_error *err);
 
 /* ---- administration (outboxctl stream), on a caller's connection ---- */
 

@@ -171,12 +171,70 @@ test_reenable_in_two_commands(void **state)
     reenable_with_relay(*state, false);
 }
 
+/* The job ids of the Redis stream's entries, in stream order, as "1,2,3". */
+static void
+stream_job_ids(struct fixture *f, char *out, size_t size)
+{
+    struct stream_consumer_stream stream;
+    size_t used = 0;
+
+    out[0] = '\0';
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count && used + 24 < size; i++)
+        used += (size_t)snprintf(out + used, size - used, "%s%lld", i > 0 ? "," : "",
+                                 (long long)stream.entries[i].job_id);
+    stream_consumer_stream_clear(&stream);
+}
+
+/*
+ * T1 takes its transaction id first (a write of its own), T2 writes key
+ * order:1 and commits, then T1 writes the key twice and commits: the stream
+ * publishes T2's row, then T1's two in job id order (commit order, which is
+ * not the order the ids were taken). While T1 runs, T2's row waits for it
+ * (the horizon): nothing of T1 can go out first.
+ */
+static void
+test_key_follows_commit_order(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    PGconn *t1 = harness_connect(f->url);
+    long long created, shipped, delivered;
+    char want[96], got[256];
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 4)");
+    harness_exec(f->conn, "CREATE TABLE orders (id int PRIMARY KEY, status text)");
+    harness_exec(t1, "BEGIN");
+    harness_exec(t1, "INSERT INTO orders VALUES (99, 'other')");
+    harness_exec(f->conn, "BEGIN");
+    harness_exec(f->conn, "INSERT INTO orders VALUES (1, 'created')");
+    created = harness_query_ll(f->conn, "SELECT outbox.enqueue('ev', '{\"event\": \"created\"}',"
+                                        " ordering_key => 'order:1')");
+    harness_exec(f->conn, "COMMIT");
+    harness_exec(t1, "UPDATE orders SET status = 'shipped' WHERE id = 1");
+    shipped = harness_query_ll(t1, "SELECT outbox.enqueue('ev', '{\"event\": \"shipped\"}',"
+                                   " ordering_key => 'order:1')");
+    delivered = harness_query_ll(t1, "SELECT outbox.enqueue('ev', '{\"event\": \"delivered\"}',"
+                                     " ordering_key => 'order:1')");
+    harness_exec(t1, "COMMIT");
+    PQfinish(t1);
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    snprintf(want, sizeof(want), "%lld,%lld,%lld", created, shipped, delivered);
+    stream_job_ids(f, got, sizeof(got));
+    assert_string_equal(got, want);
+    assert_each_row_once(f);
+    /* the key's last place is below the horizon now: the relay's cleanup deleted it */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.stream_key"), 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reenable_in_one_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reenable_in_two_commands, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_follows_commit_order, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
