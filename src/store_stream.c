@@ -182,14 +182,25 @@ static const char SQL_LAG[] =
     "            'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') ELSE '' END"
     " FROM outbox.stream_cursor AS c ORDER BY c.queue, c.partition";
 
-/* The oldest transaction with an xid: what pg_snapshot_xmin() waits for. */
+/*
+ * The oldest transaction with an xid, in any database of the cluster: what
+ * pg_snapshot_xmin() waits for. A prepared transaction (no backend, pid 0)
+ * holds it as a session's does, until COMMIT or ROLLBACK PREPARED.
+ */
 static const char SQL_HORIZON[] =
-    "SELECT a.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''),"
-    "       coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0),"
-    "       left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 150)"
+    "SELECT h.pid, h.usr, h.application, h.seconds, h.query, h.gid, h.database FROM ("
+    " SELECT a.pid, coalesce(a.usename::text, '') AS usr,"
+    "        coalesce(a.application_name, '') AS application,"
+    "        coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0) AS seconds,"
+    "        left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 150) AS query,"
+    "        '' AS gid, coalesce(a.datname::text, '') AS database, age(a.backend_xid) AS xid_age"
     " FROM pg_stat_activity AS a"
     " WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()"
-    " ORDER BY age(a.backend_xid) DESC LIMIT 1";
+    " UNION ALL"
+    " SELECT 0, p.owner::text, '', extract(epoch FROM now() - p.prepared)::float8, '', p.gid,"
+    "        p.database::text, age(p.transaction)"
+    " FROM pg_prepared_xacts AS p) AS h"
+    " ORDER BY h.xid_age DESC LIMIT 1";
 
 /*
  * The oldest rows behind each cursor, in read order, $2 at most: those
@@ -346,6 +357,12 @@ fail:
     PQclear(result);
     stream_store_free(s);
     return NULL;
+}
+
+void
+stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg)
+{
+    PQsetNoticeProcessor(s->conn, processor, arg);
 }
 
 void
@@ -748,6 +765,8 @@ horizon_read(PGresult *result, struct stream_horizon *out)
         copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
         out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
         copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
+        copy_text(out->prepared, sizeof(out->prepared), PQgetvalue(result, 0, 5));
+        copy_text(out->database, sizeof(out->database), PQgetvalue(result, 0, 6));
     }
     PQclear(result);
     return 0;

@@ -98,20 +98,33 @@ struct stream_lag {
 
 #define STREAM_LAG_COUNT_MAX 100000
 
-/* The transaction holding the snapshot horizon back, the oldest with an xid. */
+/*
+ * The transaction holding the snapshot horizon back, the oldest with an xid
+ * in any database of the cluster: a session's, or a prepared transaction's
+ * (prepared[0] != '\0', pid 0, no application or query), which holds it
+ * until COMMIT PREPARED or ROLLBACK PREPARED.
+ */
 struct stream_horizon {
     bool found;
     int pid;
-    double seconds; /* since its transaction began */
-    char user[64];
+    double seconds; /* since its transaction began, or was prepared */
+    char user[64];  /* a prepared transaction: its owner */
     char application[64];
-    char query[160]; /* its current or last statement, first characters */
+    char query[160];    /* its current or last statement, first characters */
+    char prepared[208]; /* the prepared transaction's gid; "" for a session */
+    char database[64];
 };
 
 /* Connects as owner (the relay's worker id for streams). NULL with err on failure. */
 stream_store *stream_store_connect(const char *database_url, const char *owner,
                                    struct outbox_error *err);
 void stream_store_free(stream_store *s);
+
+/*
+ * What the server says outside a query result (a WARNING, the FATAL of a
+ * shutdown) goes to processor instead of libpq's default, stderr.
+ */
+void stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg);
 
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,

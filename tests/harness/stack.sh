@@ -271,6 +271,7 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$DIR/pg-socket'
 max_connections = 200
+max_prepared_transactions = 20
 logging_collector = off
 log_line_prefix = '%m [%p] %q%u@%d '
 EOF

@@ -52,11 +52,25 @@ setup(void **state)
     return 0;
 }
 
+/* Ends the prepared transactions a test left in its database (they would keep it from dropping). */
+static void
+rollback_prepared(struct fixture *f)
+{
+    PGresult *gids = PQexec(f->conn, "SELECT format('ROLLBACK PREPARED %L', gid)"
+                                     " FROM pg_prepared_xacts WHERE database = current_database()");
+
+    for (int r = 0; PQresultStatus(gids) == PGRES_TUPLES_OK && r < PQntuples(gids); r++)
+        PQclear(PQexec(f->conn, PQgetvalue(gids, r, 0)));
+    PQclear(gids);
+}
+
 static int
 teardown(void **state)
 {
     struct fixture *f = *state;
     char tagged[80];
+
+    rollback_prepared(f);
 
     stream_consumer_delete_prefix(f->redis, f->prefix);
     snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
@@ -228,6 +242,104 @@ test_key_follows_commit_order(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.stream_key"), 0);
 }
 
+/* The value of an unlabelled-by-queue gauge name{...} in a scrape, -1 when absent. */
+static double
+gauge_value(const char *text, const char *name)
+{
+    size_t length = strlen(name);
+
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *brace = strchr(line, '}');
+
+        if (strncmp(line, name, length) == 0 && (line[length] == '{' || line[length] == ' '))
+            return strtod(line[length] == ' ' ? line + length : brace + 1, NULL);
+        line = strchr(line, '\n');
+        line = line != NULL ? line + 1 : NULL;
+    }
+    return -1;
+}
+
+/* Runs outboxctl with args on the test database; its exit status, its output in out. */
+static int
+run_outboxctl(const struct fixture *f, const char *args, char *out, size_t size)
+{
+    char command[1024];
+    FILE *pipe;
+    size_t used = 0;
+
+    snprintf(command, sizeof(command), "'%s/outboxctl' --database-url '%s' %s 2>&1",
+             harness_env("OUTBOX_BIN"), f->url, args);
+    pipe = popen(command, "r");
+    assert_non_null(pipe);
+    out[0] = '\0';
+    while (used + 1 < size && fgets(out + used, (int)(size - used), pipe) != NULL)
+        used += strlen(out + used);
+    return pclose(pipe) == 0 ? 0 : 1;
+}
+
+/*
+ * A prepared transaction with an xid stops every stream as an open one
+ * does: the relay's log, /metrics and `outboxctl status` name it (gid,
+ * owner, database, age) and say how to end it; once it is committed the
+ * rows go out.
+ */
+static void
+test_prepared_transaction_is_named(void **state)
+{
+    struct fixture *f = *state;
+    char metrics_addr[32], gid[64], sql[160], out[8192];
+    const char *extra[] = {"--stream-prefix", f->prefix, "--horizon-warning", "1s",
+                           "--metrics-addr", metrics_addr, NULL};
+    int port = harness_closed_port();
+    PGconn *holder = harness_connect(f->url);
+    struct relay_process relay;
+    bool named = false;
+    char *text = NULL;
+
+    snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", port);
+    snprintf(gid, sizeof(gid), "stuck-%d-%d", (int)getpid(), test_counter);
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    harness_exec(holder, "BEGIN");
+    harness_exec(holder, "SELECT pg_current_xact_id()");
+    snprintf(sql, sizeof(sql), "PREPARE TRANSACTION '%s'", gid);
+    harness_exec(holder, sql);
+    PQfinish(holder);
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 3)");
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    for (int i = 0; i < 150 && !named; i++) {
+        named = relay_log_find(&relay, 0, false,
+                               (const char *const[]){"prepared transaction holds the stream horizon",
+                                                     gid, "ROLLBACK PREPARED", NULL},
+                               NULL, 0) > 0;
+        if (!named)
+            usleep(100 * 1000);
+    }
+    if (!named)
+        relay_dump_log(&relay);
+    assert_true(named);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 0);
+    text = relay_scrape_metrics(port);
+    assert_non_null(text);
+    assert_true(gauge_value(text, "outbox_stream_horizon_prepared") == 1);
+    assert_true(gauge_value(text, "outbox_stream_horizon_age_seconds") > 0);
+    free(text);
+
+    assert_int_equal(run_outboxctl(f, "status", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, gid));
+    assert_non_null(strstr(out, "COMMIT PREPARED"));
+    assert_int_equal(run_outboxctl(f, "status --json", out, sizeof(out)), 0);
+    snprintf(sql, sizeof(sql), "\"prepared_gid\":\"%s\"", gid);
+    assert_non_null(strstr(out, sql));
+
+    snprintf(sql, sizeof(sql), "COMMIT PREPARED '%s'", gid);
+    harness_exec(f->conn, sql);
+    assert_int_equal(wait_for_value(f->conn, SQL_NOT_DONE, 0, 20000), 0);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_each_row_once(f);
+}
+
 int
 main(void)
 {
@@ -235,6 +347,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_reenable_in_one_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reenable_in_two_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_follows_commit_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepared_transaction_is_named, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
