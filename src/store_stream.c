@@ -207,21 +207,28 @@ static const char SQL_HORIZON[] =
  * older than the retention go. The scan never passes $2 rows a partition,
  * however many younger rows wait behind the cursor for their turn, and a
  * partition whose oldest row is younger than the retention costs one
- * index probe (the usual case: nothing to delete yet).
+ * index probe (the usual case: nothing to delete yet), made once per
+ * partition. The rows are deleted through the primary key: a join with
+ * them was planned (generic plan) as a hash join over a scan of the whole
+ * table, 0.3-0.7 s a batch on a table of 100 000 rows, and growing with it.
  */
 static const char SQL_CLEANUP[] =
     "WITH doomed AS ("
-    " SELECT d.job_id FROM outbox.stream_cursor AS c CROSS JOIN LATERAL ("
+    " SELECT d.job_id FROM outbox.stream_cursor AS c"
+    " CROSS JOIN LATERAL ("
+    "   SELECT o.created_at FROM outbox.job AS o"
+    "   WHERE o.state = 'stream' AND o.queue = c.queue AND o.stream_partition = c.partition"
+    "   ORDER BY o.xid, o.job_id LIMIT 1) AS oldest"
+    " CROSS JOIN LATERAL ("
     "   SELECT j.job_id, j.created_at FROM outbox.job AS j"
     "   WHERE j.state = 'stream' AND j.queue = c.queue AND j.stream_partition = c.partition"
     "     AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)"
     "   ORDER BY j.xid, j.job_id LIMIT $2) AS d"
-    " WHERE d.created_at < now() - make_interval(secs => $1)"
-    "   AND (SELECT o.created_at FROM outbox.job AS o"
-    "        WHERE o.state = 'stream' AND o.queue = c.queue AND o.stream_partition = c.partition"
-    "        ORDER BY o.xid, o.job_id LIMIT 1) < now() - make_interval(secs => $1)"
+    " WHERE oldest.created_at < now() - make_interval(secs => $1)"
+    "   AND d.created_at < now() - make_interval(secs => $1)"
     " LIMIT $2)"
-    " DELETE FROM outbox.job AS j USING doomed WHERE j.job_id = doomed.job_id AND j.state = 'stream'";
+    " DELETE FROM outbox.job AS j"
+    " WHERE j.job_id = ANY (ARRAY(SELECT doomed.job_id FROM doomed)) AND j.state = 'stream'";
 
 /*
  * The last places of ordering keys below the horizon ($1 at most): no
