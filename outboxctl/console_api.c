@@ -63,6 +63,13 @@ json_field_string(struct buffer *out, const char *key, const char *value)
     console_json_string(out, value);
 }
 
+/* A text that is "" or NULL for none (an owner, a lease) as a JSON string or null. */
+static void
+json_field_text_or_null(struct buffer *out, const char *key, const char *text)
+{
+    json_field_string(out, key, text != NULL && text[0] != '\0' ? text : NULL);
+}
+
 static void
 json_field_int(struct buffer *out, const char *key, int64_t value)
 {
@@ -534,6 +541,8 @@ overview_json(struct buffer *out, const struct store_console_overview *overview,
     json_field_string(out, "state", oldest->state);
     buffer_printf(out, ",\"age_seconds\":%.3f", oldest->age_seconds);
     json_field_int(out, "xid_age", oldest->xid_age);
+    json_field_string(out, "database", oldest->database);
+    json_field_text_or_null(out, "prepared_gid", oldest->prepared_gid);
     buffer_puts(out, "},\"queues\":");
     overview_json(out, overview, "queues");
     buffer_puts(out, ",\"relays\":");
@@ -577,13 +586,6 @@ api_chart(PGconn *conn, struct console_response *response)
     respond_json(response, 200);
 }
 
-/* A text that is "" for none (an owner, a lease) as a JSON string or null. */
-static void
-json_field_text_or_null(struct buffer *out, const char *key, const char *text)
-{
-    json_field_string(out, key, text[0] != '\0' ? text : NULL);
-}
-
 static void
 streams_json(struct buffer *out, const struct store_console_streams *streams)
 {
@@ -611,8 +613,10 @@ streams_json(struct buffer *out, const struct store_console_streams *streams)
     buffer_printf(out, "{\"pid\":%d", horizon->pid);
     buffer_printf(out, ",\"age_seconds\":%.3f", horizon->seconds);
     json_field_string(out, "user", horizon->user);
+    json_field_string(out, "database", horizon->database);
     json_field_string(out, "application_name", horizon->application);
     json_field_string(out, "query", horizon->query);
+    json_field_text_or_null(out, "prepared_gid", horizon->prepared);
     buffer_puts(out, "}}");
 }
 

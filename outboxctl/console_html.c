@@ -308,7 +308,16 @@ table_facts(struct buffer *out, const struct store_console_overview *overview)
                   (long long)status->dead_tuples);
     esc(out, status->last_autovacuum ? status->last_autovacuum : "never");
     buffer_puts(out, "</dd><dt>Vacuum horizon held by</dt><dd>");
-    if (oldest->present) {
+    if (oldest->present && oldest->prepared_gid != NULL && oldest->prepared_gid[0] != '\0') {
+        format_age(age, sizeof(age), oldest->age_seconds);
+        buffer_puts(out, "the prepared transaction <code>");
+        esc(out, oldest->prepared_gid);
+        buffer_puts(out, "</code> (database ");
+        esc(out, oldest->database);
+        buffer_printf(out, "), prepared %s ago, %lld transactions behind: end it with "
+                           "<code>COMMIT PREPARED</code> or <code>ROLLBACK PREPARED</code>",
+                      age, (long long)oldest->xid_age);
+    } else if (oldest->present) {
         format_age(age, sizeof(age), oldest->age_seconds);
         buffer_printf(out, "pid %d (", oldest->pid);
         esc(out, oldest->application_name);
@@ -397,6 +406,19 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
         return;
     }
     format_age(age, sizeof(age), horizon->seconds);
+    if (horizon->prepared[0] != '\0') {
+        buffer_puts(out, "Streams read only rows of transactions older than the oldest one open: "
+                         "the prepared transaction <code class=\"gid\">");
+        esc(out, horizon->prepared);
+        buffer_puts(out, "</code> (owner ");
+        esc(out, horizon->user);
+        buffer_puts(out, ", database ");
+        esc(out, horizon->database);
+        buffer_printf(out, "), prepared %s ago. End it with <code>COMMIT PREPARED</code> or "
+                           "<code>ROLLBACK PREPARED</code> of that gid.</p>",
+                      age);
+        return;
+    }
     buffer_printf(out, "Streams read only rows of transactions older than the oldest one open: "
                        "pid <span class=\"pid\">%d</span> (",
                   horizon->pid);

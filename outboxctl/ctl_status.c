@@ -82,8 +82,15 @@ print_status_json(const struct store_status *status)
         ctl_json_string(stdout, oldest->application_name);
         fputs(",\"state\":", stdout);
         ctl_json_string(stdout, oldest->state);
-        printf(",\"age_seconds\":%.3f,\"xid_age\":%lld}", oldest->age_seconds,
+        printf(",\"age_seconds\":%.3f,\"xid_age\":%lld,\"database\":", oldest->age_seconds,
                (long long)oldest->xid_age);
+        ctl_json_string(stdout, oldest->database);
+        fputs(",\"prepared_gid\":", stdout);
+        if (oldest->prepared_gid != NULL && oldest->prepared_gid[0] != '\0')
+            ctl_json_string(stdout, oldest->prepared_gid);
+        else
+            fputs("null", stdout);
+        fputs("}", stdout);
     }
     fputs("}\n", stdout);
 }
@@ -108,11 +115,18 @@ succeeded_text(char *line, size_t size, const struct store_status *status)
 static void
 oldest_transaction_text(char *line, size_t size, const struct store_oldest_transaction *oldest)
 {
-    if (oldest->present)
-        snprintf(line, size, "pid %d (%s, %s), open %.1fs, xmin %lld transactions old", oldest->pid,
+    if (oldest->present && oldest->prepared_gid[0] != '\0')
+        snprintf(line, size,
+                 "prepared transaction '%s' (database %s), prepared %.1fs ago, xmin %lld"
+                 " transactions old: end it with COMMIT PREPARED or ROLLBACK PREPARED '%s'",
+                 oldest->prepared_gid, oldest->database, oldest->age_seconds,
+                 (long long)oldest->xid_age, oldest->prepared_gid);
+    else if (oldest->present)
+        snprintf(line, size, "pid %d (%s, %s, database %s), open %.1fs, xmin %lld transactions old",
+                 oldest->pid,
                  oldest->application_name[0] ? oldest->application_name : "no application name",
-                 oldest->state[0] ? oldest->state : "unknown state", oldest->age_seconds,
-                 (long long)oldest->xid_age);
+                 oldest->state[0] ? oldest->state : "unknown state", oldest->database,
+                 oldest->age_seconds, (long long)oldest->xid_age);
     else
         snprintf(line, size, "none");
 }
@@ -121,7 +135,7 @@ oldest_transaction_text(char *line, size_t size, const struct store_oldest_trans
 static bool
 summary_rows(struct ctl_table *summary, const struct store_status *status)
 {
-    char a[64], b[64], line[256];
+    char a[64], b[64], line[640];
     bool ok = true;
 
     snprintf(a, sizeof(a), "%d", status->schema_version);

@@ -53,18 +53,26 @@ static const char table_status_sql[] =
     " WHERE c.oid = 'outbox.job'::regclass";
 
 /*
- * Sessions of this database (and WAL senders, which hold back every
- * database) with an xmin or xid, oldest first; not this session.
+ * Sessions of any database and prepared transactions with an xmin or xid,
+ * oldest first; not this session. The stream horizon is the cluster's (a
+ * transaction of another database stops every stream too), and a prepared
+ * transaction holds it without a session.
  */
 static const char oldest_transaction_sql[] =
-    "SELECT pid, coalesce(application_name, ''), coalesce(state, ''),"
-    "       coalesce(extract(epoch FROM now() - xact_start), 0)::float8,"
-    "       greatest(age(backend_xid), age(backend_xmin))"
-    "  FROM pg_stat_activity"
-    " WHERE pid <> pg_backend_pid()"
-    "   AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
-    "   AND (datname = current_database() OR backend_type = 'walsender')"
-    " ORDER BY greatest(age(backend_xid), age(backend_xmin)) DESC, xact_start"
+    "SELECT t.pid, t.application_name, t.state, t.age_seconds, t.xid_age, t.database, t.gid"
+    "  FROM (SELECT pid, coalesce(application_name, '') AS application_name,"
+    "               coalesce(state, '') AS state,"
+    "               coalesce(extract(epoch FROM now() - xact_start), 0)::float8 AS age_seconds,"
+    "               greatest(age(backend_xid), age(backend_xmin)) AS xid_age,"
+    "               coalesce(datname::text, '') AS database, '' AS gid, xact_start AS began"
+    "          FROM pg_stat_activity"
+    "         WHERE pid <> pg_backend_pid()"
+    "           AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
+    "        UNION ALL"
+    "        SELECT 0, '', 'prepared', extract(epoch FROM now() - prepared)::float8,"
+    "               age(transaction), database::text, gid, prepared"
+    "          FROM pg_prepared_xacts) AS t"
+    " ORDER BY t.xid_age DESC, t.began"
     " LIMIT 1";
 
 /*
@@ -305,6 +313,8 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
         oldest->state = store_admin_text(result, 0, 2, &failed);
         oldest->age_seconds = store_admin_double(result, 0, 3);
         oldest->xid_age = store_admin_int64(result, 0, 4);
+        oldest->database = store_admin_text(result, 0, 5, &failed);
+        oldest->prepared_gid = store_admin_text(result, 0, 6, &failed);
     }
     PQclear(result);
     if (failed)
@@ -449,6 +459,8 @@ store_status_clear(struct store_status *status)
     free(status->last_autoanalyze);
     free(status->oldest_transaction.application_name);
     free(status->oldest_transaction.state);
+    free(status->oldest_transaction.database);
+    free(status->oldest_transaction.prepared_gid);
     for (size_t i = 0; i < status->blocked_count; i++) {
         free(status->blocked[i].queue);
         free(status->blocked[i].ordering_key);

@@ -60,16 +60,20 @@ struct store_blocked_key {
 };
 
 /*
- * The session whose snapshot or transaction id is oldest: it holds back the
- * xmin horizon, so vacuum cannot remove dead outbox rows newer than it.
+ * The session or prepared transaction whose snapshot or transaction id is
+ * oldest, in any database of the cluster: it holds back the xmin horizon
+ * (vacuum cannot remove dead outbox rows newer than it) and, with an xid,
+ * every stream queue's read.
  */
 struct store_oldest_transaction {
-    bool present; /* false: no other session holds an xmin */
-    int pid;
+    bool present; /* false: no other session or prepared transaction holds an xmin */
+    int pid;      /* 0: a prepared transaction */
     char *application_name;
-    char *state;        /* pg_stat_activity.state, e.g. "idle in transaction" */
-    double age_seconds; /* now - xact_start; 0 when unknown */
+    char *state;        /* pg_stat_activity.state, e.g. "idle in transaction", or "prepared" */
+    double age_seconds; /* now - xact_start (or since it was prepared); 0 when unknown */
     int64_t xid_age;    /* transactions since its xmin */
+    char *database;     /* its database */
+    char *prepared_gid; /* a prepared transaction's gid; "" for a session */
 };
 
 /* One pause of a queue or of one ordering key of it (outbox.paused). */

@@ -211,8 +211,14 @@ metrics_stream_render(struct metrics_stream *s, struct buffer *o, const char *br
     out_plain(o, "outbox_stream_horizon_age_seconds", broker);
     buffer_printf(o, "%.3f\n", s->horizon.found ? s->horizon.age_seconds : 0.0);
     out_family(o, "outbox_stream_horizon_pid",
-               "Backend pid of the transaction holding the stream horizon (0: none).");
+               "Backend pid of the transaction holding the stream horizon (0: none, or a prepared"
+               " transaction).");
     out_plain(o, "outbox_stream_horizon_pid", broker);
     buffer_printf(o, "%d\n", s->horizon.found ? s->horizon.pid : 0);
+    out_family(o, "outbox_stream_horizon_prepared",
+               "1 when a prepared transaction holds the stream horizon (pid 0; the relay's log"
+               " names its gid), else 0.");
+    out_plain(o, "outbox_stream_horizon_prepared", broker);
+    buffer_printf(o, "%d\n", s->horizon.found && s->horizon.prepared ? 1 : 0);
     pthread_mutex_unlock(&s->lock);
 }

@@ -30,7 +30,8 @@ struct metrics_stream_partition {
 /* The oldest transaction with an xid, which every stream read waits for. */
 struct metrics_stream_horizon {
     bool found;
-    int pid;
+    int pid;       /* 0 for a prepared transaction */
+    bool prepared; /* a prepared transaction (no backend) holds it */
     double age_seconds;
 };
 

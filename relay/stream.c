@@ -122,6 +122,23 @@ store_lost(struct stream_worker *sr, const struct outbox_error *err)
     runner_sleep_ms(sr, STREAM_RETRY_MS); /* an error that stays must not spin */
 }
 
+/*
+ * A notice of the stream connection (a user's trigger warning, the FATAL
+ * sent at a server's shutdown) as a log event of the thread, rate-limited
+ * as the pipelines' are, never a raw line on stderr.
+ */
+static void
+log_stream_notice(void *arg, const char *message)
+{
+    const struct stream_worker *sr = arg;
+    size_t len = strlen(message);
+
+    while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
+        len--;
+    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
+                      "thread=stream index=%d notice=\"%.*s\"", sr->index, (int)len, message);
+}
+
 /* Connects what is missing; false when it could not (the caller waits and retries). */
 static bool
 stream_connect_ends(struct stream_worker *sr)
@@ -135,6 +152,7 @@ stream_connect_ends(struct stream_worker *sr)
                       "thread=stream error=\"%s\"", err.message);
             return false;
         }
+        stream_store_set_notice_processor(sr->store, log_stream_notice, sr);
         sr->next_renew = 0;
     }
     /* no broker connection while there is nothing to publish */
@@ -520,6 +538,7 @@ lag_metrics(struct stream_worker *sr, const struct stream_lag *lag, size_t count
                                                          sizeof(*partitions));
     struct metrics_stream_horizon h = {.found = horizon->found,
                                        .pid = horizon->pid,
+                                       .prepared = horizon->prepared[0] != '\0',
                                        .age_seconds = horizon->seconds};
 
     if (partitions == NULL)
@@ -569,26 +588,39 @@ report_lag(struct stream_worker *sr, struct outbox_error *err)
                   lag[i].owner[0] != '\0' ? lag[i].owner : "none");
     }
     free(lag);
-    if (lagging && horizon.found)
+    if (lagging && horizon.found && horizon.prepared[0] != '\0')
+        log_event(OUTBOX_LOG_WARN, "a prepared transaction holds the stream horizon",
+                  "gid=\"%s\" owner=%s database=%s seconds=%.1f"
+                  " hint=\"end it with COMMIT PREPARED or ROLLBACK PREPARED of that gid\"",
+                  horizon.prepared, horizon.user, horizon.database, horizon.seconds);
+    else if (lagging && horizon.found)
         log_event(OUTBOX_LOG_WARN, "a transaction holds the stream horizon",
-                  "pid=%d seconds=%.1f user=%s application=\"%s\" query=\"%s\"", horizon.pid,
-                  horizon.seconds, horizon.user, horizon.application, horizon.query);
+                  "pid=%d seconds=%.1f user=%s database=%s application=\"%s\" query=\"%s\"",
+                  horizon.pid, horizon.seconds, horizon.user, horizon.database,
+                  horizon.application, horizon.query);
     return 0;
 }
 
+/*
+ * Deletes the places of ordering keys below the horizon and, with a
+ * --retention, published rows older than it, STREAM_CLEANUP_ROWS a
+ * statement (each its own short transaction); again right after the next
+ * report while a statement found a full batch.
+ */
 static int
 cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
 {
-    size_t deleted = 0;
+    size_t rows = 0, keys = 0;
 
     sr->next_cleanup = clock_monotonic_seconds() + STREAM_CLEANUP_SECONDS;
-    if (sr->config->retention_seconds <= 0)
-        return 0;
-    if (stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS,
-                             &deleted, err) != 0)
+    if (stream_store_key_cleanup(sr->store, STREAM_CLEANUP_ROWS, &keys, err) != 0)
         return -1;
-    if (deleted == STREAM_CLEANUP_ROWS)
-        sr->next_cleanup = 0; /* more to delete: again after the next turn */
+    if (sr->config->retention_seconds > 0 &&
+        stream_store_cleanup(sr->store, sr->config->retention_seconds, STREAM_CLEANUP_ROWS, &rows,
+                             err) != 0)
+        return -1;
+    if (rows == STREAM_CLEANUP_ROWS || keys == STREAM_CLEANUP_ROWS)
+        sr->next_cleanup = 0; /* more to delete */
     return 0;
 }
 

@@ -2,9 +2,12 @@
  * store_stream.h - the database side of stream queues (sql/009_stream.sql).
  *
  * A stream queue's rows are published by the owner of their partition, in
- * (transaction id, job id) order, from a cursor: no row is written when it
+ * (place, job id) order, from a cursor (the place is the row's transaction
+ * id, or for a keyed row its key's last transaction when higher: commit
+ * order per key, migration 014): no row is written when it
  * is published. The owner holds a fenced lease on the partition's cursor
- * row; every write of the cursor names owner and generation and needs the
+ * row; every write of the cursor, and the read, names owner and generation
+ * (a lease's own value of outbox.stream_generation) and needs the
  * lease unexpired, checked after the row lock is held, so an owner that
  * lost its lease (stalled, killed, cut off) can never move a cursor a new
  * owner has taken.
@@ -49,7 +52,7 @@ bool stream_place_format(char *out, const char *xid, int64_t job_id);
 struct stream_partition {
     char queue[208];
     int partition;
-    int64_t generation; /* of the lease: fences every write */
+    int64_t generation; /* of the lease, never reused: fences every write and the read */
     char cursor_xid[STREAM_XID_MAX];
     int64_t cursor_job_id;
     char order[48]; /* "<epoch>:<partition>": names this partition of this stream (sink_message) */
@@ -95,20 +98,33 @@ struct stream_lag {
 
 #define STREAM_LAG_COUNT_MAX 100000
 
-/* The transaction holding the snapshot horizon back, the oldest with an xid. */
+/*
+ * The transaction holding the snapshot horizon back, the oldest with an xid
+ * in any database of the cluster: a session's, or a prepared transaction's
+ * (prepared[0] != '\0', pid 0, no application or query), which holds it
+ * until COMMIT PREPARED or ROLLBACK PREPARED.
+ */
 struct stream_horizon {
     bool found;
     int pid;
-    double seconds; /* since its transaction began */
-    char user[64];
+    double seconds; /* since its transaction began, or was prepared */
+    char user[64];  /* a prepared transaction: its owner */
     char application[64];
-    char query[160]; /* its current or last statement, first characters */
+    char query[160];    /* its current or last statement, first characters */
+    char prepared[208]; /* the prepared transaction's gid; "" for a session */
+    char database[64];
 };
 
 /* Connects as owner (the relay's worker id for streams). NULL with err on failure. */
 stream_store *stream_store_connect(const char *database_url, const char *owner,
                                    struct outbox_error *err);
 void stream_store_free(stream_store *s);
+
+/*
+ * What the server says outside a query result (a WARNING, the FATAL of a
+ * shutdown) goes to processor instead of libpq's default, stderr.
+ */
+void stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg);
 
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,
@@ -199,6 +215,13 @@ int stream_store_horizon(stream_store *s, struct stream_horizon *out, struct out
  */
 int stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_t *deleted,
                          struct outbox_error *err);
+
+/*
+ * Deletes up to limit rows of outbox.stream_key (migration 014) below the
+ * horizon, which no row can be placed after any more; *deleted says how many.
+ */
+int stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted,
+                             struct outbox_error *err);
 
 /* ---- administration (outboxctl stream), on a caller's connection ---- */
 

@@ -92,6 +92,11 @@ GRANT SELECT ON outbox.stream_cursor TO outbox_reader;
 -- Relays publishing streams (migration 010), so that partitions spread among them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.stream_member TO outbox_relay;
 GRANT SELECT ON outbox.stream_member TO outbox_reader;
+-- Lease generations that never repeat (migration 014).
+GRANT USAGE ON SEQUENCE outbox.stream_generation TO outbox_relay;
+-- The last place of each ordering key (migration 014): the relay deletes those below the horizon.
+GRANT SELECT, DELETE ON outbox.stream_key TO outbox_relay;
+GRANT SELECT ON outbox.stream_key TO outbox_reader;
 
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;
