@@ -327,6 +327,12 @@ fail:
     return NULL;
 }
 
+PGconn *
+stream_store_conn(stream_store *s)
+{
+    return s->conn;
+}
+
 void
 stream_store_free(stream_store *s)
 {

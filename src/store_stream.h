@@ -110,6 +110,9 @@ stream_store *stream_store_connect(const char *database_url, const char *owner,
                                    struct outbox_error *err);
 void stream_store_free(stream_store *s);
 
+/* The store's connection, for a statement of another module (idle between calls). */
+PGconn *stream_store_conn(stream_store *s);
+
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,
  * no more than a fair share of all partitions among the relays there are
