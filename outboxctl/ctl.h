@@ -171,5 +171,11 @@ ctl_command_fn ctl_command_paused;      /* ctl_flow.c */
 ctl_command_fn ctl_command_replay;      /* ctl_replay.c */
 ctl_command_fn ctl_command_inbox_purge; /* ctl_purge.c */
 ctl_command_fn ctl_command_serve;       /* outboxctl.c: the console */
+ctl_command_fn ctl_command_identity_show; /* ctl_identity.c */
+ctl_command_fn ctl_command_identity_set;  /* ctl_identity.c */
+
+/* The identity as status says it: one line of text, or a JSON value (null when none). */
+void ctl_identity_text(char *line, size_t size, const struct store_identity_row *identity);
+void ctl_identity_json(FILE *out, const struct store_identity_row *identity);
 
 #endif

@@ -22,7 +22,9 @@ print_status_json(const struct store_status *status)
 {
     const struct store_oldest_transaction *oldest = &status->oldest_transaction;
 
-    printf("{\"schema_version\":%d,\"queues\":[", status->schema_version);
+    printf("{\"schema_version\":%d,\"identity\":", status->schema_version);
+    ctl_identity_json(stdout, &status->identity);
+    fputs(",\"queues\":[", stdout);
     for (size_t i = 0; i < status->queue_count; i++) {
         const struct store_queue_status *queue = &status->queues[i];
 
@@ -140,6 +142,8 @@ summary_rows(struct ctl_table *summary, const struct store_status *status)
 
     snprintf(a, sizeof(a), "%d", status->schema_version);
     ok = ok && ctl_table_add_row(summary, "schema version", a);
+    ctl_identity_text(line, sizeof(line), &status->identity);
+    ok = ok && ctl_table_add_row(summary, "database identity", line);
     snprintf(line, sizeof(line), "%s table, %s indexes",
              ctl_format_bytes(a, sizeof(a), status->table_bytes),
              ctl_format_bytes(b, sizeof(b), status->index_bytes));

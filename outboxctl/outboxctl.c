@@ -65,6 +65,8 @@ static const struct ctl_command_row {
     {"serve", ctl_command_serve},
     {"stream", ctl_command_stream},
     {"inbox purge", ctl_command_inbox_purge},
+    {"identity show", ctl_command_identity_show},
+    {"identity set", ctl_command_identity_set},
     {"dead list", ctl_command_dead_list},
     {"dead retry", ctl_command_dead_retry},
     /* clang-format on */

@@ -423,15 +423,82 @@ apply_pauses(struct store_status *status)
     }
 }
 
+/* Copies a row of (database_id, id_form, epoch, timeline) into out. */
+static void
+identity_from(const PGresult *result, struct store_identity_row *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->database_id, sizeof(out->database_id), "%s", PQgetvalue(result, 0, 0));
+    snprintf(out->id_form, sizeof(out->id_form), "%s", PQgetvalue(result, 0, 1));
+    out->epoch = atoi(PQgetvalue(result, 0, 2));
+    out->timeline = PQgetisnull(result, 0, 3) ? 0 : atoll(PQgetvalue(result, 0, 3));
+}
+
+int
+store_admin_identity(PGconn *conn, struct store_identity_row *out, bool *present,
+                     struct outbox_error *err)
+{
+    PGresult *result;
+
+    memset(out, 0, sizeof(*out));
+    *present = false;
+    result = PQexec(conn, "SELECT to_regclass('outbox.identity') IS NOT NULL");
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        outbox_error_from_pg(err, conn, result, "unable to read the database identity");
+        PQclear(result);
+        return -1;
+    }
+    *present = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    if (!*present)
+        return 0;
+    result = PQexec(conn, "SELECT database_id, id_form, epoch, timeline FROM outbox.identity");
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read the database identity");
+        PQclear(result);
+        return -1;
+    }
+    identity_from(result, out);
+    PQclear(result);
+    return 0;
+}
+
+int
+store_admin_identity_set(PGconn *conn, const char *database_id, const char *id_form,
+                         struct store_identity_row *out, struct outbox_error *err)
+{
+    const char *params[2] = {database_id, id_form};
+    PGresult *result = PQexecParams(conn,
+                                    "SELECT s.database_id, s.id_form, s.epoch, i.timeline"
+                                    " FROM outbox.identity_set($1, $2) AS s, outbox.identity AS i",
+                                    2, NULL, params, NULL, NULL, 0);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        const char *sqlstate = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+
+        outbox_error_from_pg(err, conn, result, "unable to set the database identity");
+        if (sqlstate != NULL && strcmp(sqlstate, "22023") == 0)
+            err->code = OUTBOX_ERR_INVALID;
+        PQclear(result);
+        return -1;
+    }
+    identity_from(result, out);
+    PQclear(result);
+    return 0;
+}
+
 int
 store_admin_status(PGconn *conn, double retention_seconds, struct store_status *status,
                    struct outbox_error *err)
 {
+    bool identity_present;
+
     memset(status, 0, sizeof(*status));
     if (store_admin_check_schema(conn, err) < 0)
         return -1;
     status->retention_seconds = retention_seconds;
     if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
+        store_admin_identity(conn, &status->identity, &identity_present, err) < 0 ||
         read_queue_status(conn, status, err) < 0 || read_table_status(conn, status, err) < 0 ||
         outbox_sample_table(conn, retention_seconds, &status->cleanup, err) < 0 ||
         read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||

@@ -90,8 +90,32 @@ struct store_pause_list {
     size_t count;
 };
 
+/* The database's identity (sql/015_identity.sql): what message ids are made of. */
+struct store_identity_row {
+    char database_id[48];
+    char id_form[16];      /* "database" (<database_id>:<epoch>:<job_id>) or "job" (bare job ids) */
+    int epoch;             /* the history: grows at each failover or restore a relay saw */
+    long long timeline;    /* the timeline that epoch was recorded on */
+};
+
+/*
+ * Reads the identity (as recorded: a relay's next connection bumps the
+ * epoch after a history change); present false before migration 015.
+ */
+int store_admin_identity(PGconn *conn, struct store_identity_row *out, bool *present,
+                         struct outbox_error *err);
+
+/*
+ * Sets the database id and/or the id form (NULL keeps each) and reads the
+ * result into out. A bad value is OUTBOX_ERR_INVALID with the database's
+ * message.
+ */
+int store_admin_identity_set(PGconn *conn, const char *database_id, const char *id_form,
+                             struct store_identity_row *out, struct outbox_error *err);
+
 struct store_status {
     int schema_version;                /* highest row of outbox.schema_migrations, 0 when none */
+    struct store_identity_row identity; /* all empty before migration 015 */
     struct store_queue_status *queues; /* by queue name */
     size_t queue_count;
     int64_t table_bytes; /* heap + TOAST of outbox.job */

@@ -80,7 +80,9 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
     unsigned long repeats;
 
     db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
-    if (db->store != NULL && r->config->delete_on_success && require_delete(db->store, err) != 0) {
+    if (db->store != NULL &&
+        ((r->config->delete_on_success && require_delete(db->store, err) != 0) ||
+         store_identity_observe(outbox_store_conn(db->store), &db->identity, err) != 0)) {
         outbox_store_free(db->store);
         db->store = NULL;
     }

@@ -3,11 +3,14 @@
  */
 #include "job_message.h"
 
+_Static_assert(SINK_MESSAGE_ID_MAX == STORE_MESSAGE_ID_MAX, "one message id size");
+
 struct sink_message
-job_message_from_job(const struct outbox_job *job)
+job_message_from_job(const struct outbox_job *job, const struct store_identity *identity)
 {
-    return (struct sink_message){
+    struct sink_message m = {
         .job_id = job->job_id,
+        .history = identity->history,
         .attempt = job->generation,
         .queue = job->queue,
         .payload = job->payload,
@@ -22,4 +25,8 @@ job_message_from_job(const struct outbox_job *job)
         .place_order = job->replays == 0 ? job->stream_order : NULL,
         .place_at = job->replays == 0 ? job->stream_place : NULL,
     };
+
+    store_message_id_format(identity, job->job_id, job->replays, false, m.message_id);
+    store_message_id_format(identity, job->job_id, job->replays, true, m.dedup_id);
+    return m;
 }

@@ -2,16 +2,20 @@
  * job_message.h - the broker message for a claimed row.
  *
  * Both pipelines (row-state and stream) hand the sinks one sink_message per
- * claimed outbox_job; the fields map one to one. The message borrows the
- * job's strings, so it lives no longer than the batch that holds the job.
+ * claimed outbox_job; the fields map one to one, and the message ids come
+ * from the database's identity (store_identity.h). The message borrows the
+ * job's strings and the identity's history, so it lives no longer than the
+ * batch that holds the job nor the connection that read the identity.
  */
 #ifndef OUTBOX_RELAY_JOB_MESSAGE_H
 #define OUTBOX_RELAY_JOB_MESSAGE_H
 
 #include "outbox.h"
 #include "sink.h"
+#include "store_identity.h"
 
-/* The message that publishes job; its pointers borrow job's strings. */
-struct sink_message job_message_from_job(const struct outbox_job *job);
+/* The message that publishes job; its pointers borrow job's strings and identity's history. */
+struct sink_message job_message_from_job(const struct outbox_job *job,
+                                         const struct store_identity *identity);
 
 #endif

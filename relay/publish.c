@@ -246,7 +246,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
-        p->messages[i] = job_message_from_job(job);
+        p->messages[i] = job_message_from_job(job, &p->db.identity);
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
 

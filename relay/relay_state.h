@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "sink.h"
+#include "store_identity.h"
 #include "wait.h"
 
 typedef struct relay relay;
@@ -66,6 +67,7 @@ struct settlement {
 struct database {
     relay *relay;
     outbox_store *store; /* NULL while disconnected */
+    struct store_identity identity; /* the database's, read when store connected */
     char worker_id[192];
     char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
     unsigned int seed; /* a pipeline's row retry jitter */

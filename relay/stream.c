@@ -61,6 +61,7 @@ struct stream_worker {
     pthread_t thread;
     bool started;
     stream_store *store;
+    struct store_identity identity; /* the database's, read when store connected */
     sink *sink;
     struct owned owned[STREAM_MAX_PARTITIONS];
     size_t owned_count;
@@ -153,6 +154,10 @@ stream_connect_ends(struct stream_worker *sr)
             return false;
         }
         stream_store_set_notice_processor(sr->store, log_stream_notice, sr);
+        if (store_identity_observe(stream_store_conn(sr->store), &sr->identity, &err) != 0) {
+            store_lost(sr, &err);
+            return false;
+        }
         sr->next_renew = 0;
     }
     /* no broker connection while there is nothing to publish */
@@ -257,7 +262,7 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
     bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
 
     for (size_t i = 0; i < batch->count; i++) {
-        sr->messages[i] = job_message_from_job(&batch->jobs[i]);
+        sr->messages[i] = job_message_from_job(&batch->jobs[i], &sr->identity);
         if (order == NULL ||
             !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
             continue;

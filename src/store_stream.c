@@ -366,6 +366,12 @@ fail:
     return NULL;
 }
 
+PGconn *
+stream_store_conn(stream_store *s)
+{
+    return s->conn;
+}
+
 void
 stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg)
 {

@@ -120,6 +120,9 @@ stream_store *stream_store_connect(const char *database_url, const char *owner,
                                    struct outbox_error *err);
 void stream_store_free(stream_store *s);
 
+/* The store's connection, for a statement of another module (idle between calls). */
+PGconn *stream_store_conn(stream_store *s);
+
 /*
  * What the server says outside a query result (a WARNING, the FATAL of a
  * shutdown) goes to processor instead of libpq's default, stderr.

@@ -87,9 +87,23 @@ void sink_options_clear(struct sink_options *options);
  */
 void **sink_options_broker(struct sink_options *options, const char *kind);
 
+/* The longest message id with its NUL (store_identity.h: STORE_MESSAGE_ID_MAX). */
+#define SINK_MESSAGE_ID_MAX 88
+
 /* One message to publish, built from a claimed row. */
 struct sink_message {
-    int64_t job_id;      /* message id */
+    int64_t job_id;      /* the row's job id, sent beside the message id */
+    /*
+     * The id consumers deduplicate on: "<database>:<epoch>:<job_id>", or the
+     * bare job id of a database that kept the earlier form; ".r<n>" follows
+     * for a row replayed n times. dedup_id is the same in the full form
+     * whatever the database's, for keys only the broker reads (Redis'
+     * records); history is its "<database>:<epoch>", which names a stream
+     * partition's order record.
+     */
+    char message_id[SINK_MESSAGE_ID_MAX];
+    char dedup_id[SINK_MESSAGE_ID_MAX];
+    const char *history;
     int32_t attempt;     /* the claim generation, sent with the message */
     const char *queue;   /* the row's queue */
     const char *payload; /* JSON text, the body */

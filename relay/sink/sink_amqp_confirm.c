@@ -102,7 +102,6 @@ handle_return(sink *s, struct batch *batch, const amqp_basic_return_t *returned,
 {
     struct sink_amqp *impl = s->impl;
     char reason[SINK_REASON_MAX];
-    char id_text[32];
     amqp_message_t message;
     amqp_rpc_reply_t reply;
     char text[256];
@@ -117,24 +116,18 @@ handle_return(sink *s, struct batch *batch, const amqp_basic_return_t *returned,
                          sink_target(s), text);
         return FRAME_CONNECTION_LOST;
     }
-    if (batch != NULL && (message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) &&
-        message.properties.message_id.len < sizeof(id_text)) {
-        char *end;
-        long long job_id;
+    if (batch != NULL && (message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
+        const amqp_bytes_t id = message.properties.message_id;
 
-        memcpy(id_text, message.properties.message_id.bytes, message.properties.message_id.len);
-        id_text[message.properties.message_id.len] = '\0';
-        job_id = strtoll(id_text, &end, 10);
-        if (*end == '\0' && end != id_text) {
-            for (size_t k = batch->settled_below; k < batch->sent; k++) {
-                size_t i = batch->index_of_tag[k];
+        for (size_t k = batch->settled_below; k < batch->sent; k++) {
+            size_t i = batch->index_of_tag[k];
 
-                if (batch->states[i] == MESSAGE_IN_FLIGHT &&
-                    batch->messages[i].job_id == (int64_t)job_id) {
-                    sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "%s", reason);
-                    batch->states[i] = MESSAGE_RETURNED;
-                    break;
-                }
+            if (batch->states[i] == MESSAGE_IN_FLIGHT &&
+                strlen(batch->messages[i].message_id) == id.len &&
+                memcmp(batch->messages[i].message_id, id.bytes, id.len) == 0) {
+                sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "%s", reason);
+                batch->states[i] = MESSAGE_RETURNED;
+                break;
             }
         }
     }

@@ -26,6 +26,8 @@
 /* The polite close at disconnect waits at most this long per step. */
 #define SINK_AMQP_CLOSE_TIMEOUT_MS 2000
 #define SINK_AMQP_ATTEMPT_HEADER "x-outbox-attempt"
+/* the row's job id (an int64), beside message_id: what a consumer finds the row by */
+#define SINK_AMQP_JOB_ID_HEADER "x-outbox-job-id"
 #define SINK_AMQP_SHORTSTR_MAX 255
 #define SINK_AMQP_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 /* Exchanges remembered as existing; past this many the list starts over. */

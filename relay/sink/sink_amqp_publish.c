@@ -148,6 +148,18 @@ fail:
     return -1;
 }
 
+/* True for a row header the sink writes itself: the message's own wins. */
+static bool
+header_is_ours(const struct json_member *member)
+{
+    static const char *const ours[] = {SINK_AMQP_ATTEMPT_HEADER, SINK_AMQP_JOB_ID_HEADER};
+
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+        if (member->key_len == strlen(ours[i]) && memcmp(member->key, ours[i], member->key_len) == 0)
+            return true;
+    return false;
+}
+
 /* Publishes message i of the batch; -1 only when the connection failed. */
 static int
 publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_object *headers,
@@ -156,11 +168,10 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     struct sink_amqp *impl = s->impl;
     const struct sink_message *message = &batch->messages[i];
     amqp_basic_properties_t props;
-    char message_id[32];
     size_t entry_count = 0;
     int rc;
 
-    if (impl->entries_capacity < headers->count + 1) {
+    if (impl->entries_capacity < headers->count + 2) {
         size_t capacity = headers->count + 16;
         amqp_table_entry_t *entries = realloc(impl->entries, capacity * sizeof(*entries));
 
@@ -174,9 +185,8 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     for (size_t h = 0; h < headers->count; h++) {
         amqp_table_entry_t *entry;
 
-        if (headers->members[h].key_len == strlen(SINK_AMQP_ATTEMPT_HEADER) &&
-            memcmp(headers->members[h].key, SINK_AMQP_ATTEMPT_HEADER, headers->members[h].key_len) == 0)
-            continue; /* ours wins */
+        if (header_is_ours(&headers->members[h]))
+            continue; /* ours win */
         entry = &impl->entries[entry_count++];
         entry->key.bytes = (void *)headers->members[h].key;
         entry->key.len = headers->members[h].key_len;
@@ -188,15 +198,18 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     impl->entries[entry_count].value.kind = AMQP_FIELD_KIND_I32;
     impl->entries[entry_count].value.value.i32 = message->attempt;
     entry_count++;
+    impl->entries[entry_count].key = amqp_cstring_bytes(SINK_AMQP_JOB_ID_HEADER);
+    impl->entries[entry_count].value.kind = AMQP_FIELD_KIND_I64;
+    impl->entries[entry_count].value.value.i64 = message->job_id;
+    entry_count++;
 
-    snprintf(message_id, sizeof(message_id), "%" PRId64, message->job_id);
     memset(&props, 0, sizeof(props));
     props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                    AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_TYPE_FLAG |
                    AMQP_BASIC_HEADERS_FLAG;
     props.content_type = amqp_cstring_bytes("application/json");
     props.delivery_mode = 2;
-    props.message_id = amqp_cstring_bytes(message_id);
+    props.message_id = amqp_cstring_bytes(message->message_id);
     /* a created_at out of range (an infinite time written by hand) sends no timestamp */
     props.timestamp =
         message->created_at > 0 && message->created_at < 1e18 ? (uint64_t)message->created_at : 0;

@@ -13,8 +13,8 @@
  * queue): key = the row's ordering key (none: no key, so librdkafka spreads
  * the rows over the partitions), value = the payload, timestamp = created_at,
  * headers = the row's headers (traceparent and tracestate among them when
- * present) plus message-id (the job id, what consumers dedupe on),
- * outbox-queue and outbox-attempt. Keys are hashed with murmur2 as the Java
+ * present) plus message-id (the message id, what consumers dedupe on:
+ * sink.h), outbox-job-id (the row's job id), outbox-queue and outbox-attempt. Keys are hashed with murmur2 as the Java
  * clients do, so one key lands in the same partition whatever produced it;
  * the relay sends the rows of one key one at a time, so they land in order.
  *
@@ -457,7 +457,8 @@ reserve(struct sink_kafka *k, size_t count, struct outbox_error *err)
 static bool
 is_relay_header(const struct json_member *member)
 {
-    static const char *const names[] = {"message-id", "outbox-queue", "outbox-attempt"};
+    static const char *const names[] = {"message-id", "outbox-job-id", "outbox-queue",
+                                         "outbox-attempt"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (member->key_len == strlen(names[i]) &&
@@ -468,7 +469,7 @@ is_relay_header(const struct json_member *member)
 
 /*
  * The record's headers: the row's (traceparent and tracestate among them),
- * then message-id, outbox-queue and outbox-attempt. NULL with the outcome
+ * then message-id, outbox-job-id, outbox-queue and outbox-attempt. NULL with the outcome
  * set when the row's headers are not an object of strings.
  */
 static rd_kafka_headers_t *
@@ -484,13 +485,14 @@ record_headers(const struct sink_message *m, struct sink_outcome *outcome)
         sink_outcome_set(outcome, SINK_REJECTED, "invalid headers: %s", parse_error.message);
         return NULL;
     }
-    headers = rd_kafka_headers_new(row.count + 3);
+    headers = rd_kafka_headers_new(row.count + 4);
     for (size_t i = 0; i < row.count; i++)
         if (!is_relay_header(&row.members[i]))
             rd_kafka_header_add(headers, row.members[i].key, (ssize_t)row.members[i].key_len,
                                 row.members[i].value, (ssize_t)row.members[i].value_len);
+    rd_kafka_header_add(headers, "message-id", -1, m->message_id, -1);
     snprintf(number, sizeof(number), "%" PRId64, m->job_id);
-    rd_kafka_header_add(headers, "message-id", -1, number, -1);
+    rd_kafka_header_add(headers, "outbox-job-id", -1, number, -1);
     rd_kafka_header_add(headers, "outbox-queue", -1, m->queue, -1);
     snprintf(number, sizeof(number), "%" PRId32, m->attempt);
     rd_kafka_header_add(headers, "outbox-attempt", -1, number, -1);

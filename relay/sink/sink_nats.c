@@ -4,9 +4,10 @@
  * Every message is published to the subject subject_prefix + (routing key,
  * else queue), with the payload's JSON text as its body and the headers
  *
- *   Nats-Msg-Id: <job_id>          (<job_id>.r<n> for a row replayed n times)
+ *   Nats-Msg-Id: <message id>      (sink.h: <database>:<epoch>:<job_id>, .r<n>
+ *                                  after it for a row replayed n times)
  *   <the row's headers>            (traceparent and tracestate among them)
- *   Outbox-Queue, Outbox-Attempt, Content-Type: application/json
+ *   Outbox-Job-Id, Outbox-Queue, Outbox-Attempt, Content-Type: application/json
  *
  * A message is accepted only on a JetStream ack naming the stream and its
  * sequence. An ack with duplicate: true is accepted too: the stream holds
@@ -77,6 +78,7 @@
 #define IDLE_FLUSH_MS 2000
 /* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
 #define HEADER_MSG_ID "Nats-Msg-Id"
+#define HEADER_JOB_ID "Outbox-Job-Id"
 #define HEADER_QUEUE "Outbox-Queue"
 #define HEADER_ATTEMPT "Outbox-Attempt"
 #define HEADER_CONTENT_TYPE "Content-Type"
@@ -504,7 +506,8 @@ header_is_reserved(const struct json_member *member)
 static bool
 header_is_ours(const struct json_member *member)
 {
-    static const char *const ours[] = {HEADER_QUEUE, HEADER_ATTEMPT, HEADER_CONTENT_TYPE};
+    static const char *const ours[] = {HEADER_JOB_ID, HEADER_QUEUE, HEADER_ATTEMPT,
+                                       HEADER_CONTENT_TYPE};
 
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strcasecmp(member->key, ours[i]) == 0)
@@ -517,13 +520,11 @@ static natsStatus
 set_headers(natsMsg *out, const struct sink_message *message,
             const struct json_string_object *headers, size_t *header_bytes)
 {
-    char id[48], attempt[16];
+    const char *id = message->message_id;
+    char job_id[24], attempt[16];
     natsStatus st = NATS_OK;
 
-    if (message->replay > 0)
-        snprintf(id, sizeof(id), "%" PRId64 ".r%" PRId32, message->job_id, message->replay);
-    else
-        snprintf(id, sizeof(id), "%" PRId64, message->job_id);
+    snprintf(job_id, sizeof(job_id), "%" PRId64, message->job_id);
     snprintf(attempt, sizeof(attempt), "%" PRId32, message->attempt);
     *header_bytes = 12; /* "NATS/1.0\r\n" and the closing "\r\n" */
     for (size_t h = 0; h < headers->count && st == NATS_OK; h++) {
@@ -535,14 +536,17 @@ set_headers(natsMsg *out, const struct sink_message *message,
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_MSG_ID, id);
     if (st == NATS_OK)
+        st = natsMsgHeader_Set(out, HEADER_JOB_ID, job_id);
+    if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_QUEUE, message->queue);
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_ATTEMPT, attempt);
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_CONTENT_TYPE, "application/json");
-    *header_bytes += strlen(HEADER_MSG_ID) + strlen(id) + strlen(HEADER_QUEUE) +
+    *header_bytes += strlen(HEADER_MSG_ID) + strlen(id) + strlen(HEADER_JOB_ID) + strlen(job_id) +
+                     strlen(HEADER_QUEUE) +
                      strlen(message->queue) + strlen(HEADER_ATTEMPT) + strlen(attempt) +
-                     strlen(HEADER_CONTENT_TYPE) + strlen("application/json") + 4 * 4;
+                     strlen(HEADER_CONTENT_TYPE) + strlen("application/json") + 5 * 4;
     return st;
 }
 

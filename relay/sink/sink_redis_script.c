@@ -6,7 +6,7 @@
  * Every message becomes one stream entry, exactly
  *
  *   XADD <stream_prefix><suffix> [MAXLEN ~ N] * job_id <id> queue <queue>
- *        payload <json> headers <json> attempt <n>
+ *        payload <json> headers <json> attempt <n> message_id <message id>
  *
  * where the suffix is the row's routing key, else its queue, appended at
  * most once per job per stream within the dedup window. The check and the
@@ -17,11 +17,13 @@
  * as accepted, so a relay that died after the append and before marking
  * its row never appends the row a second time.
  *
- * Dedup record: "{<stream>}:outbox-dedup:<job_id>" (the stream's name as
- * hash tag, so the record lives in its stream's slot), or
- * "<stream>:outbox-dedup:<job_id>" when the stream's name holds a hash tag
- * of its own; ":<n>" follows the job id for a row replayed n times, so each
- * replay appends the job once more, and at most once. A plain string whose
+ * Dedup record: "{<stream>}:outbox-dedup:<database>:<epoch>:<job_id>" (the
+ * stream's name as hash tag, so the record lives in its stream's slot), or
+ * "<stream>:outbox-dedup:..." when the stream's name holds a hash tag of its
+ * own: the message id in its full form (sink.h), unique across databases and
+ * their histories whatever form consumers see; ".r<n>" follows the job id
+ * for a row replayed n times, so each replay appends the job once more, and
+ * at most once. A plain string whose
  * value is the entry id, written with PX = the window, so Redis expires it
  * by itself and records are independent of each other.
  *
@@ -29,8 +31,10 @@
  * partition (sink_message.place_*), so one record per partition and stream
  * says how far they were appended, instead of one record per row (writing
  * that record was half of Redis' work per message):
- * "{<stream>}:outbox-order:<queue>:<epoch>:<partition>" (named like the
- * dedup record), written with PX = the window. The script below says how
+ * "{<stream>}:outbox-order:<queue>:<database>:<epoch>:<stream epoch>:<partition>"
+ * (named like the dedup record; the database's history first, since a
+ * partition's places start again lower after a restore or a failover),
+ * written with PX = the window. The script below says how
  * it is kept.
  */
 #include "sink_redis_script.h"
@@ -51,11 +55,11 @@
  * One call appends up to SCRIPT_CHUNK messages. ARGV[1] is the window in ms,
  * ARGV[2] the maxlen ("0" for none). For message i, KEYS[3i-2] is its
  * stream, KEYS[3i-1] its dedup record, KEYS[3i] its order record (the dedup
- * record again for a message without a place); ARGV[7i-4 .. 7i+2] its
- * job_id, queue, payload, headers, attempt, place ("" for none) and the
- * place before it: the previous row of its order published to its stream,
- * "F" and a floor (every row of the order up to there is published or gone),
- * or "" when unknown.
+ * record again for a message without a place); ARGV[8i-5 .. 8i+2] its
+ * job_id, queue, payload, headers, attempt, place ("" for none), the place
+ * before it (the previous row of its order published to its stream, "F" and
+ * a floor: every row of the order up to there is published or gone, or ""
+ * when unknown) and its message id.
  *
  * An order record holds two places, 39 digits each: done, every row of the
  * order up to it is in the stream or gone from the order; then gap, the
@@ -83,7 +87,7 @@ const char sink_redis_append_script[] =
     "  end\n"
     "end\n"
     "for i = 1, #KEYS / 3 do\n"
-    "  local a = 7 * i - 4\n"
+    "  local a = 8 * i - 5\n"
     "  local stream, dedup, place = KEYS[3 * i - 2], KEYS[3 * i - 1], ARGV[a + 5]\n"
     "  local order, in_turn, seen = nil, false, false\n"
     "  if place ~= '' then\n"
@@ -122,11 +126,12 @@ const char sink_redis_append_script[] =
     "    if maxlen ~= '0' then\n"
     "      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
     "                       'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
-    "                       'headers', ARGV[a + 3], 'attempt', ARGV[a + 4])\n"
+    "                       'headers', ARGV[a + 3], 'attempt', ARGV[a + 4],\n"
+    "                       'message_id', ARGV[a + 7])\n"
     "    else\n"
     "      id = redis.pcall('XADD', stream, '*', 'job_id', ARGV[a], 'queue', ARGV[a + 1],\n"
     "                       'payload', ARGV[a + 2], 'headers', ARGV[a + 3],\n"
-    "                       'attempt', ARGV[a + 4])\n"
+    "                       'attempt', ARGV[a + 4], 'message_id', ARGV[a + 7])\n"
     "    end\n"
     "    if type(id) == 'table' then\n"
     "      out[i] = id\n"
@@ -209,30 +214,29 @@ write_record_prefix(const char *stream, size_t stream_len, char *out)
     return n;
 }
 
-/* The dedup record of a message in stream, with ":<replay>" after the job id of a replayed row. */
+/* The dedup record of a message in stream: "<prefix>:outbox-dedup:<full message id>". */
 static size_t
 write_dedup_name(const char *stream, size_t stream_len, const struct sink_message *message,
                  char *out)
 {
     size_t n = write_record_prefix(stream, stream_len, out);
 
-    memcpy(out + n, DEDUP_INFIX, sizeof(DEDUP_INFIX) - 1);
-    n += sizeof(DEDUP_INFIX) - 1;
-    if (message->replay > 0)
-        n += (size_t)sprintf(out + n, "%" PRId64 ":%" PRId32, message->job_id, message->replay);
-    else
-        n += (size_t)sprintf(out + n, "%" PRId64, message->job_id);
+    n += (size_t)sprintf(out + n, "%s%s", DEDUP_INFIX, message->dedup_id);
     return n;
 }
 
-/* The order record of a message with a place in stream: "<prefix>:outbox-order:<queue>:<order>". */
+/*
+ * The order record of a message with a place in stream:
+ * "<prefix>:outbox-order:<queue>:<history>:<order>".
+ */
 static size_t
 write_order_name(const char *stream, size_t stream_len, const struct sink_message *message,
                  char *out)
 {
     size_t n = write_record_prefix(stream, stream_len, out);
 
-    n += (size_t)sprintf(out + n, "%s%s:%s", ORDER_INFIX, message->queue, message->place_order);
+    n += (size_t)sprintf(out + n, "%s%s:%s:%s", ORDER_INFIX, message->queue, message->history,
+                         message->place_order);
     return n;
 }
 
@@ -242,11 +246,13 @@ scratch_size(const sink *s, const struct sink_message *message)
 {
     size_t stream_len = sink_redis_stream_length(s, message), size;
 
-    /* stream, dedup record (with ":<replay>"), job id, attempt, with NULs */
-    size = (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + 35) + 21 + 12;
+    /* stream, dedup record, job id, attempt, with NULs */
+    size = (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + strlen(message->dedup_id) + 3) +
+           21 + 12;
     if (message->place_order != NULL) /* order record, "F" and a floor */
         size += stream_len + sizeof(ORDER_INFIX) + strlen(message->queue) +
-                strlen(message->place_order) + 4 + 1 + STREAM_PLACE_DIGITS + 1;
+                strlen(message->history) + strlen(message->place_order) + 5 + 1 +
+                STREAM_PLACE_DIGITS + 1;
     return size;
 }
 
@@ -368,13 +374,14 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
         if (m->place_order == NULL) {
             add_text(r, &argc, "", 0);
             add_text(r, &argc, "", 0);
-            continue;
+        } else {
+            add_text(r, &argc, m->place_at, strlen(m->place_at));
+            before = place_before(messages, routes[i].index, r->keys + at);
+            add_text(r, &argc, before, strlen(before));
+            if (before == r->keys + at)
+                at += STREAM_PLACE_DIGITS + 2;
         }
-        add_text(r, &argc, m->place_at, strlen(m->place_at));
-        before = place_before(messages, routes[i].index, r->keys + at);
-        add_text(r, &argc, before, strlen(before));
-        if (before == r->keys + at)
-            at += STREAM_PLACE_DIGITS + 2;
+        add_text(r, &argc, m->message_id, strlen(m->message_id));
     }
     return redisAppendCommandArgv(context, argc, r->argv, r->argvlen) == REDIS_OK ? 0 : -1;
 }

@@ -928,10 +928,10 @@ read_amqp_queue(struct chaos *c, const char *queue, struct id_list *delivered, l
             fail_msg("chaos: unable to read the queue: %s", queue_consumer_error(mq));
         empty = fetched == 0 ? empty + 1 : 0;
         for (size_t i = 0; i < fetched; i++) {
-            if (messages[i].message_id == NULL)
+            if (messages[i].job_id < 0)
                 (*foreign)++;
             else
-                id_list_add(delivered, strtoll(messages[i].message_id, NULL, 10));
+                id_list_add(delivered, messages[i].job_id);
             queue_consumer_message_clear(&messages[i]);
         }
     }

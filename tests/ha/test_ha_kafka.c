@@ -110,7 +110,7 @@ drain_topic(struct fixture *f, const struct ha_producer *producer, struct ha_del
     assert_non_null(ids);
     assert_non_null(rows);
     for (size_t i = 0; i < topic.count; i++)
-        ids[i] = topic.records[i].message_id;
+        ids[i] = topic.records[i].job_id;
     memcpy(rows, producer->committed_ids, (size_t)producer->committed * sizeof(*rows));
     qsort(ids, topic.count, sizeof(*ids), compare_ll);
     qsort(rows, (size_t)producer->committed, sizeof(*rows), compare_ll);

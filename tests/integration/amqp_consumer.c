@@ -232,6 +232,7 @@ copy_message(const amqp_message_t *in, amqp_bytes_t exchange, amqp_bytes_t routi
     memset(out, 0, sizeof(*out));
     out->exchange = copy_bytes(exchange);
     out->routing_key = copy_bytes(routing_key);
+    out->job_id = -1;
     if (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
         out->message_id = copy_bytes(props->message_id);
     if (props->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
@@ -267,6 +268,8 @@ copy_message(const amqp_message_t *in, amqp_bytes_t exchange, amqp_bytes_t routi
             case AMQP_FIELD_KIND_U32: header->is_int = true, header->int_value = entry->value.value.u32; break;
             default: break;
             }
+            if (header->is_int && strcmp(header->key, "x-outbox-job-id") == 0)
+                out->job_id = header->int_value;
         }
     }
     out->body = copy_bytes(in->body);

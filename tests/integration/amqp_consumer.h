@@ -29,6 +29,7 @@ struct queue_consumer_message {
     char *exchange;
     char *routing_key;
     char *message_id;
+    int64_t job_id; /* the x-outbox-job-id header, -1 without one */
     char *content_type;
     char *type;
     uint8_t delivery_mode; /* 0 when absent */

@@ -231,6 +231,23 @@ harness_query_ll(PGconn *conn, const char *sql)
     return value;
 }
 
+void
+harness_message_id(PGconn *conn, long long job_id, int replay, char *out, size_t size)
+{
+    PGresult *result = PQexec(conn, "SELECT CASE id_form WHEN 'job' THEN '' ELSE"
+                                    " database_id || ':' || epoch || ':' END FROM outbox.identity");
+    int n;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        PQclear(result);
+        fail_msg("unable to read outbox.identity");
+    }
+    n = snprintf(out, size, "%s%lld", PQgetvalue(result, 0, 0), job_id);
+    if (replay > 0 && n > 0 && (size_t)n < size)
+        snprintf(out + n, size - (size_t)n, ".r%d", replay);
+    PQclear(result);
+}
+
 char *
 harness_log_path(const char *name)
 {

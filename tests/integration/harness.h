@@ -52,6 +52,12 @@ void harness_exec(PGconn *conn, const char *sql);
 long long harness_query_ll(PGconn *conn, const char *sql);
 
 /*
+ * Writes into out the message id the relay gives row job_id of conn's
+ * database (its n-th replay for replay > 0), as outbox.identity says now.
+ */
+void harness_message_id(PGconn *conn, long long job_id, int replay, char *out, size_t size);
+
+/*
  * Returns a malloc'd path for a log file named after name in the stack directory
  * (OUTBOX_TEST_STACK_DIR/logs/<name>.log), so logs of failed runs sit next to the
  * servers' logs.

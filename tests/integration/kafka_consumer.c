@@ -263,8 +263,9 @@ record_fill(struct kafka_consumer_record *record, rd_kafka_message_t *message)
     record->timestamp_ms = rd_kafka_message_timestamp(message, &type);
     rd_kafka_message_headers(message, &headers);
     record->header_count = headers != NULL ? rd_kafka_header_cnt(headers) : 0;
-    text = header_text(headers, "message-id");
-    record->message_id = text != NULL ? strtoll(text, NULL, 10) : -1;
+    record->message_id = header_text(headers, "message-id");
+    text = header_text(headers, "outbox-job-id");
+    record->job_id = text != NULL ? strtoll(text, NULL, 10) : -1;
     free(text);
     text = header_text(headers, "outbox-attempt");
     record->attempt = text != NULL ? (int32_t)strtol(text, NULL, 10) : -1;
@@ -405,6 +406,7 @@ kafka_consumer_topic_clear(struct kafka_consumer_topic *topic)
     for (size_t i = 0; i < topic->count; i++) {
         free(topic->records[i].key);
         free(topic->records[i].value);
+        free(topic->records[i].message_id);
         free(topic->records[i].queue);
         free(topic->records[i].traceparent);
         free(topic->records[i].trace_id);

@@ -40,7 +40,8 @@ struct kafka_consumer_record {
     char *value;
     size_t value_len;
     int64_t timestamp_ms;
-    int64_t message_id; /* the message-id header as a number, -1 without one */
+    char *message_id;   /* the message-id header, NULL without one */
+    int64_t job_id;     /* the outbox-job-id header as a number, -1 without one */
     char *queue;        /* outbox-queue header, NULL without one */
     int32_t attempt;    /* outbox-attempt header, -1 without one */
     char *traceparent;  /* NULL without one */

@@ -262,10 +262,10 @@ nats_consumer_read(nats_consumer *c, const char *stream, struct nats_consumer_me
         out->body = strndup(natsMsg_GetData(message), (size_t)natsMsg_GetDataLength(message));
         out->headers = header_lines(message);
         out->job_id = -1;
-        if (natsMsgHeader_Get(message, "Nats-Msg-Id", &id) == NATS_OK && id != NULL) {
+        if (natsMsgHeader_Get(message, "Nats-Msg-Id", &id) == NATS_OK && id != NULL)
             out->msg_id = strdup(id);
+        if (natsMsgHeader_Get(message, "Outbox-Job-Id", &id) == NATS_OK && id != NULL)
             out->job_id = strtoll(id, NULL, 10);
-        }
         natsMsg_Destroy(message);
         n++;
     }

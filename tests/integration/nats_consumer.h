@@ -56,7 +56,7 @@ struct nats_consumer_message {
     uint64_t sequence;
     char *subject;
     char *msg_id;  /* Nats-Msg-Id, NULL when absent */
-    int64_t job_id; /* the Nats-Msg-Id's job id (before any ".r<n>"), -1 when absent */
+    int64_t job_id; /* the Outbox-Job-Id header, -1 when absent */
     char *body;
     char *headers; /* every header as "Name: value\n" lines */
 };

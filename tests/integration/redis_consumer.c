@@ -129,6 +129,8 @@ parse_entry(const redisReply *element, struct stream_consumer_entry *entry)
             slot = &entry->payload;
         else if (strcmp(name->str, "headers") == 0)
             slot = &entry->headers;
+        else if (strcmp(name->str, "message_id") == 0)
+            slot = &entry->message_id;
         if (slot != NULL) {
             free(*slot);
             *slot = copy_reply_string(value);
@@ -146,6 +148,7 @@ entry_clear(struct stream_consumer_entry *entry)
     free(entry->queue);
     free(entry->payload);
     free(entry->headers);
+    free(entry->message_id);
 }
 
 int

@@ -41,7 +41,8 @@ struct stream_consumer_entry {
     char *payload;
     char *headers;
     int32_t attempt;
-    size_t field_count; /* field/value pairs in the entry, 5 for a relay entry */
+    char *message_id;   /* what consumers deduplicate on */
+    size_t field_count; /* field/value pairs in the entry, 6 for a relay entry */
 };
 
 struct stream_consumer_stream {

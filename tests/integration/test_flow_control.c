@@ -616,10 +616,14 @@ test_replay_amqp(void **state)
         for (size_t i = 0; i < fetched; i++) {
             const struct queue_consumer_header *attempt =
                 queue_consumer_message_header(&messages[i], "x-outbox-attempt");
-            long long id = messages[i].message_id ? strtoll(messages[i].message_id, NULL, 10) : 0;
+            long long id = messages[i].job_id;
+            const char *replay = messages[i].message_id ? strrchr(messages[i].message_id, '.') : NULL;
 
             if (id < 1 || id > REPLAY_ROWS)
                 fail_msg("unexpected message id %s", messages[i].message_id);
+            /* a replay is a message of its own: the rule of every broker */
+            if (replay == NULL || strncmp(replay, ".r", 2) != 0)
+                fail_msg("replayed message %s has no .r<n> in its id", messages[i].message_id);
             if (attempt == NULL || !attempt->is_int || attempt->int_value < 2)
                 fail_msg("replayed message %lld has x-outbox-attempt %lld, want 2 or more", id,
                          attempt && attempt->is_int ? (long long)attempt->int_value : -1LL);

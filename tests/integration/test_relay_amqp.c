@@ -91,7 +91,7 @@ assert_every_row_delivered(struct fixture *f, long long expected)
                 ids = realloc(ids, capacity * sizeof(*ids));
             }
             assert_non_null(messages[i].message_id);
-            ids[count++] = atoll(messages[i].message_id);
+            ids[count++] = messages[i].job_id;
             queue_consumer_message_clear(&messages[i]);
         }
     } while (fetched > 0);
@@ -155,7 +155,15 @@ test_properties(void **state)
 
     assert_int_equal(queue_consumer_fetch(f->mq, f->queue, &message, 1, 2000, &fetched), 0);
     assert_int_equal(fetched, 1);
-    assert_int_equal(atoll(message.message_id), id);
+    assert_int_equal(message.job_id, id);
+    {
+        /* the id consumers deduplicate on: unique across databases and their histories */
+        char expected[96];
+
+        harness_message_id(f->conn, id, 0, expected, sizeof(expected));
+        assert_non_null(strchr(expected, ':')); /* a new database takes the new form */
+        assert_string_equal(message.message_id, expected);
+    }
     assert_string_equal(message.routing_key, f->queue);
     assert_string_equal(message.content_type, "application/json");
     assert_string_equal(message.type, f->queue);

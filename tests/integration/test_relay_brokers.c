@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "amqp_consumer.h"
+#include "outbox.h"
 #include "harness.h"
 #include "nats_consumer.h"
 #include "kafka_consumer.h"
@@ -62,10 +63,11 @@ struct broker {
     /*
      * Stores in *ids (malloc'd, freed by the caller) the job id of every
      * message the broker holds for f->queue, a repeat as often as it was
-     * stored, and returns how many. May consume them (a second call may
-     * return none).
+     * stored, and returns how many; with message_ids not NULL, their
+     * message ids too, in the same order (each malloc'd, freed with
+     * free_message_ids()). May consume them (a second call may return none).
      */
-    size_t (*delivered)(struct fixture *f, int64_t **ids);
+    size_t (*delivered)(struct fixture *f, int64_t **ids, char ***message_ids);
     /* a job reaches it once even when a relay dies or a broker restarts (dedup by job id) */
     bool exactly_once;
     /* a row's headers (JSON) naming what the broker obeys or the relay keeps; NULL: none */
@@ -115,23 +117,46 @@ amqp_reconnect(struct fixture *f)
     assert_non_null(f->mq);
 }
 
+/* Makes room for one more delivered message in *ids (and *message_ids when asked). */
+static void
+delivered_grow(size_t count, size_t *capacity, int64_t **ids, char ***message_ids)
+{
+    if (count < *capacity)
+        return;
+    *capacity = *capacity ? *capacity * 2 : 1024;
+    *ids = realloc(*ids, *capacity * sizeof(**ids));
+    assert_non_null(*ids);
+    if (message_ids != NULL) {
+        *message_ids = realloc(*message_ids, *capacity * sizeof(**message_ids));
+        assert_non_null(*message_ids);
+    }
+}
+
+static void
+free_message_ids(char **message_ids, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        free(message_ids[i]);
+    free(message_ids);
+}
+
 static size_t
-amqp_delivered(struct fixture *f, int64_t **ids)
+amqp_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
 {
     struct queue_consumer_message messages[500];
     size_t count = 0, capacity = 0, fetched;
 
     *ids = NULL;
+    if (message_ids != NULL)
+        *message_ids = NULL;
     do {
         assert_int_equal(queue_consumer_fetch(f->mq, f->queue, messages, 500, 1000, &fetched), 0);
         for (size_t i = 0; i < fetched; i++) {
-            if (count == capacity) {
-                capacity = capacity ? capacity * 2 : 1024;
-                *ids = realloc(*ids, capacity * sizeof(**ids));
-                assert_non_null(*ids);
-            }
+            delivered_grow(count, &capacity, ids, message_ids);
             assert_non_null(messages[i].message_id);
-            (*ids)[count++] = strtoll(messages[i].message_id, NULL, 10);
+            if (message_ids != NULL)
+                (*message_ids)[count] = strdup(messages[i].message_id);
+            (*ids)[count++] = messages[i].job_id;
             queue_consumer_message_clear(&messages[i]);
         }
     } while (fetched > 0);
@@ -165,7 +190,7 @@ redis_stream_reconnect(struct fixture *f)
 }
 
 static size_t
-redis_stream_delivered(struct fixture *f, int64_t **ids)
+redis_stream_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
 {
     struct stream_consumer_stream stream = {0};
     char key[160];
@@ -175,8 +200,15 @@ redis_stream_delivered(struct fixture *f, int64_t **ids)
     assert_int_equal(stream_consumer_read_stream(f->redis, key, &stream), 0);
     *ids = calloc(stream.count > 0 ? stream.count : 1, sizeof(**ids));
     assert_non_null(*ids);
-    for (size_t i = 0; i < stream.count; i++)
+    if (message_ids != NULL)
+        *message_ids = calloc(stream.count > 0 ? stream.count : 1, sizeof(**message_ids));
+    for (size_t i = 0; i < stream.count; i++) {
         (*ids)[i] = stream.entries[i].job_id;
+        if (message_ids != NULL) {
+            assert_non_null(stream.entries[i].message_id);
+            (*message_ids)[i] = strdup(stream.entries[i].message_id);
+        }
+    }
     count = stream.count;
     stream_consumer_stream_clear(&stream);
     return count;
@@ -227,7 +259,7 @@ nats_stream_reconnect(struct fixture *f)
 }
 
 static size_t
-nats_stream_delivered(struct fixture *f, int64_t **ids)
+nats_stream_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
 {
     struct nats_consumer_message *messages;
     char name[64];
@@ -237,8 +269,15 @@ nats_stream_delivered(struct fixture *f, int64_t **ids)
     assert_int_equal(nats_consumer_read(f->nats, name, &messages, &count), 0);
     *ids = calloc(count > 0 ? count : 1, sizeof(**ids));
     assert_non_null(*ids);
-    for (size_t i = 0; i < count; i++)
+    if (message_ids != NULL)
+        *message_ids = calloc(count > 0 ? count : 1, sizeof(**message_ids));
+    for (size_t i = 0; i < count; i++) {
         (*ids)[i] = messages[i].job_id;
+        if (message_ids != NULL) {
+            assert_non_null(messages[i].msg_id);
+            (*message_ids)[i] = strdup(messages[i].msg_id);
+        }
+    }
     nats_consumer_messages_free(messages, count);
     return count;
 }
@@ -270,7 +309,7 @@ kafka_reconnect(struct fixture *f)
 
 /* The job ids of the topic's records, each of which names its queue. */
 static size_t
-kafka_delivered(struct fixture *f, int64_t **ids)
+kafka_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
 {
     struct kafka_consumer_topic topic;
     char why[512];
@@ -280,11 +319,17 @@ kafka_delivered(struct fixture *f, int64_t **ids)
         fail_msg("kafka: unable to read topic %s: %s", f->queue, why);
     *ids = calloc(topic.count > 0 ? topic.count : 1, sizeof(**ids));
     assert_non_null(*ids);
+    if (message_ids != NULL)
+        *message_ids = calloc(topic.count > 0 ? topic.count : 1, sizeof(**message_ids));
     for (size_t i = 0; i < topic.count; i++) {
-        assert_true(topic.records[i].message_id > 0);
+        if (message_ids != NULL) {
+            assert_non_null(topic.records[i].message_id);
+            (*message_ids)[i] = strdup(topic.records[i].message_id);
+        }
+        assert_true(topic.records[i].job_id > 0);
         assert_non_null(topic.records[i].queue);
         assert_string_equal(topic.records[i].queue, f->queue);
-        (*ids)[i] = topic.records[i].message_id;
+        (*ids)[i] = topic.records[i].job_id;
     }
     count = topic.count;
     kafka_consumer_topic_clear(&topic);
@@ -395,7 +440,7 @@ static size_t
 assert_every_row_delivered(struct fixture *f)
 {
     int64_t *ids;
-    size_t count = f->broker->delivered(f, &ids);
+    size_t count = f->broker->delivered(f, &ids, NULL);
 
     return assert_these_rows_delivered(f, ids, count);
 }
@@ -489,7 +534,7 @@ test_rolled_back_row_is_never_published(void **state)
 
     assert_int_equal(relay_run_once(f->url, f->broker_url, arguments(f, extra, 16, NULL)), 0);
     assert_int_equal(count_where(f, "state = 'succeeded'"), 1);
-    count = f->broker->delivered(f, &ids);
+    count = f->broker->delivered(f, &ids, NULL);
     if (count != 1 || ids[0] != committed)
         fail_msg("%s: expected job %lld alone at the broker, found %zu messages (the first %lld)",
                  f->broker->name, committed, count, count > 0 ? (long long)ids[0] : -1LL);
@@ -717,7 +762,7 @@ stop_leaves_nothing_running(struct fixture *f, int signo, const char *name)
     assert_true(succeeded < 20000); /* stopped mid-run, not after the end */
     {
         int64_t *ids;
-        size_t count = f->broker->delivered(f, &ids);
+        size_t count = f->broker->delivered(f, &ids, NULL);
 
         /* what was marked succeeded is at the broker, and nothing else */
         assert_int_equal((long long)count, succeeded);
@@ -848,9 +893,118 @@ test_stopped_relay_keeps_key_order(void **state)
         relay_dump_log(&first);
     unlink(first.log_path);
     unlink(second.log_path);
-    count = f->broker->delivered(f, &ids);
+    count = f->broker->delivered(f, &ids, NULL);
     assert_key_order_kept(f, ids, count);
     assert_these_rows_delivered(f, ids, count);
+}
+
+static int
+compare_text(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A database migrated on its own, as a team with a database per tenant has them. */
+static char *
+database_migrated_alone(void)
+{
+    char *url = harness_database_new_empty();
+    PGconn *conn = harness_connect(url);
+    struct outbox_error err;
+    int applied = 0;
+
+    if (outbox_migrate(conn, &applied, &err) != 0)
+        fail_msg("unable to migrate a second database: %s", err.message);
+    PQfinish(conn);
+    return url;
+}
+
+/*
+ * Two databases, each numbering its rows from 1, each with its relay, one
+ * destination: the broker holds every row of both, under as many distinct
+ * message ids, and each database's rows are all there by job id.
+ */
+static void
+test_two_databases_into_one_destination(void **state)
+{
+    struct fixture *f = *state;
+    char *other_url = database_migrated_alone();
+    PGconn *other = harness_connect(other_url);
+    const char *extra[16];
+    char **message_ids;
+    int64_t *ids;
+    size_t count, distinct = 0;
+    enum { ROWS = 300 };
+
+    /* f->conn's database is a copy of the template: give it an identity of its own */
+    harness_exec(f->conn, "SELECT outbox.identity_set('tenant-a')");
+    enqueue_rows(f->conn, f->queue, ROWS);
+    enqueue_rows(other, f->queue, ROWS);
+    assert_int_equal(harness_query_ll(other, "SELECT max(job_id) FROM outbox.job"),
+                     harness_query_ll(f->conn, "SELECT max(job_id) FROM outbox.job"));
+    arguments(f, extra, 16, NULL);
+    assert_int_equal(relay_run_once(f->url, f->broker_url, extra), 0);
+    assert_int_equal(relay_run_once(other_url, f->broker_url, extra), 0);
+
+    count = f->broker->delivered(f, &ids, &message_ids);
+    qsort(message_ids, count, sizeof(*message_ids), compare_text);
+    for (size_t i = 0; i < count; i++)
+        if (i == 0 || strcmp(message_ids[i], message_ids[i - 1]) != 0)
+            distinct++;
+    if (distinct != 2 * ROWS)
+        fail_msg("%s: %zu messages under %zu distinct message ids, expected %d (first %s)",
+                 f->broker->name, count, distinct, 2 * ROWS, count > 0 ? message_ids[0] : "none");
+    if (f->broker->exactly_once)
+        assert_int_equal(count, 2 * ROWS);
+    free_message_ids(message_ids, count);
+    free(ids);
+    PQfinish(other);
+    harness_database_drop(other_url);
+}
+
+/*
+ * What an asynchronous standby's promotion does to job ids, without a
+ * standby: the relay published rows the new primary never received, so
+ * its sequence hands the same job ids out again, on a new timeline. Here
+ * the rows are deleted, the sequence set back and the recorded timeline
+ * made older than the server's. The rows committed after the switch are
+ * new messages: every one reaches the broker, none is taken for a
+ * duplicate of the lost rows that had the same job ids.
+ */
+static void
+test_reused_job_ids_after_a_history_change(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[16];
+    char **message_ids;
+    int64_t *ids;
+    size_t count, distinct = 0;
+    enum { ROWS = 200 };
+
+    arguments(f, extra, 16, NULL);
+    enqueue_rows(f->conn, f->queue, ROWS);
+    assert_int_equal(relay_run_once(f->url, f->broker_url, extra), 0);
+    harness_exec(f->conn, "DELETE FROM outbox.job;"
+                          " SELECT setval(pg_get_serial_sequence('outbox.job', 'job_id'), 1, false);"
+                          " UPDATE outbox.identity SET timeline = timeline - 1");
+    enqueue_rows(f->conn, f->queue, ROWS);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT max(job_id) FROM outbox.job"), ROWS);
+    assert_int_equal(relay_run_once(f->url, f->broker_url, extra), 0);
+
+    count = f->broker->delivered(f, &ids, &message_ids);
+    qsort(message_ids, count, sizeof(*message_ids), compare_text);
+    for (size_t i = 0; i < count; i++)
+        if (i == 0 || strcmp(message_ids[i], message_ids[i - 1]) != 0)
+            distinct++;
+    if (distinct != 2 * ROWS)
+        fail_msg("%s: %zu messages under %zu distinct message ids, expected %d",
+                 f->broker->name, count, distinct, 2 * ROWS);
+    if (f->broker->exactly_once)
+        assert_int_equal(count, 2 * ROWS);
+    /* the relay saw the new timeline: the history's epoch moved on */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT epoch FROM outbox.identity"), 2);
+    free_message_ids(message_ids, count);
+    free(ids);
 }
 
 static const struct scenario {
@@ -866,6 +1020,8 @@ static const struct scenario {
     {"sigterm_leaves_nothing_running", test_sigterm_leaves_nothing_running},
     {"sighup_leaves_nothing_running", test_sighup_leaves_nothing_running},
     {"stopped_relay_keeps_key_order", test_stopped_relay_keeps_key_order},
+    {"two_databases_into_one_destination", test_two_databases_into_one_destination},
+    {"reused_job_ids_after_a_history_change", test_reused_job_ids_after_a_history_change},
 };
 
 #define BROKER_COUNT (sizeof(BROKERS) / sizeof(BROKERS[0]))

@@ -122,9 +122,9 @@ test_record_fields_and_rollback(void **state)
     read_topic(f, topic, &read);
     assert_int_equal(read.count, 2);
     /* two pipelines may each claim one of the rows: their order in the partition is free */
-    keyed = read.records[0].message_id == id ? &read.records[0] : &read.records[1];
+    keyed = read.records[0].job_id == id ? &read.records[0] : &read.records[1];
     other = keyed == &read.records[0] ? &read.records[1] : &read.records[0];
-    assert_int_equal(keyed->message_id, id);
+    assert_int_equal(keyed->job_id, id);
     assert_string_equal(keyed->key, "customer-7");
     assert_string_equal(keyed->value, "{\"order\": 1}");
     assert_string_equal(keyed->queue, "orders");
@@ -135,7 +135,7 @@ test_record_fields_and_rollback(void **state)
     assert_true(keyed->timestamp_ms >= created_ms - 1 && keyed->timestamp_ms <= created_ms + 1);
     /* trace-id, traceparent, message-id, outbox-queue, outbox-attempt */
     assert_int_equal(keyed->header_count, 5);
-    assert_int_equal(other->message_id, keyless);
+    assert_int_equal(other->job_id, keyless);
     assert_null(other->key);
     kafka_consumer_topic_clear(&read);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -181,8 +181,8 @@ test_per_key_order_and_routing(void **state)
         if (partition[k] < 0)
             partition[k] = r->partition;
         assert_int_equal(r->partition, partition[k]);
-        assert_true(r->message_id > last[k]); /* records are in offset order per partition */
-        last[k] = r->message_id;
+        assert_true(r->job_id > last[k]); /* records are in offset order per partition */
+        last[k] = r->job_id;
     }
     kafka_consumer_topic_clear(&read);
 }
@@ -335,7 +335,7 @@ assert_topic_holds_every_row_once(struct fixture *f, const char *topic, long lon
     seen = calloc((size_t)rows, 1);
     assert_non_null(seen);
     for (size_t i = 0; i < read.count; i++) {
-        long long id = read.records[i].message_id;
+        long long id = read.records[i].job_id;
         int row = -1;
 
         for (int r = 0; r < PQntuples(ids); r++)

@@ -178,7 +178,7 @@ test_message_shape(void **state)
     assert_string_equal(messages[0].subject, expected);
     assert_string_equal(messages[0].body, "{\"order\": 1}");
     assert_int_equal(messages[0].job_id, id);
-    snprintf(expected, sizeof(expected), "%lld", id);
+    harness_message_id(f->conn, id, 0, expected, sizeof(expected));
     assert_string_equal(messages[0].msg_id, expected);
     assert_non_null(strstr(messages[0].headers, "source: test\n"));
     assert_non_null(strstr(messages[0].headers,
@@ -399,7 +399,7 @@ test_core_subscriber_without_stream(void **state)
 /*
  * A re-driven row (as if a relay died between publish and mark) is acked as
  * a duplicate and counts as published; the stream holds it once. A replayed
- * row is appended once more, under <job_id>.r1.
+ * row is appended once more, under <message id>.r1.
  */
 static void
 test_redriven_row_is_a_duplicate_replay_is_not(void **state)
@@ -444,7 +444,7 @@ test_redriven_row_is_a_duplicate_replay_is_not(void **state)
     assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
     assert_int_equal(nats_consumer_read(f->nats, f->stream, &messages, &count), 0);
     assert_int_equal(count, 3001);
-    snprintf(expected, sizeof(expected), "%lld.r1", first);
+    harness_message_id(f->conn, first, 1, expected, sizeof(expected));
     assert_string_equal(messages[3000].msg_id, expected);
     nats_consumer_messages_free(messages, count);
 }

@@ -102,7 +102,7 @@ test_fields(void **state)
     assert_string_equal(stream.entries[0].payload, "{\"order\": 1}");
     assert_string_equal(stream.entries[0].headers, "{\"trace\": \"t-1\"}");
     assert_int_equal(stream.entries[0].attempt, 1);
-    assert_int_equal(stream.entries[0].field_count, 5);
+    assert_int_equal(stream.entries[0].field_count, 6);
     stream_consumer_stream_clear(&stream);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),

@@ -366,7 +366,7 @@ drain_queue(queue_consumer *mq, const char *queue, struct received *got)
 
             assert_true(got->count < 64);
             m = &got->messages[got->count];
-            m->job_id = atoll(messages[i].message_id);
+            m->job_id = messages[i].job_id;
             snprintf(m->routing_key, sizeof(m->routing_key), "%s",
                      messages[i].routing_key ? messages[i].routing_key : "");
             snprintf(m->exchange, sizeof(m->exchange), "%s",

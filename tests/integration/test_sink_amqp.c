@@ -94,8 +94,11 @@ simple_message(int64_t job_id, const char *queue)
         .payload_len = strlen("{\"ok\":true}"),
         .headers = "{}",
         .created_at = 1700000000.0,
+        .history = "test:1",
     };
 
+    snprintf(message.message_id, sizeof(message.message_id), "%lld", (long long)job_id);
+    snprintf(message.dedup_id, sizeof(message.dedup_id), "test:1:%lld", (long long)job_id);
     return message;
 }
 

@@ -85,6 +85,11 @@ batch_init(struct batch *b, const char *queue, int64_t first_job_id, size_t coun
         strcpy(text + n + pad, "\"}");
         b->payloads[i] = text;
         b->messages[i].job_id = first_job_id + (int64_t)i;
+        b->messages[i].history = "test:1";
+        snprintf(b->messages[i].message_id, sizeof(b->messages[i].message_id), "%lld",
+                 (long long)b->messages[i].job_id);
+        snprintf(b->messages[i].dedup_id, sizeof(b->messages[i].dedup_id), "test:1:%lld",
+                 (long long)b->messages[i].job_id);
         b->messages[i].attempt = 1;
         b->messages[i].queue = queue;
         b->messages[i].payload = text;
@@ -248,12 +253,15 @@ test_entry_has_exact_fields(void **state)
     const redisReply *fields;
     static const char *const expected[] = {
         "job_id",         "42",      "queue", "orders", "payload", "{\"total\": 12.5}", "headers",
-        "{\"k\": \"v\"}", "attempt", "3"};
+        "{\"k\": \"v\"}", "attempt", "3", "message_id", "test:1:42"};
     sink *s;
 
     NEED_REDIS(f);
     s = open_sink(f->url, f->prefix, 0, 0, 5000);
     message.job_id = 42;
+    message.history = "test:1";
+    snprintf(message.message_id, sizeof(message.message_id), "test:1:42");
+    snprintf(message.dedup_id, sizeof(message.dedup_id), "test:1:42");
     message.attempt = 3;
     message.queue = "orders";
     message.payload = "{\"total\": 12.5}";
@@ -268,8 +276,8 @@ test_entry_has_exact_fields(void **state)
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_int_equal(reply->elements, 1);
     fields = reply->element[0]->element[1];
-    assert_int_equal(fields->elements, 10);
-    for (size_t i = 0; i < 10; i++)
+    assert_int_equal(fields->elements, 12);
+    for (size_t i = 0; i < 12; i++)
         assert_string_equal(fields->element[i]->str, expected[i]);
     freeReplyObject(reply);
     sink_free(s);
@@ -367,7 +375,7 @@ test_republish_is_deduplicated(void **state)
     for (size_t i = 0; i < entries.count; i++) {
         assert_int_equal(entries.entries[i].job_id, (int64_t)i + 1);
         assert_int_equal(entries.entries[i].attempt, 1);
-        assert_int_equal(entries.entries[i].field_count, 5);
+        assert_int_equal(entries.entries[i].field_count, 6);
     }
     stream_consumer_stream_clear(&entries);
     batch_clear(&b);
@@ -396,8 +404,8 @@ test_dedup_window_expires(void **state)
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 10);
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 10);
 
-    /* the documented record: {<stream>}:outbox-dedup:<job_id> = entry id, expiring */
-    snprintf(dedup_key, sizeof(dedup_key), "{%s}:outbox-dedup:77", f->stream);
+    /* the documented record: {<stream>}:outbox-dedup:<database>:<epoch>:<job_id> = entry id, expiring */
+    snprintf(dedup_key, sizeof(dedup_key), "{%s}:outbox-dedup:test:1:77", f->stream);
     for (;;) {
         redisReply *reply = run(f->consumer, "PTTL", dedup_key, (const char *)NULL);
         long long ttl;

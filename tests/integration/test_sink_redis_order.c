@@ -138,7 +138,11 @@ rows(struct fixture *f, int64_t first, int64_t last, const char *order, int64_t 
             .place_order = order,
             .place_at = place_of(f, id),
             .place_floor = floor_id < 0 ? NULL : f->places[floor_id],
+            .history = "test:1",
         };
+        snprintf(f->messages[n].message_id, sizeof(f->messages[n].message_id), "%lld", (long long)id);
+        snprintf(f->messages[n].dedup_id, sizeof(f->messages[n].dedup_id), "test:1:%lld",
+                 (long long)id);
     }
     if (floor_id == 0)
         memset(f->places[0], '0', 39);
@@ -196,7 +200,7 @@ order_record(struct fixture *f, int partition, char *out, size_t size)
     const char *argv[2] = {"GET", key};
     redisReply *reply;
 
-    snprintf(key, sizeof(key), "{%s}:outbox-order:orders:7:%d", f->stream, partition);
+    snprintf(key, sizeof(key), "{%s}:outbox-order:orders:test:1:7:%d", f->stream, partition);
     reply = stream_consumer_command(f->consumer, 2, argv);
     assert_non_null(reply);
     snprintf(out, size, "%s", reply->type == REDIS_REPLY_STRING ? reply->str : "");

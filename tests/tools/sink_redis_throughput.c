@@ -140,6 +140,9 @@ main(int argc, char **argv)
     payload[payload_bytes] = '\0';
     for (size_t i = 0; i < count; i++) {
         messages[i].job_id = (int64_t)i + 1;
+        messages[i].history = "bench:1";
+        snprintf(messages[i].message_id, sizeof(messages[i].message_id), "%zu", i + 1);
+        snprintf(messages[i].dedup_id, sizeof(messages[i].dedup_id), "bench:1:%zu", i + 1);
         messages[i].attempt = 1;
         messages[i].queue = queues[i % streams];
         messages[i].payload = payload;

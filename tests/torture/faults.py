@@ -30,7 +30,7 @@ class Schedule(threading.Thread):
         faults = [("relay_kill", 6), ("relay_stop", 3), ("postgres_restart", 1), ("pause", 2)]
         faults += [("broker_kill", 2) for _ in run.brokers()]
         if any(cell.mode == "stream" for cell in run.cells):
-            faults.append(("stream_toggle", 3))
+            faults.append(("stream_toggle", 5))
         if any(cell.mode == "row" for cell in run.cells):
             faults.append(("replay", 2))
         return faults

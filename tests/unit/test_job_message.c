@@ -9,6 +9,8 @@
 
 #include "job_message.h"
 
+static const struct store_identity IDENTITY = {.database_id = "db1", .epoch = 3, .history = "db1:3"};
+
 /* Every field a broker reads comes from the row, the strings borrowed, not copied. */
 static void
 test_every_field_comes_from_the_row(void **state)
@@ -28,7 +30,7 @@ test_every_field_comes_from_the_row(void **state)
         .exchange = "events",
         .routing_key = "orders.created",
     };
-    struct sink_message m = job_message_from_job(&job);
+    struct sink_message m = job_message_from_job(&job, &IDENTITY);
 
     (void)state;
     assert_int_equal(m.job_id, 42);
@@ -50,7 +52,7 @@ test_absent_fields_stay_null(void **state)
 {
     const struct outbox_job job = {.job_id = 1, .generation = 1, .queue = "q", .payload = "{}",
                                    .payload_len = 2, .headers = "{}"};
-    struct sink_message m = job_message_from_job(&job);
+    struct sink_message m = job_message_from_job(&job, &IDENTITY);
 
     (void)state;
     assert_null(m.exchange);
@@ -69,22 +71,54 @@ test_place_only_before_a_replay(void **state)
     struct outbox_job job = {.job_id = 9, .generation = 1, .queue = "q", .payload = "{}",
                              .payload_len = 2, .headers = "{}", .stream_order = "1764000000:3",
                              .stream_place = "000000000000000007770000000000000000009"};
-    struct sink_message m = job_message_from_job(&job);
+    struct sink_message m = job_message_from_job(&job, &IDENTITY);
 
     (void)state;
     assert_ptr_equal(m.place_order, job.stream_order);
     assert_ptr_equal(m.place_at, job.stream_place);
     assert_null(m.place_floor); /* the claims' rows are not the partition's next rows */
     job.replays = 1;
-    m = job_message_from_job(&job);
+    m = job_message_from_job(&job, &IDENTITY);
     assert_null(m.place_order);
     assert_null(m.place_at);
+}
+
+/*
+ * The id consumers deduplicate on names the database and its history, with
+ * ".r<n>" for a replay; a database of the earlier form shows the bare job
+ * id, while the broker's own dedup keys always take the full form.
+ */
+static void
+test_message_ids(void **state)
+{
+    struct store_identity job_form = IDENTITY;
+    struct outbox_job job = {.job_id = 42, .generation = 1, .queue = "q", .payload = "{}",
+                             .payload_len = 2, .headers = "{}"};
+    struct sink_message m = job_message_from_job(&job, &IDENTITY);
+
+    (void)state;
+    assert_string_equal(m.message_id, "db1:3:42");
+    assert_string_equal(m.dedup_id, "db1:3:42");
+    assert_string_equal(m.history, "db1:3");
+    job.replays = 2;
+    m = job_message_from_job(&job, &IDENTITY);
+    assert_string_equal(m.message_id, "db1:3:42.r2");
+    assert_string_equal(m.dedup_id, "db1:3:42.r2");
+    job_form.job_form = true;
+    m = job_message_from_job(&job, &job_form);
+    assert_string_equal(m.message_id, "42.r2");
+    assert_string_equal(m.dedup_id, "db1:3:42.r2");
+    job.replays = 0;
+    m = job_message_from_job(&job, &job_form);
+    assert_string_equal(m.message_id, "42");
+    assert_int_equal(m.job_id, 42);
 }
 
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_message_ids),
         cmocka_unit_test(test_every_field_comes_from_the_row),
         cmocka_unit_test(test_absent_fields_stay_null),
         cmocka_unit_test(test_place_only_before_a_replay),

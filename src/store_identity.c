@@ -1,0 +1,57 @@
+/*
+ * store_identity.c - the database's identity and the message ids made of it
+ * (see store_identity.h).
+ */
+#include "store_identity.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+static const char SQL_OBSERVE[] = "SELECT database_id, id_form, epoch FROM outbox.identity_observe()";
+
+int
+store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, SQL_OBSERVE);
+    const char *id;
+    long epoch;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read the database identity");
+        if (err != NULL && strcmp(err->sqlstate, "42883") == 0)
+            err->code = OUTBOX_ERR_SCHEMA; /* before migration 015 */
+        PQclear(result);
+        return -1;
+    }
+    id = PQgetvalue(result, 0, 0);
+    epoch = strtol(PQgetvalue(result, 0, 2), NULL, 10);
+    if (strlen(id) >= sizeof(out->database_id) || epoch < 1 || epoch > INT32_MAX) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_SCHEMA, "outbox.identity holds no valid identity");
+    }
+    memset(out, 0, sizeof(*out));
+    memcpy(out->database_id, id, strlen(id) + 1);
+    out->epoch = (int32_t)epoch;
+    out->job_form = strcmp(PQgetvalue(result, 0, 1), "job") == 0;
+    snprintf(out->history, sizeof(out->history), "%s:%" PRId32, out->database_id, out->epoch);
+    PQclear(result);
+    return 0;
+}
+
+void
+store_message_id_format(const struct store_identity *identity, int64_t job_id, int32_t replay,
+                        bool full, char *out)
+{
+    int n;
+
+    if (full || !identity->job_form)
+        n = snprintf(out, STORE_MESSAGE_ID_MAX, "%s:%" PRId64, identity->history, job_id);
+    else
+        n = snprintf(out, STORE_MESSAGE_ID_MAX, "%" PRId64, job_id);
+    if (replay > 0 && n > 0 && n < STORE_MESSAGE_ID_MAX)
+        snprintf(out + n, STORE_MESSAGE_ID_MAX - (size_t)n, ".r%" PRId32, replay);
+}
