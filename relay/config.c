@@ -527,13 +527,16 @@ set_values(struct relay_config *config, const struct option_entry *entries, size
 }
 
 /*
- * Lists in config->ignored_options the options given (on the command line
- * or in the environment) that belong to a broker other than --broker's:
- * they do nothing, and the relay says so once at start.
+ * Options that belong to a broker other than --broker's do nothing. Given
+ * on the command line, one is a mistake (a copied option, a mistyped
+ * --broker): a configuration error. From the environment (a file shared by
+ * relays of several brokers) they are listed in config->ignored_options,
+ * and the relay says so once at start.
  */
-static void
+static int
 note_other_broker_options(struct relay_config *config, const struct option_entry *entries,
-                          size_t count, const bool *provided)
+                          size_t count, const char *const *given, const bool *provided,
+                          struct outbox_error *err)
 {
     const char *kind = sink_kind_of_url(config->broker.url);
     size_t used = 0;
@@ -543,6 +546,10 @@ note_other_broker_options(struct relay_config *config, const struct option_entry
         if (!provided[i] || entries[i].group == NULL || strcmp(entries[i].group, "broker") == 0 ||
             strcmp(entries[i].group, kind) == 0)
             continue;
+        if (given[i] != NULL)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "--%s is an option of %s, not of the %s broker --broker names",
+                                    entries[i].spec->name, entries[i].group, kind);
         used += (size_t)snprintf(config->ignored_options + used,
                                  used < sizeof(config->ignored_options)
                                      ? sizeof(config->ignored_options) - used
@@ -551,6 +558,7 @@ note_other_broker_options(struct relay_config *config, const struct option_entry
         if (used >= sizeof(config->ignored_options))
             break;
     }
+    return 0;
 }
 
 /* What no single option can check: required ones, URLs, and options that go together. */
@@ -604,9 +612,9 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
     if (config->broker.password_file != NULL &&
         read_password_file(config->broker.password_file, (char **)&config->broker.password, err) != 0)
         goto fail;
-    if (check_values(config, err) != 0)
+    if (check_values(config, err) != 0 ||
+        note_other_broker_options(config, entries, count, given, provided, err) != 0)
         goto fail;
-    note_other_broker_options(config, entries, count, provided);
     return 0;
 
 fail:

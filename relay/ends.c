@@ -46,6 +46,9 @@ log_database_notice(void *arg, const char *message)
                       "%s notice=\"%.*s\"", db->who, (int)len, message);
 }
 
+/* Tries of a broker login refused at a relay's start before the refusal is fatal. */
+#define START_LOGIN_TRIES 3
+
 /* What one connection attempt came to. */
 enum attempt_result {
     ATTEMPT_CONNECTED,
@@ -116,6 +119,7 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
     relay *r = p->relay;
 
     if (sink_connect(p->sink, err) == 0) {
+        atomic_store(&r->broker_logged_in, 1);
         metrics_set_up(r->metrics, METRICS_BROKER, true);
         p->endpoint_in_use = sink_endpoint(p->sink);
         metrics_add_endpoint_connections(r->metrics, p->endpoint_in_use, 1);
@@ -134,7 +138,15 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_BROKER, false);
-    if (first && !outbox_error_is_transient(err)) {
+    /*
+     * A refused login at start stops the relay, but only when it holds: a
+     * server under load or still loading its accounts can refuse a right
+     * login once (one pipeline refused while the other got in with the
+     * same credentials), and once any pipeline got in the credentials are
+     * known to work.
+     */
+    if (first && !outbox_error_is_transient(err) && attempt >= START_LOGIN_TRIES &&
+        atomic_load(&r->broker_logged_in) == 0) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }

@@ -75,11 +75,17 @@ wake_main(void *arg)
     pthread_kill(main_thread, SIGUSR1);
 }
 
-/* Prints err as the one line of a failure and returns status. */
+/* Whether the log speaks JSON: then the last line of a failure does too. */
+static bool log_json;
+
+/* Prints err as the one line of a failure (a log event under --log-format json) and returns status. */
 static int
 report(int status, const struct outbox_error *err)
 {
-    fprintf(stderr, "outbox-relay: %s\n", err->message);
+    if (log_json)
+        log_event(OUTBOX_LOG_ERROR, "exiting", "status=%d error=\"%s\"", status, err->message);
+    else
+        fprintf(stderr, "outbox-relay: %s\n", err->message);
     return status;
 }
 
@@ -185,6 +191,7 @@ main(int argc, char **argv)
     }
     /* config's level and format choices are listed in log.h's order */
     log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
+    log_json = (enum log_format)config.log_format == OUTBOX_LOG_JSON;
 
     /* config_parse checked that a broker of the registry speaks the URL's scheme */
     m = metrics_new(sink_kind_of_url(config.broker.url));
@@ -199,8 +206,11 @@ main(int argc, char **argv)
     } else if (config.check) {
         status = run_check(r);
     } else if (!metrics_addr.off && http_server_start(&metrics_addr, m, &server, &err) != 0) {
-        fprintf(stderr, "outbox-relay: --metrics-addr: %s\n", err.message);
+        struct outbox_error named = err;
+
         status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
+        outbox_error_set(&named, err.code, "--metrics-addr: %s", err.message);
+        report(status, &named);
     } else {
         status = run_until_stopped(r, m);
     }

@@ -39,13 +39,41 @@ wall_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Keeps a broker's reason printable ASCII, so the database always takes it as text. */
+/* The length of the well-formed UTF-8 sequence of a non-ASCII character at c, or 0. */
+static size_t
+utf8_sequence_length(const unsigned char *c)
+{
+    size_t length = *c >= 0xf0 && *c <= 0xf4 ? 4 : *c >= 0xe0 ? 3 : *c >= 0xc2 ? 2 : 0;
+
+    if (length == 0 || *c > 0xf4)
+        return 0;
+    for (size_t i = 1; i < length; i++)
+        if ((c[i] & 0xc0) != 0x80)
+            return 0;
+    /* no overlong form, no surrogate, nothing past U+10FFFF */
+    if ((*c == 0xe0 && c[1] < 0xa0) || (*c == 0xed && c[1] > 0x9f) ||
+        (*c == 0xf0 && c[1] < 0x90) || (*c == 0xf4 && c[1] > 0x8f))
+        return 0;
+    return length;
+}
+
+/*
+ * Keeps a broker's reason printable, one line of well-formed UTF-8 (a
+ * header name the row gave stays as written), so the database always takes
+ * it as text: control characters and stray bytes become '?'.
+ */
 static void
 sanitize_reason(char *reason)
 {
-    for (unsigned char *c = (unsigned char *)reason; *c != '\0'; c++)
-        if (*c < 0x20 || *c > 0x7e)
-            *c = '?';
+    for (unsigned char *c = (unsigned char *)reason; *c != '\0';) {
+        size_t length = *c >= 0x80 ? utf8_sequence_length(c) : 1;
+
+        if (length == 0 || *c < 0x20 || *c == 0x7f) {
+            *c++ = '?';
+            continue;
+        }
+        c += length;
+    }
 }
 
 /* Fills the failure of one message from its sink outcome. */

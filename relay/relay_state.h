@@ -136,6 +136,7 @@ struct relay {
     atomic_int stopping;
     atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
     atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
+    atomic_int broker_logged_in;  /* a pipeline's broker login succeeded once: the credentials work */
     struct wait_latch stop;           /* set by relay_stop() and the first fatal error */
     struct wait_latch reaped;         /* the maintenance thread reaped once (--once waits for it) */
     struct wait_latch pipelines_done; /* the last pipeline returned: maintenance ends */

@@ -278,6 +278,29 @@ on_error(rd_kafka_t *producer, int code, const char *reason, void *opaque)
 
 /* ---- connection --------------------------------------------------------------- */
 
+/*
+ * SASL needs both a user and a password: one without the other is a
+ * configuration error here, not a login that times out (a password alone)
+ * or librdkafka's refusal at connect (a user alone).
+ */
+static int
+check_credentials(const sink *s, struct outbox_error *err)
+{
+    bool user = s->url.user != NULL && s->url.user[0] != '\0';
+    bool password = s->url.password != NULL && s->url.password[0] != '\0';
+    char quoted[128];
+
+    if (user && !password)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--broker: kafka user '%s' has no password (give it in the URL or"
+                                " with --broker-password-file)",
+                                outbox_error_quote(quoted, sizeof(quoted), s->url.user));
+    if (password && !user)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--broker: a kafka password needs a user (kafka://user:pass@host)");
+    return 0;
+}
+
 static int
 sink_kafka_init(sink *s, const void *options, struct outbox_error *err)
 {
@@ -298,6 +321,8 @@ sink_kafka_init(sink *s, const void *options, struct outbox_error *err)
     k->topic_prefix = strdup(config->topic_prefix != NULL ? config->topic_prefix : "");
     if (k->topic_prefix == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (check_credentials(s, err) != 0)
+        return -1;
     /* every setting is checked here, before any connection */
     conf = rd_kafka_conf_new();
     if (conf == NULL)

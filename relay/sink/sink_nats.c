@@ -74,6 +74,13 @@
  * all, and its rows fail then instead of holding the batch.
  */
 #define PROBE_AFTER_MS 500
+/*
+ * The longest --subject-prefix: a publish's control line (HPUB, subject,
+ * reply inbox, two sizes) must fit in the server's max_control_line of
+ * 4096 bytes with a routing key of 255 bytes after the prefix.
+ */
+#define SUBJECT_PREFIX_MAX 3700
+#define SUBJECT_PREFIX_MAX_TEXT "3700"
 /* Ping an idle connection this often. */
 #define IDLE_FLUSH_MS 2000
 /* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
@@ -88,6 +95,9 @@
 #define JS_ERR_NOT_ENABLED_FOR_ACCOUNT 10039
 #define JS_ERR_STREAM_OFFLINE 10118
 #define JS_ERR_NO_LEADER 10009
+#define JS_ERR_HEADER_TOO_LARGE 10097
+/* The largest header block JetStream stores ("header size exceeds maximum allowed of 64k"). */
+#define HEADER_BYTES_MAX 65535
 
 /* Where a message of the batch stands. */
 enum nats_state {
@@ -116,6 +126,7 @@ struct sink_nats {
      * reads a null pointer.
      */
     bool js_published;
+    bool windows_checked; /* warn_short_windows() ran at the first connect */
     int64_t max_payload; /* from the server's INFO */
     int64_t last_used_ms;
     /* the batch in flight, shared with the library's thread under lock */
@@ -248,7 +259,7 @@ settle_error(struct sink_outcome *outcome, const natsMsg *message, const jsPubAc
     if (error->Err == NATS_NO_RESPONDERS)
         sink_outcome_set(outcome, SINK_FAILED,
                          "no jetstream stream covers subject '%s' (503 no responders)", subject);
-    else if (error->ErrCode == JS_ERR_MESSAGE_TOO_LARGE)
+    else if (error->ErrCode == JS_ERR_MESSAGE_TOO_LARGE || error->ErrCode == JS_ERR_HEADER_TOO_LARGE)
         sink_outcome_set(outcome, SINK_REJECTED, "jetstream refused the message: %s", text);
     else if (error->ErrCode == JS_ERR_CLUSTER_NOT_AVAILABLE || error->ErrCode == JS_ERR_NO_LEADER ||
              error->ErrCode == JS_ERR_STREAM_OFFLINE)
@@ -296,6 +307,8 @@ on_ack(jsCtx *js, natsMsg *message, jsPubAck *ack, jsPubAckErr *error, void *clo
 
 /* ---- connecting --------------------------------------------------------------------- */
 
+static void warn_short_windows(sink *s);
+
 /*
  * Fails with a configuration error naming --nats-creds when path cannot be
  * read. libnats opens the file only at connect, and its error there reads
@@ -337,10 +350,13 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     if (problem == NULL)
         problem = subject_reserved(prefix);
+    if (problem == NULL && strlen(prefix) > SUBJECT_PREFIX_MAX)
+        problem = "longer than " SUBJECT_PREFIX_MAX_TEXT " bytes (with a routing key it would pass"
+                  " the server's control line of 4096 bytes)";
     if (problem != NULL)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "--subject-prefix '%s' is not a valid nats subject prefix: %s",
-                                prefix, problem);
+                                "--subject-prefix '%.64s%s' is not a valid nats subject prefix: %s",
+                                prefix, strlen(prefix) > 64 ? "..." : "", problem);
     if (has_creds)
         return check_creds_file(n->creds, err);
     return 0;
@@ -467,6 +483,10 @@ sink_nats_connect(sink *s, struct outbox_error *err)
     n->max_payload = natsConnection_GetMaxPayload(n->connection);
     n->last_used_ms = clock_monotonic_ms();
     s->connected = true;
+    if (!n->windows_checked) {
+        n->windows_checked = true;
+        warn_short_windows(s);
+    }
     return 0;
 }
 
@@ -603,8 +623,8 @@ build_message(sink *s, const struct sink_message *message, size_t i)
             goto cleanup;
         } else if (!header_fits(&headers.members[h])) {
             sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
-                             "header '%.64s' cannot be a nats header (a name with ':', space or"
-                             " control characters, or a value with a line break)",
+                             "header '%.64s' cannot be a nats header (a name with ':', space,"
+                             " control or non-ascii characters, or a value with a line break)",
                              headers.members[h].key);
             goto cleanup;
         }
@@ -615,6 +635,14 @@ build_message(sink *s, const struct sink_message *message, size_t i)
         out = NULL;
         sink_outcome_set(&n->outcomes[i], SINK_DEFERRED, "unable to build a nats message: %s",
                          nats_GetLastError(NULL));
+        goto cleanup;
+    }
+    if (header_bytes > HEADER_BYTES_MAX) {
+        natsMsg_Destroy(out);
+        out = NULL;
+        sink_outcome_set(&n->outcomes[i], SINK_REJECTED,
+                         "headers of %zu bytes exceed jetstream's limit of %d bytes", header_bytes,
+                         HEADER_BYTES_MAX);
         goto cleanup;
     }
     if (n->max_payload > 0 && (int64_t)(message->payload_len + header_bytes) > n->max_payload) {
@@ -990,41 +1018,70 @@ check_window(sink *s, const char *stream, struct outbox_error *err)
     jsErrCode code = 0;
     natsStatus st = js_GetStreamInfo(&info, n->js, stream, NULL, &code);
     int64_t window_ms;
+    char key[64];
 
     if (st != NATS_OK)
         return outbox_error_set(err, OUTBOX_ERR_BROKER, "unable to read nats stream '%s': %s (%d)",
                                 stream, natsStatus_GetText(st), (int)code);
     window_ms = info->Config->Duplicates / 1000000;
+    snprintf(key, sizeof(key), "nats-window:%s", stream);
+    /* once, not once per pipeline connecting */
     if (n->horizon_ms > 0 && window_ms < n->horizon_ms)
-        log_event(OUTBOX_LOG_WARN,
-                  "nats stream duplicate window shorter than lease plus longest retry delay",
-                  "stream=%s duplicate_window_ms=%" PRId64 " needed_ms=%" PRId64, stream,
-                  window_ms, n->horizon_ms);
+        log_event_limited(key, OUTBOX_LOG_WARN,
+                          "nats stream duplicate window shorter than lease plus longest retry delay",
+                          "stream=%s duplicate_window_ms=%" PRId64 " needed_ms=%" PRId64, stream,
+                          window_ms, n->horizon_ms);
     jsStreamInfo_Destroy(info);
     return 0;
+}
+
+/* Lists the streams covering the subjects the relay publishes to ("events.>" for "events.", else any). */
+static natsStatus
+list_streams(sink *s, jsStreamNamesList **names, char *filter, size_t size, jsErrCode *code)
+{
+    struct sink_nats *n = s->impl;
+    size_t prefix_len = strlen(n->subject_prefix);
+    jsOptions options;
+
+    if (prefix_len > 0 && n->subject_prefix[prefix_len - 1] == '.' && prefix_len + 2 <= size)
+        snprintf(filter, size, "%s>", n->subject_prefix);
+    else
+        snprintf(filter, size, ">");
+    jsOptions_Init(&options);
+    options.Wait = s->options.io_timeout_ms;
+    options.Stream.Info.SubjectsFilter = filter;
+    return js_StreamNames(names, n->js, &options, code);
+}
+
+/*
+ * At a sink's first connect: the warning of --check about short duplicate
+ * windows, so that a daemon started without --check says it too. Errors
+ * are left to the publishes.
+ */
+static void
+warn_short_windows(sink *s)
+{
+    jsStreamNamesList *names = NULL;
+    struct outbox_error ignored;
+    jsErrCode code = 0;
+    char filter[SUBJECT_PREFIX_MAX + 2];
+
+    if (list_streams(s, &names, filter, sizeof(filter), &code) == NATS_OK && names != NULL)
+        for (int i = 0; i < names->Count; i++)
+            check_window(s, names->List[i], &ignored);
+    jsStreamNamesList_Destroy(names);
 }
 
 static int
 sink_nats_check(sink *s, struct outbox_error *err)
 {
-    struct sink_nats *n = s->impl;
-    size_t prefix_len = strlen(n->subject_prefix);
     jsStreamNamesList *names = NULL;
-    jsOptions options;
     jsErrCode code = 0;
-    char filter[512];
+    char filter[SUBJECT_PREFIX_MAX + 2];
     natsStatus st;
     int rc = 0;
 
-    /* the subjects the relay publishes to: "events.>" for "events.", else any */
-    if (prefix_len > 0 && n->subject_prefix[prefix_len - 1] == '.' && prefix_len < 500)
-        snprintf(filter, sizeof(filter), "%s>", n->subject_prefix);
-    else
-        snprintf(filter, sizeof(filter), ">");
-    jsOptions_Init(&options);
-    options.Wait = s->options.io_timeout_ms;
-    options.Stream.Info.SubjectsFilter = filter;
-    st = js_StreamNames(&names, n->js, &options, &code);
+    st = list_streams(s, &names, filter, sizeof(filter), &code);
     if (st == NATS_NO_RESPONDERS || code == JS_ERR_NOT_ENABLED_FOR_ACCOUNT) {
         rc = outbox_error_set(err, OUTBOX_ERR_CONFIG, "jetstream is not enabled at %s",
                               sink_display_url(s));

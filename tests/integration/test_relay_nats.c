@@ -397,6 +397,37 @@ test_core_subscriber_without_stream(void **state)
 }
 
 /*
+ * Rows a NATS message can never carry die at their first attempt, saying
+ * why: a header block over 64 KiB, a header name that is not ASCII (named
+ * as written).
+ */
+static void
+test_unsendable_headers_and_subjects_die(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--subject-prefix", f->prefix, NULL};
+
+    make_stream(f, ">", 0);
+    enqueue_rows(f->conn, "orders", 5);
+    harness_exec(f->conn, "SELECT outbox.enqueue('bad', '{}', NULL,"
+                          " jsonb_build_object('big', repeat('x', 70000)), max_attempts => 5)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('bad', '{}', NULL, '{\"cl\u00e9\": \"v\"}',"
+                          " max_attempts => 5)");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1"
+                                               " AND last_error LIKE '%headers of % bytes exceed%'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue = 'bad'"
+                                               " AND state = 'dead' AND attempts = 1"
+                                               " AND last_error LIKE 'header ''cl\u00e9'' cannot be%'"),
+                     1);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'orders' AND state = 'succeeded'"),
+                     5);
+}
+
+/*
  * A re-driven row (as if a relay died between publish and mark) is acked as
  * a duplicate and counts as published; the stream holds it once. A replayed
  * row is appended once more, under <message id>.r1.
@@ -662,6 +693,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_invalid_subjects_die, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserved_subjects_and_headers_die, setup, teardown),
         cmocka_unit_test_setup_teardown(test_core_subscriber_without_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsendable_headers_and_subjects_die, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redriven_row_is_a_duplicate_replay_is_not, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_check, setup, teardown),

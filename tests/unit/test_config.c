@@ -153,6 +153,51 @@ test_errors_name_the_option(void **state)
     clean_env(NULL);
 }
 
+/*
+ * Broker options that could never work are refused before any connection:
+ * an option of another broker on the command line (from the environment it
+ * is only ignored), a NATS prefix over the control line or in the server's
+ * reserved spaces, a Kafka user without a password or a password alone.
+ */
+static void
+test_broker_option_mistakes(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+    char prefix[4202];
+
+    (void)state;
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "nats://h",
+                       "--topic-prefix", "t."),
+                 &err, "--topic-prefix is an option of kafka");
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "amqp://h/",
+                       "--subject-prefix", "s."),
+                 &err, "--subject-prefix is an option of nats");
+    setenv("OUTBOX_TOPIC_PREFIX", "t.", 1);
+    assert_int_equal(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "nats://h"), 0);
+    assert_non_null(strstr(c.ignored_options, "--topic-prefix"));
+    config_clear(&c);
+    unsetenv("OUTBOX_TOPIC_PREFIX");
+
+    memset(prefix, 'a', sizeof(prefix) - 1);
+    prefix[sizeof(prefix) - 1] = '\0';
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "nats://h",
+                       "--subject-prefix", prefix),
+                 &err, "--subject-prefix");
+    assert_true(strlen(err.message) < 400);
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "nats://h",
+                       "--subject-prefix", "$JS.API."),
+                 &err, "server's api");
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "nats://h",
+                       "--subject-prefix", "_INBOX.x."),
+                 &err, "_INBOX.");
+
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "kafka://:secret@h"),
+                 &err, "--broker: a kafka password needs a user");
+    assert_error(PARSE(&c, &err, "--database-url", "dbname=x", "--broker", "kafka://relay@h"),
+                 &err, "--broker: kafka user 'relay' has no password");
+}
+
 /* A 256-byte exchange is an --exchange error, not a --broker one. */
 static void
 test_exchange_longer_than_amqp_allows(void **state)
@@ -281,6 +326,7 @@ main(void)
         cmocka_unit_test_setup(test_environment_and_precedence, clean_env),
         cmocka_unit_test_setup(test_forms, clean_env),
         cmocka_unit_test_setup(test_errors_name_the_option, clean_env),
+        cmocka_unit_test_setup(test_broker_option_mistakes, clean_env),
         cmocka_unit_test_setup(test_exchange_longer_than_amqp_allows, clean_env),
         cmocka_unit_test_setup(test_malformed_database_url, clean_env),
         cmocka_unit_test_setup(test_environment_rules, clean_env),
