@@ -309,7 +309,7 @@ class KafkaDestination(Destination):
         self.prefix = "tt_%s." % cell
         self.topic = self.prefix + "tq"
         self.bootstrap = env["OUTBOX_TEST_KAFKA_URL"].split("://", 1)[1]
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         futures = admin.create_topics([NewTopic(self.topic, self.PARTITIONS, 1)])
         for future in futures.values():
             try:
@@ -330,7 +330,8 @@ class KafkaDestination(Destination):
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "torture-checker",
                              "enable.auto.commit": False, "enable.partition.eof": True,
-                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                             "log_level": 3})
         try:
             partitions = [TopicPartition(self.topic, p, 0) for p in range(self.PARTITIONS)]
             consumer.assign(partitions)
