@@ -68,7 +68,12 @@ class Database:
         self.record = producers.Record()
         # a copy of the template keeps the template's identity: each database gets its own, as
         # the README asks of a copy that publishes beside its original
-        run.outboxctl(self, "identity", "set", "--database-id", "%012x" % run.rng.getrandbits(48))
+        try:
+            run.outboxctl(self, "identity", "set", "--database-id", "%012x" % run.rng.getrandbits(48))
+        except RuntimeError as error:
+            if "unknown command" not in str(error):
+                raise
+            log("%s: outboxctl has no identity command (a release before database identities)" % self.name)
 
     def query(self, sql, args=None):
         for attempt in range(100):
