@@ -112,6 +112,7 @@ class CLibrary:
             slot.idempotency_key = fields.get("idempotency_key")
             slot.ordering_key = fields.get("ordering_key")
             slot.routing_key = fields.get("routing_key")
+            slot.headers_json = fields.get("headers")
             slot.max_attempts = row.get("max_attempts") or 0
         ids = (ctypes.c_int64 * len(rows))()
         error = self.Error()
@@ -124,14 +125,15 @@ class CLibrary:
 class Producer(threading.Thread):
     """One session of one database, running random transactions until stopped."""
 
-    def __init__(self, name, url, database_name, rng_seed, record, bad_routing_keys, clib, stop,
+    def __init__(self, name, url, database_name, rng_seed, record, destination, clib, stop,
                  pace_seconds):
         super().__init__(name=name, daemon=True)
         self.url = url
         self.database = database_name
         self.rng = random.Random(rng_seed)
         self.record = record
-        self.bad_routing_keys = bad_routing_keys
+        self.bad_routing_keys = destination.bad_routing_keys()
+        self.bad_headers = destination.bad_headers()
         self.clib = clib
         self.stop = stop
         self.pace = pace_seconds
@@ -157,7 +159,9 @@ class Producer(threading.Thread):
         row = {"queue": "tq", "payload": json.dumps(payload), "ordering_key": key, "token": token}
         if bad:
             row["max_attempts"] = 2
-            if size == 0:
+            if size == 0 and self.bad_headers and self.rng.random() < 0.3:
+                row["headers"] = json.dumps(self.rng.choice(self.bad_headers))
+            elif size == 0:
                 row["routing_key"] = self.rng.choice(self.bad_routing_keys)
             with self.record.lock:
                 self.record.bad.add(token)
@@ -181,10 +185,11 @@ class Producer(threading.Thread):
         if how == "single" or len(rows) == 1:
             for row in rows:
                 cur.execute("SELECT outbox.enqueue(%s, %s::jsonb, idempotency_key => %s, ordering_key => %s,"
-                            " routing_key => %s, max_attempts => %s)",
+                            " routing_key => %s, max_attempts => %s, headers => %s::jsonb)",
                             (row["queue"], row["payload"], row.get("idempotency_key"), row.get("ordering_key"),
-                             row.get("routing_key"), row.get("max_attempts") or 10))
-        elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") for r in rows):
+                             row.get("routing_key"), row.get("max_attempts") or 10, row.get("headers") or "{}"))
+        elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") or r.get("headers")
+                                        for r in rows):
             cur.execute("SELECT outbox.enqueue_batch('tq', %s::jsonb[], %s::text[], %s::text[])",
                         ([r["payload"] for r in rows], [r.get("idempotency_key") for r in rows],
                          [r.get("ordering_key") for r in rows]))

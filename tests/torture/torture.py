@@ -257,7 +257,7 @@ class Run:
                     self.producers.append(producers.Producer(
                         "p%d" % session, database.url, database.name,
                         "%s-%s-%d" % (self.seed, database.name, session), database.record,
-                        cell.destination.bad_routing_keys(), clib, self.stop_producers, 0.05))
+                        cell.destination, clib, self.stop_producers, 0.05))
 
     def history(self):
         for relay in self.relays:
