@@ -11,6 +11,7 @@
 #include "buffer.h"
 #include "error.h"
 #include "store_row.h"
+#include "store_admin_lock.h"
 #include "store_stream.h"
 
 struct stream_store {
@@ -851,24 +852,27 @@ admin_boolean(PGconn *conn, const char *sql, int nparams, const char *const *val
 }
 
 int
-stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
-                    struct outbox_error *err)
+stream_admin_enable(PGconn *conn, const char *queue, int partitions, int lock_timeout_ms,
+                    bool *changed, struct outbox_error *err)
 {
     char count[16];
     const char *values[2] = {queue, count};
 
     snprintf(count, sizeof(count), "%d", partitions);
-    return admin_boolean(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values, changed,
-                         "unable to make the queue a stream", err);
+    return store_admin_boolean_locked(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values,
+                                      lock_timeout_ms, changed,
+                                      "unable to make the queue a stream", err);
 }
 
 int
-stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err)
+stream_admin_disable(PGconn *conn, const char *queue, int lock_timeout_ms, bool *changed,
+                     struct outbox_error *err)
 {
     const char *values[1] = {queue};
 
-    return admin_boolean(conn, "SELECT outbox.stream_disable($1)", 1, values, changed,
-                         "unable to make the stream a row-state queue", err);
+    return store_admin_boolean_locked(conn, "SELECT outbox.stream_disable($1)", 1, values,
+                                      lock_timeout_ms, changed,
+                                      "unable to make the stream a row-state queue", err);
 }
 
 int

@@ -231,12 +231,20 @@ int stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted,
 /*
  * outbox.stream_enable(): *changed false when queue was a stream of that
  * many partitions already. Another count, a bad name: OUTBOX_ERR_INVALID.
+ * One try: it waits at most lock_timeout_ms for each lock (its trigger
+ * needs SHARE ROW EXCLUSIVE on outbox.job), else fails with nothing changed
+ * and store_lock_timed_out(err) true (see store_admin_lock.h).
  */
-int stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
-                        struct outbox_error *err);
+int stream_admin_enable(PGconn *conn, const char *queue, int partitions, int lock_timeout_ms,
+                        bool *changed, struct outbox_error *err);
 
-/* outbox.stream_disable(): *changed false when queue was no stream. */
-int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err);
+/*
+ * outbox.stream_disable(): *changed false when queue was no stream. One
+ * try like stream_admin_enable() (dropping the trigger needs ACCESS
+ * EXCLUSIVE on outbox.job).
+ */
+int stream_admin_disable(PGconn *conn, const char *queue, int lock_timeout_ms, bool *changed,
+                         struct outbox_error *err);
 
 /*
  * *exists: whether a stream queue is among queues (a text[] literal, NULL:

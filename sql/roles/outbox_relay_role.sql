@@ -23,7 +23,9 @@
 --                    ordering_key, state) - not on payloads. No UPDATE, no
 --                    DELETE. Only ready rows: the insert trigger of migration
 --                    003 refuses any other shape (state, worker, lease,
---                    attempts) from a role that does not own outbox.job.
+--                    attempts) from a role that does not own outbox.job, and
+--                    since migration 013 a job_id, created_at or replays of
+--                    the producer's own.
 --   outbox_reader    `outboxctl status`, `outboxctl dead list` and
 --                    `outboxctl paused`: read only.
 --   outbox_consumer  consumers that use the inbox: EXECUTE on
