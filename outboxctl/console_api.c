@@ -545,14 +545,28 @@ overview_json(struct buffer *out, const struct store_console_overview *overview,
     buffer_puts(out, "}");
 }
 
+/* What each endpoint of the overview reads: only what it shows. */
+static unsigned
+overview_parts(const char *only)
+{
+    if (strcmp(only, "queues") == 0)
+        return STORE_CONSOLE_QUEUES;
+    if (strcmp(only, "blocked") == 0)
+        return STORE_CONSOLE_BLOCKED;
+    if (strcmp(only, "paused") == 0)
+        return STORE_CONSOLE_PAUSED;
+    if (strcmp(only, "relays") == 0)
+        return STORE_CONSOLE_RELAYS;
+    return STORE_CONSOLE_EVERYTHING;
+}
+
 static void
-api_overview(PGconn *conn, const char *only,
-             struct console_response *response)
+api_overview(PGconn *conn, const char *only, struct console_response *response)
 {
     struct store_console_overview overview;
     struct outbox_error err;
 
-    if (store_console_overview(conn, &overview, &err) < 0)
+    if (store_console_overview(conn, overview_parts(only), &overview, &err) < 0)
         return respond_store_error(response, &err);
     overview_json(&response->body, &overview, only);
     store_console_overview_clear(&overview);

@@ -34,12 +34,15 @@ console_database(struct console *console)
     /*
      * No parallel workers: the console's queries read indexes of the backlog, where
      * workers cost a loaded server more than they save, and its one backend then
-     * holds all the CPU time a page costs (what make bench measures).
+     * holds all the CPU time a page costs (what make bench measures). No JIT: the
+     * planner's cost of the queue statistics, a join of a dozen small aggregates,
+     * passes jit_above_cost at 1 000 queues, and compiling it cost 11-15 s where
+     * running it costs milliseconds.
      */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "options", "dbname", NULL};
     const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
-                            "-c max_parallel_workers_per_gather=0", console->database_url, NULL};
+                            "-c max_parallel_workers_per_gather=0 -c jit=off", console->database_url, NULL};
     struct outbox_error err;
 
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK)

@@ -229,18 +229,24 @@ read_relays(PGconn *conn, struct store_console_overview *overview, struct outbox
 }
 
 int
-store_console_overview(PGconn *conn, struct store_console_overview *overview,
+store_console_overview(PGconn *conn, unsigned parts, struct store_console_overview *overview,
                        struct outbox_error *err)
 {
-    bool small = true;
+    bool queues = (parts & STORE_CONSOLE_QUEUES) != 0, small = true;
+    unsigned status_parts = ((parts & STORE_CONSOLE_TABLE) ? STORE_STATUS_TABLE : 0) |
+                            ((parts & (STORE_CONSOLE_QUEUES | STORE_CONSOLE_BLOCKED))
+                                 ? STORE_STATUS_BLOCKED : 0) |
+                            ((parts & (STORE_CONSOLE_QUEUES | STORE_CONSOLE_PAUSED))
+                                 ? STORE_STATUS_PAUSED : 0);
 
     memset(overview, 0, sizeof(*overview));
-    if (store_admin_check_schema(conn, err) < 0 || table_is_small(conn, &small, err) < 0)
+    if (store_admin_check_schema(conn, err) < 0 ||
+        (queues && table_is_small(conn, &small, err) < 0))
         return -1;
     overview->succeeded_estimated = !small;
-    if (read_queues(conn, overview, err) < 0 ||
-        store_admin_status_parts(conn, &overview->status, err) < 0 ||
-        read_relays(conn, overview, err) < 0) {
+    if ((queues && read_queues(conn, overview, err) < 0) ||
+        store_admin_status_parts(conn, status_parts, &overview->status, err) < 0 ||
+        ((parts & STORE_CONSOLE_RELAYS) && read_relays(conn, overview, err) < 0)) {
         store_console_overview_clear(overview);
         return -1;
     }

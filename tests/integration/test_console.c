@@ -444,6 +444,39 @@ test_pause_resume_and_replay(void **state)
                      4);
 }
 
+/*
+ * The endpoints that show no counts do not wait for the queue statistics:
+ * with the stream cursors locked (which only the counts read) they answer.
+ */
+static void
+test_endpoints_without_counts(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const paths[] = {"/api/v1/relays", "/api/v1/blocked", "/api/v1/paused",
+                                        "/keys"};
+    PGconn *locker = harness_connect(f->url);
+    struct console_reply r;
+
+    start_with_token(f, false);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.stream_cursor IN ACCESS EXCLUSIVE MODE");
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        r = console_http(f->port, "GET", paths[i], "Authorization: Bearer " TOKEN "\r\n", NULL,
+                         3);
+        if (r.status != 200)
+            fail_msg("%s did not answer beside a lock the counts wait for: %d", paths[i],
+                     r.status);
+        console_reply_free(&r);
+    }
+    r = bearer_get(f, "/api/v1/relays");
+    console_expect(&r, 200, "\"worker_id\":\"relay-a\",\"rows\":1,");
+    console_reply_free(&r);
+    r = bearer_get(f, "/keys");
+    console_expect(&r, 200, "&lt;script&gt;alert(2)");
+    console_reply_free(&r);
+    harness_exec(locker, "COMMIT");
+    PQfinish(locker);
+}
+
 /* ---- escaping and bad input ---- */
 
 static void
@@ -736,6 +769,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_get_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_retry_and_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_resume_and_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endpoints_without_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),
