@@ -10,7 +10,11 @@
 
 #include "console_request.h"
 
-/* Reads the token file (first line, at least 16 characters); 0 or -1 after a message. */
+/*
+ * Reads the token file: its first line, 16 to 4096 visible ASCII characters
+ * (trailing blanks cut), in a file group and others cannot open. 0, or -1
+ * after a message.
+ */
 int console_auth_load(struct console *console, const char *path);
 
 /* Fills request->identity, ->session and ->who from its headers. */
