@@ -920,7 +920,7 @@ api_post(PGconn *conn, const struct console_request *request,
     free(body.job_ids);
 }
 
-/* True when a Content-Type header names JSON: application/json, in any case, parameters after ';'. */
+/* True when a Content-Type names JSON: application/json in any case, parameters after ';'. */
 static bool
 is_json(const char *content_type)
 {

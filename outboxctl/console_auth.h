@@ -23,7 +23,7 @@ void console_auth_identify(struct console *console, struct console_request *requ
 /* True when the CSRF token of request (header, or csrf form field) matches its session. */
 bool console_auth_csrf_ok(const struct console_request *request, const char *form_csrf);
 
-/* Checks a submitted token and opens a session, copied into *opened; false when it does not match. */
+/* Checks a submitted token and opens a session, copied into *opened; false on a mismatch. */
 bool console_auth_login(struct console *console, const char *token, struct console_session *opened);
 
 /* Forgets the session of request. */

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -504,6 +505,7 @@ console_server_run(struct console *console, int listen_fd, volatile sig_atomic_t
                    console_answer_fn *answer)
 {
     struct server *server = calloc(1, sizeof(*server));
+    sigset_t stop_signals, old_mask;
 
     if (server == NULL || pipe2(server->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
         fprintf(stderr, "outboxctl serve: unable to start: %s\n", strerror(errno));
@@ -515,11 +517,17 @@ console_server_run(struct console *console, int listen_fd, volatile sig_atomic_t
     pthread_mutex_init(&server->lock, NULL);
     pthread_cond_init(&server->work, NULL);
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
+    /* the workers block SIGINT and SIGTERM: the loop's poll() is the one they interrupt */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     for (int i = 0; i < CONSOLE_WORKERS; i++) {
         if (pthread_create(&server->workers[i], NULL, worker_main, server) != 0)
             break;
         server->worker_count++;
     }
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (server->worker_count == 0) {
         fputs("outboxctl serve: unable to start a worker thread\n", stderr);
         server_stop(server);

@@ -725,7 +725,7 @@ test_streams(void **state)
 
 /* ---- listening and the database ---- */
 
-/* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status, its output in output. */
+/* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status, its output. */
 static int
 run_serve_output(const char *const *args, char *output, size_t size)
 {
@@ -758,7 +758,7 @@ write_file(const char *path, const char *text, mode_t mode)
     assert_int_equal(chmod(path, mode), 0);
 }
 
-/* The token file is refused, exit 2 with a line naming why, when others may read it or it is no token. */
+/* A token file others may open, or without a token, is refused: exit 2, one line saying why. */
 static void
 test_token_file_rules(void **state)
 {
