@@ -774,12 +774,17 @@ store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
 }
 
 int
-store_admin_status_parts(PGconn *conn, struct store_status *status, struct outbox_error *err)
+store_admin_status_parts(PGconn *conn, unsigned parts, struct store_status *status,
+                         struct outbox_error *err)
 {
-    if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
-        read_table_status(conn, status, err) < 0 ||
-        read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||
-        read_blocked_keys(conn, status, err) < 0 || read_pauses(conn, &status->paused, err) < 0)
+    if ((parts & STORE_STATUS_TABLE) &&
+        (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
+         read_table_status(conn, status, err) < 0 ||
+         read_oldest_transaction(conn, &status->oldest_transaction, err) < 0))
+        return -1;
+    if ((parts & STORE_STATUS_BLOCKED) && read_blocked_keys(conn, status, err) < 0)
+        return -1;
+    if ((parts & STORE_STATUS_PAUSED) && read_pauses(conn, &status->paused, err) < 0)
         return -1;
     apply_pauses(status);
     return 0;
