@@ -258,10 +258,60 @@ test_rows_enqueued_after_a_restore_are_published(void **state)
     PQfinish(restored);
 }
 
+/* Whether the file at path holds text. */
+static bool
+log_has(const char *path, const char *text)
+{
+    char *log = fixture_read_file(path);
+    bool found = strstr(log, text) != NULL;
+
+    free(log);
+    return found;
+}
+
+/*
+ * A cursor of a later history than the database's (the identity restored
+ * apart from the cursors): which rows were published cannot be told, so
+ * the relay publishes none of its partition, says why, and the rows wait.
+ * The other partition goes on.
+ */
+static void
+test_cursor_of_a_later_history_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    struct relay_process relay;
+    long long distinct;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->conn, "UPDATE outbox.stream_cursor SET history_epoch = 7 WHERE partition = 0");
+    enqueue(f->conn, 40);
+    relay_once(f, f->url, &relay);
+    if (!log_has(relay.log_path, "belongs to history epoch 7, after this database's 1")) {
+        relay_dump_log(&relay);
+        fail_msg("the relay did not say why partition 0 is not published");
+    }
+    unlink(relay.log_path);
+    entries_of(f, &distinct);
+    assert_int_equal(distinct, harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                                         " WHERE stream_partition = 1"));
+    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                          " WHERE stream_partition = 0") > 0);
+    /* waiting: after the cursor, as stream list and status count them */
+    assert_int_equal(harness_query_ll(f->conn,
+                                      "SELECT count(*) FROM outbox.job AS j"
+                                      " JOIN outbox.stream_cursor AS c"
+                                      "   ON c.queue = j.queue AND c.partition = j.stream_partition"
+                                      " WHERE j.state = 'stream'"
+                                      "   AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"),
+                     harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE stream_partition = 0"));
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cursor_of_a_later_history_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_enqueued_after_a_restore_are_published, setup,
                                         teardown),
     };
