@@ -92,6 +92,10 @@ GRANT SELECT ON outbox.stream_cursor TO outbox_reader;
 -- Relays publishing streams (migration 010), so that partitions spread among them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.stream_member TO outbox_relay;
 GRANT SELECT ON outbox.stream_member TO outbox_reader;
+-- The database's identity (migration 015): the relay moves its history epoch
+-- through outbox.identity_observe() (SECURITY DEFINER), status shows it;
+-- outbox.identity_set() stays the owner's.
+GRANT SELECT ON outbox.identity TO outbox_relay, outbox_reader;
 
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;
