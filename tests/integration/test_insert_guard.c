@@ -288,7 +288,7 @@ test_inbox_refuses_a_keys_older_message(void **state)
                                                   &err),
                      -1);
     assert_int_equal(err.code, OUTBOX_ERR_INVALID);
-    assert_non_null(strstr(err.message, "needs a job id"));
+    assert_non_null(strstr(err.message, "needs a message id of the relay"));
     harness_exec(f->conn, "ROLLBACK");
     /* every bigint job id, 19 digits included; one past the largest is no job id */
     assert_true(accept_in_order(f->conn, "1000000000000000000", "k103"));
