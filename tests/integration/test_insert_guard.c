@@ -298,7 +298,7 @@ test_inbox_refuses_a_keys_older_message(void **state)
                                                   "k103", &accepted, &err),
                      -1);
     assert_int_equal(err.code, OUTBOX_ERR_INVALID);
-    assert_non_null(strstr(err.message, "needs a job id"));
+    assert_non_null(strstr(err.message, "needs a message id of the relay"));
     harness_exec(f->conn, "ROLLBACK");
     assert_int_equal(harness_query_ll(f->conn, "SELECT last_job_id FROM outbox.inbox_key"
                                                " WHERE consumer = 'billing'"
