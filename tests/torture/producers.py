@@ -4,6 +4,7 @@ A producer is a session on one database with a random generator of its own, draw
 the run's seed. Each transaction it runs is one of the shapes applications use (single
 rows, enqueue_batch, the C outbox_enqueue_many, savepoints rolled back, whole
 transactions rolled back, a long transaction that takes its xid early and enqueues late,
+rows scheduled a few seconds ahead (run_at),
 PREPARE TRANSACTION then COMMIT or ROLLBACK PREPARED, idle in transaction, repeated
 idempotency keys, payloads near and over the size limit, routing keys the broker must
 refuse).
@@ -114,6 +115,7 @@ class CLibrary:
             slot.routing_key = fields.get("routing_key")
             slot.headers_json = fields.get("headers")
             slot.max_attempts = row.get("max_attempts") or 0
+            slot.delay_seconds = row.get("delay") or 0.0
         ids = (ctypes.c_int64 * len(rows))()
         error = self.Error()
         if self.lib.outbox_enqueue_many(ctypes.c_void_p(conn.pgconn_ptr), messages, len(rows),
@@ -185,11 +187,13 @@ class Producer(threading.Thread):
         if how == "single" or len(rows) == 1:
             for row in rows:
                 cur.execute("SELECT outbox.enqueue(%s, %s::jsonb, idempotency_key => %s, ordering_key => %s,"
-                            " routing_key => %s, max_attempts => %s, headers => %s::jsonb)",
+                            " routing_key => %s, max_attempts => %s, headers => %s::jsonb,"
+                            " run_at => now() + make_interval(secs => %s))",
                             (row["queue"], row["payload"], row.get("idempotency_key"), row.get("ordering_key"),
-                             row.get("routing_key"), row.get("max_attempts") or 10, row.get("headers") or "{}"))
+                             row.get("routing_key"), row.get("max_attempts") or 10, row.get("headers") or "{}",
+                             row.get("delay") or 0))
         elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") or r.get("headers")
-                                        for r in rows):
+                                        or r.get("delay") for r in rows):
             cur.execute("SELECT outbox.enqueue_batch('tq', %s::jsonb[], %s::text[], %s::text[])",
                         ([r["payload"] for r in rows], [r.get("idempotency_key") for r in rows],
                          [r.get("ordering_key") for r in rows]))
@@ -207,8 +211,8 @@ class Producer(threading.Thread):
     def transaction(self):
         rng = self.rng
         kind = rng.choices(["single", "batch", "many", "rollback", "savepoint", "early_xid", "prepared",
-                            "idle", "bad", "big"],
-                           weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1])[0]
+                            "idle", "bad", "big", "delayed"],
+                           weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1, 5])[0]
         self.record.count(kind)
         cur = self.conn.cursor()
         if kind == "idle":
@@ -224,6 +228,9 @@ class Producer(threading.Thread):
         rows = [self.row(key, counters) for key in keys]
         if kind == "bad":
             rows.append(self.row(rng.choice([None, keys[0]]), counters, bad=True))
+        if kind == "delayed":  # a scheduled row: run_at a few seconds ahead
+            for row in rows:
+                row["delay"] = rng.uniform(0.5, 4.0)
         if kind == "big":
             size = rng.choice([NEAR_LIMIT_BYTES, OVER_LIMIT_BYTES])
             rows.append(self.row(None, counters, size=size, bad=size == OVER_LIMIT_BYTES))
