@@ -124,7 +124,8 @@ static const char blocked_keys_sql[] =
 /* The number of blocked keys per queue alone: index-only but for the running rows. */
 static const char blocked_counts_sql[] =
     "WITH candidate AS (" BLOCKED_CANDIDATES("queue, ordering_key, job_id") ")"
-    " SELECT c.queue, count(*) FROM candidate AS c WHERE" BLOCKED_IS_HEAD " GROUP BY c.queue";
+    " SELECT c.queue, count(*) FROM candidate AS c WHERE" BLOCKED_IS_HEAD
+    " GROUP BY c.queue ORDER BY c.queue";
 
 static const char dead_list_sql[] =
     "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
@@ -324,14 +325,35 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
     return 0;
 }
 
+/*
+ * The queue named queue among status->queues, or NULL. The search starts at
+ * *hint, the last one found: the rows that name queues come in the order of
+ * status->queues (both ORDER BY queue), so a walk over them all stays linear.
+ */
+static struct store_queue_status *
+find_queue(struct store_status *status, const char *queue, size_t *hint)
+{
+    for (size_t n = 0; queue != NULL && n < status->queue_count; n++) {
+        size_t i = (*hint + n) % status->queue_count;
+
+        if (strcmp(status->queues[i].queue, queue) == 0) {
+            *hint = i;
+            return &status->queues[i];
+        }
+    }
+    return NULL;
+}
+
 /* Fills the blocked keys of status and each queue's blocked_keys total. */
 static int
 read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
     char limit[24];
     const char *params[1] = {limit};
+    struct store_queue_status *queue;
     PGresult *result;
     bool failed = false;
+    size_t hint = 0;
     int rows;
 
     snprintf(limit, sizeof(limit), "%d", STORE_BLOCKED_KEYS_PER_QUEUE);
@@ -361,9 +383,8 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
         /* NULL: a ready head due at +infinity, which never comes */
         key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : store_admin_double(result, row, 8);
         key->waiting = store_admin_int64(result, row, 9);
-        for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
-            if (strcmp(status->queues[i].queue, key->queue) == 0)
-                status->queues[i].blocked_keys = store_admin_int64(result, row, 7);
+        if ((queue = find_queue(status, key->queue, &hint)) != NULL)
+            queue->blocked_keys = store_admin_int64(result, row, 7);
     }
     PQclear(result);
     if (failed)
@@ -376,6 +397,7 @@ static int
 read_blocked_counts(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
     PGresult *result = PQexec(conn, blocked_counts_sql);
+    size_t hint = 0;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         store_admin_fail(err, conn, result, "unable to count blocked ordering keys");
@@ -383,11 +405,10 @@ read_blocked_counts(PGconn *conn, struct store_status *status, struct outbox_err
         return -1;
     }
     for (int row = 0; row < PQntuples(result); row++) {
-        const char *queue = PQgetvalue(result, row, 0);
+        struct store_queue_status *queue = find_queue(status, PQgetvalue(result, row, 0), &hint);
 
-        for (size_t i = 0; i < status->queue_count; i++)
-            if (strcmp(status->queues[i].queue, queue) == 0)
-                status->queues[i].blocked_keys = store_admin_int64(result, row, 1);
+        if (queue != NULL)
+            queue->blocked_keys = store_admin_int64(result, row, 1);
     }
     PQclear(result);
     return 0;
@@ -433,17 +454,16 @@ read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *er
 static void
 apply_pauses(struct store_status *status)
 {
+    size_t hint = 0;
+
     for (size_t p = 0; p < status->paused.count; p++) {
         const struct store_pause *pause = &status->paused.pauses[p];
+        struct store_queue_status *queue = find_queue(status, pause->queue, &hint);
 
-        for (size_t i = 0; pause->queue != NULL && i < status->queue_count; i++) {
-            if (strcmp(status->queues[i].queue, pause->queue) != 0)
-                continue;
-            if (pause->ordering_key == NULL)
-                status->queues[i].paused = true;
-            else
-                status->queues[i].paused_keys++;
-        }
+        if (queue != NULL && pause->ordering_key == NULL)
+            queue->paused = true;
+        else if (queue != NULL)
+            queue->paused_keys++;
     }
 }
 
