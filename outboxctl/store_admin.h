@@ -292,6 +292,7 @@ int store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_
 #define STORE_STATUS_TABLE 1u   /* schema version, table figures, the oldest transaction */
 #define STORE_STATUS_BLOCKED 2u /* blocked keys (their totals go into the queues in status) */
 #define STORE_STATUS_PAUSED 4u  /* pauses (marked on the queues in status) */
+#define STORE_STATUS_BLOCKED_COUNTS 8u /* only the totals of blocked keys of the queues */
 
 /*
  * The parts of store_admin_status() that never scan outbox.job, those of

@@ -238,8 +238,8 @@ store_console_overview(PGconn *conn, unsigned parts, struct store_console_overvi
 {
     bool queues = (parts & STORE_CONSOLE_QUEUES) != 0, small = true;
     unsigned status_parts = ((parts & STORE_CONSOLE_TABLE) ? STORE_STATUS_TABLE : 0) |
-                            ((parts & (STORE_CONSOLE_QUEUES | STORE_CONSOLE_BLOCKED))
-                                 ? STORE_STATUS_BLOCKED : 0) |
+                            ((parts & STORE_CONSOLE_BLOCKED) ? STORE_STATUS_BLOCKED : 0) |
+                            (queues ? STORE_STATUS_BLOCKED_COUNTS : 0) |
                             ((parts & (STORE_CONSOLE_QUEUES | STORE_CONSOLE_PAUSED))
                                  ? STORE_STATUS_PAUSED : 0);
 

@@ -386,6 +386,41 @@ test_allow_host(void **state)
     assert_int_equal(paused_count(f), 1);
 }
 
+/* Listening on every address: any IP address (a rebinding page has a name) and localhost. */
+static void
+test_every_address(void **state)
+{
+    struct fixture *f = *state;
+    char token_file[128], listen[32], host[64];
+    const char *options[] = {"--auth-token-file", token_file, "--listen", listen, NULL};
+    static const char *const hosts[][2] = {
+        {"192.0.2.7", "200"}, {"[2001:db8::1]", "200"}, {"localhost", "200"},
+        {"attacker.example", "403"}, {"192.0.2.7.attacker.example", "403"},
+    };
+    FILE *file;
+
+    snprintf(token_file, sizeof(token_file), "/tmp/outbox-console-every-%d", (int)getpid());
+    snprintf(listen, sizeof(listen), "0.0.0.0:%d", f->port);
+    file = fopen(token_file, "w");
+    assert_non_null(file);
+    fputs("console-test-token-0123456789\n", file);
+    fclose(file);
+    chmod(token_file, 0600);
+    f->pid = console_start(f->port, f->url, options);
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+        char extra[160];
+        struct console_reply r;
+
+        snprintf(host, sizeof(host), "%s:%d", hosts[i][0], f->port);
+        snprintf(extra, sizeof(extra),
+                 "Host: %s\r\nAuthorization: Bearer console-test-token-0123456789\r\n", host);
+        r = console_http(f->port, "GET", "/api/v1/queues", extra, NULL, 5);
+        console_expect(&r, atoi(hosts[i][1]), NULL);
+        console_reply_free(&r);
+    }
+    unlink(token_file);
+}
+
 /* A login form posted from another origin opens no session. */
 static void
 test_login_from_another_origin(void **state)
@@ -499,6 +534,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_a_slow_query_holds_nobody_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allow_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_from_another_origin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allow_host_option, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_content_length, setup, teardown),
