@@ -64,7 +64,7 @@ LIB_SO    := $(LIB)/liboutbox.so.$(SOVERSION)
 MIGRATIONS    := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 MIGRATION_OBJ := $(BUILD)/gen/migrations.o
 # relay/ is the daemon (its broker modules in relay/sink/), outboxctl/ the admin command
-# line; both link liboutbox.a. The relay's modules but main also make build/librelay.a,
+# line; both link the library's objects (LIB_INTERNAL). The relay's modules but main also make build/librelay.a,
 # which the tests link.
 RELAY_SRC := $(sort $(wildcard relay/*.c relay/sink/*.c))
 RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
@@ -104,7 +104,22 @@ check-deps:
 	@pkg-config --exists $(PKGS) || { echo "missing build dependencies: run 'make deps' (as root)"; \
 	    echo "or install: $$(tests/harness/deps.sh --list)"; exit 2; }
 
-$(LIB)/liboutbox.a: $(LIB_OBJ) $(MIGRATION_OBJ)
+# The installed static library defines, like the shared one, only the functions outbox.h
+# declares: its objects are linked into one relocatable object whose other global names
+# (buffer_clear, parse_integer, store_*...) objcopy makes local, so they cannot clash with
+# an application's own. The relay, outboxctl and the tests use those internals: they link
+# LIB_INTERNAL, the same objects as they are.
+LIB_INTERNAL := $(BUILD)/liboutbox-internal.a
+OBJCOPY ?= objcopy
+
+$(LIB)/liboutbox.a: $(LIB_OBJ) $(MIGRATION_OBJ) $(BUILD)/gen/liboutbox.symbols Makefile
+	@mkdir -p $(@D)
+	rm -f $@
+	$(CC) -r -nostdlib -o $(BUILD)/gen/liboutbox.o $(LIB_OBJ) $(MIGRATION_OBJ)
+	$(OBJCOPY) --keep-global-symbols=$(BUILD)/gen/liboutbox.symbols $(BUILD)/gen/liboutbox.o
+	$(AR) rcs $@ $(BUILD)/gen/liboutbox.o
+
+$(LIB_INTERNAL): $(LIB_OBJ) $(MIGRATION_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@
 	$(AR) rcs $@ $^
@@ -126,19 +141,25 @@ $(BUILD)/gen/liboutbox.map: src/outbox.h
 	  echo '  local: *;'; echo '};'; } > $@.tmp
 	mv $@.tmp $@
 
+# The same names, one a line, for objcopy.
+$(BUILD)/gen/liboutbox.symbols: src/outbox.h
+	@mkdir -p $(@D)
+	sed -n 's/^[A-Za-z].*[ *]\(outbox_[a-z0-9_]*\)(.*/\1/p' src/outbox.h | sort -u > $@.tmp
+	mv $@.tmp $@
+
 $(RELAY_LIB): $(filter-out $(RELAY_MAIN_OBJ),$(RELAY_OBJ))
 	@mkdir -p $(@D)
 	rm -f $@
 	$(AR) rcs $@ $^
 
-$(BIN)/outbox-relay: $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB)/liboutbox.a
+$(BIN)/outbox-relay: $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB_INTERNAL)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB)/liboutbox.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(RELAY_MAIN_OBJ) $(RELAY_LIB) $(LIB_INTERNAL) $(LDLIBS)
 
 # outboxctl links libpq alone: it depends on no broker client.
-$(BIN)/outboxctl: $(CTL_OBJ) $(LIB)/liboutbox.a
+$(BIN)/outboxctl: $(CTL_OBJ) $(LIB_INTERNAL)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB)/liboutbox.a $(LIB_LIBS) -pthread -lm
+	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIB_INTERNAL) $(LIB_LIBS) -pthread -lm
 
 # sql is a prerequisite so that adding or removing a file rebuilds the list.
 $(BUILD)/gen/migrations.c: $(MIGRATIONS) sql sql/embed-migrations.sh
@@ -167,7 +188,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(RELAY_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 # Tests see every product's headers and link the relay's modules and the library.
-TEST_LINK = $(RELAY_LIB) $(LIB)/liboutbox.a
+TEST_LINK = $(RELAY_LIB) $(LIB_INTERNAL)
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)

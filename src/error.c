@@ -12,6 +12,8 @@
 bool
 outbox_error_is_transient(const struct outbox_error *err)
 {
+    if (err == NULL)
+        return false;
     switch (err->code) {
     case OUTBOX_ERR_CONNECTION:
     case OUTBOX_ERR_TIMEOUT:
@@ -95,8 +97,10 @@ outbox_error_code_for_sqlstate(const char *sqlstate, bool connection_ok)
 {
     if (!connection_ok)
         return OUTBOX_ERR_CONNECTION;
+    /* no SQLSTATE on a good connection: libpq refused the call itself (pipeline mode, a
+       command in progress, out of memory), which a retry of the same call does not cure */
     if (sqlstate == NULL || strlen(sqlstate) != 5)
-        return OUTBOX_ERR_CONNECTION;
+        return OUTBOX_ERR_STATE;
     if (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57P", 3) == 0 ||
         strcmp(sqlstate, "53300") == 0) /* connection exception, shutdown, too many connections */
         return OUTBOX_ERR_CONNECTION;
@@ -153,7 +157,9 @@ error_from_pg(struct outbox_error *err, PGconn *conn, const PGresult *result, co
         primary = PQerrorMessage(conn);
     if (primary == NULL || primary[0] == '\0')
         primary = "unknown error";
-    first_line(text, sizeof(text), primary);
+    first_line(redacted, sizeof(redacted), primary);
+    /* a server message can quote the caller's data: one line, no control character */
+    outbox_error_quote(text, sizeof(text), redacted);
     /* libpq quotes the URL, or the piece of it it could not read: never pass it on as is */
     url_redact_message(text, conninfo, conn != NULL ? PQpass(conn) : NULL, redacted,
                        sizeof(redacted));

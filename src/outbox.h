@@ -26,7 +26,8 @@
  * delivery allows. Producers' business commits are unaffected.
  *
  * Rules: functions return 0 on success and -1 on failure, filling the
- * caller's struct outbox_error. The library never prints and never exits.
+ * caller's struct outbox_error (err may be NULL: the call still fails
+ * cleanly, with nothing filled). The library never prints and never exits.
  * Every *_free(NULL) is a no-op. An outbox_store is not thread-safe: use one
  * per thread.
  */
@@ -52,7 +53,9 @@ enum outbox_error_code {
     OUTBOX_ERR_INVALID,    /* fatal: bad argument or value */
     OUTBOX_ERR_CONFIG,     /* fatal: bad configuration */
     OUTBOX_ERR_SCHEMA,     /* fatal: outbox schema missing or too old */
-    OUTBOX_ERR_STATE,      /* fatal: called in the wrong state (e.g. no open transaction) */
+    OUTBOX_ERR_STATE,      /* fatal: called in the wrong state (no open transaction, pipeline
+                              mode, a command in progress): libpq or the library refused the
+                              call on a good connection, and a retry as is fails the same way */
     OUTBOX_ERR_CONSTRAINT, /* fatal: the database rejected the row (SQLSTATE class 23) */
     OUTBOX_ERR_INTERNAL,   /* fatal: out of memory or a broken invariant */
 };
@@ -66,7 +69,12 @@ struct outbox_error {
     char message[OUTBOX_ERROR_MESSAGE_MAX];
 };
 
-/* True when retrying the failed operation later can succeed. */
+/*
+ * True when retrying the failed operation later can succeed (false for NULL).
+ * An error without SQLSTATE is a connection error (transient) only when
+ * the connection is gone (PQstatus not CONNECTION_OK); on a good connection
+ * it is OUTBOX_ERR_STATE.
+ */
 bool outbox_error_is_transient(const struct outbox_error *err);
 
 /* A short lowercase name of the code, e.g. "connection". */
@@ -107,8 +115,11 @@ struct outbox_message {
 /*
  * Inserts one outbox row through outbox.enqueue() on the caller's
  * connection, which must be inside an open transaction (never opened or
- * committed here). Stores the new job id, or with an idempotency key already
- * present in that queue, the existing job id, in *job_id.
+ * committed here), out of pipeline mode and with no command of the
+ * caller's in progress (else OUTBOX_ERR_STATE, saying which). Stores the new
+ * job id, or with an idempotency key already present in that queue, the
+ * existing job id, in *job_id; job_id may be NULL when the id is not needed.
+ * The queue name appears in an error message with control characters as '?'.
  */
 int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_id,
                    struct outbox_error *err);
@@ -120,6 +131,8 @@ int outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *
  * outbox_enqueue(): an idempotency key already in the queue, or repeated
  * within the call, gives the existing (or first) row's id; rows of one
  * ordering key keep their order and wait behind an unfinished earlier row.
+ * job_ids may be NULL when the ids are not needed; connection state as for
+ * outbox_enqueue().
  * Consecutive messages with the same queue, headers, priority, max_attempts,
  * delay, exchange, routing key and trace context go in one statement, so a
  * batch of one queue costs one round trip however many rows it holds. On error nothing is stored in job_ids
@@ -139,7 +152,9 @@ int outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, siz
  * in *accepted the first time, false when this consumer accepted the id
  * before: the consumer then skips its work. Commit the consumer's own writes
  * in the same transaction; a rollback leaves the id unaccepted. A concurrent
- * transaction accepting the same id waits for the first to end.
+ * transaction accepting the same id waits for the first to end. accepted
+ * must not be NULL (OUTBOX_ERR_INVALID, nothing recorded); connection state
+ * as for outbox_enqueue().
  */
 int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_id,
                         bool *accepted, struct outbox_error *err);
@@ -150,7 +165,7 @@ int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_
  * <epoch>:<job_id>", or a bare job id of the earlier form), and within one
  * database (epoch, job id) rises along an ordering key, so *accepted is true
  * only when it is above the last one this consumer accepted for that key of
- * that database. False for a repeat, and for a message older than one
+ * that database (job ids of 1 to 19 digits). False for a repeat, and for a message older than one
  * already applied (a relay that lost its lease can publish a stale row after
  * later rows of its key). A replay (".r<n>" after the id) is accepted once by
  * its id, whatever the key's order. A message_id of no such form fails with

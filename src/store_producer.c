@@ -43,22 +43,50 @@ static const char SQL_ENQUEUE_BATCH_TRACED[] =
 
 /* ---- producer and consumer side ------------------------------------------- */
 
-/* OUTBOX_OK when conn is inside an open transaction, else fills err for action. */
+/*
+ * 0 when conn is inside an open, healthy transaction and free for a
+ * synchronous statement, else fills err for action: pipeline mode or a
+ * command still in progress (the caller's own asynchronous query) are the
+ * caller's state to settle, as are an aborted or missing transaction.
+ */
 static int
 require_transaction(PGconn *conn, const char *action, struct outbox_error *err)
 {
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF)
+        return outbox_error_set(err, OUTBOX_ERR_STATE,
+                                "unable to %s: the connection is in pipeline mode (this call runs"
+                                " its statement synchronously: leave pipeline mode first)",
+                                action);
     switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
         return 0;
     case PQTRANS_INERROR:
         return outbox_error_set(err, OUTBOX_ERR_STATE, "unable to %s: the transaction is aborted",
                                 action);
-    default:
+    case PQTRANS_ACTIVE:
         return outbox_error_set(err, OUTBOX_ERR_STATE,
-                                "unable to %s: no open transaction on the connection"
-                                " (BEGIN first, so the row commits with your data)",
+                                "unable to %s: a command is still in progress on the connection"
+                                " (read all its results first)",
                                 action);
+    case PQTRANS_UNKNOWN:
+        return outbox_error_from_pg(err, conn, NULL, "unable to use the connection");
+    case PQTRANS_IDLE:
+        break;
     }
+    return outbox_error_set(err, OUTBOX_ERR_STATE,
+                            "unable to %s: no open transaction on the connection"
+                            " (BEGIN first, so the row commits with your data)",
+                            action);
+}
+
+/* The context of an enqueue error: the queue name quoted, control characters as '?'. */
+static const char *
+enqueue_context(char *out, size_t size, const char *queue)
+{
+    char quoted[201];
+
+    snprintf(out, size, "unable to enqueue to '%s'", outbox_error_quote(quoted, sizeof(quoted), queue));
+    return out;
 }
 
 /* One inbox accept: ordering_key NULL is the plain inbox, else the keyed one. */
@@ -70,6 +98,9 @@ inbox_accept(PGconn *conn, const char *consumer, const char *message_id,
     bool keyed = ordering_key != NULL;
     PGresult *result;
 
+    if (accepted == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INVALID,
+                                "inbox accept needs somewhere to store its answer (accepted is NULL)");
     *accepted = false;
     if (conn == NULL || consumer == NULL || consumer[0] == '\0' || message_id == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
@@ -102,23 +133,6 @@ outbox_inbox_accept_in_order(PGconn *conn, const char *consumer, const char *mes
     return inbox_accept(conn, consumer, message_id, ordering_key, accepted, err);
 }
 
-/* Enqueueing needs the caller's open, healthy transaction. */
-static int
-check_producer_transaction(PGconn *conn, struct outbox_error *err)
-{
-    switch (PQtransactionStatus(conn)) {
-    case PQTRANS_INTRANS:
-        return 0;
-    case PQTRANS_INERROR:
-        return outbox_error_set(err, OUTBOX_ERR_STATE,
-                                "unable to enqueue: the transaction is aborted");
-    default:
-        return outbox_error_set(err, OUTBOX_ERR_STATE,
-                                "unable to enqueue: no open transaction on the connection"
-                                " (BEGIN first, so the row commits with your data)");
-    }
-}
-
 /* 0 means the default of 10; a negative value goes to the database, which refuses it (22023). */
 static int
 attempts_or_default(int32_t max_attempts)
@@ -137,7 +151,7 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
 
     if (conn == NULL || message == NULL || message->queue == NULL || message->payload_json == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
-    if (check_producer_transaction(conn, err) != 0)
+    if (require_transaction(conn, "enqueue", err) != 0)
         return -1;
     snprintf(priority, sizeof(priority), "%d", (int)message->priority);
     snprintf(delay, sizeof(delay), "%.6f", message->delay_seconds);
@@ -160,12 +174,13 @@ outbox_enqueue(PGconn *conn, const struct outbox_message *message, int64_t *job_
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         char context[300];
 
-        snprintf(context, sizeof(context), "unable to enqueue to '%.200s'", message->queue);
-        outbox_error_from_pg(err, conn, result, context);
+        outbox_error_from_pg(err, conn, result,
+                             enqueue_context(context, sizeof(context), message->queue));
         PQclear(result);
         return -1;
     }
-    *job_id = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
+    if (job_id != NULL)
+        *job_id = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
     PQclear(result);
     return 0;
 }
@@ -217,7 +232,7 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
 {
     const struct outbox_message *first = &messages[0];
     struct pg_array payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
-    char priority[16], delay[32], max_attempts[16];
+    char priority[16], delay[32], max_attempts[16], context[300];
     const char *values[12];
     PGresult *result = NULL;
     bool any_payload, any_idempotency_key, any_ordering_key, traced;
@@ -256,19 +271,16 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
     result = PQexecParams(conn, traced ? SQL_ENQUEUE_BATCH_TRACED : SQL_ENQUEUE_BATCH,
                           traced ? 12 : 10, NULL, values, NULL, NULL, 0);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        char context[300];
-
-        snprintf(context, sizeof(context), "unable to enqueue to '%.200s'", first->queue);
-        outbox_error_from_pg(err, conn, result, context);
+        outbox_error_from_pg(err, conn, result, enqueue_context(context, sizeof(context), first->queue));
         goto cleanup;
     }
     if ((size_t)PQntuples(result) != count) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL,
-                         "unable to enqueue to '%.200s': %d job ids returned for %zu rows",
-                         first->queue, PQntuples(result), count);
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "%s: %d job ids returned for %zu rows",
+                         enqueue_context(context, sizeof(context), first->queue),
+                         PQntuples(result), count);
         goto cleanup;
     }
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; job_ids != NULL && i < count; i++)
         job_ids[i] = strtoll(PQgetvalue(result, (int)i, 0), NULL, 10);
     rc = 0;
 
@@ -286,7 +298,7 @@ outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, size_t 
 {
     size_t start = 0;
 
-    if (conn == NULL || (count > 0 && (messages == NULL || job_ids == NULL)))
+    if (conn == NULL || (count > 0 && messages == NULL))
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "enqueue needs a queue and a payload");
     for (size_t i = 0; i < count; i++) {
         if (messages[i].queue == NULL || messages[i].payload_json == NULL)
@@ -294,14 +306,15 @@ outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, size_t 
                                     "enqueue needs a queue and a payload (message %zu has none)",
                                     i);
     }
-    if (check_producer_transaction(conn, err) != 0)
+    if (require_transaction(conn, "enqueue", err) != 0)
         return -1;
     while (start < count) {
         size_t end = start + 1;
 
         while (end < count && same_batch(&messages[start], &messages[end]))
             end++;
-        if (enqueue_group(conn, messages + start, end - start, job_ids + start, err) != 0)
+        if (enqueue_group(conn, messages + start, end - start,
+                          job_ids != NULL ? job_ids + start : NULL, err) != 0)
             return -1;
         start = end;
     }

@@ -2,7 +2,8 @@
 # test_library.sh - liboutbox as an application links it: a program that calls only
 # outbox_enqueue() builds against the installed tree with `pkg-config outbox`, dynamically
 # and with --static, needs neither librabbitmq, hiredis nor libuuid, and commits its row;
-# liboutbox.so.0 carries its soname and exports exactly the functions outbox.h declares.
+# liboutbox.so.0 carries its soname and exports exactly the functions outbox.h declares,
+# and liboutbox.a defines no other global name (a program with its own buffer_clear() links).
 . "$(dirname "$0")/lib.sh"
 
 PREFIX=$SCRATCH/prefix
@@ -83,6 +84,59 @@ cc -std=c11 -Wall -Werror ${SAN:-} -o "$SCRATCH/enqueue-static" "$program" $(pkg
     fail "a program calling outbox_enqueue() does not link liboutbox.a statically"
 pass "a program calling outbox_enqueue() builds with pkg-config, shared and static"
 
+# liboutbox.a, like the .so, defines no global name but those of outbox.h: an application
+# with its own buffer_clear() or parse_integer() links it statically.
+stray=$(nm -g --defined-only "$libdir/liboutbox.a" | awk 'NF == 3 { print $3 }' | grep -v '^outbox_' | sort -u || true)
+[ -z "$stray" ] || fail "liboutbox.a defines $(echo "$stray" | wc -l) global names beyond outbox_*: $(echo $stray | cut -c1-300)"
+own=$SCRATCH/own_names.c
+cat >"$own" <<'EOF'
+#include <stdio.h>
+#include <outbox.h>
+
+/* the application's own helpers, named as the library's internal ones are */
+int buffer_clear(int value);
+int parse_integer(const char *text);
+
+int
+buffer_clear(int value)
+{
+    return value + 1;
+}
+
+int
+parse_integer(const char *text)
+{
+    return text[0] == '7' ? 7 : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct outbox_message message = {.queue = "own_names", .payload_json = "{}"};
+    struct outbox_error err;
+    PGconn *conn;
+
+    if (argc != 2)
+        return 2;
+    conn = PQconnectdb(argv[1]);
+    PQclear(PQexec(conn, "BEGIN"));
+    if (outbox_enqueue(conn, &message, NULL, &err) != 0) {
+        fprintf(stderr, "enqueue failed: %s\n", err.message);
+        return 4;
+    }
+    PQclear(PQexec(conn, "COMMIT"));
+    PQfinish(conn);
+    printf("%d %d\n", buffer_clear(1), parse_integer("7"));
+    return 0;
+}
+EOF
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror -o "$SCRATCH/own-names" "$own" $(pkg-config --cflags outbox) \
+    -L"$libdir" -Wl,-Bstatic -loutbox -Wl,-Bdynamic $(pkg-config --libs libpq) \
+    $(sed -n 's/^Libs.private: //p' "$libdir/pkgconfig/outbox.pc") 2>"$SCRATCH/own-names.log" ||
+    fail "a program with its own buffer_clear() does not link liboutbox.a: $(grep -m1 -E 'multiple|error' "$SCRATCH/own-names.log")"
+pass "liboutbox.a defines only outbox_* names: a program with its own buffer_clear() links it"
+
 # Each binary's needs, as the loader resolves them, name no broker client.
 dynamic=$(LD_LIBRARY_PATH=$libdir ldd "$SCRATCH/enqueue")
 echo "$dynamic" | grep -q "liboutbox.so.0 => $libdir/liboutbox.so.0" ||
@@ -104,3 +158,7 @@ count=$(psql -X -At "$url" -c "SELECT count(*) FROM outbox.job
     WHERE queue = 'library' AND job_id IN ($job_id, $static_id) AND payload = '{\"linked\": true}'")
 [ "$count" = 2 ] || fail "outbox.job holds $count of the two enqueued rows"
 pass "both programs commit their row to outbox.job"
+[ "$("$SCRATCH/own-names" "$url")" = "2 7" ] || fail "the program with its own buffer_clear() failed"
+[ "$(psql -X -At "$url" -c "SELECT count(*) FROM outbox.job WHERE queue = 'own_names'")" = 1 ] ||
+    fail "the program with its own buffer_clear() did not commit its row"
+pass "the program with its own buffer_clear() and parse_integer() runs them and enqueues"
