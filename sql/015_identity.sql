@@ -30,9 +30,13 @@
 -- get two epochs (their timelines differ); a new cluster adds 1. Epochs only
 -- grow: the keyed inbox orders (epoch, job_id).
 --
+-- Stream cursors record the epoch of their place (below): a relay rebases a
+-- partition whose cursor belongs to another history.
+--
 -- Locks: a new table and functions; outbox.inbox_key gains two columns with
 -- constant defaults (catalog only) and a new primary key (an index build on
--- the consumers' table, ACCESS EXCLUSIVE for that time).
+-- the consumers' table, ACCESS EXCLUSIVE for that time); outbox.stream_cursor
+-- (one row per partition) gains a column, filled by an UPDATE of its rows.
 
 CREATE TABLE outbox.identity (
     only_row          boolean PRIMARY KEY DEFAULT true,

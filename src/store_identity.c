@@ -11,7 +11,8 @@
 
 #include "error.h"
 
-static const char SQL_OBSERVE[] = "SELECT database_id, id_form, epoch FROM outbox.identity_observe()";
+static const char SQL_OBSERVE[] =
+    "SELECT database_id, id_form, epoch FROM outbox.identity_observe()";
 
 int
 store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_error *err)

@@ -168,8 +168,8 @@ int stream_store_surplus(stream_store *s, const struct stream_partition *held, s
  * since, a promoted standby), p's cursor, history epoch and ahead flag are
  * read again from the database.
  */
-int stream_store_renew(stream_store *s, struct stream_partition *p, double lease_seconds, bool reload,
-                       bool *held, struct outbox_error *err);
+int stream_store_renew(stream_store *s, struct stream_partition *p, double lease_seconds,
+                       bool reload, bool *held, struct outbox_error *err);
 
 /*
  * Rebases partition p onto history epoch (outbox.stream_rebase in

@@ -155,7 +155,8 @@ header_is_ours(const struct json_member *member)
     static const char *const ours[] = {SINK_AMQP_ATTEMPT_HEADER, SINK_AMQP_JOB_ID_HEADER};
 
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
-        if (member->key_len == strlen(ours[i]) && memcmp(member->key, ours[i], member->key_len) == 0)
+        if (member->key_len == strlen(ours[i]) &&
+            memcmp(member->key, ours[i], member->key_len) == 0)
             return true;
     return false;
 }

@@ -14,8 +14,9 @@
  * the rows over the partitions), value = the payload, timestamp = created_at,
  * headers = the row's headers (traceparent and tracestate among them when
  * present) plus message-id (the message id, what consumers dedupe on:
- * sink.h), outbox-job-id (the row's job id), outbox-queue and outbox-attempt. Keys are hashed with murmur2 as the Java
- * clients do, so one key lands in the same partition whatever produced it;
+ * sink.h), outbox-job-id (the row's job id), outbox-queue and
+ * outbox-attempt. Keys are hashed with murmur2 as the Java clients do, so
+ * one key lands in the same partition whatever produced it;
  * the relay sends the rows of one key one at a time, so they land in order.
  *
  * The producer is idempotent with acks=all: librdkafka's own retries never

@@ -133,8 +133,14 @@ test_record_fields_and_rollback(void **state)
     assert_string_equal(keyed->traceparent,
                         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
     assert_true(keyed->timestamp_ms >= created_ms - 1 && keyed->timestamp_ms <= created_ms + 1);
-    /* trace-id, traceparent, message-id, outbox-queue, outbox-attempt */
-    assert_int_equal(keyed->header_count, 5);
+    /* trace-id, traceparent, message-id, outbox-job-id, outbox-queue, outbox-attempt */
+    assert_int_equal(keyed->header_count, 6);
+    {
+        char expected[96];
+
+        harness_message_id(f->conn, id, 0, expected, sizeof(expected));
+        assert_string_equal(keyed->message_id, expected);
+    }
     assert_int_equal(other->job_id, keyless);
     assert_null(other->key);
     kafka_consumer_topic_clear(&read);
@@ -144,6 +150,36 @@ test_record_fields_and_rollback(void **state)
 }
 
 /* The rows of one ordering key land in one partition, in job order; routing keys pick the topic. */
+/*
+ * A replay is a message of its own, on Kafka as on every broker: its
+ * message-id is the row's with ".r1" after it, so a consumer deduplicating
+ * on message-id (or outbox.inbox_accept) applies it once more.
+ */
+static void
+test_replay_has_a_message_id_of_its_own(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--topic-prefix", f->prefix, NULL};
+    const char *topic = create_topic(f, "orders", 1, NULL);
+    struct kafka_consumer_topic read;
+    char first[96], replay[96];
+    long long id;
+
+    id = harness_query_ll(f->conn, "SELECT outbox.enqueue('orders', '{\"order\": 1}')");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL,"
+                          " replays = replays + 1");
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    read_topic(f, topic, &read);
+    assert_int_equal(read.count, 2);
+    harness_message_id(f->conn, id, 0, first, sizeof(first));
+    harness_message_id(f->conn, id, 1, replay, sizeof(replay));
+    assert_string_equal(read.records[0].message_id, first);
+    assert_string_equal(read.records[1].message_id, replay);
+    assert_int_equal(read.records[1].job_id, id);
+    kafka_consumer_topic_clear(&read);
+}
+
 static void
 test_per_key_order_and_routing(void **state)
 {
@@ -519,6 +555,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_record_fields_and_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replay_has_a_message_id_of_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_key_order_and_routing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_topic_fails_only_its_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_row_dead_among_200, setup, teardown),
