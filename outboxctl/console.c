@@ -200,7 +200,9 @@ console_answer(struct console *console, struct console_request *request, struct 
     else if (request->refused == 413)
         console_respond_text(&response, 413, "request too large");
     else if (request->refused != 0)
-        console_respond_text(&response, request->refused, "malformed request");
+        console_respond_text(&response, request->refused,
+                             request->refused_reason ? request->refused_reason
+                                                     : "malformed request");
     else
         route(console, request, &response);
     if (response.body.failed || response.headers.failed) {

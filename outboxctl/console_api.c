@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "console_api.h"
 #include "error.h"
 #include "store_admin.h"
 #include "store_console.h"
+
+#define API_FIELDS_MAX 8 /* the fields an action may carry; any other is refused */
 
 /* The fields an action may carry; each has_* says whether the body gave it. */
 struct api_body {
@@ -357,11 +360,30 @@ read_member(struct reader *r, const char *key, struct api_body *body)
     return -1;
 }
 
-/* Parses the request body as one JSON object of known fields; -1 with r->reason. */
+/* Notes key among the seen ones; -1 with r->reason when the object gave it already. */
+static int
+key_seen(struct reader *r, char seen[][64], size_t *count, const char *key)
+{
+    for (size_t i = 0; i < *count; i++) {
+        if (strcmp(seen[i], key) == 0) {
+            snprintf(r->reason, sizeof(r->reason), "duplicate field '%.60s'", key);
+            return -1;
+        }
+    }
+    if (*count < API_FIELDS_MAX)
+        snprintf(seen[(*count)++], sizeof(seen[0]), "%s", key);
+    return 0;
+}
+
+/*
+ * Parses the request body as one JSON object of known fields, each at most
+ * once (a repeated one is refused, not read last-one-wins); -1 with r->reason.
+ */
 static int
 parse_body(const struct console_request *request, struct api_body *body, struct reader *r)
 {
-    char key[64];
+    char key[64], seen[API_FIELDS_MAX][64];
+    size_t seen_count = 0;
 
     r->p = request->body;
     r->end = request->body + request->body_len;
@@ -378,6 +400,8 @@ parse_body(const struct console_request *request, struct api_body *body, struct 
             skip_space(r);
             if (read_string(r, key, sizeof(key)) < 0)
                 return reader_fail(r, "bad key in the json object");
+            if (key_seen(r, seen, &seen_count, key) < 0)
+                return -1;
             skip_space(r);
             if (r->p >= r->end || *r->p++ != ':')
                 return reader_fail(r, "expected ':' in the json object");
@@ -554,14 +578,28 @@ overview_json(struct buffer *out, const struct store_console_overview *overview,
     buffer_puts(out, "}");
 }
 
+/* What each endpoint of the overview reads: only what it shows. */
+static unsigned
+overview_parts(const char *only)
+{
+    if (strcmp(only, "queues") == 0)
+        return STORE_CONSOLE_QUEUES;
+    if (strcmp(only, "blocked") == 0)
+        return STORE_CONSOLE_BLOCKED;
+    if (strcmp(only, "paused") == 0)
+        return STORE_CONSOLE_PAUSED;
+    if (strcmp(only, "relays") == 0)
+        return STORE_CONSOLE_RELAYS;
+    return STORE_CONSOLE_EVERYTHING;
+}
+
 static void
-api_overview(PGconn *conn, const char *only,
-             struct console_response *response)
+api_overview(PGconn *conn, const char *only, struct console_response *response)
 {
     struct store_console_overview overview;
     struct outbox_error err;
 
-    if (store_console_overview(conn, &overview, &err) < 0)
+    if (store_console_overview(conn, overview_parts(only), &overview, &err) < 0)
         return respond_store_error(response, &err);
     overview_json(&response->body, &overview, only);
     store_console_overview_clear(&overview);
@@ -886,6 +924,15 @@ api_post(PGconn *conn, const struct console_request *request,
     free(body.job_ids);
 }
 
+/* True when a Content-Type names JSON: application/json in any case, parameters after ';'. */
+static bool
+is_json(const char *content_type)
+{
+    if (content_type == NULL || strncasecmp(content_type, "application/json", 16) != 0)
+        return false;
+    return strchr(" \t;", content_type[16]) != NULL; /* also the end: strchr finds the NUL */
+}
+
 static bool
 is_get_endpoint(const char *path)
 {
@@ -909,9 +956,8 @@ console_api(struct console *console, const struct console_request *request, cons
         return respond_error(response, 404, "no such endpoint");
     if (!post && strcmp(path, "session") == 0)
         return api_session(console, request, response);
-    if (post && request->content_type != NULL &&
-        strncmp(request->content_type, "application/json", 16) != 0)
-        return respond_error(response, 400, "the body must be application/json");
+    if (post && !is_json(request->content_type))
+        return respond_error(response, 400, "the body must be Content-Type: application/json");
     if ((conn = console_database(console)) == NULL)
         return respond_error(response, 503, console_database_error());
     if (post)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 
@@ -54,16 +55,35 @@ console_auth_random_hex(char *out, size_t size)
     return 0;
 }
 
+/* True when token holds only visible ASCII characters: no spaces, no control characters. */
+static bool
+token_is_visible(const char *token)
+{
+    for (const unsigned char *p = (const unsigned char *)token; *p != '\0'; p++)
+        if (*p <= ' ' || *p >= 0x7f)
+            return false;
+    return true;
+}
+
 int
 console_auth_load(struct console *console, const char *path)
 {
     char line[TOKEN_MAX_LENGTH + 2];
     FILE *file = fopen(path, "r");
+    struct stat st;
     size_t length;
 
-    if (file == NULL) {
+    if (file == NULL || fstat(fileno(file), &st) != 0) {
         fprintf(stderr, "outboxctl: unable to read --auth-token-file '%s': %s\n", path,
                 strerror(errno));
+        if (file != NULL)
+            fclose(file);
+        return -1;
+    }
+    if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) { /* as ssh refuses a private key */
+        fclose(file);
+        fprintf(stderr, "outboxctl: --auth-token-file '%s' is open to group or others "
+                        "(mode %04o): chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
         return -1;
     }
     if (fgets(line, sizeof(line), file) == NULL)
@@ -73,9 +93,10 @@ console_auth_load(struct console *console, const char *path)
     while (length > 0 && (line[length - 1] == ' ' || line[length - 1] == '\t'))
         length--;
     line[length] = '\0';
-    if (length < TOKEN_MIN_LENGTH || length > TOKEN_MAX_LENGTH) {
+    if (length < TOKEN_MIN_LENGTH || length > TOKEN_MAX_LENGTH || !token_is_visible(line)) {
         fprintf(stderr, "outboxctl: --auth-token-file '%s': the token (its first line) must "
-                        "be %d to %d characters\n", path, TOKEN_MIN_LENGTH, TOKEN_MAX_LENGTH);
+                        "be %d to %d printable characters without spaces\n", path,
+                TOKEN_MIN_LENGTH, TOKEN_MAX_LENGTH);
         return -1;
     }
     console->token = strdup(line);

@@ -10,7 +10,11 @@
 
 #include "console_request.h"
 
-/* Reads the token file (first line, at least 16 characters); 0 or -1 after a message. */
+/*
+ * Reads the token file: its first line, 16 to 4096 visible ASCII characters
+ * (trailing blanks cut), in a file group and others cannot open. 0, or -1
+ * after a message.
+ */
 int console_auth_load(struct console *console, const char *path);
 
 /* Fills request->identity, ->session and ->who from its headers. */
@@ -19,7 +23,7 @@ void console_auth_identify(struct console *console, struct console_request *requ
 /* True when the CSRF token of request (header, or csrf form field) matches its session. */
 bool console_auth_csrf_ok(const struct console_request *request, const char *form_csrf);
 
-/* Checks a submitted token and opens a session, copied into *opened; false when it does not match. */
+/* Checks a submitted token and opens a session, copied into *opened; false on a mismatch. */
 bool console_auth_login(struct console *console, const char *token, struct console_session *opened);
 
 /* Forgets the session of request. */

@@ -440,7 +440,7 @@ overview_page(struct console *console, PGconn *conn, const struct console_reques
     struct outbox_error err;
     struct buffer *out = &response->body;
 
-    if (store_console_overview(conn, &overview, &err) < 0) {
+    if (store_console_overview(conn, STORE_CONSOLE_EVERYTHING, &overview, &err) < 0) {
         console_database_failed(&err);
         return database_banner(console, request, response, "Overview", "/", err.message);
     }
@@ -673,7 +673,8 @@ keys_page(struct console *console, PGconn *conn, const struct console_request *r
     struct buffer *out = &response->body;
     bool allowed = console->allow_actions;
 
-    if (store_console_overview(conn, &overview, &err) < 0) {
+    if (store_console_overview(conn, STORE_CONSOLE_BLOCKED | STORE_CONSOLE_PAUSED, &overview,
+                               &err) < 0) {
         console_database_failed(&err);
         return database_banner(console, request, response, "Keys and pauses", "/keys",
                                err.message);

@@ -4,9 +4,10 @@
  * query and form parameters, and plain-text answers.
  *
  * Rules: calls no other console file; a lost connection is remembered with
- * its reason and reported once on stderr. libpq connections are not shared
+ * its reason, which is logged once on stderr whichever worker meets it. libpq connections are not shared
  * between threads: each worker holds its own, in thread-local storage.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,23 @@
 static _Thread_local PGconn *thread_conn;
 static _Thread_local char thread_db_error[OUTBOX_ERROR_MESSAGE_MAX];
 
+/* The database problem last logged by any worker ("" when none): each is logged once. */
+static pthread_mutex_t reported_lock = PTHREAD_MUTEX_INITIALIZER;
+static char reported[OUTBOX_ERROR_MESSAGE_MAX];
+
+/* Logs message unless it is the problem logged last; NULL: the database is back. */
+static void
+report(const char *message)
+{
+    pthread_mutex_lock(&reported_lock);
+    if (message == NULL && reported[0] != '\0')
+        fprintf(stderr, "outboxctl serve: database connection back\n");
+    else if (message != NULL && strcmp(reported, message) != 0)
+        fprintf(stderr, "outboxctl serve: %s\n", message);
+    snprintf(reported, sizeof(reported), "%s", message ? message : "");
+    pthread_mutex_unlock(&reported_lock);
+}
+
 static void
 ignore_notice(void *arg, const char *message)
 {
@@ -34,12 +52,16 @@ console_database(struct console *console)
     /*
      * No parallel workers: the console's queries read indexes of the backlog, where
      * workers cost a loaded server more than they save, and its one backend then
-     * holds all the CPU time a page costs (what make bench measures).
+     * holds all the CPU time a page costs (what make bench measures). No JIT: the
+     * planner's cost of the queue statistics, a join of a dozen small aggregates,
+     * passes jit_above_cost at 1 000 queues, and compiling it cost 11-15 s where
+     * running it costs milliseconds.
      */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "options", "dbname", NULL};
     const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
-                            "-c max_parallel_workers_per_gather=0", console->database_url, NULL};
+                            "-c max_parallel_workers_per_gather=0 -c jit=off",
+                            console->database_url, NULL};
     struct outbox_error err;
 
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK)
@@ -49,14 +71,13 @@ console_database(struct console *console)
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK) {
         PQsetNoticeProcessor(thread_conn, ignore_notice, NULL);
         if (thread_db_error[0] != '\0')
-            fprintf(stderr, "outboxctl serve: database connection back\n");
+            report(NULL);
         thread_db_error[0] = '\0';
         return thread_conn;
     }
     outbox_error_from_connect(&err, thread_conn, console->database_url,
                               "unable to connect to the database");
-    if (strcmp(thread_db_error, err.message) != 0)
-        fprintf(stderr, "outboxctl serve: %s\n", err.message);
+    report(err.message);
     snprintf(thread_db_error, sizeof(thread_db_error), "%s", err.message);
     PQfinish(thread_conn);
     thread_conn = NULL;
@@ -75,7 +96,7 @@ console_database_failed(const struct outbox_error *err)
     if (thread_conn == NULL || PQstatus(thread_conn) == CONNECTION_OK)
         return;
     snprintf(thread_db_error, sizeof(thread_db_error), "%s", err->message);
-    fprintf(stderr, "outboxctl serve: %s\n", err->message);
+    report(err->message);
     PQfinish(thread_conn);
     thread_conn = NULL;
 }

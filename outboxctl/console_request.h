@@ -76,6 +76,7 @@ enum console_identity {
 
 struct console_request {
     int refused;       /* the server could not read a request: 400, 408 or 413; else 0 */
+    const char *refused_reason; /* why a 400, when the server knows; else NULL */
     char method[8];
     char path[512];    /* without the query, not decoded */
     char query[2048];  /* after '?', not decoded; "" when none */

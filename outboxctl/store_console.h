@@ -43,8 +43,19 @@ struct store_console_overview {
     size_t relay_count;
 };
 
-/* Fills overview (see the header comment for what is exact). */
-int store_console_overview(PGconn *conn, struct store_console_overview *overview,
+/* What store_console_overview() reads, or-ed together: each page asks for what it shows. */
+#define STORE_CONSOLE_QUEUES 1u  /* the counts per queue (with their blocked and paused marks) */
+#define STORE_CONSOLE_BLOCKED 2u /* blocked keys */
+#define STORE_CONSOLE_PAUSED 4u  /* pauses */
+#define STORE_CONSOLE_RELAYS 8u  /* relays holding leases */
+#define STORE_CONSOLE_TABLE 16u  /* schema version, table figures, the vacuum horizon */
+#define STORE_CONSOLE_EVERYTHING 31u
+
+/*
+ * Fills the parts of overview that parts names, the others left empty
+ * (see the header comment for what is exact).
+ */
+int store_console_overview(PGconn *conn, unsigned parts, struct store_console_overview *overview,
                            struct outbox_error *err);
 void store_console_overview_clear(struct store_console_overview *overview);
 

@@ -68,6 +68,7 @@ struct stream_worker {
     double lease_seconds;
     char *queues; /* --queues as a text[] literal; NULL: every stream */
     double next_renew, next_report, next_cleanup;
+    bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
     unsigned int seed;
     struct sink_message *messages;
     char (*places)[STREAM_PLACE_SIZE]; /* each message's place_at */
@@ -110,8 +111,9 @@ runner_sleep_ms(struct stream_worker *sr, int ms)
 /*
  * Drops the database connection after a failure. The partitions stay held
  * in memory: after the reconnect their leases are renewed first (fenced, so
- * one that expired meanwhile is dropped), and publishing goes on from the
- * cursors without waiting out a lease.
+ * one that expired meanwhile is dropped) and their cursors read again (the
+ * database may be a promoted standby by then, behind what this thread
+ * published), and publishing goes on from them without waiting out a lease.
  */
 static void
 store_lost(struct stream_worker *sr, const struct outbox_error *err)
@@ -159,6 +161,7 @@ stream_connect_ends(struct stream_worker *sr)
             return false;
         }
         sr->next_renew = 0;
+        sr->reload_cursors = true;
     }
     /* no broker connection while there is nothing to publish */
     if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && sink_connect(sr->sink, &err) != 0) {
@@ -209,8 +212,48 @@ give_back_surplus(struct stream_worker *sr, struct outbox_error *err)
 }
 
 /*
- * Says this relay is there, renews every held lease, forgets lost ones,
- * gives back a surplus, then takes free partitions up to the fair share.
+ * Brings held partition index onto the connection's history: a cursor of
+ * another epoch, or ahead of the transaction ids, is rebased (rows that may
+ * be unpublished go out again, none is lost). Drops the partition when its
+ * lease was lost, or when its cursor is of a later history than the
+ * database's (logged: its rows wait, counted by stream list). -1 only for a
+ * failed database call.
+ */
+static int
+settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox_error *err)
+{
+    struct stream_partition *p = &sr->owned[index].p;
+    int32_t was = p->history_epoch;
+    bool held = false;
+
+    *kept = true;
+    if (p->history_epoch == sr->identity.epoch && !p->ahead)
+        return 0;
+    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, err) != 0) {
+        if (err->code != OUTBOX_ERR_STATE)
+            return -1;
+        log_event(OUTBOX_LOG_ERROR, "stream partition not published", "thread=stream error=\"%s\"",
+                  err->message);
+        if (stream_store_release(sr->store, p, err) != 0)
+            return -1;
+        held = false;
+    } else if (held) {
+        log_event(OUTBOX_LOG_WARN, "stream partition rebased onto a new database history",
+                  "thread=stream queue=%s partition=%d epoch=%d->%d", p->queue, p->partition,
+                  (int)was, (int)p->history_epoch);
+    }
+    if (!held) {
+        drop_owned(sr, index, "stream partition dropped");
+        *kept = false;
+    }
+    return 0;
+}
+
+/*
+ * Says this relay is there, renews every held lease (reading the cursors
+ * again after a reconnect), forgets lost ones, gives back a surplus, then
+ * takes free partitions up to the fair share; every partition kept is on
+ * the connection's history before it is read.
  */
 static int
 leases_turn(struct stream_worker *sr, struct outbox_error *err)
@@ -223,13 +266,18 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
     for (size_t i = 0; i < sr->owned_count;) {
         bool held = false;
 
-        if (stream_store_renew(sr->store, &sr->owned[i].p, sr->lease_seconds, &held, err) != 0)
+        if (stream_store_renew(sr->store, &sr->owned[i].p, sr->lease_seconds, sr->reload_cursors,
+                               &held, err) != 0)
             return -1;
-        if (held)
-            i++;
-        else
+        if (!held) {
             drop_owned(sr, i, "stream partition lease lost");
+            continue;
+        }
+        if (settle_history(sr, i, &held, err) != 0)
+            return -1;
+        i += held;
     }
+    sr->reload_cursors = false;
     if (give_back_surplus(sr, err) != 0)
         return -1;
     if (stream_store_acquire(sr->store, sr->queues, sr->runner->worker_count, sr->index,
@@ -237,6 +285,8 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
                              &count, err) != 0)
         return -1;
     for (size_t i = 0; i < count; i++) {
+        bool kept;
+
         sr->owned[sr->owned_count].p = taken[i];
         sr->owned[sr->owned_count].wait_until = 0;
         sr->owned_count++;
@@ -244,6 +294,8 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
                   "thread=stream queue=%s partition=%d generation=%lld cursor=%s/%lld",
                   taken[i].queue, taken[i].partition, (long long)taken[i].generation,
                   taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
+        if (settle_history(sr, sr->owned_count - 1, &kept, err) != 0)
+            return -1;
     }
     sr->next_renew = clock_monotonic_seconds() + sr->lease_seconds / STREAM_RENEW_FRACTION;
     return 0;

@@ -202,3 +202,92 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ---- stream cursors know their history -------------------------------------
+
+-- The history epoch a cursor's place belongs to. xid8 values compare only
+-- along one history of one cluster: after a restore into another cluster
+-- (transaction ids start again low) or a standby's promotion, a place of the
+-- old history says nothing about rows of the new one. A relay that finds a
+-- cursor of another epoch than its connection's, or a cursor ahead of the
+-- transaction ids handed out now, rebases the partition
+-- (outbox.stream_rebase) before it reads.
+CREATE FUNCTION outbox.identity_epoch() RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.epoch FROM outbox.identity AS i
+$$;
+
+ALTER TABLE outbox.stream_cursor ADD COLUMN history_epoch integer;
+UPDATE outbox.stream_cursor SET history_epoch = outbox.identity_epoch();
+ALTER TABLE outbox.stream_cursor ALTER COLUMN history_epoch SET DEFAULT outbox.identity_epoch();
+ALTER TABLE outbox.stream_cursor ALTER COLUMN history_epoch SET NOT NULL;
+
+COMMENT ON COLUMN outbox.stream_cursor.history_epoch IS
+    'the history (outbox.identity.epoch) the cursor''s place belongs to';
+
+-- Rebases a partition the caller holds (owner, generation, live lease) onto
+-- history epoch new_epoch, when its cursor belongs to another one or is
+-- ahead of the transaction ids handed out now. Nothing is lost, at the
+-- price of publishing again rows that may have been published:
+--   * rows certainly published (at or before the cursor, with a job id not
+--     above the cursor's: every row committed in the new history has a
+--     higher job id than every row it inherited, since the sequence moved
+--     before them) get xid 1;
+--   * every other row of the partition - waiting in the old history, or
+--     committed in the new one, whatever its xid - gets xid 2, so they go
+--     out in job id order, the inherited ones first;
+--   * the cursor becomes (1, the highest job id): behind every row of xid 2
+--     and every xid the new history hands out (3 and above).
+-- Returns the new cursor, no row when the lease is not held. A cursor of a
+-- later epoch than new_epoch is refused (SQLSTATE 55000): the identity was
+-- set back by hand or restored apart from the cursors, and which rows were
+-- published cannot be told.
+CREATE FUNCTION outbox.stream_rebase(owner text, queue text, stream_partition integer,
+                                     generation bigint, new_epoch integer)
+RETURNS TABLE (cursor_xid text, cursor_job_id bigint, history_epoch integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT s.cursor_xid, s.cursor_job_id, s.history_epoch INTO c
+      FROM outbox.stream_cursor AS s
+     WHERE s.queue = stream_rebase.queue AND s.partition = stream_rebase.stream_partition
+       AND s.owner = stream_rebase.owner AND s.generation = stream_rebase.generation
+       AND s.lease_until > clock_timestamp()
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF c.history_epoch > new_epoch THEN
+        RAISE EXCEPTION 'outbox stream cursor of queue % partition % belongs to history epoch %, after this database''s %: which rows were published cannot be told',
+                        to_json(stream_rebase.queue)::text, stream_rebase.stream_partition,
+                        c.history_epoch, new_epoch
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'restore outbox.identity with the cursors, or set the cursors'' history_epoch to the identity''s epoch to publish every row again';
+    END IF;
+    IF c.history_epoch = new_epoch
+       AND c.cursor_xid < pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()) THEN
+        RETURN QUERY SELECT c.cursor_xid::text, c.cursor_job_id, c.history_epoch;
+        RETURN;
+    END IF;
+    UPDATE outbox.job AS j SET xid = '1'
+     WHERE j.state = 'stream' AND j.queue = stream_rebase.queue
+       AND j.stream_partition = stream_rebase.stream_partition
+       AND j.xid <> '1' AND (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id)
+       AND j.job_id <= c.cursor_job_id;
+    UPDATE outbox.job AS j SET xid = '2'
+     WHERE j.state = 'stream' AND j.queue = stream_rebase.queue
+       AND j.stream_partition = stream_rebase.stream_partition
+       AND j.xid > '2';
+    RETURN QUERY
+    UPDATE outbox.stream_cursor AS s
+       SET cursor_xid = '1', cursor_job_id = 9223372036854775807, history_epoch = new_epoch,
+           advanced_at = now()
+     WHERE s.queue = stream_rebase.queue AND s.partition = stream_rebase.stream_partition
+    RETURNING s.cursor_xid::text, s.cursor_job_id, s.history_epoch;
+END
+$$;

@@ -132,8 +132,9 @@ int outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, siz
 /* ---- consumer side ------------------------------------------------------ */
 
 /*
- * The inbox: records that consumer took message_id (e.g. the AMQP
- * message_id or the Redis job_id) through outbox.inbox_accept() on the
+ * The inbox: records that consumer took message_id (the relay's message id,
+ * "<database_id>:<epoch>:<job_id>": the AMQP message_id, the Redis entry's
+ * message_id, Nats-Msg-Id, Kafka's message-id) through outbox.inbox_accept() on the
  * caller's connection, which must be inside an open transaction. Stores true
  * in *accepted the first time, false when this consumer accepted the id
  * before: the consumer then skips its work. Commit the consumer's own writes
@@ -145,12 +146,14 @@ int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_
 
 /*
  * The inbox in key order, through outbox.inbox_accept(consumer, message_id,
- * ordering_key): message_id is the job id (the AMQP message_id, the Redis
- * job_id) and job ids rise within an ordering key, so *accepted is true only
- * when message_id is above the last job id this consumer accepted for
- * ordering_key. False for a repeat, and for a message older than one already
- * applied (a relay that lost its lease can publish a stale row after later
- * rows of its key). A message_id that is not a job id fails with
+ * ordering_key): message_id is the relay's message id ("<database_id>:
+ * <epoch>:<job_id>", or a bare job id of the earlier form), and within one
+ * database (epoch, job id) rises along an ordering key, so *accepted is true
+ * only when it is above the last one this consumer accepted for that key of
+ * that database. False for a repeat, and for a message older than one
+ * already applied (a relay that lost its lease can publish a stale row after
+ * later rows of its key). A replay (".r<n>" after the id) is accepted once by
+ * its id, whatever the key's order. A message_id of no such form fails with
  * OUTBOX_ERR_INVALID. ordering_key NULL is outbox_inbox_accept(). Same
  * transaction rules as outbox_inbox_accept().
  */

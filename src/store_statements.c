@@ -7,7 +7,8 @@
  * privilege audit walks. A new statement names its needs in its row: the
  * tables it reads or writes, the functions it calls, and
  * outbox.headers_are_strings() when it updates outbox.job (the CHECK
- * constraint calls it on every update).
+ * constraint called it on every update before migration 013, which states
+ * the rule in the constraint itself; older schemas still call it).
  *
  * Each statement runs alone in autocommit, so every claim, extend,
  * complete, fail, release, reap and cleanup batch is its own short READ
@@ -292,7 +293,7 @@ static const char SQL_TABLE_SAMPLE[] =
 #define DELETES(table) {STORE_NEED_TABLE, "outbox", table, "DELETE"}
 #define CALLS(schema, name, arguments) {STORE_NEED_FUNCTION, schema, name, arguments}
 
-/* The CHECK constraint on headers runs on every update of outbox.job. */
+/* The CHECK constraint on headers, before migration 013, ran it on every update of outbox.job. */
 #define HEADERS_CHECK CALLS("outbox", "headers_are_strings", "jsonb")
 #define MAKE_INTERVAL                                                                              \
     CALLS("pg_catalog", "make_interval",                                                           \

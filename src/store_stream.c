@@ -11,6 +11,7 @@
 #include "buffer.h"
 #include "error.h"
 #include "store_row.h"
+#include "store_admin_lock.h"
 #include "store_stream.h"
 
 struct stream_store {
@@ -32,6 +33,7 @@ enum stream_statement {
     SSTMT_LEAVE,
     SSTMT_SURPLUS,
     SSTMT_KEY_CLEANUP,
+    SSTMT_REBASE,
     SSTMT_COUNT,
 };
 
@@ -80,7 +82,8 @@ static const char SQL_ACQUIRE[] =
     "   AND (c.lease_until IS NULL OR c.lease_until <= clock_timestamp())"
     " RETURNING c.queue, c.partition, c.generation, c.cursor_xid::text, c.cursor_job_id,"
     "   (SELECT (extract(epoch FROM s.created_at) * 1000000)::bigint FROM outbox.stream AS s"
-    "    WHERE s.queue = c.queue) || ':' || c.partition";
+    "    WHERE s.queue = c.queue) || ':' || c.partition,"
+    "   c.history_epoch, c.cursor_xid >= pg_snapshot_xmax(pg_current_snapshot())";
 
 /*
  * The partitions this owner holds over its fair share that another member
@@ -115,9 +118,15 @@ static const char SQL_MEMBER[] =
 
 static const char SQL_LEAVE[] = "DELETE FROM outbox.stream_member WHERE owner = $1";
 
-static const char SQL_RENEW[] = "UPDATE outbox.stream_cursor AS c"
-                                " SET lease_until = clock_timestamp() + make_interval(secs => $5)"
-                                CURSOR_FENCE " RETURNING 1";
+static const char SQL_RENEW[] =
+    "UPDATE outbox.stream_cursor AS c"
+    " SET lease_until = clock_timestamp() + make_interval(secs => $5)" CURSOR_FENCE
+    " RETURNING c.cursor_xid::text, c.cursor_job_id, c.history_epoch,"
+    "   c.cursor_xid >= pg_snapshot_xmax(pg_current_snapshot())";
+
+static const char SQL_REBASE[] =
+    "SELECT r.cursor_xid, r.cursor_job_id, r.history_epoch"
+    " FROM outbox.stream_rebase($1, $2, $3, $4, $5) AS r";
 
 static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
                                   " SET owner = NULL, lease_until = NULL" CURSOR_FENCE;
@@ -268,6 +277,7 @@ static const struct {
     [SSTMT_LEAVE] = {"outbox_stream_leave", SQL_LEAVE},
     [SSTMT_SURPLUS] = {"outbox_stream_surplus", SQL_SURPLUS},
     [SSTMT_KEY_CLEANUP] = {"outbox_stream_key_cleanup", SQL_KEY_CLEANUP},
+    [SSTMT_REBASE] = {"outbox_stream_rebase", SQL_REBASE},
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -433,6 +443,8 @@ stream_store_acquire(stream_store *s, const char *queues, int modulus, int resid
         copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, r, 3));
         p->cursor_job_id = strtoll(PQgetvalue(result, r, 4), NULL, 10);
         copy_text(p->order, sizeof(p->order), PQgetvalue(result, r, 5));
+        p->history_epoch = (int32_t)strtol(PQgetvalue(result, r, 6), NULL, 10);
+        p->ahead = strcmp(PQgetvalue(result, r, 7), "t") == 0;
         (*count)++;
     }
     PQclear(result);
@@ -489,8 +501,18 @@ stream_store_surplus(stream_store *s, const struct stream_partition *held, size_
     return 0;
 }
 
+/* Reads a cursor (xid, job id, history epoch[, ahead]) from row 0 of result into p. */
+static void
+cursor_from(const PGresult *result, struct stream_partition *p, bool with_ahead)
+{
+    copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, 0, 0));
+    p->cursor_job_id = strtoll(PQgetvalue(result, 0, 1), NULL, 10);
+    p->history_epoch = (int32_t)strtol(PQgetvalue(result, 0, 2), NULL, 10);
+    p->ahead = with_ahead && strcmp(PQgetvalue(result, 0, 3), "t") == 0;
+}
+
 int
-stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,
+stream_store_renew(stream_store *s, struct stream_partition *p, double lease_seconds, bool reload,
                    bool *held, struct outbox_error *err)
 {
     struct fence_values v;
@@ -505,6 +527,33 @@ stream_store_renew(stream_store *s, const struct stream_partition *p, double lea
     if (result == NULL)
         return -1;
     *held = PQntuples(result) == 1;
+    if (*held && reload)
+        cursor_from(result, p, true);
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, bool *held,
+                    struct outbox_error *err)
+{
+    struct fence_values v;
+    char epoch_text[16];
+    const char *values[5] = {s->owner, p->queue, v.partition, v.generation, epoch_text};
+    PGresult *result;
+
+    fence_values(p, &v);
+    snprintf(epoch_text, sizeof(epoch_text), "%d", (int)epoch);
+    result = run(s, SSTMT_REBASE, 5, values, PGRES_TUPLES_OK,
+                 "unable to rebase a stream partition onto this database's history", err);
+    if (result == NULL) {
+        if (err != NULL && strcmp(err->sqlstate, "55000") == 0)
+            err->code = OUTBOX_ERR_STATE;
+        return -1;
+    }
+    *held = PQntuples(result) == 1;
+    if (*held)
+        cursor_from(result, p, false);
     PQclear(result);
     return 0;
 }
@@ -856,24 +905,27 @@ admin_boolean(PGconn *conn, const char *sql, int nparams, const char *const *val
 }
 
 int
-stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
-                    struct outbox_error *err)
+stream_admin_enable(PGconn *conn, const char *queue, int partitions, int lock_timeout_ms,
+                    bool *changed, struct outbox_error *err)
 {
     char count[16];
     const char *values[2] = {queue, count};
 
     snprintf(count, sizeof(count), "%d", partitions);
-    return admin_boolean(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values, changed,
-                         "unable to make the queue a stream", err);
+    return store_admin_boolean_locked(conn, "SELECT outbox.stream_enable($1, $2::int)", 2, values,
+                                      lock_timeout_ms, changed,
+                                      "unable to make the queue a stream", err);
 }
 
 int
-stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err)
+stream_admin_disable(PGconn *conn, const char *queue, int lock_timeout_ms, bool *changed,
+                     struct outbox_error *err)
 {
     const char *values[1] = {queue};
 
-    return admin_boolean(conn, "SELECT outbox.stream_disable($1)", 1, values, changed,
-                         "unable to make the stream a row-state queue", err);
+    return store_admin_boolean_locked(conn, "SELECT outbox.stream_disable($1)", 1, values,
+                                      lock_timeout_ms, changed,
+                                      "unable to make the stream a row-state queue", err);
 }
 
 int

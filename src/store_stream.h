@@ -56,6 +56,14 @@ struct stream_partition {
     char cursor_xid[STREAM_XID_MAX];
     int64_t cursor_job_id;
     char order[48]; /* "<epoch>:<partition>": names this partition of this stream (sink_message) */
+    /*
+     * The history (outbox.identity.epoch) the cursor's place belongs to, and
+     * whether the cursor is ahead of the transaction ids handed out now:
+     * either way off the connection's history, the partition is rebased
+     * (stream_store_rebase) before it is read.
+     */
+    int32_t history_epoch;
+    bool ahead;
 };
 
 /*
@@ -159,9 +167,25 @@ int stream_store_leave(stream_store *s, struct outbox_error *err);
 int stream_store_surplus(stream_store *s, const struct stream_partition *held, size_t count,
                          bool *give_back, struct outbox_error *err);
 
-/* Extends the lease. *held false: the lease was lost (expired, or another owner). */
-int stream_store_renew(stream_store *s, const struct stream_partition *p, double lease_seconds,
+/*
+ * Extends the lease. *held false: the lease was lost (expired, or another
+ * owner). With reload (a new connection: the database may be another one
+ * since, a promoted standby), p's cursor, history epoch and ahead flag are
+ * read again from the database.
+ */
+int stream_store_renew(stream_store *s, struct stream_partition *p, double lease_seconds, bool reload,
                        bool *held, struct outbox_error *err);
+
+/*
+ * Rebases partition p onto history epoch (outbox.stream_rebase in
+ * sql/015_identity.sql) when its cursor belongs to another history or is
+ * ahead of the transaction ids: rows that may be unpublished go out again in
+ * job id order, none is lost. p's cursor and history epoch are updated;
+ * *held false when the lease was lost. A cursor of a later epoch than the
+ * database's is OUTBOX_ERR_STATE: the partition cannot be published.
+ */
+int stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, bool *held,
+                        struct outbox_error *err);
 
 /* Gives a partition up at once (a stopping relay), when still held. */
 int stream_store_release(stream_store *s, const struct stream_partition *p,
@@ -236,12 +260,20 @@ int stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted,
 /*
  * outbox.stream_enable(): *changed false when queue was a stream of that
  * many partitions already. Another count, a bad name: OUTBOX_ERR_INVALID.
+ * One try: it waits at most lock_timeout_ms for each lock (its trigger
+ * needs SHARE ROW EXCLUSIVE on outbox.job), else fails with nothing changed
+ * and store_lock_timed_out(err) true (see store_admin_lock.h).
  */
-int stream_admin_enable(PGconn *conn, const char *queue, int partitions, bool *changed,
-                        struct outbox_error *err);
+int stream_admin_enable(PGconn *conn, const char *queue, int partitions, int lock_timeout_ms,
+                        bool *changed, struct outbox_error *err);
 
-/* outbox.stream_disable(): *changed false when queue was no stream. */
-int stream_admin_disable(PGconn *conn, const char *queue, bool *changed, struct outbox_error *err);
+/*
+ * outbox.stream_disable(): *changed false when queue was no stream. One
+ * try like stream_admin_enable() (dropping the trigger needs ACCESS
+ * EXCLUSIVE on outbox.job).
+ */
+int stream_admin_disable(PGconn *conn, const char *queue, int lock_timeout_ms, bool *changed,
+                         struct outbox_error *err);
 
 /*
  * *exists: whether a stream queue is among queues (a text[] literal, NULL:

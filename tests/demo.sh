@@ -124,7 +124,7 @@ psql -q "$DB" -c "$REDRIVE"
     --subject-prefix events. --metrics-addr off --log-level warn --once
 "$TOOLS/nats_bench" stream-count --broker "$OUTBOX_TEST_NATS_URL" --stream ORDERS
 echo "re-driving every row as if a relay had died before marking them; JetStream acks each as a"
-echo "duplicate of its Nats-Msg-Id (the job id) and stores nothing twice:"
+echo "duplicate of its Nats-Msg-Id (<database id>:<epoch>:<job id>) and stores nothing twice:"
 psql -q "$DB" -c "$REDRIVE"
 "$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_NATS_URL" \
     --subject-prefix events. --metrics-addr off --log-level info --once 2>&1 |
@@ -139,7 +139,7 @@ if [ -n "$KAFKA" ]; then
     "$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_KAFKA_URL" \
         --topic-prefix events. --metrics-addr off --log-level warn --once
     RECORDS=$("$TOOLS/kafka_throughput" count "$OUTBOX_TEST_KAFKA_URL" events.orders)
-    echo "topic events.orders: $RECORDS for $COMMITTED committed rows, each with its job id in the"
+    echo "topic events.orders: $RECORDS for $COMMITTED committed rows, each with its message id in the"
     echo "message-id header (Kafka is at least once: a relay dying before its mark sends a row again)"
     [ "$RECORDS" = "records=$COMMITTED" ] || {
         echo "MISMATCH between the database and Kafka" >&2

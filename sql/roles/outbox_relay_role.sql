@@ -23,7 +23,9 @@
 --                    ordering_key, state) - not on payloads. No UPDATE, no
 --                    DELETE. Only ready rows: the insert trigger of migration
 --                    003 refuses any other shape (state, worker, lease,
---                    attempts) from a role that does not own outbox.job.
+--                    attempts) from a role that does not own outbox.job, and
+--                    since migration 013 a job_id, created_at or replays of
+--                    the producer's own.
 --   outbox_reader    `outboxctl status`, `outboxctl dead list` and
 --                    `outboxctl paused`: read only.
 --   outbox_consumer  consumers that use the inbox: EXECUTE on
@@ -97,6 +99,10 @@ GRANT USAGE ON SEQUENCE outbox.stream_generation TO outbox_relay;
 -- The last place of each ordering key (migration 014): the relay deletes those below the horizon.
 GRANT SELECT, DELETE ON outbox.stream_key TO outbox_relay;
 GRANT SELECT ON outbox.stream_key TO outbox_reader;
+-- The database's identity (migration 015): the relay moves its history epoch
+-- through outbox.identity_observe() (SECURITY DEFINER), status shows it;
+-- outbox.identity_set() stays the owner's.
+GRANT SELECT ON outbox.identity TO outbox_relay, outbox_reader;
 
 -- Consumers' inbox (migration 005).
 REVOKE ALL ON FUNCTION outbox.inbox_accept(text, text) FROM PUBLIC;

@@ -1,10 +1,12 @@
 #!/bin/bash
-# console.sh - how fast the console's overview renders on a big table: seeds
-# CONSOLE_BENCH_ROWS (1 000 000) rows over CONSOLE_BENCH_QUEUES (100) queues in
+# console.sh - how fast the console answers on a big table: seeds
+# CONSOLE_BENCH_ROWS (1 000 000) rows over CONSOLE_BENCH_QUEUES (1 000) queues in
 # their own database (90 % succeeded over the last day, 9 % ready, 0.9 % dead,
 # 0.1 % running under 4 relays, a tenth with ordering keys), analyzes it, starts
-# `outboxctl serve` and times GET / (overview with the chart) and
-# GET /api/v1/queues, CONSOLE_BENCH_REQUESTS (20) times each.
+# `outboxctl serve` and times every page and every GET of the API,
+# CONSOLE_BENCH_REQUESTS (20) times each; then GET /api/v1/session while
+# CONSOLE_BENCH_REQUESTS overviews are under way beside it (none may wait for
+# another).
 #
 # Needs OUTBOX_TEST_PG_URL (the "postgres" database of a test server) and BIN.
 # Prints one result line per page on stdout; tests/bench/run.sh appends them
@@ -15,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-bin}
 case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
 ROWS=${CONSOLE_BENCH_ROWS:-1000000}
-QUEUES=${CONSOLE_BENCH_QUEUES:-100}
+QUEUES=${CONSOLE_BENCH_QUEUES:-1000}
 REQUESTS=${CONSOLE_BENCH_REQUESTS:-20}
 ADMIN_URL=${OUTBOX_TEST_PG_URL:?OUTBOX_TEST_PG_URL is not set}
 NAME=outbox_bench_console_$$
@@ -61,17 +63,16 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 
-# CPU time (ms) so far of the console and of its PostgreSQL backend: on a shared host
-# the wall time follows the load, the CPU time per request does not.
-backend_pid() {
-    psql -X -At "$DB" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'outboxctl serve'" |
-        head -n 1
+# CPU time (ms) so far of the console and of its PostgreSQL backends (one per worker): on a
+# shared host the wall time follows the load, the CPU time per request does not.
+backend_pids() {
+    psql -X -At "$DB" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'outboxctl serve'"
 }
 cpu_ms() {
-    local ticks
+    local ticks files=("/proc/$console_pid/stat")
     ticks=$(getconf CLK_TCK)
-    awk -v t="$ticks" '{ sum += $14 + $15 } END { printf "%.0f", sum * 1000 / t }' \
-        "/proc/$console_pid/stat" "/proc/$(backend_pid)/stat"
+    for pid in $(backend_pids); do files+=("/proc/$pid/stat"); done
+    awk -v t="$ticks" '{ sum += $14 + $15 } END { printf "%.0f", sum * 1000 / t }' "${files[@]}" 2>/dev/null
 }
 
 # Median and max of REQUESTS timed GETs of path in ms, and CPU ms per request (one warm-up first).
@@ -84,12 +85,25 @@ time_path() {
     done | sort -n)
     after=$(cpu_ms)
     awk -v cpu=$(((after - before) / REQUESTS)) '{ t[NR] = $1 * 1000 } END {
-        printf "median %.0f ms, max %.0f ms wall; %d ms CPU (console + PostgreSQL) per request",
+        printf "median %.0f ms, max %.0f ms wall; %d ms CPU (console + PostgreSQL)",
             t[int((NR + 1) / 2)], t[NR], cpu }' <<<"$times"
 }
 
 size=$(psql -X -At "$DB" -c "SELECT pg_size_pretty(pg_total_relation_size('outbox.job'))")
-echo "  console overview GET / at $ROWS rows / $QUEUES queues ($size), $REQUESTS requests: $(time_path /) (target < 200 ms; load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) CPUs)"
-echo "  console GET /api/v1/queues at the same size: $(time_path /api/v1/queues)"
+echo "  console at $ROWS rows / $QUEUES queues ($size), $REQUESTS requests each (target <= 100 ms; load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) CPUs):"
+for path in / /dead /keys /replay /api/v1/overview /api/v1/queues /api/v1/blocked /api/v1/paused \
+    /api/v1/relays /api/v1/chart /api/v1/streams "/api/v1/dead?limit=100"; do
+    printf '    GET %-22s %s\n' "$path" "$(time_path "$path")"
+done
 grep -q "succeeded_estimated\":true" <(curl -fsS "http://127.0.0.1:$port/api/v1/overview") &&
-    echo "  (succeeded per queue estimated from planner statistics; ready, running, dead exact)"
+    echo "    (succeeded per queue estimated from planner statistics; ready, running, dead exact)"
+
+# none waits for another: a small GET while overviews are being built beside it
+for _ in $(seq 1 "$REQUESTS"); do curl -fsS -o /dev/null "http://127.0.0.1:$port/"; done &
+busy=$!
+sleep 0.2
+beside=$(for _ in $(seq 1 "$REQUESTS"); do
+    curl -fsS -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$port/api/v1/session"
+done | sort -n | awk '{ t[NR] = $1 * 1000 } END { printf "median %.0f ms, max %.0f ms", t[int((NR + 1) / 2)], t[NR] }')
+wait "$busy"
+echo "    GET /api/v1/session beside overviews under way: $beside wall"

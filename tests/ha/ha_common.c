@@ -223,7 +223,7 @@ struct id_list {
 };
 
 static void
-collect_id(const char *message_id, void *arg)
+collect_id(const char *message_id, int64_t job_id, void *arg)
 {
     struct id_list *list = arg;
 
@@ -238,9 +238,9 @@ collect_id(const char *message_id, void *arg)
         list->ids = ids;
         list->capacity = capacity;
     }
-    if (message_id[0] == '\0')
+    if (message_id[0] == '\0' || job_id < 0)
         list->failed = true;
-    list->ids[list->count++] = atoll(message_id);
+    list->ids[list->count++] = job_id;
 }
 
 void

@@ -335,9 +335,27 @@ queue_consumer_fetch(queue_consumer *c, const char *queue, struct queue_consumer
     return 0;
 }
 
+/* The x-outbox-job-id header of a message's properties, -1 when absent. */
+static int64_t
+queue_consumer_job_id(const amqp_basic_properties_t *properties)
+{
+    if (!(properties->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int h = 0; h < properties->headers.num_entries; h++) {
+        const amqp_table_entry_t *entry = &properties->headers.entries[h];
+
+        if (entry->key.len == strlen("x-outbox-job-id") &&
+            memcmp(entry->key.bytes, "x-outbox-job-id", entry->key.len) == 0 &&
+            entry->value.kind == AMQP_FIELD_KIND_I64)
+            return entry->value.value.i64;
+    }
+    return -1;
+}
+
 int
 queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
-                     void (*on_message_id)(const char *message_id, void *arg), void *arg)
+                     void (*on_message)(const char *message_id, int64_t job_id, void *arg),
+                     void *arg)
 {
     amqp_basic_consume_ok_t *ok;
     amqp_bytes_t tag;
@@ -352,7 +370,7 @@ queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
     for (;;) {
         amqp_envelope_t envelope;
         amqp_rpc_reply_t reply;
-        char id[64] = "";
+        char id[128] = "";
 
         amqp_maybe_release_buffers(c->conn);
         reply = amqp_consume_message(c->conn, &envelope, &idle, 0);
@@ -368,7 +386,7 @@ queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
 
             snprintf(id, sizeof(id), "%.*s", (int)bytes.len, (const char *)bytes.bytes);
         }
-        on_message_id(id, arg);
+        on_message(id, queue_consumer_job_id(&envelope.message.properties), arg);
         amqp_destroy_envelope(&envelope);
     }
     amqp_basic_cancel(c->conn, CONSUMER_CHANNEL, tag);

@@ -73,12 +73,13 @@ void queue_consumer_message_clear(struct queue_consumer_message *message);
 /*
  * Consumes queue (basic.consume, auto-ack, so the broker streams without a
  * round trip per message) until no message came for idle_ms, calling
- * on_message_id with each message's message_id ("" when absent). For
- * draining tens of thousands of messages; the consumer is cancelled before
- * it returns.
+ * on_message with each message's message_id ("" when absent) and job id
+ * (the x-outbox-job-id header, -1 when absent). For draining tens of
+ * thousands of messages; the consumer is cancelled before it returns.
  */
 int queue_consumer_drain(queue_consumer *c, const char *queue, int idle_ms,
-                         void (*on_message_id)(const char *message_id, void *arg), void *arg);
+                         void (*on_message)(const char *message_id, int64_t job_id, void *arg),
+                         void *arg);
 
 /* The header named key, or NULL. */
 const struct queue_consumer_header *queue_consumer_message_header(const struct queue_consumer_message *message,

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -108,6 +109,7 @@ setup(void **state)
     assert_non_null(file);
     fputs(TOKEN "\n", file);
     fclose(file);
+    assert_int_equal(chmod(f->token_file, 0600), 0);
     *state = f;
     return 0;
 }
@@ -444,6 +446,39 @@ test_pause_resume_and_replay(void **state)
                      4);
 }
 
+/*
+ * The endpoints that show no counts do not wait for the queue statistics:
+ * with the stream cursors locked (which only the counts read) they answer.
+ */
+static void
+test_endpoints_without_counts(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const paths[] = {"/api/v1/relays", "/api/v1/blocked", "/api/v1/paused",
+                                        "/keys"};
+    PGconn *locker = harness_connect(f->url);
+    struct console_reply r;
+
+    start_with_token(f, false);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.stream_cursor IN ACCESS EXCLUSIVE MODE");
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        r = console_http(f->port, "GET", paths[i], "Authorization: Bearer " TOKEN "\r\n", NULL,
+                         3);
+        if (r.status != 200)
+            fail_msg("%s did not answer beside a lock the counts wait for: %d", paths[i],
+                     r.status);
+        console_reply_free(&r);
+    }
+    r = bearer_get(f, "/api/v1/relays");
+    console_expect(&r, 200, "\"worker_id\":\"relay-a\",\"rows\":1,");
+    console_reply_free(&r);
+    r = bearer_get(f, "/keys");
+    console_expect(&r, 200, "&lt;script&gt;alert(2)");
+    console_reply_free(&r);
+    harness_exec(locker, "COMMIT");
+    PQfinish(locker);
+}
+
 /* ---- escaping and bad input ---- */
 
 static void
@@ -527,10 +562,32 @@ test_bad_input(void **state)
                     "Authorization: Bearer " TOKEN "\r\nContent-Type: text/plain\r\n",
                     "{\"queue\":\"orders\"}"),
                "application/json");
+    expect_bad(http(f->port, "POST", "/api/v1/pause", "Authorization: Bearer " TOKEN "\r\n",
+                    "{\"queue\":\"orders\"}"),
+               "application/json");
+    expect_bad(http(f->port, "POST", "/api/v1/pause",
+                    "Authorization: Bearer " TOKEN "\r\nContent-Type: application/jsonp\r\n",
+                    "{\"queue\":\"orders\"}"),
+               "application/json");
+    /* last-one-wins would pause billing where the reader saw orders */
+    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\",\"queue\":\"billing\"}"),
+               "duplicate field 'queue'");
+    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[1],\"job_ids\":[2]}"),
+               "duplicate field 'job_ids'");
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'dead'"),
                      1);
+    /* a media type with parameters, in any case, is still JSON */
+    {
+        struct console_reply r = http(f->port, "POST", "/api/v1/pause",
+                                      "Authorization: Bearer " TOKEN "\r\nContent-Type: "
+                                      "Application/JSON; charset=utf-8\r\n",
+                                      "{\"queue\":\"orders\"}");
+
+        console_expect(&r, 200, "\"changed\":true");
+        console_reply_free(&r);
+    }
 }
 
 /* Without a token file: loopback only, no login, but still a CSRF token for every POST. */
@@ -668,18 +725,77 @@ test_streams(void **state)
 
 /* ---- listening and the database ---- */
 
-/* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status. */
+/* Runs outboxctl serve with args (NULL-terminated) to its end; its exit status, its output. */
 static int
-run_serve(const char *const *args)
+run_serve_output(const char *const *args, char *output, size_t size)
 {
     const char *argv[FIXTURE_MAX_ARGS + 1] = {"serve"};
-    char output[4096];
     int n = 1;
 
     for (int i = 0; args[i] != NULL && n < FIXTURE_MAX_ARGS; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    return fixture_run_program("outboxctl", argv, output, sizeof(output), 10000);
+    return fixture_run_program("outboxctl", argv, output, size, 10000);
+}
+
+static int
+run_serve(const char *const *args)
+{
+    char output[4096];
+
+    return run_serve_output(args, output, sizeof(output));
+}
+
+/* Writes text into path with mode. */
+static void
+write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *file = fopen(path, "w");
+
+    assert_non_null(file);
+    fputs(text, file);
+    fclose(file);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+/* A token file others may open, or without a token, is refused: exit 2, one line saying why. */
+static void
+test_token_file_rules(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *text;
+        mode_t mode;
+        const char *why;
+    } cases[] = {
+        {TOKEN "\n", 0644, "group or others"},
+        {TOKEN "\n", 0640, "group or others"},
+        {TOKEN "\n", 0604, "group or others"},
+        {"                x\n", 0600, "printable characters without spaces"},
+        {"\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", 0600, "printable characters without spaces"},
+        {"console test token 0123456789\n", 0600, "printable characters without spaces"},
+        {"\n" TOKEN "\n", 0600, "16 to 4096"},
+    };
+    const char *args[] = {"--auth-token-file", f->token_file, "--listen", "127.0.0.1:0",
+                          "--database-url", f->url, NULL};
+    char output[4096];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_file(f->token_file, cases[i].text, cases[i].mode);
+        if (run_serve_output(args, output, sizeof(output)) != 2 ||
+            strstr(output, cases[i].why) == NULL)
+            fail_msg("token file %zu (mode %o): expected exit 2 naming '%s', got: %s", i,
+                     (unsigned)cases[i].mode, cases[i].why, output);
+    }
+    /* trailing blanks and the line end are not part of the token */
+    write_file(f->token_file, TOKEN " \t\r\n", 0400);
+    start_with_token(f, false);
+    {
+        struct console_reply r = bearer_get(f, "/api/v1/queues");
+
+        console_expect(&r, 200, "\"queue\":\"orders\"");
+        console_reply_free(&r);
+    }
 }
 
 static void
@@ -736,11 +852,13 @@ main(void)
         cmocka_unit_test_setup_teardown(test_get_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_retry_and_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_resume_and_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endpoints_without_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_listen_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_file_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_down, setup, teardown),
     };
 

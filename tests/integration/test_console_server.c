@@ -386,6 +386,41 @@ test_allow_host(void **state)
     assert_int_equal(paused_count(f), 1);
 }
 
+/* Listening on every address: any IP address (a rebinding page has a name) and localhost. */
+static void
+test_every_address(void **state)
+{
+    struct fixture *f = *state;
+    char token_file[128], listen[32], host[64];
+    const char *options[] = {"--auth-token-file", token_file, "--listen", listen, NULL};
+    static const char *const hosts[][2] = {
+        {"192.0.2.7", "200"}, {"[2001:db8::1]", "200"}, {"localhost", "200"},
+        {"attacker.example", "403"}, {"192.0.2.7.attacker.example", "403"},
+    };
+    FILE *file;
+
+    snprintf(token_file, sizeof(token_file), "/tmp/outbox-console-every-%d", (int)getpid());
+    snprintf(listen, sizeof(listen), "0.0.0.0:%d", f->port);
+    file = fopen(token_file, "w");
+    assert_non_null(file);
+    fputs("console-test-token-0123456789\n", file);
+    fclose(file);
+    chmod(token_file, 0600);
+    f->pid = console_start(f->port, f->url, options);
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+        char extra[160];
+        struct console_reply r;
+
+        snprintf(host, sizeof(host), "%s:%d", hosts[i][0], f->port);
+        snprintf(extra, sizeof(extra),
+                 "Host: %s\r\nAuthorization: Bearer console-test-token-0123456789\r\n", host);
+        r = console_http(f->port, "GET", "/api/v1/queues", extra, NULL, 5);
+        console_expect(&r, atoi(hosts[i][1]), NULL);
+        console_reply_free(&r);
+    }
+    unlink(token_file);
+}
+
 /* A login form posted from another origin opens no session. */
 static void
 test_login_from_another_origin(void **state)
@@ -428,6 +463,67 @@ test_allow_host_option(void **state)
     assert_int_equal(fixture_run_program("outboxctl", empty, output, sizeof(output), 10000), 2);
 }
 
+/* ---- request heads ---- */
+
+/* Sends text as it is; the status of the answer, 0 when none. */
+static int
+raw_status(const struct fixture *f, const char *text)
+{
+    char answer[1024] = "";
+    int fd = fixture_connect_loopback(f->port, 5), status = 0;
+
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    if (read(fd, answer, sizeof(answer) - 1) > 0)
+        sscanf(answer, "HTTP/1.1 %d", &status);
+    if (status == 400 && strstr(answer, "Content-Length") == NULL &&
+        strstr(answer, "Transfer-Encoding") == NULL)
+        status = -400; /* refused, but not saying why */
+    close(fd);
+    return status;
+}
+
+/* A body length that is not one plain number is refused as such, and nothing happens. */
+static void
+test_bad_content_length(void **state)
+{
+    const char *options[] = {"--allow-actions", NULL};
+    struct fixture *f = *state;
+    static const char *const lengths[] = {
+        "Content-Length: -1\r\n",
+        "Content-Length: +18\r\n",
+        "Content-Length: 18x\r\n",
+        "Content-Length: \r\n",
+        "Content-Length: 99999999999999999999999\r\n",
+        "Content-Length: 18\r\nContent-Length: 19\r\n",
+        "Transfer-Encoding: chunked\r\n",
+    };
+    char csrf[80], request[1024];
+
+    f->pid = console_start(f->port, f->url, options);
+    anonymous_csrf(f, csrf, sizeof(csrf));
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        int status;
+
+        snprintf(request, sizeof(request),
+                 "POST /api/v1/pause HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
+                 "application/json\r\nX-CSRF-Token: %s\r\n%s\r\n{\"queue\":\"orders\"}",
+                 f->port, csrf, lengths[i]);
+        status = raw_status(f, request);
+        if (status != 400)
+            fail_msg("'%.*s': expected 400 naming the header, got %d", (int)strlen(lengths[i]) - 2,
+                     lengths[i], status);
+    }
+    assert_int_equal(paused_count(f), 0);
+    snprintf(request, sizeof(request),
+             "POST /api/v1/pause HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
+             "application/json\r\nX-CSRF-Token: %s\r\nContent-Length: 18\r\n\r\n"
+             "{\"queue\":\"orders\"}",
+             f->port, csrf);
+    assert_int_equal(raw_status(f, request), 200);
+    assert_int_equal(paused_count(f), 1);
+}
+
 int
 main(void)
 {
@@ -438,8 +534,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_a_slow_query_holds_nobody_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allow_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_from_another_origin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allow_host_option, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_content_length, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

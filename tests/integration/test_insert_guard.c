@@ -2,7 +2,7 @@
  * test_insert_guard.c - the producer side of the schema under load and in key
  * order: the insert guard probes an index whatever the table holds, the C
  * library refuses a negative max_attempts, and the keyed inbox refuses a
- * key's older messages.
+ * key's older messages and takes every job id.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -288,7 +288,17 @@ test_inbox_refuses_a_keys_older_message(void **state)
                                                   &err),
                      -1);
     assert_int_equal(err.code, OUTBOX_ERR_INVALID);
-    assert_non_null(strstr(err.message, "needs a job id"));
+    assert_non_null(strstr(err.message, "needs a message id of the relay"));
+    harness_exec(f->conn, "ROLLBACK");
+    /* every bigint job id, 19 digits included; one past the largest is no job id */
+    assert_true(accept_in_order(f->conn, "1000000000000000000", "k103"));
+    assert_true(accept_in_order(f->conn, "9223372036854775807", "k103"));
+    harness_exec(f->conn, "BEGIN");
+    assert_int_equal(outbox_inbox_accept_in_order(f->conn, "billing", "9223372036854775808",
+                                                  "k103", &accepted, &err),
+                     -1);
+    assert_int_equal(err.code, OUTBOX_ERR_INVALID);
+    assert_non_null(strstr(err.message, "needs a message id of the relay"));
     harness_exec(f->conn, "ROLLBACK");
     assert_int_equal(harness_query_ll(f->conn, "SELECT last_job_id FROM outbox.inbox_key"
                                                " WHERE consumer = 'billing'"

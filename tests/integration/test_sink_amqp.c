@@ -162,7 +162,8 @@ test_contract_properties_arrive(void **state)
     assert_string_equal(got.type, queue);
     assert_int_equal(got.body_len, strlen(payload));
     assert_memory_equal(got.body, payload, strlen(payload));
-    assert_int_equal(got.header_count, 3);
+    assert_int_equal(got.header_count, 4);
+    assert_int_equal(got.job_id, 4242);
     header = queue_consumer_message_header(&got, "trace-id");
     assert_non_null(header);
     assert_string_equal(header->text, "t-1");

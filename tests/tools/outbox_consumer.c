@@ -123,17 +123,18 @@ inbox_exec(struct tally *t, const char *sql)
 
 /* One message through the inbox: the side effect at most once per message id. */
 static void
-inbox_process(struct tally *t, long long id)
+inbox_process(struct tally *t, long long id, const char *message_id)
 {
     struct outbox_error err;
-    char text[32], sql[128];
+    char text[128], sql[128];
     bool accepted = false;
 
     if (t->inbox_failed || !inbox_exec(t, "BEGIN")) {
         t->inbox_failed = true;
         return;
     }
-    snprintf(text, sizeof(text), "%lld", id);
+    /* the id consumers deduplicate on: the message id, unique across databases */
+    snprintf(text, sizeof(text), "%s", message_id);
     if (outbox_inbox_accept(t->inbox, t->consumer, text, &accepted, &err) != 0) {
         fprintf(stderr, "outbox_consumer: %s\n", err.message);
         t->inbox_failed = true;
@@ -153,7 +154,7 @@ inbox_process(struct tally *t, long long id)
 }
 
 static void
-record(struct tally *t, long long id)
+record(struct tally *t, long long id, const char *message_id)
 {
     double now = now_seconds();
 
@@ -162,7 +163,24 @@ record(struct tally *t, long long id)
     t->last = now;
     id_set_add(&t->ids, id);
     if (t->inbox != NULL)
-        inbox_process(t, id);
+        inbox_process(t, id, message_id);
+}
+
+/* The x-outbox-job-id header of a message, -1 when absent. */
+static long long
+message_job_id(const amqp_basic_properties_t *properties)
+{
+    if (!(properties->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int h = 0; h < properties->headers.num_entries; h++) {
+        const amqp_table_entry_t *entry = &properties->headers.entries[h];
+
+        if (entry->key.len == strlen("x-outbox-job-id") &&
+            memcmp(entry->key.bytes, "x-outbox-job-id", entry->key.len) == 0 &&
+            entry->value.kind == AMQP_FIELD_KIND_I64)
+            return (long long)entry->value.value.i64;
+    }
+    return -1;
 }
 
 static int
@@ -263,11 +281,11 @@ consume_amqp(const struct options *o, const struct broker_url *url, struct tally
         }
         idle_since = now_seconds();
         if (envelope.message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
-            char id[32] = {0};
+            char id[128] = {0};
             amqp_bytes_t bytes = envelope.message.properties.message_id;
 
             memcpy(id, bytes.bytes, bytes.len < sizeof(id) - 1 ? bytes.len : sizeof(id) - 1);
-            record(t, atoll(id));
+            record(t, message_job_id(&envelope.message.properties), id);
             if (o->show)
                 show_message(id, &envelope);
         }
@@ -327,10 +345,18 @@ consume_redis(const struct options *o, const struct broker_url *url, struct tall
                 redisReply *entry = entries->element[i];
                 redisReply *fields = entry->element[1];
 
+                const char *message_id = "";
+                long long job_id = -1;
+
                 snprintf(last_id, sizeof(last_id), "%s", entry->element[0]->str);
-                for (size_t f = 0; f + 1 < fields->elements; f += 2)
+                for (size_t f = 0; f + 1 < fields->elements; f += 2) {
                     if (strcmp(fields->element[f]->str, "job_id") == 0)
-                        record(t, atoll(fields->element[f + 1]->str));
+                        job_id = atoll(fields->element[f + 1]->str);
+                    else if (strcmp(fields->element[f]->str, "message_id") == 0)
+                        message_id = fields->element[f + 1]->str;
+                }
+                if (job_id >= 0)
+                    record(t, job_id, message_id);
             }
         }
         freeReplyObject(reply);

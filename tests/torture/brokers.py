@@ -31,6 +31,10 @@ class Destination:
         """Routing keys of rows this broker must refuse: they end dead, never published."""
         return []
 
+    def bad_headers(self):
+        """Row headers this broker reserves: such a row ends dead, never published."""
+        return []
+
     def read(self):
         raise NotImplementedError
 
@@ -203,8 +207,10 @@ class Nats:
 class NatsDestination(Destination):
     def __init__(self, cell, env):
         super().__init__(cell, env)
-        self.prefix = "tt_%s." % cell
         self.stream = "TT_%s" % cell.upper()
+        # the row-state cell publishes with no subject prefix, as the default is: a routing key
+        # then names the whole subject, the server's API included
+        self.prefix = "" if cell.endswith("_row") else "tt_%s." % cell
         self.port = int(env["OUTBOX_TEST_NATS_PORT"])
         nats = self._connect()
         nats.request("$JS.API.STREAM.DELETE." + self.stream, {})
@@ -219,11 +225,16 @@ class NatsDestination(Destination):
         return Nats("127.0.0.1", self.port)
 
     def relay_args(self):
-        return ["--broker", self.env["OUTBOX_TEST_NATS_URL"], "--subject-prefix", self.prefix]
+        args = ["--broker", self.env["OUTBOX_TEST_NATS_URL"]]
+        return args + ["--subject-prefix", self.prefix] if self.prefix else args
 
     def bad_routing_keys(self):
-        # no stream holds this subject: refused with "no responders"
-        return ["nostream"]
+        # no stream holds the first subject ("no responders"); the others reach into the server's
+        # API when there is no prefix: they must die, and the stream keep every message
+        return ["nostream", "$JS.API.STREAM.PURGE." + self.stream, "$JS.API.STREAM.DELETE." + self.stream]
+
+    def bad_headers(self):
+        return [{"Nats-Rollup": "all"}, {"Nats-Expected-Last-Sequence": "1"}]
 
     def read(self):
         nats = self._connect()
@@ -281,6 +292,10 @@ class AmqpDestination(Destination):
         # bound to no queue: returned as unroutable
         return ["nowhere"]
 
+    def bad_headers(self):
+        # sender-selected distribution: would route a copy past the exchange's bindings
+        return [{"CC": "tt_other"}, {"BCC": "tt_other"}]
+
     def read(self):
         """Takes (and acks) what the queue holds now; returns all taken so far."""
         channel = self._channel()
@@ -309,7 +324,7 @@ class KafkaDestination(Destination):
         self.prefix = "tt_%s." % cell
         self.topic = self.prefix + "tq"
         self.bootstrap = env["OUTBOX_TEST_KAFKA_URL"].split("://", 1)[1]
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         futures = admin.create_topics([NewTopic(self.topic, self.PARTITIONS, 1)])
         for future in futures.values():
             try:
@@ -330,7 +345,8 @@ class KafkaDestination(Destination):
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "torture-checker",
                              "enable.auto.commit": False, "enable.partition.eof": True,
-                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                             "log_level": 3})
         try:
             partitions = [TopicPartition(self.topic, p, 0) for p in range(self.PARTITIONS)]
             consumer.assign(partitions)

@@ -4,6 +4,7 @@ A producer is a session on one database with a random generator of its own, draw
 the run's seed. Each transaction it runs is one of the shapes applications use (single
 rows, enqueue_batch, the C outbox_enqueue_many, savepoints rolled back, whole
 transactions rolled back, a long transaction that takes its xid early and enqueues late,
+rows scheduled a few seconds ahead (run_at),
 PREPARE TRANSACTION then COMMIT or ROLLBACK PREPARED, idle in transaction, repeated
 idempotency keys, payloads near and over the size limit, routing keys the broker must
 refuse).
@@ -112,7 +113,9 @@ class CLibrary:
             slot.idempotency_key = fields.get("idempotency_key")
             slot.ordering_key = fields.get("ordering_key")
             slot.routing_key = fields.get("routing_key")
+            slot.headers_json = fields.get("headers")
             slot.max_attempts = row.get("max_attempts") or 0
+            slot.delay_seconds = row.get("delay") or 0.0
         ids = (ctypes.c_int64 * len(rows))()
         error = self.Error()
         if self.lib.outbox_enqueue_many(ctypes.c_void_p(conn.pgconn_ptr), messages, len(rows),
@@ -124,14 +127,15 @@ class CLibrary:
 class Producer(threading.Thread):
     """One session of one database, running random transactions until stopped."""
 
-    def __init__(self, name, url, database_name, rng_seed, record, bad_routing_keys, clib, stop,
+    def __init__(self, name, url, database_name, rng_seed, record, destination, clib, stop,
                  pace_seconds):
         super().__init__(name=name, daemon=True)
         self.url = url
         self.database = database_name
         self.rng = random.Random(rng_seed)
         self.record = record
-        self.bad_routing_keys = bad_routing_keys
+        self.bad_routing_keys = destination.bad_routing_keys()
+        self.bad_headers = destination.bad_headers()
         self.clib = clib
         self.stop = stop
         self.pace = pace_seconds
@@ -157,7 +161,9 @@ class Producer(threading.Thread):
         row = {"queue": "tq", "payload": json.dumps(payload), "ordering_key": key, "token": token}
         if bad:
             row["max_attempts"] = 2
-            if size == 0:
+            if size == 0 and self.bad_headers and self.rng.random() < 0.3:
+                row["headers"] = json.dumps(self.rng.choice(self.bad_headers))
+            elif size == 0:
                 row["routing_key"] = self.rng.choice(self.bad_routing_keys)
             with self.record.lock:
                 self.record.bad.add(token)
@@ -181,10 +187,13 @@ class Producer(threading.Thread):
         if how == "single" or len(rows) == 1:
             for row in rows:
                 cur.execute("SELECT outbox.enqueue(%s, %s::jsonb, idempotency_key => %s, ordering_key => %s,"
-                            " routing_key => %s, max_attempts => %s)",
+                            " routing_key => %s, max_attempts => %s, headers => %s::jsonb,"
+                            " run_at => now() + make_interval(secs => %s))",
                             (row["queue"], row["payload"], row.get("idempotency_key"), row.get("ordering_key"),
-                             row.get("routing_key"), row.get("max_attempts") or 10))
-        elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") for r in rows):
+                             row.get("routing_key"), row.get("max_attempts") or 10, row.get("headers") or "{}",
+                             row.get("delay") or 0))
+        elif how == "batch" and not any(r.get("routing_key") or r.get("max_attempts") or r.get("headers")
+                                        or r.get("delay") for r in rows):
             cur.execute("SELECT outbox.enqueue_batch('tq', %s::jsonb[], %s::text[], %s::text[])",
                         ([r["payload"] for r in rows], [r.get("idempotency_key") for r in rows],
                          [r.get("ordering_key") for r in rows]))
@@ -202,8 +211,8 @@ class Producer(threading.Thread):
     def transaction(self):
         rng = self.rng
         kind = rng.choices(["single", "batch", "many", "rollback", "savepoint", "early_xid", "prepared",
-                            "idle", "bad", "big"],
-                           weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1])[0]
+                            "idle", "bad", "big", "delayed"],
+                           weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1, 5])[0]
         self.record.count(kind)
         cur = self.conn.cursor()
         if kind == "idle":
@@ -219,6 +228,9 @@ class Producer(threading.Thread):
         rows = [self.row(key, counters) for key in keys]
         if kind == "bad":
             rows.append(self.row(rng.choice([None, keys[0]]), counters, bad=True))
+        if kind == "delayed":  # a scheduled row: run_at a few seconds ahead
+            for row in rows:
+                row["delay"] = rng.uniform(0.5, 4.0)
         if kind == "big":
             size = rng.choice([NEAR_LIMIT_BYTES, OVER_LIMIT_BYTES])
             rows.append(self.row(None, counters, size=size, bad=size == OVER_LIMIT_BYTES))

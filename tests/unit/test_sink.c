@@ -89,17 +89,22 @@ test_broker_options_parse_into_the_sink_options(void **state)
     struct sink_amqp_config *amqp;
     struct sink_redis_config *redis;
     const char *argv[] = {"outbox-relay", "--database-url", "postgresql://h/db", "--broker",
-                          "amqp://h/", "--exchange", "events", "--redis-wait", "2", NULL};
+                          "amqp://h/", "--exchange", "events", NULL};
+    const char *redis_argv[] = {"outbox-relay", "--database-url", "postgresql://h/db", "--broker",
+                                "redis://h/", "--redis-wait", "2", NULL};
 
     (void)state;
-    assert_int_equal(config_parse(&config, 9, argv, &err), 0);
+    assert_int_equal(config_parse(&config, 7, argv, &err), 0);
     assert_string_equal(config.broker.url, "amqp://h/");
     amqp = *sink_options_broker(&config.broker, "amqp");
-    redis = *sink_options_broker(&config.broker, "redis");
     assert_string_equal(amqp->exchange, "events");
-    assert_int_equal(redis->wait_replicas, 2);
     assert_int_equal(config.broker.max_message_bytes, 134217728);
     assert_true(amqp->tls_verify);
+    config_clear(&config);
+
+    assert_int_equal(config_parse(&config, 7, redis_argv, &err), 0);
+    redis = *sink_options_broker(&config.broker, "redis");
+    assert_int_equal(redis->wait_replicas, 2);
     config_clear(&config);
 
     memset(long_name, 'x', sizeof(long_name) - 1);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -32,7 +33,13 @@ sink_load_publish(const struct sink_options *options, const char *queue, int64_t
                                                 .payload = payload,
                                                 .payload_len = payload_len,
                                                 .headers = "{}",
-                                                .created_at = 1.7e9};
+                                                .created_at = 1.7e9,
+                                                .history = "load:1"};
+        for (size_t i = 0; i < n; i++) {
+            snprintf(messages[i].message_id, sizeof(messages[i].message_id), "load:1:%lld",
+                     (long long)messages[i].job_id);
+            memcpy(messages[i].dedup_id, messages[i].message_id, sizeof(messages[i].dedup_id));
+        }
         if (sink_publish(s, messages, n, outcomes, &err) != 0) {
             fprintf(stderr, "sink: %s\n", err.message);
             goto out;
