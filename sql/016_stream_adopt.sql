@@ -143,8 +143,9 @@ BEGIN
 END
 $$;
 
--- A stream queue's row, as in migration 014; a producer's stream_from is
--- cleared (only stream_enable() sets it).
+-- A stream queue's row, as in migration 014 (with the partition rule written
+-- out, as in 013); a producer's stream_from is cleared (only stream_enable()
+-- sets it).
 CREATE OR REPLACE FUNCTION outbox.stream_row() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -171,8 +172,11 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    NEW.stream_partition := outbox.stream_partition_of(NEW.ordering_key, NEW.job_id,
-                                                       TG_ARGV[0]::integer);
+    -- outbox.stream_partition_of() written out: a pinned function is never inlined
+    NEW.stream_partition := CASE WHEN NEW.ordering_key IS NULL
+                                 THEN (NEW.job_id % TG_ARGV[0]::integer)::integer
+                                 ELSE (pg_catalog.abs(pg_catalog.hashtext(NEW.ordering_key)::bigint)
+                                       % TG_ARGV[0]::integer)::integer END;
     RETURN NEW;
 END
 $$;
