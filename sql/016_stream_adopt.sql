@@ -10,7 +10,8 @@
 -- new stream (dead rows stay dead), in places before any later row of
 -- their keys:
 --   - a row with a place (handed back by a disable, or once in a stream)
---     keeps it: its xid column, so the key's rows keep their commit order;
+--     keeps it: its xid column, so the key's rows keep their commit order
+--     (unless it is a transaction id not handed out yet: of another history);
 --   - a row without one is placed at the adoption place, the highest of
 --     the enable's transaction id and the places taken, in job id order;
 --   - each key taken gets that place in outbox.stream_key, so a later row of
@@ -50,6 +51,7 @@ AS $$
 DECLARE
     existing integer;
     place xid8;
+    next_xid xid8;
 BEGIN
     PERFORM outbox.check_queue_name(stream_enable.queue);
     IF stream_enable.partitions IS NULL OR stream_enable.partitions NOT BETWEEN 1 AND 256 THEN
@@ -74,17 +76,22 @@ BEGIN
                    outbox.stream_trigger_name(stream_enable.queue), stream_enable.queue,
                    stream_enable.partitions);
 
-    -- from here on no other transaction writes outbox.job until the commit
-    SELECT greatest(pg_current_xact_id(), max(j.xid)) INTO place
+    -- From here on no other transaction writes outbox.job until the commit.
+    -- A place no transaction of this history has had yet (a restore from
+    -- another cluster) would hold its row until the ids reach it: that row
+    -- is placed anew, with no former place to judge it by.
+    next_xid := pg_snapshot_xmax(pg_current_snapshot());
+    SELECT greatest(pg_current_xact_id(), max(j.xid) FILTER (WHERE j.xid < next_xid)) INTO place
       FROM outbox.job AS j
      WHERE j.queue = stream_enable.queue AND j.state IN ('ready', 'running');
     WITH taken AS (
         UPDATE outbox.job AS j
            SET state = 'stream', held = false, worker_id = NULL, lease_until = NULL,
-               xid = coalesce(j.xid, place),
+               xid = CASE WHEN j.xid < next_xid THEN j.xid ELSE place END,
                stream_partition = outbox.stream_partition_of(j.ordering_key, j.job_id,
                                                              stream_enable.partitions),
                stream_from = CASE WHEN j.stream_epoch IS NOT NULL AND j.stream_partition IS NOT NULL
+                                       AND j.xid < next_xid
                                   THEN j.stream_epoch || ':' || j.stream_partition ELSE '' END,
                stream_epoch = NULL
          WHERE j.queue = stream_enable.queue AND j.state IN ('ready', 'running')

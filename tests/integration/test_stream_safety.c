@@ -378,6 +378,34 @@ test_adopted_rows_not_appended_twice(void **state)
 }
 
 /*
+ * A row handed back with a place of another history (the database was
+ * restored into another cluster since: its transaction ids are not handed
+ * out here yet) is published once the queue is a stream again, in its
+ * key's order, instead of waiting for the ids to reach its place.
+ */
+static void
+test_taken_row_of_another_history(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    char want[256] = "", got[512];
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    harness_exec(f->conn, "UPDATE outbox.job SET xid = '900000000000' WHERE queue = 'ev'");
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    stream_key_job_ids(f, "a", got, sizeof(got));
+    assert_string_equal(got, want);
+    assert_int_equal(harness_query_ll(f->conn, SQL_NOT_DONE), 0);
+    assert_each_row_once(f);
+}
+
+/*
  * `stream enable` while a row-state relay publishes a row of the queue:
  * the stream takes that row over with the others, in its key's order, and
  * the relay finds its lease lost (its copy, if it sends one, is a duplicate
@@ -524,6 +552,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_key_follows_commit_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_order_across_reenable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopted_rows_not_appended_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_taken_row_of_another_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_running_row_taken_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepared_transaction_is_named, setup, teardown),
     };
