@@ -305,7 +305,13 @@ leases_turn(struct stream_worker *sr, struct outbox_error *err)
 
 /*
  * The messages of a batch of o, each with its place in o's order; the
- * floor is o's cursor, behind which every row is published or gone.
+ * floor is o's cursor, behind which every row is published or gone. A row
+ * `stream enable` took from the claims may have been published before
+ * without a record of this order: it goes out of turn, judged by the order
+ * it left (its place there is the same) or, when it had none, by its dedup
+ * record alone. It is never judged by this order's record again (a disable
+ * gives it its former place back), so the rows after it may still go in
+ * turn past it.
  */
 static void
 build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
@@ -314,10 +320,18 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
     bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
 
     for (size_t i = 0; i < batch->count; i++) {
+        const char *from = batch->froms[i];
+
         sr->messages[i] = job_message_from_job(&batch->jobs[i], &sr->identity);
+        sr->places[i][0] = '\0';
         if (order == NULL ||
             !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
             continue;
+        if (from != NULL) {
+            sr->messages[i].place_order = from[0] != '\0' ? from : NULL;
+            sr->messages[i].place_at = from[0] != '\0' ? sr->places[i] : NULL;
+            continue;
+        }
         sr->messages[i].place_order = order;
         sr->messages[i].place_at = sr->places[i];
         sr->messages[i].place_floor = floor ? sr->floor : NULL;
@@ -443,7 +457,7 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             end++;
         if (start > 0 && sr->places[start - 1][0] != '\0') /* the chunks before were accepted */
             for (size_t i = start; i < end; i++)
-                if (sr->messages[i].place_order != NULL)
+                if (sr->messages[i].place_order != NULL && batch->froms[i] == NULL)
                     sr->messages[i].place_floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed",

@@ -142,7 +142,7 @@ static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
 static const char SQL_READ[] =
     "SELECT j.job_id, j.attempts + 1, j.max_attempts, j.queue, j.payload::text, j.headers::text,"
     "       j.ordering_key, extract(epoch FROM j.created_at)::float8, j.replays, j.exchange,"
-    "       j.routing_key, j.xid::text"
+    "       j.routing_key, j.xid::text, j.stream_from"
     " FROM outbox.job AS j"
     " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"
     "   AND (j.xid, j.job_id) > ($3::xid8, $4::bigint)"
@@ -168,6 +168,8 @@ static const char SQL_ADVANCE[] =
     "                   WHEN f.stay THEN 'stream' ELSE 'ready' END,"
     "      stream_partition = CASE WHEN f.stay AND NOT f.permanent AND j.attempts + 1 < j.max_attempts"
     "                              THEN j.stream_partition END,"
+    "      stream_from = CASE WHEN f.stay AND NOT f.permanent AND j.attempts + 1 < j.max_attempts"
+    "                         THEN j.stream_from END,"
     "      attempts = j.attempts + 1, last_error = f.error,"
     "      run_at = clock_timestamp() + make_interval(secs => f.delay),"
     "      finished_at = CASE WHEN f.permanent OR j.attempts + 1 >= j.max_attempts THEN now() END"
@@ -582,11 +584,13 @@ batch_fill(struct stream_batch *batch, PGresult *result, struct outbox_error *er
 
     batch->jobs = calloc((size_t)rows, sizeof(*batch->jobs));
     batch->xids = calloc((size_t)rows, sizeof(*batch->xids));
-    if (batch->jobs == NULL || batch->xids == NULL)
+    batch->froms = calloc((size_t)rows, sizeof(*batch->froms));
+    if (batch->jobs == NULL || batch->xids == NULL || batch->froms == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     for (int r = 0; r < rows; r++) {
         store_row_read_job(result, r, &batch->jobs[r]);
         batch->xids[r] = PQgetvalue(result, r, 11);
+        batch->froms[r] = PQgetisnull(result, r, 12) ? NULL : PQgetvalue(result, r, 12);
     }
     batch->count = (size_t)rows;
     batch->storage = result;
@@ -678,6 +682,7 @@ stream_batch_release_memory(struct stream_batch *batch)
     PQclear(batch->storage);
     free(batch->jobs);
     free(batch->xids);
+    free(batch->froms);
     memset(batch, 0, sizeof(*batch));
 }
 

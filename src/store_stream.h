@@ -69,11 +69,16 @@ struct stream_partition {
 /*
  * Rows read after a cursor, in (xid, job_id) order. jobs[i].generation is
  * the row's attempt number (attempts + 1), for the message's attempt
- * field; xids[i] the row's transaction id as text.
+ * field; xids[i] the row's place (its xid column) as text. froms[i] is
+ * NULL, except for a row `stream enable` took from the claims, which may
+ * have been published before without a record this stream knows of:
+ * "<epoch>:<partition>", the order it left (its place there is the same),
+ * or "" when it had none (only its message's dedup record can tell).
  */
 struct stream_batch {
     struct outbox_job *jobs;
     const char **xids;
+    const char **froms;
     size_t count;
     void *storage; /* owned result; private */
 };

@@ -2,8 +2,10 @@
  * test_stream_safety.c - a stream queue's promises where they are easiest to
  * break, against real PostgreSQL and Redis: `stream disable` then `enable`
  * under a running relay, transactions of one ordering key that took their
- * transaction ids in the other order than they committed, and a prepared
- * transaction holding the horizon.
+ * transaction ids in the other order than they committed, a key's rows
+ * across `stream disable` and `enable` (rows handed back, rows of the
+ * claims, rows a row-state relay is publishing, a new partition count),
+ * and a prepared transaction holding the horizon.
  *
  * What a user notices: every committed row is in the Redis stream exactly
  * once, a key's rows in the commit order of their transactions, and a
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "outbox.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
@@ -242,6 +245,206 @@ test_key_follows_commit_order(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.stream_key"), 0);
 }
 
+/* The job ids of the Redis stream's entries of ordering key key, in stream order. */
+static void
+stream_key_job_ids(struct fixture *f, const char *key, char *out, size_t size)
+{
+    struct stream_consumer_stream stream;
+    char sql[256];
+    size_t used = 0;
+
+    out[0] = '\0';
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count && used + 24 < size; i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM outbox.job WHERE job_id = %lld AND ordering_key = '%s'",
+                 (long long)stream.entries[i].job_id, key);
+        if (harness_query_ll(f->conn, sql) == 1)
+            used += (size_t)snprintf(out + used, size - used, "%s%lld", used > 0 ? "," : "",
+                                     (long long)stream.entries[i].job_id);
+    }
+    stream_consumer_stream_clear(&stream);
+}
+
+/* Enqueues one row of key (NULL: none) due after delay seconds; its job id, appended to list. */
+static long long
+enqueue_keyed(struct fixture *f, const char *key, int delay, char *list, size_t size)
+{
+    char sql[256];
+    long long id;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT outbox.enqueue('ev', '{}', ordering_key => %s%s%s,"
+             " run_at => now() + make_interval(secs => %d))",
+             key != NULL ? "'" : "", key != NULL ? key : "NULL", key != NULL ? "'" : "", delay);
+    id = harness_query_ll(f->conn, sql);
+    if (list != NULL) {
+        size_t used = strlen(list);
+
+        snprintf(list + used, size - used, "%s%lld", used > 0 ? "," : "", id);
+    }
+    return id;
+}
+
+/*
+ * A key's rows in commit order across the switches: a row of the claims
+ * from before the queue was a stream, stream rows handed back by `stream
+ * disable` (due later: a retry's backoff), a row of the claims between,
+ * then `stream enable` with another partition count and the new stream's
+ * rows. Every row goes out once, each key's in the order written, though
+ * the rows the claims held were not due yet.
+ */
+static void
+test_key_order_across_reenable(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    char want_a[256] = "", want_b[256] = "", got[512];
+
+    enqueue_keyed(f, "a", 3, want_a, sizeof(want_a));
+    enqueue_keyed(f, NULL, 3, NULL, 0);
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    for (int i = 0; i < 3; i++) {
+        enqueue_keyed(f, "a", 3, want_a, sizeof(want_a));
+        enqueue_keyed(f, "b", 3, want_b, sizeof(want_b));
+    }
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    enqueue_keyed(f, "b", 3, want_b, sizeof(want_b));
+    enqueue_keyed(f, "a", 3, want_a, sizeof(want_a));
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 3)");
+    for (int i = 0; i < 2; i++) {
+        enqueue_keyed(f, "b", 0, want_b, sizeof(want_b));
+        enqueue_keyed(f, "a", 0, want_a, sizeof(want_a));
+        enqueue_keyed(f, NULL, 0, NULL, 0);
+    }
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    stream_key_job_ids(f, "a", got, sizeof(got));
+    assert_string_equal(got, want_a);
+    stream_key_job_ids(f, "b", got, sizeof(got));
+    assert_string_equal(got, want_b);
+    assert_int_equal(harness_query_ll(f->conn, SQL_NOT_DONE), 0);
+    assert_each_row_once(f);
+}
+
+/*
+ * Rows published without a record of it are not appended again after
+ * the switch: a stream's batch whose cursor move was lost (the owner died),
+ * handed back by `disable` and taken again by `enable`, once through the
+ * new stream and once through a stream disabled again before publishing
+ * them; and a row a row-state relay appended before it died, unmarked.
+ */
+static void
+test_adopted_rows_not_appended_twice(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    char ignored[512] = "";
+
+    enqueue_keyed(f, "c", 0, ignored, sizeof(ignored));
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', finished_at = NULL"
+                          " WHERE queue = 'ev'"); /* its relay died before the mark */
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    for (int i = 0; i < 4; i++) {
+        enqueue_keyed(f, "a", 0, ignored, sizeof(ignored));
+        enqueue_keyed(f, "b", 0, ignored, sizeof(ignored));
+        enqueue_keyed(f, NULL, 0, ignored, sizeof(ignored));
+    }
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 13);
+    harness_exec(f->conn, "UPDATE outbox.stream_cursor SET cursor_xid = '0', cursor_job_id = 0"
+                          " WHERE queue = 'ev'"); /* its owner died before the move */
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 3)");
+    enqueue_keyed(f, "a", 0, ignored, sizeof(ignored));
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, SQL_NOT_DONE), 0);
+    assert_each_row_once(f);
+
+    /* the same once more, the stream disabled again before it published them */
+    harness_exec(f->conn, "UPDATE outbox.stream_cursor SET cursor_xid = '0', cursor_job_id = 0"
+                          " WHERE queue = 'ev'");
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    enqueue_keyed(f, "b", 0, ignored, sizeof(ignored));
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE queue = 'ev' AND state <> 'succeeded'"),
+                     0);
+    assert_each_row_once(f);
+}
+
+/*
+ * A row handed back with a place of another history (the database was
+ * restored into another cluster since: its transaction ids are not handed
+ * out here yet) is published once the queue is a stream again, in its
+ * key's order, instead of waiting for the ids to reach its place.
+ */
+static void
+test_taken_row_of_another_history(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    char want[256] = "", got[512];
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    harness_exec(f->conn, "SELECT outbox.stream_disable('ev')");
+    harness_exec(f->conn, "UPDATE outbox.job SET xid = '900000000000' WHERE queue = 'ev'");
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    stream_key_job_ids(f, "a", got, sizeof(got));
+    assert_string_equal(got, want);
+    assert_int_equal(harness_query_ll(f->conn, SQL_NOT_DONE), 0);
+    assert_each_row_once(f);
+}
+
+/*
+ * `stream enable` while a row-state relay publishes a row of the queue:
+ * the stream takes that row over with the others, in its key's order, and
+ * the relay finds its lease lost (its copy, if it sends one, is a duplicate
+ * Redis drops).
+ */
+static void
+test_running_row_taken_over(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, NULL};
+    char want[256] = "", got[512];
+    struct outbox_error err = {0};
+    struct outbox_batch batch = {0};
+    outbox_store *ghost = outbox_store_connect(f->url, "ghost", &err);
+    const char *queues[] = {"ev"};
+    struct outbox_lease lease;
+    bool done = true;
+
+    assert_non_null(ghost);
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    assert_int_equal(outbox_claim(ghost, queues, 1, 10, 3600, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    lease = (struct outbox_lease){batch.jobs[0].job_id, batch.jobs[0].generation};
+    outbox_batch_release_memory(&batch);
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    enqueue_keyed(f, "a", 0, want, sizeof(want));
+    assert_int_equal(relay_run_once(f->url, f->broker, extra), 0);
+    stream_key_job_ids(f, "a", got, sizeof(got));
+    assert_string_equal(got, want);
+
+    assert_int_equal(outbox_complete(ghost, &lease, 1, &done, NULL, &err), 0);
+    assert_false(done);
+    outbox_store_free(ghost);
+    assert_int_equal(harness_query_ll(f->conn, SQL_NOT_DONE), 0);
+    assert_each_row_once(f);
+}
+
 /* The value of an unlabelled-by-queue gauge name{...} in a scrape, -1 when absent. */
 static double
 gauge_value(const char *text, const char *name)
@@ -347,6 +550,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_reenable_in_one_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reenable_in_two_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_follows_commit_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_order_across_reenable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adopted_rows_not_appended_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_taken_row_of_another_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_running_row_taken_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepared_transaction_is_named, setup, teardown),
     };
 

@@ -123,6 +123,10 @@ class Relay:
 
     def start(self):
         with self.lock:
+            # two faults on one relay at once (kill, then start) would start it twice and
+            # lose track of the first process, left running after the run
+            if self.process is not None and self.process.poll() is None:
+                return
             out = open(self.log_path, "a")
             self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
             out.close()
