@@ -31,6 +31,7 @@
 
 static const char usage_text[] =
     "usage: outboxctl [--database-url URL] COMMAND [OPTIONS]\n"
+    "       outboxctl --databases FILE COMMAND [OPTIONS]   (each database of a relay's list)\n"
     "\n"
     "commands:\n"
     "  migrate                          apply the schema migrations not yet applied\n"

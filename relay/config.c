@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "databases.h"
+#include "database_list.h"
 #include "error.h"
 #include "parse.h"
 #include "url.h"

@@ -19,7 +19,7 @@
 #include "backoff.h"
 #include "cause_log.h"
 #include "clock.h"
-#include "databases.h"
+#include "database_list.h"
 #include "ends.h"
 #include "error.h"
 #include "log.h"

@@ -1,8 +1,8 @@
 /*
- * databases.c - the --databases list: parsing, and the stamp that says
+ * database_list.c - the --databases list: parsing, and the stamp that says
  * when the file changed.
  */
-#include "databases.h"
+#include "database_list.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * databases.h - the list of databases one relay serves (--databases FILE).
+ * database_list.h - the list of databases a relay serves and outboxctl runs over (--databases FILE).
  *
  * One database a line, "NAME URL" or a bare URL (named by its database
  * name); blank lines and '#' comments are skipped. A name is 1-63
@@ -9,8 +9,8 @@
  * naming the line, and the list in use stays as it was. Errors never quote
  * a URL (it may hold a password).
  */
-#ifndef OUTBOX_RELAY_DATABASES_H
-#define OUTBOX_RELAY_DATABASES_H
+#ifndef OUTBOX_DATABASE_LIST_H
+#define OUTBOX_DATABASE_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
