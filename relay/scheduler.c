@@ -24,6 +24,7 @@
 #include "error.h"
 #include "log.h"
 #include "pipeline.h"
+#include "store_database_lease.h"
 #include "store_identity.h"
 
 /* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
@@ -55,6 +56,7 @@ struct tenant {
     bool backlog;      /* its last claim was a whole batch */
     double reap_due, cleanup_due;
     bool tried, down;  /* tried at least once; its last connect or slice failed */
+    bool held;         /* this relay holds the database's lease (sql/017_database_lease.sql) */
     struct backoff retry;
     struct cause_log log;
 };
@@ -101,10 +103,21 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-/* Frees a tenant no slot serves; its idle connections are closed. Under the lock. */
+/*
+ * Frees a tenant no slot serves; its lease is given up (so another relay
+ * takes the database at once) and its idle connections are closed. Under
+ * the lock.
+ */
 static void
 tenant_free(struct scheduler *s, struct tenant *t)
 {
+    struct outbox_error err;
+
+    if (t->held && t->idle_count > 0 &&
+        store_database_lease_release(outbox_store_conn(t->idle[0].store),
+                                     s->relay->worker_prefix, &err) != 0)
+        log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                  "database=%s error=\"%s\"", t->name, err.message);
     for (size_t i = 0; i < t->idle_count; i++)
         outbox_store_free(t->idle[i].store);
     s->open -= (int)t->idle_count;
@@ -455,14 +468,24 @@ maintain(struct pipeline *p, struct tenant *t)
  * *cause).
  */
 static struct pipeline_slice
-serve(struct pipeline *p, struct work *w, struct outbox_error *cause)
+serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held)
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed;
 
+    *held = false;
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
     if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
+        return slice;
+    /* the lease first: a database another relay serves is only visited, to stay a member */
+    if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
+                                  p->relay->config->lease_seconds, held, cause) != 0) {
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+        return slice;
+    }
+    if (!*held)
         return slice;
     p->db.store = w->connection.store;
     p->db.identity = w->connection.identity;
@@ -501,10 +524,21 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
                                 cause->message);
 }
 
+/* Records whether this relay holds t's lease now. Under the lock. */
+static void
+record_lease(struct scheduler *s, struct tenant *t, bool held)
+{
+    if (held != t->held)
+        log_event(OUTBOX_LOG_INFO, held ? "database lease taken" : "database lease given up",
+                  "database=%s", t->name);
+    t->held = held;
+    metrics_databases_set_served(metrics_databases_of(s->relay->metrics), t->name, held);
+}
+
 /* Gives w's database and connection back after a slice. */
 static void
 give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
-               const struct outbox_error *cause)
+               const struct outbox_error *cause, bool held)
 {
     struct tenant *t = w->tenant;
     double now = clock_monotonic_seconds();
@@ -514,6 +548,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->serving--;
     if (w->connection.store == NULL) {
         s->open--;
+        record_lease(s, t, false);
         record_fault(s, t, cause, now);
     } else {
         if (t->down || !t->tried)
@@ -523,8 +558,11 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         t->down = false;
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
+        record_lease(s, t, held);
         t->backlog = slice->full;
-        if (slice->more) {
+        if (!held) /* looked at again to stay a member, and to take over when it wins */
+            t->due = now + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+        else if (slice->more) {
             t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
             t->due = now;
         } else {
@@ -564,9 +602,10 @@ scheduler_slot_run(void *arg)
 
         while (take_work(s, &w)) {
             struct outbox_error cause;
-            struct pipeline_slice slice = serve(p, &w, &cause);
+            bool held;
+            struct pipeline_slice slice = serve(p, &w, &cause, &held);
 
-            give_work_back(s, &w, &slice, &cause);
+            give_work_back(s, &w, &slice, &cause, held);
         }
     }
     broker_close(p);

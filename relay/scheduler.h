@@ -26,6 +26,12 @@
  * removed is released once its slices end (rows marked, claims given back,
  * its connections closed).
  *
+ * Relays that share the list divide its databases: each visit of a database
+ * first takes, keeps or gives up its lease (store_database_lease.h), and a
+ * database another relay holds is only visited, SCHEDULER_VISIT_PER_LEASE
+ * times a lease, to stay a member of its rendezvous and to take it over
+ * once that relay's lease ends.
+ *
  * Stream queues are not served by a relay of a list: it claims row queues
  * only.
  */
@@ -38,6 +44,8 @@
 #define SCHEDULER_SLICE_SECONDS 0.25
 /* The longest wait before an empty database is looked at again. */
 #define SCHEDULER_IDLE_MAX_SECONDS 1.0
+/* A database another relay serves is visited this many times a lease (membership, takeover). */
+#define SCHEDULER_VISIT_PER_LEASE 4.0
 /* How often the list file's stamp is looked at. */
 #define SCHEDULER_LIST_LOOK_SECONDS 1.0
 /* A database that failed is tried again after a backoff from the first to the longest. */

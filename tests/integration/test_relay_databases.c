@@ -252,6 +252,20 @@ check_amqp(struct run *run, queue_consumer *mq)
     free(seen.ids);
 }
 
+/* The databases a relay's /metrics says it serves. */
+static int
+served_count(const char *metrics)
+{
+    int count = 0;
+
+    for (const char *p = metrics; (p = strstr(p, "outbox_database_served{")) != NULL; p++) {
+        const char *end = strchr(p, '\n');
+
+        count += end != NULL && end[-1] == '1' && end[-2] == ' ';
+    }
+    return count;
+}
+
 /* The log lines of relay that contain both needles. */
 static int
 log_lines_with(const struct relay_process *relay, const char *a, const char *b)
@@ -274,6 +288,7 @@ run_case(const struct broker_case *bc)
     long long most_a = 0, most_b = 0, left = -1;
     int port = 20000 + (int)(getpid() % 20000);
     double killed_at;
+    int served_before;
     char *metrics;
 
     run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
@@ -295,12 +310,16 @@ run_case(const struct broker_case *bc)
     write_list(&run, bc->databases, true);
     start_relay(&run, &a, "mdb-relay-a", 0);
     start_relay(&run, &b, "mdb-relay-b", port);
-    for (int sample = 0; sample < 6; sample++) {
+    for (int sample = 0; sample < 12; sample++) {
         long long now_a = connections_of(run.admin, "mdb-relay-a");
 
         most_a = now_a > most_a ? now_a : most_a;
         usleep(250 * 1000);
     }
+    metrics = relay_scrape_metrics(port);
+    assert_non_null(metrics);
+    served_before = served_count(metrics);
+    free(metrics);
     relay_signal(&a, SIGKILL); /* mid-run: rows of its batches stay running until their lease */
     assert_int_equal(relay_wait(&a, 5000), 128 + SIGKILL);
     killed_at = wall_clock_seconds();
@@ -329,6 +348,11 @@ run_case(const struct broker_case *bc)
     assert_non_null(metrics);
     assert_non_null(strstr(metrics, "database=\"unreachable\"} 0"));
     assert_non_null(strstr(metrics, "outbox_databases_down{broker=\""));
+    /* the relays divided the databases; after the kill the survivor took them all over */
+    print_message("%s: relay b served %d databases before the kill, %d after\n", bc->name,
+                  served_before, served_count(metrics));
+    assert_true(served_before > 0 && served_before < bc->databases);
+    assert_int_equal(served_count(metrics), bc->databases + 1);
     free(metrics);
     assert_true(log_lines_with(&b, "database unavailable", "database=unreachable") == 1);
     assert_true(log_lines_with(&b, "database added to the list", "database=db") == 1);
