@@ -59,6 +59,13 @@ struct ctl_option {
 int ctl_run_over_databases(struct ctl *ctl, int argc, char **argv, int i,
                            ctl_command_fn *dispatch);
 
+/*
+ * pause --database / resume --database (argv[first..] the options after
+ * --database): the whole database for relays of a list
+ * (ctl_database_pause.c).
+ */
+int ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first, bool pause);
+
 /* ---- errors (outboxctl.c) ---- */
 
 /* Prints "outboxctl: <message>" as one line on stderr and returns EXIT_USAGE. */

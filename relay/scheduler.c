@@ -57,6 +57,7 @@ struct tenant {
     double reap_due, cleanup_due;
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/017_database_lease.sql) */
+    bool paused;       /* outboxctl pause --database: no relay serves it */
     struct backoff retry;
     struct cause_log log;
 };
@@ -468,19 +469,19 @@ maintain(struct pipeline *p, struct tenant *t)
  * *cause).
  */
 static struct pipeline_slice
-serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held)
+serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held, bool *paused)
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed;
 
-    *held = false;
+    *held = *paused = false;
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
     if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member */
     if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
-                                  p->relay->config->lease_seconds, held, cause) != 0) {
+                                  p->relay->config->lease_seconds, held, paused, cause) != 0) {
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
         return slice;
@@ -526,8 +527,12 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
 
 /* Records whether this relay holds t's lease now. Under the lock. */
 static void
-record_lease(struct scheduler *s, struct tenant *t, bool held)
+record_lease(struct scheduler *s, struct tenant *t, bool held, bool paused)
 {
+    if (paused != t->paused)
+        log_event(OUTBOX_LOG_INFO, paused ? "database paused, not served" : "database resumed",
+                  "database=%s", t->name);
+    t->paused = paused;
     if (held != t->held)
         log_event(OUTBOX_LOG_INFO, held ? "database lease taken" : "database lease given up",
                   "database=%s", t->name);
@@ -538,7 +543,7 @@ record_lease(struct scheduler *s, struct tenant *t, bool held)
 /* Gives w's database and connection back after a slice. */
 static void
 give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
-               const struct outbox_error *cause, bool held)
+               const struct outbox_error *cause, bool held, bool paused)
 {
     struct tenant *t = w->tenant;
     double now = clock_monotonic_seconds();
@@ -548,7 +553,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->serving--;
     if (w->connection.store == NULL) {
         s->open--;
-        record_lease(s, t, false);
+        record_lease(s, t, false, t->paused);
         record_fault(s, t, cause, now);
     } else {
         if (t->down || !t->tried)
@@ -558,7 +563,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         t->down = false;
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
-        record_lease(s, t, held);
+        record_lease(s, t, held, paused);
         t->backlog = slice->full;
         if (!held) /* looked at again to stay a member, and to take over when it wins */
             t->due = now + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
@@ -602,10 +607,10 @@ scheduler_slot_run(void *arg)
 
         while (take_work(s, &w)) {
             struct outbox_error cause;
-            bool held;
-            struct pipeline_slice slice = serve(p, &w, &cause, &held);
+            bool held, paused;
+            struct pipeline_slice slice = serve(p, &w, &cause, &held, &paused);
 
-            give_work_back(s, &w, &slice, &cause, held);
+            give_work_back(s, &w, &slice, &cause, held, paused);
         }
     }
     broker_close(p);

@@ -6,7 +6,8 @@
 -- moves only the databases it wins or held. One row holds the lease: its
 -- owner, a generation that grows at each new owner, and its end. Row leases
 -- keep double serving safe; this lease spreads the databases and the
--- relays' connection budgets.
+-- relays' connection budgets. A database paused here (outboxctl pause
+-- --database) is served by no relay of a list until resumed.
 
 CREATE TABLE outbox.relay_member (
     relay_id text PRIMARY KEY CHECK (length(relay_id) BETWEEN 1 AND 200),
@@ -17,7 +18,10 @@ CREATE TABLE outbox.database_lease (
     only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
     owner text,
     generation bigint NOT NULL DEFAULT 0,
-    lease_until timestamptz
+    lease_until timestamptz,
+    paused_at timestamptz, -- NULL: not paused
+    paused_by text,
+    reason text
 );
 
 INSERT INTO outbox.database_lease DEFAULT VALUES;
@@ -25,10 +29,11 @@ INSERT INTO outbox.database_lease DEFAULT VALUES;
 -- Records relay_id as a member, then takes, keeps or gives up the lease:
 -- the owner keeps it while it wins the hash (renewed when half spent) and
 -- gives it up as soon as another live member wins; a free or expired lease
--- goes to the winner. held says whether relay_id holds it now.
+-- goes to the winner; a paused database is held by none. held says whether
+-- relay_id holds it now.
 CREATE FUNCTION outbox.database_lease_take(relay_id text, lease_seconds integer,
                                            OUT held boolean, OUT owner text,
-                                           OUT generation bigint)
+                                           OUT generation bigint, OUT paused boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -50,7 +55,12 @@ BEGIN
      ORDER BY pg_catalog.md5(m.relay_id || ':' || pg_catalog.current_database()) DESC, m.relay_id
      LIMIT 1;
     SELECT * INTO lease FROM outbox.database_lease AS l FOR UPDATE;
-    IF lease.owner = me AND lease.lease_until > now_ THEN
+    paused := lease.paused_at IS NOT NULL;
+    IF paused THEN
+        UPDATE outbox.database_lease AS l SET owner = NULL, lease_until = NULL
+         WHERE l.owner IS NOT NULL;
+        held := false;
+    ELSIF lease.owner = me AND lease.lease_until > now_ THEN
         IF winner = me THEN
             UPDATE outbox.database_lease AS l SET lease_until = now_ + span
              WHERE l.lease_until < now_ + span / 2;
@@ -83,6 +93,35 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
+-- Pauses or resumes the whole database for relays of a list (outboxctl
+-- pause --database, resume --database); true when that changed something.
+CREATE FUNCTION outbox.database_pause(reason text DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE outbox.database_lease AS l
+       SET paused_at = pg_catalog.now(), paused_by = CURRENT_USER,
+           reason = database_pause.reason
+     WHERE l.paused_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION outbox.database_resume() RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE outbox.database_lease AS l SET paused_at = NULL, paused_by = NULL, reason = NULL
+     WHERE l.paused_at IS NOT NULL;
+    RETURN FOUND;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox.database_pause(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox.database_resume() FROM PUBLIC;
 
 DO $$
 BEGIN

@@ -8,12 +8,13 @@
 
 #include "error.h"
 
-static const char SQL_TAKE[] = "SELECT held FROM outbox.database_lease_take($1, $2::integer)";
+static const char SQL_TAKE[] =
+    "SELECT held, paused FROM outbox.database_lease_take($1, $2::integer)";
 static const char SQL_RELEASE[] = "SELECT outbox.database_lease_release($1)";
 
 int
 store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds, bool *held,
-                          struct outbox_error *err)
+                          bool *paused, struct outbox_error *err)
 {
     char seconds[16];
     const char *values[2] = {relay_id, seconds};
@@ -33,6 +34,7 @@ store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
         return -1;
     }
     *held = PQgetvalue(result, 0, 0)[0] == 't';
+    *paused = PQgetvalue(result, 0, 1)[0] == 't';
     PQclear(result);
     return 0;
 }

@@ -17,11 +17,12 @@
 
 /*
  * Records relay_id as a live member for lease_seconds and says whether it
- * holds the database's lease now (*held). conn must be idle. 0, or -1 with
- * err (OUTBOX_ERR_SCHEMA before migration 017).
+ * holds the database's lease now (*held), and whether the database is
+ * paused (then no relay holds it). conn must be idle. 0, or -1 with err
+ * (OUTBOX_ERR_SCHEMA before migration 017).
  */
 int store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds, bool *held,
-                              struct outbox_error *err);
+                              bool *paused, struct outbox_error *err);
 
 /* Gives relay_id's lease and membership up (a relay stopping). 0, or -1 with err. */
 int store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err);

@@ -435,6 +435,63 @@ test_configuration_mistakes(void **state)
     unlink(path);
 }
 
+/*
+ * outboxctl pause --database: relays of a list stop serving the database
+ * (its rows stay ready) while the others flow; resume --database: served.
+ */
+static void
+test_pause_a_whole_database(void **state)
+{
+    struct run run = {.bc = &CASES[0]};
+    struct relay_process relay;
+    char output[4096];
+
+    (void)state;
+    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-pause-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    snprintf(run.prefix, sizeof(run.prefix), "mdb-pause-%d:", (int)getpid());
+    run.count = 2;
+    for (int i = 0; i < run.count; i++)
+        make_database(&run, i);
+    {
+        const char *argv[] = {"--database-url", run.urls[1], "pause", "--database", "--reason",
+                              "tenant migration", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+        assert_non_null(strstr(output, "paused the database"));
+    }
+    write_list(&run, run.count, false);
+    start_relay(&run, &relay, "mdb-relay-pause", 0);
+    assert_int_equal(wait_for_value(run.conns[0],
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    run.bc->rows, 20000),
+                     run.bc->rows);
+    usleep(2000 * 1000);
+    assert_int_equal(harness_query_ll(run.conns[1], "SELECT count(*) FROM outbox.job"
+                                                    " WHERE state = 'ready'"),
+                     run.bc->rows);
+    {
+        const char *argv[] = {"--database-url", run.urls[1], "resume", "--database", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+        assert_non_null(strstr(output, "resumed the database"));
+    }
+    assert_int_equal(wait_for_value(run.conns[1],
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    run.bc->rows, 20000),
+                     run.bc->rows);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_true(log_lines_with(&relay, "database paused, not served", "database=db1") == 1);
+    for (int i = 0; i < run.count; i++) {
+        PQfinish(run.conns[i]);
+        harness_database_drop(run.urls[i]);
+    }
+    PQfinish(run.admin);
+    unlink(run.list_path);
+}
+
 /* outboxctl --databases FILE migrate and status: each database in turn, then the totals. */
 static void
 test_outboxctl_over_the_list(void **state)
@@ -482,6 +539,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_configuration_mistakes),
         cmocka_unit_test(test_outboxctl_over_the_list),
+        cmocka_unit_test(test_pause_a_whole_database),
         cmocka_unit_test(test_many_databases_redis),
         cmocka_unit_test(test_many_databases_amqp),
     };
