@@ -105,23 +105,32 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
 }
 
 /*
- * Frees a tenant no slot serves; its lease is given up (so another relay
- * takes the database at once) and its idle connections are closed. Under
- * the lock.
+ * Closes t's idle connections, first giving up its lease through one of
+ * them when it holds it. Under the lock, or with no slot running.
  */
 static void
-tenant_free(struct scheduler *s, struct tenant *t)
+tenant_close_idle(struct scheduler *s, struct tenant *t)
 {
     struct outbox_error err;
 
-    if (t->held && t->idle_count > 0 &&
-        store_database_lease_release(outbox_store_conn(t->idle[0].store),
-                                     s->relay->worker_prefix, &err) != 0)
-        log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
-                  "database=%s error=\"%s\"", t->name, err.message);
+    if (t->held && t->idle_count > 0) {
+        if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
+                                         s->relay->worker_prefix, &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        t->held = false;
+    }
     for (size_t i = 0; i < t->idle_count; i++)
         outbox_store_free(t->idle[i].store);
     s->open -= (int)t->idle_count;
+    t->idle_count = 0;
+}
+
+/* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
+static void
+tenant_free(struct scheduler *s, struct tenant *t)
+{
+    tenant_close_idle(s, t);
     free(t->idle);
     free(t->url);
     free(t);
@@ -269,11 +278,42 @@ scheduler_new(relay *r, struct outbox_error *err)
     return s;
 }
 
+/*
+ * A relay stopping gives up the leases it holds, so the next winner takes
+ * each database at its next visit rather than after the lease: through the
+ * database's idle connection, else one connection at a time once the idle
+ * ones are closed (the budget holds). Under no lock: the slots returned.
+ */
+static void
+release_leases(struct scheduler *s)
+{
+    struct outbox_error err;
+
+    for (size_t i = 0; i < s->count; i++)
+        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        outbox_store *store;
+
+        if (!t->held)
+            continue;
+        t->held = false;
+        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (store == NULL ||
+            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
+                                         &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        outbox_store_free(store);
+    }
+}
+
 void
 scheduler_free(struct scheduler *s)
 {
     if (s == NULL)
         return;
+    release_leases(s);
     for (size_t i = 0; i < s->count; i++)
         tenant_free(s, s->tenants[i]);
     free(s->tenants);
@@ -325,9 +365,25 @@ pick(struct scheduler *s, double now, double *next)
 }
 
 /*
+ * Whether u's idle connection is a better one to close than v's: one of a
+ * database without a backlog first, then the one due furthest ahead (the
+ * connection needed last, which keeps the others open for polls that come
+ * round in a cycle), then the least recently used.
+ */
+static bool
+better_victim(const struct tenant *u, size_t i, const struct tenant *v, size_t j)
+{
+    if (u->backlog != v->backlog)
+        return !u->backlog;
+    if (u->due != v->due)
+        return u->due > v->due;
+    return u->idle[i].used_at < v->idle[j].used_at;
+}
+
+/*
  * A connection for t: one of its idle ones, a new one within the budget,
- * or one that replaces the least recently used idle connection of another
- * database. False when none can be had now. Under the lock.
+ * or one that replaces an idle connection of another database (see
+ * better_victim). False when none can be had now. Under the lock.
  */
 static bool
 take_connection(struct scheduler *s, struct tenant *t, struct work *w)
@@ -347,7 +403,7 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
         struct tenant *u = s->tenants[i];
 
         for (size_t j = 0; j < u->idle_count; j++)
-            if (victim == NULL || u->idle[j].used_at < victim->idle[oldest].used_at) {
+            if (victim == NULL || better_victim(u, j, victim, oldest)) {
                 victim = u;
                 oldest = j;
             }

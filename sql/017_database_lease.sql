@@ -26,7 +26,7 @@ CREATE TABLE outbox.database_lease (
 
 INSERT INTO outbox.database_lease DEFAULT VALUES;
 
--- Records relay_id as a member, then takes, keeps or gives up the lease:
+-- Records relay_id as a member (for half a lease), then takes, keeps or gives up the lease:
 -- the owner keeps it while it wins the hash (renewed when half spent) and
 -- gives it up as soon as another live member wins; a free or expired lease
 -- goes to the winner; a paused database is held by none. held says whether
@@ -45,10 +45,12 @@ DECLARE
     lease outbox.database_lease;
     me text := database_lease_take.relay_id;
 BEGIN
-    INSERT INTO outbox.relay_member AS m (relay_id, seen_until) VALUES (me, now_ + span)
+    -- a member lives half a lease past its visit (relays visit every quarter
+    -- lease), so a relay gone stops winning before the lease it held ends
+    INSERT INTO outbox.relay_member AS m (relay_id, seen_until) VALUES (me, now_ + span / 2)
         ON CONFLICT ON CONSTRAINT relay_member_pkey
         DO UPDATE SET seen_until = excluded.seen_until
-        WHERE m.seen_until < now_ + span / 2;
+        WHERE m.seen_until < now_ + span / 4;
     DELETE FROM outbox.relay_member AS m WHERE m.seen_until < now_ - interval '1 hour';
     SELECT m.relay_id INTO winner FROM outbox.relay_member AS m
      WHERE m.seen_until > now_
