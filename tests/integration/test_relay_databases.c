@@ -279,6 +279,49 @@ log_lines_with(const struct relay_process *relay, const char *a, const char *b)
     return count;
 }
 
+/*
+ * After the drain: the unreachable database named, the databases all served
+ * by the survivor, its clean stop, then every row at the broker; cleanup.
+ */
+static void
+finish_case(struct run *run, struct relay_process *b, queue_consumer *mq, int port,
+            int served_before)
+{
+    const struct broker_case *bc = run->bc;
+    char *metrics;
+
+    /* the unreachable database is named, and costs one log line a minute */
+    metrics = relay_scrape_metrics(port);
+    assert_non_null(metrics);
+    assert_non_null(strstr(metrics, "database=\"unreachable\"} 0"));
+    assert_non_null(strstr(metrics, "outbox_databases_down{broker=\""));
+    /* the relays divided the databases; after the kill the survivor took them all over */
+    print_message("%s: relay b served %d databases before the kill, %d after\n", bc->name,
+                  served_before, served_count(metrics));
+    if (bc->databases >= 20) /* with a handful, one relay winning every hash is not rare */
+        assert_true(served_before > 0 && served_before < bc->databases);
+    assert_int_equal(served_count(metrics), bc->databases + 1);
+    free(metrics);
+    assert_true(log_lines_with(b, "database unavailable", "database=unreachable") == 1);
+    assert_true(log_lines_with(b, "database added to the list", "database=db") == 1);
+    relay_signal(b, SIGTERM);
+    assert_int_equal(relay_wait(b, 15000), 0);
+    if (mq != NULL) {
+        check_amqp(run, mq);
+        queue_consumer_delete_queue(mq, run->prefix);
+        queue_consumer_delete_exchange(mq, run->prefix);
+        queue_consumer_free(mq);
+    } else {
+        check_redis(run, bc->rows + bc->more_rows, bc->rows);
+    }
+    for (int i = 0; i < run->count; i++) {
+        PQfinish(run->conns[i]);
+        harness_database_drop(run->urls[i]);
+    }
+    PQfinish(run->admin);
+    unlink(run->list_path);
+}
+
 static void
 run_case(const struct broker_case *bc)
 {
@@ -343,35 +386,7 @@ run_case(const struct broker_case *bc)
     assert_true(most_a <= bc->budget);
     assert_true(most_b <= bc->budget);
     assert_true(most_a > 0 && most_b > 0);
-    /* the unreachable database is named, and costs one log line a minute */
-    metrics = relay_scrape_metrics(port);
-    assert_non_null(metrics);
-    assert_non_null(strstr(metrics, "database=\"unreachable\"} 0"));
-    assert_non_null(strstr(metrics, "outbox_databases_down{broker=\""));
-    /* the relays divided the databases; after the kill the survivor took them all over */
-    print_message("%s: relay b served %d databases before the kill, %d after\n", bc->name,
-                  served_before, served_count(metrics));
-    assert_true(served_before > 0 && served_before < bc->databases);
-    assert_int_equal(served_count(metrics), bc->databases + 1);
-    free(metrics);
-    assert_true(log_lines_with(&b, "database unavailable", "database=unreachable") == 1);
-    assert_true(log_lines_with(&b, "database added to the list", "database=db") == 1);
-    relay_signal(&b, SIGTERM);
-    assert_int_equal(relay_wait(&b, 15000), 0);
-    if (mq != NULL) {
-        check_amqp(&run, mq);
-        queue_consumer_delete_queue(mq, run.prefix);
-        queue_consumer_delete_exchange(mq, run.prefix);
-        queue_consumer_free(mq);
-    } else {
-        check_redis(&run, bc->rows + bc->more_rows, bc->rows);
-    }
-    for (int i = 0; i < run.count; i++) {
-        PQfinish(run.conns[i]);
-        harness_database_drop(run.urls[i]);
-    }
-    PQfinish(run.admin);
-    unlink(run.list_path);
+    finish_case(&run, &b, mq, port, served_before);
 }
 
 static void
