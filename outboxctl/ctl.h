@@ -35,6 +35,7 @@
 /* One run of the command line. */
 struct ctl {
     const char *database_url;
+    const char *databases_file; /* --databases FILE: the command runs on each database listed */
     const char *command; /* e.g. "dead list", for messages */
     bool help;           /* --help seen: print usage, do nothing else */
     PGconn *conn;
@@ -49,6 +50,21 @@ struct ctl_option {
     const char **value;
     bool *flag;
 };
+
+/*
+ * --databases: runs dispatch(ctl, argc, argv, i) on each database of
+ * ctl->databases_file in turn, under "== database NAME", then a totals
+ * line; the worst exit status (ctl_databases.c).
+ */
+int ctl_run_over_databases(struct ctl *ctl, int argc, char **argv, int i,
+                           ctl_command_fn *dispatch);
+
+/*
+ * pause --database / resume --database (argv[first..] the options after
+ * --database): the whole database for relays of a list
+ * (ctl_database_pause.c).
+ */
+int ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first, bool pause);
 
 /* ---- errors (outboxctl.c) ---- */
 

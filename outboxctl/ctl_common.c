@@ -31,6 +31,7 @@
 
 static const char usage_text[] =
     "usage: outboxctl [--database-url URL] COMMAND [OPTIONS]\n"
+    "       outboxctl --databases FILE COMMAND [OPTIONS]   (each database of a relay's list)\n"
     "\n"
     "commands:\n"
     "  migrate                          apply the schema migrations not yet applied\n"
@@ -63,6 +64,9 @@ static const char usage_text[] =
     "  resume QUEUE [--ordering-key KEY]\n"
     "                                   undo a pause; paused keys of a resumed\n"
     "                                   queue stay paused\n"
+    "  pause --database [--reason TEXT] / resume --database\n"
+    "                                   relays of a list (outbox-relay --databases)\n"
+    "                                   stop serving the whole database, or go on\n"
     "  paused                           list pauses: who, when and why\n"
     "  replay --queue Q (--since TIME [--until TIME] | --job ID [--job ID ...])\n"
     "         [--ordering-key KEY] [--dry-run]\n"

@@ -108,6 +108,8 @@ ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
     const struct ctl_option options[] = {
         {"--ordering-key", &key, NULL}, {"--key", &key, NULL}, {"--reason", &reason, NULL}};
 
+    if (first < argc && strcmp(argv[first], "--database") == 0)
+        return ctl_command_database_pause(ctl, argc, argv, first + 1, true);
     if ((taken = flow_start(ctl, argc, argv, first, options, 3, &queue, &key)) != CTL_GO_ON)
         return taken;
     if (store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0) {
@@ -134,6 +136,8 @@ ctl_command_resume(struct ctl *ctl, int argc, char **argv, int first)
 
     const struct ctl_option options[] = {{"--ordering-key", &key, NULL}, {"--key", &key, NULL}};
 
+    if (first < argc && strcmp(argv[first], "--database") == 0)
+        return ctl_command_database_pause(ctl, argc, argv, first + 1, false);
     if ((taken = flow_start(ctl, argc, argv, first, options, 2, &queue, &key)) != CTL_GO_ON)
         return taken;
     if (store_admin_resume(ctl->conn, queue, key, &changed, &keys, &err) < 0)

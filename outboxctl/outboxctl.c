@@ -168,7 +168,10 @@ run(struct ctl *ctl, int argc, char **argv)
         return 0;
     }
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
-        if ((taken = ctl_common_option(ctl, argc, argv, &i)) == 0)
+        if ((taken = ctl_take_value(ctl, argc, argv, &i, "--databases", &ctl->databases_file)) ==
+            0)
+            taken = ctl_common_option(ctl, argc, argv, &i);
+        if (taken == 0)
             return ctl_usage_error("unknown option '%s'", argv[i]);
         if (taken == EXIT_USAGE)
             return EXIT_USAGE;
@@ -180,6 +183,8 @@ run(struct ctl *ctl, int argc, char **argv)
         }
         return ctl_usage_error("missing command");
     }
+    if (ctl->databases_file != NULL)
+        return ctl_run_over_databases(ctl, argc, argv, i, dispatch);
     return dispatch(ctl, argc, argv, i);
 }
 

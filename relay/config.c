@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "database_list.h"
 #include "error.h"
 #include "parse.h"
 #include "url.h"
@@ -22,7 +23,14 @@
 /* The relay's own options; each broker's come from the sink registry. */
 static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", OPTION_STRING, FIELD(database_url), NULL, 0, 0, NULL,
-     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required", FROM_ENVIRONMENT, 0},
+     "PostgreSQL database holding outbox.job (libpq URI or conninfo); required unless --databases",
+     FROM_ENVIRONMENT, 0},
+    {"databases", "FILE", OPTION_STRING, FIELD(databases_file), NULL, 0, 0, NULL,
+     "serve every database listed in FILE ('NAME URL' or a bare URL a line, '#' comments),"
+     " re-read when it changes; excludes --database-url", FROM_ENVIRONMENT, 0},
+    {"max-db-connections", "N", OPTION_INT, FIELD(max_db_connections), "8", 1, 1024, NULL,
+     "with --databases: most connections held to the listed databases at once; each is also"
+     " a pipeline", FROM_ENVIRONMENT, 0},
     {"queues", "A,B", OPTION_LIST, FIELD(queues), NULL, 0, 0, NULL,
      "publish only these queues (default: every queue)", FROM_ENVIRONMENT, 0},
     {"batch-size", "N", OPTION_INT, FIELD(batch_size), "500", 1, 10000, NULL,
@@ -561,21 +569,31 @@ note_other_broker_options(struct relay_config *config, const struct option_entry
     return 0;
 }
 
-/* What no single option can check: required ones, URLs, and options that go together. */
+/* --databases: the list readable and well formed, and what the mode does not offer. */
 static int
-check_values(const struct relay_config *config, struct outbox_error *err)
+check_databases_mode(const struct relay_config *config, struct outbox_error *err)
+{
+    struct database_list list;
+
+    if (config->once || config->check)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--databases: %s is not available with a"
+                                " list of databases", config->once ? "--once" : "--check");
+    if (database_list_read(config->databases_file, &list, err) != 0)
+        return -1;
+    database_list_clear(&list);
+    return 0;
+}
+
+/* The broker's URL and options, and options that go together. */
+static int
+check_broker(const struct relay_config *config, struct outbox_error *err)
 {
     struct outbox_error inner;
     struct broker_url url;
     sink *broker;
 
-    if (config->database_url == NULL || config->database_url[0] == '\0')
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "--database-url is required (or OUTBOX_DATABASE_URL)");
     if (config->broker.url == NULL || config->broker.url[0] == '\0')
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker is required (or OUTBOX_BROKER)");
-    if (url_check_database(config->database_url, &inner) != 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--database-url: %s", inner.message);
     if (sink_url_parse(config->broker.url, &url, &inner) != 0)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker: %s", inner.message);
     url_clear(&url);
@@ -590,6 +608,27 @@ check_values(const struct relay_config *config, struct outbox_error *err)
     if (config->once && config->check)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--once and --check exclude each other");
     return 0;
+}
+
+/* What no single option can check: required ones, URLs, and options that go together. */
+static int
+check_values(const struct relay_config *config, struct outbox_error *err)
+{
+    struct outbox_error inner;
+
+    if (config->databases_file != NULL && config->database_url != NULL)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--databases and --database-url exclude each other");
+    if (config->databases_file != NULL)
+        return check_databases_mode(config, err) != 0 ? -1 : check_broker(config, err);
+    if (config->database_url == NULL || config->database_url[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                "--database-url is required (or OUTBOX_DATABASE_URL)");
+    if (config->broker.url == NULL || config->broker.url[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker is required (or OUTBOX_BROKER)");
+    if (url_check_database(config->database_url, &inner) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--database-url: %s", inner.message);
+    return check_broker(config, err);
 }
 
 int
@@ -664,6 +703,7 @@ config_usage(FILE *out)
     const char *group = NULL;
 
     fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
+          "       outbox-relay --databases FILE --broker URL [options]\n"
           "\n"
           "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams, NATS JetStream or Kafka.\n"
           "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"

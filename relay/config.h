@@ -44,6 +44,8 @@ struct relay_config {
     struct sink_options broker; /* --broker and every broker's options (the sink registry) */
     char ignored_options[128];  /* "--exchange --tls-verify": given, but of another broker */
     char *database_url;
+    char *databases_file;   /* --databases: a list of databases instead of --database-url */
+    int max_db_connections; /* with --databases: the connection budget, one pipeline each */
     char **queues; /* NULL-terminated; NULL means every queue */
     size_t queue_count;
     int batch_size;

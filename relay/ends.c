@@ -82,7 +82,8 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
     relay *r = db->relay;
     unsigned long repeats;
 
-    db->store = outbox_store_connect(r->config->database_url, db->worker_id, err);
+    db->store = outbox_store_connect(db->url != NULL ? db->url : r->config->database_url,
+                                     db->worker_id, err);
     if (db->store != NULL &&
         ((r->config->delete_on_success && require_delete(db->store, err) != 0) ||
          store_identity_observe(outbox_store_conn(db->store), &db->identity, err) != 0)) {
@@ -101,7 +102,7 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
-    if (first && !outbox_error_is_transient(err)) {
+    if (first && !outbox_error_is_transient(err) && !db->of_list) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
@@ -163,7 +164,7 @@ broker_lost(struct pipeline *p, const struct outbox_error *err)
 {
     relay *r = p->relay;
     size_t lost = p->sink_counted ? p->endpoint_in_use : sink_endpoint(p->sink);
-    char key[48];
+    char key[112];
 
     /* limited per pipeline: each pipeline's loss of its node shows, a flapping one does not flood */
     snprintf(key, sizeof(key), "broker-error %s", p->db.who);
@@ -268,6 +269,8 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
+        if (db->of_list && store == ATTEMPT_FAILED)
+            return -1; /* the scheduler backs off, and serves the other databases meanwhile */
         /*
          * The pipelines give up for --once, naming every end they could not
          * reach; the maintenance thread sees only the database and stops with
@@ -324,8 +327,8 @@ database_failed(struct database *db, const struct outbox_error *err)
      * database is down) and reconnecting, which checks the privileges, is
      * retried with backoff. At the first start it is fatal (try_store).
      */
-    if (err->code == OUTBOX_ERR_SCHEMA ||
-        (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "42501") != 0)) {
+    if (!db->of_list && (err->code == OUTBOX_ERR_SCHEMA || (err->code == OUTBOX_ERR_CONFIG &&
+                                                           strcmp(err->sqlstate, "42501") != 0))) {
         relay_set_fatal(db->relay, err);
         return;
     }

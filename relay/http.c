@@ -149,7 +149,7 @@ answer_text(struct connection *c, int status, const char *reason, const char *bo
 static void
 route(struct http_server *s, struct connection *c, const char *path, bool head_only)
 {
-    char reason[160], body[320], ends[128];
+    char reason[160], body[2048], ends[128], faults[1536];
     bool ready = false;
 
     if (strcmp(path, "/metrics") == 0) {
@@ -166,9 +166,11 @@ route(struct http_server *s, struct connection *c, const char *path, bool head_o
     } else if (strcmp(path, "/healthz") == 0) {
         bool healthy = metrics_health(s->metrics, reason, sizeof(reason), NULL);
 
-        /* the verdict first, then how long ago each end last answered */
+        /* the verdict first, how long ago each end last answered, then each database down */
         metrics_describe_ends(s->metrics, ends, sizeof(ends));
-        snprintf(body, sizeof(body), "%s\n%s", reason, ends);
+        metrics_databases_describe_faults(metrics_databases_of(s->metrics), faults,
+                                          sizeof(faults));
+        snprintf(body, sizeof(body), "%s\n%s%s", reason, ends, faults);
         answer_text(c, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body,
                     head_only);
     } else if (strcmp(path, "/readyz") == 0) {

@@ -103,6 +103,7 @@ struct metrics {
     double last_loop_turn;
     double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
     struct metrics_stream *stream; /* stream partitions and horizon (metrics_stream.c) */
+    struct metrics_databases *databases; /* per database of --databases (metrics_database.c) */
 };
 
 /* A growable output buffer; `failed` records an allocation failure. */
@@ -121,7 +122,9 @@ metrics_new(const char *broker)
     if (m == NULL)
         return NULL;
     if ((broker != NULL && (m->broker = strdup(broker)) == NULL) ||
-        (m->stream = metrics_stream_new()) == NULL) {
+        (m->stream = metrics_stream_new()) == NULL ||
+        (m->databases = metrics_databases_new()) == NULL) {
+        metrics_stream_free(m->stream);
         free(m->broker);
         free(m);
         return NULL;
@@ -147,6 +150,7 @@ metrics_free(struct metrics *m)
         free(m->endpoints[i]);
     free(m->broker);
     metrics_stream_free(m->stream);
+    metrics_databases_free(m->databases);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -277,6 +281,7 @@ metrics_set_max_queues(struct metrics *m, size_t max_queues)
         return;
     pthread_mutex_lock(&m->lock);
     m->max_queues = max_queues;
+    metrics_databases_set_max(m->databases, max_queues);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -916,6 +921,7 @@ metrics_render(struct metrics *m, size_t *length)
     render_table_gauges(&o, m);
     render_health_gauges(&o, m);
     metrics_stream_render(m->stream, &o, m->broker);
+    metrics_databases_render(m->databases, &o, m->broker);
     for (size_t h = 0; h < METRICS_HISTOGRAM_COUNT; h++)
         render_histogram(&o, m, &histogram_info[h], &m->histograms[h]);
 
@@ -927,4 +933,10 @@ metrics_render(struct metrics *m, size_t *length)
     if (length != NULL)
         *length = o.len;
     return o.data;
+}
+
+struct metrics_databases *
+metrics_databases_of(struct metrics *m)
+{
+    return m != NULL ? m->databases : NULL;
 }

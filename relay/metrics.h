@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrics_database.h"
 #include "metrics_stream.h"
 
 /* Counters labelled {queue}: rows moving through the relay. */
@@ -245,5 +246,8 @@ bool metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *r
  * memory. The caller frees it.
  */
 char *metrics_render(struct metrics *m, size_t *length);
+
+/* The per-database series of a relay serving --databases (metrics_database.h); NULL for NULL. */
+struct metrics_databases *metrics_databases_of(struct metrics *m);
 
 #endif

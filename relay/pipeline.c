@@ -100,7 +100,7 @@ turn_claim(struct pipeline *p, double *claimed_at)
     keep_held_rows(p, &current->batch, claimed_at);
     if (p->db.store != NULL && settlement_has_rows(previous))
         t.marking = settle_send(p, previous) == 0;
-    if (p->db.store != NULL && !relay_stopping(r)) {
+    if (p->db.store != NULL && !relay_stopping(r) && !p->last_turn) {
         if (outbox_claim_send(p->db.store, (const char *const *)c->queues, c->queue_count,
                               c->batch_size, c->lease_seconds, &err) == 0)
             t.claiming = true;
@@ -315,4 +315,43 @@ pipeline_run(void *arg)
         wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
     relay_thread_returned(r);
     return NULL;
+}
+
+/*
+ * A slot's slice of one database of --databases (scheduler.c): the same
+ * turns as pipeline_run() on the connection p->db holds, until a claim
+ * finds nothing or the slice ends at until; the last turn claims no more,
+ * so the slice ends with nothing claimed and every published row marked
+ * (or left to its lease when the database failed).
+ */
+struct pipeline_slice
+pipeline_serve(struct pipeline *p, double until)
+{
+    relay *r = p->relay;
+    struct pipeline_slice slice = {0};
+    double claimed_at = 0;
+
+    p->last_turn = false;
+    while (!relay_stopping(r) && pipeline_connect(p)) {
+        struct turn t;
+        size_t count;
+
+        metrics_loop_turned(r->metrics);
+        p->last_turn = clock_monotonic_seconds() >= until;
+        t = turn_claim(p, &claimed_at);
+        publish_batch(p, &p->settlements[p->current]);
+        if (!turn_settle(p, &t, &claimed_at))
+            break; /* the slice is over, the database failed, or the relay stops */
+        count = p->settlements[p->current].batch.count;
+        slice.claimed += count;
+        slice.more = count > 0;
+        slice.full = count == (size_t)r->config->batch_size;
+        pause_after_deferral(p);
+        if (count == 0)
+            break;
+    }
+    settle_now(p, &p->settlements[!p->current]);
+    give_back(p, &p->settlements[p->current].batch);
+    p->last_turn = false;
+    return slice;
 }

@@ -27,6 +27,7 @@
 #include "maintenance.h"
 #include "pipeline.h"
 #include "relay_state.h"
+#include "scheduler.h"
 #include "settle.h"
 #include "sink.h"
 #include "wait.h"
@@ -95,12 +96,15 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     snprintf(r->maintenance.db.worker_id, sizeof(r->maintenance.db.worker_id), "%s/maintenance",
              r->worker_prefix);
     snprintf(r->maintenance.db.who, sizeof(r->maintenance.db.who), "thread=maintenance");
-    r->pipelines = calloc((size_t)config->concurrency, sizeof(*r->pipelines));
+    /* with --databases, each slot of the connection budget is a pipeline (scheduler.h) */
+    r->pipeline_count =
+        config->databases_file != NULL ? config->max_db_connections : config->concurrency;
+    r->pipelines = calloc((size_t)r->pipeline_count, sizeof(*r->pipelines));
     if (r->pipelines == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < config->concurrency; i++) {
+    for (int i = 0; i < r->pipeline_count; i++) {
         struct pipeline *p = &r->pipelines[i];
         struct sink_options options = config_sink_options(config);
 
@@ -138,6 +142,12 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             goto fail;
         }
     }
+    if (config->databases_file != NULL) {
+        r->scheduler = scheduler_new(r, err); /* no stream queue is served from a list */
+        if (r->scheduler == NULL)
+            goto fail;
+        return r;
+    }
     r->streams = stream_runner_new(config, r->worker_prefix, m, err);
     if (r->streams == NULL)
         goto fail;
@@ -153,8 +163,9 @@ relay_free(relay *r)
 {
     if (r == NULL)
         return;
-    for (int i = 0; r->pipelines != NULL && i < r->config->concurrency; i++)
+    for (int i = 0; r->pipelines != NULL && i < r->pipeline_count; i++)
         pipeline_clear(&r->pipelines[i]);
+    scheduler_free(r->scheduler);
     free(r->pipelines);
     stream_runner_free(r->streams);
     outbox_store_free(r->maintenance.db.store);
@@ -258,17 +269,26 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
 {
     r->finished = finished;
     r->finished_arg = arg;
-    log_event(OUTBOX_LOG_INFO, "relay starting",
-              "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
-              sink_display_url(r->pipelines[0].sink), r->config->concurrency, r->config->batch_size,
-              r->config->lease_seconds);
+    if (r->scheduler != NULL)
+        log_event(OUTBOX_LOG_INFO, "relay starting",
+                  "worker=%s broker=%s databases=\"%s\" max_db_connections=%d batch_size=%d"
+                  " lease=%ds",
+                  r->worker_prefix, sink_display_url(r->pipelines[0].sink),
+                  r->config->databases_file, r->pipeline_count, r->config->batch_size,
+                  r->config->lease_seconds);
+    else
+        log_event(OUTBOX_LOG_INFO, "relay starting",
+                  "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
+                  sink_display_url(r->pipelines[0].sink), r->config->concurrency,
+                  r->config->batch_size, r->config->lease_seconds);
     warn_other_broker_options(r);
-    for (int i = 0; i < r->config->concurrency; i++) {
+    for (int i = 0; i < r->pipeline_count; i++) {
         struct pipeline *p = &r->pipelines[i];
 
         atomic_fetch_add(&r->running, 1);
         atomic_fetch_add(&r->pipelines_running, 1);
-        if (pthread_create(&p->thread, NULL, pipeline_run, p) != 0) {
+        if (pthread_create(&p->thread, NULL,
+                           r->scheduler != NULL ? scheduler_slot_run : pipeline_run, p) != 0) {
             atomic_fetch_sub(&r->pipelines_running, 1);
             atomic_fetch_sub(&r->running, 1);
             relay_stop(r);
@@ -276,6 +296,8 @@ relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_erro
         }
         p->started = true;
     }
+    if (r->scheduler != NULL)
+        return 0; /* each slot reaps the databases it serves */
     atomic_fetch_add(&r->running, 1);
     if (pthread_create(&r->maintenance.thread, NULL, maintenance_run, r) != 0) {
         atomic_fetch_sub(&r->running, 1);
@@ -296,6 +318,7 @@ relay_stop(relay *r)
     atomic_store(&r->stopping, 1);
     wait_latch_set(&r->stop);
     stream_runner_stop(r->streams);
+    scheduler_stop(r->scheduler);
 }
 
 bool
@@ -307,7 +330,7 @@ relay_finished(relay *r)
 int
 relay_join(relay *r, struct outbox_error *err)
 {
-    for (int i = 0; i < r->config->concurrency; i++) {
+    for (int i = 0; i < r->pipeline_count; i++) {
         if (r->pipelines[i].started)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;

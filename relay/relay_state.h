@@ -69,7 +69,14 @@ struct database {
     outbox_store *store; /* NULL while disconnected */
     struct store_identity identity; /* the database's, read when store connected */
     char worker_id[192];
-    char who[24];      /* leads the thread's log fields: "pipeline=0", "thread=maintenance" */
+    /* leads the thread's log fields: "pipeline=0", "thread=maintenance", "database=a slot=0" */
+    char who[96];
+    const char *url; /* the database's URL; NULL: --database-url */
+    /*
+     * a database of --databases, served by a slot (scheduler.c): a connect is
+     * tried once (the scheduler backs off) and no fault of it stops the relay
+     */
+    bool of_list;
     unsigned int seed; /* a pipeline's row retry jitter */
     struct backoff reconnect;
     struct cause_log connect_log, error_log;
@@ -101,6 +108,8 @@ struct pipeline {
     double last_sink_idle;
     struct cause_log deferred_log;
     int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
+    bool last_turn;         /* pipeline_serve(): the slice is over, claim no more */
+    uint64_t rows_completed; /* rows marked succeeded (or deleted), for a slot's database */
     /* --once: when rows last moved, and why they did not since (once_stalled) */
     double progress_at;
     struct outbox_error cause;
@@ -131,6 +140,8 @@ struct relay {
     struct metrics *metrics;
     char worker_prefix[160];
     struct pipeline *pipelines;
+    int pipeline_count;              /* --concurrency, or with --databases --max-db-connections */
+    struct scheduler *scheduler;     /* with --databases: the slots' scheduler (scheduler.c) */
     struct maintenance maintenance;
     struct stream_runner *streams; /* stream queues (relay/stream.c) */
     atomic_int stopping;

@@ -84,6 +84,7 @@ record_completed(struct pipeline *p, const struct settlement *st, size_t changed
 {
     relay *r = p->relay;
 
+    p->rows_completed += changed;
     for (size_t i = 0; i < st->accepted; i++)
         if (st->done[i])
             metrics_add_queue(r->metrics, METRICS_ROWS_COMPLETED, st->lease_queues[i], 1);

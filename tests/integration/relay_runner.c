@@ -43,8 +43,10 @@ build_argv(const char **argv, char *binary, size_t binary_size, const char *data
 
     snprintf(binary, binary_size, "%s/outbox-relay", harness_env("OUTBOX_BIN"));
     argv[n++] = binary;
-    argv[n++] = "--database-url";
-    argv[n++] = database_url;
+    if (database_url != NULL) { /* NULL: the extras name --databases */
+        argv[n++] = "--database-url";
+        argv[n++] = database_url;
+    }
     argv[n++] = "--broker";
     argv[n++] = broker;
     if (!has_option(extra, "--metrics-addr")) {

@@ -21,7 +21,8 @@ struct relay_process {
 };
 
 /*
- * Starts the relay with --database-url and --broker plus the extra
+ * Starts the relay with --database-url (none when database_url is NULL:
+ * the extras then name --databases) and --broker plus the extra
  * arguments (NULL-terminated, may be NULL), --metrics-addr off unless the
  * extras name one, and --lease 5 unless the extras name one.
  */

@@ -1,0 +1,677 @@
+/*
+ * scheduler.c - the slots of a relay of many databases: which database a
+ * free slot serves next, the connection budget, the list re-read while the
+ * relay runs, and each database's faults. See scheduler.h.
+ *
+ * One mutex guards the databases and the connection count; a slot holds
+ * it only to pick and to give back, never across I/O (a connect, a slice,
+ * a close run outside it).
+ */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backoff.h"
+#include "cause_log.h"
+#include "clock.h"
+#include "database_list.h"
+#include "ends.h"
+#include "error.h"
+#include "log.h"
+#include "pipeline.h"
+#include "store_database_lease.h"
+#include "store_identity.h"
+
+/* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
+#define REAP_EVERY_SECONDS 5.0
+#define REAP_LIMIT 1000
+#define REAP_RETRY_SECONDS 1.0
+#define SWEEP_KEY_LIMIT 1000
+#define CLEANUP_EVERY_SECONDS 10.0
+#define CLEANUP_LIMIT 5000
+
+/* A connection kept open between slices of its database. */
+struct idle_connection {
+    outbox_store *store;
+    struct store_identity identity;
+    double used_at; /* the least recently used one is closed first */
+};
+
+/* One database of the list. */
+struct tenant {
+    char name[DATABASE_NAME_MAX];
+    char *url;
+    bool removed; /* gone from the list: freed once no slot serves it */
+    int serving;  /* slots serving it now */
+    struct idle_connection *idle;
+    size_t idle_count;
+    double due;        /* monotonic seconds from when a slot may take it */
+    double picked_at;  /* when a slot last took it: the longest waiting goes first */
+    double idle_wait;  /* the wait after a slice that found no row; grows while empty */
+    bool backlog;      /* its last claim was a whole batch */
+    double reap_due, cleanup_due;
+    bool tried, down;  /* tried at least once; its last connect or slice failed */
+    bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
+    bool paused;       /* outboxctl pause --database: no relay serves it */
+    struct backoff retry;
+    struct cause_log log;
+};
+
+struct scheduler {
+    relay *relay;
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* a database became due, or the relay stops */
+    struct tenant **tenants;
+    size_t count;
+    int open;   /* connections open: held by slots and idle */
+    int budget; /* --max-db-connections */
+    int slots;
+    double list_look_at;
+    struct database_file_stamp stamp;
+    unsigned int seed;
+};
+
+/* What a slot took: a database and a connection to it (store NULL: connect first). */
+struct work {
+    struct tenant *tenant;
+    struct idle_connection connection;
+    outbox_store *to_close; /* an idle connection of another database, closed for this one */
+};
+
+/* ---- the list ----------------------------------------------------------- */
+
+static struct tenant *
+tenant_new(struct scheduler *s, const struct database_entry *entry)
+{
+    struct tenant *t = calloc(1, sizeof(*t));
+
+    if (t == NULL || (t->url = strdup(entry->url)) == NULL ||
+        (t->idle = calloc((size_t)s->budget, sizeof(*t->idle))) == NULL) {
+        if (t != NULL)
+            free(t->url);
+        free(t);
+        return NULL;
+    }
+    snprintf(t->name, sizeof(t->name), "%s", entry->name);
+    t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+    t->retry = backoff_make(SCHEDULER_RETRY_FIRST_SECONDS, SCHEDULER_RETRY_MAX_SECONDS,
+                            s->seed ^ (unsigned int)(s->count * 2654435761u));
+    return t;
+}
+
+/*
+ * Closes t's idle connections, first giving up its lease through one of
+ * them when it holds it. Under the lock, or with no slot running.
+ */
+static void
+tenant_close_idle(struct scheduler *s, struct tenant *t)
+{
+    struct outbox_error err;
+
+    if (t->held && t->idle_count > 0) {
+        if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
+                                         s->relay->worker_prefix, &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        t->held = false;
+    }
+    for (size_t i = 0; i < t->idle_count; i++)
+        outbox_store_free(t->idle[i].store);
+    s->open -= (int)t->idle_count;
+    t->idle_count = 0;
+}
+
+/* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
+static void
+tenant_free(struct scheduler *s, struct tenant *t)
+{
+    tenant_close_idle(s, t);
+    free(t->idle);
+    free(t->url);
+    free(t);
+}
+
+/* Drops the removed tenants no slot serves any more. Under the lock. */
+static void
+release_removed(struct scheduler *s)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+
+        if (t->removed && t->serving == 0) {
+            log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
+            tenant_free(s, t);
+        } else {
+            s->tenants[kept++] = t;
+        }
+    }
+    s->count = kept;
+}
+
+/* Tells the metrics which databases are listed now. Under the lock. */
+static void
+publish_list(struct scheduler *s)
+{
+    const char **names = calloc(s->count + 1, sizeof(*names));
+    size_t n = 0;
+
+    if (names == NULL)
+        return;
+    for (size_t i = 0; i < s->count; i++)
+        if (!s->tenants[i]->removed)
+            names[n++] = s->tenants[i]->name;
+    metrics_databases_set_list(metrics_databases_of(s->relay->metrics), names, n);
+    metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open,
+                                      s->budget);
+    free(names);
+}
+
+/*
+ * Makes the tenants follow list: new names added, names gone (or whose URL
+ * changed) removed. Under the lock. -1 when out of memory (the list is
+ * then followed in part, and again at the next change).
+ */
+static int
+apply_list(struct scheduler *s, const struct database_list *list, bool first)
+{
+    struct tenant **tenants =
+        realloc(s->tenants, (s->count + list->count + 1) * sizeof(*s->tenants));
+
+    if (tenants == NULL)
+        return -1;
+    s->tenants = tenants;
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        const struct database_entry *entry = database_list_find(list, t->name);
+
+        if (!t->removed && (entry == NULL || strcmp(entry->url, t->url) != 0)) {
+            t->removed = true;
+            log_event(OUTBOX_LOG_INFO, "database removed from the list", "database=%s",
+                      t->name);
+        }
+    }
+    for (size_t i = 0; i < list->count; i++) {
+        bool present = false;
+
+        for (size_t j = 0; j < s->count && !present; j++)
+            present = !s->tenants[j]->removed && strcmp(s->tenants[j]->name, list->items[i].name) == 0;
+        if (present)
+            continue;
+        if ((s->tenants[s->count] = tenant_new(s, &list->items[i])) == NULL)
+            return -1;
+        s->count++;
+        if (!first)
+            log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
+                      list->items[i].name);
+    }
+    release_removed(s);
+    publish_list(s);
+    pthread_cond_broadcast(&s->changed);
+    return 0;
+}
+
+/* Re-reads the list when its file changed. Under the lock (the file is small). */
+static void
+look_at_list(struct scheduler *s, double now)
+{
+    const char *path = s->relay->config->databases_file;
+    struct database_file_stamp stamp;
+    struct database_list list;
+    struct outbox_error err;
+
+    if (now < s->list_look_at)
+        return;
+    s->list_look_at = now + SCHEDULER_LIST_LOOK_SECONDS;
+    stamp = database_file_stamp(path);
+    if (!database_file_changed(&stamp, &s->stamp))
+        return;
+    s->stamp = stamp;
+    if (database_list_read(path, &list, &err) != 0) {
+        log_event(OUTBOX_LOG_ERROR, "database list not read again, the previous one is kept",
+                  "error=\"%s\"", err.message);
+        return;
+    }
+    if (apply_list(s, &list, false) != 0)
+        log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
+    database_list_clear(&list);
+}
+
+struct scheduler *
+scheduler_new(relay *r, struct outbox_error *err)
+{
+    struct scheduler *s = calloc(1, sizeof(*s));
+    pthread_condattr_t attributes;
+    struct database_list list;
+
+    if (s == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->relay = r;
+    s->budget = s->slots = r->config->max_db_connections;
+    s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    s->stamp = database_file_stamp(r->config->databases_file);
+    if (database_list_read(r->config->databases_file, &list, err) != 0) {
+        scheduler_free(s);
+        return NULL;
+    }
+    if (apply_list(s, &list, true) != 0) {
+        database_list_clear(&list);
+        scheduler_free(s);
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    database_list_clear(&list);
+    s->list_look_at = clock_monotonic_seconds() + SCHEDULER_LIST_LOOK_SECONDS;
+    return s;
+}
+
+/*
+ * A relay stopping gives up the leases it holds, so the next winner takes
+ * each database at its next visit rather than after the lease: through the
+ * database's idle connection, else one connection at a time once the idle
+ * ones are closed (the budget holds). Under no lock: the slots returned.
+ */
+static void
+release_leases(struct scheduler *s)
+{
+    struct outbox_error err;
+
+    for (size_t i = 0; i < s->count; i++)
+        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        outbox_store *store;
+
+        if (!t->held)
+            continue;
+        t->held = false;
+        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (store == NULL ||
+            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
+                                         &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        outbox_store_free(store);
+    }
+}
+
+void
+scheduler_free(struct scheduler *s)
+{
+    if (s == NULL)
+        return;
+    release_leases(s);
+    for (size_t i = 0; i < s->count; i++)
+        tenant_free(s, s->tenants[i]);
+    free(s->tenants);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void
+scheduler_stop(struct scheduler *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- picking ------------------------------------------------------------ */
+
+/*
+ * The due tenant that waited longest, among those under their share of
+ * the slots; NULL when none is due. *next gets the earliest due time of the
+ * others. Under the lock.
+ */
+static struct tenant *
+pick(struct scheduler *s, double now, double *next)
+{
+    struct tenant *best = NULL;
+    int busy = 0, share;
+
+    for (size_t i = 0; i < s->count; i++)
+        busy += !s->tenants[i]->removed && s->tenants[i]->backlog;
+    share = busy > 0 && s->slots / busy > 1 ? s->slots / busy : 1;
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+
+        if (t->removed || t->serving >= (t->backlog ? share : 1))
+            continue;
+        if (t->due > now) {
+            if (t->due < *next)
+                *next = t->due;
+            continue;
+        }
+        if (best == NULL || t->picked_at < best->picked_at)
+            best = t;
+    }
+    return best;
+}
+
+/*
+ * Whether u's idle connection is a better one to close than v's: one of a
+ * database without a backlog first, then the one due furthest ahead (the
+ * connection needed last, which keeps the others open for polls that come
+ * round in a cycle), then the least recently used.
+ */
+static bool
+better_victim(const struct tenant *u, size_t i, const struct tenant *v, size_t j)
+{
+    if (u->backlog != v->backlog)
+        return !u->backlog;
+    if (u->due != v->due)
+        return u->due > v->due;
+    return u->idle[i].used_at < v->idle[j].used_at;
+}
+
+/*
+ * A connection for t: one of its idle ones, a new one within the budget,
+ * or one that replaces an idle connection of another database (see
+ * better_victim). False when none can be had now. Under the lock.
+ */
+static bool
+take_connection(struct scheduler *s, struct tenant *t, struct work *w)
+{
+    struct tenant *victim = NULL;
+    size_t oldest = 0;
+
+    if (t->idle_count > 0) {
+        w->connection = t->idle[--t->idle_count];
+        return true;
+    }
+    if (s->open < s->budget) {
+        s->open++;
+        return true;
+    }
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *u = s->tenants[i];
+
+        for (size_t j = 0; j < u->idle_count; j++)
+            if (victim == NULL || better_victim(u, j, victim, oldest)) {
+                victim = u;
+                oldest = j;
+            }
+    }
+    if (victim == NULL)
+        return false;
+    w->to_close = victim->idle[oldest].store;
+    victim->idle[oldest] = victim->idle[--victim->idle_count];
+    return true; /* the count stays: one closes as the other opens */
+}
+
+/*
+ * Waits for a database to serve and a connection to it; false when the
+ * relay stops.
+ */
+static bool
+take_work(struct scheduler *s, struct work *w)
+{
+    relay *r = s->relay;
+    bool taken = false;
+
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_lock(&s->lock);
+    while (!taken && !relay_stopping(r)) {
+        double now = clock_monotonic_seconds();
+        double next = now + SCHEDULER_IDLE_MAX_SECONDS;
+        struct tenant *t;
+        struct timespec until;
+
+        look_at_list(s, now);
+        if (s->list_look_at < next)
+            next = s->list_look_at;
+        t = pick(s, now, &next);
+        if (t != NULL && take_connection(s, t, w)) {
+            t->serving++;
+            t->picked_at = now;
+            w->tenant = t;
+            taken = true;
+            break;
+        }
+        if (t != NULL)
+            next = now + 0.01; /* every connection is held by a slot: one gives back soon */
+        until.tv_sec = (time_t)next;
+        until.tv_nsec = (long)((next - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->changed, &s->lock, &until);
+    }
+    metrics_databases_set_connections(metrics_databases_of(r->metrics), s->open, s->budget);
+    pthread_mutex_unlock(&s->lock);
+    outbox_store_free(w->to_close);
+    w->to_close = NULL;
+    return taken;
+}
+
+/* ---- serving ------------------------------------------------------------ */
+
+/* Opens a connection to t for slot p: the store, the privileges, the identity. */
+static int
+connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connection *c,
+               struct outbox_error *err)
+{
+    const struct relay_config *config = p->relay->config;
+
+    c->store = outbox_store_connect(t->url, p->db.worker_id, err);
+    if (c->store == NULL)
+        return -1;
+    if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
+        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
+        outbox_store_free(c->store);
+        c->store = NULL;
+        return -1;
+    }
+    outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
+    outbox_store_set_delete_on_success(c->store, config->delete_on_success);
+    metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);
+    return 0;
+}
+
+/* Reaps t's expired leases, releases its waiting rows and cleans up, when due. */
+static void
+maintain(struct pipeline *p, struct tenant *t)
+{
+    relay *r = p->relay;
+    double now = clock_monotonic_seconds();
+    struct outbox_reap_result reaped = {0};
+    struct outbox_cleanup_result cleaned = {.locked = true};
+    struct outbox_error err;
+    size_t readied = 0;
+    char cutoff[64];
+
+    if (now >= t->reap_due) {
+        if (outbox_reap(p->db.store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0 ||
+            outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
+            store_failed(p, &err);
+            return;
+        }
+        if (reaped.ready + reaped.dead > 0)
+            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
+                      t->name, reaped.ready, reaped.dead);
+        metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
+        t->reap_due = reaped.ready + reaped.dead < REAP_LIMIT ? now + REAP_EVERY_SECONDS : now;
+    }
+    if (r->config->retention_seconds > 0 && now >= t->cleanup_due) {
+        if (outbox_store_cleanup_cutoff(p->db.store, r->config->retention_seconds, cutoff,
+                                        sizeof(cutoff), &err) != 0 ||
+            outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
+            store_failed(p, &err);
+            return;
+        }
+        metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
+        t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
+                             ? now
+                             : now + CLEANUP_EVERY_SECONDS;
+    }
+}
+
+/*
+ * Serves w's database for one slice on slot p. The slice's findings; the
+ * connection is left in w (store NULL when the database failed, with why in
+ * *cause).
+ */
+static struct pipeline_slice
+serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held, bool *paused)
+{
+    struct tenant *t = w->tenant;
+    struct pipeline_slice slice = {0};
+    uint64_t completed = p->rows_completed;
+
+    *held = *paused = false;
+    outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
+    if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
+        return slice;
+    /* the lease first: a database another relay serves is only visited, to stay a member */
+    if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
+                                  p->relay->config->lease_seconds, held, paused, cause) != 0) {
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+        return slice;
+    }
+    if (!*held)
+        return slice;
+    p->db.store = w->connection.store;
+    p->db.identity = w->connection.identity;
+    p->db.url = t->url;
+    snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
+    p->cause = (struct outbox_error){.code = OUTBOX_OK};
+    maintain(p, t);
+    if (p->db.store != NULL)
+        slice = pipeline_serve(p, clock_monotonic_seconds() + SCHEDULER_SLICE_SECONDS);
+    /* a reconnect within the slice (settle_now) may have replaced the connection */
+    w->connection.store = p->db.store;
+    w->connection.identity = p->db.identity;
+    if (p->db.store == NULL)
+        *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
+    p->db.store = NULL;
+    p->db.url = NULL;
+    snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
+                          p->rows_completed - completed);
+    return slice;
+}
+
+/* Records a failed try of t: backoff, one log line a minute, health. Under the lock. */
+static void
+record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *cause, double now)
+{
+    unsigned long repeats;
+
+    t->down = true;
+    t->backlog = false;
+    t->due = now + backoff_next(&t->retry);
+    if (cause_log_due(&t->log, cause->message, &repeats))
+        log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
+                  "database=%s error=\"%s\" repeats=%lu", t->name, cause->message, repeats);
+    metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, false,
+                                cause->message);
+}
+
+/* Records whether this relay holds t's lease now. Under the lock. */
+static void
+record_lease(struct scheduler *s, struct tenant *t, bool held, bool paused)
+{
+    if (paused != t->paused)
+        log_event(OUTBOX_LOG_INFO, paused ? "database paused, not served" : "database resumed",
+                  "database=%s", t->name);
+    t->paused = paused;
+    if (held != t->held)
+        log_event(OUTBOX_LOG_INFO, held ? "database lease taken" : "database lease given up",
+                  "database=%s", t->name);
+    t->held = held;
+    metrics_databases_set_served(metrics_databases_of(s->relay->metrics), t->name, held);
+}
+
+/* Gives w's database and connection back after a slice. */
+static void
+give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
+               const struct outbox_error *cause, bool held, bool paused)
+{
+    struct tenant *t = w->tenant;
+    double now = clock_monotonic_seconds();
+    outbox_store *to_close = NULL;
+
+    pthread_mutex_lock(&s->lock);
+    t->serving--;
+    if (w->connection.store == NULL) {
+        s->open--;
+        record_lease(s, t, false, t->paused);
+        record_fault(s, t, cause, now);
+    } else {
+        if (t->down || !t->tried)
+            log_event(t->down ? OUTBOX_LOG_INFO : OUTBOX_LOG_DEBUG,
+                      t->down ? "database available again" : "database connected",
+                      "database=%s", t->name);
+        t->down = false;
+        backoff_reset(&t->retry);
+        metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
+        record_lease(s, t, held, paused);
+        t->backlog = slice->full;
+        if (!held) /* looked at again to stay a member, and to take over when it wins */
+            t->due = now + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+        else if (slice->more) {
+            t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+            t->due = now;
+        } else {
+            t->due = now + t->idle_wait;
+            t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
+                                                                         : SCHEDULER_IDLE_MAX_SECONDS;
+        }
+        if (t->removed || relay_stopping(s->relay)) {
+            to_close = w->connection.store;
+            s->open--;
+        } else {
+            w->connection.used_at = now;
+            t->idle[t->idle_count++] = w->connection;
+        }
+    }
+    t->tried = true;
+    if (t->removed)
+        release_removed(s);
+    metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open, s->budget);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    outbox_store_free(to_close);
+}
+
+void *
+scheduler_slot_run(void *arg)
+{
+    struct pipeline *p = arg;
+    relay *r = p->relay;
+    struct scheduler *s = r->scheduler;
+
+    p->deferral = backoff_make(0.05, 2.0, p->db.seed ^ 0x5bd1e995u);
+    p->db.of_list = true;
+    snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    if (connect_sink(p, true) == 0) {
+        struct work w;
+
+        while (take_work(s, &w)) {
+            struct outbox_error cause;
+            bool held, paused;
+            struct pipeline_slice slice = serve(p, &w, &cause, &held, &paused);
+
+            give_work_back(s, &w, &slice, &cause, held, paused);
+        }
+    }
+    broker_close(p);
+    if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
+        wait_latch_set(&r->pipelines_done);
+    relay_thread_returned(r);
+    return NULL;
+}

@@ -1,0 +1,69 @@
+/*
+ * scheduler.h - one relay for the databases of a list (--databases): a
+ * connection budget shared by slots, and a fair share among databases.
+ *
+ * The relay runs --max-db-connections slots, each a pipeline (relay_state.h)
+ * with its own broker connection and no database of its own. A slot asks
+ * the scheduler for a database, serves it for a bounded slice (claim,
+ * publish, mark, as a pipeline does, after the database's reap and cleanup
+ * when due), and gives it back. Every connection to a listed database is
+ * held by a slot serving it or kept idle for the next slice; together they
+ * never pass the budget (an idle one is closed for a slot that needs
+ * another database). There is no LISTEN: a database that had no row is
+ * looked at again after an interval that grows from --poll-interval to
+ * SCHEDULER_IDLE_MAX_SECONDS while it stays empty.
+ *
+ * Fairness: the due database that waited longest goes first, so a database
+ * with a backlog, due again at once after each slice, cannot keep a quiet
+ * one waiting for more than a slice; databases whose last claim was a whole
+ * batch share the slots equally, the others get one slot at a time.
+ *
+ * A database that is down, dropped, not migrated or at an old schema costs
+ * only itself: its slice ends, it is backed off (one log line a minute
+ * naming it), /healthz and outbox_database_up name it, the others flow.
+ * The list is looked at every SCHEDULER_LIST_LOOK_SECONDS and re-read when
+ * it changed: a database added is served at the next slot free, one
+ * removed is released once its slices end (rows marked, claims given back,
+ * its connections closed).
+ *
+ * Relays that share the list divide its databases: each visit of a database
+ * first takes, keeps or gives up its lease (store_database_lease.h), and a
+ * database another relay holds is only visited, SCHEDULER_VISIT_PER_LEASE
+ * times a lease, to stay a member of its rendezvous and to take it over
+ * once that relay's lease ends.
+ *
+ * Stream queues are not served by a relay of a list: it claims row queues
+ * only.
+ */
+#ifndef OUTBOX_RELAY_SCHEDULER_H
+#define OUTBOX_RELAY_SCHEDULER_H
+
+#include "relay_state.h"
+
+/* The longest slice a slot serves one database while others wait. */
+#define SCHEDULER_SLICE_SECONDS 0.25
+/* The longest wait before an empty database is looked at again. */
+#define SCHEDULER_IDLE_MAX_SECONDS 1.0
+/* A database another relay serves is visited this many times a lease (membership, takeover). */
+#define SCHEDULER_VISIT_PER_LEASE 4.0
+/* How often the list file's stamp is looked at. */
+#define SCHEDULER_LIST_LOOK_SECONDS 1.0
+/* A database that failed is tried again after a backoff from the first to the longest. */
+#define SCHEDULER_RETRY_FIRST_SECONDS 1.0
+#define SCHEDULER_RETRY_MAX_SECONDS 30.0
+
+struct scheduler;
+
+/* Reads the list (r->config->databases_file); NULL with err when it cannot. */
+struct scheduler *scheduler_new(relay *r, struct outbox_error *err);
+
+/* Closes every idle connection; the slots must have returned. NULL is a no-op. */
+void scheduler_free(struct scheduler *s);
+
+/* Ends every slot's wait for a database (relay_stop). */
+void scheduler_stop(struct scheduler *s);
+
+/* The body of a slot thread; arg is its struct pipeline. */
+void *scheduler_slot_run(void *arg);
+
+#endif

@@ -1,0 +1,164 @@
+#!/bin/bash
+# databases.sh - one relay for many databases (outbox-relay --databases):
+#
+#  idle: DATABASES_BENCH_COUNT (200) idle databases, --max-db-connections 16:
+#        the relay's RSS, the CPU PostgreSQL spends on the relay's idle work
+#        (the postmaster's own and reaped children's CPU plus the live
+#        backends', over DATABASES_BENCH_SECONDS, less the same window with
+#        no relay), and commit -> publish of single rows in random idle
+#        databases (p50/p99).
+#  busy: DATABASES_BENCH_BUSY (10) of them hold DATABASES_BENCH_ROWS (20 000)
+#        rows each: the aggregate drain, against one relay (--database-url,
+#        default concurrency) draining the same total from one database,
+#        and commit -> publish of single rows in the quiet databases
+#        meanwhile.
+#
+# Needs OUTBOX_TEST_PG_URL, OUTBOX_TEST_PG_PORT, OUTBOX_TEST_REDIS_URL,
+# OUTBOX_TEST_STACK_DIR (a stack of tests/harness/stack.sh with outbox_template)
+# and BIN. Prints result lines on stdout; fails only when a step fails.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-bin}
+case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+COUNT=${DATABASES_BENCH_COUNT:-200}
+BUSY=${DATABASES_BENCH_BUSY:-10}
+ROWS=${DATABASES_BENCH_ROWS:-20000}
+SECONDS_IDLE=${DATABASES_BENCH_SECONDS:-20}
+BUDGET=${DATABASES_BENCH_BUDGET:-16}
+ADMIN_URL=${OUTBOX_TEST_PG_URL:?OUTBOX_TEST_PG_URL is not set}
+REDIS_URL=${OUTBOX_TEST_REDIS_URL:?OUTBOX_TEST_REDIS_URL is not set}
+STACK=${OUTBOX_TEST_STACK_DIR:?OUTBOX_TEST_STACK_DIR is not set}
+BASE=${ADMIN_URL%/*}
+PREFIX=bdb$$
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/outbox-databases-bench.XXXXXX")
+LIST=$SCRATCH/databases.list
+relay_pid=""
+
+redis_cli() {
+    local rest=${REDIS_URL#redis://} password="" hostport
+    case "$rest" in *@*) password=${rest%%@*}; password=${password#:}; rest=${rest#*@} ;; esac
+    hostport=${rest%%/*}
+    redis-cli -h "${hostport%:*}" -p "${hostport##*:}" ${password:+-a "$password"} \
+        --no-auth-warning "$@"
+}
+
+cleanup() {
+    [ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null && wait "$relay_pid" 2>/dev/null
+    for i in $(seq 0 "$COUNT") single; do
+        psql -X -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS ${PREFIX}_$i WITH (FORCE)" \
+            >/dev/null 2>&1 || true
+    done
+    redis_cli --scan --pattern "$PREFIX:*" | while read -r key; do redis_cli del "$key" >/dev/null; done
+    rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
+# A database from the template with an identity of its own.
+make_database() {
+    psql -X -q -v ON_ERROR_STOP=1 "$ADMIN_URL" \
+        -c "CREATE DATABASE $1 TEMPLATE outbox_template" >/dev/null
+    psql -X -q -v ON_ERROR_STOP=1 "$BASE/$1" -c "SELECT outbox.identity_set('$1')" >/dev/null
+}
+
+# CPU seconds of the PostgreSQL server: the postmaster, its reaped children, its live ones.
+postgres_cpu() {
+    local master ticks
+    master=$(head -1 "$STACK/pg/postmaster.pid")
+    ticks=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$master/stat")
+    for child in $(pgrep -P "$master"); do
+        ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null || echo 0)))
+    done
+    echo "scale=3; $ticks / $(getconf CLK_TCK)" | bc
+}
+
+# Inserts one row stamped with its commit time into database $1.
+stamp_row() {
+    psql -X -q "$BASE/$1" -c "SELECT outbox.enqueue('probe', jsonb_build_object('t',
+        (extract(epoch from clock_timestamp()) * 1000)::bigint))" >/dev/null
+}
+
+# p50 and p99 of publish - commit (ms) over the probe stream's entries.
+probe_latency() {
+    redis_cli xrange "$PREFIX:probe" - + | awk '
+        /^[0-9]+-[0-9]+$/ { id = $1; sub(/-.*/, "", id) }
+        /"t": / { t = $0; sub(/.*"t": /, "", t); sub(/[^0-9].*/, "", t); print id - t }' |
+        sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "none"; exit }
+            p99 = int(NR * 0.99 + 0.5); if (p99 > NR) p99 = NR
+            printf "p50 %d ms, p99 %d ms over %d rows\n", v[int(NR * 0.5 + 0.5)], v[p99], NR }'
+}
+
+# PostgreSQL CPU (% of a core) while one row a fifth of a second goes into a random idle database.
+probe_window() {
+    local before started ended after
+    before=$(postgres_cpu)
+    started=$(date +%s.%N)
+    while [ "$(echo "$(date +%s.%N) - $started < $SECONDS_IDLE" | bc)" = 1 ]; do
+        stamp_row "${PREFIX}_$((RANDOM % COUNT + 1))"
+        sleep 0.2
+    done
+    after=$(postgres_cpu)
+    ended=$(date +%s.%N)
+    echo "scale=2; ($after - $before) * 100 / ($ended - $started)" | bc
+}
+
+start_relay() {
+    "$BIN/outbox-relay" "$@" --broker "$REDIS_URL" --stream-prefix "$PREFIX:" --metrics-addr off \
+        >"$SCRATCH/relay.log" 2>&1 &
+    relay_pid=$!
+}
+
+stop_relay() {
+    kill "$relay_pid" && wait "$relay_pid" || true
+    relay_pid=""
+}
+
+echo "databases: making $COUNT databases" >&2
+: >"$LIST"
+for i in $(seq 1 "$COUNT"); do
+    make_database "${PREFIX}_$i"
+    echo "d$i $BASE/${PREFIX}_$i" >>"$LIST"
+done
+
+# ---- idle ----
+baseline=$(probe_window) # the rows' own cost, no relay
+psql -X -q "$ADMIN_URL" -c "SELECT 1" >/dev/null
+for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
+start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+sleep 10
+spent=$(probe_window)
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$relay_pid/status")
+sleep 2
+echo "databases idle: $COUNT databases, budget $BUDGET: relay RSS $((rss / 1024)) MiB;" \
+     "PostgreSQL CPU $spent % of a core with the relay, $baseline % for the probe rows alone;" \
+     "commit -> publish $(probe_latency)"
+stop_relay
+redis_cli del "$PREFIX:probe" >/dev/null
+
+# ---- busy ----
+total=$((BUSY * ROWS))
+make_database "${PREFIX}_single"
+psql -X -q "$BASE/${PREFIX}_single" -c "SELECT count(outbox.enqueue('load', '{}'))
+    FROM generate_series(1, $total)" >/dev/null
+started=$(date +%s.%N)
+"$BIN/outbox-relay" --database-url "$BASE/${PREFIX}_single" --once --broker "$REDIS_URL" \
+    --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
+single=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
+redis_cli del "$PREFIX:load" >/dev/null
+for i in $(seq 1 "$BUSY"); do
+    psql -X -q "$BASE/${PREFIX}_$i" -c "SELECT count(outbox.enqueue('load', '{}'))
+        FROM generate_series(1, $ROWS)" >/dev/null
+done
+started=$(date +%s.%N)
+start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+while [ "$(redis_cli xlen "$PREFIX:load")" -lt "$total" ]; do
+    stamp_row "${PREFIX}_$((BUSY + 1 + RANDOM % (COUNT - BUSY)))"
+    sleep 0.1
+done
+many=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
+sleep 2
+echo "databases busy: $BUSY of $COUNT databases with $ROWS rows each, budget $BUDGET:" \
+     "$many rows/s against $single rows/s of one relay on one database" \
+     "(ratio $(echo "scale=2; $many / $single" | bc)); quiet databases meanwhile:" \
+     "commit -> publish $(probe_latency)"
+stop_relay

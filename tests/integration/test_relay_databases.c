@@ -1,0 +1,563 @@
+/*
+ * test_relay_databases.c - one relay for many databases (--databases FILE,
+ * --max-db-connections N), per broker from a table: databases from a
+ * list, two relays with a budget each, one killed with -9 mid-run; every
+ * row of every database delivered under its own database's message id
+ * (and, for Redis, its own payload: no row of one database taken for
+ * another's), connections within each relay's budget, a database added to
+ * the file at run time served, an unreachable database costing only
+ * itself. Then the configuration mistakes of the mode.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "amqp_consumer.h"
+#include "fixtures.h"
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+#define MAX_DATABASES 40
+#define QUEUE "orders"
+
+/* One broker's run: how many databases, rows and connections. */
+struct broker_case {
+    const char *name;
+    const char *url_variable; /* OUTBOX_TEST_*_URL */
+    int databases;            /* listed at start; one more is added while the relays run */
+    int rows;                 /* per database before the kill */
+    int more_rows;            /* per database after it */
+    int budget;               /* --max-db-connections of each relay */
+};
+
+static const struct broker_case CASES[] = {
+    {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8},
+    {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3},
+};
+
+struct run {
+    const struct broker_case *bc;
+    char *urls[MAX_DATABASES];
+    PGconn *conns[MAX_DATABASES];
+    char ids[MAX_DATABASES][48];
+    int count; /* databases made: bc->databases + the one added */
+    char list_path[256];
+    char prefix[64]; /* Redis stream prefix, or the AMQP queue name */
+    PGconn *admin;
+};
+
+/* Makes database i: its own identity, then rows of payload {"db": id, "n": k}. */
+static void
+make_database(struct run *run, int i)
+{
+    char output[2048], sql[256];
+
+    run->urls[i] = harness_database_new();
+    run->conns[i] = harness_connect(run->urls[i]);
+    snprintf(run->ids[i], sizeof(run->ids[i]), "mdb%d-%d", (int)getpid(), i);
+    {
+        const char *argv[] = {"--database-url", run->urls[i], "identity", "set", "--database-id",
+                              run->ids[i], NULL};
+
+        if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+            fail_msg("outboxctl identity set: %s", output);
+    }
+    snprintf(sql, sizeof(sql),
+             "SELECT count(outbox.enqueue('" QUEUE "', jsonb_build_object('db', '%s', 'n', g)))"
+             " FROM generate_series(1, %d) AS g",
+             run->ids[i], run->bc->rows);
+    harness_exec(run->conns[i], sql);
+}
+
+/* Adds rows to every database, numbered after the first ones. */
+static void
+enqueue_more(struct run *run, int databases)
+{
+    char sql[256];
+
+    for (int i = 0; i < databases; i++) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(outbox.enqueue('" QUEUE "', jsonb_build_object('db', '%s', 'n', g)))"
+                 " FROM generate_series(%d, %d) AS g",
+                 run->ids[i], run->bc->rows + 1, run->bc->rows + run->bc->more_rows);
+        harness_exec(run->conns[i], sql);
+    }
+}
+
+static void
+write_list(const struct run *run, int databases, bool with_unreachable)
+{
+    FILE *file = fopen(run->list_path, "w");
+
+    assert_non_null(file);
+    fprintf(file, "# databases of %s\n", run->bc->name);
+    for (int i = 0; i < databases; i++)
+        fprintf(file, i % 2 == 0 ? "db%d %s\n" : "db%d   %s   # tenant\n", i, run->urls[i]);
+    if (with_unreachable)
+        fprintf(file, "unreachable postgresql://postgres@127.0.0.1:1/nowhere\n");
+    assert_int_equal(fclose(file), 0);
+}
+
+/* Connections open under application_name name. */
+static long long
+connections_of(PGconn *admin, const char *name)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", name);
+    return harness_query_ll(admin, sql);
+}
+
+/* Rows not yet succeeded, summed over the databases. */
+static long long
+rows_left(const struct run *run)
+{
+    long long left = 0;
+
+    for (int i = 0; i < run->count; i++)
+        left += harness_query_ll(run->conns[i],
+                                 "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'");
+    return left;
+}
+
+/* Starts a relay over the list as application name; its metrics on port (0: off). */
+static void
+start_relay(struct run *run, struct relay_process *relay, const char *name, int port)
+{
+    const char *broker = harness_env(run->bc->url_variable);
+    char budget[16], metrics[32];
+    const char *stream_options[] = {"--stream-prefix", run->prefix};
+    const char *extra[16];
+    int n = 0;
+
+    snprintf(budget, sizeof(budget), "%d", run->bc->budget);
+    snprintf(metrics, sizeof(metrics), port > 0 ? "127.0.0.1:%d" : "off", port);
+    extra[n++] = "--databases";
+    extra[n++] = run->list_path;
+    extra[n++] = "--max-db-connections";
+    extra[n++] = budget;
+    extra[n++] = "--batch-size";
+    extra[n++] = "20";
+    extra[n++] = "--metrics-addr";
+    extra[n++] = metrics;
+    if (strcmp(run->bc->name, "redis") == 0) {
+        extra[n++] = stream_options[0];
+        extra[n++] = stream_options[1];
+    } else {
+        extra[n++] = "--exchange"; /* bound to the queue run->prefix with key QUEUE */
+        extra[n++] = run->prefix;
+    }
+    extra[n] = NULL;
+    setenv("PGAPPNAME", name, 1); /* wins over the relay's fallback_application_name */
+    relay_start_process(relay, NULL, broker, extra);
+    unsetenv("PGAPPNAME");
+}
+
+/* Redis: one entry per row of every database, each under its own database's id and payload. */
+static void
+check_redis(struct run *run, int rows_each, int last_rows)
+{
+    redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
+    struct stream_consumer_stream stream = {0};
+    char stream_key[128], *seen = NULL;
+    long long expected = 0;
+    int width = rows_each > last_rows ? rows_each : last_rows;
+
+    snprintf(stream_key, sizeof(stream_key), "%s" QUEUE, run->prefix);
+    assert_int_equal(stream_consumer_read_stream(redis, stream_key, &stream), 0);
+    seen = calloc((size_t)run->count * (size_t)(width + 1), 1);
+    assert_non_null(seen);
+    for (int i = 0; i < run->count; i++)
+        expected += i == run->count - 1 ? last_rows : rows_each;
+    for (size_t e = 0; e < stream.count; e++) {
+        const struct stream_consumer_entry *entry = &stream.entries[e];
+        char db[64] = "", want[96];
+        int n = 0, index = -1;
+
+        if (sscanf(entry->payload, "{\"n\": %d, \"db\": \"%63[^\"]\"}", &n, db) != 2)
+            fail_msg("unexpected payload %s", entry->payload);
+        for (int i = 0; i < run->count; i++)
+            if (strcmp(run->ids[i], db) == 0)
+                index = i;
+        assert_true(index >= 0);
+        /* the message id names the database the payload was written in */
+        snprintf(want, sizeof(want), "%s:", db);
+        if (strncmp(entry->message_id, want, strlen(want)) != 0)
+            fail_msg("row of %s published as %s", db, entry->message_id);
+        assert_true(n >= 1 && n <= width);
+        if (seen[(size_t)index * (size_t)(width + 1) + (size_t)n]++)
+            fail_msg("row %d of %s appended twice", n, db);
+    }
+    assert_int_equal((long long)stream.count, expected);
+    free(seen);
+    stream_consumer_stream_clear(&stream);
+    stream_consumer_delete_prefix(redis, run->prefix);
+    redisFree(redis);
+}
+
+/* AMQP: every row's message id at least once. */
+struct amqp_seen {
+    char **ids;
+    size_t count, capacity;
+};
+
+static void
+on_message_id(const char *message_id, void *arg)
+{
+    struct amqp_seen *seen = arg;
+
+    if (seen->count == seen->capacity) {
+        seen->capacity = seen->capacity ? seen->capacity * 2 : 1024;
+        seen->ids = realloc(seen->ids, seen->capacity * sizeof(*seen->ids));
+        assert_non_null(seen->ids);
+    }
+    seen->ids[seen->count++] = strdup(message_id);
+}
+
+static void
+check_amqp(struct run *run, queue_consumer *mq)
+{
+    struct amqp_seen seen = {0};
+
+    assert_int_equal(queue_consumer_drain(mq, run->prefix, 2000, on_message_id, &seen), 0);
+    for (int i = 0; i < run->count; i++) {
+        PGresult *result = PQexec(run->conns[i], "SELECT job_id FROM outbox.job ORDER BY job_id");
+
+        assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+        for (int r = 0; r < PQntuples(result); r++) {
+            char want[128];
+            bool found = false;
+
+            harness_message_id(run->conns[i], atoll(PQgetvalue(result, r, 0)), 0, want,
+                               sizeof(want));
+            for (size_t k = 0; k < seen.count && !found; k++)
+                found = strcmp(seen.ids[k], want) == 0;
+            if (!found)
+                fail_msg("%s of database %s never arrived", want, run->ids[i]);
+        }
+        PQclear(result);
+    }
+    for (size_t k = 0; k < seen.count; k++)
+        free(seen.ids[k]);
+    free(seen.ids);
+}
+
+/* The databases a relay's /metrics says it serves. */
+static int
+served_count(const char *metrics)
+{
+    int count = 0;
+
+    for (const char *p = metrics; (p = strstr(p, "outbox_database_served{")) != NULL; p++) {
+        const char *end = strchr(p, '\n');
+
+        count += end != NULL && end[-1] == '1' && end[-2] == ' ';
+    }
+    return count;
+}
+
+/* The log lines of relay that contain both needles. */
+static int
+log_lines_with(const struct relay_process *relay, const char *a, const char *b)
+{
+    char *log = fixture_read_file(relay->log_path);
+    int count = 0;
+
+    for (char *line = strtok(log, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        count += strstr(line, a) != NULL && strstr(line, b) != NULL;
+    free(log);
+    return count;
+}
+
+/*
+ * After the drain: the unreachable database named, the databases all served
+ * by the survivor, its clean stop, then every row at the broker; cleanup.
+ */
+static void
+finish_case(struct run *run, struct relay_process *b, queue_consumer *mq, int port,
+            int served_before)
+{
+    const struct broker_case *bc = run->bc;
+    char *metrics;
+
+    /* the unreachable database is named, and costs one log line a minute */
+    metrics = relay_scrape_metrics(port);
+    assert_non_null(metrics);
+    assert_non_null(strstr(metrics, "database=\"unreachable\"} 0"));
+    assert_non_null(strstr(metrics, "outbox_databases_down{broker=\""));
+    /* the relays divided the databases; after the kill the survivor took them all over */
+    print_message("%s: relay b served %d databases before the kill, %d after\n", bc->name,
+                  served_before, served_count(metrics));
+    if (bc->databases >= 20) /* with a handful, one relay winning every hash is not rare */
+        assert_true(served_before > 0 && served_before < bc->databases);
+    assert_int_equal(served_count(metrics), bc->databases + 1);
+    free(metrics);
+    assert_true(log_lines_with(b, "database unavailable", "database=unreachable") == 1);
+    assert_true(log_lines_with(b, "database added to the list", "database=db") == 1);
+    relay_signal(b, SIGTERM);
+    assert_int_equal(relay_wait(b, 15000), 0);
+    if (mq != NULL) {
+        check_amqp(run, mq);
+        queue_consumer_delete_queue(mq, run->prefix);
+        queue_consumer_delete_exchange(mq, run->prefix);
+        queue_consumer_free(mq);
+    } else {
+        check_redis(run, bc->rows + bc->more_rows, bc->rows);
+    }
+    for (int i = 0; i < run->count; i++) {
+        PQfinish(run->conns[i]);
+        harness_database_drop(run->urls[i]);
+    }
+    PQfinish(run->admin);
+    unlink(run->list_path);
+}
+
+static void
+run_case(const struct broker_case *bc)
+{
+    struct run run = {.bc = bc};
+    struct relay_process a, b;
+    queue_consumer *mq = NULL;
+    long long most_a = 0, most_b = 0, left = -1;
+    int port = 20000 + (int)(getpid() % 20000);
+    double killed_at;
+    int served_before;
+    char *metrics;
+
+    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-%s-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), bc->name, (int)getpid());
+    snprintf(run.prefix, sizeof(run.prefix), "mdb-%s-%d%s", bc->name, (int)getpid(),
+             strcmp(bc->name, "redis") == 0 ? ":" : "");
+    run.count = bc->databases + 1;
+    for (int i = 0; i < run.count; i++)
+        make_database(&run, i);
+    if (strcmp(bc->name, "amqp") == 0) {
+        mq = queue_consumer_connect(harness_env("OUTBOX_TEST_AMQP_URL"));
+        assert_non_null(mq);
+        assert_int_equal(queue_consumer_declare_queue(mq, run.prefix), 0);
+        assert_int_equal(queue_consumer_declare_exchange(mq, run.prefix, "direct"), 0);
+        assert_int_equal(queue_consumer_bind(mq, run.prefix, run.prefix, QUEUE), 0);
+    }
+    /* the last database is listed only while the relays run */
+    write_list(&run, bc->databases, true);
+    start_relay(&run, &a, "mdb-relay-a", 0);
+    start_relay(&run, &b, "mdb-relay-b", port);
+    for (int sample = 0; sample < 12; sample++) {
+        long long now_a = connections_of(run.admin, "mdb-relay-a");
+
+        most_a = now_a > most_a ? now_a : most_a;
+        usleep(250 * 1000);
+    }
+    metrics = relay_scrape_metrics(port);
+    assert_non_null(metrics);
+    served_before = served_count(metrics);
+    free(metrics);
+    relay_signal(&a, SIGKILL); /* mid-run: rows of its batches stay running until their lease */
+    assert_int_equal(relay_wait(&a, 5000), 128 + SIGKILL);
+    killed_at = wall_clock_seconds();
+    enqueue_more(&run, bc->databases);
+    write_list(&run, bc->databases + 1, true);
+    for (int waited = 0; waited < 120 && (left = rows_left(&run)) > 0; waited++) {
+        long long now_a = connections_of(run.admin, "mdb-relay-a");
+        long long now_b = connections_of(run.admin, "mdb-relay-b");
+
+        most_a = now_a > most_a ? now_a : most_a;
+        most_b = now_b > most_b ? now_b : most_b;
+        usleep(500 * 1000);
+    }
+    if (left != 0)
+        relay_dump_log(&b);
+    print_message("%s: %d databases drained %.1f s after the kill; most connections %lld and %lld"
+                  " of %d each\n",
+                  bc->name, run.count, wall_clock_seconds() - killed_at, most_a, most_b,
+                  bc->budget);
+    assert_int_equal(left, 0);
+    assert_true(most_a <= bc->budget);
+    assert_true(most_b <= bc->budget);
+    assert_true(most_a > 0 && most_b > 0);
+    finish_case(&run, &b, mq, port, served_before);
+}
+
+static void
+test_many_databases_redis(void **state)
+{
+    (void)state;
+    run_case(&CASES[0]);
+}
+
+static void
+test_many_databases_amqp(void **state)
+{
+    (void)state;
+    run_case(&CASES[1]);
+}
+
+/* The mode's configuration mistakes: exit 2 with one line naming the option or the line. */
+static void
+test_configuration_mistakes(void **state)
+{
+    char path[256], output[4096];
+    FILE *file;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/databases-bad-%d.list", harness_env("OUTBOX_TEST_STACK_DIR"),
+             (int)getpid());
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fprintf(file, "# ok\none postgresql://u@127.0.0.1:1/a\none postgresql://u@127.0.0.1:1/b\n");
+    fclose(file);
+    {
+        const char *argv[] = {"--databases", path, "--broker", "redis://127.0.0.1:1", NULL};
+
+        assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+        assert_non_null(strstr(output, "line 3: the name 'one' is listed twice"));
+    }
+    {
+        const char *argv[] = {"--databases", path, "--database-url", "postgresql:///x", "--broker",
+                              "redis://127.0.0.1:1", NULL};
+
+        assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+        assert_non_null(strstr(output, "--databases and --database-url exclude each other"));
+    }
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fprintf(file, "host=127.0.0.1 port=1\n");
+    fclose(file);
+    {
+        const char *argv[] = {"--databases", path, "--broker", "redis://127.0.0.1:1", NULL};
+
+        assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+        assert_non_null(strstr(output, "line 1:"));
+    }
+    {
+        const char *argv[] = {"--databases", "/nonexistent/list", "--broker", "redis://127.0.0.1:1",
+                              NULL};
+
+        assert_int_equal(relay_run_capture(argv, output, sizeof(output)), 2);
+        assert_non_null(strstr(output, "--databases /nonexistent/list"));
+    }
+    unlink(path);
+}
+
+/*
+ * outboxctl pause --database: relays of a list stop serving the database
+ * (its rows stay ready) while the others flow; resume --database: served.
+ */
+static void
+test_pause_a_whole_database(void **state)
+{
+    struct run run = {.bc = &CASES[0]};
+    struct relay_process relay;
+    char output[4096];
+
+    (void)state;
+    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-pause-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    snprintf(run.prefix, sizeof(run.prefix), "mdb-pause-%d:", (int)getpid());
+    run.count = 2;
+    for (int i = 0; i < run.count; i++)
+        make_database(&run, i);
+    {
+        const char *argv[] = {"--database-url", run.urls[1], "pause", "--database", "--reason",
+                              "tenant migration", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+        assert_non_null(strstr(output, "paused the database"));
+    }
+    write_list(&run, run.count, false);
+    start_relay(&run, &relay, "mdb-relay-pause", 0);
+    assert_int_equal(wait_for_value(run.conns[0],
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    run.bc->rows, 20000),
+                     run.bc->rows);
+    usleep(2000 * 1000);
+    assert_int_equal(harness_query_ll(run.conns[1], "SELECT count(*) FROM outbox.job"
+                                                    " WHERE state = 'ready'"),
+                     run.bc->rows);
+    {
+        const char *argv[] = {"--database-url", run.urls[1], "resume", "--database", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+        assert_non_null(strstr(output, "resumed the database"));
+    }
+    assert_int_equal(wait_for_value(run.conns[1],
+                                    "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
+                                    run.bc->rows, 20000),
+                     run.bc->rows);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_true(log_lines_with(&relay, "database paused, not served", "database=db1") == 1);
+    for (int i = 0; i < run.count; i++) {
+        PQfinish(run.conns[i]);
+        harness_database_drop(run.urls[i]);
+    }
+    PQfinish(run.admin);
+    unlink(run.list_path);
+}
+
+/* outboxctl --databases FILE migrate and status: each database in turn, then the totals. */
+static void
+test_outboxctl_over_the_list(void **state)
+{
+    char *first = harness_database_new_empty(), *second = harness_database_new_empty();
+    char path[256], output[16384];
+    FILE *file;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/databases-ctl-%d.list", harness_env("OUTBOX_TEST_STACK_DIR"),
+             (int)getpid());
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fprintf(file, "first %s\nsecond %s\nunreachable postgresql://postgres@127.0.0.1:1/x\n",
+            first, second);
+    fclose(file);
+    {
+        const char *argv[] = {"--databases", path, "migrate", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 1);
+        assert_non_null(strstr(output, "== database first"));
+        assert_non_null(strstr(output, "== database unreachable"));
+        assert_non_null(strstr(output, "databases: 3, ok: 2, failed: 1"));
+    }
+    {
+        const char *argv[] = {"--databases", path, "status", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 1);
+        assert_non_null(strstr(output, "== database second"));
+        assert_non_null(strstr(output, "databases: 3, ok: 2, failed: 1"));
+    }
+    {
+        const char *argv[] = {"--databases", path, "identity", "set", "--database-id", "x", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 2);
+    }
+    unlink(path);
+    harness_database_drop(first);
+    harness_database_drop(second);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_configuration_mistakes),
+        cmocka_unit_test(test_outboxctl_over_the_list),
+        cmocka_unit_test(test_pause_a_whole_database),
+        cmocka_unit_test(test_many_databases_redis),
+        cmocka_unit_test(test_many_databases_amqp),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,110 @@
+/*
+ * test_database_list.c - the --databases list (src/database_list.c): lines
+ * "NAME URL" and bare URLs, comments, and the mistakes that refuse the file
+ * whole with the line named and no URL quoted.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "database_list.h"
+
+static void
+test_names_urls_and_comments(void **state)
+{
+    struct database_list list;
+    struct outbox_error err;
+    const char *text = "# tenants\n"
+                       "\n"
+                       "acme   postgresql://relay@db1/acme   # the first\n"
+                       "  postgresql://relay@db2:5433/initech?sslmode=disable\n"
+                       "globex\thost=db3 dbname=globex user=relay\n"
+                       "dbname=conninfo_only";
+
+    (void)state;
+    assert_int_equal(database_list_parse(text, "--databases f", &list, &err), 0);
+    assert_int_equal(list.count, 4);
+    assert_string_equal(list.items[0].name, "acme");
+    assert_string_equal(list.items[0].url, "postgresql://relay@db1/acme");
+    assert_string_equal(list.items[1].name, "initech"); /* a bare URL names itself */
+    assert_string_equal(list.items[2].name, "globex");
+    assert_string_equal(list.items[2].url, "host=db3 dbname=globex user=relay");
+    assert_string_equal(list.items[3].name, "conninfo_only");
+    assert_non_null(database_list_find(&list, "globex"));
+    assert_null(database_list_find(&list, "nobody"));
+    database_list_clear(&list);
+    database_list_clear(&list); /* clearing twice is harmless */
+}
+
+static void
+expect_refused(const char *text, const char *needle)
+{
+    struct database_list list;
+    struct outbox_error err;
+
+    assert_int_equal(database_list_parse(text, "--databases f", &list, &err), -1);
+    assert_int_equal(err.code, OUTBOX_ERR_CONFIG);
+    if (strstr(err.message, needle) == NULL)
+        fail_msg("'%s' does not say '%s'", err.message, needle);
+    assert_null(strstr(err.message, "secret")); /* never a password */
+    assert_int_equal(list.count, 0);
+}
+
+static void
+test_mistakes_name_the_line(void **state)
+{
+    (void)state;
+    expect_refused("a postgresql://u:secret@h/a\na postgresql://u:secret@h/b\n",
+                   "--databases f line 2: the name 'a' is listed twice");
+    expect_refused("a postgresql://u:secret@h/x\nb postgresql://u:secret@h/x\n",
+                   "line 2: the URL of 'a' is listed twice");
+    expect_refused("# ok\nbad/name postgresql://u:secret@h/a\n", "line 2: the name must be");
+    expect_refused("postgresql://u:secret@h/\n", "line 1: the URL names no database");
+    expect_refused("t postgresql://u:secret@h/a?no_such_setting=1\n", "line 1:");
+}
+
+static void
+test_file_stamp_sees_a_change(void **state)
+{
+    char path[] = "/tmp/test_database_list_XXXXXX";
+    int fd = mkstemp(path);
+    struct database_file_stamp before, after;
+    struct database_list list;
+    struct outbox_error err;
+
+    (void)state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "a postgresql://h/a\n", 19), 19);
+    before = database_file_stamp(path);
+    assert_int_equal(database_list_read(path, &list, &err), 0);
+    assert_int_equal(list.count, 1);
+    database_list_clear(&list);
+    assert_int_equal(write(fd, "b postgresql://h/b\n", 19), 19);
+    close(fd);
+    after = database_file_stamp(path);
+    assert_true(database_file_changed(&before, &after));
+    assert_false(database_file_changed(&after, &after));
+    unlink(path);
+    assert_true(database_file_changed(&after, &(struct database_file_stamp){0}));
+    assert_int_equal(database_list_read(path, &list, &err), -1);
+    assert_non_null(strstr(err.message, path));
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_urls_and_comments),
+        cmocka_unit_test(test_mistakes_name_the_line),
+        cmocka_unit_test(test_file_stamp_sees_a_change),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
