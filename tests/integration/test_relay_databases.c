@@ -212,10 +212,11 @@ struct amqp_seen {
 };
 
 static void
-on_message_id(const char *message_id, void *arg)
+on_message_id(const char *message_id, int64_t job_id, void *arg)
 {
     struct amqp_seen *seen = arg;
 
+    (void)job_id; /* the message id names the database too */
     if (seen->count == seen->capacity) {
         seen->capacity = seen->capacity ? seen->capacity * 2 : 1024;
         seen->ids = realloc(seen->ids, seen->capacity * sizeof(*seen->ids));
