@@ -18,6 +18,12 @@
  * worker, same generation, lease in the future, checked with
  * clock_timestamp() after the lock is held, so time spent waiting for the
  * lock never counts in the owner's favour. Rows not returned are "lease lost".
+ *
+ * Lock order: a statement that waits for row locks of outbox.job takes all
+ * of them in one pass in job_id order, before it updates any row (claims,
+ * reaps and cleanups skip locked rows and never wait). Two statements
+ * waiting on each other would each hold a row the other wants next, which
+ * one ascending order rules out.
  */
 #include "outbox.h"
 #include "store_statements.h"
@@ -93,6 +99,28 @@ static const char SQL_PAUSES[] =
     "  SELECT j.job_id FROM outbox.job AS j JOIN input USING (job_id)"                             \
     "  ORDER BY j.job_id FOR UPDATE OF j)"
 
+/*
+ * LOCK_OWNED for the marks that finish rows: with the named rows, the first
+ * waiting (held) row of each of their keys, which RELEASE_NEXT_OF_KEY may
+ * update, all in one pass in job_id order. Locked after the named rows in
+ * the order of the keys instead, a mark and the sweep (or two marks) that
+ * free the same waiting rows of two keys took them in opposite orders and
+ * PostgreSQL killed one with "deadlock detected". The statement's snapshot
+ * gives RELEASE_NEXT_OF_KEY the same first waiting rows as here.
+ */
+#define LOCK_OWNED_AND_NEXT(input)                                                                 \
+    "WITH input AS (SELECT * FROM " input "),"                                                     \
+    " named AS MATERIALIZED ("                                                                     \
+    "  SELECT j.job_id, j.queue, j.ordering_key FROM outbox.job AS j JOIN input USING (job_id)),"  \
+    " owned AS MATERIALIZED ("                                                                     \
+    "  SELECT j.job_id FROM (SELECT job_id FROM named UNION"                                       \
+    "   SELECT (SELECT h.job_id FROM outbox.job AS h"                                              \
+    "           WHERE h.held AND h.queue = n.queue AND h.ordering_key = n.ordering_key"            \
+    "           ORDER BY h.job_id LIMIT 1)"                                                        \
+    "   FROM named AS n WHERE n.ordering_key IS NOT NULL) AS l"                                    \
+    "  JOIN outbox.job AS j USING (job_id)"                                                        \
+    "  ORDER BY j.job_id FOR UPDATE OF j)"
+
 /* The ownership check, evaluated on the locked, latest row version. */
 #define STILL_OWNED                                                                                \
     " WHERE j.job_id = input.job_id AND j.job_id IN (SELECT job_id FROM owned)"                    \
@@ -123,7 +151,7 @@ static const char SQL_EXTEND[] =
 /* The statements below keep their own layout. */
 /* clang-format off */
 static const char SQL_COMPLETE[] =
-    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
+    LOCK_OWNED_AND_NEXT(LEASE_INPUT) ", finished AS ("
     " UPDATE outbox.job AS j"
     " SET state = 'succeeded', worker_id = NULL, lease_until = NULL,"
     "     finished_at = clock_timestamp()"
@@ -139,7 +167,7 @@ static const char SQL_COMPLETE[] =
  * job_succeeded_idx, which retention deletes again later).
  */
 static const char SQL_COMPLETE_DELETE[] =
-    LOCK_OWNED(LEASE_INPUT) ", finished AS ("
+    LOCK_OWNED_AND_NEXT(LEASE_INPUT) ", finished AS ("
     " DELETE FROM outbox.job AS j"
     " USING input" STILL_OWNED
     " RETURNING j.job_id, j.queue, j.ordering_key, true AS frees)"
@@ -155,7 +183,7 @@ static const char SQL_RELEASE[] =
 #define GIVES_UP "(input.permanent OR j.attempts >= j.max_attempts)"
 
 /* A row that dies releases the next row of its key, unless $7 (block on a dead head). */
-static const char SQL_FAIL[] = LOCK_OWNED(
+static const char SQL_FAIL[] = LOCK_OWNED_AND_NEXT(
     "unnest($2::bigint[], $3::int[], $4::text[], $5::float8[], $6::bool[])"
     " AS f(job_id, generation, error, retry_seconds, permanent)") ", finished AS ("
     " UPDATE outbox.job AS j"
@@ -190,7 +218,8 @@ static const char SQL_REAP[] =
  * cursor ($2, $3), found by a loose scan of job_held_idx (one probe per key),
  * stops waiting when no earlier row of its key is unfinished. That repairs
  * the one race the immediate release cannot see: a key's head finishing
- * while a producer's insert of the next row is not yet committed.
+ * while a producer's insert of the next row is not yet committed. The rows
+ * are locked in job_id order, as the marks lock theirs, not in the keys'.
  */
 static const char SQL_SWEEP_HELD[] =
     "WITH RECURSIVE keys AS ("
@@ -203,12 +232,16 @@ static const char SQL_SWEEP_HELD[] =
     "    WHERE h.held AND (h.queue, h.ordering_key) > (k.queue, k.ordering_key)"
     "    ORDER BY h.queue, h.ordering_key, h.job_id LIMIT 1) AS n)),"
     " firsts AS MATERIALIZED (SELECT * FROM keys LIMIT $1),"
-    " freed AS ("
-    "  UPDATE outbox.job AS j SET held = false FROM firsts AS f"
-    "  WHERE j.job_id = f.job_id AND j.held"
+    " free AS MATERIALIZED ("
+    "  SELECT j.job_id FROM firsts AS f JOIN outbox.job AS j USING (job_id)"
+    "  WHERE j.held"
     "    AND NOT EXISTS (SELECT 1 FROM outbox.job AS e"
     "      WHERE e.queue = f.queue AND e.ordering_key = f.ordering_key AND e.job_id < f.job_id"
     "        AND (e.state IN ('ready', 'running') OR ($4 AND e.state = 'dead')))"
+    "  ORDER BY j.job_id FOR UPDATE OF j),"
+    " freed AS ("
+    "  UPDATE outbox.job AS j SET held = false FROM free AS f"
+    "  WHERE j.job_id = f.job_id AND j.held"
     "  RETURNING j.job_id)"
     " SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM firsts), last.queue,"
     "        last.ordering_key"
