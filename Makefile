@@ -363,7 +363,7 @@ image:
 
 # Installs podman, podman-compose and mmdebstrap when run as root; builds helm with go.
 test-image:
-	tests/container/test_image.sh
+	tests/container/run.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -263,11 +263,14 @@ consume_amqp(const struct options *o, const struct broker_url *url, struct tally
         }
         idle_since = now_seconds();
         if (envelope.message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
-            char id[32] = {0};
+            char id[128] = {0};
             amqp_bytes_t bytes = envelope.message.properties.message_id;
+            const char *job_id;
 
             memcpy(id, bytes.bytes, bytes.len < sizeof(id) - 1 ? bytes.len : sizeof(id) - 1);
-            record(t, atoll(id));
+            /* <database_id>:<epoch>:<job_id>, or a bare <job_id> from a database of an earlier release */
+            job_id = strrchr(id, ':');
+            record(t, atoll(job_id != NULL ? job_id + 1 : id));
             if (o->show)
                 show_message(id, &envelope);
         }
