@@ -12,10 +12,12 @@ if [ ! -f "$CONTAINER_TEST_CONF" ]; then
 fi
 export CONTAINERS_CONF=$CONTAINER_TEST_CONF
 
-# The image under test, and the base the test builds it from (no registry is reachable).
+# The image under test, and the bases the test builds it from (no registry is reachable): the
+# build stage's, minbase with the build packages; the runtime stage's, minbase with the runtime
+# libraries, what debian:12-slim plus the Containerfile's apt-get would hold.
 TEST_IMAGE=${OUTBOX_TEST_IMAGE:-localhost/outbox-relay:test}
-TEST_BASE_PACKAGES="build-essential pkg-config libpq-dev librabbitmq-dev libhiredis-dev uuid-dev
-libnats-dev librdkafka-dev ca-certificates"
+TEST_BUILD_PACKAGES="build-essential,pkg-config,libpq-dev,librabbitmq-dev,libhiredis-dev,uuid-dev,libnats-dev,librdkafka-dev,ca-certificates"
+TEST_RUNTIME_PACKAGES="libpq5,librabbitmq4,libhiredis0.14,libnats3.4,librdkafka1,libuuid1,ca-certificates"
 TEST_DEB_CACHE=${OUTBOX_TEST_DEB_CACHE:-/var/cache/outbox-relay-tests/debs}
 
 # podman run with the settings every test container needs here. Without systemd podman cannot
@@ -45,10 +47,9 @@ debian_image() {
     rm -f "$tar"
 }
 
-# The base image of both build stages: minbase with the build and runtime packages, named by a
-# hash of its package list so a changed list makes a new one.
+# The name of a base made of these packages (a comma-separated list): a changed list makes a
+# new one.
 test_base_image() {
-    local hash
-    hash=$(echo $TEST_BASE_PACKAGES | sha256sum | cut -c1-12)
-    echo "localhost/outbox-test/debian-build:12-$hash"
+    local name=$1 packages=$2
+    echo "localhost/outbox-test/$name:12-$(echo "$packages" | sha256sum | cut -c1-12)"
 }

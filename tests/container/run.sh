@@ -10,7 +10,8 @@ set -eu
 
 SOURCE_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$SOURCE_DIR"
-PACKAGES="podman runc podman-compose mmdebstrap uidmap slirp4netns fuse-overlayfs"
+PACKAGES="podman runc podman-compose mmdebstrap uidmap slirp4netns fuse-overlayfs
+golang-github-containernetworking-plugin-dnsname"
 
 missing=""
 for package in $PACKAGES; do
@@ -39,11 +40,13 @@ trap stop_stack EXIT
 tests/harness/stack.sh start "$STACK_DIR" postgres redis rabbitmq > "$STACK_DIR.log" 2>&1 &
 stack_pid=$!
 
-base=$(test_base_image)
-debian_image "$base" "$(echo $TEST_BASE_PACKAGES | tr ' ' ',')"
+build_base=$(test_base_image debian-build "$TEST_BUILD_PACKAGES")
+runtime_base=$(test_base_image debian-slim "$TEST_RUNTIME_PACKAGES")
+debian_image "$build_base" "$TEST_BUILD_PACKAGES"
+debian_image "$runtime_base" "$TEST_RUNTIME_PACKAGES"
 build_started=$(date +%s)
 make --no-print-directory image IMAGE="$TEST_IMAGE" CONTAINER_ENGINE=podman \
-    IMAGE_BUILD_ARGS="--quiet --isolation chroot --build-arg BASE_IMAGE=$base --build-arg BUILD_IMAGE=$base" \
+    IMAGE_BUILD_ARGS="--quiet --isolation chroot --build-arg BUILD_IMAGE=$build_base --build-arg BASE_IMAGE=$runtime_base" \
     >/dev/null
 echo "test-image: image $TEST_IMAGE built in $(($(date +%s) - build_started)) s"
 
