@@ -21,6 +21,7 @@ done
 if [ -n "$missing" ]; then
     [ "$(id -u)" = 0 ] || { echo "test-image: missing packages:$missing (install them as root)" >&2; exit 1; }
     echo "test-image: installing$missing"
+    apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
 fi
 [ "$(id -u)" = 0 ] || { echo "test-image: podman here needs root (runc, cgroupfs)" >&2; exit 1; }
