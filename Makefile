@@ -18,6 +18,9 @@
 #   make install    programs, library, header, pkg-config file, SQL, man pages and the
 #                   systemd unit under DESTDIR + PREFIX (default /usr/local)
 #   make deb        outbox-relay, liboutbox0 and liboutbox-dev _VERSION_ARCH.deb in DEB_OUT
+#   make image      the container image (Containerfile) as IMAGE, with podman or docker
+#   make test-image build the image and run it against throwaway servers, the compose file
+#                   under podman-compose, helm lint and template (tests/container)
 #   make format / analyze / clean
 
 VERSION   := 0.2.0
@@ -96,7 +99,7 @@ TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/com
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
 .PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
-        format analyze clean check-deps install man deb
+        format analyze clean check-deps install man deb image test-image
 
 all: check-deps $(PRODUCTS)
 
@@ -365,6 +368,23 @@ DEB_OUT ?= $(BUILD)/deb
 deb: all man
 	VERSION=$(VERSION) BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) DEB_OUT=$(DEB_OUT) \
 	    deploy/debian/build-deb.sh
+
+# The container image: podman when installed, else docker. IMAGE_BUILD_ARGS adds to the
+# build, e.g. --build-arg BASE_IMAGE=debian:12-slim (the default). Podman writes the docker
+# format, the one that keeps HEALTHCHECK.
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE            ?= outbox-relay:$(VERSION)
+IMAGE_REVISION   ?= $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)
+IMAGE_SOURCE     ?= $(or $(shell git remote get-url origin 2>/dev/null),unknown)
+IMAGE_BUILD_ARGS ?=
+image:
+	$(CONTAINER_ENGINE) build $(if $(filter podman,$(notdir $(CONTAINER_ENGINE))),--format docker) \
+	    -f Containerfile -t $(IMAGE) --build-arg VERSION=$(VERSION) \
+	    --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE) $(IMAGE_BUILD_ARGS) .
+
+# Installs podman, podman-compose and mmdebstrap when run as root; builds helm with go.
+test-image:
+	tests/container/run.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -50,6 +50,9 @@ static const struct option_spec OPTIONS[] = {
     {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL,
      "validate the configuration, connect to both ends, check the role's privileges and that"
      " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY, 0},
+    {"healthcheck", NULL, OPTION_FLAG, FIELD(healthcheck), NULL, 0, 0, NULL,
+     "ask /healthz of the relay serving --metrics-addr (a wildcard address on loopback): exit 0"
+     " when healthy, 1 when not; a container's health check", COMMAND_LINE_ONLY, 0},
     {"poll-interval", "DURATION", OPTION_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
      "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT, 0},
     {"retry-base", "DURATION", OPTION_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
@@ -646,7 +649,8 @@ config_parse(struct relay_config *config, int argc, const char *const *argv,
     if (read_command_line(entries, count, argc, argv, given, err) != 0 ||
         set_values(config, entries, count, given, provided, err) != 0)
         goto fail;
-    if (config->help || config->version)
+    /* these need no database or broker: a health check asks a running relay */
+    if (config->help || config->version || config->healthcheck)
         return 0;
     if (config->broker.password_file != NULL &&
         read_password_file(config->broker.password_file, (char **)&config->broker.password, err) != 0)

@@ -55,6 +55,7 @@ struct relay_config {
     int metrics_max_queues; /* queues with their own series; 0: no cap */
     bool once;
     bool check;
+    bool healthcheck; /* ask a running relay's /healthz, then exit */
     bool help;
     bool version;
     int poll_interval_ms;     /* longest idle wait between claims */

@@ -40,7 +40,7 @@ struct option_spec {
     const char *help;
     /*
      * Read from OUTBOX_<NAME> too. Settings are; the action flags (--once,
-     * --check, --help, --version) are not: a variable left in a service's
+     * --check, --healthcheck, --help, --version) are not: a variable left in a service's
      * environment must not turn a normal start into something else.
      */
     bool from_environment;

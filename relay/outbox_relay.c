@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "healthcheck.h"
 #include "log.h"
 #include "http.h"
 #include "metrics.h"
@@ -99,6 +100,38 @@ run_check(relay *r)
     if (relay_check(r, stdout, &configuration, &err) != 0)
         return report(configuration ? EXIT_USAGE : EXIT_RUNTIME, &err);
     printf("configuration OK\n");
+    return 0;
+}
+
+/*
+ * --healthcheck: asks the /healthz of the relay serving addr; 0 when it is
+ * healthy, 1 when it is not or does not answer (a container's health check).
+ */
+static int
+run_healthcheck(const struct listen_addr *addr)
+{
+    struct outbox_error err;
+    char answer[512];
+    int rc;
+
+    if (addr->off) {
+        outbox_error_set(&err, OUTBOX_ERR_CONFIG,
+                         "--healthcheck: --metrics-addr is off, no /healthz to ask");
+        return report(EXIT_USAGE, &err);
+    }
+    rc = healthcheck_run(addr, answer, sizeof(answer), &err);
+    if (rc < 0) {
+        struct outbox_error named = err;
+
+        outbox_error_set(&named, err.code, "--healthcheck: %s", err.message);
+        return report(EXIT_RUNTIME, &named);
+    }
+    if (rc > 0) {
+        outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--healthcheck: /healthz answered %s",
+                         answer);
+        return report(EXIT_RUNTIME, &err);
+    }
+    printf("%s\n", answer);
     return 0;
 }
 
@@ -188,6 +221,10 @@ main(int argc, char **argv)
     if (listen_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
         config_clear(&config);
         return report(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
+    }
+    if (config.healthcheck) {
+        config_clear(&config);
+        return run_healthcheck(&metrics_addr);
     }
     /* config's level and format choices are listed in log.h's order */
     log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);

@@ -614,13 +614,51 @@ test_other_paths(void **state)
     free(r.body);
 }
 
+/*
+ * --healthcheck, the image's health check: 0 and "200 ok" from a healthy
+ * relay, also through OUTBOX_METRICS_ADDR naming every interface (asked on
+ * loopback); 1 and one line once nothing listens; 2 with --metrics-addr off.
+ */
+static void
+test_healthcheck_flag(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
+    const char *ask[] = {"--healthcheck", "--metrics-addr", f->metrics_addr, NULL};
+    const char *ask_environment[] = {"--healthcheck", NULL};
+    const char *ask_off[] = {"--healthcheck", "--metrics-addr", "off", NULL};
+    struct relay_process relay;
+    char output[1024], wildcard[32];
+
+    relay_start_process(&relay, f->url, f->broker, extra);
+    assert_int_equal(wait_for_status(f->port, "/healthz", 200, 10000), 200);
+    assert_int_equal(relay_run_capture(ask, output, sizeof(output)), 0);
+    assert_string_equal(output, "200 ok\n");
+    snprintf(wildcard, sizeof(wildcard), "0.0.0.0:%d", f->port);
+    setenv("OUTBOX_METRICS_ADDR", wildcard, 1);
+    assert_int_equal(relay_run_capture(ask_environment, output, sizeof(output)), 0);
+    unsetenv("OUTBOX_METRICS_ADDR");
+    assert_string_equal(output, "200 ok\n");
+
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    unlink(relay.log_path);
+    assert_int_equal(relay_run_capture(ask, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "--healthcheck: unable to connect to 127.0.0.1"));
+    assert_ptr_equal(strchr(output, '\n'), output + strlen(output) - 1); /* one line */
+    assert_int_equal(relay_run_capture(ask_off, output, sizeof(output)), 2);
+    assert_non_null(strstr(output, "--metrics-addr is off"));
+}
+
 static void
 test_health_follows_the_broker(void **state)
 {
     struct fixture *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
+    const char *ask[] = {"--healthcheck", "--metrics-addr", f->metrics_addr, NULL};
     struct relay_process relay;
     struct response r;
+    char output[1024];
     char *text;
     int status;
 
@@ -642,6 +680,9 @@ test_health_follows_the_broker(void **state)
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "broker"));
     free(r.body);
+    /* the image's health check says so too, in one line */
+    assert_int_equal(relay_run_capture(ask, output, sizeof(output)), 1);
+    assert_non_null(strstr(output, "--healthcheck: /healthz answered 503 broker"));
     text = scrape(f);
     assert_true(metric_value(text, "outbox_up", "target=\"broker\"") == 0);
     assert_true(metric_value(text, "outbox_up", "target=\"database\"") == 1);
@@ -924,6 +965,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_counters_match_what_happened, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_healthcheck_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_follows_the_broker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_series_are_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_gauges, setup, teardown),

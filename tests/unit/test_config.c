@@ -38,6 +38,8 @@ clean_env(void **state)
     unsetenv("OUTBOX_HELP");
     unsetenv("OUTBOX_CHECK");
     unsetenv("OUTBOX_VERSION");
+    unsetenv("OUTBOX_HEALTHCHECK");
+    unsetenv("OUTBOX_METRICS_ADDR");
     return 0;
 }
 
@@ -267,7 +269,9 @@ test_environment_rules(void **state)
     setenv("OUTBOX_ONCE", "yes", 1);
     setenv("OUTBOX_CHECK", "true", 1);
     setenv("OUTBOX_VERSION", "on", 1);
+    setenv("OUTBOX_HEALTHCHECK", "yes", 1);
     assert_int_equal(PARSE(&c, &err, BASE), 0);
+    assert_false(c.healthcheck);
     assert_false(c.help);
     assert_false(c.once);
     assert_false(c.check);
@@ -275,6 +279,14 @@ test_environment_rules(void **state)
     config_clear(&c);
     assert_int_equal(PARSE(&c, &err, BASE, "--once"), 0);
     assert_true(c.once);
+    config_clear(&c);
+    clean_env(NULL);
+
+    /* a health check asks a running relay: it needs neither a database nor a broker URL */
+    setenv("OUTBOX_METRICS_ADDR", "0.0.0.0:9187", 1);
+    assert_int_equal(PARSE(&c, &err, "--healthcheck"), 0);
+    assert_true(c.healthcheck);
+    assert_string_equal(c.metrics_addr, "0.0.0.0:9187");
     config_clear(&c);
     clean_env(NULL);
 }
@@ -293,8 +305,8 @@ test_help_lists_every_option(void **state)
     assert_non_null(strstr(text, "--metrics-addr HOST:PORT"));
     assert_non_null(strstr(text, "OUTBOX_<NAME>"));
     assert_non_null(strstr(text, "[500]"));
-    assert_non_null(strstr(text, "--once, --check, --help and --version are read\nfrom the"
-                                 " command line only"));
+    assert_non_null(strstr(text, "--once, --check, --healthcheck, --help and --version are read\n"
+                                 "from the command line only"));
     free(text);
 }
 

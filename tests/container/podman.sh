@@ -1,0 +1,55 @@
+# podman.sh - how the container tests run podman on a Debian 12 host: sourced, never run.
+#
+# runc (crun fails on hosts with hybrid cgroups) with the cgroupfs manager, no default ulimits
+# (a sandbox without CAP_SYS_RESOURCE cannot raise them), all through CONTAINERS_CONF, which
+# podman-compose's podman calls read too. Builds use chroot isolation.
+
+CONTAINER_TEST_CONF=${CONTAINER_TEST_CONF:-${TMPDIR:-/tmp}/outbox-containers.conf}
+if [ ! -f "$CONTAINER_TEST_CONF" ]; then
+    printf '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n' \
+        > "$CONTAINER_TEST_CONF.$$"
+    mv "$CONTAINER_TEST_CONF.$$" "$CONTAINER_TEST_CONF"
+fi
+export CONTAINERS_CONF=$CONTAINER_TEST_CONF
+
+# The image under test, and the bases the test builds it from (no registry is reachable): the
+# build stage's, minbase with the build packages; the runtime stage's, minbase with the runtime
+# libraries, what debian:12-slim plus the Containerfile's apt-get would hold.
+TEST_IMAGE=${OUTBOX_TEST_IMAGE:-localhost/outbox-relay:test}
+TEST_BUILD_PACKAGES="build-essential,pkg-config,libpq-dev,librabbitmq-dev,libhiredis-dev,uuid-dev,libnats-dev,librdkafka-dev,ca-certificates"
+TEST_RUNTIME_PACKAGES="libpq5,librabbitmq4,libhiredis0.14,libnats3.4,librdkafka1,libuuid1,ca-certificates"
+TEST_DEB_CACHE=${OUTBOX_TEST_DEB_CACHE:-/var/cache/outbox-relay-tests/debs}
+
+# podman run with the settings every test container needs here. Without systemd podman cannot
+# schedule health checks (the tests run them with `podman healthcheck run`) and says so on
+# every run, stop and rm: those lines are dropped.
+podman_run() {
+    podman run --ulimit host --network host --health-interval disable "$@" \
+        2> >(grep -v 'systemd connection' >&2)
+}
+
+# Makes localhost/outbox-test/NAME:TAG from Debian 12 packages with mmdebstrap (minbase plus
+# the packages, a comma-separated list) unless it exists: the .debs are cached in
+# TEST_DEB_CACHE, so a second base downloads only what the first lacked.
+debian_image() {
+    local image=$1 packages=$2 tar
+    podman image exists "$image" && return 0
+    tar=$(mktemp "${TMPDIR:-/tmp}/outbox-base.XXXXXX.tar")
+    mkdir -p "$TEST_DEB_CACHE"
+    echo "podman: making $image from Debian 12 packages (mmdebstrap, once)"
+    mmdebstrap --quiet --variant=minbase --include="$packages" \
+        --skip=download/empty --skip=essential/unlink \
+        --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
+        --setup-hook="sync-in $TEST_DEB_CACHE /var/cache/apt/archives/" \
+        --customize-hook="sync-out /var/cache/apt/archives $TEST_DEB_CACHE" \
+        bookworm "$tar" || { rm -f "$tar"; return 1; }
+    podman import --quiet "$tar" "$image" >/dev/null || { rm -f "$tar"; return 1; }
+    rm -f "$tar"
+}
+
+# The name of a base made of these packages (a comma-separated list): a changed list makes a
+# new one.
+test_base_image() {
+    local name=$1 packages=$2
+    echo "localhost/outbox-test/$name:12-$(echo "$packages" | sha256sum | cut -c1-12)"
+}
