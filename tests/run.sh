@@ -9,7 +9,7 @@
 # then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it,
 # tests/browser (the console in headless Chromium) and tests/torture (the short torture pass).
 # OUTBOX_VALGRIND, when set, prefixes every test binary (e.g. "valgrind -q ...").
-# OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 600).
+# OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 900).
 # Prints one line per binary and a summary; exits 1 when any failed.
 set -u
 
@@ -18,7 +18,7 @@ cd "$SOURCE_DIR" || exit 1
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 WHAT=${1:-all}
-TIMEOUT=${OUTBOX_TEST_TIMEOUT:-600}
+TIMEOUT=${OUTBOX_TEST_TIMEOUT:-900}
 
 case "$WHAT" in
 unit | integration | all | ha) ;;
