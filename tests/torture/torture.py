@@ -251,7 +251,14 @@ class Run:
                 self.cells.append(Cell(self, broker, mode))
         self.stop_producers = threading.Event()
         clib_path = os.path.join(self.lib, "liboutbox.so")
-        clib = producers.CLibrary(clib_path) if os.path.exists(clib_path) else None
+        clib = None
+        if not os.path.exists(clib_path):
+            log("no %s: the producers use the SQL functions only" % clib_path)
+        elif "libasan" in subprocess.run(["ldd", clib_path], stdout=subprocess.PIPE, text=True).stdout:
+            # a sanitizer's runtime must be the first library of the process: not in python
+            log("%s is built with AddressSanitizer: the producers use the SQL functions only" % clib_path)
+        else:
+            clib = producers.CLibrary(clib_path)
         sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
         for cell in self.cells:
             for database in cell.databases:
