@@ -319,7 +319,26 @@ class Run:
         missing += sum(1 for token in observed["bad"] if token in rows and rows[token]["state"] != "dead")
         return missing
 
+    PORTS = {"postgres": "OUTBOX_TEST_PG_PORT", "rabbitmq": "OUTBOX_TEST_AMQP_PORT",
+             "redis": "OUTBOX_TEST_REDIS_PORT", "nats": "OUTBOX_TEST_NATS_PORT",
+             "kafka": "OUTBOX_TEST_KAFKA_PORT"}
+
+    def ensure_servers(self):
+        """Starts again a server a fault left down (its restart timed out on a loaded host)."""
+        import socket
+
+        for service in ["postgres"] + sorted({brokers.SERVICE[b] for b in self.broker_names}):
+            try:
+                socket.create_connection(("127.0.0.1", int(self.env[self.PORTS[service]])), 2).close()
+            except OSError:
+                log("%s is down after the faults: starting it" % service)
+                try:
+                    self.stack("start-service", service)
+                except Exception as error:
+                    log("unable to start %s: %s" % (service, error))
+
     def drain_all(self):
+        self.ensure_servers()
         for relay in self.relays:
             relay.ensure_running()
         deadline = time.monotonic() + self.drain
@@ -332,6 +351,8 @@ class Run:
                     pending[cell.name] = "unreadable (%s)" % error
             if all(value == 0 for value in pending.values()):
                 return
+            if any(isinstance(value, str) for value in pending.values()):
+                self.ensure_servers()
             time.sleep(2)
         log("drain: still waiting after %.0f s: %s" % (self.drain, pending))
 
@@ -362,8 +383,13 @@ class Run:
     def judge(self):
         total_rows, total_violations, lines = 0, 0, []
         for cell in self.cells:
-            counts = self.counts(cell)
-            observed = self.history_of(cell, counts)
+            try:
+                counts = self.counts(cell)
+                observed = self.history_of(cell, counts)
+            except Exception as error:  # a destination or database that cannot be read is no pass
+                total_violations += 1
+                print("cell %-14s unreadable: %s" % (cell.name, error), flush=True)
+                continue
             planted = []
             if self.selftest:
                 planted = checker.plant(observed, random.Random("plant-%s" % self.seed))
