@@ -60,11 +60,11 @@ up_started=$(date +%s)
 
 database=postgresql://outbox:outbox@127.0.0.1:5432/outbox
 amqp=amqp://outbox:outbox@127.0.0.1:5672/%2f
-wait_seconds "[ \"\$(podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' ${project}_migrate_1)\" = 'exited 0' ]" 180 ||
-    { podman logs "${project}_migrate_1" >&2; podman logs "${project}_postgres_1" | tail -n 20 >&2; fail "migrate did not succeed within 180 s"; }
+wait_seconds "[ \"\$(podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' ${project}_migrate_1)\" = 'exited 0' ]" 360 ||
+    { podman logs "${project}_migrate_1" >&2; podman logs "${project}_postgres_1" | tail -n 20 >&2; fail "migrate did not succeed within 360 s"; }
 pass "migrate applied the schema ($(($(date +%s) - up_started)) s after up)"
-wait_seconds "'$TOOLS/outbox_consumer' --broker '$amqp' --queue orders --declare --expect 0" 180 ||
-    { podman logs "${project}_rabbitmq_1" | tail -n 20 >&2; fail "RabbitMQ did not take connections within 180 s"; }
+wait_seconds "'$TOOLS/outbox_consumer' --broker '$amqp' --queue orders --declare --expect 0" 360 ||
+    { podman logs "${project}_rabbitmq_1" | tail -n 20 >&2; fail "RabbitMQ did not take connections within 360 s"; }
 
 "$TOOLS/outbox_producer" --database-url "$database" --queue orders --count 2000 --threads 4 \
     --rollback-every 10 > "$SCRATCH/producer.log" 2>&1 || { cat "$SCRATCH/producer.log" >&2; fail "the producer failed"; }
@@ -92,10 +92,10 @@ check_broker() {
         > "$SCRATCH/check" 2>&1
     grep -q "$answer" "$SCRATCH/check"
 }
-wait_seconds "check_broker nats://nats:4222 'no jetstream stream covers'" 180 ||
+wait_seconds "check_broker nats://nats:4222 'no jetstream stream covers'" 300 ||
     { cat "$SCRATCH/check" >&2; podman logs "${project}_nats_1" 2>&1 | tail -n 20 >&2; fail "--check against nats://nats:4222"; }
 pass "the relay's image reaches JetStream at nats://nats:4222 on the compose network"
-wait_seconds "check_broker kafka://kafka:9092 'kafka://kafka:9092 has no topic'" 240 ||
+wait_seconds "check_broker kafka://kafka:9092 'kafka://kafka:9092 has no topic'" 300 ||
     { cat "$SCRATCH/check" >&2; podman logs "${project}_kafka_1" 2>&1 | tail -n 20 >&2; fail "--check against kafka://kafka:9092"; }
 pass "the relay's image reaches Kafka at kafka://kafka:9092 on the compose network"
 echo "compose: $(($(date +%s) - up_started)) s from up to the last check"
