@@ -38,6 +38,7 @@
 struct fixture {
     char *url;
     PGconn *conn;
+    PGconn *other; /* a second session of a test, closed by teardown */
     int port;
     pid_t pid;
 };
@@ -62,6 +63,7 @@ teardown(void **state)
     struct fixture *f = *state;
 
     console_stop(f->pid);
+    PQfinish(f->other);
     PQfinish(f->conn);
     harness_database_drop(f->url);
     free(f);
@@ -198,7 +200,7 @@ test_a_slow_query_holds_nobody_up(void **state)
 {
     const char *options[] = {NULL};
     struct fixture *f = *state;
-    PGconn *locker = harness_connect(f->url);
+    PGconn *locker = f->other = harness_connect(f->url);
     struct console_reply r;
     int fd;
 
@@ -218,7 +220,6 @@ test_a_slow_query_holds_nobody_up(void **state)
         assert_true(now_seconds() - started < 1.5);
     }
     harness_exec(locker, "COMMIT");
-    PQfinish(locker);
     {
         char answer[256] = "";
 
