@@ -120,8 +120,8 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
+    PQfinish(f->other); /* first: a lock it holds would keep the console from stopping */
     stop_console(f);
-    PQfinish(f->other);
     PQfinish(f->conn);
     harness_database_drop(f->url);
     unlink(f->token_file);

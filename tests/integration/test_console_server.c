@@ -62,8 +62,8 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
+    PQfinish(f->other); /* first: a lock it holds would keep the console from stopping */
     console_stop(f->pid);
-    PQfinish(f->other);
     PQfinish(f->conn);
     harness_database_drop(f->url);
     free(f);
@@ -104,10 +104,13 @@ expect_answered_within(const struct fixture *f, double seconds)
     double started = now_seconds();
     struct console_reply r = console_http(f->port, "GET", "/api/v1/queues", NULL, NULL, 5);
     double took = now_seconds() - started;
+    int status = r.status;
 
-    if (r.status != 200 || took > seconds)
+    if (status != 200 || took > seconds) {
+        console_reply_free(&r);
         fail_msg("a real request took %.2f s (status %d), expected 200 within %.1f s", took,
-                 r.status, seconds);
+                 status, seconds);
+    }
     console_expect(&r, 200, "\"queue\":\"orders\"");
     console_reply_free(&r);
 }
