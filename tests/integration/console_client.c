@@ -95,7 +95,7 @@ console_start(int port, const char *url, const char *const *options)
     log = harness_log_path("console");
     pid = harness_spawn(argv, log);
     free(log);
-    for (int waited = 0; waited < 10000; waited += 50) {
+    for (int waited = 0; waited < 10000 * harness_time_scale(); waited += 50) {
         struct console_reply r = console_http(port, "GET", "/static/console.css", NULL, NULL, 20);
         int status = r.status;
 
@@ -113,7 +113,7 @@ console_stop(pid_t pid)
 {
     if (pid > 0) {
         kill(pid, SIGTERM);
-        assert_int_equal(harness_wait_exit(pid, 10000), 0);
+        assert_int_equal(harness_wait_exit(pid, 10000 * harness_time_scale()), 0);
     }
 }
 

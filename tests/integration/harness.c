@@ -473,3 +473,11 @@ harness_closed_port(void)
     close(fd);
     return port;
 }
+
+int
+harness_time_scale(void)
+{
+    const char *prefix = getenv("OUTBOX_VALGRIND");
+
+    return prefix != NULL && prefix[0] != '\0' ? 10 : 1;
+}

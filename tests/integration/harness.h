@@ -101,4 +101,11 @@ void harness_stack_load_env(void);
 /* A loopback TCP port with nothing listening: bound, then closed again. */
 int harness_closed_port(void);
 
+/*
+ * How many times longer than natively a program under test takes to start: 10
+ * when OUTBOX_VALGRIND runs it under valgrind, else 1. Scales the waits for a
+ * program to come up, never a deadline the test asserts.
+ */
+int harness_time_scale(void);
+
 #endif

@@ -40,6 +40,7 @@ struct fixture {
     char *url;
     const char *serve_url; /* the console's database when not url */
     PGconn *conn;
+    PGconn *other; /* a second session of a test, closed by teardown */
     char token_file[128];
     int port;
     pid_t pid;
@@ -119,6 +120,7 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
+    PQfinish(f->other); /* first: a lock it holds would keep the console from stopping */
     stop_console(f);
     PQfinish(f->conn);
     harness_database_drop(f->url);
@@ -456,7 +458,7 @@ test_endpoints_without_counts(void **state)
     struct fixture *f = *state;
     static const char *const paths[] = {"/api/v1/relays", "/api/v1/blocked", "/api/v1/paused",
                                         "/keys"};
-    PGconn *locker = harness_connect(f->url);
+    PGconn *locker = f->other = harness_connect(f->url);
     struct console_reply r;
 
     start_with_token(f, false);
@@ -476,7 +478,6 @@ test_endpoints_without_counts(void **state)
     console_expect(&r, 200, "&lt;script&gt;alert(2)");
     console_reply_free(&r);
     harness_exec(locker, "COMMIT");
-    PQfinish(locker);
 }
 
 /* ---- escaping and bad input ---- */
@@ -700,7 +701,7 @@ test_streams(void **state)
     console_reply_free(&r);
 
     /* a transaction with an xid held open on another session holds the horizon */
-    holder = harness_connect(f->url);
+    holder = f->other = harness_connect(f->url);
     harness_exec(holder, "BEGIN; SELECT pg_current_xact_id(), '<b>held</b>'");
     r = bearer_get(f, "/api/v1/streams");
     expect_part(r.body, "\"horizon\":{\"pid\":%d,\"age_seconds\":", PQbackendPID(holder));
@@ -720,7 +721,6 @@ test_streams(void **state)
     assert_null(strstr(r.body, "<b>held"));
     console_reply_free(&r);
     harness_exec(holder, "ROLLBACK");
-    PQfinish(holder);
 }
 
 /* ---- listening and the database ---- */
