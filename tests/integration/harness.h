@@ -104,7 +104,8 @@ int harness_closed_port(void);
 /*
  * How many times longer than natively a program under test takes to start: 10
  * when OUTBOX_VALGRIND runs it under valgrind, else 1. Scales the waits for a
- * program to come up, never a deadline the test asserts.
+ * program to come up and stop; a deadline a test asserts stays as it is, or
+ * relaxes under valgrind only as far as it still tells the behaviour apart.
  */
 int harness_time_scale(void);
 

@@ -97,15 +97,25 @@ close_all(int *fds, int count)
             close(fds[i]);
 }
 
-/* GET /api/v1/queues answered with 200 within seconds. */
+/*
+ * GET /api/v1/queues answered with 200 within seconds; under valgrind, which
+ * makes the console several times slower, within half the request deadline:
+ * still well short of what slow connections holding it up would cost.
+ */
 static void
 expect_answered_within(const struct fixture *f, double seconds)
 {
-    double started = now_seconds();
-    struct console_reply r = console_http(f->port, "GET", "/api/v1/queues", NULL, NULL, 5);
-    double took = now_seconds() - started;
-    int status = r.status;
+    double started;
+    struct console_reply r;
+    double took;
+    int status;
 
+    if (harness_time_scale() > 1)
+        seconds = REQUEST_DEADLINE_SECONDS / 2.0;
+    started = now_seconds();
+    r = console_http(f->port, "GET", "/api/v1/queues", NULL, NULL, 5);
+    took = now_seconds() - started;
+    status = r.status;
     if (status != 200 || took > seconds) {
         console_reply_free(&r);
         fail_msg("a real request took %.2f s (status %d), expected 200 within %.1f s", took,
@@ -146,15 +156,13 @@ test_a_crowd_of_silent_connections(void **state)
 {
     const char *options[] = {NULL};
     struct fixture *f = *state;
-    int *crowd = calloc(CROWD_SOCKETS, sizeof(*crowd));
+    static int crowd[CROWD_SOCKETS];
 
-    assert_non_null(crowd);
     f->pid = console_start(f->port, f->url, options);
     open_silent(f->port, crowd, CROWD_SOCKETS);
     expect_answered_within(f, 1.5);
     expect_answered_within(f, 1.5);
     close_all(crowd, CROWD_SOCKETS);
-    free(crowd);
 }
 
 /* A request that is still not complete when its deadline passes is answered 408 and closed. */
