@@ -55,12 +55,15 @@ console_database(struct console *console)
      * holds all the CPU time a page costs (what make bench measures). No JIT: the
      * planner's cost of the queue statistics, a join of a dozen small aggregates,
      * passes jit_above_cost at 1 000 queues, and compiling it cost 11-15 s where
-     * running it costs milliseconds.
+     * running it costs milliseconds. A statement ends after 30 s: a page waiting on a
+     * lock (a migration, a long transaction) frees its worker, and `outboxctl serve`
+     * stops on SIGTERM within that bound instead of waiting for the lock.
      */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "options", "dbname", NULL};
     const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
-                            "-c max_parallel_workers_per_gather=0 -c jit=off",
+                            "-c max_parallel_workers_per_gather=0 -c jit=off"
+                            " -c statement_timeout=30s",
                             console->database_url, NULL};
     struct outbox_error err;
 

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,33 @@ test_a_slow_query_holds_nobody_up(void **state)
         assert_true(read(fd, answer, sizeof(answer) - 1) > 0);
         assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
     }
+    close(fd);
+}
+
+/*
+ * SIGTERM stops the console while a request waits on a lock: its statement ends
+ * at the connections' statement_timeout (30 s) instead of holding the worker, and
+ * with it the stop, until the lock goes.
+ */
+static void
+test_stop_while_a_query_waits_on_a_lock(void **state)
+{
+    const char *options[] = {NULL};
+    struct fixture *f = *state;
+    PGconn *locker = f->other = harness_connect(f->url);
+    int fd;
+
+    f->pid = console_start(f->port, f->url, options);
+    harness_exec(locker, "BEGIN; LOCK TABLE outbox.paused IN ACCESS EXCLUSIVE MODE");
+    fd = fixture_connect_loopback(f->port, 10);
+    assert_true(fd >= 0);
+    assert_true(dprintf(fd, "GET /api/v1/paused HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n",
+                        f->port) > 0);
+    usleep(300 * 1000); /* the paused list now waits for the lock */
+    kill(f->pid, SIGTERM);
+    /* the lock is still held: only the statement timeout lets the worker go */
+    assert_int_equal(harness_wait_exit(f->pid, 45000 * harness_time_scale()), 0);
+    f->pid = 0;
     close(fd);
 }
 
@@ -544,6 +572,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_a_crowd_of_silent_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_slow_query_holds_nobody_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_while_a_query_waits_on_a_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allow_host, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_address, setup, teardown),
