@@ -22,21 +22,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "outbox.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96]; /* prefix + "ev" */
-};
-
-static int test_counter;
+/* A test's database, Redis and key prefix; stream is the prefix + "ev". */
+#define fixture fixture_redis
 
 static int
 setup(void **state)
@@ -44,13 +37,7 @@ setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "stream-safety-%d-%d:", (int)getpid(), test_counter++);
-    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    fixture_redis_open(f, "stream-safety", "ev");
     *state = f;
     return 0;
 }
@@ -74,13 +61,10 @@ teardown(void **state)
     char tagged[80];
 
     rollback_prepared(f);
-
-    stream_consumer_delete_prefix(f->redis, f->prefix);
+    /* the keys of a cluster hash tag, "{<prefix>...", besides those of the prefix */
     snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
     stream_consumer_delete_prefix(f->redis, tagged);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(f);
     free(f);
     return 0;
 }
@@ -490,7 +474,7 @@ static void
 test_prepared_transaction_is_named(void **state)
 {
     struct fixture *f = *state;
-    char metrics_addr[32], gid[64], sql[160], out[8192];
+    char metrics_addr[32], gid[80], sql[200], out[8192];
     const char *extra[] = {"--stream-prefix", f->prefix, "--horizon-warning", "1s",
                            "--metrics-addr", metrics_addr, NULL};
     int port = harness_closed_port();
@@ -500,7 +484,7 @@ test_prepared_transaction_is_named(void **state)
     char *text = NULL;
 
     snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", port);
-    snprintf(gid, sizeof(gid), "stuck-%d-%d", (int)getpid(), test_counter);
+    snprintf(gid, sizeof(gid), "stuck-%s", f->prefix); /* the prefix is this test's alone */
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
     harness_exec(holder, "BEGIN");
     harness_exec(holder, "SELECT pg_current_xact_id()");
