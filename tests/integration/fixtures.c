@@ -160,6 +160,29 @@ fixture_url_as(const char *url, const char *user)
     return out;
 }
 
+int
+fixture_database_setup(void **state)
+{
+    struct fixture_database *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    *state = f;
+    return 0;
+}
+
+int
+fixture_database_teardown(void **state)
+{
+    struct fixture_database *f = *state;
+
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
+    free(f);
+    return 0;
+}
+
 void
 fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream_name)
 {

@@ -67,6 +67,19 @@ char *fixture_url_as(const char *url, const char *user);
  */
 int fixture_connect_loopback(int port, int timeout_seconds);
 
+/* What a test of the database alone works in: a fresh database and a connection to it. */
+struct fixture_database {
+    char *url;
+    PGconn *conn;
+};
+
+/*
+ * cmocka setup and teardown for a test whose state is a struct
+ * fixture_database: a fresh database with one connection, dropped after it.
+ */
+int fixture_database_setup(void **state);
+int fixture_database_teardown(void **state);
+
 /*
  * What a Redis test works in: a fresh database (url, conn), the Redis at
  * OUTBOX_TEST_REDIS_URL (broker, redis) and a key prefix no other test

@@ -17,36 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "outbox.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-};
-
-static int
-setup(void **state)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-
-    assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    *state = f;
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    struct fixture *f = *state;
-
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
-    free(f);
-    return 0;
-}
+/* A fresh database and a connection to it (fixtures.h). */
+#define fixture fixture_database
+#define setup fixture_database_setup
+#define teardown fixture_database_teardown
 
 /* Fails unless text is one line of printable characters. */
 static void
