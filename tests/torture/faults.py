@@ -12,6 +12,7 @@ import random
 import subprocess
 import threading
 import time
+from collections import Counter
 
 
 class Schedule(threading.Thread):
@@ -150,11 +151,6 @@ class Schedule(threading.Thread):
 
 class Skipped(Exception):
     pass
-
-
-class Counter(dict):
-    def __missing__(self, key):
-        return 0
 
 
 def run_quietly(args, timeout=120):

@@ -202,9 +202,9 @@ class Producer(threading.Thread):
         else:
             self.enqueue(cur, rows, "single")
 
-    def make_rows(self, count, keyed=True):
-        keys = [self.key() if keyed and self.rng.random() < 0.8 else None for _ in range(count)]
-        return keys
+    def keys(self, count):
+        """The ordering keys of count rows: most keyed, some not."""
+        return [self.key() if self.rng.random() < 0.8 else None for _ in range(count)]
 
     # ---- transactions
 
@@ -218,12 +218,12 @@ class Producer(threading.Thread):
         if kind == "idle":
             cur.execute("SELECT pg_current_xact_id()")
             self.sleep(rng.uniform(0.5, 2.0))
-            self.finish(cur, "commit", [])
+            self.commit([])
             return
         if kind == "early_xid":
             cur.execute("UPDATE torture.business SET v = v + 1 WHERE id = %s", (rng.randint(1, BUSINESS_ROWS),))
             self.sleep(rng.uniform(0.2, 1.5))
-        keys = self.make_rows(rng.randint(2, 8) if kind in ("batch", "many") else rng.randint(1, 2))
+        keys = self.keys(rng.randint(2, 8) if kind in ("batch", "many") else rng.randint(1, 2))
         counters = self.lock_keys(cur, keys)
         rows = [self.row(key, counters) for key in keys]
         if kind == "bad":
@@ -243,7 +243,7 @@ class Producer(threading.Thread):
             self.enqueue(cur, extra, "single")
             cur.execute("ROLLBACK TO SAVEPOINT s")
             self.record.add("rolled", [r["token"] for r in extra], {r["token"]: r["payload"] for r in extra})
-            self.finish(cur, "commit", tokens)
+            self.commit(tokens)
             return
         self.enqueue(cur, rows, {"batch": "batch", "many": "many"}.get(kind, "single"))
         if kind == "rollback":
@@ -252,7 +252,7 @@ class Producer(threading.Thread):
         elif kind == "prepared":
             self.prepared(cur, tokens, payloads)
         else:
-            self.finish(cur, "commit", tokens)
+            self.commit(tokens)
 
     def prepared(self, cur, tokens, payloads):
         gid = "torture-%s-%d" % (self.name, self.serial)
@@ -276,7 +276,7 @@ class Producer(threading.Thread):
         finally:
             self.conn.autocommit = False
 
-    def finish(self, cur, how, tokens):
+    def commit(self, tokens):
         try:
             self.conn.commit()
         except psycopg2.OperationalError:
