@@ -125,14 +125,15 @@ class Schedule(threading.Thread):
         database = rng.choice(cell.databases)
         self.run_.outboxctl(database, "stream", "disable", "tq")
         time.sleep(rng.choice([0, 0.2, 1.0]))
-        self.run_.outboxctl(database, "stream", "enable", "tq", "--partitions", str(rng.randint(1, 4)))
+        self.run_.outboxctl_until_done(database, "stream", "enable", "tq", "--partitions",
+                                       str(rng.randint(1, 4)))
 
     def pause(self, rng):
         cell = rng.choice(self.run_.cells)
         database = rng.choice(cell.databases)
         self.run_.outboxctl(database, "pause", "tq", "--reason", "torture")
         time.sleep(rng.uniform(0.5, 3.0))
-        self.run_.outboxctl(database, "resume", "tq")
+        self.run_.outboxctl_until_done(database, "resume", "tq")
 
     def replay(self, rng):
         cell = rng.choice([c for c in self.run_.cells if c.mode == "row"])

@@ -243,6 +243,18 @@ class Run:
             raise RuntimeError("outboxctl %s: %s" % (" ".join(args), result.stdout.strip()[-300:]))
         return result.stdout
 
+    def outboxctl_until_done(self, database, *args, seconds=90):
+        """outboxctl for a fault's undo: retried while the server restarts, since an undo that
+        failed would leave the queue paused (or no stream) and its rows waiting to the end."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return self.outboxctl(database, *args)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     # ---- the history
 
     def setup(self):
@@ -431,6 +443,8 @@ class Run:
                 relay.stop()
             except Exception:
                 pass
+        for cell in self.cells:
+            cell.destination.close()
         if self.own_stack:
             subprocess.run([STACK, "stop", self.own_stack])
         if os.environ.get("TORTURE_KEEP"):
