@@ -29,10 +29,9 @@
 #include "console_request.h"
 #include "console_server.h"
 #include "error.h"
+#include "exit_status.h"
 #include "listen_addr.h"
 #include "url_check.h"
-
-#define EXIT_USAGE 2
 
 /*
  * Referrer-Policy same-origin, not no-referrer: under no-referrer a browser

@@ -15,8 +15,7 @@
 #include "console_request.h"
 #include "error.h"
 #include "redact.h"
-
-#define CONNECT_TIMEOUT_SECONDS "5"
+#include "timeouts.h"
 
 /* The calling worker's connection and why it is unavailable ("" when it is up). */
 static _Thread_local PGconn *thread_conn;
@@ -61,9 +60,10 @@ console_database(struct console *console)
      */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "options", "dbname", NULL};
-    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl serve", "UTF8",
-                            "-c max_parallel_workers_per_gather=0 -c jit=off"
-                            " -c statement_timeout=30s",
+    const char *values[] = {TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "outboxctl serve",
+                            "UTF8", "-c max_parallel_workers_per_gather=0 -c jit=off"
+                            " -c statement_timeout="
+                            TIMEOUT_TEXT(CONSOLE_STATEMENT_TIMEOUT_SECONDS) "s",
                             console->database_url, NULL};
     struct outbox_error err;
 

@@ -16,11 +16,10 @@
 
 #include "buffer.h"
 #include "console_request.h"
+#include "timeouts.h" /* CONSOLE_REQUEST_SECONDS, CONSOLE_ANSWER_SECONDS */
 
 #define CONSOLE_WORKERS 4            /* threads building answers, a database connection each */
 #define CONSOLE_MAX_CONNECTIONS 128  /* connections open at once */
-#define CONSOLE_REQUEST_SECONDS 10   /* from accepting a connection to its request's last byte */
-#define CONSOLE_ANSWER_SECONDS 10    /* from an answer's first byte written to its last */
 
 /*
  * Builds the whole answer to request (status line, headers, body) into

@@ -22,9 +22,8 @@
 #include <libpq-fe.h>
 
 #include "error.h"
+#include "exit_status.h"
 #include "store_admin.h"
-
-#define EXIT_USAGE 2
 
 /* What ctl_parse_options() returns when the subcommand should run. */
 #define CTL_GO_ON (-1)

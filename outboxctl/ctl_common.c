@@ -21,9 +21,8 @@
 #include "parse.h"
 #include "redact.h"
 #include "retention.h"
+#include "timeouts.h"
 #include "url_check.h"
-
-#define CONNECT_TIMEOUT_SECONDS "10"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "unknown"
@@ -98,7 +97,8 @@ static const char usage_text[] =
     "                                   back to row-state claims: unpublished rows\n"
     "                                   become ready; both wait for open\n"
     "                                   transactions on outbox.job in short tries,\n"
-    "                                   naming them, up to DURATION (default 60s)\n"
+    "                                   naming them, up to DURATION (default "
+    TIMEOUT_TEXT(CTL_STREAM_LOCK_WAIT_DEFAULT_SECONDS) "s)\n"
     "  stream list                      stream partitions: lag (rows, seconds), owner\n"
     "\n"
     "options:\n"
@@ -258,7 +258,8 @@ ctl_connect(struct ctl *ctl)
 {
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "dbname", NULL};
-    const char *values[] = {CONNECT_TIMEOUT_SECONDS, "outboxctl", "UTF8", ctl->database_url, NULL};
+    const char *values[] = {TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "outboxctl", "UTF8",
+                            ctl->database_url, NULL};
     struct outbox_error err;
 
     if (ctl->database_url == NULL || ctl->database_url[0] == '\0')

@@ -15,9 +15,8 @@
 #include "error.h"
 #include "store_admin.h"
 #include "store_admin_sql.h"
+#include "timeouts.h"
 
-/* A purge batch that found the cleanup lock taken tries again after this long. */
-#define PURGE_LOCKED_WAIT_US 20000
 
 /* clang-format off */
 
@@ -205,7 +204,8 @@ purge_step(PGconn *conn, void *state, int64_t *rows, bool *more, struct outbox_e
         return -1;
     *rows = (int64_t)cleaned.deleted;
     if (!cleaned.locked) {
-        usleep(PURGE_LOCKED_WAIT_US); /* a relay's cleanup batch runs: wait for its turn */
+        /* a relay's cleanup batch runs: wait for its turn */
+        usleep(STORE_ADMIN_PURGE_LOCKED_WAIT_US);
         *more = true;
         return 0;
     }

@@ -16,25 +16,25 @@
 #include "store_admin_lock.h"
 #include "store_stream.h"
 #include "stream.h"
+#include "timeouts.h"
 
 /*
  * enable and disable change the trigger of outbox.job, which needs a lock
  * that an open transaction on the table holds off. Each try waits for it
- * at most LOCK_TRY_MS, so producers queued behind the try wait no longer;
- * between tries they go on for LOCK_PAUSE_MS. --lock-wait bounds the whole.
+ * at most CTL_STREAM_LOCK_TRY_MS, so producers queued behind the try wait
+ * no longer; between tries they go on for CTL_STREAM_LOCK_PAUSE_MS.
+ * --lock-wait bounds the whole.
  */
-#define LOCK_TRY_MS 200
-#define LOCK_PAUSE_MS 800
-#define LOCK_WAIT_DEFAULT "60s"
-
 const char outboxctl_stream_usage[] =
     "  stream enable QUEUE [--partitions N] [--lock-wait DURATION]\n"
     "                       publish QUEUE as a stream: in commit order per partition, no\n"
     "                       write per row (N 1..256, default 1; ordering keys keep a partition)\n"
     "  stream disable QUEUE [--lock-wait DURATION]\n"
     "                       give QUEUE back to row-state claims (unpublished rows become ready)\n"
-    "                       both wait for open transactions on outbox.job in 200 ms tries, naming\n"
-    "                       them, producers going on between tries; up to DURATION (default 60s)\n"
+    "                       both wait for open transactions on outbox.job in "
+    TIMEOUT_TEXT(CTL_STREAM_LOCK_TRY_MS) " ms tries, naming\n"
+    "                       them, producers going on between tries; up to DURATION (default "
+    TIMEOUT_TEXT(CTL_STREAM_LOCK_WAIT_DEFAULT_SECONDS) "s)\n"
     "  stream list          each stream partition: lag in rows and seconds, and its owner\n";
 
 /* The arguments of one stream command. */
@@ -95,20 +95,23 @@ check_args(const struct stream_args *a, int *partitions, int64_t *lock_wait_ms)
     *partitions = (int)value;
     if (a->lock_wait != NULL && list)
         return ctl_usage_error("--lock-wait is an option of 'stream enable' and 'stream disable'");
-    if (parse_duration_ms(a->lock_wait != NULL ? a->lock_wait : LOCK_WAIT_DEFAULT, lock_wait_ms,
-                          &err) < 0)
+    if (parse_duration_ms(a->lock_wait != NULL
+                              ? a->lock_wait
+                              : TIMEOUT_TEXT(CTL_STREAM_LOCK_WAIT_DEFAULT_SECONDS) "s",
+                          lock_wait_ms, &err) < 0)
         return ctl_usage_error("--lock-wait: %s", err.message);
     return 0;
 }
 
-/* One try of enable or disable, waiting at most LOCK_TRY_MS for each lock. */
+/* One try of enable or disable, waiting at most CTL_STREAM_LOCK_TRY_MS for each lock. */
 static int
 try_change(PGconn *conn, const struct stream_args *a, int partitions, bool *changed,
            struct outbox_error *err)
 {
     if (strcmp(a->subcommand, "enable") == 0)
-        return stream_admin_enable(conn, a->queue, partitions, LOCK_TRY_MS, changed, err);
-    return stream_admin_disable(conn, a->queue, LOCK_TRY_MS, changed, err);
+        return stream_admin_enable(conn, a->queue, partitions, CTL_STREAM_LOCK_TRY_MS, changed,
+                                   err);
+    return stream_admin_disable(conn, a->queue, CTL_STREAM_LOCK_TRY_MS, changed, err);
 }
 
 /*
@@ -149,7 +152,8 @@ change_with_lock_tries(PGconn *conn, const struct stream_args *a, int partitions
                     holders);
             snprintf(said, sizeof(said), "%s", pids);
         }
-        poll(NULL, 0, (int)(left < LOCK_PAUSE_MS ? left : LOCK_PAUSE_MS)); /* producers go on */
+        /* producers go on */
+        poll(NULL, 0, (int)(left < CTL_STREAM_LOCK_PAUSE_MS ? left : CTL_STREAM_LOCK_PAUSE_MS));
     }
 }
 

@@ -13,7 +13,7 @@
 
 #include <stdbool.h>
 
-#define CAUSE_LOG_EVERY_SECONDS 60.0
+#include "timeouts.h" /* CAUSE_LOG_EVERY_SECONDS */
 
 struct cause_log {
     double logged_at; /* monotonic seconds of the last line allowed; 0: never */

@@ -55,6 +55,14 @@ static const struct option_spec OPTIONS[] = {
      " when healthy, 1 when not; a container's health check", COMMAND_LINE_ONLY, 0},
     {"poll-interval", "DURATION", OPTION_MILLIS, FIELD(poll_interval_ms), "100ms", 1, 60000, NULL,
      "longest wait between claims while idle (a new row is seen within about this)", FROM_ENVIRONMENT, 0},
+    {"broker-connect-timeout", "DURATION", OPTION_MILLIS, FIELD(broker_connect_timeout_ms),
+     TIMEOUT_TEXT(TIMEOUT_BROKER_CONNECT_SECONDS) "s", 1000, 300000, NULL,
+     "longest connect and handshake (TCP, TLS, login) with one broker endpoint, 1s to 5m",
+     FROM_ENVIRONMENT, 0},
+    {"broker-io-timeout", "DURATION", OPTION_MILLIS, FIELD(broker_io_timeout_ms),
+     TIMEOUT_TEXT(TIMEOUT_BROKER_IO_SECONDS) "s", 1000, 300000, NULL,
+     "longest wait for the broker without progress (a confirm, an ack, a reply), 1s to 5m;"
+     " keep it well under --lease", FROM_ENVIRONMENT, 0},
     {"retry-base", "DURATION", OPTION_SECONDS, FIELD(retry_base_seconds), "1s", 0, 86400, NULL,
      "first retry delay after a failed publish; doubles per attempt, with jitter", FROM_ENVIRONMENT, 0},
     {"retry-max", "DURATION", OPTION_SECONDS, FIELD(retry_max_seconds), "5m", 0, 604800, NULL,
@@ -685,7 +693,7 @@ config_clear(struct relay_config *config)
     memset(config, 0, sizeof(*config));
 }
 
-/* One --help line per option; the default in brackets. */
+/* One --help line per option, the default in brackets; a long name has its text on the next line. */
 static void
 usage_line(FILE *out, const struct option_spec *spec)
 {
@@ -693,7 +701,10 @@ usage_line(FILE *out, const struct option_spec *spec)
 
     snprintf(left, sizeof(left), "--%s%s%s", spec->name, spec->metavar ? " " : "",
              spec->metavar ? spec->metavar : "");
-    fprintf(out, "  %-30s %s", left, spec->help);
+    if (strlen(left) > 30)
+        fprintf(out, "  %s\n%33s%s", left, "", spec->help);
+    else
+        fprintf(out, "  %-30s %s", left, spec->help);
     if (spec->fallback != NULL && spec->fallback[0] != '\0' && spec->kind != OPTION_FLAG)
         fprintf(out, " [%s]", spec->fallback);
     fputc('\n', out);
@@ -745,8 +756,8 @@ config_sink_options(const struct relay_config *config)
 {
     struct sink_options options = config->broker;
 
-    options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
-    options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
+    options.connect_timeout_ms = config->broker_connect_timeout_ms;
+    options.io_timeout_ms = config->broker_io_timeout_ms;
     options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
     options.redelivery_horizon_ms =
         (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);

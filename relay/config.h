@@ -59,6 +59,8 @@ struct relay_config {
     bool help;
     bool version;
     int poll_interval_ms;     /* longest idle wait between claims */
+    int broker_connect_timeout_ms; /* connect and handshake, per broker endpoint */
+    int broker_io_timeout_ms;      /* longest wait for the broker without progress */
     double retry_base_seconds; /* first retry delay */
     double retry_max_seconds;  /* retry delay cap */
     double retention_seconds;  /* succeeded rows kept this long; 0 keeps forever */
@@ -79,8 +81,9 @@ void config_clear(struct relay_config *config);
 
 /*
  * The options a sink of this relay is made with: the broker's own from the
- * command line, the times of timeouts.h, and how long a row may come back
- * (the lease plus the longest retry delay). Strings stay config's.
+ * command line, its connect and I/O timeouts, the heartbeat of timeouts.h,
+ * and how long a row may come back (the lease plus the longest retry
+ * delay). Strings stay config's.
  */
 struct sink_options config_sink_options(const struct relay_config *config);
 

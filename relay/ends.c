@@ -192,7 +192,10 @@ broker_close(struct pipeline *p)
     sink_disconnect(p->sink);
 }
 
-/* --once: an end stayed unreachable for ONCE_CONNECT_BUDGET_SECONDS; stops the relay with why. */
+/*
+ * --once: an end stayed unreachable for RELAY_ONCE_CONNECT_BUDGET_SECONDS;
+ * stops the relay with why.
+ */
 static void
 give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
              const struct outbox_error *store_err, const struct outbox_error *sink_err)
@@ -203,7 +206,7 @@ give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
                          "--once: database and broker unreachable for %.0f s, giving up:"
                          " %s; %s",
-                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message, sink_err->message);
+                         RELAY_ONCE_CONNECT_BUDGET_SECONDS, store_err->message, sink_err->message);
     else if (store == ATTEMPT_FAILED && (store_err->code == OUTBOX_ERR_BUSY ||
                                          store_err->code == OUTBOX_ERR_TIMEOUT))
         /* it answered, but a statement waited past its timeout: say what for */
@@ -211,14 +214,14 @@ give_up_once(relay *r, enum attempt_result store, enum attempt_result broker,
                          "--once: database statements waited past their timeout for"
                          " %.0f s (a lock on outbox.job held by another session?),"
                          " giving up: %s",
-                         ONCE_CONNECT_BUDGET_SECONDS, store_err->message);
+                         RELAY_ONCE_CONNECT_BUDGET_SECONDS, store_err->message);
     else if (store == ATTEMPT_FAILED && store_err->code == OUTBOX_ERR_CONFIG)
         outbox_error_set(&err, OUTBOX_ERR_CONFIG, "--once: giving up: %s", store_err->message);
     else
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
                          "--once: %s unreachable for %.0f s, giving up: %s",
                          store == ATTEMPT_FAILED ? "database" : "broker",
-                         ONCE_CONNECT_BUDGET_SECONDS,
+                         RELAY_ONCE_CONNECT_BUDGET_SECONDS,
                          store == ATTEMPT_FAILED ? store_err->message : sink_err->message);
     relay_set_fatal(r, &err);
 }
@@ -247,7 +250,7 @@ service_broker(struct pipeline *p)
  * broker when want_sink; p is NULL for the maintenance thread), trying each
  * end on every attempt so that /healthz knows the state of both, until both
  * work, the relay stops, or a fatal error (bad password, no schema) at first
- * start. With --once it gives up after ONCE_CONNECT_BUDGET_SECONDS: a
+ * start. With --once it gives up after RELAY_ONCE_CONNECT_BUDGET_SECONDS: a
  * one-shot run must end. Returns 0 when connected.
  */
 int
@@ -277,7 +280,7 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
          * them.
          */
         if (r->config->once && db != &r->maintenance.db &&
-            clock_monotonic_seconds() - started >= ONCE_CONNECT_BUDGET_SECONDS) {
+            clock_monotonic_seconds() - started >= RELAY_ONCE_CONNECT_BUDGET_SECONDS) {
             give_up_once(r, store, broker, &store_err, &sink_err);
             return -1;
         }

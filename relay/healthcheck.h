@@ -14,8 +14,7 @@
 
 #include "error.h"
 #include "listen_addr.h"
-
-#define HEALTHCHECK_TIMEOUT_MS 5000
+#include "timeouts.h" /* HEALTHCHECK_TIMEOUT_MS */
 
 /*
  * Asks the /healthz of the relay at addr (not "off"). Returns 0 when it

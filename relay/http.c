@@ -21,12 +21,10 @@
 
 #include "clock.h"
 #include "error.h"
+#include "timeouts.h"
 
-/* How long a lingering connection discards the client's bytes, and at most how many. */
-#define HTTP_LINGER_MS 1000
+/* At most how many bytes a lingering connection discards (for HTTP_LINGER_MS). */
 #define HTTP_LINGER_MAX_BYTES (1024 * 1024)
-/* After accept() found no free descriptor, the pause before the next try (no busy loop). */
-#define HTTP_ACCEPT_PAUSE_MS 100
 
 /* Where a connection is in its one request/answer exchange. */
 enum connection_phase {

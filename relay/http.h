@@ -29,9 +29,9 @@
 #include "listen_addr.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "timeouts.h" /* HTTP_REQUEST_TIMEOUT_SECONDS */
 
 #define HTTP_DEFAULT_ADDR "127.0.0.1:9187"
-#define HTTP_REQUEST_TIMEOUT_SECONDS 5
 #define HTTP_REQUEST_MAX_BYTES 8192
 #define HTTP_MAX_CONNECTIONS 64
 

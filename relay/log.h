@@ -39,6 +39,7 @@
 #include <stdio.h>
 
 #include "outbox.h"
+#include "timeouts.h" /* LOG_RATE_LIMIT_DEFAULT_MS */
 
 /* Severity, lowest first. Names avoid the LOG_* macros of <syslog.h>. */
 enum log_level {
@@ -53,9 +54,6 @@ enum log_format {
     OUTBOX_LOG_TEXT = 0, /* timestamp level message key=value... */
     OUTBOX_LOG_JSON,     /* one JSON object per line */
 };
-
-/* Default interval of log_event_limited(), in milliseconds. */
-#define LOG_RATE_LIMIT_DEFAULT_MS 10000
 
 /*
  * Sets the minimum level logged, the format and the stream (NULL = stderr).

@@ -27,25 +27,15 @@
 #include "maintenance.h"
 #include "sink.h"
 #include "stream.h"
+#include "timeouts.h"
 #include "wait.h"
 
-/* Maintenance phases: how often each runs, and the bounds of one run. */
-#define REAP_EVERY_SECONDS 5.0
+/* The bounds of one run of a maintenance phase (how often each runs: timeouts.h). */
 #define REAP_LIMIT 1000
 #define REAP_MAX_ROUNDS 20 /* per run; more expired leases: the phase runs again at once */
-#define REAP_RETRY_SECONDS 1.0
-#define SWEEP_EVERY_SECONDS 5.0
 #define SWEEP_KEY_LIMIT 1000
-/* cleanup: batches back to back while old rows remain, each run at most CLEANUP_RUN_SECONDS */
-#define CLEANUP_EVERY_SECONDS 10.0
+/* cleanup: batches back to back while old rows remain, for MAINTENANCE_CLEANUP_RUN_SECONDS */
 #define CLEANUP_LIMIT 5000
-#define CLEANUP_RUN_SECONDS 0.5
-#define SAMPLE_EVERY_SECONDS 15.0
-/* A stream queue made while the relay runs is published this soon. */
-#define STREAM_CHECK_EVERY_SECONDS 2.0
-#define TABLE_SAMPLE_EVERY_SECONDS 30.0
-/* A phase whose database failed tries again this soon after the reconnect. */
-#define PHASE_RETRY_SECONDS 1.0
 
 /* Collects backlog samples; queue names are copied out of the result. */
 struct samples {
@@ -104,7 +94,8 @@ phase_reap(struct maintenance *m)
     struct outbox_error err;
 
     for (int round = 0; round < REAP_MAX_ROUNDS && !relay_stopping(r); round++) {
-        if (outbox_reap(m->db.store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0) {
+        if (outbox_reap(m->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
+                        &err) != 0) {
             database_failed(&m->db, &err);
             return PHASE_FAILED;
         }
@@ -141,7 +132,8 @@ phase_release_waiting(struct maintenance *m)
 /*
  * Deletes succeeded rows older than --retention: batches of CLEANUP_LIMIT
  * rows, each its own short transaction, back to back for up to
- * CLEANUP_RUN_SECONDS; with old rows left the phase runs again at once
+ * MAINTENANCE_CLEANUP_RUN_SECONDS; with old rows left the phase runs again
+ * at once
  * (after the other phases due), so cleanup keeps up with any drain rate.
  * A batch that finds another relay's (or a purge's) batch holding the
  * cleanup lock leaves the work to it until the next interval.
@@ -172,7 +164,7 @@ phase_cleanup(struct maintenance *m)
         m->cleaned += cleaned.deleted;
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
     } while (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT && !relay_stopping(r) &&
-             clock_monotonic_seconds() - started < CLEANUP_RUN_SECONDS);
+             clock_monotonic_seconds() - started < MAINTENANCE_CLEANUP_RUN_SECONDS);
     if (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT)
         return PHASE_MORE;
     if (m->cleaned > 0)
@@ -242,12 +234,15 @@ static const struct phase {
     double every_seconds;
     enum phase_result (*run)(struct maintenance *m);
 } PHASES[PHASE_COUNT] = {
-    [PHASE_STREAM_CHECK] = {"stream-check", STREAM_CHECK_EVERY_SECONDS, phase_stream_check},
-    [PHASE_REAP] = {"reap", REAP_EVERY_SECONDS, phase_reap},
-    [PHASE_RELEASE_WAITING] = {"release-waiting", SWEEP_EVERY_SECONDS, phase_release_waiting},
-    [PHASE_CLEANUP] = {"cleanup", CLEANUP_EVERY_SECONDS, phase_cleanup},
-    [PHASE_SAMPLE] = {"sample", SAMPLE_EVERY_SECONDS, phase_sample},
-    [PHASE_TABLE_SAMPLE] = {"table-sample", TABLE_SAMPLE_EVERY_SECONDS, phase_table_sample},
+    [PHASE_STREAM_CHECK] = {"stream-check", MAINTENANCE_STREAM_CHECK_EVERY_SECONDS,
+                            phase_stream_check},
+    [PHASE_REAP] = {"reap", MAINTENANCE_REAP_EVERY_SECONDS, phase_reap},
+    [PHASE_RELEASE_WAITING] = {"release-waiting", MAINTENANCE_SWEEP_EVERY_SECONDS,
+                               phase_release_waiting},
+    [PHASE_CLEANUP] = {"cleanup", MAINTENANCE_CLEANUP_EVERY_SECONDS, phase_cleanup},
+    [PHASE_SAMPLE] = {"sample", MAINTENANCE_SAMPLE_EVERY_SECONDS, phase_sample},
+    [PHASE_TABLE_SAMPLE] = {"table-sample", MAINTENANCE_TABLE_SAMPLE_EVERY_SECONDS,
+                            phase_table_sample},
 };
 
 /* Runs one phase and schedules its next run. */
@@ -264,7 +259,7 @@ run_phase(struct maintenance *m, enum maintenance_phase phase)
               result == PHASE_DONE ? "done" : result == PHASE_MORE ? "more" : "failed");
     m->due[phase] = result == PHASE_DONE   ? finished + ph->every_seconds
                     : result == PHASE_MORE ? finished
-                                           : finished + PHASE_RETRY_SECONDS;
+                                           : finished + MAINTENANCE_PHASE_RETRY_SECONDS;
     return result;
 }
 

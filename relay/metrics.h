@@ -34,6 +34,7 @@
 
 #include "metrics_database.h"
 #include "metrics_stream.h"
+#include "timeouts.h" /* METRICS_HEALTH_STALE_SECONDS, METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS */
 
 /* Counters labelled {queue}: rows moving through the relay. */
 enum metrics_queue_counter {
@@ -88,18 +89,14 @@ struct metrics_table_sample {
     double oldest_succeeded_past_retention_seconds; /* outbox_oldest_succeeded_past_retention_seconds */
 };
 
-/* The relay is unhealthy when its loop has not turned for this long. */
-#define METRICS_HEALTH_STALE_SECONDS 30.0
-
 /*
  * An end is down when no round trip with it succeeded within the window:
  * ROUND_TRIP_IDLE_FACTOR times the longest idle wait between round trips
- * (--poll-interval), and never less than ROUND_TRIP_MIN_WINDOW_SECONDS
+ * (--poll-interval), and never less than METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS
  * (the maintenance phases and the broker's idle service make round trips
  * every few seconds while no row moves).
  */
 #define METRICS_ROUND_TRIP_IDLE_FACTOR 3.0
-#define METRICS_ROUND_TRIP_MIN_WINDOW_SECONDS 15.0
 
 struct metrics;
 

@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "exit_status.h"
 #include "healthcheck.h"
 #include "log.h"
 #include "http.h"
@@ -32,9 +33,6 @@
 #include "notify.h"
 #include "relay.h"
 #include "sink.h"
-
-#define EXIT_RUNTIME 1
-#define EXIT_USAGE 2
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "unknown"

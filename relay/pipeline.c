@@ -31,15 +31,6 @@
 #include "sink.h"
 #include "wait.h"
 
-/* While rows keep coming, an empty claim waits at most this long before the next. */
-#define BUSY_POLL_MAX_MS 8
-#define BUSY_WINDOW_SECONDS 1.0
-/* The pause after a turn whose rows the still connected broker deferred: first and longest. */
-#define DEFERRED_PAUSE_FIRST_SECONDS 0.05
-#define DEFERRED_PAUSE_MAX_SECONDS 2.0
-/* The broker connection is serviced (heartbeats) at least this often when idle. */
-#define SINK_IDLE_EVERY_SECONDS 1.0
-
 /*
  * A turn of a pipeline. settlements[current] holds a claimed batch (empty
  * on the first turn and after an outage), settlements[previous] the batch
@@ -148,8 +139,8 @@ turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
  * --once must end: a pipeline that connects but moves no row (every claim
  * fails, a lock holds it, the broker defers every row because too few
  * replicas acknowledge) gives up when no turn has published a row (or failed
- * one through its own fault) for ONCE_CONNECT_BUDGET_SECONDS, naming the
- * last cause.
+ * one through its own fault) for RELAY_ONCE_CONNECT_BUDGET_SECONDS, naming
+ * the last cause.
  * True when it gave up (relay_set_fatal done).
  */
 static bool
@@ -158,16 +149,16 @@ once_stalled(struct pipeline *p)
     struct outbox_error err;
 
     if (!p->relay->config->once ||
-        clock_monotonic_seconds() - p->progress_at < ONCE_CONNECT_BUDGET_SECONDS)
+        clock_monotonic_seconds() - p->progress_at < RELAY_ONCE_CONNECT_BUDGET_SECONDS)
         return false;
     if (p->cause.code == OUTBOX_ERR_BUSY || p->cause.code == OUTBOX_ERR_TIMEOUT)
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION,
                          "--once: no row moved for %.0f s (statements waiting, for a lock on"
                          " outbox.job held by another session?), giving up: %s",
-                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+                         RELAY_ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
     else
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--once: no row moved for %.0f s, giving up: %s",
-                         ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
+                         RELAY_ONCE_CONNECT_BUDGET_SECONDS, p->cause.message);
     relay_set_fatal(p->relay, &err);
     return true;
 }
@@ -222,7 +213,7 @@ wait_for_notify(struct pipeline *p, int wait_ms)
             return;
         }
     }
-    if (clock_monotonic_seconds() - p->last_sink_idle >= SINK_IDLE_EVERY_SECONDS) {
+    if (clock_monotonic_seconds() - p->last_sink_idle >= PIPELINE_SINK_IDLE_EVERY_SECONDS) {
         p->last_sink_idle = clock_monotonic_seconds();
         if (sink_idle(p->sink, &err) != 0)
             broker_lost(p, &err);
@@ -233,9 +224,9 @@ wait_for_notify(struct pipeline *p, int wait_ms)
 
 /*
  * or wait: after a turn that found no work, waits for a NOTIFY or the
- * adaptive poll interval: 1, 2, 4 ... ms, up to BUSY_POLL_MAX_MS while
- * rows came in the last BUSY_WINDOW_SECONDS (a lull in a steady stream
- * must not cost its next rows a long sleep), and up to --poll-interval
+ * adaptive poll interval: 1, 2, 4 ... ms, up to PIPELINE_BUSY_POLL_MAX_MS
+ * while rows came in the last PIPELINE_BUSY_WINDOW_SECONDS (a lull in a
+ * steady stream must not cost its next rows a long sleep), and up to --poll-interval
  * once the queue has been quiet for longer. A turn with work goes on at
  * once. False when the pipeline is done (--once found no more work).
  */
@@ -254,9 +245,9 @@ turn_wait(struct pipeline *p, struct idle *idle)
     if (c->once)
         return false;
     idle->wait_ms = idle->wait_ms == 0 ? 1 : idle->wait_ms * 2;
-    if (clock_monotonic_seconds() - idle->last_work < BUSY_WINDOW_SECONDS &&
-        idle->wait_ms > BUSY_POLL_MAX_MS)
-        idle->wait_ms = BUSY_POLL_MAX_MS;
+    if (clock_monotonic_seconds() - idle->last_work < PIPELINE_BUSY_WINDOW_SECONDS &&
+        idle->wait_ms > PIPELINE_BUSY_POLL_MAX_MS)
+        idle->wait_ms = PIPELINE_BUSY_POLL_MAX_MS;
     if (idle->wait_ms > c->poll_interval_ms)
         idle->wait_ms = c->poll_interval_ms;
     wait_for_notify(p, idle->wait_ms);
@@ -269,8 +260,8 @@ pipeline_begin(struct pipeline *p)
 {
     relay *r = p->relay;
 
-    p->deferral = backoff_make(DEFERRED_PAUSE_FIRST_SECONDS, DEFERRED_PAUSE_MAX_SECONDS,
-                               p->db.seed ^ 0x5bd1e995u);
+    p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
+                               PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     if (connect_ends(&p->db, p, true, true, true) != 0)
         return -1;
     if (r->config->once)

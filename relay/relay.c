@@ -91,8 +91,8 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     make_worker_prefix(r->worker_prefix, sizeof(r->worker_prefix));
     r->maintenance.db.relay = r;
     r->maintenance.db.seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x9e3779b9u;
-    r->maintenance.db.reconnect = backoff_make(RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS,
-                                               r->maintenance.db.seed);
+    r->maintenance.db.reconnect = backoff_make(
+        RELAY_RECONNECT_FIRST_SECONDS, RELAY_RECONNECT_MAX_SECONDS, r->maintenance.db.seed);
     snprintf(r->maintenance.db.worker_id, sizeof(r->maintenance.db.worker_id), "%s/maintenance",
              r->worker_prefix);
     snprintf(r->maintenance.db.who, sizeof(r->maintenance.db.who), "thread=maintenance");
@@ -112,8 +112,8 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         p->index = i;
         p->db.relay = r;
         p->db.seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
-        p->db.reconnect =
-            backoff_make(RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS, p->db.seed ^ 0x85ebca6bu);
+        p->db.reconnect = backoff_make(RELAY_RECONNECT_FIRST_SECONDS, RELAY_RECONNECT_MAX_SECONDS,
+                                       p->db.seed ^ 0x85ebca6bu);
         snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
         snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
         p->sink = sink_new(&options, err);

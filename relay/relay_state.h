@@ -25,15 +25,10 @@
 #include "outbox.h"
 #include "sink.h"
 #include "store_identity.h"
+#include "timeouts.h"
 #include "wait.h"
 
 typedef struct relay relay;
-
-/* Reconnect backoff (connect_ends): from the first to the longest wait. */
-#define RECONNECT_FIRST_SECONDS 0.2
-#define RECONNECT_MAX_SECONDS 10.0
-/* --once gives up on an end it cannot reach, or a pipeline that moves no row, after this long. */
-#define ONCE_CONNECT_BUDGET_SECONDS 10.0
 
 /*
  * The rows of one claimed batch, and once it is published, its rows sorted

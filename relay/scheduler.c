@@ -26,13 +26,11 @@
 #include "pipeline.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
+#include "timeouts.h"
 
 /* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
-#define REAP_EVERY_SECONDS 5.0
 #define REAP_LIMIT 1000
-#define REAP_RETRY_SECONDS 1.0
 #define SWEEP_KEY_LIMIT 1000
-#define CLEANUP_EVERY_SECONDS 10.0
 #define CLEANUP_LIMIT 5000
 
 /* A connection kept open between slices of its database. */
@@ -494,7 +492,8 @@ maintain(struct pipeline *p, struct tenant *t)
     char cutoff[64];
 
     if (now >= t->reap_due) {
-        if (outbox_reap(p->db.store, REAP_LIMIT, REAP_RETRY_SECONDS, &reaped, &err) != 0 ||
+        if (outbox_reap(p->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
+                        &err) != 0 ||
             outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
             store_failed(p, &err);
             return;
@@ -503,7 +502,8 @@ maintain(struct pipeline *p, struct tenant *t)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
                       t->name, reaped.ready, reaped.dead);
         metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        t->reap_due = reaped.ready + reaped.dead < REAP_LIMIT ? now + REAP_EVERY_SECONDS : now;
+        t->reap_due =
+            reaped.ready + reaped.dead < REAP_LIMIT ? now + MAINTENANCE_REAP_EVERY_SECONDS : now;
     }
     if (r->config->retention_seconds > 0 && now >= t->cleanup_due) {
         if (outbox_store_cleanup_cutoff(p->db.store, r->config->retention_seconds, cutoff,
@@ -515,7 +515,7 @@ maintain(struct pipeline *p, struct tenant *t)
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
         t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
                              ? now
-                             : now + CLEANUP_EVERY_SECONDS;
+                             : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
     }
 }
 
@@ -655,7 +655,8 @@ scheduler_slot_run(void *arg)
     relay *r = p->relay;
     struct scheduler *s = r->scheduler;
 
-    p->deferral = backoff_make(0.05, 2.0, p->db.seed ^ 0x5bd1e995u);
+    p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
+                               PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     p->db.of_list = true;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
     if (connect_sink(p, true) == 0) {

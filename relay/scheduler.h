@@ -39,18 +39,10 @@
 #define OUTBOX_RELAY_SCHEDULER_H
 
 #include "relay_state.h"
+#include "timeouts.h" /* SCHEDULER_SLICE_SECONDS and the scheduler's other times */
 
-/* The longest slice a slot serves one database while others wait. */
-#define SCHEDULER_SLICE_SECONDS 0.25
-/* The longest wait before an empty database is looked at again. */
-#define SCHEDULER_IDLE_MAX_SECONDS 1.0
 /* A database another relay serves is visited this many times a lease (membership, takeover). */
 #define SCHEDULER_VISIT_PER_LEASE 4.0
-/* How often the list file's stamp is looked at. */
-#define SCHEDULER_LIST_LOOK_SECONDS 1.0
-/* A database that failed is tried again after a backoff from the first to the longest. */
-#define SCHEDULER_RETRY_FIRST_SECONDS 1.0
-#define SCHEDULER_RETRY_MAX_SECONDS 30.0
 
 struct scheduler;
 

@@ -18,29 +18,16 @@
 #include "sink.h"
 #include "store_stream.h"
 #include "stream.h"
+#include "timeouts.h"
 
 /* Partitions one relay may hold at once. */
 #define STREAM_MAX_PARTITIONS 256
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
 #define STREAM_RENEW_FRACTION 3.0
-/* Lag is looked at this often; a partition lags when its oldest unpublished row is
- * older than --horizon-warning (STREAM_LAG_WARNING_SECONDS when that is 0). */
-#define STREAM_REPORT_SECONDS 5.0
-#define STREAM_LAG_WARNING_SECONDS 60.0
-/* Published rows are deleted this often, at most STREAM_CLEANUP_ROWS a statement. */
-#define STREAM_CLEANUP_SECONDS 5.0
+/* Published rows are deleted every STREAM_CLEANUP_SECONDS, at most this many a statement. */
 #define STREAM_CLEANUP_ROWS 5000
-/* Idle waits: doubled from 1 ms up to this while rows came lately, else --poll-interval. */
-#define STREAM_BUSY_POLL_MAX_MS 20
-#define STREAM_BUSY_WINDOW_SECONDS 2.0
-/* After a failed database call, the thread waits this long before it connects again. */
-#define STREAM_RETRY_MS 1000
 /* Batches one partition publishes in a row before the thread turns to its others. */
 #define STREAM_TURN_BATCHES 8
-/* Until a stream queue is found, the threads look at the runner's flag this often. */
-#define STREAM_CHECK_WAIT_MS 10
-/* After a broker outage deferred a batch, the partition waits this long. */
-#define STREAM_DEFER_SECONDS 1.0
 
 /* A held partition and when it may be read again (a row waiting out its backoff). */
 struct owned {
@@ -101,7 +88,7 @@ static void
 runner_sleep_ms(struct stream_worker *sr, int ms)
 {
     while (ms > 0 && !runner_stopping(sr)) {
-        int slice = ms < 50 ? ms : 50;
+        int slice = ms < STREAM_SLEEP_SLICE_MS ? ms : STREAM_SLEEP_SLICE_MS;
 
         usleep((useconds_t)slice * 1000);
         ms -= slice;
@@ -816,7 +803,7 @@ stream_run(void *arg)
         if (!stream_connect_ends(sr)) {
             if (c->once)
                 break;
-            runner_sleep_ms(sr, 1000);
+            runner_sleep_ms(sr, STREAM_RETRY_MS);
             continue;
         }
         if (due_work(sr, &err) != 0) {

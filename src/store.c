@@ -21,15 +21,16 @@
 #include "store_exec.h"
 #include "store_privileges.h"
 #include "store_worker.h"
+#include "timeouts.h"
 
 /* ---- connection ------------------------------------------------------------ */
 
 /*
  * Opens the connection. Defaults come before dbname so the URL's own
- * settings win: connect_timeout bounds the connection; keepalives (idle
- * 10 s, then 3 probes 5 s apart) notice a peer that vanished while the
+ * settings win: connect_timeout bounds the connection; keepalives (3
+ * probes, times in timeouts.h) notice a peer that vanished while the
  * connection is idle; tcp_user_timeout drops it when data sent stays
- * unacknowledged for 15 s (a host gone mid-statement).
+ * unacknowledged (a host gone mid-statement).
  */
 static outbox_store *
 store_open(const char *database_url, const char *worker_id, struct outbox_error *err)
@@ -43,7 +44,10 @@ store_open(const char *database_url, const char *worker_id, struct outbox_error 
                               "tcp_user_timeout",
                               "dbname",
                               NULL};
-    const char *values[] = {"outbox-relay", "10", "1", "10", "5", "3", "15000", database_url, NULL};
+    const char *values[] = {"outbox-relay", TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "1",
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_IDLE_SECONDS),
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_INTERVAL_SECONDS), "3",
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_UNACKNOWLEDGED_MS), database_url, NULL};
     outbox_store *store = calloc(1, sizeof(*store));
 
     if (store == NULL || (store->worker_id = strdup(worker_id)) == NULL) {
@@ -81,9 +85,10 @@ store_open(const char *database_url, const char *worker_id, struct outbox_error 
  * holding every ready row, say) spent a second and more compiling.
  */
 static const char SQL_SESSION[] =
-    "SET synchronous_commit = off; SET statement_timeout = '" STORE_STATEMENT_TIMEOUT "';"
+    "SET synchronous_commit = off; SET statement_timeout = '"
+    TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s';"
     " SET plan_cache_mode = force_custom_plan;"
-    " SET lock_timeout = '" STORE_STATEMENT_TIMEOUT "'; SET jit = off;"
+    " SET lock_timeout = '" TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s'; SET jit = off;"
     " SET default_transaction_isolation = 'read committed';"
     /* the catalogs: to_regclass() fails without USAGE */
     " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"

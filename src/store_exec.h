@@ -15,14 +15,7 @@
 
 #include "outbox.h"
 #include "store_statements.h"
-
-/*
- * The server cancels a statement after STORE_STATEMENT_TIMEOUT (and a lock
- * wait as long); if no answer came STORE_STATEMENT_DEADLINE_MS after we
- * began to wait, the server is stalled and the connection is dropped.
- */
-#define STORE_STATEMENT_TIMEOUT "10s"
-#define STORE_STATEMENT_DEADLINE_MS 12000
+#include "timeouts.h" /* STORE_STATEMENT_TIMEOUT_SECONDS, STORE_STATEMENT_DEADLINE_MS */
 
 /* At most this many statements are sent ahead of their results: the four
  * callers may send, and a read of the pauses ahead of a claim. */

@@ -38,7 +38,7 @@
  * holds it locked and uncommitted, so a key never has two rows in flight.
  *
  * Pauses (outbox.paused) reach the claim as constant arrays the store reads
- * every STORE_PAUSES_MAX_AGE seconds, never as a join: with nothing paused
+ * every STORE_PAUSES_MAX_AGE_SECONDS, never as a join: with nothing paused
  * the claim is the plain statement, and with pauses the planner sees the
  * paused names themselves, so its estimates stay those of the plain claim
  * (a join with outbox.paused misjudged them by orders of magnitude, enough

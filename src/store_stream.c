@@ -13,6 +13,7 @@
 #include "store_row.h"
 #include "store_admin_lock.h"
 #include "store_stream.h"
+#include "timeouts.h"
 
 struct stream_store {
     PGconn *conn;
@@ -327,7 +328,10 @@ stream_store_connect(const char *database_url, const char *owner, struct outbox_
     const char *keywords[] = {"fallback_application_name", "connect_timeout", "keepalives",
                               "keepalives_idle", "keepalives_interval", "keepalives_count",
                               "tcp_user_timeout", "dbname", NULL};
-    const char *values[] = {"outbox-relay", "10", "1", "10", "5", "3", "15000", database_url, NULL};
+    const char *values[] = {"outbox-relay", TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "1",
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_IDLE_SECONDS),
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_INTERVAL_SECONDS), "3",
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_UNACKNOWLEDGED_MS), database_url, NULL};
     stream_store *s = calloc(1, sizeof(*s));
     PGresult *result = NULL;
 
@@ -346,8 +350,10 @@ stream_store_connect(const char *database_url, const char *owner, struct outbox_
      * parameters (an index of a partition, or the small cursor tables): a
      * plan made for each batch cost PostgreSQL 1-2 us per relayed row.
      */
-    result = PQexec(s->conn, "SET synchronous_commit = off; SET statement_timeout = '10s';"
-                             " SET lock_timeout = '10s'; SET jit = off;"
+    result = PQexec(s->conn, "SET synchronous_commit = off; SET statement_timeout = '"
+                             TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s';"
+                             " SET lock_timeout = '" TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS)
+                             "s'; SET jit = off;"
                              " SET plan_cache_mode = force_generic_plan;"
                              " SET default_transaction_isolation = 'read committed'");
     if (PQresultStatus(result) != PGRES_COMMAND_OK) {

@@ -6,7 +6,7 @@
  * A claim takes rows with a lease under the store's worker id and a
  * generation (the attempt number); every later write names both and is
  * fenced: it changes only rows still owned, and reports which. Claims read
- * the pauses first (at most STORE_PAUSES_MAX_AGE old), so a pause stops
+ * the pauses first (at most STORE_PAUSES_MAX_AGE_SECONDS old), so a pause stops
  * claims within that. Writes can be sent ahead and collected later, in
  * the order sent.
  */
@@ -21,14 +21,7 @@
 #include "store_exec.h"
 #include "store_worker.h"
 #include "store_row.h"
-
-/*
- * Pauses are read again before a claim once they are this old (seconds): a
- * pause then stops claims within this, plus one turn for the claim sent
- * ahead, well inside --poll-interval + 1 s. A read of the tiny table five
- * times a second costs a pipeline about 0.05 % of a core.
- */
-#define STORE_PAUSES_MAX_AGE 0.2
+#include "timeouts.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -138,16 +131,16 @@ store_pauses_read(outbox_store *store, struct outbox_error *err)
 }
 
 /*
- * Before a claim: pauses older than STORE_PAUSES_MAX_AGE are read again, at
- * once when nothing is queued (an idle relay), else sent ahead of the claim
- * and kept for the next one (a busy relay, one turn later).
+ * Before a claim: pauses older than STORE_PAUSES_MAX_AGE_SECONDS are read
+ * again, at once when nothing is queued (an idle relay), else sent ahead of
+ * the claim and kept for the next one (a busy relay, one turn later).
  */
 static int
 pauses_refresh(outbox_store *store, struct outbox_error *err)
 {
     struct store_pauses *p = &store->pauses;
 
-    if (p->pending || clock_monotonic_seconds() - p->read_at < STORE_PAUSES_MAX_AGE)
+    if (p->pending || clock_monotonic_seconds() - p->read_at < STORE_PAUSES_MAX_AGE_SECONDS)
         return 0;
     if (store->queued_count == 0)
         return store_pauses_read(store, err);
@@ -163,7 +156,7 @@ int
 outbox_store_refresh_pauses(outbox_store *store, struct outbox_error *err)
 {
     if (store->queued_count > 0 || store->pauses.pending ||
-        clock_monotonic_seconds() - store->pauses.read_at < STORE_PAUSES_MAX_AGE)
+        clock_monotonic_seconds() - store->pauses.read_at < STORE_PAUSES_MAX_AGE_SECONDS)
         return 0;
     return store_pauses_read(store, err);
 }

@@ -18,13 +18,12 @@
 #include <amqp.h>
 
 #include "sink_internal.h"
+#include "timeouts.h" /* SINK_AMQP_CLOSE_TIMEOUT_MS */
 
 #define SINK_AMQP_CHANNEL 1
 #define SINK_AMQP_FRAME_MAX 131072
 /* Publishes between two non-blocking looks at what the broker sent back. */
 #define SINK_AMQP_WINDOW 256
-/* The polite close at disconnect waits at most this long per step. */
-#define SINK_AMQP_CLOSE_TIMEOUT_MS 2000
 #define SINK_AMQP_ATTEMPT_HEADER "x-outbox-attempt"
 /* the row's job id (an int64), beside message_id: what a consumer finds the row by */
 #define SINK_AMQP_JOB_ID_HEADER "x-outbox-job-id"

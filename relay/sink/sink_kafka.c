@@ -62,10 +62,9 @@
 #include "json.h"
 #include "log.h"
 #include "sink_kafka.h"
+#include "timeouts.h"
 
 #define SINK_KAFKA_ERRSTR_MAX 512
-/* How long one look for delivery reports blocks. */
-#define SINK_KAFKA_POLL_MS 50
 /* Kafka's longest topic name. */
 #define SINK_KAFKA_TOPIC_MAX 249
 /* Topics --check lists by name; past this many it counts them. */

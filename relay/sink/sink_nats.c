@@ -64,16 +64,10 @@
 #include "json.h"
 #include "log.h"
 #include "sink_nats.h"
+#include "timeouts.h"
 
 /* Most publishes without an ack at a time. */
 #define PENDING_WINDOW 4096
-/*
- * Ask whether a stream covers the subjects of unanswered messages after
- * this long without an ack (at most half the I/O timeout): a subject a core
- * NATS subscriber listens on, with no stream behind it, gets no answer at
- * all, and its rows fail then instead of holding the batch.
- */
-#define PROBE_AFTER_MS 500
 /*
  * The longest --subject-prefix: a publish's control line (HPUB, subject,
  * reply inbox, two sizes) must fit in the server's max_control_line of
@@ -81,8 +75,6 @@
  */
 #define SUBJECT_PREFIX_MAX 3700
 #define SUBJECT_PREFIX_MAX_TEXT "3700"
-/* Ping an idle connection this often. */
-#define IDLE_FLUSH_MS 2000
 /* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
 #define HEADER_MSG_ID "Nats-Msg-Id"
 #define HEADER_JOB_ID "Outbox-Job-Id"
@@ -807,7 +799,7 @@ probe_unanswered(sink *s, const struct sink_message *messages, size_t count, int
 
 /*
  * Waits until every published message is answered, the connection closes or
- * time runs out; after PROBE_AFTER_MS without an ack, asks once which
+ * time runs out; after SINK_NATS_PROBE_AFTER_MS without an ack, asks once which
  * unanswered subjects a stream covers (probe_unanswered).
  */
 static int
@@ -815,8 +807,8 @@ wait_answers(sink *s, const struct sink_message *messages, size_t count, struct 
 {
     struct sink_nats *n = s->impl;
     int64_t now = clock_monotonic_ms(), deadline = now + s->options.io_timeout_ms;
-    int64_t probe_delay = PROBE_AFTER_MS < s->options.io_timeout_ms / 2
-                              ? PROBE_AFTER_MS
+    int64_t probe_delay = SINK_NATS_PROBE_AFTER_MS < s->options.io_timeout_ms / 2
+                              ? SINK_NATS_PROBE_AFTER_MS
                               : s->options.io_timeout_ms / 2;
     int64_t probe_at = now + probe_delay;
     size_t last_unanswered;
@@ -995,7 +987,7 @@ sink_nats_idle(sink *s, struct outbox_error *err)
         return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to nats at %s lost",
                                 sink_display_url(s));
     }
-    if (clock_monotonic_ms() - n->last_used_ms < IDLE_FLUSH_MS)
+    if (clock_monotonic_ms() - n->last_used_ms < SINK_NATS_IDLE_FLUSH_MS)
         return 0;
     st = natsConnection_FlushTimeout(n->connection, s->options.io_timeout_ms);
     if (st != NATS_OK) {

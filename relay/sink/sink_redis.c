@@ -63,7 +63,7 @@ sink_redis_init(sink *s, const void *options, struct outbox_error *err)
     if (r->wait_replicas == SINK_REDIS_WAIT_BY_TOPOLOGY)
         r->wait_replicas = s->url.scheme->variant == TOPOLOGY_SINGLE ? 0 : 1;
     r->window = config->dedup_window_ms > 0 ? (long long)config->dedup_window_ms
-                                            : DEFAULT_DEDUP_WINDOW_MS;
+                                            : SINK_REDIS_DEDUP_WINDOW_DEFAULT_MS;
     snprintf(r->window_ms, sizeof(r->window_ms), "%lld", r->window);
     snprintf(r->maxlen, sizeof(r->maxlen), "%" PRId64, config->stream_maxlen);
     switch ((enum topology)s->url.scheme->variant) {
@@ -160,7 +160,7 @@ sink_redis_idle(sink *s, struct outbox_error *err)
 {
     struct sink_redis *r = s->impl;
 
-    if (clock_monotonic_ms() - r->last_used_ms < IDLE_PING_MS)
+    if (clock_monotonic_ms() - r->last_used_ms < SINK_REDIS_IDLE_PING_MS)
         return 0;
     for (size_t i = 0; i < r->node_count; i++) {
         struct sink_redis_node *node = &r->nodes[i];
@@ -267,7 +267,7 @@ sink_redis_config_defaults(void *options)
 {
     struct sink_redis_config *config = options;
 
-    config->dedup_window_ms = DEFAULT_DEDUP_WINDOW_MS;
+    config->dedup_window_ms = SINK_REDIS_DEDUP_WINDOW_DEFAULT_MS;
     config->wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY;
 }
 
@@ -335,7 +335,8 @@ static const struct option_spec sink_redis_options[] = {
      OPTION_FROM_ENVIRONMENT, 0},
     {"redis-wait", "N", OPTION_INT, CONFIG_FIELD(wait_replicas), "-1",
      SINK_REDIS_WAIT_BY_TOPOLOGY, 100, NULL,
-     "Redis: mark a row only once N replicas acknowledged its append (WAIT N 1000); -1: 1 with"
+     "Redis: mark a row only once N replicas acknowledged its append (WAIT N "
+     TIMEOUT_TEXT(SINK_REDIS_WAIT_TIMEOUT_MS) "); -1: 1 with"
      " Sentinel or Cluster (0 there risks losing rows in a failover), 0 with redis://",
      OPTION_FROM_ENVIRONMENT, 0},
 };

@@ -19,18 +19,15 @@
 #include "sink_internal.h"
 #include "sink_redis_replicas.h"
 #include "sink_redis_url.h"
+#include "timeouts.h" /* SINK_REDIS_IDLE_PING_MS and the sink's other times */
 
-#define DEFAULT_DEDUP_WINDOW_MS (24LL * 60 * 60 * 1000)
 #define PIPELINE_WINDOW 4096
-#define IDLE_PING_MS 1000 /* ping when idle this long */
 #define DEDUP_INFIX ":outbox-dedup:"
 #define ORDER_INFIX ":outbox-order:"
 /* A place in an order (sink_message.place_at): 39 digits. */
 #define STREAM_PLACE_DIGITS 39
 /* Messages looked back for the place before one (sink_redis_append_call). */
 #define PLACE_LOOKBACK 64
-/* How long WAIT waits for the replicas before the calls it follows are deferred. */
-#define WAIT_TIMEOUT_MS 1000
 /* Redirections (MOVED, ASK) and NOSCRIPT resends followed within one batch. */
 #define MAX_ROUNDS 5
 /* No node index yet for a slot. */

@@ -14,7 +14,7 @@
  * reply, frees every connection and leaves the sink disconnected; what
  * Redis did append is answered from its dedup record when published again.
  * With --redis-wait N each node's calls of a batch are followed by WAIT N
- * WAIT_TIMEOUT_MS; when fewer replicas acknowledged, the messages of those
+ * SINK_REDIS_WAIT_TIMEOUT_MS; when fewer replicas acknowledged, the messages of those
  * calls are deferred. Writing to a closed socket raises SIGPIPE: the
  * process must ignore it, as the relay does.
  */
@@ -118,7 +118,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
         any = outcomes[routes[i].index].status == SINK_ACCEPTED;
     if (wanted <= 0 || !any)
         return 0;
-    reply = redisCommand(r->nodes[node].context, "WAIT %d %d", wanted, WAIT_TIMEOUT_MS);
+    reply = redisCommand(r->nodes[node].context, "WAIT %d %d", wanted, SINK_REDIS_WAIT_TIMEOUT_MS);
     if (reply == NULL) {
         int saved_errno = errno;
 
@@ -143,7 +143,7 @@ wait_replicas(sink *s, uint16_t node, const struct route *routes, size_t n,
     else if (reply->type == REDIS_REPLY_INTEGER)
         snprintf(reason, sizeof(reason),
                  "only %lld of %d redis replicas acknowledged the append within %d ms",
-                 reply->integer, wanted, WAIT_TIMEOUT_MS);
+                 reply->integer, wanted, SINK_REDIS_WAIT_TIMEOUT_MS);
     else if (reply->type == REDIS_REPLY_ERROR)
         sink_redis_copy_redis_error(reason, sizeof(reason), reply->str, reply->len);
     else

@@ -40,6 +40,8 @@ clean_env(void **state)
     unsetenv("OUTBOX_VERSION");
     unsetenv("OUTBOX_HEALTHCHECK");
     unsetenv("OUTBOX_METRICS_ADDR");
+    unsetenv("OUTBOX_BROKER_CONNECT_TIMEOUT");
+    unsetenv("OUTBOX_BROKER_IO_TIMEOUT");
     return 0;
 }
 
@@ -291,6 +293,59 @@ test_environment_rules(void **state)
     clean_env(NULL);
 }
 
+/*
+ * --broker-connect-timeout and --broker-io-timeout: the defaults of
+ * timeouts.h, the units of every duration, the environment, a range with
+ * a one-line error naming the option, and what the sinks are made with.
+ */
+static void
+test_broker_timeouts(void **state)
+{
+    struct relay_config c;
+    struct outbox_error err;
+    struct sink_options options;
+
+    (void)state;
+    assert_int_equal(PARSE(&c, &err, BASE), 0);
+    assert_int_equal(c.broker_connect_timeout_ms, 5000);
+    assert_int_equal(c.broker_io_timeout_ms, 10000);
+    options = config_sink_options(&c);
+    assert_int_equal(options.connect_timeout_ms, 5000);
+    assert_int_equal(options.io_timeout_ms, 10000);
+    config_clear(&c);
+
+    assert_int_equal(PARSE(&c, &err, BASE, "--broker-connect-timeout", "1500ms",
+                           "--broker-io-timeout=2m"),
+                     0);
+    assert_int_equal(c.broker_connect_timeout_ms, 1500);
+    assert_int_equal(c.broker_io_timeout_ms, 120000);
+    options = config_sink_options(&c);
+    assert_int_equal(options.connect_timeout_ms, 1500);
+    assert_int_equal(options.io_timeout_ms, 120000);
+    config_clear(&c);
+
+    setenv("OUTBOX_BROKER_IO_TIMEOUT", "30s", 1);
+    setenv("OUTBOX_BROKER_CONNECT_TIMEOUT", "3s", 1);
+    assert_int_equal(PARSE(&c, &err, BASE, "--broker-connect-timeout", "1s"), 0);
+    assert_int_equal(c.broker_io_timeout_ms, 30000);
+    assert_int_equal(c.broker_connect_timeout_ms, 1000); /* the command line wins */
+    config_clear(&c);
+    setenv("OUTBOX_BROKER_IO_TIMEOUT", "forever", 1);
+    assert_error(PARSE(&c, &err, BASE), &err, "OUTBOX_BROKER_IO_TIMEOUT");
+    clean_env(NULL);
+
+    assert_error(PARSE(&c, &err, BASE, "--broker-io-timeout", "0"), &err, "--broker-io-timeout");
+    assert_error(PARSE(&c, &err, BASE, "--broker-io-timeout", "999ms"), &err,
+                 "--broker-io-timeout");
+    assert_error(PARSE(&c, &err, BASE, "--broker-io-timeout", "6m"), &err, "--broker-io-timeout");
+    assert_error(PARSE(&c, &err, BASE, "--broker-connect-timeout", "-1s"), &err,
+                 "--broker-connect-timeout");
+    assert_error(PARSE(&c, &err, BASE, "--broker-connect-timeout", "soon"), &err,
+                 "--broker-connect-timeout");
+    assert_error(PARSE(&c, &err, BASE, "--broker-connect-timeout"), &err,
+                 "--broker-connect-timeout needs a value");
+}
+
 static void
 test_help_lists_every_option(void **state)
 {
@@ -305,6 +360,11 @@ test_help_lists_every_option(void **state)
     assert_non_null(strstr(text, "--metrics-addr HOST:PORT"));
     assert_non_null(strstr(text, "OUTBOX_<NAME>"));
     assert_non_null(strstr(text, "[500]"));
+    /* a name longer than the column: its text on the next line, where mkman.sh looks for it */
+    assert_non_null(strstr(text, "\n  --broker-connect-timeout DURATION\n"
+                                 "                                 longest connect"));
+    assert_non_null(strstr(text, "--broker-io-timeout DURATION   longest wait for the broker"));
+    assert_non_null(strstr(text, "keep it well under --lease [10s]\n"));
     assert_non_null(strstr(text, "--once, --check, --healthcheck, --help and --version are read\n"
                                  "from the command line only"));
     free(text);
@@ -342,6 +402,7 @@ main(void)
         cmocka_unit_test_setup(test_exchange_longer_than_amqp_allows, clean_env),
         cmocka_unit_test_setup(test_malformed_database_url, clean_env),
         cmocka_unit_test_setup(test_environment_rules, clean_env),
+        cmocka_unit_test_setup(test_broker_timeouts, clean_env),
         cmocka_unit_test(test_help_lists_every_option),
         cmocka_unit_test_setup(test_message_regressions, clean_env),
     };
