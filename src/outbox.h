@@ -386,7 +386,7 @@ int outbox_release_waiting(outbox_store *store, int key_limit, size_t *released,
  * statements, each answer waited for within the store's deadline like every
  * other statement of the store (OUTBOX_ERR_TIMEOUT past it: drop the store).
  */
-/* the bigint of the ASCII bytes "outboxcl"; also in docs/operating.md */
+/* the bigint of the ASCII bytes "outboxcl"; also in docs/deploy.md */
 #define OUTBOX_CLEANUP_LOCK_KEY "8031453476610925420"
 
 /* Writes the database's now minus older_than_seconds to cutoff (timestamptz text). */

@@ -3,7 +3,7 @@
  *
  * The relay's --retention and outboxctl's cleanup and status share this
  * default, so it lives with the library both link rather than in either
- * program's configuration (see docs/operating.md, "Retention", for the choice).
+ * program's configuration (see docs/deploy.md, "Retention", for the choice).
  */
 #ifndef OUTBOX_RETENTION_H
 #define OUTBOX_RETENTION_H

@@ -9,7 +9,7 @@
 . tests/container/podman.sh
 
 ROWS=10000
-GRACE=30 # seconds, as docs/operating.md advises and the chart and compose file give
+GRACE=30 # seconds, as docs/deploy.md advises and the chart and compose file give
 VERSION=$(sed -n 's/^VERSION *:= *//p' Makefile)
 TOOLS=$BUILD/tests/tools
 make --no-print-directory BUILD="$BUILD" BIN="$BIN" LIB="$LIB" "$TOOLS/outbox_consumer" >/dev/null ||

@@ -31,7 +31,7 @@ source=${credential#*:}
 [ "$password_file" = "%d/$name" ] ||
     fail "the drop-in's OUTBOX_BROKER_PASSWORD_FILE is not its credential: '$password_file'"
 
-# /etc/outbox-relay as docs/operating.md makes it (install -d -m 700), under the root-only scratch.
+# /etc/outbox-relay as docs/deploy.md makes it (install -d -m 700), under the root-only scratch.
 etc=$SCRATCH/etc/outbox-relay
 install -d -m 700 "$etc"
 secret_file=$etc/orders.broker-password
