@@ -693,7 +693,7 @@ config_clear(struct relay_config *config)
     memset(config, 0, sizeof(*config));
 }
 
-/* One --help line per option, the default in brackets; a long name has its text on the next line. */
+/* One --help line per option, default in brackets; after a long name the text starts a line. */
 static void
 usage_line(FILE *out, const struct option_spec *spec)
 {

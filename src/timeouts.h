@@ -5,9 +5,9 @@
  * backoffs from here and keep none of their own, so one file answers "how
  * long does it wait for that?". Each name carries its unit (_MS, _US,
  * _SECONDS) and the prefix of the module that uses it; a time several
- * modules share starts with TIMEOUT_. A value that is also the default of
- * an option says so: the option may change it, the table never moves
- * without the documentation (docs/reference.md) moving too.
+ * modules share starts with TIMEOUT_. A value that is an option's default
+ * says so; it changes together with that option's documentation
+ * (docs/reference.md, the --help block).
  *
  * Values that libpq, PostgreSQL or an option read as text are written as
  * numbers here and turned into text with TIMEOUT_TEXT().
@@ -31,7 +31,7 @@
 
 /* ---- the store (src/store*.c): statements of the relay's sessions --------------- */
 
-/* The server cancels a statement, and a lock wait, after this long (statement, lock_timeout). */
+/* The sessions' statement_timeout and lock_timeout: the server cancels a statement after it. */
 #define STORE_STATEMENT_TIMEOUT_SECONDS 10
 /* No answer this long after we began to wait: the server is stalled, the connection is dropped. */
 #define STORE_STATEMENT_DEADLINE_MS (STORE_STATEMENT_TIMEOUT_SECONDS * 1000 + 2000)
@@ -169,9 +169,10 @@
 /* ---- outboxctl ------------------------------------------------------------------------ */
 
 /*
- * stream enable/disable: each try waits at most LOCK_TRY for the trigger's
- * lock, so producers queued behind it wait no longer; between tries they
- * go on for LOCK_PAUSE. --lock-wait (default LOCK_WAIT_DEFAULT) bounds the whole.
+ * stream enable/disable: each try waits at most CTL_STREAM_LOCK_TRY_MS for
+ * the trigger's lock, so producers queued behind it wait no longer; between
+ * tries they go on for CTL_STREAM_LOCK_PAUSE_MS. --lock-wait (default
+ * CTL_STREAM_LOCK_WAIT_DEFAULT_SECONDS) bounds the whole.
  */
 #define CTL_STREAM_LOCK_TRY_MS 200
 #define CTL_STREAM_LOCK_PAUSE_MS 800
