@@ -58,6 +58,10 @@
 #define SINK_AMQP_CLOSE_TIMEOUT_MS 2000
 /* How long one look for Kafka delivery reports blocks. */
 #define SINK_KAFKA_POLL_MS 50
+/* Kafka's linger.ms: how long the producer gathers records into a request. */
+#define SINK_KAFKA_LINGER_MS 5
+/* The longest wait for a new topic's metadata (a quarter of the I/O timeout when shorter). */
+#define SINK_KAFKA_PROPAGATION_MAX_MS 1000
 /*
  * NATS: ask whether a stream covers the subjects of unanswered messages
  * after this long without an ack (at most half the I/O timeout): a subject

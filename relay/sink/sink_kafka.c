@@ -179,7 +179,9 @@ configure(sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
     const struct sink_options *o = &s->options;
     char *servers = bootstrap_servers(s);
     /* a missing topic must be found missing before the batch times out */
-    long long propagation = o->io_timeout_ms / 4 > 1000 ? 1000 : o->io_timeout_ms / 4;
+    long long propagation = o->io_timeout_ms / 4 > SINK_KAFKA_PROPAGATION_MAX_MS
+                                ? SINK_KAFKA_PROPAGATION_MAX_MS
+                                : o->io_timeout_ms / 4;
     int rc = -1;
 
     if (servers == NULL)
@@ -190,7 +192,7 @@ configure(sink *s, rd_kafka_conf_t *conf, struct outbox_error *err)
         set_conf(conf, "acks", "all", err) != 0 ||
         set_conf(conf, "allow.auto.create.topics", "false", err) != 0 ||
         set_conf(conf, "partitioner", "murmur2_random", err) != 0 ||
-        set_conf(conf, "linger.ms", "5", err) != 0 ||
+        set_conf(conf, "linger.ms", TIMEOUT_TEXT(SINK_KAFKA_LINGER_MS), err) != 0 ||
         /* a batch waits for its reports: Nagle would hold the last request back */
         set_conf(conf, "socket.nagle.disable", "true", err) != 0 ||
         set_conf_int(conf, "topic.metadata.propagation.max.ms", propagation, err) != 0 ||
