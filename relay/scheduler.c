@@ -443,7 +443,8 @@ take_work(struct scheduler *s, struct work *w)
             break;
         }
         if (t != NULL)
-            next = now + 0.01; /* every connection is held by a slot: one gives back soon */
+            /* every connection is held by a slot: one gives back soon */
+            next = now + SCHEDULER_CONNECTION_WAIT_SECONDS;
         until.tv_sec = (time_t)next;
         until.tv_nsec = (long)((next - (double)until.tv_sec) * 1e9);
         pthread_cond_timedwait(&s->changed, &s->lock, &until);

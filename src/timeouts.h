@@ -122,6 +122,8 @@
 #define SCHEDULER_SLICE_SECONDS 0.25
 /* The longest wait before an empty database is looked at again. */
 #define SCHEDULER_IDLE_MAX_SECONDS 1.0
+/* A database is due but every connection of the budget is held: look again this soon. */
+#define SCHEDULER_CONNECTION_WAIT_SECONDS 0.01
 /* How often the list file's stamp is looked at. */
 #define SCHEDULER_LIST_LOOK_SECONDS 1.0
 /* A database that failed is tried again after a backoff from the first to the longest. */
