@@ -48,6 +48,8 @@
 #define SCHEDULER_VISIT_PER_LEASE 4.0
 /* How often the list file's stamp is looked at. */
 #define SCHEDULER_LIST_LOOK_SECONDS 1.0
+/* How often the statistics watch reads pg_stat_database (scheduler_watch.h). */
+#define SCHEDULER_WATCH_SECONDS 0.1
 /* A database that failed is tried again after a backoff from the first to the longest. */
 #define SCHEDULER_RETRY_FIRST_SECONDS 1.0
 #define SCHEDULER_RETRY_MAX_SECONDS 30.0
