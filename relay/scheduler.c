@@ -24,6 +24,7 @@
 #include "error.h"
 #include "log.h"
 #include "pipeline.h"
+#include "scheduler_watch.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
 #include "timeouts.h"
@@ -56,6 +57,9 @@ struct tenant {
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
     bool paused;       /* outboxctl pause --database: no relay serves it */
+    bool watched;      /* the statistics watch covers it: no poll while idle */
+    bool woken;        /* the watch saw an insert since a slot last took it */
+    double visited_at; /* when its last slice ended */
     struct backoff retry;
     struct cause_log log;
 };
@@ -72,6 +76,12 @@ struct scheduler {
     double list_look_at;
     struct database_file_stamp stamp;
     unsigned int seed;
+    struct watch *watch; /* driven by watch_thread alone */
+    pthread_t watch_thread;
+    bool watch_started;
+    atomic_bool watch_quit;
+    bool watch_stale; /* the list changed: the watch follows at its next look */
+    int watch_open;   /* connections the watch holds, within open */
 };
 
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
@@ -79,6 +89,8 @@ struct work {
     struct tenant *tenant;
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
+    bool watched;           /* the watch covered the database when the slot took it */
+    double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
 };
 
 /* ---- the list ----------------------------------------------------------- */
@@ -211,6 +223,7 @@ apply_list(struct scheduler *s, const struct database_list *list, bool first)
     }
     release_removed(s);
     publish_list(s);
+    s->watch_stale = true;
     pthread_cond_broadcast(&s->changed);
     return 0;
 }
@@ -239,95 +252,6 @@ look_at_list(struct scheduler *s, double now)
     if (apply_list(s, &list, false) != 0)
         log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
     database_list_clear(&list);
-}
-
-struct scheduler *
-scheduler_new(relay *r, struct outbox_error *err)
-{
-    struct scheduler *s = calloc(1, sizeof(*s));
-    pthread_condattr_t attributes;
-    struct database_list list;
-
-    if (s == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
-    s->relay = r;
-    s->budget = s->slots = r->config->max_db_connections;
-    s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_condattr_init(&attributes);
-    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->changed, &attributes);
-    pthread_condattr_destroy(&attributes);
-    s->stamp = database_file_stamp(r->config->databases_file);
-    if (database_list_read(r->config->databases_file, &list, err) != 0) {
-        scheduler_free(s);
-        return NULL;
-    }
-    if (apply_list(s, &list, true) != 0) {
-        database_list_clear(&list);
-        scheduler_free(s);
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
-    database_list_clear(&list);
-    s->list_look_at = clock_monotonic_seconds() + SCHEDULER_LIST_LOOK_SECONDS;
-    return s;
-}
-
-/*
- * A relay stopping gives up the leases it holds, so the next winner takes
- * each database at its next visit rather than after the lease: through the
- * database's idle connection, else one connection at a time once the idle
- * ones are closed (the budget holds). Under no lock: the slots returned.
- */
-static void
-release_leases(struct scheduler *s)
-{
-    struct outbox_error err;
-
-    for (size_t i = 0; i < s->count; i++)
-        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
-    for (size_t i = 0; i < s->count; i++) {
-        struct tenant *t = s->tenants[i];
-        outbox_store *store;
-
-        if (!t->held)
-            continue;
-        t->held = false;
-        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
-        if (store == NULL ||
-            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
-                                         &err) != 0)
-            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
-                      "database=%s error=\"%s\"", t->name, err.message);
-        outbox_store_free(store);
-    }
-}
-
-void
-scheduler_free(struct scheduler *s)
-{
-    if (s == NULL)
-        return;
-    release_leases(s);
-    for (size_t i = 0; i < s->count; i++)
-        tenant_free(s, s->tenants[i]);
-    free(s->tenants);
-    pthread_cond_destroy(&s->changed);
-    pthread_mutex_destroy(&s->lock);
-    free(s);
-}
-
-void
-scheduler_stop(struct scheduler *s)
-{
-    if (s == NULL)
-        return;
-    pthread_mutex_lock(&s->lock);
-    pthread_cond_broadcast(&s->changed);
-    pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- picking ------------------------------------------------------------ */
@@ -379,24 +303,16 @@ better_victim(const struct tenant *u, size_t i, const struct tenant *v, size_t j
 }
 
 /*
- * A connection for t: one of its idle ones, a new one within the budget,
- * or one that replaces an idle connection of another database (see
- * better_victim). False when none can be had now. Under the lock.
+ * The idle connection to close for another (see better_victim), taken out
+ * of its database's; NULL when there is none. Under the lock.
  */
-static bool
-take_connection(struct scheduler *s, struct tenant *t, struct work *w)
+static outbox_store *
+take_victim(struct scheduler *s)
 {
     struct tenant *victim = NULL;
     size_t oldest = 0;
+    outbox_store *store;
 
-    if (t->idle_count > 0) {
-        w->connection = t->idle[--t->idle_count];
-        return true;
-    }
-    if (s->open < s->budget) {
-        s->open++;
-        return true;
-    }
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *u = s->tenants[i];
 
@@ -407,10 +323,30 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
             }
     }
     if (victim == NULL)
-        return false;
-    w->to_close = victim->idle[oldest].store;
+        return NULL;
+    store = victim->idle[oldest].store;
     victim->idle[oldest] = victim->idle[--victim->idle_count];
-    return true; /* the count stays: one closes as the other opens */
+    return store;
+}
+
+/*
+ * A connection for t: one of its idle ones, a new one within the budget,
+ * or one that replaces an idle connection of another database (see
+ * better_victim). False when none can be had now. Under the lock.
+ */
+static bool
+take_connection(struct scheduler *s, struct tenant *t, struct work *w)
+{
+    if (t->idle_count > 0) {
+        w->connection = t->idle[--t->idle_count];
+        return true;
+    }
+    if (s->open < s->budget) {
+        s->open++;
+        return true;
+    }
+    w->to_close = take_victim(s);
+    return w->to_close != NULL; /* the count stays: one closes as the other opens */
 }
 
 /*
@@ -438,6 +374,8 @@ take_work(struct scheduler *s, struct work *w)
         if (t != NULL && take_connection(s, t, w)) {
             t->serving++;
             t->picked_at = now;
+            t->woken = false;
+            w->watched = t->watched;
             w->tenant = t;
             taken = true;
             break;
@@ -454,6 +392,222 @@ take_work(struct scheduler *s, struct work *w)
     outbox_store_free(w->to_close);
     w->to_close = NULL;
     return taken;
+}
+
+/* ---- the statistics watch (scheduler_watch.h) ---------------------------- */
+
+/*
+ * A connection for the watch: at most a quarter of the budget, so the slots
+ * keep most of it (a budget under 4 polls as before).
+ */
+static bool
+watch_take(void *arg)
+{
+    struct scheduler *s = arg;
+    outbox_store *victim = NULL;
+    bool taken = false;
+
+    pthread_mutex_lock(&s->lock);
+    if ((s->watch_open + 1) * 4 <= s->budget) {
+        if (s->open < s->budget) {
+            s->open++;
+            taken = true;
+        } else {
+            taken = (victim = take_victim(s)) != NULL;
+        }
+        s->watch_open += taken;
+    }
+    pthread_mutex_unlock(&s->lock);
+    outbox_store_free(victim);
+    return taken;
+}
+
+static void
+watch_give(void *arg)
+{
+    struct scheduler *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    s->open--;
+    s->watch_open--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Hands the list to the watch when it changed. */
+static void
+watch_follow_list(struct scheduler *s)
+{
+    const char **names, **urls;
+    size_t count = 0;
+    bool stale;
+
+    pthread_mutex_lock(&s->lock);
+    stale = s->watch_stale;
+    s->watch_stale = false;
+    names = stale ? calloc(s->count + 1, sizeof(*names)) : NULL;
+    urls = stale ? calloc(s->count + 1, sizeof(*urls)) : NULL;
+    for (size_t i = 0; names != NULL && urls != NULL && i < s->count; i++) {
+        if (s->tenants[i]->removed)
+            continue;
+        names[count] = strdup(s->tenants[i]->name);
+        urls[count] = strdup(s->tenants[i]->url);
+        count += names[count] != NULL && urls[count] != NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (stale && (names == NULL || urls == NULL ||
+                  watch_set(s->watch, count, names, urls, watch_give, s) != 0))
+        watch_set(s->watch, 0, NULL, NULL, watch_give, s); /* out of memory: polled instead */
+    for (size_t i = 0; i <= count && names != NULL && urls != NULL; i++) {
+        free((char *)names[i]);
+        free((char *)urls[i]);
+    }
+    free(names);
+    free(urls);
+}
+
+/*
+ * Makes the woken databases this relay serves due, no sooner than their
+ * idle wait after their last slice (a database whose other tables take
+ * inserts all day is looked at as often as it was polled). Under the lock.
+ */
+static void
+wake(struct scheduler *s, const char **woken, size_t count, double now)
+{
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+
+        t->watched = !t->removed && watch_covers(s->watch, t->name);
+        for (size_t k = 0; k < count; k++) {
+            double at = t->visited_at + t->idle_wait;
+
+            if (t->removed || t->down || !t->held || strcmp(t->name, woken[k]) != 0)
+                continue;
+            t->woken = true;
+            at = at > now ? at : now;
+            t->due = at < t->due ? at : t->due;
+        }
+    }
+    if (count > 0)
+        pthread_cond_broadcast(&s->changed);
+}
+
+static void *
+watch_run(void *arg)
+{
+    struct scheduler *s = arg;
+    const struct timespec pause = {0, (long)(SCHEDULER_WATCH_SECONDS * 1e9)};
+
+    while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
+        double now = clock_monotonic_seconds();
+        const char **woken;
+        size_t count;
+
+        watch_follow_list(s);
+        count = watch_look(s->watch, now, watch_take, watch_give, s, &woken);
+        pthread_mutex_lock(&s->lock);
+        wake(s, woken, count, now);
+        pthread_mutex_unlock(&s->lock);
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+/* ---- the scheduler's life ------------------------------------------------ */
+
+struct scheduler *
+scheduler_new(relay *r, struct outbox_error *err)
+{
+    struct scheduler *s = calloc(1, sizeof(*s));
+    pthread_condattr_t attributes;
+    struct database_list list;
+
+    if (s == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->relay = r;
+    s->budget = s->slots = r->config->max_db_connections;
+    s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    s->stamp = database_file_stamp(r->config->databases_file);
+    if (database_list_read(r->config->databases_file, &list, err) != 0) {
+        scheduler_free(s);
+        return NULL;
+    }
+    if (apply_list(s, &list, true) != 0) {
+        database_list_clear(&list);
+        scheduler_free(s);
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    database_list_clear(&list);
+    s->list_look_at = clock_monotonic_seconds() + SCHEDULER_LIST_LOOK_SECONDS;
+    s->watch = watch_new();
+    s->watch_started = s->watch != NULL && pthread_create(&s->watch_thread, NULL, watch_run, s) == 0;
+    return s;
+}
+
+/*
+ * A relay stopping gives up the leases it holds, so the next winner takes
+ * each database at its next visit rather than after the lease: through the
+ * database's idle connection, else one connection at a time once the idle
+ * ones are closed (the budget holds). Under no lock: the slots returned.
+ */
+static void
+release_leases(struct scheduler *s)
+{
+    struct outbox_error err;
+
+    for (size_t i = 0; i < s->count; i++)
+        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        outbox_store *store;
+
+        if (!t->held)
+            continue;
+        t->held = false;
+        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (store == NULL ||
+            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
+                                         &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        outbox_store_free(store);
+    }
+}
+
+void
+scheduler_free(struct scheduler *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store(&s->watch_quit, true);
+    if (s->watch_started)
+        pthread_join(s->watch_thread, NULL);
+    watch_free(s->watch, watch_give, s);
+    release_leases(s);
+    for (size_t i = 0; i < s->count; i++)
+        tenant_free(s, s->tenants[i]);
+    free(s->tenants);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void
+scheduler_stop(struct scheduler *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- serving ------------------------------------------------------------ */
@@ -531,6 +685,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed;
+    struct outbox_error next_err;
 
     *held = *paused = false;
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
@@ -561,6 +716,11 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held
     p->db.store = NULL;
     p->db.url = NULL;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    w->next_ready = -1;
+    if (w->watched && !slice.more && w->connection.store != NULL &&
+        store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
+                                  &next_err) != 0)
+        w->next_ready = 0; /* unknown: looked at again after the idle wait */
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
                           p->rows_completed - completed);
     return slice;
@@ -597,6 +757,24 @@ record_lease(struct scheduler *s, struct tenant *t, bool held, bool paused)
     metrics_databases_set_served(metrics_databases_of(s->relay->metrics), t->name, held);
 }
 
+/*
+ * How long t rests after a slice that found no row: its idle wait, or, when
+ * the watch covers it and saw no insert meanwhile, until its next scheduled
+ * row or the next visit its lease asks for, whichever comes first (the
+ * watch wakes it earlier on an insert). Under the lock.
+ */
+static double
+idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w)
+{
+    double wait = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+
+    if (!w->watched || t->woken)
+        return t->idle_wait;
+    if (w->next_ready >= 0 && w->next_ready < wait)
+        wait = w->next_ready;
+    return wait > t->idle_wait ? wait : t->idle_wait;
+}
+
 /* Gives w's database and connection back after a slice. */
 static void
 give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
@@ -628,10 +806,11 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
             t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
             t->due = now;
         } else {
-            t->due = now + t->idle_wait;
+            t->due = now + idle_wait(s, t, w);
             t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
                                                                          : SCHEDULER_IDLE_MAX_SECONDS;
         }
+        t->visited_at = now;
         if (t->removed || relay_stopping(s->relay)) {
             to_close = w->connection.store;
             s->open--;

@@ -4,6 +4,7 @@
 #include "store_database_lease.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -11,6 +12,11 @@
 static const char SQL_TAKE[] =
     "SELECT held, paused FROM outbox.database_lease_take($1, $2::integer)";
 static const char SQL_RELEASE[] = "SELECT outbox.database_lease_release($1)";
+/* from job_ready_idx: an idle database's ready rows are its scheduled ones, a few */
+static const char SQL_NEXT_READY[] =
+    "SELECT CASE WHEN min(run_at) IS NULL THEN -1"
+    "            ELSE greatest(extract(epoch FROM min(run_at) - now()), 0)::float8 END"
+    " FROM outbox.job WHERE state = 'ready' AND NOT held";
 
 int
 store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds, bool *held,
@@ -50,6 +56,21 @@ store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_e
         PQclear(result);
         return -1;
     }
+    PQclear(result);
+    return 0;
+}
+
+int
+store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, SQL_NEXT_READY);
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read when the next row is due");
+        PQclear(result);
+        return -1;
+    }
+    *seconds = atof(PQgetvalue(result, 0, 0));
     PQclear(result);
     return 0;
 }

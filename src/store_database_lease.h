@@ -27,4 +27,12 @@ int store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seco
 /* Gives relay_id's lease and membership up (a relay stopping). 0, or -1 with err. */
 int store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err);
 
+/*
+ * The seconds until the earliest ready row that no earlier row of its key
+ * holds back is due (0 when one is due now), or -1 when there is none: when
+ * a database the statistics watch covers must be looked at again without a
+ * new row (scheduler_watch.h). 0, or -1 with err.
+ */
+int store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err);
+
 #endif

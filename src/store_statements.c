@@ -253,7 +253,10 @@ static const char SQL_SWEEP_HELD[] =
  * Ages are differences of epoch seconds, which never fail: a row holding an
  * infinite run_at (the schema refuses new ones since migration 003) would
  * make now() - run_at raise an error. A -infinity row has waited since it
- * was created.
+ * was created. The ready rows are read in two halves, each from its partial
+ * index (free: job_ready_queue_idx; held behind its key: job_held_idx): one
+ * filter on state = 'ready' reads the whole table, succeeded and stream rows
+ * included, every sample.
  */
 static const char SQL_BACKLOG[] =
     "SELECT queue, coalesce(b.ready, 0), coalesce(b.age, 0), coalesce(p.whole, false),"
@@ -263,7 +266,12 @@ static const char SQL_BACKLOG[] =
     "           min(run_at) FILTER (WHERE isfinite(run_at)),"
     "           min(created_at) FILTER (WHERE NOT isfinite(run_at) AND isfinite(created_at)))),"
     "         0), 0)::float8 AS age"
-    "       FROM outbox.job WHERE state = 'ready' AND run_at <= now() GROUP BY queue) AS b"
+    "       FROM (SELECT queue, run_at, created_at FROM outbox.job"
+    "             WHERE state = 'ready' AND NOT held AND run_at <= now()"
+    "             UNION ALL"
+    "             SELECT queue, run_at, created_at FROM outbox.job"
+    "             WHERE held AND state = 'ready' AND run_at <= now()) AS r"
+    "       GROUP BY queue) AS b"
     " FULL JOIN (SELECT queue, bool_or(ordering_key IS NULL) AS whole, count(ordering_key) AS keys"
     "            FROM outbox.paused GROUP BY queue) AS p USING (queue)";
 

@@ -142,7 +142,7 @@ static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
  */
 static const char SQL_READ[] =
     "SELECT j.job_id, j.attempts + 1, j.max_attempts, j.queue, j.payload::text, j.headers::text,"
-    "       j.ordering_key, extract(epoch FROM j.created_at)::float8, j.replays, j.exchange,"
+    "       j.ordering_key, date_part('epoch', j.created_at), j.replays, j.exchange,"
     "       j.routing_key, j.xid::text, j.stream_from"
     " FROM outbox.job AS j"
     " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"

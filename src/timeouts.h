@@ -126,6 +126,10 @@
 #define SCHEDULER_CONNECTION_WAIT_SECONDS 0.01
 /* How often the list file's stamp is looked at. */
 #define SCHEDULER_LIST_LOOK_SECONDS 1.0
+/* How often the statistics watch reads pg_stat_database (relay/scheduler_watch.c). */
+#define SCHEDULER_WATCH_SECONDS 0.1
+/* A server the statistics watch has no connection to is tried again after this long. */
+#define SCHEDULER_WATCH_RETRY_SECONDS 5.0
 /* A database that failed is tried again after a backoff from the first to the longest. */
 #define SCHEDULER_RETRY_FIRST_SECONDS 1.0
 #define SCHEDULER_RETRY_MAX_SECONDS 30.0

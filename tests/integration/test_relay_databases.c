@@ -4,7 +4,8 @@
  * list, two relays with a budget each, one killed with -9 mid-run; every
  * row of every database delivered under its own database's message id
  * (and, for Redis, its own payload: no row of one database taken for
- * another's), connections within each relay's budget, a database added to
+ * another's), connections within each relay's budget (Redis 30 databases,
+ * RabbitMQ and Kafka 6), a database added to
  * the file at run time served, an unreachable database costing only
  * itself. Then the configuration mistakes of the mode.
  */
@@ -23,6 +24,7 @@
 #include "amqp_consumer.h"
 #include "fixtures.h"
 #include "harness.h"
+#include "kafka_consumer.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
@@ -42,6 +44,7 @@ struct broker_case {
 static const struct broker_case CASES[] = {
     {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8},
     {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3},
+    {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3},
 };
 
 struct run {
@@ -153,6 +156,9 @@ start_relay(struct run *run, struct relay_process *relay, const char *name, int 
     if (strcmp(run->bc->name, "redis") == 0) {
         extra[n++] = stream_options[0];
         extra[n++] = stream_options[1];
+    } else if (strcmp(run->bc->name, "kafka") == 0) {
+        extra[n++] = "--topic-prefix"; /* the topic run->prefix + QUEUE, made by the test */
+        extra[n++] = run->prefix;
     } else {
         extra[n++] = "--exchange"; /* bound to the queue run->prefix with key QUEUE */
         extra[n++] = run->prefix;
@@ -225,12 +231,12 @@ on_message_id(const char *message_id, int64_t job_id, void *arg)
     seen->ids[seen->count++] = strdup(message_id);
 }
 
+/* Every row of every database arrived under its own database's message id. */
 static void
-check_amqp(struct run *run, queue_consumer *mq)
+check_ids(struct run *run, struct amqp_seen *seen_ids)
 {
-    struct amqp_seen seen = {0};
+    struct amqp_seen seen = *seen_ids;
 
-    assert_int_equal(queue_consumer_drain(mq, run->prefix, 2000, on_message_id, &seen), 0);
     for (int i = 0; i < run->count; i++) {
         PGresult *result = PQexec(run->conns[i], "SELECT job_id FROM outbox.job ORDER BY job_id");
 
@@ -251,6 +257,40 @@ check_amqp(struct run *run, queue_consumer *mq)
     for (size_t k = 0; k < seen.count; k++)
         free(seen.ids[k]);
     free(seen.ids);
+}
+
+static void
+check_amqp(struct run *run, queue_consumer *mq)
+{
+    struct amqp_seen seen = {0};
+
+    assert_int_equal(queue_consumer_drain(mq, run->prefix, 2000, on_message_id, &seen), 0);
+    check_ids(run, &seen);
+}
+
+static void
+kafka_topic(const struct run *run, char *topic, size_t size)
+{
+    snprintf(topic, size, "%s%s", run->prefix, QUEUE);
+}
+
+static void
+check_kafka(struct run *run)
+{
+    struct kafka_consumer_topic records = {0};
+    struct amqp_seen seen = {0};
+    char topic[128], errbuf[256];
+
+    kafka_topic(run, topic, sizeof(topic));
+    if (kafka_consumer_read_topic(harness_env("OUTBOX_TEST_KAFKA_URL"), topic, 60000, &records,
+                                  errbuf, sizeof(errbuf)) != 0)
+        fail_msg("reading %s: %s", topic, errbuf);
+    for (size_t k = 0; k < records.count; k++)
+        if (records.records[k].message_id != NULL)
+            on_message_id(records.records[k].message_id, records.records[k].job_id, &seen);
+    kafka_consumer_topic_clear(&records);
+    kafka_consumer_delete_topic(harness_env("OUTBOX_TEST_KAFKA_URL"), topic);
+    check_ids(run, &seen);
 }
 
 /* The databases a relay's /metrics says it serves. */
@@ -312,6 +352,8 @@ finish_case(struct run *run, struct relay_process *b, queue_consumer *mq, int po
         queue_consumer_delete_queue(mq, run->prefix);
         queue_consumer_delete_exchange(mq, run->prefix);
         queue_consumer_free(mq);
+    } else if (strcmp(bc->name, "kafka") == 0) {
+        check_kafka(run);
     } else {
         check_redis(run, bc->rows + bc->more_rows, bc->rows);
     }
@@ -349,6 +391,13 @@ run_case(const struct broker_case *bc)
         assert_int_equal(queue_consumer_declare_queue(mq, run.prefix), 0);
         assert_int_equal(queue_consumer_declare_exchange(mq, run.prefix, "direct"), 0);
         assert_int_equal(queue_consumer_bind(mq, run.prefix, run.prefix, QUEUE), 0);
+    } else if (strcmp(bc->name, "kafka") == 0) {
+        char topic[128], errbuf[256];
+
+        kafka_topic(&run, topic, sizeof(topic));
+        if (kafka_consumer_create_topic(harness_env("OUTBOX_TEST_KAFKA_URL"), topic, 3, 1, NULL,
+                                        60000, errbuf, sizeof(errbuf)) != 0)
+            fail_msg("creating %s: %s", topic, errbuf);
     }
     /* the last database is listed only while the relays run */
     write_list(&run, bc->databases, true);
@@ -402,6 +451,13 @@ test_many_databases_amqp(void **state)
 {
     (void)state;
     run_case(&CASES[1]);
+}
+
+static void
+test_many_databases_kafka(void **state)
+{
+    (void)state;
+    run_case(&CASES[2]);
 }
 
 /* The mode's configuration mistakes: exit 2 with one line naming the option or the line. */
@@ -558,6 +614,7 @@ main(void)
         cmocka_unit_test(test_pause_a_whole_database),
         cmocka_unit_test(test_many_databases_redis),
         cmocka_unit_test(test_many_databases_amqp),
+        cmocka_unit_test(test_many_databases_kafka),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -523,6 +523,32 @@ count_backlog(void *arg, const struct outbox_backlog *backlog)
         ages[1] = backlog->oldest_ready_age;
 }
 
+static void
+count_ready(void *arg, const struct outbox_backlog *backlog)
+{
+    long long *ready = arg;
+
+    if (strcmp(backlog->queue, "keyed") == 0)
+        *ready = backlog->ready;
+}
+
+/* The backlog counts a key's rows held behind its first as ready, beside free rows. */
+static void
+test_backlog_counts_held_rows(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_error err;
+    long long ready = -1;
+
+    for (int i = 0; i < 3; i++)
+        harness_exec(f->conn, "SELECT outbox.enqueue('keyed', '{}'::jsonb, ordering_key => 'k')");
+    enqueue_simple(f->conn, "keyed", "{}");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE held"), 2);
+    if (outbox_sample_backlog(f->a, count_ready, &ready, &err) != 0)
+        fail_msg("backlog: %s", err.message);
+    assert_int_equal(ready, 4);
+}
+
 /* Rows that hold an infinite run_at (from before the schema refused them) sample fine. */
 static void
 test_backlog_survives_infinite_run_at(void **state)
@@ -1366,6 +1392,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_claim_then_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_sent_ahead_keeps_the_attempt, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_backlog_counts_held_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_lease_is_fenced_reaped_and_reclaimed, setup,

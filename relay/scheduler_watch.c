@@ -1,0 +1,281 @@
+/*
+ * scheduler_watch.c - one connection per PostgreSQL server of a list,
+ * reading pg_stat_database for the databases whose inserts moved. See
+ * scheduler_watch.h.
+ */
+#include "scheduler_watch.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "timeouts.h"
+
+struct watch_database {
+    char *name;     /* in the list */
+    char *dbname;   /* in pg_stat_database */
+    size_t server;  /* index in servers */
+    int64_t inserted;
+    bool seen;      /* inserted holds a count of the last look */
+};
+
+struct watch_server {
+    char *key; /* the connection options but the database's */
+    char *url; /* the first database's URL: any database of the server will do */
+    PGconn *conn;
+    double retry_at;
+    bool answered; /* its last look succeeded */
+};
+
+struct watch {
+    struct watch_database *databases;
+    size_t count;
+    struct watch_server *servers;
+    size_t server_count;
+    const char **woken;
+};
+
+struct watch *
+watch_new(void)
+{
+    return calloc(1, sizeof(struct watch));
+}
+
+static void
+close_server(struct watch_server *server, watch_give_fn give, void *arg)
+{
+    if (server->conn != NULL) {
+        PQfinish(server->conn);
+        server->conn = NULL;
+        give(arg);
+    }
+    server->answered = false;
+}
+
+static void
+clear(struct watch *w)
+{
+    for (size_t i = 0; i < w->count; i++) {
+        free(w->databases[i].name);
+        free(w->databases[i].dbname);
+    }
+    free(w->databases);
+    free(w->woken);
+    w->databases = NULL;
+    w->woken = NULL;
+    w->count = 0;
+}
+
+void
+watch_free(struct watch *w, watch_give_fn give, void *arg)
+{
+    if (w == NULL)
+        return;
+    for (size_t i = 0; i < w->server_count; i++) {
+        close_server(&w->servers[i], give, arg);
+        free(w->servers[i].key);
+        free(w->servers[i].url);
+    }
+    free(w->servers);
+    clear(w);
+    free(w);
+}
+
+/*
+ * The server of url as a key (every connection option but the database's
+ * and the application name's) and its database name; false for a URL
+ * libpq cannot read or one without a database name.
+ */
+static bool
+server_of(const char *url, struct buffer *key, char **dbname)
+{
+    PQconninfoOption *options = PQconninfoParse(url, NULL);
+
+    *dbname = NULL;
+    if (options == NULL)
+        return false;
+    for (PQconninfoOption *o = options; o->keyword != NULL; o++) {
+        if (o->val == NULL || o->val[0] == '\0')
+            continue;
+        if (strcmp(o->keyword, "dbname") == 0)
+            *dbname = strdup(o->val);
+        else if (strcmp(o->keyword, "application_name") != 0 &&
+                 strcmp(o->keyword, "fallback_application_name") != 0)
+            buffer_printf(key, "%s=%s\n", o->keyword, o->val);
+    }
+    PQconninfoFree(options);
+    return *dbname != NULL;
+}
+
+/* The index of the server of key, added with url when new; -1 out of memory. */
+static long
+find_server(struct watch *w, const char *key, const char *url)
+{
+    struct watch_server *servers;
+
+    for (size_t i = 0; i < w->server_count; i++)
+        if (strcmp(w->servers[i].key, key) == 0)
+            return (long)i;
+    servers = realloc(w->servers, (w->server_count + 1) * sizeof(*servers));
+    if (servers == NULL)
+        return -1;
+    w->servers = servers;
+    servers[w->server_count] = (struct watch_server){.key = strdup(key), .url = strdup(url)};
+    if (servers[w->server_count].key == NULL || servers[w->server_count].url == NULL)
+        return -1;
+    return (long)w->server_count++;
+}
+
+/* Drops the servers no database uses any more, closing their connections. */
+static void
+drop_unused_servers(struct watch *w, watch_give_fn give, void *arg)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < w->server_count; i++) {
+        bool used = false;
+
+        for (size_t d = 0; d < w->count && !used; d++)
+            used = w->databases[d].server == i;
+        if (!used) {
+            close_server(&w->servers[i], give, arg);
+            free(w->servers[i].key);
+            free(w->servers[i].url);
+            continue;
+        }
+        for (size_t d = 0; d < w->count; d++)
+            if (w->databases[d].server == i)
+                w->databases[d].server = kept;
+        w->servers[kept++] = w->servers[i];
+    }
+    w->server_count = kept;
+}
+
+int
+watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
+          watch_give_fn give, void *arg)
+{
+    int rc = 0;
+
+    clear(w);
+    w->databases = calloc(count + 1, sizeof(*w->databases));
+    w->woken = calloc(count + 1, sizeof(*w->woken));
+    if (w->databases == NULL || w->woken == NULL)
+        rc = -1;
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        struct watch_database *d = &w->databases[w->count];
+        struct buffer key = {0};
+        long server;
+
+        if (!server_of(urls[i], &key, &d->dbname) || key.failed) {
+            free(d->dbname); /* not watched: polled as before */
+            d->dbname = NULL;
+            buffer_clear(&key);
+            continue;
+        }
+        server = find_server(w, key.data != NULL ? key.data : "", urls[i]);
+        buffer_clear(&key);
+        d->name = strdup(names[i]);
+        if (server < 0 || d->name == NULL) {
+            rc = -1;
+            w->count++;
+            break;
+        }
+        d->server = (size_t)server;
+        w->count++;
+    }
+    if (rc != 0)
+        clear(w);
+    drop_unused_servers(w, give, arg);
+    return rc;
+}
+
+/* Opens server's connection when due and the budget allows; false without one. */
+static bool
+connect_server(struct watch_server *server, double now, watch_take_fn take, watch_give_fn give,
+               void *arg)
+{
+    const char *keywords[] = {"dbname", "fallback_application_name", "connect_timeout", NULL};
+    const char *values[] = {server->url, "outbox-relay",
+                            TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), NULL};
+
+    if (server->conn != NULL)
+        return true;
+    if (now < server->retry_at || !take(arg))
+        return false;
+    server->conn = PQconnectdbParams(keywords, values, 1);
+    if (PQstatus(server->conn) == CONNECTION_OK)
+        return true;
+    log_event(OUTBOX_LOG_DEBUG, "database watch not connected, polling instead",
+              "error=\"%s\"", PQerrorMessage(server->conn));
+    close_server(server, give, arg);
+    server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
+    return false;
+}
+
+/* Reads the insert counts of server's databases; adds the moved ones to w->woken. */
+static size_t
+look_at_server(struct watch *w, size_t index, size_t woken)
+{
+    struct watch_server *server = &w->servers[index];
+    PGresult *result = PQexec(server->conn, "SELECT datname, tup_inserted FROM pg_stat_database"
+                                            " WHERE datname IS NOT NULL");
+
+    server->answered = PQresultStatus(result) == PGRES_TUPLES_OK;
+    for (int r = 0; server->answered && r < PQntuples(result); r++) {
+        const char *dbname = PQgetvalue(result, r, 0);
+        int64_t inserted = strtoll(PQgetvalue(result, r, 1), NULL, 10);
+
+        for (size_t d = 0; d < w->count; d++) {
+            struct watch_database *db = &w->databases[d];
+
+            if (db->server != index || strcmp(db->dbname, dbname) != 0)
+                continue;
+            if (db->seen && db->inserted != inserted)
+                w->woken[woken++] = db->name;
+            db->inserted = inserted;
+            db->seen = true;
+        }
+    }
+    PQclear(result);
+    return woken;
+}
+
+size_t
+watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
+           const char ***woken)
+{
+    size_t count = 0;
+
+    *woken = w->woken;
+    for (size_t i = 0; i < w->server_count; i++) {
+        struct watch_server *server = &w->servers[i];
+
+        if (!connect_server(server, now, take, give, arg)) {
+            for (size_t d = 0; d < w->count; d++)
+                if (w->databases[d].server == i)
+                    w->databases[d].seen = false;
+            continue;
+        }
+        count = look_at_server(w, i, count);
+        if (!server->answered) {
+            close_server(server, give, arg);
+            server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
+        }
+    }
+    return count;
+}
+
+bool
+watch_covers(const struct watch *w, const char *name)
+{
+    for (size_t d = 0; d < w->count; d++)
+        if (strcmp(w->databases[d].name, name) == 0)
+            return w->databases[d].seen && w->servers[w->databases[d].server].answered;
+    return false;
+}

@@ -1,0 +1,59 @@
+/*
+ * scheduler_watch.h - wakes the idle databases of a list from PostgreSQL's
+ * statistics instead of polling each one.
+ *
+ * With fewer connections than databases, a poll of an idle database costs a
+ * connection (a backend start, the session, the identity, the lease): 200
+ * databases polled every second were 200 connects a second. The watch keeps
+ * one connection per PostgreSQL server of the list instead and reads
+ * pg_stat_database there every SCHEDULER_WATCH_SECONDS: a database whose
+ * count of inserted rows moved since the last look has had a commit that
+ * inserted something, maybe an outbox row, and is due at once. The counts
+ * reach pg_stat_database when the inserting backend reports its statistics:
+ * at once for a backend that reported none in the last second, else within
+ * that second.
+ *
+ * The watch owns its connections but not the budget: it asks for a
+ * connection with take() (which may close an idle one of a database) and
+ * hands one back with give(). It is driven by one thread, the scheduler's
+ * watch thread, and knows nothing of the scheduler.
+ */
+#ifndef OUTBOX_RELAY_SCHEDULER_WATCH_H
+#define OUTBOX_RELAY_SCHEDULER_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct watch;
+
+/* A connection of the budget for the watch: true when it may open one. */
+typedef bool (*watch_take_fn)(void *arg);
+/* The watch closed one of its connections. */
+typedef void (*watch_give_fn)(void *arg);
+
+struct watch *watch_new(void);
+
+/* Closes the watch's connections (each handed back with give) and frees it. */
+void watch_free(struct watch *w, watch_give_fn give, void *arg);
+
+/*
+ * Watches the count databases of urls (their names in the list are
+ * names[i]), in place of those watched before: a server no longer listed
+ * has its connection closed. 0, or -1 (out of memory: nothing watched).
+ */
+int watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
+              watch_give_fn give, void *arg);
+
+/*
+ * One look at every server (connecting those without a connection, when
+ * take() allows and their retry is due). Returns the number of names put
+ * in woken (at most the count watched, owned by the watch until the next
+ * call): the databases whose insert count moved since the last look.
+ */
+size_t watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
+                  const char ***woken);
+
+/* Whether database name is watched now: its server answered the last look and lists it. */
+bool watch_covers(const struct watch *w, const char *name);
+
+#endif
