@@ -13,6 +13,7 @@
 
 #include "console_api.h"
 #include "error.h"
+#include "json.h"
 #include "store_admin.h"
 #include "store_console.h"
 
@@ -34,23 +35,11 @@ struct api_body {
 
 /* ---- JSON out ---- */
 
+/* Every string of an answer is written HTML-safe: a misread answer cannot become markup. */
 void
 console_json_string(struct buffer *out, const char *text)
 {
-    if (text == NULL) {
-        buffer_puts(out, "null");
-        return;
-    }
-    buffer_putc(out, '"');
-    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            buffer_printf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p == '<' || *p == '>' || *p == '&')
-            buffer_printf(out, "\\u%04x", *p);
-        else
-            buffer_putc(out, (char)*p);
-    }
-    buffer_putc(out, '"');
+    json_put_text(out, text, JSON_HTML_SAFE);
 }
 
 static void
@@ -120,208 +109,85 @@ respond_store_error(struct console_response *response, const struct outbox_error
 
 /* ---- JSON in ---- */
 
-struct reader {
-    const char *p, *end;
-    char reason[160];
+/* What the body reader carries between members: the body and the keys seen. */
+struct body_reader {
+    struct api_body *body;
+    char seen[API_FIELDS_MAX][64];
+    size_t seen_count;
 };
 
-static void
-skip_space(struct reader *r)
-{
-    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
-        r->p++;
-}
-
 static int
-reader_fail(struct reader *r, const char *reason)
+body_fail(struct json_reader *r, const char *reason)
 {
-    if (r->reason[0] == '\0')
-        snprintf(r->reason, sizeof(r->reason), "%s", reason);
-    return -1;
+    return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "%s", reason);
 }
 
-static void
-put_utf8(char *out, size_t size, size_t *used, unsigned code)
-{
-    char bytes[4];
-    size_t n;
-
-    if (code < 0x80) {
-        bytes[0] = (char)code;
-        n = 1;
-    } else if (code < 0x800) {
-        bytes[0] = (char)(0xc0 | (code >> 6));
-        bytes[1] = (char)(0x80 | (code & 0x3f));
-        n = 2;
-    } else if (code < 0x10000) {
-        bytes[0] = (char)(0xe0 | (code >> 12));
-        bytes[1] = (char)(0x80 | ((code >> 6) & 0x3f));
-        bytes[2] = (char)(0x80 | (code & 0x3f));
-        n = 3;
-    } else {
-        bytes[0] = (char)(0xf0 | (code >> 18));
-        bytes[1] = (char)(0x80 | ((code >> 12) & 0x3f));
-        bytes[2] = (char)(0x80 | ((code >> 6) & 0x3f));
-        bytes[3] = (char)(0x80 | (code & 0x3f));
-        n = 4;
-    }
-    for (size_t i = 0; i < n && *used + 1 < size; i++)
-        out[(*used)++] = bytes[i];
-}
-
+/* One job id: a positive integer, at most CONSOLE_JOB_IDS_MAX of them. */
 static int
-read_hex4(struct reader *r, unsigned *value)
+read_job_id(struct json_reader *r, void *arg)
 {
-    *value = 0;
-    if (r->end - r->p < 4)
-        return reader_fail(r, "bad \\u escape in a json string");
-    for (int i = 0; i < 4; i++) {
-        char c = *r->p++;
-        int digit = (c >= '0' && c <= '9')   ? c - '0'
-                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                             : -1;
+    struct api_body *body = arg;
+    int64_t id;
 
-        if (digit < 0)
-            return reader_fail(r, "bad \\u escape in a json string");
-        *value = *value * 16 + (unsigned)digit;
-    }
-    return 0;
-}
-
-/* Reads a JSON string into out (NUL-terminated); too long or a NUL byte is an error. */
-static int
-read_string(struct reader *r, char *out, size_t size)
-{
-    static const char escapes[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
-    size_t used = 0;
-
-    if (r->p >= r->end || *r->p != '"')
-        return reader_fail(r, "expected a json string");
-    r->p++;
-    while (r->p < r->end && *r->p != '"') {
-        unsigned char c = (unsigned char)*r->p++;
-        unsigned code;
-
-        if (c < 0x20)
-            return reader_fail(r, "control character in a json string");
-        if (c != '\\') {
-            if (used + 1 < size)
-                out[used++] = (char)c;
-            else
-                return reader_fail(r, "a json string is too long");
-            continue;
-        }
-        if (r->p >= r->end)
-            break;
-        c = (unsigned char)*r->p++;
-        if (c == 'u') {
-            if (read_hex4(r, &code) < 0)
-                return -1;
-            if (code >= 0xd800 && code < 0xdc00) {
-                unsigned low;
-
-                if (r->end - r->p < 2 || r->p[0] != '\\' || r->p[1] != 'u')
-                    return reader_fail(r, "lone surrogate in a json string");
-                r->p += 2;
-                if (read_hex4(r, &low) < 0 || low < 0xdc00 || low > 0xdfff)
-                    return reader_fail(r, "lone surrogate in a json string");
-                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-            } else if (code >= 0xdc00 && code < 0xe000) {
-                return reader_fail(r, "lone surrogate in a json string");
-            }
-            if (code == 0)
-                return reader_fail(r, "NUL character in a json string");
-            put_utf8(out, size, &used, code);
-            continue;
-        }
-        {
-            const char *e = strchr(escapes, (char)c);
-
-            if (c == 0 || e == NULL || (e - escapes) % 2 != 0)
-                return reader_fail(r, "bad escape in a json string");
-            out[used < size - 1 ? used++ : used] = e[1];
-        }
-    }
-    if (r->p >= r->end)
-        return reader_fail(r, "unterminated json string");
-    r->p++;
-    out[used] = '\0';
+    if (body->job_count >= CONSOLE_JOB_IDS_MAX)
+        return body_fail(r, "too many job ids (at most 10000)");
+    if (json_read_integer(r, &id) < 0 || id <= 0)
+        return body_fail(r, "job ids must be positive integers");
+    body->job_ids[body->job_count++] = id;
     return 0;
 }
 
 static int
-read_integer(struct reader *r, int64_t *value)
+read_ids(struct json_reader *r, struct api_body *body)
 {
-    char *end;
-    char text[24];
-    size_t n = 0;
-
-    while (r->p + n < r->end && n < sizeof(text) - 1 &&
-           ((r->p[n] >= '0' && r->p[n] <= '9') || (n == 0 && r->p[n] == '-')))
-        n++;
-    memcpy(text, r->p, n);
-    text[n] = '\0';
-    *value = strtoll(text, &end, 10);
-    if (n == 0 || *end != '\0' || *value <= 0)
-        return reader_fail(r, "job ids must be positive integers");
-    r->p += n;
-    return 0;
-}
-
-static int
-read_ids(struct reader *r, struct api_body *body)
-{
-    r->p++; /* [ */
+    if (r->text[r->at] != '[')
+        return body_fail(r, "job_ids must be an array of integers");
     free(body->job_ids);
     body->job_ids = calloc(CONSOLE_JOB_IDS_MAX, sizeof(*body->job_ids));
     body->job_count = 0;
     if (body->job_ids == NULL)
-        return reader_fail(r, "out of memory");
-    skip_space(r);
-    if (r->p < r->end && *r->p == ']') {
-        r->p++;
-        return reader_fail(r, "job_ids must not be empty");
-    }
-    for (;;) {
-        skip_space(r);
-        if (body->job_count >= CONSOLE_JOB_IDS_MAX)
-            return reader_fail(r, "too many job ids (at most 10000)");
-        if (read_integer(r, &body->job_ids[body->job_count++]) < 0)
-            return -1;
-        skip_space(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
-            continue;
-        }
-        if (r->p < r->end && *r->p == ']') {
-            r->p++;
-            return 0;
-        }
-        return reader_fail(r, "job_ids must be an array of integers");
-    }
+        return body_fail(r, "out of memory");
+    body->has_job_ids = true;
+    if (json_read_array(r, read_job_id, body) < 0)
+        return -1;
+    return body->job_count == 0 ? body_fail(r, "job_ids must not be empty") : 0;
 }
 
+/* Reads a string value into out (size bytes); too long or a NUL byte is an error. */
 static int
-read_bool(struct reader *r, bool *value)
+read_text(struct json_reader *r, char *out, size_t size)
 {
-    if (r->end - r->p >= 4 && memcmp(r->p, "true", 4) == 0) {
-        *value = true;
-        r->p += 4;
-        return 0;
-    }
-    if (r->end - r->p >= 5 && memcmp(r->p, "false", 5) == 0) {
-        *value = false;
-        r->p += 5;
-        return 0;
-    }
-    return reader_fail(r, "dry_run must be true or false");
+    const char *value;
+    size_t len;
+
+    if (json_read_string(r, &value, &len) < 0)
+        return -1;
+    if (len >= size)
+        return body_fail(r, "a json string is too long");
+    if (memchr(value, '\0', len) != NULL)
+        return body_fail(r, "NUL character in a json string");
+    memcpy(out, value, len + 1);
+    return 0;
 }
 
-/* Reads the value of member key into body. */
+/* Notes key among the seen ones; -1 when the object gave it already. */
 static int
-read_member(struct reader *r, const char *key, struct api_body *body)
+key_seen(struct json_reader *r, struct body_reader *reader, const char *key)
 {
+    for (size_t i = 0; i < reader->seen_count; i++)
+        if (strcmp(reader->seen[i], key) == 0)
+            return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "duplicate field '%.60s'", key);
+    if (reader->seen_count < API_FIELDS_MAX)
+        snprintf(reader->seen[reader->seen_count++], sizeof(reader->seen[0]), "%s", key);
+    return 0;
+}
+
+/* Reads the value of member key into the body: a known field, at most once. */
+static int
+read_member(struct json_reader *r, const char *key, size_t key_len, void *arg)
+{
+    struct body_reader *reader = arg;
+    struct api_body *body = reader->body;
     struct {
         const char *name;
         char *out;
@@ -336,94 +202,49 @@ read_member(struct reader *r, const char *key, struct api_body *body)
         {"until", body->until, sizeof(body->until), &body->has_until},
     };
 
-    if (r->end - r->p >= 4 && memcmp(r->p, "null", 4) == 0) {
-        r->p += 4;
+    if (key_len >= sizeof(reader->seen[0]) || memchr(key, '\0', key_len) != NULL)
+        return body_fail(r, "bad key in the json object");
+    if (key_seen(r, reader, key) < 0)
+        return -1;
+    if (json_read_null(r))
         return 0;
-    }
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (strcmp(key, strings[i].name) == 0) {
-            if (read_string(r, strings[i].out, strings[i].size) < 0)
-                return reader_fail(r, "a string field is not a json string");
+            if (read_text(r, strings[i].out, strings[i].size) < 0)
+                return -1;
             *strings[i].has = strings[i].out[0] != '\0';
             return 0;
         }
     }
-    if (strcmp(key, "job_ids") == 0) {
-        if (r->p >= r->end || *r->p != '[')
-            return reader_fail(r, "job_ids must be an array of integers");
-        body->has_job_ids = true;
+    if (strcmp(key, "job_ids") == 0)
         return read_ids(r, body);
-    }
     if (strcmp(key, "dry_run") == 0)
-        return read_bool(r, &body->dry_run);
-    snprintf(r->reason, sizeof(r->reason), "unknown field '%.60s'", key);
-    return -1;
-}
-
-/* Notes key among the seen ones; -1 with r->reason when the object gave it already. */
-static int
-key_seen(struct reader *r, char seen[][64], size_t *count, const char *key)
-{
-    for (size_t i = 0; i < *count; i++) {
-        if (strcmp(seen[i], key) == 0) {
-            snprintf(r->reason, sizeof(r->reason), "duplicate field '%.60s'", key);
-            return -1;
-        }
-    }
-    if (*count < API_FIELDS_MAX)
-        snprintf(seen[(*count)++], sizeof(seen[0]), "%s", key);
-    return 0;
+        return json_read_bool(r, &body->dry_run) < 0 ? body_fail(r, "dry_run must be true or false")
+                                                      : 0;
+    return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "unknown field '%.60s'", key);
 }
 
 /*
  * Parses the request body as one JSON object of known fields, each at most
- * once (a repeated one is refused, not read last-one-wins); -1 with r->reason.
+ * once (a repeated one is refused, not read last-one-wins); -1 with err.
  */
 static int
-parse_body(const struct console_request *request, struct api_body *body, struct reader *r)
+parse_body(const struct console_request *request, struct api_body *body, struct outbox_error *err)
 {
-    char key[64], seen[API_FIELDS_MAX][64];
-    size_t seen_count = 0;
+    struct body_reader reader = {.body = body};
+    struct json_reader r;
+    int rc;
 
-    r->p = request->body;
-    r->end = request->body + request->body_len;
-    r->reason[0] = '\0';
-    skip_space(r);
-    if (r->p >= r->end || *r->p != '{')
-        return reader_fail(r, "the body must be a json object");
-    r->p++;
-    skip_space(r);
-    if (r->p < r->end && *r->p == '}') {
-        r->p++;
-    } else {
-        for (;;) {
-            skip_space(r);
-            if (read_string(r, key, sizeof(key)) < 0)
-                return reader_fail(r, "bad key in the json object");
-            if (key_seen(r, seen, &seen_count, key) < 0)
-                return -1;
-            skip_space(r);
-            if (r->p >= r->end || *r->p++ != ':')
-                return reader_fail(r, "expected ':' in the json object");
-            skip_space(r);
-            if (read_member(r, key, body) < 0)
-                return -1;
-            skip_space(r);
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
-                continue;
-            }
-            if (r->p < r->end && *r->p == '}') {
-                r->p++;
-                break;
-            }
-            return reader_fail(r, "expected ',' or '}' in the json object");
-        }
-    }
-    skip_space(r);
-    if (r->p != r->end)
-        return reader_fail(r, "trailing text after the json object");
-    return 0;
+    if (json_reader_init(&r, request->body, request->body_len, err) < 0)
+        return -1;
+    while (r.at < r.length && r.text[r.at] != '\0' && strchr(" \t\r\n", r.text[r.at]) != NULL)
+        r.at++;
+    if (r.at >= r.length || r.text[r.at] != '{')
+        rc = body_fail(&r, "the body must be a json object");
+    else
+        rc = json_read_object(&r, read_member, &reader);
+    json_reader_clear(&r);
+    return rc;
 }
 
 /* ---- logging ---- */
@@ -906,10 +727,10 @@ api_post(PGconn *conn, const struct console_request *request,
          const char *path, struct console_response *response)
 {
     struct api_body body = {0};
-    struct reader reader;
+    struct outbox_error err;
 
-    if (parse_body(request, &body, &reader) < 0) {
-        respond_error(response, 400, reader.reason);
+    if (parse_body(request, &body, &err) < 0) {
+        respond_error(response, err.code == OUTBOX_ERR_INVALID ? 400 : 500, err.message);
     } else if (strcmp(path, "dead/retry") == 0) {
         api_dead_action(conn, request, &body, false, response);
     } else if (strcmp(path, "dead/delete") == 0) {
