@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "actions.h"
 #include "console.h"
 #include "console_api.h"
 #include "console_assets.h"
@@ -136,6 +137,16 @@ log_refused(const struct console_request *request, const char *what, const char 
             what, outbox_error_quote(quoted, sizeof(quoted), value));
 }
 
+/* True when the request would change rows: its API row says so; any other POST is taken to. */
+static bool
+changes(const struct console_request *request)
+{
+    const struct action *action =
+        is_api(request->path) ? action_for_api(request->method, request->path + 8) : NULL;
+
+    return action != NULL ? action->changes : strcmp(request->method, "POST") == 0;
+}
+
 static void
 route(struct console *console, struct console_request *request,
       struct console_response *response)
@@ -178,7 +189,7 @@ route(struct console *console, struct console_request *request,
     }
     if (!get && !post)
         return refuse(request, response, 405, "method not allowed");
-    if (post && !console->allow_actions)
+    if (changes(request) && !console->allow_actions)
         return refuse(request, response, 403, "read-only console: start it with --allow-actions");
     if (post && request->identity != CONSOLE_BEARER && !console_auth_csrf_ok(request, NULL))
         return refuse(request, response, 403, "missing or wrong csrf token");

@@ -156,6 +156,35 @@ copy_utf8(struct json_reader *r)
     return 0;
 }
 
+/* Decodes the escape at r->at (its backslash) into the output. */
+static int
+read_escape(struct json_reader *r)
+{
+    unsigned char c;
+
+    if (r->length - r->at < 2) {
+        r->at++;
+        return truncated(r);
+    }
+    c = r->text[r->at + 1];
+    r->at += 2;
+    switch (c) {
+    case '"': *r->out++ = '"'; break;
+    case '\\': *r->out++ = '\\'; break;
+    case '/': *r->out++ = '/'; break;
+    case 'b': *r->out++ = '\b'; break;
+    case 'f': *r->out++ = '\f'; break;
+    case 'n': *r->out++ = '\n'; break;
+    case 'r': *r->out++ = '\r'; break;
+    case 't': *r->out++ = '\t'; break;
+    case 'u': return read_unicode_escape(r);
+    default:
+        return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "invalid escape in json at offset %zu",
+                                r->at - 2);
+    }
+    return 0;
+}
+
 const char *
 json_value_kind(const struct json_reader *r)
 {
@@ -214,29 +243,8 @@ json_read_string(struct json_reader *r, const char **value, size_t *value_len)
             r->at++;
             continue;
         }
-        if (r->length - r->at < 2) {
-            r->at++;
-            return truncated(r);
-        }
-        c = r->text[r->at + 1];
-        r->at += 2;
-        switch (c) {
-        case '"': *r->out++ = '"'; break;
-        case '\\': *r->out++ = '\\'; break;
-        case '/': *r->out++ = '/'; break;
-        case 'b': *r->out++ = '\b'; break;
-        case 'f': *r->out++ = '\f'; break;
-        case 'n': *r->out++ = '\n'; break;
-        case 'r': *r->out++ = '\r'; break;
-        case 't': *r->out++ = '\t'; break;
-        case 'u':
-            if (read_unicode_escape(r) != 0)
-                return -1;
-            break;
-        default:
-            return outbox_error_set(r->err, OUTBOX_ERR_INVALID,
-                                    "invalid escape in json at offset %zu", r->at - 2);
-        }
+        if (read_escape(r) != 0)
+            return -1;
     }
     *value = start;
     *value_len = (size_t)(r->out - start);
