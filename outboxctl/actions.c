@@ -56,7 +56,7 @@ const struct action action_table[] = {
     {"serve",          ctl_command_serve,          NULL,   NULL,              NULL,             false, false},
     {"stream",         ctl_command_stream,         NULL,   NULL,              NULL,             false, true},
     {"inbox purge",    ctl_command_inbox_purge,    NULL,   NULL,              NULL,             false, true},
-    {"identity show",  ctl_command_identity_show,  NULL,   NULL,              NULL,             false, false},
+    {"identity show",  ctl_command_identity_show,  "GET",  "identity",        api_identity,     true,  false},
     {"identity set",   ctl_command_identity_set,   NULL,   NULL,              NULL,             false, true},
     {"dead list",      ctl_command_dead_list,      "GET",  "dead",            api_dead,         true,  false},
     {"dead retry",     ctl_command_dead_retry,     "POST", "dead/retry",      api_dead_retry,   true,  true},

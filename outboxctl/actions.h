@@ -37,6 +37,7 @@ api_fn api_replay;      /* ctl_replay.c */
 api_fn api_dead;        /* ctl_dead.c */
 api_fn api_dead_retry;  /* ctl_dead.c */
 api_fn api_dead_delete; /* ctl_dead.c */
+api_fn api_identity;    /* ctl_identity.c */
 
 extern const struct action action_table[];
 extern const size_t action_count;
