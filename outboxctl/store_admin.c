@@ -135,21 +135,6 @@ static const char blocked_counts_sql[] =
     " SELECT c.queue, count(*) FROM candidate AS c WHERE" BLOCKED_IS_HEAD
     " GROUP BY c.queue ORDER BY c.queue";
 
-static const char dead_list_sql[] =
-    "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
-    "  FROM outbox.job"
-    " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
-    " ORDER BY queue, job_id"
-    " LIMIT $2::bigint";
-
-static const char dead_retry_sql[] =
-    "UPDATE outbox.job"
-    "   SET state = 'ready', run_at = now(), finished_at = NULL,"
-    "       max_attempts = attempts + $3::integer"
-    " WHERE state = 'dead'"
-    "   AND ($1::text IS NULL OR queue = $1::text)"
-    "   AND ($2::bigint IS NULL OR job_id = $2::bigint)";
-
 /* ---- pause, replay times ---- */
 
 /*
@@ -591,88 +576,6 @@ store_status_clear(struct store_status *status)
     free(status->blocked);
     store_pause_list_clear(&status->paused);
     memset(status, 0, sizeof(*status));
-}
-
-int
-store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct store_dead_list *list,
-                      struct outbox_error *err)
-{
-    char limit_text[24];
-    const char *params[2] = {queue, limit_text};
-    PGresult *result;
-    bool failed = false;
-    int rows;
-
-    memset(list, 0, sizeof(*list));
-    snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
-    result = store_admin_exec(conn, dead_list_sql, 2, params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        store_admin_fail(err, conn, result, "unable to list dead jobs");
-        PQclear(result);
-        return -1;
-    }
-    rows = PQntuples(result);
-    if (rows > 0) {
-        list->jobs = calloc((size_t)rows, sizeof(*list->jobs));
-        if (list->jobs == NULL)
-            failed = true;
-    }
-    for (int row = 0; row < rows && !failed; row++) {
-        struct store_dead_job *job = &list->jobs[row];
-
-        list->count++;
-        job->job_id = store_admin_int64(result, row, 0);
-        job->queue = store_admin_text(result, row, 1, &failed);
-        job->attempts = (int32_t)store_admin_int64(result, row, 2);
-        job->max_attempts = (int32_t)store_admin_int64(result, row, 3);
-        job->finished_at = store_admin_text(result, row, 4, &failed);
-        job->last_error = store_admin_text(result, row, 5, &failed);
-    }
-    PQclear(result);
-    if (failed) {
-        store_dead_list_clear(list);
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    }
-    return 0;
-}
-
-void
-store_dead_list_clear(struct store_dead_list *list)
-{
-    if (list == NULL)
-        return;
-    for (size_t i = 0; i < list->count; i++) {
-        free(list->jobs[i].queue);
-        free(list->jobs[i].finished_at);
-        free(list->jobs[i].last_error);
-    }
-    free(list->jobs);
-    memset(list, 0, sizeof(*list));
-}
-
-int
-store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t extra_attempts,
-                       int64_t *count, struct outbox_error *err)
-{
-    char job_text[24], extra_text[16];
-    const char *params[3] = {queue, job_id > 0 ? job_text : NULL, extra_text};
-    PGresult *result;
-
-    *count = 0;
-    if (extra_attempts < 1)
-        return outbox_error_set(err, OUTBOX_ERR_INVALID,
-                                "unable to retry dead jobs: extra attempts must be positive");
-    snprintf(job_text, sizeof(job_text), "%lld", (long long)job_id);
-    snprintf(extra_text, sizeof(extra_text), "%d", (int)extra_attempts);
-    result = store_admin_exec(conn, dead_retry_sql, 3, params);
-    if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-        store_admin_fail(err, conn, result, "unable to retry dead jobs");
-        PQclear(result);
-        return -1;
-    }
-    *count = strtoll(PQcmdTuples(result), NULL, 10);
-    PQclear(result);
-    return 0;
 }
 
 int

@@ -1,6 +1,7 @@
 /*
  * store_admin.h - the operators' half of the store: status figures, dead
- * rows, retention purge and one-off enqueue, as used by outboxctl.
+ * rows, retention purge and one-off enqueue, as used by outboxctl. Dead
+ * rows, the command line's and the console's alike, are in store_dead.c.
  *
  * Every function runs on a connection the caller owns, with no transaction
  * open, and uses bound parameters only. Results are owned by the caller and

@@ -1,6 +1,6 @@
 /*
  * store_admin_sql.h - what the outboxctl store files (store_admin.c,
- * store_batch.c, store_console.c) share and no one else needs: the SQL text
+ * store_batch.c, store_console.c, store_dead.c) share and no one else needs: the SQL text
  * macros that make times read back alike under any DateStyle and TimeZone,
  * the helpers that run a statement and turn its failure into an
  * outbox_error (a missing table naming the missing schema), and the readers

@@ -2,7 +2,7 @@
  * store_console.h - the queries behind the operator's console (outboxctl
  * serve): the overview at a glance, the stream partitions, the traffic
  * chart, dead rows with their payloads, and bounded batch actions on dead
- * rows.
+ * rows (those two in store_dead.c, the one store of dead rows).
  *
  * Nothing here scans the whole of outbox.job on a large table: ready,
  * running and dead rows are counted from their partial indexes, and stream
