@@ -1,6 +1,7 @@
 /*
  * console.c - `outboxctl serve`: options, the listening socket, and each
- * request routed and answered (console_server.c reads and writes them).
+ * request routed and answered (the shared server, src/httpd.c, reads and
+ * writes them, with CONSOLE_WORKERS workers).
  *
  * The top of the console: it routes to the API, the pages and the assets,
  * which stand on console_request.c and never call back here.
@@ -28,8 +29,8 @@
 #include "console_auth.h"
 #include "console_html.h"
 #include "console_request.h"
-#include "console_server.h"
 #include "error.h"
+#include "httpd.h"
 #include "listen_addr.h"
 #include "url_check.h"
 
@@ -200,11 +201,36 @@ route(struct console *console, struct console_request *request,
     console_html(console, request, response);
 }
 
-/* Answers one request (console_answer_fn): routed, or the text of the server's refusal. */
+/* The console's view of a request the server read. */
 static void
-console_answer(struct console *console, struct console_request *request, struct buffer *answer)
+request_of(const struct httpd_request *in, struct console_request *request)
 {
+    memset(request, 0, sizeof(*request));
+    request->refused = in->refused;
+    request->refused_reason = in->refused_reason;
+    snprintf(request->method, sizeof(request->method), "%s", in->method);
+    snprintf(request->path, sizeof(request->path), "%s", in->path);
+    snprintf(request->query, sizeof(request->query), "%s", in->query);
+    snprintf(request->peer, sizeof(request->peer), "%s", in->peer);
+    request->authorization = httpd_request_header(in, "Authorization");
+    request->cookie = httpd_request_header(in, "Cookie");
+    request->csrf_header = httpd_request_header(in, "X-CSRF-Token");
+    request->content_type = httpd_request_header(in, "Content-Type");
+    request->host = httpd_request_header(in, "Host");
+    request->origin = httpd_request_header(in, "Origin");
+    request->body = in->body;
+    request->body_len = in->body_len;
+}
+
+/* Answers one request (an httpd_answer_fn): routed, or the text of the server's refusal. */
+static void
+console_answer(void *arg, const struct httpd_request *in, struct buffer *answer)
+{
+    struct console *console = arg;
     struct console_response response = {.status = 200};
+    struct console_request request_copy, *request = &request_copy;
+
+    request_of(in, request);
 
     if (request->refused == 408)
         console_respond_text(&response, 408, "request not complete in time");
@@ -368,6 +394,50 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
     return -1;
 }
 
+/* A worker starts: it connects early, so a wrong URL shows at start. */
+static void
+worker_begin(void *arg)
+{
+    console_database(arg);
+}
+
+static void
+worker_end(void *arg)
+{
+    (void)arg;
+    console_database_close();
+}
+
+/* Serves listen_fd until a stop signal; -1 after a message when the server cannot start. */
+static int
+serve(struct console *console, int listen_fd)
+{
+    const struct httpd_options options = {
+        .max_connections = CONSOLE_MAX_CONNECTIONS,
+        .workers = CONSOLE_WORKERS,
+        .request_ms = CONSOLE_REQUEST_SECONDS * 1000,
+        .answer_ms = CONSOLE_ANSWER_SECONDS * 1000,
+        .request_max_bytes = CONSOLE_REQUEST_MAX_BYTES,
+        .read_body = true,
+        .answer_late_requests = true,
+        .answer = console_answer,
+        .arg = console,
+        .worker_begin = worker_begin,
+        .worker_end = worker_end,
+    };
+    struct httpd *httpd = httpd_new(listen_fd, &options);
+    int rc;
+
+    if (httpd == NULL) {
+        fprintf(stderr, "outboxctl serve: unable to start: %s\n", strerror(errno));
+        return -1;
+    }
+    if ((rc = httpd_run(httpd, &stop_requested)) < 0)
+        fputs("outboxctl serve: unable to start a worker thread\n", stderr);
+    httpd_free(httpd);
+    return rc;
+}
+
 int
 console_serve(const char *database_url, int argc, char **argv)
 {
@@ -409,7 +479,7 @@ console_serve(const char *database_url, int argc, char **argv)
     fprintf(stderr, "outboxctl serve: listening on %s (%s, %s)\n", opts.listen,
             console.token ? "token required" : "loopback, no login",
             console.allow_actions ? "actions allowed" : "read-only");
-    rc = console_server_run(&console, listen_fd, &stop_requested, console_answer);
+    rc = serve(&console, listen_fd);
     close(listen_fd);
     pthread_mutex_destroy(&console.sessions_lock);
     free(console.token);
