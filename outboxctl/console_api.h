@@ -11,6 +11,7 @@
 
 #include "console_request.h"
 #include "store_console.h"
+#include "store_dead.h"
 
 /* The fields an action may carry; each has_* says whether the body gave it. */
 struct api_body {

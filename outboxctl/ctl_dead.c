@@ -21,6 +21,7 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
     static const bool numbers[] = {true, false, true, false, false};
     const char *queue = NULL, *limit_text = NULL;
     int64_t limit = DEAD_LIST_LIMIT_DEFAULT;
+    struct store_dead_filter filter = {0};
     struct store_dead_list list;
     struct ctl_table table = {.columns = 5, .right_aligned = numbers};
     struct outbox_error err;
@@ -36,8 +37,9 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
         return EXIT_USAGE;
     if ((taken = ctl_connect(ctl)) != 0)
         return taken;
+    filter.queue = queue;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_dead_list(ctl->conn, queue, limit, &list, &err) < 0)
+        store_dead_list(ctl->conn, &filter, limit, &list, &err) < 0)
         return ctl_runtime_error(ctl, &err);
     if (list.count == 0) {
         puts("no dead jobs");
@@ -124,7 +126,7 @@ query_filter(const struct console_request *request, struct api_body *body, int64
 }
 
 static void
-filter_of(const struct api_body *body, struct store_console_filter *filter)
+filter_of(const struct api_body *body, struct store_dead_filter *filter)
 {
     filter->queue = body->has_queue ? body->queue : NULL;
     filter->ordering_key = body->has_key ? body->ordering_key : NULL;
@@ -134,7 +136,7 @@ filter_of(const struct api_body *body, struct store_console_filter *filter)
 }
 
 static void
-dead_job_json(struct buffer *out, const struct store_console_dead_job *job)
+dead_job_json(struct buffer *out, const struct store_dead_job *job)
 {
     buffer_printf(out, "{\"job_id\":%lld", (long long)job->job_id);
     api_field_string(out, "queue", job->queue);
@@ -156,15 +158,15 @@ api_dead(struct api_call *call)
 {
     struct console_response *response = call->response;
     struct api_body body = {0};
-    struct store_console_filter filter;
-    struct store_console_dead_list list;
+    struct store_dead_filter filter;
+    struct store_dead_list list;
     struct outbox_error err;
     int64_t limit;
 
     if (!query_filter(call->request, &body, &limit, response))
         goto done;
     filter_of(&body, &filter);
-    if (store_console_dead_list(call->conn, &filter, limit, &list, &err) < 0) {
+    if (store_dead_list(call->conn, &filter, limit, &list, &err) < 0) {
         api_respond_store_error(response, &err);
         goto done;
     }
@@ -175,7 +177,7 @@ api_dead(struct api_call *call)
         dead_job_json(&response->body, &list.jobs[i]);
     }
     buffer_puts(&response->body, "]");
-    store_console_dead_list_clear(&list);
+    store_dead_list_clear(&list);
     api_respond_json(response, 200);
 done:
     free(body.job_ids);
@@ -188,7 +190,7 @@ dead_action(struct api_call *call, bool delete)
     const struct api_body *body = call->body;
     struct console_response *response = call->response;
     const char *action = delete ? "dead/delete" : "dead/retry";
-    struct store_console_filter filter;
+    struct store_dead_filter filter;
     struct outbox_error err;
     char outcome[600];
     int64_t count = 0;
@@ -198,9 +200,9 @@ dead_action(struct api_call *call, bool delete)
         return api_respond_error(response, 400,
                                  "give job_ids, or a queue (with ordering_key or error to narrow it)");
     filter_of(body, &filter);
-    rc = delete ? store_console_dead_delete(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
+    rc = delete ? store_dead_delete(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
                                             (void *)action, &count, &err)
-                : store_console_dead_retry(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
+                : store_dead_retry(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
                                            (void *)action, &count, &err);
     snprintf(outcome, sizeof(outcome), "%lld rows%s%s", (long long)count, rc < 0 ? ", then " : "",
              rc < 0 ? err.message : "");

@@ -1,8 +1,8 @@
 /*
  * store_dead.c - the one store of dead rows, for the command line and the
- * console alike: listing them (by queue, or by a filter of queue, ordering
- * key, error text and job ids), and making them ready again or deleting
- * them, one row or many in batches (see store_admin.h, store_console.h).
+ * console alike: listing them by a filter of queue, ordering key, error
+ * text and job ids, and making them ready again or deleting them, one row
+ * or many in batches (see store_dead.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,16 +12,9 @@
 
 #include "error.h"
 #include "store_admin_sql.h"
-#include "store_console.h"
+#include "store_dead.h"
 
 /* clang-format off */
-
-static const char dead_list_by_queue_sql[] =
-    "SELECT job_id, queue, attempts, max_attempts, " ISO_UTC("finished_at") ", last_error"
-    "  FROM outbox.job"
-    " WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1::text)"
-    " ORDER BY queue, job_id"
-    " LIMIT $2::bigint";
 
 static const char dead_retry_by_id_sql[] =
     "UPDATE outbox.job"
@@ -73,64 +66,7 @@ fail_result(struct outbox_error *err, PGconn *conn, PGresult *result, const char
     return -1;
 }
 
-/* ---- the command line's: by queue, one row or all ---- */
-
-int
-store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit, struct store_dead_list *list,
-                      struct outbox_error *err)
-{
-    char limit_text[24];
-    const char *params[2] = {queue, limit_text};
-    PGresult *result;
-    bool failed = false;
-    int rows;
-
-    memset(list, 0, sizeof(*list));
-    snprintf(limit_text, sizeof(limit_text), "%lld", (long long)limit);
-    result = store_admin_exec(conn, dead_list_by_queue_sql, 2, params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        store_admin_fail(err, conn, result, "unable to list dead jobs");
-        PQclear(result);
-        return -1;
-    }
-    rows = PQntuples(result);
-    if (rows > 0) {
-        list->jobs = calloc((size_t)rows, sizeof(*list->jobs));
-        if (list->jobs == NULL)
-            failed = true;
-    }
-    for (int row = 0; row < rows && !failed; row++) {
-        struct store_dead_job *job = &list->jobs[row];
-
-        list->count++;
-        job->job_id = store_admin_int64(result, row, 0);
-        job->queue = store_admin_text(result, row, 1, &failed);
-        job->attempts = (int32_t)store_admin_int64(result, row, 2);
-        job->max_attempts = (int32_t)store_admin_int64(result, row, 3);
-        job->finished_at = store_admin_text(result, row, 4, &failed);
-        job->last_error = store_admin_text(result, row, 5, &failed);
-    }
-    PQclear(result);
-    if (failed) {
-        store_dead_list_clear(list);
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    }
-    return 0;
-}
-
-void
-store_dead_list_clear(struct store_dead_list *list)
-{
-    if (list == NULL)
-        return;
-    for (size_t i = 0; i < list->count; i++) {
-        free(list->jobs[i].queue);
-        free(list->jobs[i].finished_at);
-        free(list->jobs[i].last_error);
-    }
-    free(list->jobs);
-    memset(list, 0, sizeof(*list));
-}
+/* ---- one row or a queue, with extra attempts (dead retry) ---- */
 
 int
 store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t extra_attempts,
@@ -157,11 +93,11 @@ store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t 
     return 0;
 }
 
-/* ---- the console's: by a filter, in batches ---- */
+/* ---- by a filter: listing, and batches ---- */
 
 /* "{1,2,3}" for the ids of filter, or NULL when it has none; *failed on out of memory. */
 static char *
-id_array(const struct store_console_filter *filter, bool *failed)
+id_array(const struct store_dead_filter *filter, bool *failed)
 {
     size_t size = 3 + filter->job_count * 21;
     char *text;
@@ -182,7 +118,7 @@ id_array(const struct store_console_filter *filter, bool *failed)
 }
 
 static void
-fill_dead_job(const PGresult *result, int row, struct store_console_dead_job *job, bool *failed)
+fill_dead_job(const PGresult *result, int row, struct store_dead_job *job, bool *failed)
 {
     job->job_id = store_admin_int64(result, row, 0);
     job->queue = store_admin_text(result, row, 1, failed);
@@ -196,8 +132,8 @@ fill_dead_job(const PGresult *result, int row, struct store_console_dead_job *jo
 }
 
 int
-store_console_dead_list(PGconn *conn, const struct store_console_filter *filter, int64_t limit,
-                        struct store_console_dead_list *list, struct outbox_error *err)
+store_dead_list(PGconn *conn, const struct store_dead_filter *filter, int64_t limit,
+                        struct store_dead_list *list, struct outbox_error *err)
 {
     char limit_text[24];
     bool failed = false;
@@ -224,19 +160,19 @@ store_console_dead_list(PGconn *conn, const struct store_console_filter *filter,
     }
     PQclear(result);
     if (failed) {
-        store_console_dead_list_clear(list);
+        store_dead_list_clear(list);
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     }
     return 0;
 }
 
 void
-store_console_dead_list_clear(struct store_console_dead_list *list)
+store_dead_list_clear(struct store_dead_list *list)
 {
     if (list == NULL)
         return;
     for (size_t i = 0; i < list->count; i++) {
-        struct store_console_dead_job *job = &list->jobs[i];
+        struct store_dead_job *job = &list->jobs[i];
 
         free(job->queue);
         free(job->ordering_key);
@@ -252,8 +188,8 @@ store_console_dead_list_clear(struct store_console_dead_list *list)
 /* Runs sql (a batch statement returning job ids) until a batch finds nothing. */
 static int
 dead_batches(PGconn *conn, const char *sql, const char *what,
-             const struct store_console_filter *filter, int batch_size,
-             store_console_progress *progress, void *arg, int64_t *count,
+             const struct store_dead_filter *filter, int batch_size,
+             store_dead_progress *progress, void *arg, int64_t *count,
              struct outbox_error *err)
 {
     char after_text[24] = "0", batch_text[16];
@@ -293,8 +229,8 @@ dead_batches(PGconn *conn, const char *sql, const char *what,
 }
 
 int
-store_console_dead_retry(PGconn *conn, const struct store_console_filter *filter, int batch_size,
-                         store_console_progress *progress, void *arg, int64_t *count,
+store_dead_retry(PGconn *conn, const struct store_dead_filter *filter, int batch_size,
+                         store_dead_progress *progress, void *arg, int64_t *count,
                          struct outbox_error *err)
 {
     return dead_batches(conn, dead_retry_batch_sql, "unable to retry dead jobs", filter,
@@ -302,8 +238,8 @@ store_console_dead_retry(PGconn *conn, const struct store_console_filter *filter
 }
 
 int
-store_console_dead_delete(PGconn *conn, const struct store_console_filter *filter,
-                          int batch_size, store_console_progress *progress, void *arg,
+store_dead_delete(PGconn *conn, const struct store_dead_filter *filter,
+                          int batch_size, store_dead_progress *progress, void *arg,
                           int64_t *count, struct outbox_error *err)
 {
     return dead_batches(conn, dead_delete_batch_sql, "unable to delete dead jobs", filter,
