@@ -347,37 +347,36 @@ ctl_command_status(struct ctl *ctl, int argc, char **argv, int first)
 
 /* ---- the console API ---- */
 
+/* One queue's counts, as GET queues lists them. */
 static void
 queue_json(struct buffer *out, const struct store_queue_status *queue)
 {
-    buffer_puts(out, "{");
-    api_json_key(out, true, "queue");
+    buffer_puts(out, "{\"queue\":");
     console_json_string(out, queue->queue);
-    api_field_int(out, "ready", queue->ready);
-    api_field_int(out, "running", queue->running);
-    api_field_int(out, "succeeded", queue->succeeded);
-    api_field_int(out, "dead", queue->dead);
+    buffer_printf(out, ",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld",
+                  (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
+                  (long long)queue->dead);
     buffer_printf(out, ",\"oldest_ready_seconds\":%.3f", queue->oldest_ready_seconds);
     api_field_bool(out, "paused", queue->paused);
-    api_field_int(out, "paused_keys", queue->paused_keys);
-    api_field_int(out, "blocked_keys", queue->blocked_keys);
+    buffer_printf(out, ",\"paused_keys\":%lld,\"blocked_keys\":%lld", (long long)queue->paused_keys,
+                  (long long)queue->blocked_keys);
     api_field_bool(out, "stream", queue->stream);
-    api_field_int(out, "stream_published", queue->stream_published);
-    api_field_int(out, "stream_waiting", queue->stream_waiting);
+    buffer_printf(out, ",\"stream_published\":%lld,\"stream_waiting\":%lld",
+                  (long long)queue->stream_published, (long long)queue->stream_waiting);
     buffer_puts(out, "}");
 }
 
+/* One blocked ordering key, as GET blocked lists them. */
 static void
 blocked_json(struct buffer *out, const struct store_blocked_key *key)
 {
-    buffer_puts(out, "{");
-    api_json_key(out, true, "queue");
+    buffer_puts(out, "{\"queue\":");
     console_json_string(out, key->queue);
     api_field_string(out, "ordering_key", key->ordering_key);
     api_field_int(out, "head_job_id", key->head_job_id);
     api_field_string(out, "head_state", key->head_state);
-    api_field_int(out, "attempts", key->attempts);
-    api_field_int(out, "max_attempts", key->max_attempts);
+    buffer_printf(out, ",\"attempts\":%lld,\"max_attempts\":%lld", (long long)key->attempts,
+                  (long long)key->max_attempts);
     api_field_string(out, "last_error", key->last_error);
     buffer_printf(out, ",\"retry_in_seconds\":%.3f", key->retry_in_seconds);
     api_field_int(out, "waiting", key->waiting);
@@ -391,8 +390,7 @@ pauses_json(struct buffer *out, const struct store_pause_list *list)
     for (size_t i = 0; i < list->count; i++) {
         const struct store_pause *pause = &list->pauses[i];
 
-        buffer_puts(out, i > 0 ? ",{" : "{");
-        api_json_key(out, true, "queue");
+        buffer_puts(out, i > 0 ? ",{\"queue\":" : "{\"queue\":");
         console_json_string(out, pause->queue);
         api_field_string(out, "ordering_key", pause->ordering_key);
         api_field_string(out, "reason", pause->reason);
@@ -410,8 +408,7 @@ relays_json(struct buffer *out, const struct store_console_overview *overview)
     for (size_t i = 0; i < overview->relay_count; i++) {
         const struct store_console_relay *relay = &overview->relays[i];
 
-        buffer_puts(out, i > 0 ? ",{" : "{");
-        api_json_key(out, true, "worker_id");
+        buffer_puts(out, i > 0 ? ",{\"worker_id\":" : "{\"worker_id\":");
         console_json_string(out, relay->worker_id);
         api_field_int(out, "rows", relay->rows);
         buffer_printf(out, ",\"lease_expires_in_seconds\":%.3f,\"last_lease_expires_in_seconds\":%.3f",
