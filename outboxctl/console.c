@@ -253,17 +253,6 @@ console_answer(void *arg, const struct httpd_request *in, struct buffer *answer)
 
 /* ---- listening ---- */
 
-static bool
-address_is_loopback(const struct sockaddr *address)
-{
-    if (address->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)(const void *)address)->sin_addr.s_addr) >>
-                24) == 127;
-    if (address->sa_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)address)->sin6_addr);
-    return false;
-}
-
 /*
  * Binds and listens on addr; -1 after a message. Without a token
  * (need_loopback) an address that is not loopback is refused before
@@ -272,38 +261,18 @@ address_is_loopback(const struct sockaddr *address)
 static int
 listen_on(const struct listen_addr *addr, bool need_loopback)
 {
-    bool loopback = addr->host[0] != '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *list = NULL;
-    int fd = -1, one = 1, rc;
+    struct outbox_error err;
+    int fd;
 
-    rc = getaddrinfo(addr->host[0] ? addr->host : NULL, addr->port, &hints, &list);
-    if (rc != 0) {
-        fprintf(stderr, "outboxctl: unable to resolve --listen host '%s': %s\n", addr->host,
-                gai_strerror(rc));
-        return -1;
-    }
-    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
-        if (!address_is_loopback(ai->ai_addr))
-            loopback = false;
-    if (need_loopback && !loopback) {
-        freeaddrinfo(list);
+    if (httpd_listen(addr, "--listen address", need_loopback, &fd, NULL, &err) == 0)
+        return fd;
+    if (err.code == OUTBOX_ERR_INVALID) {
         fprintf(stderr, "outboxctl: refusing to listen on a non-loopback address without "
                         "--auth-token-file: '%s'\n", addr->host[0] ? addr->host : "*");
         return -2;
     }
-    fd = socket(list->ai_family, list->ai_socktype, list->ai_protocol);
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, list->ai_addr, list->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-        fprintf(stderr, "outboxctl: unable to listen on %s:%s: %s\n", addr->host, addr->port,
-                strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(list);
-    return fd;
+    fprintf(stderr, "outboxctl: %s\n", err.message);
+    return -1;
 }
 
 /* ---- options ---- */
@@ -347,7 +316,7 @@ set_hosts(struct console_hosts *hosts, const struct listen_addr *addr, int liste
                          : ((struct sockaddr_in *)(void *)&bound)->sin_port);
     snprintf(hosts->port, sizeof(hosts->port), "%u", (unsigned)port);
     snprintf(hosts->listen_host, sizeof(hosts->listen_host), v6 ? "[%s]" : "%s", addr->host);
-    hosts->loopback = address_is_loopback((const struct sockaddr *)&bound);
+    hosts->loopback = httpd_address_is_loopback((const struct sockaddr *)&bound);
     hosts->every_address = addr->host[0] == '\0' || (v4 && memcmp(address, any, 4) == 0) ||
                            (v6 && memcmp(address, any, 16) == 0);
     for (size_t i = 0; i < opts->allowed_count; i++)

@@ -101,57 +101,6 @@ answer_request(void *arg, const struct httpd_request *request, struct buffer *ou
         route(arg, out, request->path, head_only);
 }
 
-/* ---- listening ------------------------------------------------------------------ */
-
-/* Opens, binds and listens on addr; -1 with OUTBOX_ERR_CONFIG naming the address. */
-static int
-listen_on(const struct listen_addr *addr, int *listen_fd, int *port, struct outbox_error *err)
-{
-    struct addrinfo hints, *list = NULL, *ai;
-    struct sockaddr_storage bound;
-    socklen_t bound_len = sizeof(bound);
-    const char *shown_host = addr->host[0] ? addr->host : "*";
-    int fd = -1, rc, saved_errno = 0;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    rc = getaddrinfo(addr->host[0] ? addr->host : NULL, addr->port, &hints, &list);
-    if (rc != 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "unable to resolve metrics address '%s:%s': %s", shown_host,
-                                addr->port, gai_strerror(rc));
-    for (ai = list; ai != NULL; ai = ai->ai_next) {
-        int one = 1;
-
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            saved_errno = errno;
-            continue;
-        }
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
-            break;
-        saved_errno = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(list);
-    if (fd < 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "unable to listen on metrics address '%s:%s': %s", shown_host,
-                                addr->port, strerror(saved_errno));
-    if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) == 0) {
-        if (bound.ss_family == AF_INET)
-            *port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
-        else if (bound.ss_family == AF_INET6)
-            *port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
-    }
-    *listen_fd = fd;
-    return 0;
-}
-
 int
 http_server_start(const struct listen_addr *addr, struct metrics *m, struct http_server **server,
                   struct outbox_error *err)
@@ -175,7 +124,7 @@ http_server_start(const struct listen_addr *addr, struct metrics *m, struct http
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     s->metrics = m;
     options.arg = s;
-    if (listen_on(addr, &s->listen_fd, &s->port, err) < 0) {
+    if (httpd_listen(addr, "metrics address", false, &s->listen_fd, &s->port, err) < 0) {
         free(s);
         return -1;
     }

@@ -7,9 +7,11 @@
  * through a pipe, which httpd_stop() writes too.
  */
 #include "httpd.h"
+#include "httpd_head.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +26,7 @@
 #include <netinet/in.h>
 
 #include "clock.h"
+#include "error.h"
 
 /* How long a lingering connection discards the client's bytes, and at most how many. */
 #define HTTP_LINGER_MS 1000
@@ -96,164 +99,6 @@ queue_pop(struct slot_queue *queue)
     return slot;
 }
 
-/* ---- request heads ---- */
-
-/*
- * Whether the first len bytes can still begin a request: a request line
- * "METHOD /target HTTP/1.x" (method of letters, target of visible
- * characters from '/'), then header lines without control characters.
- */
-static bool
-request_plausible(const char *data, size_t len)
-{
-    static const char version[] = "HTTP/1.";
-    size_t i = 0, start;
-
-    for (start = i; i < len && data[i] != ' '; i++)
-        if (!((data[i] >= 'A' && data[i] <= 'Z') || (data[i] >= 'a' && data[i] <= 'z')) ||
-            i - start >= 16)
-            return false;
-    if (i == len)
-        return true;
-    if (i == start)
-        return false;
-    i++; /* the space */
-    for (start = i; i < len && data[i] != ' '; i++)
-        if ((unsigned char)data[i] <= 0x20 || (unsigned char)data[i] >= 0x7f ||
-            (i == start && data[i] != '/'))
-            return false;
-    if (i == len)
-        return true;
-    if (i == start)
-        return false;
-    i++;
-    for (start = i; i < len && i - start < sizeof(version) - 1; i++)
-        if (data[i] != version[i - start])
-            return false;
-    if (i == len)
-        return true;
-    if (data[i] < '0' || data[i] > '9')
-        return false;
-    i++;
-    if (i < len && data[i] == '\r')
-        i++;
-    if (i < len && data[i] != '\n')
-        return false;
-    for (; i < len; i++)
-        if (((unsigned char)data[i] < 0x20 && data[i] != '\t' && data[i] != '\r' &&
-             data[i] != '\n') ||
-            data[i] == 0x7f)
-            return false;
-    return true;
-}
-
-/* Finds header name (case-insensitive) among the NUL-separated lines [lines, end). */
-static const char *
-find_header(const char *lines, const char *end, const char *name)
-{
-    size_t name_len = strlen(name);
-
-    for (const char *line = lines; line != NULL && line < end; line += strlen(line) + 1) {
-        if (strncasecmp(line, name, name_len) == 0 && line[name_len] == ':') {
-            const char *value = line + name_len + 1;
-
-            while (*value == ' ' || *value == '\t')
-                value++;
-            return value;
-        }
-    }
-    return NULL;
-}
-
-const char *
-httpd_request_header(const struct httpd_request *request, const char *name)
-{
-    return find_header(request->lines, request->lines_end, name);
-}
-
-/* The length of the head through its blank line ("\r\n\r\n" or "\n\n"); 0 while incomplete. */
-static size_t
-head_length(const char *data)
-{
-    const char *crlf = strstr(data, "\r\n\r\n"), *lf = strstr(data, "\n\n");
-
-    if (crlf != NULL && (lf == NULL || crlf < lf))
-        return (size_t)(crlf - data) + 4;
-    return lf != NULL ? (size_t)(lf - data) + 2 : 0;
-}
-
-/*
- * Splits the request line and headers of head (head_len bytes, owned by the
- * request from now on) into request; -1 when it is not "METHOD /target
- * HTTP/1.x" or a part is too long.
- */
-static int
-parse_head(char *head, size_t head_len, struct httpd_request *request)
-{
-    char *end = head + head_len, *line_end, *target, *version, *query;
-
-    for (char *p = head; p < end; p++)
-        if (*p == '\r' || *p == '\n')
-            *p = '\0';
-    line_end = head + strlen(head);
-    while (line_end < end && *line_end == '\0')
-        line_end++;
-    request->lines = line_end;
-    request->lines_end = end;
-    if ((target = strchr(head, ' ')) == NULL)
-        return -1;
-    *target++ = '\0';
-    version = strchr(target, ' ');
-    if (version == NULL || strncmp(version + 1, "HTTP/1.", 7) != 0 || strchr(version + 1, ' '))
-        return -1;
-    *version = '\0';
-    if (strlen(head) >= sizeof(request->method) || target[0] != '/')
-        return -1;
-    snprintf(request->method, sizeof(request->method), "%s", head);
-    target[strcspn(target, "#")] = '\0';
-    if ((query = strchr(target, '?')) != NULL) {
-        *query++ = '\0';
-        if (strlen(query) >= sizeof(request->query))
-            return -1;
-        snprintf(request->query, sizeof(request->query), "%s", query);
-    }
-    if (strlen(target) >= sizeof(request->path))
-        return -1;
-    snprintf(request->path, sizeof(request->path), "%s", target);
-    return 0;
-}
-
-/*
- * Reads the body's length from the head lines [lines, end) into *length:
- * 0, or -1 with *reason when the head gives it in any way but one plain
- * decimal Content-Length (or none: no body).
- */
-static int
-body_length(const char *lines, const char *end, size_t *length, const char **reason)
-{
-    const char *value = find_header(lines, end, "Content-Length");
-    size_t digits;
-
-    *length = 0;
-    if (find_header(lines, end, "Transfer-Encoding") != NULL) {
-        *reason = "Transfer-Encoding is not supported: send the body with a Content-Length";
-        return -1;
-    }
-    if (value == NULL)
-        return 0;
-    digits = strspn(value, "0123456789");
-    if (digits == 0 || digits > 9 || strspn(value + digits, " \t") != strlen(value + digits)) {
-        *reason = "bad Content-Length: one decimal number of bytes expected";
-        return -1;
-    }
-    if (find_header(value + strlen(value) + 1, end, "Content-Length") != NULL) {
-        *reason = "bad Content-Length: given more than once";
-        return -1;
-    }
-    *length = (size_t)strtoul(value, NULL, 10);
-    return 0;
-}
-
 /*
  * Looks at what c has read so far: 0 while the request is incomplete, 1
  * when it is complete (head parsed, body in place), else the status to
@@ -268,21 +113,21 @@ request_complete(const struct httpd *server, struct connection *c)
 
     if (c->in.failed)
         return o->read_body ? 413 : 431;
-    if (o->refuse_garbage && !request_plausible(c->in.data, c->in.len))
+    if (o->refuse_garbage && !httpd_head_plausible(c->in.data, c->in.len))
         return 400;
     if (o->read_body && c->in.len > o->request_max_bytes)
         return 413;
     if (c->head_len == 0) {
-        if ((c->head_len = head_length(c->in.data)) == 0)
+        if ((c->head_len = httpd_head_length(c->in.data)) == 0)
             return c->in.len >= o->request_max_bytes ? (o->read_body ? 413 : 431) : 0;
         if ((head = malloc(c->head_len + 1)) == NULL)
             return o->read_body ? 413 : 431;
         memcpy(head, c->in.data, c->head_len);
         head[c->head_len] = '\0';
         c->head = head;
-        if (parse_head(head, c->head_len, &c->request) < 0)
+        if (httpd_head_parse(head, c->head_len, &c->request) < 0)
             c->request.refused = 400; /* answered once the body (if any) is read */
-        if (o->read_body && body_length(c->request.lines, c->request.lines_end, &length,
+        if (o->read_body && httpd_head_body_length(c->request.lines, c->request.lines_end, &length,
                                         &c->request.refused_reason) < 0)
             return 400;
         c->want = c->head_len + length;
@@ -676,6 +521,89 @@ stop_serving(struct httpd *server)
 }
 
 /* ---- public ---- */
+
+bool
+httpd_address_is_loopback(const struct sockaddr *address)
+{
+    if (address->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)(const void *)address)->sin_addr.s_addr) >>
+                24) == 127;
+    if (address->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)address)->sin6_addr);
+    return false;
+}
+
+/* True when every address of list is a loopback one (a host name may have several). */
+static bool
+all_loopback(const struct addrinfo *list)
+{
+    for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        if (!httpd_address_is_loopback(ai->ai_addr))
+            return false;
+    return true;
+}
+
+/* The port fd is bound to; 0 when unknown. */
+static int
+bound_port(int fd)
+{
+    struct sockaddr_storage bound;
+    socklen_t bound_len = sizeof(bound);
+
+    if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) != 0)
+        return 0;
+    if (bound.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    if (bound.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+    return 0;
+}
+
+int
+httpd_listen(const struct listen_addr *addr, const char *what, bool loopback_only, int *listen_fd,
+             int *port, struct outbox_error *err)
+{
+    struct addrinfo hints, *list = NULL, *ai;
+    const char *shown_host = addr->host[0] ? addr->host : "*";
+    int fd = -1, rc, saved_errno = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    rc = getaddrinfo(addr->host[0] ? addr->host : NULL, addr->port, &hints, &list);
+    if (rc != 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "unable to resolve %s '%s:%s': %s", what,
+                                shown_host, addr->port, gai_strerror(rc));
+    if (loopback_only && (addr->host[0] == '\0' || !all_loopback(list))) {
+        freeaddrinfo(list);
+        return outbox_error_set(err, OUTBOX_ERR_INVALID, "'%s' is not a loopback address",
+                                shown_host);
+    }
+    for (ai = list; ai != NULL; ai = ai->ai_next) {
+        int one = 1;
+
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            saved_errno = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
+            break;
+        saved_errno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(list);
+    if (fd < 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "unable to listen on %s '%s:%s': %s", what,
+                                shown_host, addr->port, strerror(saved_errno));
+    *listen_fd = fd;
+    if (port != NULL)
+        *port = bound_port(fd);
+    return 0;
+}
 
 struct httpd *
 httpd_new(int listen_fd, const struct httpd_options *options)

@@ -28,6 +28,8 @@
 #include <stdint.h>
 
 #include "buffer.h"
+#include "listen_addr.h"
+#include "outbox.h"
 
 #define HTTPD_MAX_CONNECTIONS 128 /* slots at most, whatever the options ask */
 #define HTTPD_MAX_WORKERS 8
@@ -70,6 +72,21 @@ struct httpd_options {
 };
 
 struct httpd;
+
+/* True when address is a loopback one (127.0.0.0/8, ::1). */
+struct sockaddr;
+bool httpd_address_is_loopback(const struct sockaddr *address);
+
+/*
+ * Binds and listens on addr (host "": every address; the first of the
+ * host's addresses that binds), non-blocking; *port (when not NULL) is the
+ * port bound. With loopback_only, a host that is not loopback (or "") is
+ * refused before binding: OUTBOX_ERR_INVALID. Else -1 with
+ * OUTBOX_ERR_CONFIG naming what ("metrics address") and the address when it
+ * cannot be resolved or bound.
+ */
+int httpd_listen(const struct listen_addr *addr, const char *what, bool loopback_only,
+                 int *listen_fd, int *port, struct outbox_error *err);
 
 /*
  * Makes a server for listen_fd (a listening socket the caller keeps and
