@@ -109,30 +109,43 @@ store_admin_check_schema(PGconn *conn, struct outbox_error *err)
     return 0;
 }
 
+int
+store_admin_rows(PGconn *conn, PGresult *result, const char *context, void **items, size_t size,
+                 struct outbox_error *err)
+{
+    int rows;
+
+    *items = NULL;
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        store_admin_fail(err, conn, result, context);
+        PQclear(result);
+        return -1;
+    }
+    rows = PQntuples(result);
+    if (rows > 0 && (*items = calloc((size_t)rows, size)) == NULL) {
+        PQclear(result);
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    }
+    return rows;
+}
+
 /* Fills list from paused_sql. */
 static int
 read_pauses(PGconn *conn, struct store_pause_list *list, struct outbox_error *err)
 {
     PGresult *result = PQexec(conn, paused_sql);
     bool failed = false;
+    void *pauses;
     int rows;
 
     memset(list, 0, sizeof(*list));
-    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        store_admin_fail(err, conn, result, "unable to list paused queues");
-        PQclear(result);
+    if ((rows = store_admin_rows(conn, result, "unable to list paused queues", &pauses,
+                                 sizeof(*list->pauses), err)) < 0)
         return -1;
-    }
-    rows = PQntuples(result);
-    if (rows > 0) {
-        list->pauses = calloc((size_t)rows, sizeof(*list->pauses));
-        if (list->pauses == NULL)
-            failed = true;
-    }
-    for (int row = 0; row < rows && !failed; row++) {
-        struct store_pause *pause = &list->pauses[row];
+    for (list->pauses = pauses; (int)list->count < rows && !failed; list->count++) {
+        struct store_pause *pause = &list->pauses[list->count];
+        int row = (int)list->count;
 
-        list->count++;
         pause->queue = store_admin_text(result, row, 0, &failed);
         pause->ordering_key = store_admin_text(result, row, 1, &failed);
         pause->reason = store_admin_text(result, row, 2, &failed);

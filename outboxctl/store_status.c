@@ -257,22 +257,17 @@ read_blocked_keys(PGconn *conn, struct store_status *status, struct outbox_error
     struct store_queue_status *queue;
     PGresult *result;
     bool failed = false;
+    void *blocked;
     size_t hint = 0;
     int rows;
 
     snprintf(limit, sizeof(limit), "%d", STORE_BLOCKED_KEYS_PER_QUEUE);
     result = store_admin_exec(conn, blocked_keys_sql, 1, params);
-    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        store_admin_fail(err, conn, result, "unable to look for blocked ordering keys");
-        PQclear(result);
+    rows = store_admin_rows(conn, result, "unable to look for blocked ordering keys", &blocked,
+                            sizeof(*status->blocked), err);
+    if (rows < 0)
         return -1;
-    }
-    rows = PQntuples(result);
-    if (rows > 0) {
-        status->blocked = calloc((size_t)rows, sizeof(*status->blocked));
-        if (status->blocked == NULL)
-            failed = true;
-    }
+    status->blocked = blocked;
     for (int row = 0; row < rows && !failed; row++) {
         struct store_blocked_key *key = &status->blocked[row];
 
