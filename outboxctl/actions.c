@@ -3,21 +3,24 @@
  * endpoint, one row each (see actions.h).
  *
  * How to add one. A verb or an endpoint is a row here and its handler in the
- * module of its topic: ctl_status.c (queues, blocked keys, relays, streams),
- * ctl_dead.c (dead rows), ctl_flow.c (pause and resume), ctl_replay.c,
- * ctl_identity.c, ctl_purge.c, ctl_enqueue.c... That module calls the store
- * (store_admin.h, store_console.h) and holds both faces of its topic: the
- * command line's handler (a ctl_command_fn, which parses its options with
- * ctl_parse_options and prints a table or --json) and the API's handler (an
- * api_fn, which reads call->body or the query string and answers with the
- * api_* helpers of console_api.h). Fill in the row: the verb and its handler
- * for the command line, the method, the path under /api/v1/ and its handler
- * for the API, whether the API handler needs the database, and whether the
- * action changes rows (then the console serves it only with --allow-actions,
- * behind its CSRF check). Say it in docs/console.md (the endpoint table) or
- * in the command line's help (ctl_common.c), and test it in
- * tests/integration/test_console.c or test_outboxctl.c. Nothing else
- * changes: the dispatch, the routing and the gate all read this table.
+ * module of its topic: ctl_status.c (queues, blocked keys, relays, streams,
+ * chart), ctl_dead.c (dead rows), ctl_flow.c (pause and resume),
+ * ctl_replay.c, ctl_identity.c, ctl_purge.c, ctl_enqueue.c... That module
+ * calls the store (store_admin.h, store_dead.h, store_console.h) and holds
+ * both faces of its topic: the command line's handler (a ctl_command_fn,
+ * which parses its options with ctl_parse_options and prints a table or
+ * --json) and the API's handler (an api_fn, which reads call->body or the
+ * query string and answers with the api_* helpers of console_api.h;
+ * declare it beside the others in actions.h). Fill in the row: the verb
+ * and its handler for the command line, the method, the path under
+ * /api/v1/ and its handler for the API, whether the API handler needs the
+ * database, and whether the action changes rows (then the console serves
+ * it only with --allow-actions, behind its CSRF check). Say it in
+ * docs/console.md (the endpoint table) or in the command line's help
+ * (ctl_common.c), and test it in tests/integration/test_console.c or
+ * test_outboxctl.c. Nothing else changes: the dispatch, the routing and
+ * the gate all read this table. GET /api/v1/identity was added so: its
+ * row, api_identity in ctl_identity.c, a line of docs/console.md, a test.
  */
 #include "actions.h"
 
