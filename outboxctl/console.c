@@ -7,8 +7,6 @@
  * which stand on console_request.c and never call back here.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,15 +5,10 @@
 #include "http.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/types.h>
 #include <unistd.h>
-
-#include <netinet/in.h>
 
 #include "buffer.h"
 #include "error.h"
