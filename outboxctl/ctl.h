@@ -23,6 +23,7 @@
 
 #include "error.h"
 #include "store_admin.h"
+#include "store_dead.h"
 
 #define EXIT_USAGE 2
 
