@@ -1,13 +1,12 @@
 /*
  * console.c - `outboxctl serve`: options, the listening socket, and each
- * request routed and answered (console_server.c reads and writes them).
+ * request routed and answered (the shared server, src/httpd.c, reads and
+ * writes them, with CONSOLE_WORKERS workers).
  *
  * The top of the console: it routes to the API, the pages and the assets,
  * which stand on console_request.c and never call back here.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +20,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "actions.h"
 #include "console.h"
 #include "console_api.h"
 #include "console_assets.h"
 #include "console_auth.h"
 #include "console_html.h"
 #include "console_request.h"
-#include "console_server.h"
 #include "error.h"
 #include "exit_status.h"
+#include "httpd.h"
 #include "listen_addr.h"
 #include "url_check.h"
 
@@ -135,6 +135,16 @@ log_refused(const struct console_request *request, const char *what, const char 
             what, outbox_error_quote(quoted, sizeof(quoted), value));
 }
 
+/* True when the request would change rows: its API row says so; any other POST is taken to. */
+static bool
+changes(const struct console_request *request)
+{
+    const struct action *action =
+        is_api(request->path) ? action_for_api(request->method, request->path + 8) : NULL;
+
+    return action != NULL ? action->changes : strcmp(request->method, "POST") == 0;
+}
+
 static void
 route(struct console *console, struct console_request *request,
       struct console_response *response)
@@ -177,7 +187,7 @@ route(struct console *console, struct console_request *request,
     }
     if (!get && !post)
         return refuse(request, response, 405, "method not allowed");
-    if (post && !console->allow_actions)
+    if (changes(request) && !console->allow_actions)
         return refuse(request, response, 403, "read-only console: start it with --allow-actions");
     if (post && request->identity != CONSOLE_BEARER && !console_auth_csrf_ok(request, NULL))
         return refuse(request, response, 403, "missing or wrong csrf token");
@@ -188,11 +198,36 @@ route(struct console *console, struct console_request *request,
     console_html(console, request, response);
 }
 
-/* Answers one request (console_answer_fn): routed, or the text of the server's refusal. */
+/* The console's view of a request the server read. */
 static void
-console_answer(struct console *console, struct console_request *request, struct buffer *answer)
+request_of(const struct httpd_request *in, struct console_request *request)
 {
+    memset(request, 0, sizeof(*request));
+    request->refused = in->refused;
+    request->refused_reason = in->refused_reason;
+    snprintf(request->method, sizeof(request->method), "%s", in->method);
+    snprintf(request->path, sizeof(request->path), "%s", in->path);
+    snprintf(request->query, sizeof(request->query), "%s", in->query);
+    snprintf(request->peer, sizeof(request->peer), "%s", in->peer);
+    request->authorization = httpd_request_header(in, "Authorization");
+    request->cookie = httpd_request_header(in, "Cookie");
+    request->csrf_header = httpd_request_header(in, "X-CSRF-Token");
+    request->content_type = httpd_request_header(in, "Content-Type");
+    request->host = httpd_request_header(in, "Host");
+    request->origin = httpd_request_header(in, "Origin");
+    request->body = in->body;
+    request->body_len = in->body_len;
+}
+
+/* Answers one request (an httpd_answer_fn): routed, or the text of the server's refusal. */
+static void
+console_answer(void *arg, const struct httpd_request *in, struct buffer *answer)
+{
+    struct console *console = arg;
     struct console_response response = {.status = 200};
+    struct console_request request_copy, *request = &request_copy;
+
+    request_of(in, request);
 
     if (request->refused == 408)
         console_respond_text(&response, 408, "request not complete in time");
@@ -215,17 +250,6 @@ console_answer(struct console *console, struct console_request *request, struct 
 
 /* ---- listening ---- */
 
-static bool
-address_is_loopback(const struct sockaddr *address)
-{
-    if (address->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)(const void *)address)->sin_addr.s_addr) >>
-                24) == 127;
-    if (address->sa_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)address)->sin6_addr);
-    return false;
-}
-
 /*
  * Binds and listens on addr; -1 after a message. Without a token
  * (need_loopback) an address that is not loopback is refused before
@@ -234,38 +258,18 @@ address_is_loopback(const struct sockaddr *address)
 static int
 listen_on(const struct listen_addr *addr, bool need_loopback)
 {
-    bool loopback = addr->host[0] != '\0';
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *list = NULL;
-    int fd = -1, one = 1, rc;
+    struct outbox_error err;
+    int fd;
 
-    rc = getaddrinfo(addr->host[0] ? addr->host : NULL, addr->port, &hints, &list);
-    if (rc != 0) {
-        fprintf(stderr, "outboxctl: unable to resolve --listen host '%s': %s\n", addr->host,
-                gai_strerror(rc));
-        return -1;
-    }
-    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
-        if (!address_is_loopback(ai->ai_addr))
-            loopback = false;
-    if (need_loopback && !loopback) {
-        freeaddrinfo(list);
+    if (httpd_listen(addr, "--listen address", need_loopback, &fd, NULL, &err) == 0)
+        return fd;
+    if (err.code == OUTBOX_ERR_INVALID) {
         fprintf(stderr, "outboxctl: refusing to listen on a non-loopback address without "
                         "--auth-token-file: '%s'\n", addr->host[0] ? addr->host : "*");
         return -2;
     }
-    fd = socket(list->ai_family, list->ai_socktype, list->ai_protocol);
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, list->ai_addr, list->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-        fprintf(stderr, "outboxctl: unable to listen on %s:%s: %s\n", addr->host, addr->port,
-                strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(list);
-    return fd;
+    fprintf(stderr, "outboxctl: %s\n", err.message);
+    return -1;
 }
 
 /* ---- options ---- */
@@ -309,7 +313,7 @@ set_hosts(struct console_hosts *hosts, const struct listen_addr *addr, int liste
                          : ((struct sockaddr_in *)(void *)&bound)->sin_port);
     snprintf(hosts->port, sizeof(hosts->port), "%u", (unsigned)port);
     snprintf(hosts->listen_host, sizeof(hosts->listen_host), v6 ? "[%s]" : "%s", addr->host);
-    hosts->loopback = address_is_loopback((const struct sockaddr *)&bound);
+    hosts->loopback = httpd_address_is_loopback((const struct sockaddr *)&bound);
     hosts->every_address = addr->host[0] == '\0' || (v4 && memcmp(address, any, 4) == 0) ||
                            (v6 && memcmp(address, any, 16) == 0);
     for (size_t i = 0; i < opts->allowed_count; i++)
@@ -356,6 +360,50 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
     return -1;
 }
 
+/* A worker starts: it connects early, so a wrong URL shows at start. */
+static void
+worker_begin(void *arg)
+{
+    console_database(arg);
+}
+
+static void
+worker_end(void *arg)
+{
+    (void)arg;
+    console_database_close();
+}
+
+/* Serves listen_fd until a stop signal; -1 after a message when the server cannot start. */
+static int
+serve(struct console *console, int listen_fd)
+{
+    const struct httpd_options options = {
+        .max_connections = CONSOLE_MAX_CONNECTIONS,
+        .workers = CONSOLE_WORKERS,
+        .request_ms = CONSOLE_REQUEST_SECONDS * 1000,
+        .answer_ms = CONSOLE_ANSWER_SECONDS * 1000,
+        .request_max_bytes = CONSOLE_REQUEST_MAX_BYTES,
+        .read_body = true,
+        .answer_late_requests = true,
+        .answer = console_answer,
+        .arg = console,
+        .worker_begin = worker_begin,
+        .worker_end = worker_end,
+    };
+    struct httpd *httpd = httpd_new(listen_fd, &options);
+    int rc;
+
+    if (httpd == NULL) {
+        fprintf(stderr, "outboxctl serve: unable to start: %s\n", strerror(errno));
+        return -1;
+    }
+    if ((rc = httpd_run(httpd, &stop_requested)) < 0)
+        fputs("outboxctl serve: unable to start a worker thread\n", stderr);
+    httpd_free(httpd);
+    return rc;
+}
+
 int
 console_serve(const char *database_url, int argc, char **argv)
 {
@@ -397,7 +445,7 @@ console_serve(const char *database_url, int argc, char **argv)
     fprintf(stderr, "outboxctl serve: listening on %s (%s, %s)\n", opts.listen,
             console.token ? "token required" : "loopback, no login",
             console.allow_actions ? "actions allowed" : "read-only");
-    rc = console_server_run(&console, listen_fd, &stop_requested, console_answer);
+    rc = serve(&console, listen_fd);
     close(listen_fd);
     pthread_mutex_destroy(&console.sessions_lock);
     free(console.token);

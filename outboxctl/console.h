@@ -1,7 +1,7 @@
 /*
  * console.h - the operator's console behind `outboxctl serve`: a small
- * HTTP/1.1 server (console.c routes, console_server.c holds the
- * connections), access control (console_auth.c), the JSON API
+ * HTTP/1.1 server (console.c routes; the programs' shared server, src/httpd.c,
+ * holds the connections), access control (console_auth.c), the JSON API
  * under /api/v1/ (console_api.c), the HTML pages (console_html.c), their
  * embedded stylesheet and script (console_assets.c), all standing on the
  * shared state, parameters and database connection (console_request.c).
@@ -17,8 +17,13 @@
 #ifndef OUTBOX_CONSOLE_H
 #define OUTBOX_CONSOLE_H
 
+#include "timeouts.h"
+
 #define CONSOLE_DEFAULT_LISTEN "127.0.0.1:8080"
 #define CONSOLE_REQUEST_MAX_BYTES (256 * 1024)
+#define CONSOLE_WORKERS 4            /* threads building answers, a database connection each */
+#define CONSOLE_MAX_CONNECTIONS 128  /* connections open at once */
+/* CONSOLE_REQUEST_SECONDS and CONSOLE_ANSWER_SECONDS: timeouts.h */
 
 /* Runs `outboxctl serve`: argv holds the options after "serve". Returns the exit code. */
 int console_serve(const char *database_url, int argc, char **argv);

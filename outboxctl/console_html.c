@@ -17,6 +17,7 @@
 #include "console_html.h"
 #include "store_admin.h"
 #include "store_console.h"
+#include "store_dead.h"
 
 #define SESSION_COOKIE "outbox_session"
 
@@ -508,7 +509,7 @@ job_button(struct buffer *out, bool allowed, const char *api, const char *done, 
 /* ---- dead rows ---- */
 
 static void
-dead_filter_form(struct buffer *out, const struct store_console_filter *filter, int64_t limit)
+dead_filter_form(struct buffer *out, const struct store_dead_filter *filter, int64_t limit)
 {
     buffer_puts(out, "<form method=\"get\" action=\"/dead\" class=\"filter\">"
                      "<label>Queue <input name=\"queue\" value=\"");
@@ -524,7 +525,7 @@ dead_filter_form(struct buffer *out, const struct store_console_filter *filter, 
 }
 
 static void
-dead_row(struct buffer *out, bool allowed, const struct store_console_dead_job *job)
+dead_row(struct buffer *out, bool allowed, const struct store_dead_job *job)
 {
     buffer_printf(out, "<tr data-job-id=\"%lld\"><td>%lld</td><td class=\"queue\">",
                   (long long)job->job_id, (long long)job->job_id);
@@ -554,8 +555,8 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
     char queue[256], key[1024], error[1024], number[32];
     const char *q = request->query;
     size_t q_len = strlen(q);
-    struct store_console_filter filter = {0};
-    struct store_console_dead_list list;
+    struct store_dead_filter filter = {0};
+    struct store_dead_list list;
     struct outbox_error err;
     struct buffer *out = &response->body;
     int64_t limit = CONSOLE_DEAD_LIMIT_DEFAULT;
@@ -569,7 +570,7 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
         if (*end != '\0' || limit < 1 || limit > CONSOLE_DEAD_LIMIT_MAX)
             return console_respond_text(response, 400, "limit must be an integer from 1 to 10000");
     }
-    if (store_console_dead_list(conn, &filter, limit, &list, &err) < 0) {
+    if (store_dead_list(conn, &filter, limit, &list, &err) < 0) {
         console_database_failed(&err);
         return database_banner(console, request, response, "Dead rows", "/dead", err.message);
     }
@@ -596,7 +597,7 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
         dead_row(out, console->allow_actions, &list.jobs[i]);
     buffer_puts(out, "</tbody></table>");
     page_end(out);
-    store_console_dead_list_clear(&list);
+    store_dead_list_clear(&list);
     respond_html(response, 200);
 }
 

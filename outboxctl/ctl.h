@@ -24,6 +24,7 @@
 #include "error.h"
 #include "exit_status.h"
 #include "store_admin.h"
+#include "store_dead.h"
 
 /* What ctl_parse_options() returns when the subcommand should run. */
 #define CTL_GO_ON (-1)

@@ -5,7 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "actions.h"
 #include "ctl.h"
 
 #define DEAD_LIST_LIMIT_DEFAULT 100
@@ -18,6 +21,7 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
     static const bool numbers[] = {true, false, true, false, false};
     const char *queue = NULL, *limit_text = NULL;
     int64_t limit = DEAD_LIST_LIMIT_DEFAULT;
+    struct store_dead_filter filter = {0};
     struct store_dead_list list;
     struct ctl_table table = {.columns = 5, .right_aligned = numbers};
     struct outbox_error err;
@@ -33,8 +37,9 @@ ctl_command_dead_list(struct ctl *ctl, int argc, char **argv, int first)
         return EXIT_USAGE;
     if ((taken = ctl_connect(ctl)) != 0)
         return taken;
+    filter.queue = queue;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
-        store_admin_dead_list(ctl->conn, queue, limit, &list, &err) < 0)
+        store_dead_list(ctl->conn, &filter, limit, &list, &err) < 0)
         return ctl_runtime_error(ctl, &err);
     if (list.count == 0) {
         puts("no dead jobs");
@@ -84,4 +89,139 @@ ctl_command_dead_retry(struct ctl *ctl, int argc, char **argv, int first)
         return ctl_runtime_error(ctl, &err);
     printf("retried %lld dead job%s\n", (long long)count, count == 1 ? "" : "s");
     return 0;
+}
+
+/* ---- the console API ---- */
+
+/* Reads the dead-row filter of a query string; false after a 400 answer. */
+static bool
+query_filter(const struct console_request *request, struct api_body *body, int64_t *limit,
+             struct console_response *response)
+{
+    const char *q = request->query;
+    size_t len = strlen(q);
+    char number[32], *end;
+
+    body->has_queue = console_param(q, len, "queue", body->queue, sizeof(body->queue));
+    body->has_key = console_param(q, len, "key", body->ordering_key, sizeof(body->ordering_key));
+    body->has_error = console_param(q, len, "error", body->error, sizeof(body->error));
+    *limit = CONSOLE_DEAD_LIMIT_DEFAULT;
+    if (console_param(q, len, "limit", number, sizeof(number))) {
+        *limit = strtoll(number, &end, 10);
+        if (*end != '\0' || *limit < 1 || *limit > CONSOLE_DEAD_LIMIT_MAX) {
+            api_respond_error(response, 400, "limit must be an integer from 1 to 10000");
+            return false;
+        }
+    }
+    if (console_param(q, len, "job_id", number, sizeof(number))) {
+        body->job_ids = calloc(1, sizeof(*body->job_ids));
+        if (body->job_ids == NULL || (body->job_ids[0] = strtoll(number, &end, 10)) < 1 ||
+            *end != '\0') {
+            api_respond_error(response, 400, "job_id must be a positive integer");
+            return false;
+        }
+        body->job_count = 1;
+    }
+    return true;
+}
+
+static void
+filter_of(const struct api_body *body, struct store_dead_filter *filter)
+{
+    filter->queue = body->has_queue ? body->queue : NULL;
+    filter->ordering_key = body->has_key ? body->ordering_key : NULL;
+    filter->error_text = body->has_error ? body->error : NULL;
+    filter->job_ids = body->job_ids;
+    filter->job_count = body->job_count;
+}
+
+static void
+dead_job_json(struct buffer *out, const struct store_dead_job *job)
+{
+    buffer_printf(out, "{\"job_id\":%lld", (long long)job->job_id);
+    api_field_string(out, "queue", job->queue);
+    api_field_string(out, "ordering_key", job->ordering_key);
+    api_field_int(out, "attempts", job->attempts);
+    api_field_int(out, "max_attempts", job->max_attempts);
+    api_field_string(out, "finished_at", job->finished_at);
+    api_field_string(out, "last_error", job->last_error);
+    /* payload and headers are jsonb texts: valid JSON, but escaped like any value */
+    api_json_key(out, false, "payload");
+    buffer_puts(out, job->payload ? job->payload : "null");
+    api_json_key(out, false, "headers");
+    buffer_puts(out, job->headers ? job->headers : "null");
+    buffer_puts(out, "}");
+}
+
+void
+api_dead(struct api_call *call)
+{
+    struct console_response *response = call->response;
+    struct api_body body = {0};
+    struct store_dead_filter filter;
+    struct store_dead_list list;
+    struct outbox_error err;
+    int64_t limit;
+
+    if (!query_filter(call->request, &body, &limit, response))
+        goto done;
+    filter_of(&body, &filter);
+    if (store_dead_list(call->conn, &filter, limit, &list, &err) < 0) {
+        api_respond_store_error(response, &err);
+        goto done;
+    }
+    buffer_puts(&response->body, "[");
+    for (size_t i = 0; i < list.count; i++) {
+        if (i > 0)
+            buffer_putc(&response->body, ',');
+        dead_job_json(&response->body, &list.jobs[i]);
+    }
+    buffer_puts(&response->body, "]");
+    store_dead_list_clear(&list);
+    api_respond_json(response, 200);
+done:
+    free(body.job_ids);
+}
+
+/* Retries or deletes the dead rows the body selects. */
+static void
+dead_action(struct api_call *call, bool delete)
+{
+    const struct api_body *body = call->body;
+    struct console_response *response = call->response;
+    const char *action = delete ? "dead/delete" : "dead/retry";
+    struct store_dead_filter filter;
+    struct outbox_error err;
+    char outcome[600];
+    int64_t count = 0;
+    int rc;
+
+    if (!body->has_job_ids && !body->has_queue && !body->has_key && !body->has_error)
+        return api_respond_error(response, 400,
+                                 "give job_ids, or a queue (with ordering_key or error to narrow it)");
+    filter_of(body, &filter);
+    rc = delete ? store_dead_delete(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
+                                            (void *)action, &count, &err)
+                : store_dead_retry(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
+                                           (void *)action, &count, &err);
+    snprintf(outcome, sizeof(outcome), "%lld rows%s%s", (long long)count, rc < 0 ? ", then " : "",
+             rc < 0 ? err.message : "");
+    api_log_action(call->request, action, body, outcome);
+    if (rc < 0)
+        return api_respond_store_error(response, &err);
+    buffer_printf(&response->body, "{\"%s\":%lld}", delete ? "deleted" : "retried",
+                  (long long)count);
+    api_respond_json(response, 200);
+}
+
+void
+api_dead_retry(struct api_call *call)
+{
+    dead_action(call, false);
+}
+
+void
+api_dead_delete(struct api_call *call)
+{
+    dead_action(call, true);
 }

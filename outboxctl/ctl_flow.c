@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "actions.h"
 #include "ctl.h"
 
 /* Writes the pauses as a JSON array. */
@@ -180,4 +181,47 @@ ctl_command_paused(struct ctl *ctl, int argc, char **argv, int first)
     ctl_table_clear(&table);
     store_pause_list_clear(&list);
     return ok ? 0 : ctl_out_of_memory();
+}
+
+/* ---- the console API ---- */
+
+/* Pauses or resumes the queue, or one ordering key of it, the body names. */
+static void
+flow_action(struct api_call *call, bool pause)
+{
+    const struct api_body *body = call->body;
+    struct console_response *response = call->response;
+    PGconn *conn = call->conn;
+    const char *key = body->has_key ? body->ordering_key : NULL;
+    struct outbox_error err;
+    bool changed = false;
+    int64_t still = 0; /* not reported: read in the statement's snapshot, before the resume */
+    int rc;
+
+    if (!body->has_queue)
+        return api_respond_error(response, 400, "queue is required");
+    if (pause)
+        rc = store_admin_pause(conn, body->queue, key, body->has_reason ? body->reason : NULL,
+                               &changed, &err);
+    else
+        rc = store_admin_resume(conn, body->queue, key, &changed, &still, &err);
+    api_log_action(call->request, pause ? "pause" : "resume", body,
+                   rc < 0 ? err.message : changed ? "1 row" : "0 rows (no change)");
+    if (rc < 0)
+        return api_respond_store_error(response, &err);
+    buffer_printf(&response->body, "{\"changed\":%s", changed ? "true" : "false");
+    buffer_puts(&response->body, "}");
+    api_respond_json(response, 200);
+}
+
+void
+api_pause(struct api_call *call)
+{
+    flow_action(call, true);
+}
+
+void
+api_resume(struct api_call *call)
+{
+    flow_action(call, false);
 }

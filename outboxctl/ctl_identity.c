@@ -2,13 +2,16 @@
  * outboxctl identity show|set: the database's identity, what the message ids
  * of its rows are made of (sql/015_identity.sql). `set` gives a copy of a
  * database an id of its own, or switches a database of an earlier release
- * to the message ids of the database form.
+ * to the message ids of the database form. The console's GET identity
+ * answers what `identity show --json` prints.
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "actions.h"
 #include "ctl.h"
+#include "json.h"
 
 void
 ctl_identity_text(char *line, size_t size, const struct store_identity_row *identity)
@@ -26,18 +29,30 @@ ctl_identity_text(char *line, size_t size, const struct store_identity_row *iden
                  identity->timeline);
 }
 
+/* The identity as a JSON value into out: an object, or null when there is none. */
+static void
+identity_json(struct buffer *out, const struct store_identity_row *identity, unsigned flags)
+{
+    if (identity->database_id[0] == '\0') {
+        buffer_puts(out, "null");
+        return;
+    }
+    buffer_puts(out, "{\"database_id\":");
+    json_put_text(out, identity->database_id, flags);
+    buffer_puts(out, ",\"id_form\":");
+    json_put_text(out, identity->id_form, flags);
+    buffer_printf(out, ",\"epoch\":%d,\"timeline\":%lld}", identity->epoch, identity->timeline);
+}
+
 void
 ctl_identity_json(FILE *out, const struct store_identity_row *identity)
 {
-    if (identity->database_id[0] == '\0') {
-        fputs("null", out);
-        return;
-    }
-    fputs("{\"database_id\":", out);
-    ctl_json_string(out, identity->database_id);
-    fputs(",\"id_form\":", out);
-    ctl_json_string(out, identity->id_form);
-    fprintf(out, ",\"epoch\":%d,\"timeline\":%lld}", identity->epoch, identity->timeline);
+    struct buffer json = {0};
+
+    identity_json(&json, identity, 0);
+    if (json.data != NULL)
+        fwrite(json.data, 1, json.len, out);
+    buffer_clear(&json);
 }
 
 static void
@@ -100,4 +115,20 @@ ctl_command_identity_set(struct ctl *ctl, int argc, char **argv, int first)
     }
     print_identity(&identity, json);
     return 0;
+}
+
+/* ---- the console API ---- */
+
+/* GET identity: the database's identity, as identity show --json prints it. */
+void
+api_identity(struct api_call *call)
+{
+    struct store_identity_row identity;
+    struct outbox_error err;
+    bool present;
+
+    if (store_admin_identity(call->conn, &identity, &present, &err) < 0)
+        return api_respond_store_error(call->response, &err);
+    identity_json(&call->response->body, &identity, JSON_HTML_SAFE);
+    api_respond_json(call->response, 200);
 }

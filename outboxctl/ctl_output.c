@@ -11,43 +11,20 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "json.h"
 
 /* ---- output helpers ---------------------------------------------------- */
 
-/* Writes text as a JSON string: quoted, with " \ and control characters escaped. */
+/* Writes text as a JSON string (NULL as null) through the shared writer. */
 void
 ctl_json_string(FILE *out, const char *text)
 {
-    if (text == NULL) {
-        fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", out);
-            break;
-        case '\\':
-            fputs("\\\\", out);
-            break;
-        case '\n':
-            fputs("\\n", out);
-            break;
-        case '\r':
-            fputs("\\r", out);
-            break;
-        case '\t':
-            fputs("\\t", out);
-            break;
-        default:
-            if (*p < 0x20 || *p == 0x7f)
-                fprintf(out, "\\u%04x", *p);
-            else
-                fputc(*p, out);
-        }
-    }
-    fputc('"', out);
+    struct buffer json = {0};
+
+    json_put_text(&json, text, 0);
+    if (json.data != NULL)
+        fwrite(json.data, 1, json.len, out);
+    buffer_clear(&json);
 }
 
 /* Appends a row of printf-formatted cells, one format per column. */

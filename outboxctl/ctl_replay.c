@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actions.h"
 #include "ctl.h"
 #include "parse.h"
 
@@ -189,4 +190,76 @@ ctl_command_replay(struct ctl *ctl, int argc, char **argv, int first)
         rc = run_replay(ctl, &args);
     free(args.ids);
     return rc;
+}
+
+/* ---- the console API ---- */
+
+/* Checks since and until with the server's timestamptz reader; false after a 400. */
+static bool
+replay_times_ok(PGconn *conn, const struct api_body *body,
+                struct console_response *response)
+{
+    const char *times[2] = {body->has_since ? body->since : NULL,
+                            body->has_until ? body->until : NULL};
+    struct outbox_error err;
+
+    for (int i = 0; i < 2; i++) {
+        if (times[i] != NULL && store_admin_check_time(conn, times[i], &err) < 0) {
+            char reason[200];
+
+            if (err.code != OUTBOX_ERR_INVALID) {
+                api_respond_store_error(response, &err);
+                return false;
+            }
+            snprintf(reason, sizeof(reason), "%s is not a time: %.100s", i ? "until" : "since",
+                     times[i]);
+            api_respond_error(response, 400, reason);
+            return false;
+        }
+    }
+    return true;
+}
+
+void
+api_replay(struct api_call *call)
+{
+    const struct api_body *body = call->body;
+    struct console_response *response = call->response;
+    PGconn *conn = call->conn;
+    struct store_replay_request replay = {0};
+    struct store_replay_result result = {0};
+    struct outbox_error err;
+    char outcome[600];
+    int rc;
+
+    if (!body->has_queue)
+        return api_respond_error(response, 400, "queue is required");
+    if (body->has_job_ids == body->has_since)
+        return api_respond_error(response, 400, "give either since (with until) or job_ids");
+    if (body->has_until && !body->has_since)
+        return api_respond_error(response, 400, "until needs since");
+    if (!replay_times_ok(conn, body, response))
+        return;
+    replay.queue = body->queue;
+    replay.since = body->has_since ? body->since : NULL;
+    replay.until = body->has_until ? body->until : NULL;
+    replay.job_ids = body->job_ids;
+    replay.job_count = body->job_count;
+    replay.ordering_key = body->has_key ? body->ordering_key : NULL;
+    replay.dry_run = body->dry_run;
+    replay.batch_size = CONSOLE_BATCH_SIZE;
+    rc = store_admin_replay(conn, &replay, &result, &err);
+    snprintf(outcome, sizeof(outcome), "%s%lld rows%s%s", body->dry_run ? "dry run, " : "",
+             (long long)result.replayed, rc < 0 ? ", then " : "", rc < 0 ? err.message : "");
+    api_log_action(call->request, "replay", body, outcome);
+    if (rc < 0)
+        return api_respond_store_error(response, &err);
+    buffer_printf(&response->body, "{\"dry_run\":%s", body->dry_run ? "true" : "false");
+    api_field_int(&response->body, "replayed", result.replayed);
+    api_field_int(&response->body, "ready", result.ready);
+    api_field_int(&response->body, "running", result.running);
+    api_field_int(&response->body, "dead", result.dead);
+    api_field_int(&response->body, "missing", result.missing);
+    buffer_puts(&response->body, "}");
+    api_respond_json(response, 200);
 }

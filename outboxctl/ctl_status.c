@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actions.h"
 #include "ctl.h"
 #include "parse.h"
 #include "retention.h"
@@ -17,14 +18,35 @@
 /* Longest last_error shown in status's blocked keys table; --json has it whole. */
 #define BLOCKED_ERROR_WIDTH 60
 
+/* The blocked keys of one queue, as the JSON array of its "blocked". */
 static void
-print_status_json(const struct store_status *status)
+print_blocked_json(const struct store_status *status, const char *queue)
 {
-    const struct store_oldest_transaction *oldest = &status->oldest_transaction;
+    for (size_t k = 0, shown = 0; k < status->blocked_count; k++) {
+        const struct store_blocked_key *key = &status->blocked[k];
 
-    printf("{\"schema_version\":%d,\"identity\":", status->schema_version);
-    ctl_identity_json(stdout, &status->identity);
-    fputs(",\"queues\":[", stdout);
+        if (strcmp(key->queue, queue) != 0)
+            continue;
+        fputs(shown++ > 0 ? ",{\"ordering_key\":" : "{\"ordering_key\":", stdout);
+        ctl_json_string(stdout, key->ordering_key);
+        printf(",\"head_job_id\":%lld,\"head_state\":", (long long)key->head_job_id);
+        ctl_json_string(stdout, key->head_state);
+        printf(",\"attempts\":%d,\"max_attempts\":%d,\"retry_in_seconds\":", (int)key->attempts,
+               (int)key->max_attempts);
+        if (key->retry_in_seconds < 0)
+            fputs("null", stdout); /* never */
+        else
+            printf("%.3f", key->retry_in_seconds);
+        printf(",\"waiting\":%lld,\"last_error\":", (long long)key->waiting);
+        ctl_json_string(stdout, key->last_error);
+        fputs("}", stdout);
+    }
+}
+
+/* The queues, each with its blocked keys, as the JSON array of "queues". */
+static void
+print_queues_json(const struct store_status *status)
+{
     for (size_t i = 0; i < status->queue_count; i++) {
         const struct store_queue_status *queue = &status->queues[i];
 
@@ -40,27 +62,41 @@ print_status_json(const struct store_status *status)
                queue->oldest_ready_seconds,
                queue->paused ? "true" : "false", (long long)queue->paused_keys,
                (long long)queue->blocked_keys);
-        for (size_t k = 0, shown = 0; k < status->blocked_count; k++) {
-            const struct store_blocked_key *key = &status->blocked[k];
-
-            if (strcmp(key->queue, queue->queue) != 0)
-                continue;
-            fputs(shown++ > 0 ? ",{\"ordering_key\":" : "{\"ordering_key\":", stdout);
-            ctl_json_string(stdout, key->ordering_key);
-            printf(",\"head_job_id\":%lld,\"head_state\":", (long long)key->head_job_id);
-            ctl_json_string(stdout, key->head_state);
-            printf(",\"attempts\":%d,\"max_attempts\":%d,\"retry_in_seconds\":", (int)key->attempts,
-                   (int)key->max_attempts);
-            if (key->retry_in_seconds < 0)
-                fputs("null", stdout); /* never */
-            else
-                printf("%.3f", key->retry_in_seconds);
-            printf(",\"waiting\":%lld,\"last_error\":", (long long)key->waiting);
-            ctl_json_string(stdout, key->last_error);
-            fputs("}", stdout);
-        }
+        print_blocked_json(status, queue->queue);
         fputs("]}", stdout);
     }
+}
+
+/* The oldest transaction as a JSON object, or null when there is none. */
+static void
+print_oldest_json(const struct store_oldest_transaction *oldest)
+{
+    if (!oldest->present) {
+        fputs("null", stdout);
+        return;
+    }
+    printf("{\"pid\":%d,\"application_name\":", oldest->pid);
+    ctl_json_string(stdout, oldest->application_name);
+    fputs(",\"state\":", stdout);
+    ctl_json_string(stdout, oldest->state);
+    printf(",\"age_seconds\":%.3f,\"xid_age\":%lld,\"database\":", oldest->age_seconds,
+           (long long)oldest->xid_age);
+    ctl_json_string(stdout, oldest->database);
+    fputs(",\"prepared_gid\":", stdout);
+    if (oldest->prepared_gid != NULL && oldest->prepared_gid[0] != '\0')
+        ctl_json_string(stdout, oldest->prepared_gid);
+    else
+        fputs("null", stdout);
+    fputs("}", stdout);
+}
+
+static void
+print_status_json(const struct store_status *status)
+{
+    printf("{\"schema_version\":%d,\"identity\":", status->schema_version);
+    ctl_identity_json(stdout, &status->identity);
+    fputs(",\"queues\":[", stdout);
+    print_queues_json(status);
     fputs("],\"paused\":", stdout);
     ctl_print_pauses_json(&status->paused);
     printf(",\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,\"live_tuples\":%lld,"
@@ -77,23 +113,7 @@ print_status_json(const struct store_status *status)
            (long long)status->cleanup.past_retention_rows,
            status->cleanup.oldest_past_retention_seconds);
     fputs("},\"oldest_transaction\":", stdout);
-    if (!oldest->present) {
-        fputs("null", stdout);
-    } else {
-        printf("{\"pid\":%d,\"application_name\":", oldest->pid);
-        ctl_json_string(stdout, oldest->application_name);
-        fputs(",\"state\":", stdout);
-        ctl_json_string(stdout, oldest->state);
-        printf(",\"age_seconds\":%.3f,\"xid_age\":%lld,\"database\":", oldest->age_seconds,
-               (long long)oldest->xid_age);
-        ctl_json_string(stdout, oldest->database);
-        fputs(",\"prepared_gid\":", stdout);
-        if (oldest->prepared_gid != NULL && oldest->prepared_gid[0] != '\0')
-            ctl_json_string(stdout, oldest->prepared_gid);
-        else
-            fputs("null", stdout);
-        fputs("}", stdout);
-    }
+    print_oldest_json(&status->oldest_transaction);
     fputs("}\n", stdout);
 }
 
@@ -323,4 +343,227 @@ ctl_command_status(struct ctl *ctl, int argc, char **argv, int first)
         rc = print_status_text(&status);
     store_status_clear(&status);
     return rc;
+}
+
+/* ---- the console API ---- */
+
+/* One queue's counts, as GET queues lists them. */
+static void
+queue_json(struct buffer *out, const struct store_queue_status *queue)
+{
+    buffer_puts(out, "{\"queue\":");
+    console_json_string(out, queue->queue);
+    buffer_printf(out, ",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld",
+                  (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
+                  (long long)queue->dead);
+    buffer_printf(out, ",\"oldest_ready_seconds\":%.3f", queue->oldest_ready_seconds);
+    api_field_bool(out, "paused", queue->paused);
+    buffer_printf(out, ",\"paused_keys\":%lld,\"blocked_keys\":%lld", (long long)queue->paused_keys,
+                  (long long)queue->blocked_keys);
+    api_field_bool(out, "stream", queue->stream);
+    buffer_printf(out, ",\"stream_published\":%lld,\"stream_waiting\":%lld",
+                  (long long)queue->stream_published, (long long)queue->stream_waiting);
+    buffer_puts(out, "}");
+}
+
+/* One blocked ordering key, as GET blocked lists them. */
+static void
+blocked_json(struct buffer *out, const struct store_blocked_key *key)
+{
+    buffer_puts(out, "{\"queue\":");
+    console_json_string(out, key->queue);
+    api_field_string(out, "ordering_key", key->ordering_key);
+    api_field_int(out, "head_job_id", key->head_job_id);
+    api_field_string(out, "head_state", key->head_state);
+    buffer_printf(out, ",\"attempts\":%lld,\"max_attempts\":%lld", (long long)key->attempts,
+                  (long long)key->max_attempts);
+    api_field_string(out, "last_error", key->last_error);
+    buffer_printf(out, ",\"retry_in_seconds\":%.3f", key->retry_in_seconds);
+    api_field_int(out, "waiting", key->waiting);
+    buffer_puts(out, "}");
+}
+
+static void
+pauses_json(struct buffer *out, const struct store_pause_list *list)
+{
+    buffer_puts(out, "[");
+    for (size_t i = 0; i < list->count; i++) {
+        const struct store_pause *pause = &list->pauses[i];
+
+        buffer_puts(out, i > 0 ? ",{\"queue\":" : "{\"queue\":");
+        console_json_string(out, pause->queue);
+        api_field_string(out, "ordering_key", pause->ordering_key);
+        api_field_string(out, "reason", pause->reason);
+        api_field_string(out, "paused_by", pause->paused_by);
+        api_field_string(out, "paused_at", pause->paused_at);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "]");
+}
+
+static void
+relays_json(struct buffer *out, const struct store_console_overview *overview)
+{
+    buffer_puts(out, "[");
+    for (size_t i = 0; i < overview->relay_count; i++) {
+        const struct store_console_relay *relay = &overview->relays[i];
+
+        buffer_puts(out, i > 0 ? ",{\"worker_id\":" : "{\"worker_id\":");
+        console_json_string(out, relay->worker_id);
+        api_field_int(out, "rows", relay->rows);
+        buffer_printf(out, ",\"lease_expires_in_seconds\":%.3f,\"last_lease_expires_in_seconds\":%.3f",
+                      relay->lease_min_seconds, relay->lease_max_seconds);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "]");
+}
+
+static void
+overview_json(struct buffer *out, const struct store_console_overview *overview, const char *only)
+{
+    const struct store_status *status = &overview->status;
+    const struct store_oldest_transaction *oldest = &status->oldest_transaction;
+
+    if (strcmp(only, "queues") == 0 || strcmp(only, "blocked") == 0) {
+        bool queues = strcmp(only, "queues") == 0;
+        size_t count = queues ? status->queue_count : status->blocked_count;
+
+        buffer_puts(out, "[");
+        for (size_t i = 0; i < count; i++) {
+            if (i > 0)
+                buffer_putc(out, ',');
+            if (queues)
+                queue_json(out, &status->queues[i]);
+            else
+                blocked_json(out, &status->blocked[i]);
+        }
+        buffer_puts(out, "]");
+        return;
+    }
+    if (strcmp(only, "relays") == 0)
+        return relays_json(out, overview);
+    if (strcmp(only, "paused") == 0)
+        return pauses_json(out, &status->paused);
+    buffer_printf(out, "{\"schema_version\":%d", status->schema_version);
+    api_field_bool(out, "succeeded_estimated", overview->succeeded_estimated);
+    buffer_printf(out, ",\"table\":{\"table_bytes\":%lld,\"index_bytes\":%lld,"
+                       "\"live_tuples_estimate\":%lld,\"dead_tuples\":%lld",
+                  (long long)status->table_bytes, (long long)status->index_bytes,
+                  (long long)status->live_tuples, (long long)status->dead_tuples);
+    api_field_string(out, "last_autovacuum", status->last_autovacuum);
+    api_field_string(out, "last_autoanalyze", status->last_autoanalyze);
+    buffer_printf(out, "},\"vacuum_horizon\":{\"present\":%s", oldest->present ? "true" : "false");
+    api_field_int(out, "pid", oldest->pid);
+    api_field_string(out, "application_name", oldest->application_name);
+    api_field_string(out, "state", oldest->state);
+    buffer_printf(out, ",\"age_seconds\":%.3f", oldest->age_seconds);
+    api_field_int(out, "xid_age", oldest->xid_age);
+    api_field_string(out, "database", oldest->database);
+    api_field_text_or_null(out, "prepared_gid", oldest->prepared_gid);
+    buffer_puts(out, "},\"queues\":");
+    overview_json(out, overview, "queues");
+    buffer_puts(out, ",\"relays\":");
+    relays_json(out, overview);
+    buffer_puts(out, ",\"blocked_keys\":");
+    overview_json(out, overview, "blocked");
+    buffer_puts(out, ",\"paused\":");
+    pauses_json(out, &status->paused);
+    buffer_puts(out, "}");
+}
+
+/* What each endpoint of the overview reads: only what it shows. */
+static unsigned
+overview_parts(const char *only)
+{
+    if (strcmp(only, "queues") == 0)
+        return STORE_CONSOLE_QUEUES;
+    if (strcmp(only, "blocked") == 0)
+        return STORE_CONSOLE_BLOCKED;
+    if (strcmp(only, "paused") == 0)
+        return STORE_CONSOLE_PAUSED;
+    if (strcmp(only, "relays") == 0)
+        return STORE_CONSOLE_RELAYS;
+    return STORE_CONSOLE_EVERYTHING;
+}
+
+void
+api_overview(struct api_call *call)
+{
+    const char *only = call->path;
+    struct console_response *response = call->response;
+    struct store_console_overview overview;
+    struct outbox_error err;
+
+    if (store_console_overview(call->conn, overview_parts(only), &overview, &err) < 0)
+        return api_respond_store_error(response, &err);
+    overview_json(&response->body, &overview, only);
+    store_console_overview_clear(&overview);
+    api_respond_json(response, 200);
+}
+
+void
+api_chart(struct api_call *call)
+{
+    struct console_response *response = call->response;
+    struct store_console_chart chart;
+    struct outbox_error err;
+    struct buffer *out = &response->body;
+
+    if (store_console_chart(call->conn, &chart, &err) < 0)
+        return api_respond_store_error(response, &err);
+    buffer_puts(out, "{\"minutes\":[");
+    for (int i = 0; i < STORE_CONSOLE_CHART_MINUTES; i++)
+        buffer_printf(out, "%s{\"minute\":%lld,\"enqueued\":%lld,\"published\":%lld}",
+                      i > 0 ? "," : "", (long long)chart.minute_epoch[i],
+                      (long long)chart.enqueued[i], (long long)chart.published[i]);
+    buffer_puts(out, "]}");
+    api_respond_json(response, 200);
+}
+
+static void
+streams_json(struct buffer *out, const struct store_console_streams *streams)
+{
+    const struct stream_horizon *horizon = &streams->horizon;
+
+    buffer_puts(out, "{\"partitions\":[");
+    for (size_t i = 0; i < streams->count; i++) {
+        const struct stream_lag *lag = &streams->partitions[i];
+
+        buffer_puts(out, i > 0 ? ",{" : "{");
+        api_json_key(out, true, "queue");
+        console_json_string(out, lag->queue);
+        api_field_int(out, "partition", lag->partition);
+        api_field_int(out, "lag_rows", lag->rows);
+        buffer_printf(out, ",\"lag_seconds\":%.3f", lag->seconds);
+        api_field_text_or_null(out, "owner", lag->owner);
+        api_field_text_or_null(out, "lease_until", lag->lease_until);
+        buffer_puts(out, "}");
+    }
+    buffer_puts(out, "],\"horizon\":");
+    if (!horizon->found) {
+        buffer_puts(out, "null}");
+        return;
+    }
+    buffer_printf(out, "{\"pid\":%d", horizon->pid);
+    buffer_printf(out, ",\"age_seconds\":%.3f", horizon->seconds);
+    api_field_string(out, "user", horizon->user);
+    api_field_string(out, "database", horizon->database);
+    api_field_string(out, "application_name", horizon->application);
+    api_field_string(out, "query", horizon->query);
+    api_field_text_or_null(out, "prepared_gid", horizon->prepared);
+    buffer_puts(out, "}}");
+}
+
+void
+api_streams(struct api_call *call)
+{
+    struct console_response *response = call->response;
+    struct store_console_streams streams;
+    struct outbox_error err;
+
+    if (store_console_streams(call->conn, &streams, &err) < 0)
+        return api_respond_store_error(response, &err);
+    streams_json(&response->body, &streams);
+    store_console_streams_clear(&streams);
+    api_respond_json(response, 200);
 }

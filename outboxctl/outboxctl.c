@@ -3,9 +3,10 @@
  * schema, show status, list and retry dead jobs, purge old succeeded jobs,
  * enqueue a job by hand, pause and resume queues, replay published jobs,
  * purge the consumers' inbox, serve the web console. This file holds main
- * and the dispatch table; each subcommand lives in a ctl_<job>.c file, and
- * what they all share (help, options, errors, connecting) in ctl_common.c.
- * A new subcommand is one row in command_table and one line in the help.
+ * and the dispatch from the action table (actions.c); each subcommand lives
+ * in a ctl_<topic>.c file, and what they all share (help, options, errors,
+ * connecting) in ctl_common.c. A new subcommand is one row in the action
+ * table and one line in the help.
  *
  * Exit codes: 0 success, 1 runtime error (connection, database, missing
  * schema), 2 usage error, reported in one line naming the bad option. A
@@ -19,10 +20,10 @@
 
 #include <libpq-fe.h>
 
+#include "actions.h"
 #include "console.h"
 #include "ctl.h"
 #include "error.h"
-#include "stream.h"
 
 
 #ifndef OUTBOX_VERSION
@@ -37,43 +38,6 @@ ctl_command_serve(struct ctl *ctl, int argc, char **argv, int first)
     return console_serve(ctl->database_url, argc - first, argv + first);
 }
 
-/* stream enable|disable|list: stream.c reads its own subcommand. */
-static int
-ctl_command_stream(struct ctl *ctl, int argc, char **argv, int first)
-{
-    return outboxctl_stream(ctl->database_url, argc, argv, first);
-}
-
-/*
- * Every subcommand, one row each: a name of one word ("status"), or of a
- * group word and a subcommand word ("dead list"); the rows of one group are
- * listed together, in the order the group's messages name them.
- */
-static const struct ctl_command_row {
-    const char *name;
-    ctl_command_fn *run;
-} command_table[] = {
-    /* clang-format off */
-    {"migrate", ctl_command_migrate},
-    {"status", ctl_command_status},
-    {"purge", ctl_command_purge},
-    {"enqueue", ctl_command_enqueue},
-    {"pause", ctl_command_pause},
-    {"resume", ctl_command_resume},
-    {"paused", ctl_command_paused},
-    {"replay", ctl_command_replay},
-    {"serve", ctl_command_serve},
-    {"stream", ctl_command_stream},
-    {"inbox purge", ctl_command_inbox_purge},
-    {"identity show", ctl_command_identity_show},
-    {"identity set", ctl_command_identity_set},
-    {"dead list", ctl_command_dead_list},
-    {"dead retry", ctl_command_dead_retry},
-    /* clang-format on */
-};
-
-#define COMMAND_COUNT (sizeof(command_table) / sizeof(command_table[0]))
-
 /* The length of the group word of name, or 0 for a one-word name. */
 static size_t
 group_length(const char *name)
@@ -83,13 +47,13 @@ group_length(const char *name)
     return space != NULL ? (size_t)(space - name) : 0;
 }
 
-/* True when row is a subcommand of the group word. */
+/* True when row is a command-line subcommand of the group word. */
 static bool
-in_group(const struct ctl_command_row *row, const char *word)
+in_group(const struct action *row, const char *word)
 {
-    size_t len = group_length(row->name);
+    size_t len = row->verb != NULL ? group_length(row->verb) : 0;
 
-    return len > 0 && strlen(word) == len && strncmp(row->name, word, len) == 0;
+    return len > 0 && strlen(word) == len && strncmp(row->verb, word, len) == 0;
 }
 
 /* Writes the subcommands of group into buf as "a", "a or b", "a, b or c". */
@@ -98,11 +62,11 @@ group_choices(const char *group, char *buf, size_t size)
 {
     size_t total = 0, seen = 0, used = 0;
 
-    for (size_t r = 0; r < COMMAND_COUNT; r++)
-        total += in_group(&command_table[r], group);
+    for (size_t r = 0; r < action_count; r++)
+        total += in_group(&action_table[r], group);
     buf[0] = '\0';
-    for (size_t r = 0; r < COMMAND_COUNT && used < size; r++) {
-        const struct ctl_command_row *row = &command_table[r];
+    for (size_t r = 0; r < action_count && used < size; r++) {
+        const struct action *row = &action_table[r];
         const char *separator;
 
         if (!in_group(row, group))
@@ -110,7 +74,7 @@ group_choices(const char *group, char *buf, size_t size)
         seen++;
         separator = seen == 1 ? "" : seen == total ? " or " : ", ";
         used += (size_t)snprintf(buf + used, size - used, "%s%s", separator,
-                                 row->name + group_length(row->name) + 1);
+                                 row->verb + group_length(row->verb) + 1);
     }
     return buf;
 }
@@ -122,11 +86,11 @@ run_group(struct ctl *ctl, int argc, char **argv, int i)
     const char *group = argv[i];
     char choices[256];
 
-    for (size_t r = 0; r < COMMAND_COUNT && i + 1 < argc; r++) {
-        const struct ctl_command_row *row = &command_table[r];
+    for (size_t r = 0; r < action_count && i + 1 < argc; r++) {
+        const struct action *row = &action_table[r];
 
-        if (in_group(row, group) && strcmp(row->name + strlen(group) + 1, argv[i + 1]) == 0) {
-            ctl->command = row->name;
+        if (in_group(row, group) && strcmp(row->verb + strlen(group) + 1, argv[i + 1]) == 0) {
+            ctl->command = row->verb;
             return row->run(ctl, argc, argv, i + 2);
         }
     }
@@ -145,12 +109,12 @@ static int
 dispatch(struct ctl *ctl, int argc, char **argv, int i)
 {
     ctl->command = argv[i];
-    for (size_t r = 0; r < COMMAND_COUNT; r++) {
-        const struct ctl_command_row *row = &command_table[r];
+    for (size_t r = 0; r < action_count; r++) {
+        const struct action *row = &action_table[r];
 
         if (in_group(row, argv[i]))
             return run_group(ctl, argc, argv, i);
-        if (strcmp(row->name, argv[i]) == 0)
+        if (row->verb != NULL && strcmp(row->verb, argv[i]) == 0)
             return row->run(ctl, argc, argv, i + 1);
     }
     return ctl_usage_error("unknown command '%s'", argv[i]);

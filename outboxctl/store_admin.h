@@ -1,6 +1,7 @@
 /*
  * store_admin.h - the operators' half of the store: status figures, dead
- * rows, retention purge and one-off enqueue, as used by outboxctl.
+ * rows, retention purge and one-off enqueue, as used by outboxctl. Dead
+ * rows, the command line's and the console's alike, are store_dead.h's.
  *
  * Every function runs on a connection the caller owns, with no transaction
  * open, and uses bound parameters only. Results are owned by the caller and
@@ -141,34 +142,6 @@ struct store_status {
 int store_admin_status(PGconn *conn, double retention_seconds, struct store_status *status,
                        struct outbox_error *err);
 void store_status_clear(struct store_status *status);
-
-/* One dead row. */
-struct store_dead_job {
-    int64_t job_id;
-    char *queue;
-    int32_t attempts;
-    int32_t max_attempts;
-    char *finished_at; /* ISO 8601 UTC */
-    char *last_error;  /* NULL when none was recorded */
-};
-
-struct store_dead_list {
-    struct store_dead_job *jobs;
-    size_t count;
-};
-
-/* Lists up to limit dead rows of queue (NULL: every queue), by queue and job_id. */
-int store_admin_dead_list(PGconn *conn, const char *queue, int64_t limit,
-                          struct store_dead_list *list, struct outbox_error *err);
-void store_dead_list_clear(struct store_dead_list *list);
-
-/*
- * Makes dead rows ready again now with max_attempts = attempts +
- * extra_attempts: those of queue (NULL: any) and job_id (0: any). Keeps
- * last_error. Stores the number of rows changed in *count.
- */
-int store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t extra_attempts,
-                           int64_t *count, struct outbox_error *err);
 
 /*
  * How far a batched command (purge, inbox purge, replay) has come: after

@@ -1,6 +1,6 @@
 /*
  * store_admin_sql.h - what the outboxctl store files (store_admin.c,
- * store_batch.c, store_console.c) share and no one else needs: the SQL text
+ * store_batch.c, store_console.c, store_dead.c) share and no one else needs: the SQL text
  * macros that make times read back alike under any DateStyle and TimeZone,
  * the helpers that run a statement and turn its failure into an
  * outbox_error (a missing table naming the missing schema), and the readers
@@ -52,6 +52,14 @@ PGresult *store_admin_exec(PGconn *conn, const char *sql, int count, const char 
  * Fills err from a failed result (result may be NULL); a missing table,
  * schema or function is a missing schema. Returns -1.
  */
+/*
+ * The rows of a statement's result, with room for them: *items (NULL when
+ * none) gets rows zeroed items of size bytes. -1 with err and result
+ * cleared when the statement failed (context names it) or memory ran out.
+ */
+int store_admin_rows(PGconn *conn, PGresult *result, const char *context, void **items,
+                     size_t size, struct outbox_error *err);
+
 int store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
                      const char *context);
 

@@ -1,8 +1,7 @@
 /*
  * store_console.h - the queries behind the operator's console (outboxctl
  * serve): the overview at a glance, the stream partitions, the traffic
- * chart, dead rows with their payloads, and bounded batch actions on dead
- * rows.
+ * chart (its dead rows, with their payloads, are store_dead.h's).
  *
  * Nothing here scans the whole of outbox.job on a large table: ready,
  * running and dead rows are counted from their partial indexes, and stream
@@ -94,56 +93,5 @@ struct store_console_chart {
  * cost the hour's rows, not the table's.
  */
 int store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err);
-
-/* Which dead rows: every given field narrows the selection (all NULL / 0: every dead row). */
-struct store_console_filter {
-    const char *queue;
-    const char *ordering_key;
-    const char *error_text; /* a case-insensitive substring of last_error */
-    const int64_t *job_ids;
-    size_t job_count;
-};
-
-struct store_console_dead_job {
-    int64_t job_id;
-    char *queue;
-    char *ordering_key; /* NULL: none */
-    int32_t attempts;
-    int32_t max_attempts;
-    char *finished_at; /* ISO 8601 UTC */
-    char *last_error;  /* NULL: none */
-    char *payload;     /* JSON text; a longer one than STORE_CONSOLE_PAYLOAD_MAX bytes
-                          comes as a JSON string of its first characters and " [cut]" */
-    char *headers;     /* JSON text */
-};
-
-#define STORE_CONSOLE_PAYLOAD_MAX 65536
-
-struct store_console_dead_list {
-    struct store_console_dead_job *jobs;
-    size_t count;
-};
-
-/* Lists up to limit dead rows matching filter, by queue and job_id. */
-int store_console_dead_list(PGconn *conn, const struct store_console_filter *filter, int64_t limit,
-                            struct store_console_dead_list *list, struct outbox_error *err);
-void store_console_dead_list_clear(struct store_console_dead_list *list);
-
-/* Called after each batch with the rows done so far; may be NULL. */
-typedef void store_console_progress(void *arg, int64_t done);
-
-/*
- * Makes the dead rows matching filter ready again now with one more
- * attempt (as `outboxctl dead retry`), or deletes them: in transactions of
- * at most batch_size rows taken in job_id order, skipping rows locked by
- * others, so no lock is held for longer than one batch. *count holds the
- * rows changed, also on failure.
- */
-int store_console_dead_retry(PGconn *conn, const struct store_console_filter *filter,
-                             int batch_size, store_console_progress *progress, void *arg,
-                             int64_t *count, struct outbox_error *err);
-int store_console_dead_delete(PGconn *conn, const struct store_console_filter *filter,
-                              int batch_size, store_console_progress *progress, void *arg,
-                              int64_t *count, struct outbox_error *err);
 
 #endif

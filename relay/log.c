@@ -14,6 +14,7 @@
 
 #include "buffer.h"
 #include "error.h"
+#include "json.h"
 
 #define RATE_KEY_MAX 64
 #define RATE_SLOTS 128
@@ -182,76 +183,6 @@ text_put_escaped(struct buffer *l, const char *v, size_t n, bool quoted)
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 if invalid. */
-static size_t
-utf8_sequence_length(const unsigned char *s, size_t n)
-{
-    size_t len;
-    uint32_t cp;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        len = 2, cp = s[0] & 0x1fu;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        len = 3, cp = s[0] & 0x0fu;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        len = 4, cp = s[0] & 0x07u;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3fu);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* JSON output: appends a quoted string; invalid UTF-8 becomes U+FFFD. */
-static void
-json_put_string(struct buffer *l, const char *v, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)v;
-    size_t i = 0;
-
-    buffer_putc(l, '"');
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-
-        if (c == '"' || c == '\\') {
-            buffer_putc(l, '\\');
-            buffer_putc(l, (char)c);
-            i++;
-            continue;
-        }
-        if (c == '\n' || c == '\t' || c == '\r') {
-            buffer_puts(l, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
-            i++;
-            continue;
-        }
-        if (c < 0x20) {
-            line_put_hex_escape(l, c, "\\u00");
-            i++;
-            continue;
-        }
-        len = utf8_sequence_length(s + i, n - i);
-        if (len == 0) {
-            buffer_puts(l, "\\ufffd");
-            i++;
-            continue;
-        }
-        buffer_append(l, v + i, len);
-        i += len;
-    }
-    buffer_putc(l, '"');
-}
-
 /* True when v is a JSON number as written (no leading zeros, optional fraction/exponent). */
 static bool
 is_json_number(const char *v, size_t n)
@@ -352,19 +283,19 @@ render_json(struct buffer *l, const char *ts, enum log_level level, const char *
     buffer_puts(l, "\",\"level\":\"");
     buffer_puts(l, log_level_name(level));
     buffer_puts(l, "\",\"msg\":");
-    json_put_string(l, msg, strlen(msg));
+    json_put_string(l, msg, strlen(msg), 0);
     for (size_t i = 0; i < nfields; i++) {
         const struct field *f = &fields[i];
 
         buffer_putc(l, ',');
-        json_put_string(l, f->key, f->key_len);
+        json_put_string(l, f->key, f->key_len, 0);
         buffer_putc(l, ':');
         if (!f->quoted && (is_json_number(f->value, f->value_len) ||
                            (f->value_len == 4 && memcmp(f->value, "true", 4) == 0) ||
                            (f->value_len == 5 && memcmp(f->value, "false", 5) == 0)))
             buffer_append(l, f->value, f->value_len);
         else
-            json_put_string(l, f->value, f->value_len);
+            json_put_string(l, f->value, f->value_len, 0);
     }
     if (suppressed > 0) {
         snprintf(number, sizeof(number), ",\"suppressed\":%llu", (unsigned long long)suppressed);

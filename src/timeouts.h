@@ -157,7 +157,7 @@
 /* After a broker outage deferred a batch, the partition waits this long. */
 #define STREAM_DEFER_SECONDS 1.0
 
-/* ---- the relay's HTTP server, health and logs --------------------------------------- */
+/* ---- the HTTP server (src/httpd.c, /metrics and the console), health and logs ----- */
 
 /* A client has this long from its connect to send its request, and as long to read the answer. */
 #define HTTP_REQUEST_TIMEOUT_SECONDS 5
@@ -165,6 +165,8 @@
 #define HTTP_LINGER_MS 1000
 /* After accept() found no free descriptor, the pause before the next try (no busy loop). */
 #define HTTP_ACCEPT_PAUSE_MS 100
+/* The longest poll() of a server loop that watches a stop flag. */
+#define HTTP_STOP_CHECK_MS 1000
 /* --healthcheck: the whole exchange with the running relay, connect included. */
 #define HEALTHCHECK_TIMEOUT_MS 5000
 /* The relay is unhealthy when its loop has not turned for this long. */

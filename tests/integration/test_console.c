@@ -480,6 +480,30 @@ test_endpoints_without_counts(void **state)
     harness_exec(locker, "COMMIT");
 }
 
+/* GET identity answers what outboxctl identity show --json prints, byte for byte. */
+static void
+test_identity(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const argv[] = {"identity", "show", "--json", NULL};
+    char printed[512];
+    struct console_reply r;
+
+    setenv("OUTBOX_DATABASE_URL", f->url, 1);
+    assert_int_equal(fixture_run_outboxctl(argv, printed, sizeof(printed)), 0);
+    unsetenv("OUTBOX_DATABASE_URL");
+    start_with_token(f, false);
+    r = bearer_get(f, "/api/v1/identity");
+    console_expect(&r, 200, "{\"database_id\":\"");
+    assert_non_null(strstr(r.head, "Content-Type: application/json"));
+    assert_string_equal(r.body, printed);
+    console_reply_free(&r);
+    /* read-only: a POST to it is no action */
+    r = bearer_post(f, "/api/v1/identity", "{}");
+    console_expect(&r, 403, "read-only");
+    console_reply_free(&r);
+}
+
 /* ---- escaping and bad input ---- */
 
 static void
@@ -853,6 +877,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_dead_retry_and_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_resume_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endpoints_without_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_identity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escaping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loopback_without_token, setup, teardown),

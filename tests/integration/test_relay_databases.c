@@ -433,6 +433,12 @@ run_case(const struct broker_case *bc)
                   bc->name, run.count, wall_clock_seconds() - killed_at, most_a, most_b,
                   bc->budget);
     assert_int_equal(left, 0);
+    if (bc->budget >= 4) /* idle databases woken by one watch connection, within the budget */
+        assert_int_equal(harness_query_ll(run.admin,
+                                          "SELECT count(*) FROM pg_stat_activity"
+                                          " WHERE application_name = 'mdb-relay-b'"
+                                          "   AND query LIKE '%FROM pg_stat_database%'"),
+                         1);
     assert_true(most_a <= bc->budget);
     assert_true(most_b <= bc->budget);
     assert_true(most_a > 0 && most_b > 0);

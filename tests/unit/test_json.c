@@ -1,5 +1,6 @@
 /*
- * test_json.c - decoding header objects of string values (src/json.c).
+ * test_json.c - decoding header objects of string values and writing JSON
+ * strings (src/json.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -189,11 +190,51 @@ test_error_message_is_one_line(void **state)
     assert_null(strchr(err.message, '\f'));
 }
 
+/* The writer's escapes: short forms, \u00XX, HTML-safe on request, U+FFFD for bad bytes. */
+static void
+test_writer_escapes(void **state)
+{
+    static const char text[] = "a\"b\\c\n\t\r\x01\x7f<&> caf\xc3\xa9 \xff";
+    struct buffer out = {0};
+
+    (void)state;
+    json_put_string(&out, text, sizeof(text) - 1, 0);
+    assert_string_equal(out.data, "\"a\\\"b\\\\c\\n\\t\\r\\u0001\\u007f<&> caf\xc3\xa9 \\ufffd\"");
+    out.len = 0;
+    json_put_text(&out, "<b>&", JSON_HTML_SAFE);
+    assert_string_equal(out.data, "\"\\u003cb\\u003e\\u0026\"");
+    out.len = 0;
+    json_put_text(&out, NULL, 0);
+    assert_string_equal(out.data, "null");
+    buffer_clear(&out);
+}
+
+/* What the writer writes, the reader reads back, byte for byte. */
+static void
+test_writer_round_trip(void **state)
+{
+    static const char text[] = "tab\there \xf0\x9f\x98\x80 \x1f end";
+    struct json_string_object object = {0};
+    struct outbox_error err;
+    struct buffer out = {0};
+
+    (void)state;
+    buffer_puts(&out, "{\"k\":");
+    json_put_text(&out, text, 0);
+    buffer_putc(&out, '}');
+    assert_int_equal(json_parse_string_object(out.data, out.len, &object, &err), 0);
+    assert_string_equal(object.members[0].value, text);
+    json_string_object_clear(&object);
+    buffer_clear(&out);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_message_is_one_line),
+        cmocka_unit_test(test_writer_escapes),
+        cmocka_unit_test(test_writer_round_trip),
         cmocka_unit_test(test_empty_object),
         cmocka_unit_test(test_members_in_order),
         cmocka_unit_test(test_simple_escapes),
