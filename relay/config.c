@@ -740,15 +740,17 @@ config_usage(FILE *out)
     fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
 }
 
-struct sink_options
-config_sink_options(const struct relay_config *config)
+sink *
+config_sink_new(const struct relay_config *config, struct outbox_error *err)
 {
     struct sink_options options = config->broker;
+    sink *s;
 
     options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
     options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
-    options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
-    options.redelivery_horizon_ms =
-        (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);
-    return options;
+    s = sink_new(&options, err);
+    if (s != NULL)
+        sink_set_redelivery_horizon(
+            s, (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0));
+    return s;
 }

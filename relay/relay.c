@@ -106,7 +106,6 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     }
     for (int i = 0; i < r->pipeline_count; i++) {
         struct pipeline *p = &r->pipelines[i];
-        struct sink_options options = config_sink_options(config);
 
         p->relay = r;
         p->index = i;
@@ -116,7 +115,7 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             backoff_make(RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS, p->db.seed ^ 0x85ebca6bu);
         snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
         snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
-        p->sink = sink_new(&options, err);
+        p->sink = config_sink_new(config, err);
         p->messages = calloc(n, sizeof(*p->messages));
         p->leases = calloc(n, sizeof(*p->leases));
         p->done = calloc(n, sizeof(*p->done));
@@ -183,6 +182,7 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
     outbox_store *store = outbox_store_connect(r->config->database_url, p->db.worker_id, err);
     size_t count = sink_endpoint_count(p->sink), reached = 0;
     struct outbox_error endpoint_err, refused = {.code = OUTBOX_OK}, missing = {.code = OUTBOX_OK};
+    struct sink_replication replication;
     int rc;
 
     *configuration = false;
@@ -202,9 +202,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
         if (sink_connect(p->sink, err) != 0)
             return -1;
         rc = sink_check(p->sink, err);
-        if (sink_replicas(p->sink)[0] != '\0')
-            fprintf(report, "broker replicas: %s (--redis-wait %d)\n", sink_replicas(p->sink),
-                    sink_replicas_to_wait(p->sink));
+        if (sink_replication(p->sink, &replication))
+            fprintf(report, "broker replicas: %s (%s %d)\n", replication.replicas,
+                    replication.wait_option, replication.wait);
         sink_disconnect(p->sink);
         if (rc != 0) {
             *configuration = err->code == OUTBOX_ERR_CONFIG;

@@ -71,7 +71,7 @@ struct stream_worker {
     bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
     unsigned int seed;
     struct sink_message *messages;
-    char (*places)[STREAM_PLACE_SIZE]; /* each message's place_at */
+    char (*places)[STREAM_PLACE_SIZE]; /* each message's place.at */
     char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
     struct sink_outcome *outcomes;
     struct stream_refusal *refusals;
@@ -328,13 +328,13 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
             !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
             continue;
         if (from != NULL) {
-            sr->messages[i].place_order = from[0] != '\0' ? from : NULL;
-            sr->messages[i].place_at = from[0] != '\0' ? sr->places[i] : NULL;
+            sr->messages[i].place.order = from[0] != '\0' ? from : NULL;
+            sr->messages[i].place.at = from[0] != '\0' ? sr->places[i] : NULL;
             continue;
         }
-        sr->messages[i].place_order = order;
-        sr->messages[i].place_at = sr->places[i];
-        sr->messages[i].place_floor = floor ? sr->floor : NULL;
+        sr->messages[i].place.order = order;
+        sr->messages[i].place.at = sr->places[i];
+        sr->messages[i].place.floor = floor ? sr->floor : NULL;
     }
 }
 
@@ -457,8 +457,8 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             end++;
         if (start > 0 && sr->places[start - 1][0] != '\0') /* the chunks before were accepted */
             for (size_t i = start; i < end; i++)
-                if (sr->messages[i].place_order != NULL && batch->froms[i] == NULL)
-                    sr->messages[i].place_floor = sr->places[start - 1];
+                if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)
+                    sr->messages[i].place.floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed",
                       "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
@@ -881,7 +881,6 @@ static int
 worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct outbox_error *err)
 {
     const struct relay_config *config = runner->config;
-    struct sink_options options = config_sink_options(config);
     size_t n = (size_t)config->batch_size;
 
     sr->runner = runner;
@@ -892,7 +891,7 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
     if (index == runner->worker_count)
         return 0; /* the watch thread: no broker, no batches */
-    sr->sink = sink_new(&options, err);
+    sr->sink = config_sink_new(config, err);
     if (sr->sink == NULL)
         return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));

@@ -429,16 +429,20 @@ sink_check(sink *s, struct outbox_error *err)
     return s->ops->check != NULL ? s->ops->check(s, err) : 0;
 }
 
-const char *
-sink_replicas(const sink *s)
+bool
+sink_replication(const sink *s, struct sink_replication *replication)
 {
-    return s->ops->replicas != NULL ? s->ops->replicas(s) : "";
+    *replication = (struct sink_replication){.replicas = "", .wait_option = "", .wait_field = ""};
+    if (s->ops->replication != NULL)
+        s->ops->replication(s, replication);
+    return replication->replicas[0] != '\0';
 }
 
-int
-sink_replicas_to_wait(const sink *s)
+void
+sink_set_redelivery_horizon(sink *s, int64_t horizon_ms)
 {
-    return s->ops->replicas_to_wait != NULL ? s->ops->replicas_to_wait(s) : 0;
+    if (s->ops->redelivery_horizon != NULL)
+        s->ops->redelivery_horizon(s, horizon_ms);
 }
 
 int

@@ -7,8 +7,8 @@
  * batch does on it is in sink_amqp_publish.c and sink_amqp_confirm.c. A
  * lost connection is torn down whole and sink_connect() builds a new one.
  *
- * Heartbeats: options.heartbeat_seconds as given, 0 disables them; the
- * relay passes TIMEOUT_BROKER_HEARTBEAT_SECONDS.
+ * Heartbeats: the configuration's heartbeat_seconds, 0 disables them; by
+ * default TIMEOUT_BROKER_HEARTBEAT_SECONDS.
  *
  * TLS (amqps://): peer certificate and host name are verified unless
  * --tls-verify is no, against the CA file named by SSL_CERT_FILE or else
@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "error.h"
 #include "json.h"
+#include "timeouts.h"
 
 /*
  * librabbitmq trusts no CA by itself: load the OpenSSL-conventional
@@ -69,6 +70,7 @@ sink_amqp_init(sink *s, const void *options, struct outbox_error *err)
     if (impl->exchange == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     impl->tls_verify = config->tls_verify;
+    impl->heartbeat_seconds = config->heartbeat_seconds;
     return 0;
 }
 
@@ -113,7 +115,7 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     amqp_set_handshake_timeout(impl->conn, &connect_timeout);
     amqp_set_rpc_timeout(impl->conn, &rpc_timeout);
     reply = amqp_login(impl->conn, sink_amqp_url_vhost(&s->url), 0, SINK_AMQP_FRAME_MAX,
-                       s->options.heartbeat_seconds > 0 ? s->options.heartbeat_seconds : 0,
+                       impl->heartbeat_seconds > 0 ? impl->heartbeat_seconds : 0,
                        AMQP_SASL_METHOD_PLAIN, s->url.user, s->url.password);
     if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
         sink_amqp_describe_reply(reply, text, sizeof(text));
@@ -329,6 +331,7 @@ static void
 sink_amqp_config_defaults(void *config)
 {
     ((struct sink_amqp_config *)config)->tls_verify = true;
+    ((struct sink_amqp_config *)config)->heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
 }
 
 const struct sink_type sink_amqp_type = {

@@ -49,10 +49,14 @@ struct sink_ops {
     void (*disconnect)(sink *s);
     /* Frees s->impl (after disconnect). */
     void (*destroy)(sink *s);
-    /* Each primary and how many replicas it has (see sink_replicas); NULL: nothing to say. */
-    const char *(*replicas)(const sink *s);
-    /* How many replicas must have an append (see sink_replicas_to_wait); NULL: 0. */
-    int (*replicas_to_wait)(const sink *s);
+    /*
+     * Optional operations, each NULL for a broker that has no use for it;
+     * sink.c checks for NULL in the one wrapper that calls it.
+     */
+    /* Keeps the redelivery horizon (see sink_set_redelivery_horizon); before connect. */
+    void (*redelivery_horizon)(sink *s, int64_t horizon_ms);
+    /* Fills every field of replication (see sink_replication). */
+    void (*replication)(const sink *s, struct sink_replication *replication);
     /*
      * The URL's endpoints are interchangeable nodes (an AMQP cluster): sink.c
      * picks one per connect and moves on after a loss. When false, connect

@@ -343,7 +343,6 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
     s->impl = n;
     pthread_mutex_init(&n->lock, NULL);
     pthread_cond_init(&n->changed, NULL);
-    n->horizon_ms = s->options.redelivery_horizon_ms;
     n->subject_prefix = strdup(prefix);
     n->creds = has_creds ? strdup(config->nats_creds) : NULL;
     if (n->subject_prefix == NULL || (has_creds && n->creds == NULL))
@@ -1130,6 +1129,13 @@ sink_nats_destroy(sink *s)
     s->impl = NULL;
 }
 
+/* Keeps the redelivery horizon, compared with the stream's duplicate window at connect. */
+static void
+sink_nats_redelivery_horizon(sink *s, int64_t horizon_ms)
+{
+    ((struct sink_nats *)s->impl)->horizon_ms = horizon_ms;
+}
+
 static const struct sink_ops sink_nats_ops = {
     .init = sink_nats_init,
     .connect = sink_nats_connect,
@@ -1138,6 +1144,7 @@ static const struct sink_ops sink_nats_ops = {
     .check = sink_nats_check,
     .disconnect = sink_nats_disconnect,
     .destroy = sink_nats_destroy,
+    .redelivery_horizon = sink_nats_redelivery_horizon,
     /* any server of a cluster takes publishes for every stream: sink.c picks one per connect */
     .endpoint_alternatives = true,
 };
