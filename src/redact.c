@@ -534,6 +534,29 @@ redact_patterns(const char *text, char *out, size_t *n)
     }
 }
 
+/*
+ * Copies text to out at *n with the pieces of s replaced inside double
+ * quotes, where libpq quotes what it could not read: pieces of a password
+ * too. Ends out with a NUL.
+ */
+static void
+replace_quoted_pieces(const char *text, const struct secrets *s, char *out, size_t *n)
+{
+    for (const char *p = text; *p != '\0';) {
+        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
+
+        if (close == NULL) {
+            out[(*n)++] = *p++;
+            continue;
+        }
+        out[(*n)++] = '"';
+        replace_secrets(p + 1, close, s->pieces, s->piece_count, s->overflow, out, n);
+        out[(*n)++] = '"';
+        p = close + 1;
+    }
+    out[*n] = '\0';
+}
+
 void
 url_redact_message(const char *message, const char *source, const char *password, char *out,
                    size_t size)
@@ -566,20 +589,7 @@ url_redact_message(const char *message, const char *source, const char *password
     }
     replace_secrets(message, message + len, s.whole, s.whole_count, false, first, &n);
     first[n] = '\0';
-    /* libpq quotes what it could not read between double quotes: pieces of a password too */
-    for (const char *p = first; *p != '\0';) {
-        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
-
-        if (close == NULL) {
-            second[m++] = *p++;
-            continue;
-        }
-        second[m++] = '"';
-        replace_secrets(p + 1, close, s.pieces, s.piece_count, s.overflow, second, &m);
-        second[m++] = '"';
-        p = close + 1;
-    }
-    second[m] = '\0';
+    replace_quoted_pieces(first, &s, second, &m);
     /* a pattern adds "***" to at least five bytes ("://:@") */
     third = malloc(2 * m + 16);
     if (third == NULL) {

@@ -232,6 +232,22 @@ random_endpoint(size_t count)
     return value % count;
 }
 
+/* Puts a copy of password in url, in place of (and wiping) the URL's own. */
+static int
+replace_password(struct broker_url *url, const char *password, struct outbox_error *err)
+{
+    char *copy = strdup(password);
+
+    if (copy == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (url->password != NULL) {
+        memset(url->password, 0, strlen(url->password));
+        free(url->password);
+    }
+    url->password = copy;
+    return 0;
+}
+
 sink *
 sink_new(const struct sink_options *options, struct outbox_error *err)
 {
@@ -261,19 +277,8 @@ sink_new(const struct sink_options *options, struct outbox_error *err)
     s->options.password_file = NULL;
     if (sink_url_parse(options->url, &s->url, err) != 0)
         goto fail;
-    if (options->password != NULL) {
-        char *password = strdup(options->password);
-
-        if (password == NULL) {
-            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-            goto fail;
-        }
-        if (s->url.password != NULL) {
-            memset(s->url.password, 0, strlen(s->url.password));
-            free(s->url.password);
-        }
-        s->url.password = password;
-    }
+    if (options->password != NULL && replace_password(&s->url, options->password, err) != 0)
+        goto fail;
     type = type_of_scheme(s->url.scheme);
     s->type = SINK_TYPES[type];
     s->ops = s->type->ops;
