@@ -311,12 +311,85 @@ add_text(struct sink_redis *r, int *argc, const char *text, size_t len)
     r->argvlen[(*argc)++] = len;
 }
 
+/*
+ * The script's keys for the n routed messages, written into r->keys from
+ * its start: per message its stream, its dedup record and its order record
+ * (the dedup record again when it has none). Returns the bytes of r->keys
+ * used.
+ */
+static size_t
+add_keys(sink *s, const struct sink_message *messages, const struct route *routes, size_t n,
+         int *argc)
+{
+    struct sink_redis *r = s->impl;
+    size_t at = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[routes[i].index];
+        char *stream = r->keys + at, *dedup;
+        size_t stream_len = sink_redis_stream_length(s, m), dedup_len, len;
+
+        sink_redis_write_stream_name(s, m, stream);
+        add_text(r, argc, stream, stream_len);
+        at += stream_len + 1;
+        dedup = r->keys + at;
+        dedup_len = write_dedup_name(stream, stream_len, m, dedup);
+        add_text(r, argc, dedup, dedup_len);
+        at += dedup_len + 1;
+        if (m->place.order == NULL) {
+            add_text(r, argc, dedup, dedup_len); /* no order record */
+            continue;
+        }
+        len = write_order_name(stream, stream_len, m, r->keys + at);
+        add_text(r, argc, r->keys + at, len);
+        at += len + 1;
+    }
+    return at;
+}
+
+/*
+ * The script's arguments past the keys, per message: job id, queue,
+ * payload, headers, attempt, place and the place before it, message id.
+ * Numbers and places go into r->keys from at on.
+ */
+static void
+add_arguments(sink *s, const struct sink_message *messages, const struct route *routes,
+              size_t n, int *argc, size_t at)
+{
+    struct sink_redis *r = s->impl;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[routes[i].index];
+        const char *headers = m->headers != NULL ? m->headers : "{}", *before;
+
+        add_number(r, argc, &at, (long long)m->job_id);
+        add_text(r, argc, m->queue, strlen(m->queue));
+        if (m->payload != NULL)
+            add_text(r, argc, m->payload, m->payload_len);
+        else
+            add_text(r, argc, "null", 4);
+        add_text(r, argc, headers, strlen(headers));
+        add_number(r, argc, &at, (long long)m->attempt);
+        if (m->place.order == NULL) {
+            add_text(r, argc, "", 0);
+            add_text(r, argc, "", 0);
+        } else {
+            add_text(r, argc, m->place.at, strlen(m->place.at));
+            before = place_before(messages, routes[i].index, r->keys + at);
+            add_text(r, argc, before, strlen(before));
+            if (before == r->keys + at)
+                at += STREAM_PLACE_DIGITS + 2;
+        }
+        add_text(r, argc, m->message_id, strlen(m->message_id));
+    }
+}
+
 int
 sink_redis_append_call(sink *s, redisContext *context, const struct sink_message *messages,
                        const struct route *routes, size_t n)
 {
     struct sink_redis *r = s->impl;
-    size_t need = 0, at = 0;
+    size_t need = 0, at;
     int argc = 0;
     char numkeys[24]; /* a size_t in decimal */
 
@@ -337,52 +410,10 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
         add_text(r, &argc, sink_redis_append_script, sizeof(sink_redis_append_script) - 1);
     add_text(r, &argc, numkeys, strlen(numkeys));
 
-    for (size_t i = 0; i < n; i++) {
-        const struct sink_message *m = &messages[routes[i].index];
-        char *stream = r->keys + at, *dedup;
-        size_t stream_len = sink_redis_stream_length(s, m), dedup_len, len;
-
-        sink_redis_write_stream_name(s, m, stream);
-        add_text(r, &argc, stream, stream_len);
-        at += stream_len + 1;
-        dedup = r->keys + at;
-        dedup_len = write_dedup_name(stream, stream_len, m, dedup);
-        add_text(r, &argc, dedup, dedup_len);
-        at += dedup_len + 1;
-        if (m->place.order == NULL) {
-            add_text(r, &argc, dedup, dedup_len); /* no order record */
-            continue;
-        }
-        len = write_order_name(stream, stream_len, m, r->keys + at);
-        add_text(r, &argc, r->keys + at, len);
-        at += len + 1;
-    }
+    at = add_keys(s, messages, routes, n, &argc);
     add_text(r, &argc, r->window_ms, strlen(r->window_ms));
     add_text(r, &argc, r->maxlen, strlen(r->maxlen));
-    for (size_t i = 0; i < n; i++) {
-        const struct sink_message *m = &messages[routes[i].index];
-        const char *headers = m->headers != NULL ? m->headers : "{}", *before;
-
-        add_number(r, &argc, &at, (long long)m->job_id);
-        add_text(r, &argc, m->queue, strlen(m->queue));
-        if (m->payload != NULL)
-            add_text(r, &argc, m->payload, m->payload_len);
-        else
-            add_text(r, &argc, "null", 4);
-        add_text(r, &argc, headers, strlen(headers));
-        add_number(r, &argc, &at, (long long)m->attempt);
-        if (m->place.order == NULL) {
-            add_text(r, &argc, "", 0);
-            add_text(r, &argc, "", 0);
-        } else {
-            add_text(r, &argc, m->place.at, strlen(m->place.at));
-            before = place_before(messages, routes[i].index, r->keys + at);
-            add_text(r, &argc, before, strlen(before));
-            if (before == r->keys + at)
-                at += STREAM_PLACE_DIGITS + 2;
-        }
-        add_text(r, &argc, m->message_id, strlen(m->message_id));
-    }
+    add_arguments(s, messages, routes, n, &argc, at);
     return redisAppendCommandArgv(context, argc, r->argv, r->argvlen) == REDIS_OK ? 0 : -1;
 }
 
