@@ -4,10 +4,10 @@
  * The relay loop publishes a batch of claimed rows through a sink and gets
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
- * the URL scheme, from the registry in sink.c. This header holds only what
- * every broker shares: the URL and its endpoints, the password, the size
- * limit, the timeouts and the per-message fields; a broker's own options,
- * operations and URL path rules stay in its module.
+ * the URL scheme, from the registry in sink_registry.c. This header holds
+ * only what every broker shares: the URL and its endpoints, the password,
+ * the size limit, the timeouts and the per-message fields; a broker's own
+ * options, operations and URL path rules stay in its module.
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (e.g. an

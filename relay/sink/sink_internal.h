@@ -2,20 +2,24 @@
  * sink_internal.h - what a broker implementation provides to sink.c.
  *
  * sink.c owns the common part (shared options, display URL, endpoints,
- * dispatch) and the registry: one struct sink_type per broker, listed once
- * in sink.c. A broker's module declares everything about it in its
+ * dispatch); sink_registry.c the registry: one struct sink_type per broker,
+ * listed once. A broker's module declares everything about it in its
  * sink_type: its kind, the URL schemes it speaks, its options (rows whose
  * offsets are into its own configuration struct, opaque to everyone else)
- * and its operations, keeping its state behind s->impl. The relay, the
- * option parser and --help learn of a broker only through the registry.
+ * and its operations, keeping its state behind s->impl. What only some
+ * brokers need is an optional operation, NULL for the others, never a
+ * field every broker carries. The relay, the option parser and --help
+ * learn of a broker only through the registry.
  *
  * Adding a broker takes, and nothing else:
- * - relay/sink/sink_<kind>.c (more files by job past ~1000 lines): its
+ * - relay/sink/sink_<kind>.c (more files by job past ~800 lines, their
+ *   shared state in sink_<kind>_conn.h as AMQP's, NATS' and Kafka's): its
  *   struct sink_type with kind, schemes (each with usage for --help and
  *   parse_path/path_free for its URL path), option rows whose offsets are
- *   into its own configuration struct, config_size/config_defaults, ops;
+ *   into its own configuration struct, config_size/config_defaults, ops
+ *   (the optional ones it needs);
  *   sink_<kind>.h declares that struct for tests and tools;
- * - one row in SINK_TYPES in sink.c (with its extern beside it);
+ * - one row in SINK_TYPES in sink_registry.c (with its extern beside it);
  * - one row in the broker table of tests/integration/test_relay_brokers.c;
  * - its server and client library in tests/harness/deps.sh (and the
  *   Makefile's RELAY_PKGS);
@@ -66,7 +70,7 @@ struct sink_ops {
     bool endpoint_alternatives;
 };
 
-/* One broker: a row of the registry in sink.c. */
+/* One broker: a row of the registry in sink_registry.c. */
 struct sink_type {
     const char *kind;                        /* "amqp": logs, errors, the broker="..." label */
     const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
@@ -92,6 +96,22 @@ struct sink {
     size_t endpoint;
     char endpoint_names[URL_MAX_ENDPOINTS][URL_ENDPOINT_TEXT_MAX]; /* "host:port" each */
 };
+
+/* ---- the registry (sink_registry.c) ---- */
+
+/*
+ * The broker speaking scheme (sink_url_parse only yields known ones), and
+ * its row in the registry: the slot of its options.broker_config.
+ */
+const struct sink_type *sink_type_of_scheme(const struct url_scheme *scheme, size_t *index);
+
+/* A fresh configuration of type: zeroed, then its defaults; NULL when out of memory. */
+void *sink_config_new(const struct sink_type *type);
+
+/* Frees config of type (NULL: nothing): the strings its rows filled, config_free's, the block. */
+void sink_config_free(const struct sink_type *type, void *config);
+
+/* ---- for the brokers (sink.c) ---- */
 
 /*
  * What a connect error names: the display URL when the URL lists one

@@ -1,0 +1,214 @@
+/*
+ * sink_registry.c - the registry of brokers: SINK_TYPES below is the one
+ * list of them, and nothing else in the relay names one. From it come the
+ * option groups (--help, parsing), each broker's configuration block, and
+ * the URL schemes a --broker may use.
+ *
+ * The registry never reads a broker's own options: it allocates and frees
+ * each module's configuration block, whose rows the option parser fills.
+ */
+#include "sink_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* ---- the registry: one row per broker ------------------------------------ */
+
+extern const struct sink_type sink_amqp_type;
+extern const struct sink_type sink_redis_type;
+extern const struct sink_type sink_nats_type;
+extern const struct sink_type sink_kafka_type;
+
+static const struct sink_type *const SINK_TYPES[] = {
+    &sink_amqp_type,
+    &sink_redis_type,
+    &sink_nats_type,
+    &sink_kafka_type,
+};
+
+#define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))
+
+_Static_assert(SINK_TYPE_COUNT <= SINK_BROKER_MAX, "raise SINK_BROKER_MAX");
+
+/* --broker's help: each scheme's usage, from the registry (see broker_help). */
+static char broker_help_text[1024];
+
+/* Options every broker reads. */
+static struct option_spec COMMON_OPTIONS[] = {
+    {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
+     broker_help_text, OPTION_FROM_ENVIRONMENT, 0},
+    {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
+     NULL, 0, 0, NULL,
+     "the broker password, read from this file (out of the process list); overrides one in"
+     " --broker", OPTION_FROM_ENVIRONMENT, 0},
+    {"max-message-bytes", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, max_message_bytes),
+     "134217728", 1, 2147483647, NULL,
+     "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)",
+     OPTION_FROM_ENVIRONMENT, 0},
+};
+
+/* Writes "A, B or C; required" from every scheme's usage into broker_help_text, once. */
+static void
+broker_help(void)
+{
+    size_t total = 0, seen = 0, used = 0;
+
+    if (broker_help_text[0] != '\0')
+        return;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            total++;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++) {
+            seen++;
+            used += (size_t)snprintf(broker_help_text + used, sizeof(broker_help_text) - used,
+                                     "%s%s", seen == 1 ? "" : seen == total ? " or " : ", ",
+                                     (*p)->usage);
+            if (used >= sizeof(broker_help_text))
+                return; /* truncated: the registry outgrew the buffer */
+        }
+    snprintf(broker_help_text + used, sizeof(broker_help_text) - used, "; required");
+}
+
+const struct option_spec *
+sink_option_group(size_t index, const char **title, size_t *count)
+{
+    broker_help();
+    if (index == 0) {
+        *title = "broker";
+        *count = sizeof(COMMON_OPTIONS) / sizeof(COMMON_OPTIONS[0]);
+        return COMMON_OPTIONS;
+    }
+    if (index > SINK_TYPE_COUNT)
+        return NULL;
+    *title = SINK_TYPES[index - 1]->kind;
+    *count = SINK_TYPES[index - 1]->option_count;
+    return SINK_TYPES[index - 1]->options;
+}
+
+void *
+sink_option_group_target(struct sink_options *options, size_t index)
+{
+    if (index == 0)
+        return options;
+    return index <= SINK_TYPE_COUNT ? options->broker_config[index - 1] : NULL;
+}
+
+void *
+sink_config_new(const struct sink_type *type)
+{
+    void *config = calloc(1, type->config_size > 0 ? type->config_size : 1);
+
+    if (config != NULL && type->config_defaults != NULL)
+        type->config_defaults(config);
+    return config;
+}
+
+void
+sink_config_free(const struct sink_type *type, void *config)
+{
+    if (config == NULL)
+        return;
+    for (size_t i = 0; i < type->option_count; i++)
+        if (type->options[i].kind == OPTION_STRING) {
+            char **field = (char **)((char *)config + type->options[i].offset);
+
+            free(*field);
+            *field = NULL;
+        }
+    if (type->config_free != NULL)
+        type->config_free(config);
+    free(config);
+}
+
+int
+sink_options_init(struct sink_options *options, struct outbox_error *err)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
+        if (options->broker_config[t] != NULL)
+            continue;
+        options->broker_config[t] = sink_config_new(SINK_TYPES[t]);
+        if (options->broker_config[t] == NULL) {
+            sink_options_clear(options);
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        }
+    }
+    return 0;
+}
+
+void
+sink_options_clear(struct sink_options *options)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
+        sink_config_free(SINK_TYPES[t], options->broker_config[t]);
+        options->broker_config[t] = NULL;
+    }
+}
+
+void **
+sink_options_broker(struct sink_options *options, const char *kind)
+{
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        if (strcmp(SINK_TYPES[t]->kind, kind) == 0)
+            return &options->broker_config[t];
+    return NULL;
+}
+
+/* Every scheme of every broker, and their names for errors ("amqp, amqps or redis"). */
+static size_t
+all_schemes(const struct url_scheme **schemes, size_t capacity, char *names, size_t names_size)
+{
+    size_t count = 0, used = 0;
+
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (count < capacity)
+                schemes[count++] = *p;
+    names[0] = '\0';
+    for (size_t i = 0; i < count && used < names_size; i++)
+        used += (size_t)snprintf(names + used, names_size - used, "%s%s://",
+                                 i == 0 ? "" : i + 1 == count ? " or " : ", ", schemes[i]->name);
+    return count;
+}
+
+#define SCHEMES_MAX 32
+
+int
+sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
+{
+    const struct url_scheme *schemes[SCHEMES_MAX];
+    char names[512];
+    size_t count = all_schemes(schemes, SCHEMES_MAX, names, sizeof(names));
+
+    return url_parse(text, schemes, count, names, url, err);
+}
+
+const struct sink_type *
+sink_type_of_scheme(const struct url_scheme *scheme, size_t *index)
+{
+    *index = 0;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (*p == scheme) {
+                *index = t;
+                return SINK_TYPES[t];
+            }
+    return SINK_TYPES[0];
+}
+
+const char *
+sink_kind_of_url(const char *url)
+{
+    size_t len = url != NULL ? strcspn(url, ":") : 0;
+
+    if (url == NULL || strncmp(url + len, "://", 3) != 0)
+        return NULL;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if (strlen((*p)->name) == len && strncmp(url, (*p)->name, len) == 0)
+                return SINK_TYPES[t]->kind;
+    return NULL;
+}
