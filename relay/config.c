@@ -119,45 +119,6 @@ field_of(struct relay_config *config, const struct option_entry *entry)
     return target != NULL ? target + entry->spec->offset : NULL;
 }
 
-/* Longest user text quoted back in a message. */
-#define QUOTE_MAX 60
-
-/*
- * Copies text for a message into out (QUOTE_MAX + 1 bytes): passwords
- * redacted as url_redact does, also in whatever follows the first '='
- * (as in "--database-url=URL"), at most QUOTE_MAX characters, control
- * characters as '?', so a message never shows a password and stays one
- * line.
- */
-static const char *
-quote(const char *text, char *out)
-{
-    char *redacted = url_redact(text), *value = NULL, *rest = NULL;
-    size_t n = 0;
-
-    /* "name=URL" is not a conninfo url_redact reads a password from: redact the URL too */
-    if (redacted != NULL && (value = strchr(redacted, '=')) != NULL)
-        rest = url_redact(value + 1);
-    if (redacted == NULL || (value != NULL && rest == NULL)) {
-        free(redacted);
-        snprintf(out, QUOTE_MAX + 1, "...");
-        return out;
-    }
-    if (value != NULL) {
-        n = (size_t)(value + 1 - redacted) < QUOTE_MAX ? (size_t)(value + 1 - redacted) : QUOTE_MAX;
-        memcpy(out, redacted, n);
-        for (size_t i = 0; rest[i] != '\0' && n < QUOTE_MAX; i++)
-            out[n++] = rest[i];
-    } else {
-        for (size_t i = 0; redacted[i] != '\0' && n < QUOTE_MAX; i++)
-            out[n++] = redacted[i];
-    }
-    out[n] = '\0';
-    free(rest);
-    free(redacted);
-    return outbox_error_quote(out, n + 1, out); /* in place */
-}
-
 /* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */
 static void
 env_name(const struct option_spec *spec, char *out, size_t size)
@@ -236,7 +197,7 @@ static int
 set_list(struct relay_config *config, const struct option_entry *entry, char *base,
          const char *text, const char *source, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
     size_t count = 0, i = 0;
     const char *p = text;
     char **list;
@@ -259,7 +220,7 @@ set_list(struct relay_config *config, const struct option_entry *entry, char *ba
             outbox_error_set(err, OUTBOX_ERR_CONFIG,
                              "%s: invalid queue name '%s' (1-200 characters of"
                              " A-Z a-z 0-9 . _ : -)",
-                             source, quote(name, quoted));
+                             source, option_quote(name, quoted));
             free(name);
             return -1;
         }
@@ -271,97 +232,6 @@ set_list(struct relay_config *config, const struct option_entry *entry, char *ba
             return 0;
         p += len + 1;
     }
-}
-
-/* A whole number within [min, max], into an int or an int64_t. */
-static int
-set_number(const struct option_spec *spec, char *base, const char *text, const char *source,
-           struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    long long value;
-    char *end;
-
-    errno = 0;
-    value = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s: expected a whole number from %.0f to %.0f, got '%s'", source,
-                                spec->min, spec->max, quote(text, quoted));
-    if (spec->kind == OPTION_INT)
-        *(int *)base = (int)value;
-    else
-        *(int64_t *)base = value;
-    return 0;
-}
-
-/* A duration, into double seconds or into int / int64_t milliseconds. */
-static int
-set_duration(const struct option_spec *spec, char *base, const char *text, const char *source,
-             struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    int64_t ms = 0;
-    double value;
-
-    if (parse_duration_ms(text, &ms, NULL) != 0)
-        ms = -1;
-    value = spec->kind == OPTION_MILLIS ? (double)ms : (double)ms / 1000.0;
-    if (ms < 0 || value < spec->min || value > spec->max)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
-                                " within range, got '%s'",
-                                source, quote(text, quoted));
-    if (spec->kind == OPTION_SECONDS)
-        memcpy(base, &value, sizeof(value)); /* the field is a double */
-    else if (spec->size == sizeof(int64_t))
-        *(int64_t *)base = (int64_t)llround(value);
-    else
-        *(int *)base = (int)lround(value);
-    return 0;
-}
-
-/* A flag's value: from the environment it may be 1/true/yes/on or 0/false/no/off. */
-static int
-set_flag(char *base, const char *text, const char *source, struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-
-    if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
-        strcmp(text, "on") == 0)
-        *(bool *)base = true;
-    else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 || strcmp(text, "no") == 0 ||
-             strcmp(text, "off") == 0 || text[0] == '\0')
-        *(bool *)base = false;
-    else
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected true or false, got '%s'",
-                                source, quote(text, quoted));
-    return 0;
-}
-
-/* One of the words of spec->choices, as its index (a bool field takes "no|yes"-style pairs). */
-static int
-set_choice(const struct option_spec *spec, char *base, const char *text, const char *source,
-           struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    int index = 0;
-
-    for (const char *p = spec->choices;; index++) {
-        size_t len = strcspn(p, "|");
-
-        if (strlen(text) == len && strncmp(p, text, len) == 0)
-            break;
-        if (p[len] == '\0')
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected one of %s, got '%s'",
-                                    source, spec->choices, quote(text, quoted));
-        p += len + 1;
-    }
-    if (spec->size == sizeof(bool))
-        *(bool *)base = index == 1;
-    else
-        *(int *)base = index;
-    return 0;
 }
 
 /* Sets one option from text, by its kind. */
@@ -381,14 +251,14 @@ set_value(struct relay_config *config, const struct option_entry *entry, const c
         return set_list(config, entry, base, text, source, err);
     case OPTION_INT:
     case OPTION_INT64:
-        return set_number(spec, base, text, source, err);
+        return option_set_number(spec, base, text, source, err);
     case OPTION_SECONDS:
     case OPTION_MILLIS:
-        return set_duration(spec, base, text, source, err);
+        return option_set_duration(spec, base, text, source, err);
     case OPTION_FLAG:
-        return set_flag(base, text, source, err);
+        return option_set_flag(base, text, source, err);
     case OPTION_CHOICE:
-        return set_choice(spec, base, text, source, err);
+        return option_set_choice(spec, base, text, source, err);
     }
     return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unknown option kind");
 }
@@ -405,7 +275,7 @@ set_value(struct relay_config *config, const struct option_entry *entry, const c
 static int
 read_password_file(const char *path, char **password, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
     char *text = malloc(PASSWORD_FILE_MAX + 2);
     FILE *file;
     size_t len;
@@ -418,7 +288,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
         saved_errno = errno;
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
-                                " '%s': %s", quote(path, quoted), strerror(saved_errno));
+                                " '%s': %s", option_quote(path, quoted), strerror(saved_errno));
     }
     len = fread(text, 1, PASSWORD_FILE_MAX + 1, file);
     saved_errno = ferror(file) ? errno : 0;
@@ -426,7 +296,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
     if (saved_errno != 0 || len > PASSWORD_FILE_MAX) {
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
-                                " '%s': %s", quote(path, quoted),
+                                " '%s': %s", option_quote(path, quoted),
                                 saved_errno != 0 ? strerror(saved_errno) : "longer than 4096 bytes");
     }
     if (len > 0 && text[len - 1] == '\n')
@@ -438,7 +308,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
         memset(text, 0, len);
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "--broker-password-file: '%s' %s", quote(path, quoted),
+                                "--broker-password-file: '%s' %s", option_quote(path, quoted),
                                 len == 0 ? "is empty" : "holds more than one line");
     }
     *password = text;
@@ -464,7 +334,7 @@ static int
 read_command_line(const struct option_entry *entries, size_t count, int argc,
                   const char *const *argv, const char **given, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *name, *value = NULL;
@@ -474,7 +344,7 @@ read_command_line(const struct option_entry *entries, size_t count, int argc,
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "unexpected argument '%s' (options start with --; see --help)",
-                                    quote(arg, quoted));
+                                    option_quote(arg, quoted));
         name = arg + 2;
         len = strcspn(name, "=");
         if (name[len] == '=')
@@ -486,7 +356,7 @@ read_command_line(const struct option_entry *entries, size_t count, int argc,
             if (unknown == NULL)
                 return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
             outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%s' (see --help)",
-                             quote(unknown, quoted));
+                             option_quote(unknown, quoted));
             free(unknown);
             return -1;
         }
