@@ -67,11 +67,11 @@ metrics_describe_ends(struct metrics *m, char *text, size_t size)
         return;
     pthread_mutex_lock(&m->lock);
     for (size_t t = 0; t < METRICS_TARGET_COUNT && used < size; t++) {
+        const char *name = metrics_target_names[t];
         int n = m->answered[t]
-                    ? snprintf(text + used, size - used, "%s: last round trip %.1f s ago\n",
-                               metrics_target_names[t], m->now(m->now_context) - m->last_round_trip[t])
-                    : snprintf(text + used, size - used, "%s: no round trip yet\n",
-                               metrics_target_names[t]);
+                    ? snprintf(text + used, size - used, "%s: last round trip %.1f s ago\n", name,
+                               m->now(m->now_context) - m->last_round_trip[t])
+                    : snprintf(text + used, size - used, "%s: no round trip yet\n", name);
 
         if (n < 0)
             break;
