@@ -20,6 +20,9 @@
 #define COMMAND_LINE_ONLY OPTION_COMMAND_LINE_ONLY
 #define FIELD(f) OPTION_FIELD(struct relay_config, f)
 
+/* --check's help, with what each broker's check verifies (see check_help). */
+static char check_help_text[256];
+
 /* The relay's own options; each broker's come from the sink registry. */
 static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", OPTION_STRING, FIELD(database_url), NULL, 0, 0, NULL,
@@ -47,9 +50,8 @@ static const struct option_spec OPTIONS[] = {
     {"once", NULL, OPTION_FLAG, FIELD(once), NULL, 0, 0, NULL,
      "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
      " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY, 0},
-    {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL,
-     "validate the configuration, connect to both ends, check the role's privileges and that"
-     " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY, 0},
+    {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL, check_help_text,
+     COMMAND_LINE_ONLY, 0},
     {"healthcheck", NULL, OPTION_FLAG, FIELD(healthcheck), NULL, 0, 0, NULL,
      "ask /healthz of the relay serving --metrics-addr (a wildcard address on loopback): exit 0"
      " when healthy, 1 when not; a container's health check", COMMAND_LINE_ONLY, 0},
@@ -92,6 +94,20 @@ struct option_entry {
 /* Room for the relay's rows and every broker's. */
 #define ENTRIES_MAX 64
 
+/* Writes --check's help into check_help_text, once, with the brokers' checks from the registry. */
+static void
+check_help(void)
+{
+    const char *brokers = sink_check_help();
+
+    if (check_help_text[0] != '\0')
+        return;
+    snprintf(check_help_text, sizeof(check_help_text),
+             "validate the configuration, connect to both ends, check the role's privileges%s%s,"
+             " print 'configuration OK'",
+             brokers[0] != '\0' ? " and that " : "", brokers);
+}
+
 /* Lists the relay's options, then each group of the sink registry; returns how many. */
 static size_t
 all_options(struct option_entry *entries)
@@ -100,6 +116,7 @@ all_options(struct option_entry *entries)
     const char *title;
     size_t n = 0, count;
 
+    check_help();
     for (size_t i = 0; i < OPTION_COUNT; i++)
         entries[n++] = (struct option_entry){&OPTIONS[i], 0, NULL};
     for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++)
@@ -180,7 +197,7 @@ set_string(struct relay_config *config, const struct option_entry *entry, char *
     size_t max_length = entry->spec->max_length;
     char *copy;
 
-    /* e.g. AMQP's shortstr: the broker would close the connection on a longer one */
+    /* a row's max_length, e.g. a protocol's short string: a broker closes the connection on more */
     if (max_length > 0 && strlen(text) > max_length)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: longer than %zu bytes (%zu)", source,
                                 max_length, strlen(text));
@@ -576,14 +593,15 @@ config_usage(FILE *out)
     size_t count = all_options(entries), only = 0, shown = 0;
     const char *group = NULL;
 
-    fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
-          "       outbox-relay --databases FILE --broker URL [options]\n"
-          "\n"
-          "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams, NATS JetStream or Kafka.\n"
-          "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
-          "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
-          "its variable is then not read.",
-          out);
+    fprintf(out,
+            "usage: outbox-relay --database-url URL --broker URL [options]\n"
+            "       outbox-relay --databases FILE --broker URL [options]\n"
+            "\n"
+            "Publishes committed rows of outbox.job to %s.\n"
+            "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
+            "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
+            "its variable is then not read.",
+            sink_products());
     for (size_t i = 0; i < count; i++)
         only += !entries[i].spec->from_environment;
     for (size_t i = 0; i < count; i++) {

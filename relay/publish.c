@@ -321,7 +321,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     }
     if (deferred > 0)
         note_deferred(p, deferred, deferred_reason);
-    /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
+    /* a broker that takes none of a batch (too few replicas to wait for, ...) shows in health */
     metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     if (accepted > 0)

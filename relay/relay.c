@@ -234,7 +234,7 @@ check_endpoints(sink *broker, size_t count, FILE *report, bool *configuration,
         }
         sink_disconnect(broker);
     }
-    /* a refused login, a missing vhost or exchange is wrong even when other nodes answered */
+    /* a refused login, a missing vhost or what publishing needs is wrong even when others answered */
     if (refused.code != OUTBOX_OK) {
         *err = refused;
         return -1;

@@ -166,6 +166,14 @@ const struct option_spec *sink_option_group(size_t index, const char **title, si
  */
 void *sink_option_group_target(struct sink_options *options, size_t index);
 
+/*
+ * For --help, from the registry: every broker's product ("RabbitMQ, Redis
+ * Streams, NATS JetStream or Kafka"), and what --check verifies beyond the
+ * connection ("--exchange exists", joined by " and "; "" when nothing).
+ */
+const char *sink_products(void);
+const char *sink_check_help(void);
+
 /* The kind ("amqp") of the broker whose scheme url starts with, or NULL. */
 const char *sink_kind_of_url(const char *url);
 

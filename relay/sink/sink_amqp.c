@@ -347,6 +347,8 @@ sink_amqp_config_defaults(void *config)
 
 const struct sink_type sink_amqp_type = {
     .kind = "amqp",
+    .product = "RabbitMQ",
+    .check_help = "--exchange exists",
     .schemes = sink_amqp_schemes,
     .options = sink_amqp_options,
     .option_count = sizeof(sink_amqp_options) / sizeof(sink_amqp_options[0]),

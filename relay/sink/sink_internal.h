@@ -73,6 +73,8 @@ struct sink_ops {
 /* One broker: a row of the registry in sink_registry.c. */
 struct sink_type {
     const char *kind;                        /* "amqp": logs, errors, the broker="..." label */
+    const char *product;                     /* "RabbitMQ": --help's description */
+    const char *check_help; /* what its --check verifies ("--exchange exists"); NULL: nothing */
     const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
     const struct option_spec *options;       /* its own options, fields of its configuration */
     size_t option_count;

@@ -399,6 +399,7 @@ static const struct option_spec sink_kafka_options[] = {
 
 const struct sink_type sink_kafka_type = {
     .kind = "kafka",
+    .product = "Kafka",
     .schemes = sink_kafka_schemes,
     .options = sink_kafka_options,
     .option_count = sizeof(sink_kafka_options) / sizeof(sink_kafka_options[0]),

@@ -414,6 +414,7 @@ static const struct option_spec sink_nats_options[] = {
 
 const struct sink_type sink_nats_type = {
     .kind = "nats",
+    .product = "NATS JetStream",
     .schemes = sink_nats_schemes,
     .options = sink_nats_options,
     .option_count = sizeof(sink_nats_options) / sizeof(sink_nats_options[0]),

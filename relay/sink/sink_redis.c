@@ -338,6 +338,7 @@ static const struct option_spec sink_redis_options[] = {
 
 const struct sink_type sink_redis_type = {
     .kind = "redis",
+    .product = "Redis Streams",
     .schemes = sink_redis_schemes,
     .options = sink_redis_options,
     .option_count = sizeof(sink_redis_options) / sizeof(sink_redis_options[0]),

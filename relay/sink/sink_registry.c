@@ -73,6 +73,48 @@ broker_help(void)
     snprintf(broker_help_text + used, sizeof(broker_help_text) - used, "; required");
 }
 
+/* Joins each broker's text (products, else check_help) into out, once: "A, B or C". */
+static const char *
+join_types(char *out, size_t size, bool products)
+{
+    size_t total = 0, seen = 0, used = 0;
+
+    if (out[0] != '\0')
+        return out;
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        total += (products ? SINK_TYPES[t]->product : SINK_TYPES[t]->check_help) != NULL;
+    for (size_t t = 0; t < SINK_TYPE_COUNT && used < size; t++) {
+        const char *text = products ? SINK_TYPES[t]->product : SINK_TYPES[t]->check_help;
+
+        if (text == NULL)
+            continue;
+        seen++;
+        used += (size_t)snprintf(out + used, size - used, "%s%s",
+                                 seen == 1          ? ""
+                                 : !products        ? " and "
+                                 : seen == total    ? " or "
+                                                    : ", ",
+                                 text);
+    }
+    return out;
+}
+
+const char *
+sink_products(void)
+{
+    static char text[256];
+
+    return join_types(text, sizeof(text), true);
+}
+
+const char *
+sink_check_help(void)
+{
+    static char text[256];
+
+    return join_types(text, sizeof(text), false);
+}
+
 const struct option_spec *
 sink_option_group(size_t index, const char **title, size_t *count)
 {
