@@ -1,8 +1,8 @@
 /*
  * store_stream.c - stream partitions: leases, the gap-free read, the cursor.
  *
- * Statements are prepared once per connection and take bound parameters
- * only. See store_stream.h for the rules, sql/009_stream.sql for the schema.
+ * Statements (store_stream_sql.c) are prepared once per connection and
+ * take bound parameters only. See store_stream.h for the rules.
  */
 #include <stdio.h>
 #include <stdlib.h>
