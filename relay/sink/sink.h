@@ -108,8 +108,8 @@ struct sink_message {
      * The id consumers deduplicate on: "<database>:<epoch>:<job_id>", or the
      * bare job id of a database that kept the earlier form; ".r<n>" follows
      * for a row replayed n times. dedup_id is the same in the full form
-     * whatever the database's, for keys only the broker reads (Redis'
-     * records); history is its "<database>:<epoch>", which names a stream
+     * whatever the database's, for keys only the broker reads (a broker's
+     * own dedup records); history is its "<database>:<epoch>", which names a stream
      * partition's order record (see struct sink_order_place).
      */
     char message_id[SINK_MESSAGE_ID_MAX];
