@@ -1,6 +1,8 @@
 /*
  * sink_kafka.c - the Apache Kafka sink: an idempotent librdkafka producer,
- * a row settled by its own delivery report.
+ * a row settled by its own delivery report. This file configures and
+ * connects the producer, runs --check and holds the ops table and registry
+ * row; a batch and its delivery reports are sink_kafka_publish.c's.
  *
  * URLs: kafka://[user:pass@]h1:p1[,h2:p2...] (plaintext) and kafka+ssl://
  * (TLS, peer verified against the system CA bundle or SSL_CERT_FILE). The

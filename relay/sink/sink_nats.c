@@ -1,5 +1,8 @@
 /*
  * sink_nats.c - the NATS JetStream sink: one server or a cluster's list.
+ * This file connects, runs --check and holds the ops table and registry
+ * row; a batch is published in sink_nats_publish.c, its messages built in
+ * sink_nats_message.c, and no file of the sink calls back here.
  *
  * Every message is published to the subject subject_prefix + (routing key,
  * else queue), with the payload's JSON text as its body and the headers

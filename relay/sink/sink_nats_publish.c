@@ -65,7 +65,7 @@ slot_of(const struct sink_nats *n, const natsMsg *message)
     "the reply on '%s' is not a jetstream ack: a core nats subscriber answered, no stream"         \
     " stored the message"
 
-/* Files an error ack by its fault (see the header comment). */
+/* Files an error ack by its fault (see the rules by fault in sink_nats.c). */
 static void
 settle_error(struct sink_outcome *outcome, const natsMsg *message, const jsPubAckErr *error)
 {
