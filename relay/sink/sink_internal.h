@@ -14,11 +14,12 @@
  * Adding a broker takes, and nothing else:
  * - relay/sink/sink_<kind>.c (more files by job past ~800 lines, their
  *   shared state in sink_<kind>_conn.h as AMQP's, NATS' and Kafka's): its
- *   struct sink_type with kind, schemes (each with usage for --help and
- *   parse_path/path_free for its URL path), option rows whose offsets are
- *   into its own configuration struct, config_size/config_defaults, ops
- *   (the optional ones it needs);
- *   sink_<kind>.h declares that struct for tests and tools;
+ *   struct sink_type with kind, product (and check_help) for --help,
+ *   schemes (each with usage for --help and parse_path/path_free for its
+ *   URL path), option rows whose offsets are into its own configuration
+ *   struct, config_size/config_defaults, ops (the optional ones it
+ *   needs); sink_<kind>.h declares that configuration struct for tests and
+ *   tools;
  * - one row in SINK_TYPES in sink_registry.c (with its extern beside it);
  * - one row in the broker table of tests/integration/test_relay_brokers.c;
  * - its server and client library in tests/harness/deps.sh (and the
