@@ -1,10 +1,10 @@
 /*
- * sink.c - the common part of every sink: the shared options, the display
- * URL, endpoints, dispatch to the broker's operations.
+ * sink.c - the common part of every sink: the display URL, endpoints,
+ * dispatch to the broker's operations, and what the brokers share
+ * (sink_target, sink_outcome_set).
  *
- * The broker is chosen once, at sink_new(), by the URL's scheme from the
- * registry (sink_registry.c). sink.c never reads a broker's own options: it
- * hands each module its configuration block (or one of defaults).
+ * The broker is chosen once, at sink_new() (sink_registry.c), by the URL's
+ * scheme; from then on every call goes through s->ops.
  */
 #include "sink_internal.h"
 
@@ -12,97 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "error.h"
-#include "timeouts.h"
 
 /* ---- sinks ---------------------------------------------------------------- */
-
-/* A random endpoint index below count, so that relays spread over a cluster's nodes. */
-static size_t
-random_endpoint(size_t count)
-{
-    unsigned int value;
-
-    if (count <= 1)
-        return 0;
-    if (getrandom(&value, sizeof(value), GRND_NONBLOCK) != (ssize_t)sizeof(value))
-        value = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)clock();
-    return value % count;
-}
-
-/* Puts a copy of password in url, in place of (and wiping) the URL's own. */
-static int
-replace_password(struct broker_url *url, const char *password, struct outbox_error *err)
-{
-    char *copy = strdup(password);
-
-    if (copy == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    if (url->password != NULL) {
-        memset(url->password, 0, strlen(url->password));
-        free(url->password);
-    }
-    url->password = copy;
-    return 0;
-}
-
-sink *
-sink_new(const struct sink_options *options, struct outbox_error *err)
-{
-    sink *s = calloc(1, sizeof(*s));
-    void *defaults = NULL;
-    size_t type;
-
-    if (s == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
-    s->options = *options;
-    s->options.url = strdup(options->url != NULL ? options->url : "");
-    s->display_url = url_redact(options->url);
-    memset(s->options.broker_config, 0, sizeof(s->options.broker_config)); /* not kept */
-    if (s->options.url == NULL || s->display_url == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    if (s->options.connect_timeout_ms <= 0)
-        s->options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
-    if (s->options.io_timeout_ms <= 0)
-        s->options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
-    if (s->options.max_message_bytes == 0)
-        s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
-    s->options.password = NULL; /* copied into s->url below, not kept */
-    s->options.password_file = NULL;
-    if (sink_url_parse(options->url, &s->url, err) != 0)
-        goto fail;
-    if (options->password != NULL && replace_password(&s->url, options->password, err) != 0)
-        goto fail;
-    s->type = sink_type_of_scheme(s->url.scheme, &type);
-    s->ops = s->type->ops;
-    for (size_t i = 0; i < s->url.endpoint_count; i++)
-        url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
-                            sizeof(s->endpoint_names[i]));
-    s->endpoint = s->ops->endpoint_alternatives ? random_endpoint(s->url.endpoint_count) : 0;
-    /* a caller that set none of this broker's options gets its defaults */
-    if (options->broker_config[type] == NULL && (defaults = sink_config_new(s->type)) == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    if (s->ops->init(s, defaults != NULL ? defaults : options->broker_config[type], err) != 0)
-        goto fail;
-    sink_config_free(s->type, defaults);
-    return s;
-
-fail:
-    if (s->type != NULL)
-        sink_config_free(s->type, defaults);
-    sink_free(s);
-    return NULL;
-}
 
 void
 sink_free(sink *s)

@@ -1,9 +1,9 @@
 /*
  * sink_internal.h - what a broker implementation provides to sink.c.
  *
- * sink.c owns the common part (shared options, display URL, endpoints,
- * dispatch); sink_registry.c the registry: one struct sink_type per broker,
- * listed once. A broker's module declares everything about it in its
+ * sink.c owns the common part (display URL, endpoints, dispatch);
+ * sink_registry.c the registry, one struct sink_type per broker listed
+ * once, and sink_new(), which picks a URL's broker from it. A broker's module declares everything about it in its
  * sink_type: its kind, the URL schemes it speaks, its options (rows whose
  * offsets are into its own configuration struct, opaque to everyone else)
  * and its operations, keeping its state behind s->impl. What only some
@@ -99,22 +99,6 @@ struct sink {
     size_t endpoint;
     char endpoint_names[URL_MAX_ENDPOINTS][URL_ENDPOINT_TEXT_MAX]; /* "host:port" each */
 };
-
-/* ---- the registry (sink_registry.c) ---- */
-
-/*
- * The broker speaking scheme (sink_url_parse only yields known ones), and
- * its row in the registry: the slot of its options.broker_config.
- */
-const struct sink_type *sink_type_of_scheme(const struct url_scheme *scheme, size_t *index);
-
-/* A fresh configuration of type: zeroed, then its defaults; NULL when out of memory. */
-void *sink_config_new(const struct sink_type *type);
-
-/* Frees config of type (NULL: nothing): the strings its rows filled, config_free's, the block. */
-void sink_config_free(const struct sink_type *type, void *config);
-
-/* ---- for the brokers (sink.c) ---- */
 
 /*
  * What a connect error names: the display URL when the URL lists one

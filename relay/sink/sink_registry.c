@@ -1,19 +1,25 @@
 /*
  * sink_registry.c - the registry of brokers: SINK_TYPES below is the one
  * list of them, and nothing else in the relay names one. From it come the
- * option groups (--help, parsing), each broker's configuration block, and
- * the URL schemes a --broker may use.
+ * option groups (--help, parsing), each broker's configuration block, the
+ * URL schemes a --broker may use, and sink_new(), which picks the broker of
+ * a URL's scheme once.
  *
  * The registry never reads a broker's own options: it allocates and frees
- * each module's configuration block, whose rows the option parser fills.
+ * each module's configuration block, whose rows the option parser fills,
+ * and hands the block to the broker's init.
  */
 #include "sink_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "error.h"
+#include "timeouts.h"
 
 /* ---- the registry: one row per broker ------------------------------------ */
 
@@ -139,8 +145,9 @@ sink_option_group_target(struct sink_options *options, size_t index)
     return index <= SINK_TYPE_COUNT ? options->broker_config[index - 1] : NULL;
 }
 
-void *
-sink_config_new(const struct sink_type *type)
+/* A fresh configuration of type: zeroed, then its defaults; NULL when out of memory. */
+static void *
+config_new(const struct sink_type *type)
 {
     void *config = calloc(1, type->config_size > 0 ? type->config_size : 1);
 
@@ -149,8 +156,9 @@ sink_config_new(const struct sink_type *type)
     return config;
 }
 
-void
-sink_config_free(const struct sink_type *type, void *config)
+/* Frees config of type (NULL: nothing): the strings its rows filled, config_free's, the block. */
+static void
+config_destroy(const struct sink_type *type, void *config)
 {
     if (config == NULL)
         return;
@@ -172,7 +180,7 @@ sink_options_init(struct sink_options *options, struct outbox_error *err)
     for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
         if (options->broker_config[t] != NULL)
             continue;
-        options->broker_config[t] = sink_config_new(SINK_TYPES[t]);
+        options->broker_config[t] = config_new(SINK_TYPES[t]);
         if (options->broker_config[t] == NULL) {
             sink_options_clear(options);
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -185,7 +193,7 @@ void
 sink_options_clear(struct sink_options *options)
 {
     for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
-        sink_config_free(SINK_TYPES[t], options->broker_config[t]);
+        config_destroy(SINK_TYPES[t], options->broker_config[t]);
         options->broker_config[t] = NULL;
     }
 }
@@ -228,8 +236,12 @@ sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *er
     return url_parse(text, schemes, count, names, url, err);
 }
 
-const struct sink_type *
-sink_type_of_scheme(const struct url_scheme *scheme, size_t *index)
+/*
+ * The broker speaking scheme (sink_url_parse only yields known ones), and
+ * its row in the registry: the slot of its options.broker_config.
+ */
+static const struct sink_type *
+type_of_scheme(const struct url_scheme *scheme, size_t *index)
 {
     *index = 0;
     for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
@@ -252,5 +264,90 @@ sink_kind_of_url(const char *url)
         for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
             if (strlen((*p)->name) == len && strncmp(url, (*p)->name, len) == 0)
                 return SINK_TYPES[t]->kind;
+    return NULL;
+}
+
+/* ---- a sink of the URL's broker ------------------------------------------- */
+
+/* A random endpoint index below count, so that relays spread over a cluster's nodes. */
+static size_t
+random_endpoint(size_t count)
+{
+    unsigned int value;
+
+    if (count <= 1)
+        return 0;
+    if (getrandom(&value, sizeof(value), GRND_NONBLOCK) != (ssize_t)sizeof(value))
+        value = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)clock();
+    return value % count;
+}
+
+/* Puts a copy of password in url, in place of (and wiping) the URL's own. */
+static int
+replace_password(struct broker_url *url, const char *password, struct outbox_error *err)
+{
+    char *copy = strdup(password);
+
+    if (copy == NULL)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (url->password != NULL) {
+        memset(url->password, 0, strlen(url->password));
+        free(url->password);
+    }
+    url->password = copy;
+    return 0;
+}
+
+sink *
+sink_new(const struct sink_options *options, struct outbox_error *err)
+{
+    sink *s = calloc(1, sizeof(*s));
+    void *defaults = NULL;
+    size_t type;
+
+    if (s == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->options = *options;
+    s->options.url = strdup(options->url != NULL ? options->url : "");
+    s->display_url = url_redact(options->url);
+    memset(s->options.broker_config, 0, sizeof(s->options.broker_config)); /* not kept */
+    if (s->options.url == NULL || s->display_url == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    if (s->options.connect_timeout_ms <= 0)
+        s->options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
+    if (s->options.io_timeout_ms <= 0)
+        s->options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
+    if (s->options.max_message_bytes == 0)
+        s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
+    s->options.password = NULL; /* copied into s->url below, not kept */
+    s->options.password_file = NULL;
+    if (sink_url_parse(options->url, &s->url, err) != 0)
+        goto fail;
+    if (options->password != NULL && replace_password(&s->url, options->password, err) != 0)
+        goto fail;
+    s->type = type_of_scheme(s->url.scheme, &type);
+    s->ops = s->type->ops;
+    for (size_t i = 0; i < s->url.endpoint_count; i++)
+        url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
+                            sizeof(s->endpoint_names[i]));
+    s->endpoint = s->ops->endpoint_alternatives ? random_endpoint(s->url.endpoint_count) : 0;
+    /* a caller that set none of this broker's options gets its defaults */
+    if (options->broker_config[type] == NULL && (defaults = config_new(s->type)) == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        goto fail;
+    }
+    if (s->ops->init(s, defaults != NULL ? defaults : options->broker_config[type], err) != 0)
+        goto fail;
+    config_destroy(s->type, defaults);
+    return s;
+
+fail:
+    if (s->type != NULL)
+        config_destroy(s->type, defaults);
+    sink_free(s);
     return NULL;
 }
