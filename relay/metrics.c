@@ -3,6 +3,7 @@
  * counts, observes and samples, under one lock. The health state is in
  * metrics_health.c, the text rendering in metrics_render.c.
  */
+#include "metrics.h"
 #include "metrics_state.h"
 
 #include <math.h>

@@ -4,6 +4,7 @@
  * loop turns, and whether the broker holds rows back; what /healthz,
  * /readyz and --healthcheck answer from (see metrics.h).
  */
+#include "metrics.h"
 #include "metrics_state.h"
 
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * family with its HELP and TYPE lines, the broker label on every series,
  * label values escaped (see metrics.h for what is rendered).
  */
+#include "metrics.h"
 #include "metrics_state.h"
 
 #include <math.h>

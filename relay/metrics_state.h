@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "metrics.h"
+#include "metrics_database.h"
+#include "metrics_families.h"
+#include "metrics_stream.h"
 
 /* Histogram buckets: upper bounds 0.001 s to 10 s (metrics.c), one slot more above. */
 #define METRICS_BUCKET_COUNT 13

@@ -16,7 +16,6 @@
 #include "sink.h"
 #include "store_identity.h"
 #include "store_stream.h"
-#include "stream.h"
 
 /* Partitions one relay may hold at once. */
 #define STREAM_MAX_PARTITIONS 256
@@ -33,7 +32,7 @@ struct owned {
  * publish side by side under the relay's one owner name.
  */
 struct stream_worker {
-    stream_runner *runner;
+    struct stream_runner *runner;
     const struct relay_config *config;
     const char *owner;
     int index;
