@@ -62,12 +62,23 @@ append(char *out, size_t *n, const char *start, size_t len)
     *n += len;
 }
 
-/* True for the NATS schemes, where a userinfo without ':' is a token. */
-static bool
-nats_token_scheme(const char *text, size_t scheme_len)
+/* The schemes whose userinfo without ':' is a token (url_redact_token_schemes); NULL: none. */
+static const char *const *token_schemes;
+
+void
+url_redact_token_schemes(const char *const *schemes)
 {
-    return (scheme_len == 4 && strncmp(text, "nats", 4) == 0) ||
-           (scheme_len == 3 && strncmp(text, "tls", 3) == 0);
+    token_schemes = schemes;
+}
+
+/* True for a scheme named by url_redact_token_schemes(): a userinfo without ':' is a token. */
+static bool
+token_scheme(const char *text, size_t scheme_len)
+{
+    for (const char *const *p = token_schemes; p != NULL && *p != NULL; p++)
+        if (strlen(*p) == scheme_len && strncmp(text, *p, scheme_len) == 0)
+            return true;
+    return false;
 }
 
 size_t
@@ -118,8 +129,8 @@ redact_uri(const char *text, size_t scheme_len, char *out, size_t *n)
     }
     if (at != NULL)
         sep = memchr(auth, ':', (size_t)(at - auth));
-    if (at != NULL && sep == NULL && nats_token_scheme(text, scheme_len)) {
-        /* nats://token@host: the whole userinfo is the secret */
+    if (at != NULL && sep == NULL && token_scheme(text, scheme_len)) {
+        /* scheme://token@host: the whole userinfo is the secret */
         append(out, n, text, (size_t)(auth - text));
         append(out, n, "***", 3);
         p = at;

@@ -393,6 +393,7 @@ static const struct url_scheme sink_nats_scheme = {
     .default_port = 4222,
     .max_endpoints = URL_MAX_ENDPOINTS,
     .usage = "nats://[user:pass@|token@]h1:p1[,h2:p2...]",
+    .userinfo_token = true,
 };
 
 static const struct url_scheme sink_nats_tls_scheme = {
@@ -401,6 +402,7 @@ static const struct url_scheme sink_nats_tls_scheme = {
     .max_endpoints = URL_MAX_ENDPOINTS,
     .usage = "tls://... (nats over tls)",
     .tls = true,
+    .userinfo_token = true,
 };
 
 static const struct url_scheme *const sink_nats_schemes[] = {&sink_nats_scheme,

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "redact.h"
 #include "timeouts.h"
 
 /* ---- the registry: one row per broker ------------------------------------ */
@@ -225,6 +226,26 @@ all_schemes(const struct url_scheme **schemes, size_t capacity, char *names, siz
 }
 
 #define SCHEMES_MAX 32
+
+/* The schemes whose userinfo is a token, for the library's redaction (register_token_schemes). */
+static const char *token_schemes[SCHEMES_MAX + 1];
+
+/*
+ * Tells url_redact which schemes of the registry carry a token as their
+ * userinfo (NATS), before main() runs: no URL of the relay, nor any text
+ * quoting one, is redacted before it, whoever redacts it first.
+ */
+__attribute__((constructor)) static void
+register_token_schemes(void)
+{
+    size_t n = 0;
+
+    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
+        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
+            if ((*p)->userinfo_token && n < SCHEMES_MAX)
+                token_schemes[n++] = (*p)->name;
+    url_redact_token_schemes(token_schemes);
+}
 
 int
 sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
