@@ -20,6 +20,9 @@
 #define COMMAND_LINE_ONLY OPTION_COMMAND_LINE_ONLY
 #define FIELD(f) OPTION_FIELD(struct relay_config, f)
 
+/* --check's help, with what each broker's check verifies (see check_help). */
+static char check_help_text[256];
+
 /* The relay's own options; each broker's come from the sink registry. */
 static const struct option_spec OPTIONS[] = {
     {"database-url", "URL", OPTION_STRING, FIELD(database_url), NULL, 0, 0, NULL,
@@ -47,9 +50,8 @@ static const struct option_spec OPTIONS[] = {
     {"once", NULL, OPTION_FLAG, FIELD(once), NULL, 0, 0, NULL,
      "reap, publish until nothing is claimable now, then exit 0; exit 1 when the database or"
      " the broker stays unreachable for 10 s", COMMAND_LINE_ONLY, 0},
-    {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL,
-     "validate the configuration, connect to both ends, check the role's privileges and that"
-     " --exchange exists, print 'configuration OK'", COMMAND_LINE_ONLY, 0},
+    {"check", NULL, OPTION_FLAG, FIELD(check), NULL, 0, 0, NULL, check_help_text,
+     COMMAND_LINE_ONLY, 0},
     {"healthcheck", NULL, OPTION_FLAG, FIELD(healthcheck), NULL, 0, 0, NULL,
      "ask /healthz of the relay serving --metrics-addr (a wildcard address on loopback): exit 0"
      " when healthy, 1 when not; a container's health check", COMMAND_LINE_ONLY, 0},
@@ -100,6 +102,20 @@ struct option_entry {
 /* Room for the relay's rows and every broker's. */
 #define ENTRIES_MAX 64
 
+/* Writes --check's help into check_help_text, once, with the brokers' checks from the registry. */
+static void
+check_help(void)
+{
+    const char *brokers = sink_check_help();
+
+    if (check_help_text[0] != '\0')
+        return;
+    snprintf(check_help_text, sizeof(check_help_text),
+             "validate the configuration, connect to both ends, check the role's privileges%s%s,"
+             " print 'configuration OK'",
+             brokers[0] != '\0' ? " and that " : "", brokers);
+}
+
 /* Lists the relay's options, then each group of the sink registry; returns how many. */
 static size_t
 all_options(struct option_entry *entries)
@@ -108,6 +124,7 @@ all_options(struct option_entry *entries)
     const char *title;
     size_t n = 0, count;
 
+    check_help();
     for (size_t i = 0; i < OPTION_COUNT; i++)
         entries[n++] = (struct option_entry){&OPTIONS[i], 0, NULL};
     for (size_t g = 0; (rows = sink_option_group(g, &title, &count)) != NULL; g++)
@@ -125,45 +142,6 @@ field_of(struct relay_config *config, const struct option_entry *entry)
                        : sink_option_group_target(&config->broker, entry->sink_group);
 
     return target != NULL ? target + entry->spec->offset : NULL;
-}
-
-/* Longest user text quoted back in a message. */
-#define QUOTE_MAX 60
-
-/*
- * Copies text for a message into out (QUOTE_MAX + 1 bytes): passwords
- * redacted as url_redact does, also in whatever follows the first '='
- * (as in "--database-url=URL"), at most QUOTE_MAX characters, control
- * characters as '?', so a message never shows a password and stays one
- * line.
- */
-static const char *
-quote(const char *text, char *out)
-{
-    char *redacted = url_redact(text), *value = NULL, *rest = NULL;
-    size_t n = 0;
-
-    /* "name=URL" is not a conninfo url_redact reads a password from: redact the URL too */
-    if (redacted != NULL && (value = strchr(redacted, '=')) != NULL)
-        rest = url_redact(value + 1);
-    if (redacted == NULL || (value != NULL && rest == NULL)) {
-        free(redacted);
-        snprintf(out, QUOTE_MAX + 1, "...");
-        return out;
-    }
-    if (value != NULL) {
-        n = (size_t)(value + 1 - redacted) < QUOTE_MAX ? (size_t)(value + 1 - redacted) : QUOTE_MAX;
-        memcpy(out, redacted, n);
-        for (size_t i = 0; rest[i] != '\0' && n < QUOTE_MAX; i++)
-            out[n++] = rest[i];
-    } else {
-        for (size_t i = 0; redacted[i] != '\0' && n < QUOTE_MAX; i++)
-            out[n++] = redacted[i];
-    }
-    out[n] = '\0';
-    free(rest);
-    free(redacted);
-    return outbox_error_quote(out, n + 1, out); /* in place */
 }
 
 /* Environment name of an option: OUTBOX_ + upper-case name, '-' as '_'. */
@@ -227,7 +205,7 @@ set_string(struct relay_config *config, const struct option_entry *entry, char *
     size_t max_length = entry->spec->max_length;
     char *copy;
 
-    /* e.g. AMQP's shortstr: the broker would close the connection on a longer one */
+    /* a row's max_length, e.g. a protocol's short string: a broker closes the connection on more */
     if (max_length > 0 && strlen(text) > max_length)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: longer than %zu bytes (%zu)", source,
                                 max_length, strlen(text));
@@ -244,7 +222,7 @@ static int
 set_list(struct relay_config *config, const struct option_entry *entry, char *base,
          const char *text, const char *source, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
     size_t count = 0, i = 0;
     const char *p = text;
     char **list;
@@ -267,7 +245,7 @@ set_list(struct relay_config *config, const struct option_entry *entry, char *ba
             outbox_error_set(err, OUTBOX_ERR_CONFIG,
                              "%s: invalid queue name '%s' (1-200 characters of"
                              " A-Z a-z 0-9 . _ : -)",
-                             source, quote(name, quoted));
+                             source, option_quote(name, quoted));
             free(name);
             return -1;
         }
@@ -279,97 +257,6 @@ set_list(struct relay_config *config, const struct option_entry *entry, char *ba
             return 0;
         p += len + 1;
     }
-}
-
-/* A whole number within [min, max], into an int or an int64_t. */
-static int
-set_number(const struct option_spec *spec, char *base, const char *text, const char *source,
-           struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    long long value;
-    char *end;
-
-    errno = 0;
-    value = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || value < spec->min || value > spec->max)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s: expected a whole number from %.0f to %.0f, got '%s'", source,
-                                spec->min, spec->max, quote(text, quoted));
-    if (spec->kind == OPTION_INT)
-        *(int *)base = (int)value;
-    else
-        *(int64_t *)base = value;
-    return 0;
-}
-
-/* A duration, into double seconds or into int / int64_t milliseconds. */
-static int
-set_duration(const struct option_spec *spec, char *base, const char *text, const char *source,
-             struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    int64_t ms = 0;
-    double value;
-
-    if (parse_duration_ms(text, &ms, NULL) != 0)
-        ms = -1;
-    value = spec->kind == OPTION_MILLIS ? (double)ms : (double)ms / 1000.0;
-    if (ms < 0 || value < spec->min || value > spec->max)
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "%s: expected a duration such as 250ms, 30s, 15m, 24h or 7d"
-                                " within range, got '%s'",
-                                source, quote(text, quoted));
-    if (spec->kind == OPTION_SECONDS)
-        memcpy(base, &value, sizeof(value)); /* the field is a double */
-    else if (spec->size == sizeof(int64_t))
-        *(int64_t *)base = (int64_t)llround(value);
-    else
-        *(int *)base = (int)lround(value);
-    return 0;
-}
-
-/* A flag's value: from the environment it may be 1/true/yes/on or 0/false/no/off. */
-static int
-set_flag(char *base, const char *text, const char *source, struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-
-    if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0 ||
-        strcmp(text, "on") == 0)
-        *(bool *)base = true;
-    else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 || strcmp(text, "no") == 0 ||
-             strcmp(text, "off") == 0 || text[0] == '\0')
-        *(bool *)base = false;
-    else
-        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected true or false, got '%s'",
-                                source, quote(text, quoted));
-    return 0;
-}
-
-/* One of the words of spec->choices, as its index (a bool field takes "no|yes"-style pairs). */
-static int
-set_choice(const struct option_spec *spec, char *base, const char *text, const char *source,
-           struct outbox_error *err)
-{
-    char quoted[QUOTE_MAX + 1];
-    int index = 0;
-
-    for (const char *p = spec->choices;; index++) {
-        size_t len = strcspn(p, "|");
-
-        if (strlen(text) == len && strncmp(p, text, len) == 0)
-            break;
-        if (p[len] == '\0')
-            return outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: expected one of %s, got '%s'",
-                                    source, spec->choices, quote(text, quoted));
-        p += len + 1;
-    }
-    if (spec->size == sizeof(bool))
-        *(bool *)base = index == 1;
-    else
-        *(int *)base = index;
-    return 0;
 }
 
 /* Sets one option from text, by its kind. */
@@ -389,14 +276,14 @@ set_value(struct relay_config *config, const struct option_entry *entry, const c
         return set_list(config, entry, base, text, source, err);
     case OPTION_INT:
     case OPTION_INT64:
-        return set_number(spec, base, text, source, err);
+        return option_set_number(spec, base, text, source, err);
     case OPTION_SECONDS:
     case OPTION_MILLIS:
-        return set_duration(spec, base, text, source, err);
+        return option_set_duration(spec, base, text, source, err);
     case OPTION_FLAG:
-        return set_flag(base, text, source, err);
+        return option_set_flag(base, text, source, err);
     case OPTION_CHOICE:
-        return set_choice(spec, base, text, source, err);
+        return option_set_choice(spec, base, text, source, err);
     }
     return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unknown option kind");
 }
@@ -413,7 +300,7 @@ set_value(struct relay_config *config, const struct option_entry *entry, const c
 static int
 read_password_file(const char *path, char **password, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
     char *text = malloc(PASSWORD_FILE_MAX + 2);
     FILE *file;
     size_t len;
@@ -426,7 +313,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
         saved_errno = errno;
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
-                                " '%s': %s", quote(path, quoted), strerror(saved_errno));
+                                " '%s': %s", option_quote(path, quoted), strerror(saved_errno));
     }
     len = fread(text, 1, PASSWORD_FILE_MAX + 1, file);
     saved_errno = ferror(file) ? errno : 0;
@@ -434,7 +321,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
     if (saved_errno != 0 || len > PASSWORD_FILE_MAX) {
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--broker-password-file: unable to read"
-                                " '%s': %s", quote(path, quoted),
+                                " '%s': %s", option_quote(path, quoted),
                                 saved_errno != 0 ? strerror(saved_errno) : "longer than 4096 bytes");
     }
     if (len > 0 && text[len - 1] == '\n')
@@ -446,7 +333,7 @@ read_password_file(const char *path, char **password, struct outbox_error *err)
         memset(text, 0, len);
         free(text);
         return outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                                "--broker-password-file: '%s' %s", quote(path, quoted),
+                                "--broker-password-file: '%s' %s", option_quote(path, quoted),
                                 len == 0 ? "is empty" : "holds more than one line");
     }
     *password = text;
@@ -472,7 +359,7 @@ static int
 read_command_line(const struct option_entry *entries, size_t count, int argc,
                   const char *const *argv, const char **given, struct outbox_error *err)
 {
-    char quoted[QUOTE_MAX + 1];
+    char quoted[OPTION_QUOTE_MAX + 1];
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *name, *value = NULL;
@@ -482,7 +369,7 @@ read_command_line(const struct option_entry *entries, size_t count, int argc,
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
             return outbox_error_set(err, OUTBOX_ERR_CONFIG,
                                     "unexpected argument '%s' (options start with --; see --help)",
-                                    quote(arg, quoted));
+                                    option_quote(arg, quoted));
         name = arg + 2;
         len = strcspn(name, "=");
         if (name[len] == '=')
@@ -494,7 +381,7 @@ read_command_line(const struct option_entry *entries, size_t count, int argc,
             if (unknown == NULL)
                 return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
             outbox_error_set(err, OUTBOX_ERR_CONFIG, "unknown option '--%s' (see --help)",
-                             quote(unknown, quoted));
+                             option_quote(unknown, quoted));
             free(unknown);
             return -1;
         }
@@ -717,14 +604,15 @@ config_usage(FILE *out)
     size_t count = all_options(entries), only = 0, shown = 0;
     const char *group = NULL;
 
-    fputs("usage: outbox-relay --database-url URL --broker URL [options]\n"
-          "       outbox-relay --databases FILE --broker URL [options]\n"
-          "\n"
-          "Publishes committed rows of outbox.job to RabbitMQ, Redis Streams, NATS JetStream or Kafka.\n"
-          "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
-          "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
-          "its variable is then not read.",
-          out);
+    fprintf(out,
+            "usage: outbox-relay --database-url URL --broker URL [options]\n"
+            "       outbox-relay --databases FILE --broker URL [options]\n"
+            "\n"
+            "Publishes committed rows of outbox.job to %s.\n"
+            "Every option that takes a value can also be set as OUTBOX_<NAME> in the\n"
+            "environment (--batch-size as OUTBOX_BATCH_SIZE); the command line wins and\n"
+            "its variable is then not read.",
+            sink_products());
     for (size_t i = 0; i < count; i++)
         only += !entries[i].spec->from_environment;
     for (size_t i = 0; i < count; i++) {
@@ -751,15 +639,17 @@ config_usage(FILE *out)
     fputs("\nexit status: 0 clean stop, 1 runtime error, 2 usage or configuration error\n", out);
 }
 
-struct sink_options
-config_sink_options(const struct relay_config *config)
+sink *
+config_sink_new(const struct relay_config *config, struct outbox_error *err)
 {
     struct sink_options options = config->broker;
+    sink *s;
 
     options.connect_timeout_ms = config->broker_connect_timeout_ms;
     options.io_timeout_ms = config->broker_io_timeout_ms;
-    options.heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
-    options.redelivery_horizon_ms =
-        (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0);
-    return options;
+    s = sink_new(&options, err);
+    if (s != NULL)
+        sink_set_redelivery_horizon(
+            s, (int64_t)((config->lease_seconds + config->retry_max_seconds) * 1000.0));
+    return s;
 }

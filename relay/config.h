@@ -80,12 +80,12 @@ int config_parse(struct relay_config *config, int argc, const char *const *argv,
 void config_clear(struct relay_config *config);
 
 /*
- * The options a sink of this relay is made with: the broker's own from the
- * command line, its connect and I/O timeouts, the heartbeat of timeouts.h,
- * and how long a row may come back (the lease plus the longest retry
- * delay). Strings stay config's.
+ * A sink of this relay (see sink_new): the broker's options from the
+ * command line, its connect and I/O timeouts (--broker-connect-timeout,
+ * --broker-io-timeout), and how long a row may come back (the lease plus
+ * the longest retry delay). NULL with err filled on a bad option.
  */
-struct sink_options config_sink_options(const struct relay_config *config);
+sink *config_sink_new(const struct relay_config *config, struct outbox_error *err);
 
 /* Writes the options reference (what --help prints). */
 void config_usage(FILE *out);

@@ -118,6 +118,7 @@ static enum attempt_result
 try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 {
     relay *r = p->relay;
+    struct sink_replication replication;
 
     if (sink_connect(p->sink, err) == 0) {
         atomic_store(&r->broker_logged_in, 1);
@@ -133,9 +134,9 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
         else
             log_event(OUTBOX_LOG_INFO, "broker connected", "%s broker=%s attempts=%d", p->db.who,
                       sink_display_url(p->sink), attempt);
-        if (sink_replicas(p->sink)[0] != '\0')
-            log_event(OUTBOX_LOG_INFO, "broker replicas", "%s replicas=\"%s\" redis_wait=%d",
-                      p->db.who, sink_replicas(p->sink), sink_replicas_to_wait(p->sink));
+        if (sink_replication(p->sink, &replication))
+            log_event(OUTBOX_LOG_INFO, "broker replicas", "%s replicas=\"%s\" %s=%d", p->db.who,
+                      replication.replicas, replication.wait_field, replication.wait);
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_BROKER, false);

@@ -22,8 +22,8 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
         .routing_key = job->routing_key,
         .ordering_key = job->ordering_key,
         /* a replayed row is published once more, whatever its place */
-        .place_order = job->replays == 0 ? job->stream_order : NULL,
-        .place_at = job->replays == 0 ? job->stream_place : NULL,
+        .place.order = job->replays == 0 ? job->stream_order : NULL,
+        .place.at = job->replays == 0 ? job->stream_place : NULL,
     };
 
     store_message_id_format(identity, job->job_id, job->replays, false, m.message_id);

@@ -1,6 +1,7 @@
 /*
  * option.h - one row of an option table: a command-line option, its
- * OUTBOX_<NAME> variable, its default, its validation and its --help line.
+ * OUTBOX_<NAME> variable, its default, its validation and its --help line;
+ * and the readers of a row's text by its kind (option.c).
  *
  * config.c holds the relay's own table; each sink module declares the rows
  * of its broker's options beside its code (sink_internal.h), and config.c
@@ -52,5 +53,36 @@ struct option_spec {
 
 /* offset and size of field f of struct type, for a row. */
 #define OPTION_FIELD(type, f) offsetof(type, f), sizeof(((type *)0)->f)
+
+struct outbox_error;
+
+/* Longest user text quoted back in a message. */
+#define OPTION_QUOTE_MAX 60
+
+/*
+ * Copies text for a message into out (OPTION_QUOTE_MAX + 1 bytes):
+ * passwords redacted as url_redact does, also in whatever follows the
+ * first '=' (as in "--database-url=URL"), at most OPTION_QUOTE_MAX
+ * characters, control characters as '?', so a message never shows a
+ * password and stays one line. Returns out.
+ */
+const char *option_quote(const char *text, char *out);
+
+/*
+ * Reads text into the field at base by spec's kind; source names where the
+ * text came from ("--batch-size", "OUTBOX_BATCH_SIZE") in the error, which
+ * is OUTBOX_ERR_CONFIG and quotes the text. 0 or -1.
+ *   option_set_number    OPTION_INT, OPTION_INT64: a whole number in [min, max]
+ *   option_set_duration  OPTION_SECONDS, OPTION_MILLIS: 250ms, 30s, 15m, 24h, 7d
+ *   option_set_flag      OPTION_FLAG: 1/true/yes/on or 0/false/no/off (or "")
+ *   option_set_choice    OPTION_CHOICE: one of the words of choices, as its index
+ */
+int option_set_number(const struct option_spec *spec, char *base, const char *text,
+                      const char *source, struct outbox_error *err);
+int option_set_duration(const struct option_spec *spec, char *base, const char *text,
+                        const char *source, struct outbox_error *err);
+int option_set_flag(char *base, const char *text, const char *source, struct outbox_error *err);
+int option_set_choice(const struct option_spec *spec, char *base, const char *text,
+                      const char *source, struct outbox_error *err);
 
 #endif

@@ -257,6 +257,19 @@ publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err
     return rc;
 }
 
+/* Rows given back without an attempt: the pipeline's cause, and a warning now and then. */
+static void
+note_deferred(struct pipeline *p, size_t deferred, const char *reason)
+{
+    unsigned long repeats;
+
+    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", reason);
+    if (cause_log_due(&p->deferred_log, reason, &repeats))
+        log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
+                  "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, deferred, reason,
+                  repeats);
+}
+
 /* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
 void
 publish_batch(struct pipeline *p, struct settlement *st)
@@ -306,16 +319,9 @@ publish_batch(struct pipeline *p, struct settlement *st)
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    if (deferred > 0) {
-        unsigned long repeats;
-
-        outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "rows deferred: %s", deferred_reason);
-        if (cause_log_due(&p->deferred_log, deferred_reason, &repeats))
-            log_event(OUTBOX_LOG_WARN, "rows not published through no fault of their own, given back",
-                      "pipeline=%d rows=%zu error=\"%s\" repeats=%lu", p->index, deferred,
-                      deferred_reason, repeats);
-    }
-    /* a broker that takes none of a batch (no replica for --redis-wait, ...) shows in health */
+    if (deferred > 0)
+        note_deferred(p, deferred, deferred_reason);
+    /* a broker that takes none of a batch (too few replicas to wait for, ...) shows in health */
     metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     if (accepted > 0)

@@ -73,11 +73,54 @@ open_latches(relay *r, struct outbox_error *err)
     return 0;
 }
 
+/* Pipeline i of r: its names, its database's reconnect pace, its sink and batch buffers. */
+static int
+pipeline_init(relay *r, int i, struct outbox_error *err)
+{
+    struct pipeline *p = &r->pipelines[i];
+    size_t n = (size_t)r->config->batch_size;
+
+    p->relay = r;
+    p->index = i;
+    p->db.relay = r;
+    p->db.seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
+    p->db.reconnect =
+        backoff_make(RELAY_RECONNECT_FIRST_SECONDS, RELAY_RECONNECT_MAX_SECONDS,
+                     p->db.seed ^ 0x85ebca6bu);
+    snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
+    snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
+    p->sink = config_sink_new(r->config, err);
+    p->messages = calloc(n, sizeof(*p->messages));
+    p->leases = calloc(n, sizeof(*p->leases));
+    p->done = calloc(n, sizeof(*p->done));
+    p->lags = calloc(n, sizeof(*p->lags));
+    if (p->sink == NULL)
+        return -1;
+    if (p->messages == NULL || p->leases == NULL || p->done == NULL || p->lags == NULL ||
+        settlement_init(&p->settlements[0], n) != 0 || settlement_init(&p->settlements[1], n) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* The broker endpoints' names, for the metrics' endpoint labels. */
+static int
+name_endpoints(relay *r, struct outbox_error *err)
+{
+    const sink *first = r->pipelines[0].sink;
+    const char *names[METRICS_MAX_ENDPOINTS];
+    size_t count = sink_endpoint_count(first);
+
+    for (size_t i = 0; i < count && i < METRICS_MAX_ENDPOINTS; i++)
+        names[i] = sink_endpoint_name(first, i);
+    if (metrics_set_endpoints(r->metrics, names, count) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
 relay *
 relay_new(const struct relay_config *config, struct metrics *m, struct outbox_error *err)
 {
     relay *r = calloc(1, sizeof(*r));
-    size_t n = (size_t)config->batch_size;
 
     if (r == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -104,44 +147,11 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < r->pipeline_count; i++) {
-        struct pipeline *p = &r->pipelines[i];
-        struct sink_options options = config_sink_options(config);
-
-        p->relay = r;
-        p->index = i;
-        p->db.relay = r;
-        p->db.seed = (unsigned int)getpid() ^ (unsigned int)(i * 7919) ^ (unsigned int)time(NULL);
-        p->db.reconnect = backoff_make(RELAY_RECONNECT_FIRST_SECONDS, RELAY_RECONNECT_MAX_SECONDS,
-                                       p->db.seed ^ 0x85ebca6bu);
-        snprintf(p->db.worker_id, sizeof(p->db.worker_id), "%s/%d", r->worker_prefix, i);
-        snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", i);
-        p->sink = sink_new(&options, err);
-        p->messages = calloc(n, sizeof(*p->messages));
-        p->leases = calloc(n, sizeof(*p->leases));
-        p->done = calloc(n, sizeof(*p->done));
-        p->lags = calloc(n, sizeof(*p->lags));
-        if (p->sink == NULL)
+    for (int i = 0; i < r->pipeline_count; i++)
+        if (pipeline_init(r, i, err) != 0)
             goto fail;
-        if (p->messages == NULL || p->leases == NULL || p->done == NULL || p->lags == NULL ||
-            settlement_init(&p->settlements[0], n) != 0 ||
-            settlement_init(&p->settlements[1], n) != 0) {
-            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-            goto fail;
-        }
-    }
-    {
-        const sink *first = r->pipelines[0].sink;
-        const char *names[METRICS_MAX_ENDPOINTS];
-        size_t count = sink_endpoint_count(first);
-
-        for (size_t i = 0; i < count && i < METRICS_MAX_ENDPOINTS; i++)
-            names[i] = sink_endpoint_name(first, i);
-        if (metrics_set_endpoints(m, names, count) != 0) {
-            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-            goto fail;
-        }
-    }
+    if (name_endpoints(r, err) != 0)
+        goto fail;
     if (config->databases_file != NULL) {
         r->scheduler = scheduler_new(r, err); /* no stream queue is served from a list */
         if (r->scheduler == NULL)
@@ -176,13 +186,78 @@ relay_free(relay *r)
     free(r);
 }
 
+/* --check of a broker URL with one endpoint (or whose endpoints the sink uses together). */
+static int
+check_sink(sink *broker, FILE *report, bool *configuration, struct outbox_error *err)
+{
+    struct sink_replication replication;
+    int rc;
+
+    if (sink_connect(broker, err) != 0)
+        return -1;
+    rc = sink_check(broker, err);
+    if (sink_replication(broker, &replication))
+        fprintf(report, "broker replicas: %s (%s %d)\n", replication.replicas,
+                replication.wait_option, replication.wait);
+    sink_disconnect(broker);
+    if (rc != 0) {
+        *configuration = err->code == OUTBOX_ERR_CONFIG;
+        return -1;
+    }
+    return 0;
+}
+
+/* --check of every endpoint of the list, so that one down is seen before it matters. */
+static int
+check_endpoints(sink *broker, size_t count, FILE *report, bool *configuration,
+                struct outbox_error *err)
+{
+    struct outbox_error endpoint_err, refused = {.code = OUTBOX_OK}, missing = {.code = OUTBOX_OK};
+    size_t reached = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        const char *name = sink_endpoint_name(broker, i);
+
+        if (sink_connect_endpoint(broker, i, &endpoint_err) != 0) {
+            fprintf(report, "broker endpoint %s: skipped: %s\n", name, endpoint_err.message);
+            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
+                refused = endpoint_err;
+        } else if (sink_check(broker, &endpoint_err) != 0) {
+            fprintf(report, "broker endpoint %s: %s: %s\n", name,
+                    endpoint_err.code == OUTBOX_ERR_CONFIG ? "misses what publishing needs"
+                                                           : "skipped",
+                    endpoint_err.message);
+            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
+                missing = endpoint_err;
+        } else {
+            fprintf(report, "broker endpoint %s: reachable\n", name);
+            reached++;
+        }
+        sink_disconnect(broker);
+    }
+    /* a refused login, a missing vhost or what publishing needs is wrong even when others answered */
+    if (refused.code != OUTBOX_OK) {
+        *err = refused;
+        return -1;
+    }
+    if (missing.code != OUTBOX_OK) {
+        *err = missing;
+        *configuration = true;
+        return -1;
+    }
+    if (reached == 0)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
+                                "no endpoint of %s answered (%zu tried), the last: %s",
+                                sink_display_url(broker), count, endpoint_err.message);
+    return 0;
+}
+
 int
 relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *err)
 {
     struct pipeline *p = &r->pipelines[0];
     outbox_store *store = outbox_store_connect(r->config->database_url, p->db.worker_id, err);
-    size_t count = sink_endpoint_count(p->sink), reached = 0;
-    struct outbox_error endpoint_err, refused = {.code = OUTBOX_OK}, missing = {.code = OUTBOX_OK};
+    size_t count = sink_endpoint_count(p->sink);
     int rc;
 
     *configuration = false;
@@ -198,56 +273,9 @@ relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *er
         *configuration = err->code == OUTBOX_ERR_CONFIG;
         return -1;
     }
-    if (count <= 1) {
-        if (sink_connect(p->sink, err) != 0)
-            return -1;
-        rc = sink_check(p->sink, err);
-        if (sink_replicas(p->sink)[0] != '\0')
-            fprintf(report, "broker replicas: %s (--redis-wait %d)\n", sink_replicas(p->sink),
-                    sink_replicas_to_wait(p->sink));
-        sink_disconnect(p->sink);
-        if (rc != 0) {
-            *configuration = err->code == OUTBOX_ERR_CONFIG;
-            return -1;
-        }
-        return 0;
-    }
-    /* every endpoint of the list, so that one down is seen before it matters */
-    for (size_t i = 0; i < count; i++) {
-        const char *name = sink_endpoint_name(p->sink, i);
-
-        if (sink_connect_endpoint(p->sink, i, &endpoint_err) != 0) {
-            fprintf(report, "broker endpoint %s: skipped: %s\n", name, endpoint_err.message);
-            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
-                refused = endpoint_err;
-        } else if (sink_check(p->sink, &endpoint_err) != 0) {
-            fprintf(report, "broker endpoint %s: %s: %s\n", name,
-                    endpoint_err.code == OUTBOX_ERR_CONFIG ? "misses what publishing needs"
-                                                           : "skipped",
-                    endpoint_err.message);
-            if (endpoint_err.code == OUTBOX_ERR_CONFIG)
-                missing = endpoint_err;
-        } else {
-            fprintf(report, "broker endpoint %s: reachable\n", name);
-            reached++;
-        }
-        sink_disconnect(p->sink);
-    }
-    /* a refused login, a missing vhost or exchange is wrong even when other nodes answered */
-    if (refused.code != OUTBOX_OK) {
-        *err = refused;
-        return -1;
-    }
-    if (missing.code != OUTBOX_OK) {
-        *err = missing;
-        *configuration = true;
-        return -1;
-    }
-    if (reached == 0)
-        return outbox_error_set(err, OUTBOX_ERR_CONNECTION,
-                                "no endpoint of %s answered (%zu tried), the last: %s",
-                                sink_display_url(p->sink), count, endpoint_err.message);
-    return 0;
+    if (count <= 1)
+        return check_sink(p->sink, report, configuration, err);
+    return check_endpoints(p->sink, count, report, configuration, err);
 }
 
 /*

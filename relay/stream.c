@@ -1,5 +1,7 @@
 /*
- * stream.c - the stream pipeline thread: acquire partitions, read, publish, advance.
+ * stream.c - the stream pipeline threads: connect, take turns over the held
+ * partitions (stream_partition.c), report lag, clean up, wait; and the
+ * runner that starts, checks and stops them.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,76 +20,18 @@
 #include "sink.h"
 #include "store_stream.h"
 #include "stream.h"
+#include "stream_worker.h"
 #include "timeouts.h"
 
-/* Partitions one relay may hold at once. */
-#define STREAM_MAX_PARTITIONS 256
-/* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
-#define STREAM_RENEW_FRACTION 3.0
 /* Published rows are deleted every STREAM_CLEANUP_SECONDS, at most this many a statement. */
 #define STREAM_CLEANUP_ROWS 5000
-/* Batches one partition publishes in a row before the thread turns to its others. */
-#define STREAM_TURN_BATCHES 8
-
-/* A held partition and when it may be read again (a row waiting out its backoff). */
-struct owned {
-    struct stream_partition p;
-    double wait_until;
-};
-
-/*
- * One stream thread: its own database and broker connections, and the
- * partitions p with p % worker_count == index, so the threads of a relay
- * publish side by side under the relay's one owner name.
- */
-struct stream_worker {
-    stream_runner *runner;
-    const struct relay_config *config;
-    const char *owner;
-    int index;
-    pthread_t thread;
-    bool started;
-    stream_store *store;
-    struct store_identity identity; /* the database's, read when store connected */
-    sink *sink;
-    struct owned owned[STREAM_MAX_PARTITIONS];
-    size_t owned_count;
-    double lease_seconds;
-    char *queues; /* --queues as a text[] literal; NULL: every stream */
-    double next_renew, next_report, next_cleanup;
-    bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
-    unsigned int seed;
-    struct sink_message *messages;
-    char (*places)[STREAM_PLACE_SIZE]; /* each message's place_at */
-    char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
-    struct sink_outcome *outcomes;
-    struct stream_refusal *refusals;
-    double *lags; /* commit-to-publish seconds of accepted rows */
-};
-
-struct stream_runner {
-    const struct relay_config *config;
-    struct metrics *metrics;
-    char owner[192];
-    atomic_int stopping;
-    atomic_int checked;      /* stream_runner_check ran once (or never will) */
-    atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
-    struct stream_worker *workers; /* worker_count publishing threads, then the watch thread */
-    int worker_count;
-};
 
 /* ---- helpers ------------------------------------------------------------------- */
-
-static bool
-runner_stopping(const struct stream_worker *sr)
-{
-    return atomic_load(&sr->runner->stopping) != 0;
-}
 
 static void
 runner_sleep_ms(struct stream_worker *sr, int ms)
 {
-    while (ms > 0 && !runner_stopping(sr)) {
+    while (ms > 0 && !stream_worker_stopping(sr)) {
         int slice = ms < STREAM_SLEEP_SLICE_MS ? ms : STREAM_SLEEP_SLICE_MS;
 
         usleep((useconds_t)slice * 1000);
@@ -157,432 +101,6 @@ stream_connect_ends(struct stream_worker *sr)
         return false;
     }
     return true;
-}
-
-static void
-drop_owned(struct stream_worker *sr, size_t index, const char *why)
-{
-    log_event(OUTBOX_LOG_INFO, why, "thread=stream queue=%s partition=%d generation=%lld",
-              sr->owned[index].p.queue, sr->owned[index].p.partition,
-              (long long)sr->owned[index].p.generation);
-    sr->owned[index] = sr->owned[sr->owned_count - 1];
-    sr->owned_count--;
-}
-
-/* ---- leases -------------------------------------------------------------------- */
-
-/*
- * Gives back the partitions of this thread that this relay holds over its
- * fair share and another relay would take, between batches.
- */
-static int
-give_back_surplus(struct stream_worker *sr, struct outbox_error *err)
-{
-    struct stream_partition held[STREAM_MAX_PARTITIONS];
-    bool give_back[STREAM_MAX_PARTITIONS];
-    size_t count = sr->owned_count;
-
-    if (count == 0)
-        return 0;
-    for (size_t i = 0; i < count; i++)
-        held[i] = sr->owned[i].p;
-    if (stream_store_surplus(sr->store, held, count, give_back, err) != 0)
-        return -1;
-    for (size_t i = count; i-- > 0;) {
-        if (!give_back[i])
-            continue;
-        if (stream_store_release(sr->store, &sr->owned[i].p, err) != 0)
-            return -1;
-        drop_owned(sr, i, "stream partition given back to another relay");
-    }
-    return 0;
-}
-
-/*
- * Brings held partition index onto the connection's history: a cursor of
- * another epoch, or ahead of the transaction ids, is rebased (rows that may
- * be unpublished go out again, none is lost). Drops the partition when its
- * lease was lost, or when its cursor is of a later history than the
- * database's (logged: its rows wait, counted by stream list). -1 only for a
- * failed database call.
- */
-static int
-settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox_error *err)
-{
-    struct stream_partition *p = &sr->owned[index].p;
-    int32_t was = p->history_epoch;
-    bool held = false;
-
-    *kept = true;
-    if (p->history_epoch == sr->identity.epoch && !p->ahead)
-        return 0;
-    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, err) != 0) {
-        if (err->code != OUTBOX_ERR_STATE)
-            return -1;
-        log_event(OUTBOX_LOG_ERROR, "stream partition not published", "thread=stream error=\"%s\"",
-                  err->message);
-        if (stream_store_release(sr->store, p, err) != 0)
-            return -1;
-        held = false;
-    } else if (held) {
-        log_event(OUTBOX_LOG_WARN, "stream partition rebased onto a new database history",
-                  "thread=stream queue=%s partition=%d epoch=%d->%d", p->queue, p->partition,
-                  (int)was, (int)p->history_epoch);
-    }
-    if (!held) {
-        drop_owned(sr, index, "stream partition dropped");
-        *kept = false;
-    }
-    return 0;
-}
-
-/*
- * Says this relay is there, renews every held lease (reading the cursors
- * again after a reconnect), forgets lost ones, gives back a surplus, then
- * takes free partitions up to the fair share; every partition kept is on
- * the connection's history before it is read.
- */
-static int
-leases_turn(struct stream_worker *sr, struct outbox_error *err)
-{
-    struct stream_partition taken[STREAM_MAX_PARTITIONS];
-    size_t count = 0;
-
-    if (stream_store_member(sr->store, sr->queues, sr->lease_seconds, err) != 0)
-        return -1;
-    for (size_t i = 0; i < sr->owned_count;) {
-        bool held = false;
-
-        if (stream_store_renew(sr->store, &sr->owned[i].p, sr->lease_seconds, sr->reload_cursors,
-                               &held, err) != 0)
-            return -1;
-        if (!held) {
-            drop_owned(sr, i, "stream partition lease lost");
-            continue;
-        }
-        if (settle_history(sr, i, &held, err) != 0)
-            return -1;
-        i += held;
-    }
-    sr->reload_cursors = false;
-    if (give_back_surplus(sr, err) != 0)
-        return -1;
-    if (stream_store_acquire(sr->store, sr->queues, sr->runner->worker_count, sr->index,
-                             sr->lease_seconds, taken, STREAM_MAX_PARTITIONS - sr->owned_count,
-                             &count, err) != 0)
-        return -1;
-    for (size_t i = 0; i < count; i++) {
-        bool kept;
-
-        sr->owned[sr->owned_count].p = taken[i];
-        sr->owned[sr->owned_count].wait_until = 0;
-        sr->owned_count++;
-        log_event(OUTBOX_LOG_INFO, "stream partition acquired",
-                  "thread=stream queue=%s partition=%d generation=%lld cursor=%s/%lld",
-                  taken[i].queue, taken[i].partition, (long long)taken[i].generation,
-                  taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
-        if (settle_history(sr, sr->owned_count - 1, &kept, err) != 0)
-            return -1;
-    }
-    sr->next_renew = clock_monotonic_seconds() + sr->lease_seconds / STREAM_RENEW_FRACTION;
-    return 0;
-}
-
-/* ---- one partition's turn ------------------------------------------------------ */
-
-/*
- * The messages of a batch of o, each with its place in o's order; the
- * floor is o's cursor, behind which every row is published or gone. A row
- * `stream enable` took from the claims may have been published before
- * without a record of this order: it goes out of turn, judged by the order
- * it left (its place there is the same) or, when it had none, by its dedup
- * record alone. It is never judged by this order's record again (a disable
- * gives it its former place back), so the rows after it may still go in
- * turn past it.
- */
-static void
-build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
-{
-    const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
-    bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
-
-    for (size_t i = 0; i < batch->count; i++) {
-        const char *from = batch->froms[i];
-
-        sr->messages[i] = job_message_from_job(&batch->jobs[i], &sr->identity);
-        sr->places[i][0] = '\0';
-        if (order == NULL ||
-            !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
-            continue;
-        if (from != NULL) {
-            sr->messages[i].place_order = from[0] != '\0' ? from : NULL;
-            sr->messages[i].place_at = from[0] != '\0' ? sr->places[i] : NULL;
-            continue;
-        }
-        sr->messages[i].place_order = order;
-        sr->messages[i].place_at = sr->places[i];
-        sr->messages[i].place_floor = floor ? sr->floor : NULL;
-    }
-}
-
-/* True when a row after index in the batch has the same ordering key. */
-static bool
-key_has_later_row(const struct stream_batch *batch, size_t index)
-{
-    const char *key = batch->jobs[index].ordering_key;
-
-    if (key == NULL)
-        return false;
-    for (size_t i = index + 1; i < batch->count; i++)
-        if (batch->jobs[i].ordering_key != NULL && strcmp(batch->jobs[i].ordering_key, key) == 0)
-            return true;
-    return false;
-}
-
-/*
- * Whether refused row index of batch keeps its place in the partition:
- * with --ordering-dead-policy block, when a later row of its key waits,
- * in this batch or after it.
- */
-static int
-refused_row_stays(struct stream_worker *sr, const struct owned *o,
-                  const struct stream_batch *batch, size_t index, bool *stay,
-                  struct outbox_error *err)
-{
-    const struct outbox_job *job = &batch->jobs[index];
-
-    *stay = false;
-    if (!sr->config->block_on_dead_head || job->ordering_key == NULL)
-        return 0;
-    *stay = key_has_later_row(batch, index);
-    if (*stay)
-        return 0;
-    return stream_store_key_has_later(sr->store, &o->p, batch->xids[index], job->job_id,
-                                      job->ordering_key, stay, err);
-}
-
-/*
- * Sorts the outcomes of the published rows (a prefix of the batch), in row
- * order, into how far the cursor may go (*passed rows) and the refused
- * rows. The cursor passes accepted rows and rows leaving the stream; it
- * stops before a deferred row and before a refused row that keeps its place.
- */
-static int
-settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_batch *batch,
-                size_t published, size_t *passed, size_t *refused, struct outbox_error *err)
-{
-    const struct relay_config *c = sr->config;
-
-    *passed = 0;
-    *refused = 0;
-    for (size_t i = 0; i < published; i++) {
-        const struct sink_outcome *out = &sr->outcomes[i];
-        struct stream_refusal *r = &sr->refusals[*refused];
-        double random01 = (double)rand_r(&sr->seed) / ((double)RAND_MAX + 1.0);
-        bool stay = false;
-
-        if (out->status == SINK_ACCEPTED) {
-            *passed = i + 1;
-            continue;
-        }
-        if (out->status == SINK_DEFERRED) {
-            o->wait_until = clock_monotonic_seconds() + STREAM_DEFER_SECONDS;
-            break;
-        }
-        if (refused_row_stays(sr, o, batch, i, &stay, err) != 0)
-            return -1;
-        *r = (struct stream_refusal){
-            .job_id = batch->jobs[i].job_id,
-            .error = out->reason,
-            .permanent = out->status == SINK_REJECTED,
-            .stay = stay,
-            .delay_seconds = outbox_backoff_seconds(batch->jobs[i].generation, c->retry_base_seconds,
-                                                    c->retry_max_seconds, random01),
-        };
-        (*refused)++;
-        if (r->stay && !r->permanent && batch->jobs[i].generation < batch->jobs[i].max_attempts) {
-            o->wait_until = clock_monotonic_seconds() + r->delay_seconds;
-            break;
-        }
-        *passed = i + 1;
-    }
-    return 0;
-}
-
-/* True when rows [start, end) hold a row of the ordering key of row end. */
-static bool
-chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
-{
-    const char *key = batch->jobs[end].ordering_key;
-
-    for (size_t i = start; key != NULL && i < end; i++)
-        if (batch->jobs[i].ordering_key != NULL && strcmp(batch->jobs[i].ordering_key, key) == 0)
-            return true;
-    return false;
-}
-
-/*
- * Publishes the batch; returns how many rows (a prefix) were handed to the
- * broker. With --ordering-dead-policy block the batch goes out in chunks
- * holding one row per ordering key, and a chunk with a row not accepted is
- * the last: a key's next row is never published past an earlier row of the
- * key the broker did not take.
- */
-static size_t
-publish_rows(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch,
-             struct outbox_error *err)
-{
-    size_t start = 0;
-
-    while (start < batch->count) {
-        size_t end = start + 1;
-        bool all_accepted = true;
-
-        if (!sr->config->block_on_dead_head)
-            end = batch->count;
-        while (end < batch->count && !chunk_has_key(batch, start, end))
-            end++;
-        if (start > 0 && sr->places[start - 1][0] != '\0') /* the chunks before were accepted */
-            for (size_t i = start; i < end; i++)
-                if (sr->messages[i].place_order != NULL && batch->froms[i] == NULL)
-                    sr->messages[i].place_floor = sr->places[start - 1];
-        if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
-            log_event(OUTBOX_LOG_WARN, "stream publish failed",
-                      "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
-        for (size_t i = start; i < end; i++)
-            all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
-        start = end;
-        if (!all_accepted)
-            break;
-    }
-    return start;
-}
-
-/* Counts a recorded batch in the metrics the row-state pipelines feed too. */
-static void
-record_metrics(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch,
-               size_t published, size_t refused)
-{
-    struct metrics *m = sr->runner->metrics;
-    struct timespec ts;
-    double now;
-    size_t accepted = 0, dead = 0;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-    for (size_t i = 0; i < published; i++)
-        if (sr->outcomes[i].status == SINK_ACCEPTED && batch->jobs[i].created_at > 0)
-            sr->lags[accepted++] = now - batch->jobs[i].created_at;
-    for (size_t i = 0; i < refused; i++) {
-        const struct outbox_job *job = NULL;
-
-        for (size_t j = 0; j < published && job == NULL; j++)
-            if (batch->jobs[j].job_id == sr->refusals[i].job_id)
-                job = &batch->jobs[j];
-        if (sr->refusals[i].permanent || (job != NULL && job->generation >= job->max_attempts))
-            dead++;
-    }
-    metrics_add_queue(m, METRICS_ROWS_PUBLISHED, o->p.queue, accepted);
-    metrics_add_queue(m, METRICS_ROWS_FAILED, o->p.queue, refused - dead);
-    metrics_add_queue(m, METRICS_ROWS_DEAD, o->p.queue, dead);
-    metrics_observe_many(m, METRICS_COMMIT_TO_PUBLISH, sr->lags, accepted);
-}
-
-/*
- * Moves o's cursor past the rows of batch the broker took (passed) and
- * writes the refused ones; *held false: the lease was lost and o dropped.
- */
-static int
-advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch *batch,
-               size_t published, size_t passed, size_t refused, bool *held,
-               struct outbox_error *err)
-{
-    struct owned *o = &sr->owned[index];
-    const char *xid = passed > 0 ? batch->xids[passed - 1] : o->p.cursor_xid;
-    int64_t job_id = passed > 0 ? batch->jobs[passed - 1].job_id : o->p.cursor_job_id;
-    char xid_copy[STREAM_XID_MAX];
-
-    *held = true;
-    if (passed == 0 && refused == 0)
-        return 0;
-    snprintf(xid_copy, sizeof(xid_copy), "%s", xid);
-    if (stream_store_advance(sr->store, &o->p, xid_copy, job_id, sr->refusals, refused,
-                             sr->lease_seconds, held, err) != 0)
-        return -1;
-    if (!*held) {
-        drop_owned(sr, index, "stream partition lease lost");
-        return 0;
-    }
-    record_metrics(sr, o, batch, published, refused);
-    if (refused > 0)
-        log_event(OUTBOX_LOG_WARN, "stream rows refused by the broker",
-                  "thread=stream queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"",
-                  o->p.queue, o->p.partition, refused, (long long)sr->refusals[0].job_id,
-                  sr->refusals[0].error);
-    return 0;
-}
-
-/*
- * Publishes one batch of partition index and moves its cursor. When the
- * batch is full, the next one is read while this one is with the broker
- * (*next, empty when there was none to read); *more tells whether the
- * partition may go on with it: every row of this batch passed and the
- * lease held.
- */
-static int
-batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *batch,
-           struct stream_batch *next, bool *more, struct outbox_error *err)
-{
-    struct owned *o = &sr->owned[index];
-    size_t published, passed, refused = 0;
-    bool prefetch = batch->count == (size_t)sr->config->batch_size, held = false;
-
-    *more = false;
-    memset(next, 0, sizeof(*next));
-    build_messages(sr, o, batch);
-    if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
-                                           batch->jobs[batch->count - 1].job_id,
-                                           sr->config->batch_size, err) != 0)
-        return -1;
-    published = publish_rows(sr, o, batch, err); /* rows after it are read again */
-    if (sink_is_connected(sr->sink))
-        metrics_round_trip(sr->runner->metrics, METRICS_BROKER);
-    if (prefetch && stream_store_read_receive(sr->store, next, err) != 0)
-        return -1;
-    if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
-        return -1;
-    if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)
-        return -1;
-    *more = held && passed == batch->count && next->count > 0;
-    return 0;
-}
-
-/*
- * A partition's turn: up to STREAM_TURN_BATCHES batches read, published
- * and recorded, each read while the one before is published. *rows: rows read.
- */
-static int
-partition_turn(struct stream_worker *sr, size_t index, size_t *rows, struct outbox_error *err)
-{
-    struct stream_batch batch, next;
-    bool more = true;
-    int rc = 0;
-
-    *rows = 0;
-    if (stream_store_read(sr->store, &sr->owned[index].p, sr->config->batch_size, &batch, err) !=
-        0)
-        return -1;
-    metrics_round_trip(sr->runner->metrics, METRICS_DATABASE);
-    for (int turn = 0; batch.count > 0 && more; turn++) {
-        *rows += batch.count;
-        rc = batch_turn(sr, index, &batch, &next, &more, err);
-        stream_batch_release_memory(&batch);
-        batch = next;
-        more = more && rc == 0 && turn + 1 < STREAM_TURN_BATCHES && !runner_stopping(sr) &&
-               sink_is_connected(sr->sink);
-    }
-    stream_batch_release_memory(&batch);
-    return rc;
 }
 
 /* ---- between turns --------------------------------------------------------------- */
@@ -686,7 +204,7 @@ cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
 static int
 due_work(struct stream_worker *sr, struct outbox_error *err)
 {
-    if (clock_monotonic_seconds() >= sr->next_renew && leases_turn(sr, err) != 0)
+    if (clock_monotonic_seconds() >= sr->next_renew && stream_leases_turn(sr, err) != 0)
         return -1;
     return 0;
 }
@@ -698,12 +216,12 @@ partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err
     double now = clock_monotonic_seconds();
 
     *rows = 0;
-    for (size_t i = 0; i < sr->owned_count && !runner_stopping(sr); i++) {
+    for (size_t i = 0; i < sr->owned_count && !stream_worker_stopping(sr); i++) {
         size_t read = 0;
 
         if (sr->owned[i].wait_until > now)
             continue;
-        if (partition_turn(sr, i, &read, err) != 0)
+        if (stream_partition_turn(sr, i, &read, err) != 0)
             return -1;
         *rows += read;
         if (!sink_is_connected(sr->sink))
@@ -723,13 +241,13 @@ wait_for_streams(struct stream_worker *sr)
     stream_runner *runner = sr->runner;
 
     while (!atomic_load(&runner->streams_seen)) {
-        if (runner_stopping(sr))
+        if (stream_worker_stopping(sr))
             return false;
         if (sr->config->once && atomic_load(&runner->checked))
             return false;
         runner_sleep_ms(sr, STREAM_CHECK_WAIT_MS); /* a flag: waiting costs nothing */
     }
-    return !runner_stopping(sr);
+    return !stream_worker_stopping(sr);
 }
 
 /* Gives every lease back so that another relay takes over at once. */
@@ -758,7 +276,7 @@ watch_run(void *arg)
 
     if (!wait_for_streams(sr))
         goto done;
-    while (!runner_stopping(sr)) {
+    while (!stream_worker_stopping(sr)) {
         struct outbox_error err;
         double now = clock_monotonic_seconds(), next;
 
@@ -796,7 +314,7 @@ stream_run(void *arg)
 
     if (!wait_for_streams(sr))
         goto done;
-    while (!runner_stopping(sr)) {
+    while (!stream_worker_stopping(sr)) {
         struct outbox_error err;
         size_t rows = 0;
 
@@ -868,7 +386,6 @@ static int
 worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct outbox_error *err)
 {
     const struct relay_config *config = runner->config;
-    struct sink_options options = config_sink_options(config);
     size_t n = (size_t)config->batch_size;
 
     sr->runner = runner;
@@ -879,7 +396,7 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
     if (index == runner->worker_count)
         return 0; /* the watch thread: no broker, no batches */
-    sr->sink = sink_new(&options, err);
+    sr->sink = config_sink_new(config, err);
     if (sr->sink == NULL)
         return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));

@@ -62,12 +62,23 @@ append(char *out, size_t *n, const char *start, size_t len)
     *n += len;
 }
 
-/* True for the NATS schemes, where a userinfo without ':' is a token. */
-static bool
-nats_token_scheme(const char *text, size_t scheme_len)
+/* The schemes whose userinfo without ':' is a token (url_redact_token_schemes); NULL: none. */
+static const char *const *token_schemes;
+
+void
+url_redact_token_schemes(const char *const *schemes)
 {
-    return (scheme_len == 4 && strncmp(text, "nats", 4) == 0) ||
-           (scheme_len == 3 && strncmp(text, "tls", 3) == 0);
+    token_schemes = schemes;
+}
+
+/* True for a scheme named by url_redact_token_schemes(): a userinfo without ':' is a token. */
+static bool
+token_scheme(const char *text, size_t scheme_len)
+{
+    for (const char *const *p = token_schemes; p != NULL && *p != NULL; p++)
+        if (strlen(*p) == scheme_len && strncmp(text, *p, scheme_len) == 0)
+            return true;
+    return false;
 }
 
 size_t
@@ -118,8 +129,8 @@ redact_uri(const char *text, size_t scheme_len, char *out, size_t *n)
     }
     if (at != NULL)
         sep = memchr(auth, ':', (size_t)(at - auth));
-    if (at != NULL && sep == NULL && nats_token_scheme(text, scheme_len)) {
-        /* nats://token@host: the whole userinfo is the secret */
+    if (at != NULL && sep == NULL && token_scheme(text, scheme_len)) {
+        /* scheme://token@host: the whole userinfo is the secret */
         append(out, n, text, (size_t)(auth - text));
         append(out, n, "***", 3);
         p = at;
@@ -534,6 +545,29 @@ redact_patterns(const char *text, char *out, size_t *n)
     }
 }
 
+/*
+ * Copies text to out at *n with the pieces of s replaced inside double
+ * quotes, where libpq quotes what it could not read: pieces of a password
+ * too. Ends out with a NUL.
+ */
+static void
+replace_quoted_pieces(const char *text, const struct secrets *s, char *out, size_t *n)
+{
+    for (const char *p = text; *p != '\0';) {
+        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
+
+        if (close == NULL) {
+            out[(*n)++] = *p++;
+            continue;
+        }
+        out[(*n)++] = '"';
+        replace_secrets(p + 1, close, s->pieces, s->piece_count, s->overflow, out, n);
+        out[(*n)++] = '"';
+        p = close + 1;
+    }
+    out[*n] = '\0';
+}
+
 void
 url_redact_message(const char *message, const char *source, const char *password, char *out,
                    size_t size)
@@ -566,20 +600,7 @@ url_redact_message(const char *message, const char *source, const char *password
     }
     replace_secrets(message, message + len, s.whole, s.whole_count, false, first, &n);
     first[n] = '\0';
-    /* libpq quotes what it could not read between double quotes: pieces of a password too */
-    for (const char *p = first; *p != '\0';) {
-        const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
-
-        if (close == NULL) {
-            second[m++] = *p++;
-            continue;
-        }
-        second[m++] = '"';
-        replace_secrets(p + 1, close, s.pieces, s.piece_count, s.overflow, second, &m);
-        second[m++] = '"';
-        p = close + 1;
-    }
-    second[m] = '\0';
+    replace_quoted_pieces(first, &s, second, &m);
     /* a pattern adds "***" to at least five bytes ("://:@") */
     third = malloc(2 * m + 16);
     if (third == NULL) {

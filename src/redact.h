@@ -27,8 +27,18 @@ char *url_percent_decode(const char *start, size_t len);
 size_t url_scheme_length(const char *text);
 
 /*
+ * Names the URI schemes whose userinfo without ':' is a secret as a whole
+ * (a token: scheme://token@host) rather than a user name: a NULL-terminated
+ * list, kept, not copied. NULL, the default, names none. A program that
+ * knows such schemes (the relay's broker registry) sets it before main()
+ * runs; nothing changes it after, so every thread reads it unlocked.
+ */
+void url_redact_token_schemes(const char *const *schemes);
+
+/*
  * Returns a malloc'd copy of a URL or libpq conninfo with any password
- * replaced by "***", or NULL when out of memory.
+ * (or token, see url_redact_token_schemes) replaced by "***", or NULL when
+ * out of memory.
  */
 char *url_redact(const char *text);
 

@@ -225,6 +225,32 @@ array_add_field_of(struct pg_array *a, const struct outbox_message *messages, si
     }
 }
 
+/* The numbers among a group's options, as the text the statement takes. */
+struct option_text {
+    char priority[16];
+    char delay[32];
+    char max_attempts[16];
+};
+
+/* The options every message of a group shares (those of first) into values[4..11]. */
+static void
+group_option_values(const struct outbox_message *first, struct option_text *text,
+                    const char *values[12])
+{
+    snprintf(text->priority, sizeof(text->priority), "%d", (int)first->priority);
+    snprintf(text->delay, sizeof(text->delay), "%.6f", first->delay_seconds);
+    snprintf(text->max_attempts, sizeof(text->max_attempts), "%d",
+             attempts_or_default(first->max_attempts));
+    values[4] = first->headers_json;
+    values[5] = text->priority;
+    values[6] = text->delay;
+    values[7] = text->max_attempts;
+    values[8] = first->exchange;
+    values[9] = first->routing_key;
+    values[10] = first->traceparent;
+    values[11] = first->tracestate;
+}
+
 /* One enqueue_batch() call for messages[0..count-1], which share their options. */
 static int
 enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count, int64_t *job_ids,
@@ -232,7 +258,8 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
 {
     const struct outbox_message *first = &messages[0];
     struct pg_array payloads = {0}, idempotency_keys = {0}, ordering_keys = {0};
-    char priority[16], delay[32], max_attempts[16], context[300];
+    struct option_text text;
+    char context[300];
     const char *values[12];
     PGresult *result = NULL;
     bool any_payload, any_idempotency_key, any_ordering_key, traced;
@@ -251,22 +278,12 @@ enqueue_group(PGconn *conn, const struct outbox_message *messages, size_t count,
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         goto cleanup;
     }
-    snprintf(priority, sizeof(priority), "%d", (int)first->priority);
-    snprintf(delay, sizeof(delay), "%.6f", first->delay_seconds);
-    snprintf(max_attempts, sizeof(max_attempts), "%d", attempts_or_default(first->max_attempts));
     values[0] = first->queue;
     if (!any_idempotency_key)
         values[2] = NULL;
     if (!any_ordering_key)
         values[3] = NULL;
-    values[4] = first->headers_json;
-    values[5] = priority;
-    values[6] = delay;
-    values[7] = max_attempts;
-    values[8] = first->exchange;
-    values[9] = first->routing_key;
-    values[10] = first->traceparent;
-    values[11] = first->tracestate;
+    group_option_values(first, &text, values);
     traced = first->traceparent != NULL && first->traceparent[0] != '\0';
     result = PQexecParams(conn, traced ? SQL_ENQUEUE_BATCH_TRACED : SQL_ENQUEUE_BATCH,
                           traced ? 12 : 10, NULL, values, NULL, NULL, 0);

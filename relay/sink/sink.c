@@ -1,10 +1,10 @@
 /*
- * sink.c - the common part of every sink: the registry, the shared
- * options, endpoints, dispatch by scheme.
+ * sink.c - the common part of every sink: the display URL, endpoints,
+ * dispatch to the broker's operations, and what the brokers share
+ * (sink_target, sink_outcome_set).
  *
- * SINK_TYPES below is the one list of brokers; nothing else in the relay
- * names one. sink.c never reads a broker's own options: it hands each
- * module its configuration block (or one of defaults) at sink_new().
+ * The broker is chosen once, at sink_new() (sink_registry.c), by the URL's
+ * scheme; from then on every call goes through s->ops.
  */
 #include "sink_internal.h"
 
@@ -12,291 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "error.h"
-#include "timeouts.h"
-
-/* ---- the registry: one row per broker ------------------------------------ */
-
-extern const struct sink_type sink_amqp_type;
-extern const struct sink_type sink_redis_type;
-extern const struct sink_type sink_nats_type;
-extern const struct sink_type sink_kafka_type;
-
-static const struct sink_type *const SINK_TYPES[] = {
-    &sink_amqp_type,
-    &sink_redis_type,
-    &sink_nats_type,
-    &sink_kafka_type,
-};
-
-#define SINK_TYPE_COUNT (sizeof(SINK_TYPES) / sizeof(SINK_TYPES[0]))
-
-_Static_assert(SINK_TYPE_COUNT <= SINK_BROKER_MAX, "raise SINK_BROKER_MAX");
-
-/* --broker's help: each scheme's usage, from the registry (see broker_help). */
-static char broker_help_text[1024];
-
-/* Options every broker reads. */
-static struct option_spec COMMON_OPTIONS[] = {
-    {"broker", "URL", OPTION_STRING, OPTION_FIELD(struct sink_options, url), NULL, 0, 0, NULL,
-     broker_help_text, OPTION_FROM_ENVIRONMENT, 0},
-    {"broker-password-file", "PATH", OPTION_STRING, OPTION_FIELD(struct sink_options, password_file),
-     NULL, 0, 0, NULL,
-     "the broker password, read from this file (out of the process list); overrides one in"
-     " --broker", OPTION_FROM_ENVIRONMENT, 0},
-    {"max-message-bytes", "N", OPTION_INT64, OPTION_FIELD(struct sink_options, max_message_bytes),
-     "134217728", 1, 2147483647, NULL,
-     "larger payloads fail at once as dead rows (RabbitMQ's default limit is 128 MiB)",
-     OPTION_FROM_ENVIRONMENT, 0},
-};
-
-/* Writes "A, B or C; required" from every scheme's usage into broker_help_text, once. */
-static void
-broker_help(void)
-{
-    size_t total = 0, seen = 0, used = 0;
-
-    if (broker_help_text[0] != '\0')
-        return;
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
-            total++;
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++) {
-            seen++;
-            used += (size_t)snprintf(broker_help_text + used, sizeof(broker_help_text) - used,
-                                     "%s%s", seen == 1 ? "" : seen == total ? " or " : ", ",
-                                     (*p)->usage);
-            if (used >= sizeof(broker_help_text))
-                return; /* truncated: the registry outgrew the buffer */
-        }
-    snprintf(broker_help_text + used, sizeof(broker_help_text) - used, "; required");
-}
-
-const struct option_spec *
-sink_option_group(size_t index, const char **title, size_t *count)
-{
-    broker_help();
-    if (index == 0) {
-        *title = "broker";
-        *count = sizeof(COMMON_OPTIONS) / sizeof(COMMON_OPTIONS[0]);
-        return COMMON_OPTIONS;
-    }
-    if (index > SINK_TYPE_COUNT)
-        return NULL;
-    *title = SINK_TYPES[index - 1]->kind;
-    *count = SINK_TYPES[index - 1]->option_count;
-    return SINK_TYPES[index - 1]->options;
-}
-
-void *
-sink_option_group_target(struct sink_options *options, size_t index)
-{
-    if (index == 0)
-        return options;
-    return index <= SINK_TYPE_COUNT ? options->broker_config[index - 1] : NULL;
-}
-
-/* A fresh configuration of type: zeroed, then its defaults; NULL when out of memory. */
-static void *
-config_new(const struct sink_type *type)
-{
-    void *config = calloc(1, type->config_size > 0 ? type->config_size : 1);
-
-    if (config != NULL && type->config_defaults != NULL)
-        type->config_defaults(config);
-    return config;
-}
-
-/* Frees config of type: the strings its rows filled, what config_free knows of, the block. */
-static void
-config_destroy(const struct sink_type *type, void *config)
-{
-    if (config == NULL)
-        return;
-    for (size_t i = 0; i < type->option_count; i++)
-        if (type->options[i].kind == OPTION_STRING) {
-            char **field = (char **)((char *)config + type->options[i].offset);
-
-            free(*field);
-            *field = NULL;
-        }
-    if (type->config_free != NULL)
-        type->config_free(config);
-    free(config);
-}
-
-int
-sink_options_init(struct sink_options *options, struct outbox_error *err)
-{
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
-        if (options->broker_config[t] != NULL)
-            continue;
-        options->broker_config[t] = config_new(SINK_TYPES[t]);
-        if (options->broker_config[t] == NULL) {
-            sink_options_clear(options);
-            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        }
-    }
-    return 0;
-}
-
-void
-sink_options_clear(struct sink_options *options)
-{
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++) {
-        config_destroy(SINK_TYPES[t], options->broker_config[t]);
-        options->broker_config[t] = NULL;
-    }
-}
-
-void **
-sink_options_broker(struct sink_options *options, const char *kind)
-{
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        if (strcmp(SINK_TYPES[t]->kind, kind) == 0)
-            return &options->broker_config[t];
-    return NULL;
-}
-
-/* Every scheme of every broker, and their names for errors ("amqp, amqps or redis"). */
-static size_t
-all_schemes(const struct url_scheme **schemes, size_t capacity, char *names, size_t names_size)
-{
-    size_t count = 0, used = 0;
-
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
-            if (count < capacity)
-                schemes[count++] = *p;
-    names[0] = '\0';
-    for (size_t i = 0; i < count && used < names_size; i++)
-        used += (size_t)snprintf(names + used, names_size - used, "%s%s://",
-                                 i == 0 ? "" : i + 1 == count ? " or " : ", ", schemes[i]->name);
-    return count;
-}
-
-#define SCHEMES_MAX 32
-
-int
-sink_url_parse(const char *text, struct broker_url *url, struct outbox_error *err)
-{
-    const struct url_scheme *schemes[SCHEMES_MAX];
-    char names[512];
-    size_t count = all_schemes(schemes, SCHEMES_MAX, names, sizeof(names));
-
-    return url_parse(text, schemes, count, names, url, err);
-}
-
-/* The registry index of the broker speaking scheme (sink_url_parse only yields known ones). */
-static size_t
-type_of_scheme(const struct url_scheme *scheme)
-{
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
-            if (*p == scheme)
-                return t;
-    return 0;
-}
-
-const char *
-sink_kind_of_url(const char *url)
-{
-    size_t len = url != NULL ? strcspn(url, ":") : 0;
-
-    if (url == NULL || strncmp(url + len, "://", 3) != 0)
-        return NULL;
-    for (size_t t = 0; t < SINK_TYPE_COUNT; t++)
-        for (const struct url_scheme *const *p = SINK_TYPES[t]->schemes; *p != NULL; p++)
-            if (strlen((*p)->name) == len && strncmp(url, (*p)->name, len) == 0)
-                return SINK_TYPES[t]->kind;
-    return NULL;
-}
 
 /* ---- sinks ---------------------------------------------------------------- */
-
-/* A random endpoint index below count, so that relays spread over a cluster's nodes. */
-static size_t
-random_endpoint(size_t count)
-{
-    unsigned int value;
-
-    if (count <= 1)
-        return 0;
-    if (getrandom(&value, sizeof(value), GRND_NONBLOCK) != (ssize_t)sizeof(value))
-        value = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)clock();
-    return value % count;
-}
-
-sink *
-sink_new(const struct sink_options *options, struct outbox_error *err)
-{
-    sink *s = calloc(1, sizeof(*s));
-    void *defaults = NULL;
-    size_t type;
-
-    if (s == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
-    s->options = *options;
-    s->options.url = strdup(options->url != NULL ? options->url : "");
-    s->display_url = url_redact(options->url);
-    memset(s->options.broker_config, 0, sizeof(s->options.broker_config)); /* not kept */
-    if (s->options.url == NULL || s->display_url == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    if (s->options.connect_timeout_ms <= 0)
-        s->options.connect_timeout_ms = TIMEOUT_BROKER_CONNECT_MS;
-    if (s->options.io_timeout_ms <= 0)
-        s->options.io_timeout_ms = TIMEOUT_BROKER_IO_MS;
-    if (s->options.max_message_bytes == 0)
-        s->options.max_message_bytes = SINK_DEFAULT_MAX_MESSAGE_BYTES;
-    s->options.password = NULL; /* copied into s->url below, not kept */
-    s->options.password_file = NULL;
-    if (sink_url_parse(options->url, &s->url, err) != 0)
-        goto fail;
-    if (options->password != NULL) {
-        char *password = strdup(options->password);
-
-        if (password == NULL) {
-            outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-            goto fail;
-        }
-        if (s->url.password != NULL) {
-            memset(s->url.password, 0, strlen(s->url.password));
-            free(s->url.password);
-        }
-        s->url.password = password;
-    }
-    type = type_of_scheme(s->url.scheme);
-    s->type = SINK_TYPES[type];
-    s->ops = s->type->ops;
-    for (size_t i = 0; i < s->url.endpoint_count; i++)
-        url_endpoint_format(&s->url.endpoints[i], s->endpoint_names[i],
-                            sizeof(s->endpoint_names[i]));
-    s->endpoint = s->ops->endpoint_alternatives ? random_endpoint(s->url.endpoint_count) : 0;
-    /* a caller that set none of this broker's options gets its defaults */
-    if (options->broker_config[type] == NULL && (defaults = config_new(s->type)) == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    if (s->ops->init(s, defaults != NULL ? defaults : options->broker_config[type], err) != 0)
-        goto fail;
-    config_destroy(s->type, defaults);
-    return s;
-
-fail:
-    if (s->type != NULL)
-        config_destroy(s->type, defaults);
-    sink_free(s);
-    return NULL;
-}
 
 void
 sink_free(sink *s)
@@ -429,16 +148,20 @@ sink_check(sink *s, struct outbox_error *err)
     return s->ops->check != NULL ? s->ops->check(s, err) : 0;
 }
 
-const char *
-sink_replicas(const sink *s)
+bool
+sink_replication(const sink *s, struct sink_replication *replication)
 {
-    return s->ops->replicas != NULL ? s->ops->replicas(s) : "";
+    *replication = (struct sink_replication){.replicas = "", .wait_option = "", .wait_field = ""};
+    if (s->ops->replication != NULL)
+        s->ops->replication(s, replication);
+    return replication->replicas[0] != '\0';
 }
 
-int
-sink_replicas_to_wait(const sink *s)
+void
+sink_set_redelivery_horizon(sink *s, int64_t horizon_ms)
 {
-    return s->ops->replicas_to_wait != NULL ? s->ops->replicas_to_wait(s) : 0;
+    if (s->ops->redelivery_horizon != NULL)
+        s->ops->redelivery_horizon(s, horizon_ms);
 }
 
 int

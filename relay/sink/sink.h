@@ -4,10 +4,10 @@
  * The relay loop publishes a batch of claimed rows through a sink and gets
  * back, per message, whether the broker durably accepted it. The loop never
  * knows which broker it talks to: sink_new() picks the implementation by
- * the URL scheme, from the registry in sink.c. This header holds only what
- * every broker shares: the URL and its endpoints, the password, the size
- * limit, the timeouts, the redelivery horizon and the per-message fields; a
- * broker's own options and URL path rules stay in its module.
+ * the URL scheme, from the registry in sink_registry.c. This header holds
+ * only what every broker shares: the URL and its endpoints, the password,
+ * the size limit, the timeouts and the per-message fields; a broker's own
+ * options, operations and URL path rules stay in its module.
  *
  * Rules:
  * - A message is SINK_ACCEPTED only when the broker confirmed it (e.g. an
@@ -58,14 +58,7 @@ struct sink_options {
     const char *password_file; /* --broker-password-file: config.c reads it into password */
     int connect_timeout_ms;    /* connect and handshake; 0: TIMEOUT_BROKER_CONNECT_MS */
     int io_timeout_ms;         /* longest wait without progress; 0: TIMEOUT_BROKER_IO_MS */
-    int heartbeat_seconds;     /* for brokers that have heartbeats; 0 disables them */
     int64_t max_message_bytes; /* larger payloads are SINK_REJECTED; 0 = 128 MiB (RabbitMQ's default) */
-    /*
-     * How long a row may be redelivered after its first publish (the lease
-     * plus the longest retry delay), for a broker that deduplicates within a
-     * window to compare with; 0: unknown. Set by the relay.
-     */
-    int64_t redelivery_horizon_ms;
     void *broker_config[SINK_BROKER_MAX]; /* each broker's own options, by registry row */
 };
 
@@ -90,6 +83,24 @@ void **sink_options_broker(struct sink_options *options, const char *kind);
 /* The longest message id with its NUL (store_identity.h: STORE_MESSAGE_ID_MAX). */
 #define SINK_MESSAGE_ID_MAX 88
 
+/*
+ * A row's place in the order of a stream partition (a stream queue's row,
+ * or one its disabled stream handed to the claims). A broker may keep an
+ * order record, how far each order was published, instead of one dedup
+ * record per message; the others ignore it. NULL order: the row has none.
+ */
+struct sink_order_place {
+    const char *order; /* the partition within the queue: "<epoch>:<partition>" */
+    const char *at;    /* the row in it: 39 digits, ordered as text */
+    /*
+     * Every row of the order at or before this place is published or has
+     * left the order, and the messages of a publish with this order and
+     * floor are the rows right after it, in order (the stream's read);
+     * NULL: neither is known (rows the claims publish).
+     */
+    const char *floor;
+};
+
 /* One message to publish, built from a claimed row. */
 struct sink_message {
     int64_t job_id;      /* the row's job id, sent beside the message id */
@@ -97,9 +108,9 @@ struct sink_message {
      * The id consumers deduplicate on: "<database>:<epoch>:<job_id>", or the
      * bare job id of a database that kept the earlier form; ".r<n>" follows
      * for a row replayed n times. dedup_id is the same in the full form
-     * whatever the database's, for keys only the broker reads (Redis'
-     * records); history is its "<database>:<epoch>", which names a stream
-     * partition's order record.
+     * whatever the database's, for keys only the broker reads (a broker's
+     * own dedup records); history is its "<database>:<epoch>", which names a stream
+     * partition's order record (see struct sink_order_place).
      */
     char message_id[SINK_MESSAGE_ID_MAX];
     char dedup_id[SINK_MESSAGE_ID_MAX];
@@ -112,29 +123,14 @@ struct sink_message {
     double created_at;   /* epoch seconds */
     int32_t replay;      /* times the row was replayed (a broker that deduplicates keys on it) */
     /*
-     * Where the row asks to go, read by each broker its own way (AMQP:
-     * exchange and routing key; Redis: the stream suffix is routing_key).
-     * NULL: the broker's default (AMQP --exchange; the queue).
+     * Where the row asks to go: its exchange and routing_key columns, read by
+     * each broker its own way (see the broker's module); a broker that has
+     * no use for one ignores it. NULL: the broker's default.
      */
     const char *exchange;
     const char *routing_key;
     const char *ordering_key; /* the row's ordering key (Kafka: the record key); NULL: none */
-    /*
-     * The row's place in the order of a stream partition (a stream queue's
-     * row, or one its disabled stream handed to the claims), for a broker
-     * that records how far each order was published instead of one dedup
-     * record per message (Redis). NULL place_order: the row has none.
-     *   place_order  the partition within the queue: "<epoch>:<partition>"
-     *   place_at     the row in it: 39 digits, ordered as text
-     *   place_floor  every row of the order at or before this place is
-     *                published or has left the order, and the messages of a
-     *                publish with this order and floor are the rows right
-     *                after it, in order (the stream's read); NULL: neither
-     *                is known (rows the claims publish)
-     */
-    const char *place_order;
-    const char *place_at;
-    const char *place_floor;
+    struct sink_order_place place;
 };
 
 /* What happened to one message. */
@@ -169,6 +165,14 @@ const struct option_spec *sink_option_group(size_t index, const char **title, si
  * broker's configuration (NULL until sink_options_init()).
  */
 void *sink_option_group_target(struct sink_options *options, size_t index);
+
+/*
+ * For --help, from the registry: every broker's product ("RabbitMQ, Redis
+ * Streams, NATS JetStream or Kafka"), and what --check verifies beyond the
+ * connection ("--exchange exists", joined by " and "; "" when nothing).
+ */
+const char *sink_products(void);
+const char *sink_check_help(void);
 
 /* The kind ("amqp") of the broker whose scheme url starts with, or NULL. */
 const char *sink_kind_of_url(const char *url);
@@ -219,18 +223,32 @@ int sink_publish(sink *s, const struct sink_message *messages, size_t count,
 int sink_check(sink *s, struct outbox_error *err);
 
 /*
- * After a connect: each primary that takes appends and how many replicas it
- * has ("10.0.0.5:6379 has 2 replicas; ..."), for the start-up line and
- * --check. "" when the broker has nothing to say (AMQP).
+ * For a broker whose servers copy what it takes to replicas before a
+ * message is accepted: what the start-up line and --check report. The
+ * strings are the sink's, valid until its next connect.
  */
-const char *sink_replicas(const sink *s);
+struct sink_replication {
+    /* after a connect: each server that takes appends and how many replicas it
+       has ("10.0.0.5:6379 has 2 replicas; ..."); "" when not known */
+    const char *replicas;
+    int wait;                /* how many replicas must acknowledge, resolved by the URL */
+    const char *wait_option; /* the option that sets wait, for --check ("--redis-wait") */
+    const char *wait_field;  /* wait's name in a log line ("redis_wait") */
+};
 
 /*
- * How many replicas must acknowledge an append before a message is
- * accepted (Redis --redis-wait, resolved by the URL's scheme); 0 for
- * brokers without such a setting.
+ * Fills replication (wait 0 and "" strings for a broker without replicas to
+ * wait for); true when there is something to report: replicas known.
  */
-int sink_replicas_to_wait(const sink *s);
+bool sink_replication(const sink *s, struct sink_replication *replication);
+
+/*
+ * Tells the sink how long a row may be redelivered after its first publish
+ * (the lease plus the longest retry delay), before it connects: a broker
+ * that deduplicates within a window compares its window with it. Unknown
+ * (never set, or 0): nothing to compare. A no-op for the other brokers.
+ */
+void sink_set_redelivery_horizon(sink *s, int64_t horizon_ms);
 
 /*
  * Keeps an idle connection alive (AMQP heartbeats, closed channels). Call

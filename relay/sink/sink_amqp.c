@@ -7,8 +7,8 @@
  * batch does on it is in sink_amqp_publish.c and sink_amqp_confirm.c. A
  * lost connection is torn down whole and sink_connect() builds a new one.
  *
- * Heartbeats: options.heartbeat_seconds as given, 0 disables them; the
- * relay passes TIMEOUT_BROKER_HEARTBEAT_SECONDS.
+ * Heartbeats: the configuration's heartbeat_seconds, 0 disables them; by
+ * default TIMEOUT_BROKER_HEARTBEAT_SECONDS.
  *
  * TLS (amqps://): peer certificate and host name are verified unless
  * --tls-verify is no, against the CA file named by SSL_CERT_FILE or else
@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "error.h"
 #include "json.h"
+#include "timeouts.h"
 
 /*
  * librabbitmq trusts no CA by itself: load the OpenSSL-conventional
@@ -69,7 +70,38 @@ sink_amqp_init(sink *s, const void *options, struct outbox_error *err)
     if (impl->exchange == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     impl->tls_verify = config->tls_verify;
+    impl->heartbeat_seconds = config->heartbeat_seconds;
     return 0;
+}
+
+/*
+ * Logs in to the vhost on the open socket. A refused login or a missing
+ * vhost is OUTBOX_ERR_CONFIG (the broker answers both with
+ * connection.close), anything else OUTBOX_ERR_CONNECTION.
+ */
+static int
+log_in(sink *s, struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    amqp_rpc_reply_t reply;
+    char text[256];
+
+    reply = amqp_login(impl->conn, sink_amqp_url_vhost(&s->url), 0, SINK_AMQP_FRAME_MAX,
+                       impl->heartbeat_seconds > 0 ? impl->heartbeat_seconds : 0,
+                       AMQP_SASL_METHOD_PLAIN, s->url.user, s->url.password);
+    if (reply.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    sink_amqp_describe_reply(reply, text, sizeof(text));
+    if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+        amqp_connection_close_ok_t close_ok = {0};
+
+        amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "unable to log in to %s as '%s': %s",
+                                sink_target(s), s->url.user, text);
+    }
+    return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to log in to %s as '%s': %s",
+                            sink_target(s), s->url.user, text);
 }
 
 static int
@@ -79,8 +111,6 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     amqp_socket_t *socket;
     struct timeval connect_timeout = timeval_from_ms(s->options.connect_timeout_ms);
     struct timeval rpc_timeout = timeval_from_ms(s->options.io_timeout_ms);
-    amqp_rpc_reply_t reply;
-    char text[256];
     int rc;
 
     impl->broker_max_bytes = 0; /* learned again on this connection if need be */
@@ -112,25 +142,8 @@ sink_amqp_connect(sink *s, struct outbox_error *err)
     }
     amqp_set_handshake_timeout(impl->conn, &connect_timeout);
     amqp_set_rpc_timeout(impl->conn, &rpc_timeout);
-    reply = amqp_login(impl->conn, sink_amqp_url_vhost(&s->url), 0, SINK_AMQP_FRAME_MAX,
-                       s->options.heartbeat_seconds > 0 ? s->options.heartbeat_seconds : 0,
-                       AMQP_SASL_METHOD_PLAIN, s->url.user, s->url.password);
-    if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
-        sink_amqp_describe_reply(reply, text, sizeof(text));
-        /* The broker answers a refused login or a missing vhost with connection.close. */
-        if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-            reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            amqp_connection_close_ok_t close_ok = {0};
-
-            amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
-            outbox_error_set(err, OUTBOX_ERR_CONFIG, "unable to log in to %s as '%s': %s",
-                             sink_target(s), s->url.user, text);
-        } else {
-            outbox_error_set(err, OUTBOX_ERR_CONNECTION, "unable to log in to %s as '%s': %s",
-                             sink_target(s), s->url.user, text);
-        }
+    if (log_in(s, err) != 0)
         goto fail;
-    }
     if (sink_amqp_open_channel(s, err) != 0)
         goto fail;
     s->connected = true;
@@ -329,10 +342,13 @@ static void
 sink_amqp_config_defaults(void *config)
 {
     ((struct sink_amqp_config *)config)->tls_verify = true;
+    ((struct sink_amqp_config *)config)->heartbeat_seconds = TIMEOUT_BROKER_HEARTBEAT_SECONDS;
 }
 
 const struct sink_type sink_amqp_type = {
     .kind = "amqp",
+    .product = "RabbitMQ",
+    .check_help = "--exchange exists",
     .schemes = sink_amqp_schemes,
     .options = sink_amqp_options,
     .option_count = sizeof(sink_amqp_options) / sizeof(sink_amqp_options[0]),

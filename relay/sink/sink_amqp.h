@@ -16,6 +16,7 @@
 struct sink_amqp_config {
     const char *exchange; /* --exchange: of rows naming none; NULL or "": the default exchange */
     bool tls_verify;      /* --tls-verify: amqps verifies the peer (default true) */
+    int heartbeat_seconds; /* 0 disables heartbeats; default TIMEOUT_BROKER_HEARTBEAT_SECONDS */
 };
 
 /*

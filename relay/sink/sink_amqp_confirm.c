@@ -135,6 +135,34 @@ handle_return(sink *s, struct batch *batch, const amqp_basic_return_t *returned,
     return FRAME_HANDLED;
 }
 
+/* The broker closed the channel: noted in the batch, and acknowledged. */
+static enum frame_result
+handle_channel_close(sink *s, struct batch *batch, const amqp_channel_close_t *close,
+                     amqp_channel_t channel, struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    amqp_channel_close_ok_t close_ok = {0};
+    char reason[SINK_REASON_MAX];
+
+    snprintf(reason, sizeof(reason), "channel closed by the broker: %u %.*s", close->reply_code,
+             (int)close->reply_text.len, (const char *)close->reply_text.bytes);
+    impl->channel_open = false;
+    sink_amqp_forget_exchanges(impl);
+    if (batch != NULL) {
+        /* who caused it is worked out once the round stops (blame_channel_close) */
+        batch->channel_closed = true;
+        snprintf(batch->close_text, sizeof(batch->close_text), "%u %.*s", close->reply_code,
+                 (int)close->reply_text.len, (const char *)close->reply_text.bytes);
+    }
+    if (amqp_send_method(impl->conn, channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok) !=
+        AMQP_STATUS_OK) {
+        outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s", sink_target(s),
+                         reason);
+        return FRAME_CONNECTION_LOST;
+    }
+    return FRAME_CHANNEL_CLOSED;
+}
+
 /*
  * Handles one frame from the broker. batch is NULL while idle: confirms and
  * returns then belong to nobody and are dropped.
@@ -163,30 +191,8 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
     }
     case AMQP_BASIC_RETURN_METHOD:
         return handle_return(s, batch, frame->payload.method.decoded, frame->channel, err);
-    case AMQP_CHANNEL_CLOSE_METHOD: {
-        const amqp_channel_close_t *close = frame->payload.method.decoded;
-        amqp_channel_close_ok_t close_ok = {0};
-        char reason[SINK_REASON_MAX];
-
-        snprintf(reason, sizeof(reason), "channel closed by the broker: %u %.*s",
-                 close->reply_code, (int)close->reply_text.len,
-                 (const char *)close->reply_text.bytes);
-        impl->channel_open = false;
-        sink_amqp_forget_exchanges(impl);
-        if (batch != NULL) {
-            /* who caused it is worked out once the round stops (blame_channel_close) */
-            batch->channel_closed = true;
-            snprintf(batch->close_text, sizeof(batch->close_text), "%u %.*s", close->reply_code,
-                     (int)close->reply_text.len, (const char *)close->reply_text.bytes);
-        }
-        if (amqp_send_method(impl->conn, frame->channel, AMQP_CHANNEL_CLOSE_OK_METHOD,
-                             &close_ok) != AMQP_STATUS_OK) {
-            outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                             sink_target(s), reason);
-            return FRAME_CONNECTION_LOST;
-        }
-        return FRAME_CHANNEL_CLOSED;
-    }
+    case AMQP_CHANNEL_CLOSE_METHOD:
+        return handle_channel_close(s, batch, frame->payload.method.decoded, frame->channel, err);
     case AMQP_CONNECTION_CLOSE_METHOD: {
         const amqp_connection_close_t *close = frame->payload.method.decoded;
         amqp_connection_close_ok_t close_ok = {0};

@@ -43,6 +43,7 @@ struct sink_amqp {
     size_t broker_max_bytes; /* max_message_size learned from a 406, 0 while unknown */
     char *exchange;          /* --exchange, "" for the default exchange */
     bool tls_verify;         /* --tls-verify */
+    int heartbeat_seconds;   /* 0: none */
 };
 
 /* Where one message of the batch being published stands. */

@@ -79,11 +79,12 @@ header_is_reserved(const struct json_member *member)
 }
 
 /*
- * Checks that a message can be published as is: 0 with headers filled (the
- * caller clears them), or -1 with the outcome set to SINK_REJECTED and why.
+ * The header part of check_message(): the row's headers parse, none is
+ * reserved or too long, and they fit in one frame. 0 with headers filled,
+ * or -1 with them cleared and the outcome set.
  */
 static int
-check_message(sink *s, const struct sink_message *message, struct json_string_object *headers,
+check_headers(sink *s, const struct sink_message *message, struct json_string_object *headers,
               struct sink_outcome *outcome)
 {
     struct sink_amqp *impl = s->impl;
@@ -91,26 +92,6 @@ check_message(sink *s, const struct sink_message *message, struct json_string_ob
     const char *header_text = message->headers != NULL ? message->headers : "";
     size_t header_bytes = 0;
 
-    memset(headers, 0, sizeof(*headers));
-    if ((int64_t)message->payload_len > s->options.max_message_bytes) {
-        sink_outcome_set(outcome, SINK_REJECTED,
-                         "message of %zu bytes exceeds the limit of %" PRId64 " bytes",
-                         message->payload_len, s->options.max_message_bytes);
-        return -1;
-    }
-    if (impl->broker_max_bytes > 0 && message->payload_len > impl->broker_max_bytes) {
-        sink_outcome_set(outcome, SINK_REJECTED,
-                         "message of %zu bytes exceeds the broker's limit of %zu bytes"
-                         " (max_message_size)",
-                         message->payload_len, impl->broker_max_bytes);
-        return -1;
-    }
-    if (strlen(message_routing_key(message)) > SINK_AMQP_SHORTSTR_MAX ||
-        strlen(message_exchange(s, message)) > SINK_AMQP_SHORTSTR_MAX) {
-        sink_outcome_set(outcome, SINK_REJECTED, "routing key or exchange longer than %d bytes",
-                         SINK_AMQP_SHORTSTR_MAX);
-        return -1;
-    }
     if (header_text[0] != '\0' &&
         json_parse_string_object(header_text, strlen(header_text), headers, &parse_error) != 0) {
         sink_outcome_set(outcome, SINK_REJECTED, "invalid headers: %s", parse_error.message);
@@ -148,6 +129,39 @@ fail:
     return -1;
 }
 
+/*
+ * Checks that a message can be published as is: 0 with headers filled (the
+ * caller clears them), or -1 with the outcome set to SINK_REJECTED and why.
+ */
+static int
+check_message(sink *s, const struct sink_message *message, struct json_string_object *headers,
+              struct sink_outcome *outcome)
+{
+    struct sink_amqp *impl = s->impl;
+
+    memset(headers, 0, sizeof(*headers));
+    if ((int64_t)message->payload_len > s->options.max_message_bytes) {
+        sink_outcome_set(outcome, SINK_REJECTED,
+                         "message of %zu bytes exceeds the limit of %" PRId64 " bytes",
+                         message->payload_len, s->options.max_message_bytes);
+        return -1;
+    }
+    if (impl->broker_max_bytes > 0 && message->payload_len > impl->broker_max_bytes) {
+        sink_outcome_set(outcome, SINK_REJECTED,
+                         "message of %zu bytes exceeds the broker's limit of %zu bytes"
+                         " (max_message_size)",
+                         message->payload_len, impl->broker_max_bytes);
+        return -1;
+    }
+    if (strlen(message_routing_key(message)) > SINK_AMQP_SHORTSTR_MAX ||
+        strlen(message_exchange(s, message)) > SINK_AMQP_SHORTSTR_MAX) {
+        sink_outcome_set(outcome, SINK_REJECTED, "routing key or exchange longer than %d bytes",
+                         SINK_AMQP_SHORTSTR_MAX);
+        return -1;
+    }
+    return check_headers(s, message, headers, outcome);
+}
+
 /* True for a row header the sink writes itself: the message's own wins. */
 static bool
 header_is_ours(const struct json_member *member)
@@ -161,25 +175,23 @@ header_is_ours(const struct json_member *member)
     return false;
 }
 
-/* Publishes message i of the batch; -1 only when the connection failed. */
+/*
+ * The AMQP header table of message into impl->entries (grown as needed):
+ * the row's headers but ours, then the attempt and the job id. *count is
+ * its length. -1 when out of memory.
+ */
 static int
-publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_object *headers,
-            struct outbox_error *err)
+fill_header_table(struct sink_amqp *impl, const struct sink_message *message,
+                  const struct json_string_object *headers, size_t *count)
 {
-    struct sink_amqp *impl = s->impl;
-    const struct sink_message *message = &batch->messages[i];
-    amqp_basic_properties_t props;
     size_t entry_count = 0;
-    int rc;
 
     if (impl->entries_capacity < headers->count + 2) {
         size_t capacity = headers->count + 16;
         amqp_table_entry_t *entries = realloc(impl->entries, capacity * sizeof(*entries));
 
-        if (entries == NULL) {
-            sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "out of memory");
-            return 0;
-        }
+        if (entries == NULL)
+            return -1;
         impl->entries = entries;
         impl->entries_capacity = capacity;
     }
@@ -202,8 +214,25 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     impl->entries[entry_count].key = amqp_cstring_bytes(SINK_AMQP_JOB_ID_HEADER);
     impl->entries[entry_count].value.kind = AMQP_FIELD_KIND_I64;
     impl->entries[entry_count].value.value.i64 = message->job_id;
-    entry_count++;
+    *count = entry_count + 1;
+    return 0;
+}
 
+/* Publishes message i of the batch; -1 only when the connection failed. */
+static int
+publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_object *headers,
+            struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    const struct sink_message *message = &batch->messages[i];
+    amqp_basic_properties_t props;
+    size_t entry_count;
+    int rc;
+
+    if (fill_header_table(impl, message, headers, &entry_count) != 0) {
+        sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "out of memory");
+        return 0;
+    }
     memset(&props, 0, sizeof(props));
     props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                    AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_TYPE_FLAG |
@@ -273,6 +302,48 @@ remember_exchange(struct sink_amqp *impl, const char *exchange)
 }
 
 /*
+ * After a passive declare of message i's exchange failed with reply: when
+ * the broker refused the exchange (404 missing, 403 not allowed) and closed
+ * the channel, the batch's messages to it fail with its text and the
+ * channel is opened again. -1 when the connection failed (err filled).
+ */
+static int
+exchange_refused(sink *s, struct batch *batch, size_t i, amqp_rpc_reply_t reply,
+                 struct outbox_error *err)
+{
+    struct sink_amqp *impl = s->impl;
+    const char *exchange = message_exchange(s, &batch->messages[i]);
+    amqp_channel_close_ok_t close_ok = {0};
+    char text[SINK_REASON_MAX - 64];
+
+    sink_amqp_describe_reply(reply, text, sizeof(text));
+    if (reply.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION ||
+        reply.reply.id != AMQP_CHANNEL_CLOSE_METHOD) {
+        if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
+            amqp_connection_close_ok_t connection_close_ok = {0};
+
+            amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &connection_close_ok);
+        }
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
+                                sink_display_url(s), text);
+    }
+    impl->channel_open = false;
+    if (amqp_send_method(impl->conn, SINK_AMQP_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok) !=
+        AMQP_STATUS_OK)
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
+                                sink_display_url(s), text);
+    for (size_t j = i; j < batch->count; j++) {
+        if (batch->states[j] != MESSAGE_SETTLED &&
+            strcmp(message_exchange(s, &batch->messages[j]), exchange) == 0) {
+            sink_outcome_set(&batch->outcomes[j], SINK_FAILED, "channel closed by the broker: %s",
+                             text);
+            batch->states[j] = MESSAGE_SETTLED;
+        }
+    }
+    return sink_amqp_open_channel(s, err);
+}
+
+/*
  * Looks up, with a passive exchange.declare, every exchange the batch names
  * that the connection has not found yet (see the top of the file). The
  * messages to an exchange the broker refuses are settled as failed with its
@@ -287,9 +358,7 @@ verify_exchanges(sink *s, struct batch *batch, struct outbox_error *err)
 
     for (size_t i = 0; i < batch->count; i++) {
         const char *exchange = message_exchange(s, &batch->messages[i]);
-        amqp_channel_close_ok_t close_ok = {0};
         amqp_rpc_reply_t reply;
-        char text[SINK_REASON_MAX - 64];
 
         /*
          * "" is the default exchange: it always exists and RabbitMQ refuses
@@ -311,33 +380,7 @@ verify_exchanges(sink *s, struct batch *batch, struct outbox_error *err)
             previous = exchange;
             continue;
         }
-        sink_amqp_describe_reply(reply, text, sizeof(text));
-        if (reply.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION ||
-            reply.reply.id != AMQP_CHANNEL_CLOSE_METHOD) {
-            if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) {
-                amqp_connection_close_ok_t connection_close_ok = {0};
-
-                amqp_send_method(impl->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
-                                 &connection_close_ok);
-            }
-            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                                    sink_display_url(s), text);
-        }
-        /* the broker refused the exchange (404 missing, 403 not allowed) and closed the channel */
-        impl->channel_open = false;
-        if (amqp_send_method(impl->conn, SINK_AMQP_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
-                             &close_ok) != AMQP_STATUS_OK)
-            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "connection to %s lost: %s",
-                                    sink_display_url(s), text);
-        for (size_t j = i; j < batch->count; j++) {
-            if (batch->states[j] != MESSAGE_SETTLED &&
-                strcmp(message_exchange(s, &batch->messages[j]), exchange) == 0) {
-                sink_outcome_set(&batch->outcomes[j], SINK_FAILED,
-                                 "channel closed by the broker: %s", text);
-                batch->states[j] = MESSAGE_SETTLED;
-            }
-        }
-        if (sink_amqp_open_channel(s, err) != 0)
+        if (exchange_refused(s, batch, i, reply, err) != 0)
             return -1;
     }
     return 0;

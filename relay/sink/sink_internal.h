@@ -1,21 +1,26 @@
 /*
  * sink_internal.h - what a broker implementation provides to sink.c.
  *
- * sink.c owns the common part (shared options, display URL, endpoints,
- * dispatch) and the registry: one struct sink_type per broker, listed once
- * in sink.c. A broker's module declares everything about it in its
+ * sink.c owns the common part (display URL, endpoints, dispatch);
+ * sink_registry.c the registry, one struct sink_type per broker listed
+ * once, and sink_new(), which picks a URL's broker from it. A broker's module declares everything about it in its
  * sink_type: its kind, the URL schemes it speaks, its options (rows whose
  * offsets are into its own configuration struct, opaque to everyone else)
- * and its operations, keeping its state behind s->impl. The relay, the
- * option parser and --help learn of a broker only through the registry.
+ * and its operations, keeping its state behind s->impl. What only some
+ * brokers need is an optional operation, NULL for the others, never a
+ * field every broker carries. The relay, the option parser and --help
+ * learn of a broker only through the registry.
  *
  * Adding a broker takes, and nothing else:
- * - relay/sink/sink_<kind>.c (more files by job past ~1000 lines): its
- *   struct sink_type with kind, schemes (each with usage for --help and
- *   parse_path/path_free for its URL path), option rows whose offsets are
- *   into its own configuration struct, config_size/config_defaults, ops;
- *   sink_<kind>.h declares that struct for tests and tools;
- * - one row in SINK_TYPES in sink.c (with its extern beside it);
+ * - relay/sink/sink_<kind>.c (more files by job past ~800 lines, their
+ *   shared state in sink_<kind>_conn.h as AMQP's, NATS' and Kafka's): its
+ *   struct sink_type with kind, product (and check_help) for --help,
+ *   schemes (each with usage for --help and parse_path/path_free for its
+ *   URL path), option rows whose offsets are into its own configuration
+ *   struct, config_size/config_defaults, ops (the optional ones it
+ *   needs); sink_<kind>.h declares that configuration struct for tests and
+ *   tools;
+ * - one row in SINK_TYPES in sink_registry.c (with its extern beside it);
  * - one row in the broker table of tests/integration/test_relay_brokers.c;
  * - its server and client library in tests/harness/deps.sh (and the
  *   Makefile's RELAY_PKGS);
@@ -49,10 +54,14 @@ struct sink_ops {
     void (*disconnect)(sink *s);
     /* Frees s->impl (after disconnect). */
     void (*destroy)(sink *s);
-    /* Each primary and how many replicas it has (see sink_replicas); NULL: nothing to say. */
-    const char *(*replicas)(const sink *s);
-    /* How many replicas must have an append (see sink_replicas_to_wait); NULL: 0. */
-    int (*replicas_to_wait)(const sink *s);
+    /*
+     * Optional operations, each NULL for a broker that has no use for it;
+     * sink.c checks for NULL in the one wrapper that calls it.
+     */
+    /* Keeps the redelivery horizon (see sink_set_redelivery_horizon); before connect. */
+    void (*redelivery_horizon)(sink *s, int64_t horizon_ms);
+    /* Fills every field of replication (see sink_replication). */
+    void (*replication)(const sink *s, struct sink_replication *replication);
     /*
      * The URL's endpoints are interchangeable nodes (an AMQP cluster): sink.c
      * picks one per connect and moves on after a loss. When false, connect
@@ -62,9 +71,11 @@ struct sink_ops {
     bool endpoint_alternatives;
 };
 
-/* One broker: a row of the registry in sink.c. */
+/* One broker: a row of the registry in sink_registry.c. */
 struct sink_type {
     const char *kind;                        /* "amqp": logs, errors, the broker="..." label */
+    const char *product;                     /* "RabbitMQ": --help's description */
+    const char *check_help; /* what its --check verifies ("--exchange exists"); NULL: nothing */
     const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
     const struct option_spec *options;       /* its own options, fields of its configuration */
     size_t option_count;

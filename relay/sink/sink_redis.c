@@ -218,12 +218,6 @@ sink_redis_destroy(sink *s)
     s->impl = NULL;
 }
 
-static int
-sink_redis_replicas_to_wait(const sink *s)
-{
-    return ((const struct sink_redis *)s->impl)->wait_replicas;
-}
-
 /*
  * --check: every primary whose INFO answers has at least --redis-wait
  * replicas, else no append would ever be marked.
@@ -252,13 +246,16 @@ sink_redis_check(sink *s, struct outbox_error *err)
     return 0;
 }
 
-/* Each primary and its replicas, as read at the last connect. */
-static const char *
-sink_redis_replicas(const sink *s)
+/* Each primary and its replicas, as read at the last connect, and --redis-wait. */
+static void
+sink_redis_replication(const sink *s, struct sink_replication *replication)
 {
     const struct sink_redis *r = s->impl;
 
-    return r->replicas_text;
+    replication->replicas = r->replicas_text;
+    replication->wait = r->wait_replicas;
+    replication->wait_option = "--redis-wait";
+    replication->wait_field = "redis_wait";
 }
 
 /* What a sink opened without parsed options uses: the rows' fallbacks. */
@@ -278,8 +275,7 @@ static const struct sink_ops sink_redis_ops = {
     .publish = sink_redis_publish,
     .idle = sink_redis_idle,
     .check = sink_redis_check,
-    .replicas = sink_redis_replicas,
-    .replicas_to_wait = sink_redis_replicas_to_wait,
+    .replication = sink_redis_replication,
     .disconnect = sink_redis_disconnect,
     .destroy = sink_redis_destroy,
 };
@@ -343,6 +339,7 @@ static const struct option_spec sink_redis_options[] = {
 
 const struct sink_type sink_redis_type = {
     .kind = "redis",
+    .product = "Redis Streams",
     .schemes = sink_redis_schemes,
     .options = sink_redis_options,
     .option_count = sizeof(sink_redis_options) / sizeof(sink_redis_options[0]),

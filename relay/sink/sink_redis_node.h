@@ -24,7 +24,7 @@
 #define PIPELINE_WINDOW 4096
 #define DEDUP_INFIX ":outbox-dedup:"
 #define ORDER_INFIX ":outbox-order:"
-/* A place in an order (sink_message.place_at): 39 digits. */
+/* A place in an order (sink_message.place.at): 39 digits. */
 #define STREAM_PLACE_DIGITS 39
 /* Messages looked back for the place before one (sink_redis_append_call). */
 #define PLACE_LOOKBACK 64

@@ -236,7 +236,7 @@ write_order_name(const char *stream, size_t stream_len, const struct sink_messag
     size_t n = write_record_prefix(stream, stream_len, out);
 
     n += (size_t)sprintf(out + n, "%s%s:%s:%s", ORDER_INFIX, message->queue, message->history,
-                         message->place_order);
+                         message->place.order);
     return n;
 }
 
@@ -249,9 +249,9 @@ scratch_size(const sink *s, const struct sink_message *message)
     /* stream, dedup record, job id, attempt, with NULs */
     size = (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + strlen(message->dedup_id) + 3) +
            21 + 12;
-    if (message->place_order != NULL) /* order record, "F" and a floor */
+    if (message->place.order != NULL) /* order record, "F" and a floor */
         size += stream_len + sizeof(ORDER_INFIX) + strlen(message->queue) +
-                strlen(message->history) + strlen(message->place_order) + 5 + 1 +
+                strlen(message->history) + strlen(message->place.order) + 5 + 1 +
                 STREAM_PLACE_DIGITS + 1;
     return size;
 }
@@ -260,9 +260,9 @@ scratch_size(const sink *s, const struct sink_message *message)
 static bool
 same_order(const struct sink_message *a, const struct sink_message *b)
 {
-    return a->place_order != NULL && a->place_floor != NULL &&
-           strcmp(a->place_order, b->place_order) == 0 &&
-           strcmp(a->place_floor, b->place_floor) == 0 && strcmp(a->queue, b->queue) == 0 &&
+    return a->place.order != NULL && a->place.floor != NULL &&
+           strcmp(a->place.order, b->place.order) == 0 &&
+           strcmp(a->place.floor, b->place.floor) == 0 && strcmp(a->queue, b->queue) == 0 &&
            strcmp(sink_redis_stream_suffix(a), sink_redis_stream_suffix(b)) == 0;
 }
 
@@ -280,15 +280,15 @@ place_before(const struct sink_message *messages, size_t index, char *floor_out)
     const struct sink_message *m = &messages[index];
     size_t lowest = index > PLACE_LOOKBACK ? index - PLACE_LOOKBACK : 0;
 
-    if (m->place_floor == NULL)
+    if (m->place.floor == NULL)
         return "";
     for (size_t j = index; j > lowest; j--)
         if (same_order(&messages[j - 1], m))
-            return messages[j - 1].place_at;
+            return messages[j - 1].place.at;
     if (lowest > 0)
         return "";
     floor_out[0] = 'F';
-    snprintf(floor_out + 1, STREAM_PLACE_DIGITS + 1, "%s", m->place_floor);
+    snprintf(floor_out + 1, STREAM_PLACE_DIGITS + 1, "%s", m->place.floor);
     return floor_out;
 }
 
@@ -311,12 +311,85 @@ add_text(struct sink_redis *r, int *argc, const char *text, size_t len)
     r->argvlen[(*argc)++] = len;
 }
 
+/*
+ * The script's keys for the n routed messages, written into r->keys from
+ * its start: per message its stream, its dedup record and its order record
+ * (the dedup record again when it has none). Returns the bytes of r->keys
+ * used.
+ */
+static size_t
+add_keys(sink *s, const struct sink_message *messages, const struct route *routes, size_t n,
+         int *argc)
+{
+    struct sink_redis *r = s->impl;
+    size_t at = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[routes[i].index];
+        char *stream = r->keys + at, *dedup;
+        size_t stream_len = sink_redis_stream_length(s, m), dedup_len, len;
+
+        sink_redis_write_stream_name(s, m, stream);
+        add_text(r, argc, stream, stream_len);
+        at += stream_len + 1;
+        dedup = r->keys + at;
+        dedup_len = write_dedup_name(stream, stream_len, m, dedup);
+        add_text(r, argc, dedup, dedup_len);
+        at += dedup_len + 1;
+        if (m->place.order == NULL) {
+            add_text(r, argc, dedup, dedup_len); /* no order record */
+            continue;
+        }
+        len = write_order_name(stream, stream_len, m, r->keys + at);
+        add_text(r, argc, r->keys + at, len);
+        at += len + 1;
+    }
+    return at;
+}
+
+/*
+ * The script's arguments past the keys, per message: job id, queue,
+ * payload, headers, attempt, place and the place before it, message id.
+ * Numbers and places go into r->keys from at on.
+ */
+static void
+add_arguments(sink *s, const struct sink_message *messages, const struct route *routes,
+              size_t n, int *argc, size_t at)
+{
+    struct sink_redis *r = s->impl;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct sink_message *m = &messages[routes[i].index];
+        const char *headers = m->headers != NULL ? m->headers : "{}", *before;
+
+        add_number(r, argc, &at, (long long)m->job_id);
+        add_text(r, argc, m->queue, strlen(m->queue));
+        if (m->payload != NULL)
+            add_text(r, argc, m->payload, m->payload_len);
+        else
+            add_text(r, argc, "null", 4);
+        add_text(r, argc, headers, strlen(headers));
+        add_number(r, argc, &at, (long long)m->attempt);
+        if (m->place.order == NULL) {
+            add_text(r, argc, "", 0);
+            add_text(r, argc, "", 0);
+        } else {
+            add_text(r, argc, m->place.at, strlen(m->place.at));
+            before = place_before(messages, routes[i].index, r->keys + at);
+            add_text(r, argc, before, strlen(before));
+            if (before == r->keys + at)
+                at += STREAM_PLACE_DIGITS + 2;
+        }
+        add_text(r, argc, m->message_id, strlen(m->message_id));
+    }
+}
+
 int
 sink_redis_append_call(sink *s, redisContext *context, const struct sink_message *messages,
                        const struct route *routes, size_t n)
 {
     struct sink_redis *r = s->impl;
-    size_t need = 0, at = 0;
+    size_t need = 0, at;
     int argc = 0;
     char numkeys[24]; /* a size_t in decimal */
 
@@ -337,52 +410,10 @@ sink_redis_append_call(sink *s, redisContext *context, const struct sink_message
         add_text(r, &argc, sink_redis_append_script, sizeof(sink_redis_append_script) - 1);
     add_text(r, &argc, numkeys, strlen(numkeys));
 
-    for (size_t i = 0; i < n; i++) {
-        const struct sink_message *m = &messages[routes[i].index];
-        char *stream = r->keys + at, *dedup;
-        size_t stream_len = sink_redis_stream_length(s, m), dedup_len, len;
-
-        sink_redis_write_stream_name(s, m, stream);
-        add_text(r, &argc, stream, stream_len);
-        at += stream_len + 1;
-        dedup = r->keys + at;
-        dedup_len = write_dedup_name(stream, stream_len, m, dedup);
-        add_text(r, &argc, dedup, dedup_len);
-        at += dedup_len + 1;
-        if (m->place_order == NULL) {
-            add_text(r, &argc, dedup, dedup_len); /* no order record */
-            continue;
-        }
-        len = write_order_name(stream, stream_len, m, r->keys + at);
-        add_text(r, &argc, r->keys + at, len);
-        at += len + 1;
-    }
+    at = add_keys(s, messages, routes, n, &argc);
     add_text(r, &argc, r->window_ms, strlen(r->window_ms));
     add_text(r, &argc, r->maxlen, strlen(r->maxlen));
-    for (size_t i = 0; i < n; i++) {
-        const struct sink_message *m = &messages[routes[i].index];
-        const char *headers = m->headers != NULL ? m->headers : "{}", *before;
-
-        add_number(r, &argc, &at, (long long)m->job_id);
-        add_text(r, &argc, m->queue, strlen(m->queue));
-        if (m->payload != NULL)
-            add_text(r, &argc, m->payload, m->payload_len);
-        else
-            add_text(r, &argc, "null", 4);
-        add_text(r, &argc, headers, strlen(headers));
-        add_number(r, &argc, &at, (long long)m->attempt);
-        if (m->place_order == NULL) {
-            add_text(r, &argc, "", 0);
-            add_text(r, &argc, "", 0);
-        } else {
-            add_text(r, &argc, m->place_at, strlen(m->place_at));
-            before = place_before(messages, routes[i].index, r->keys + at);
-            add_text(r, &argc, before, strlen(before));
-            if (before == r->keys + at)
-                at += STREAM_PLACE_DIGITS + 2;
-        }
-        add_text(r, &argc, m->message_id, strlen(m->message_id));
-    }
+    add_arguments(s, messages, routes, n, &argc, at);
     return redisAppendCommandArgv(context, argc, r->argv, r->argvlen) == REDIS_OK ? 0 : -1;
 }
 

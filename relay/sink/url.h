@@ -55,6 +55,7 @@ struct url_scheme {
     const char *default_password; /* likewise */
     const char *one_endpoint_hint; /* max_endpoints 1: what to use for several, for errors */
     bool tls;                     /* the connection is TLS (amqps) */
+    bool userinfo_token;          /* a userinfo without ':' is a secret token, redacted whole */
     int variant;                  /* the sink's own distinction among its schemes */
 };
 

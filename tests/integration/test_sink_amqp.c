@@ -42,10 +42,10 @@ static struct sink_options
 default_options(const char *url)
 {
     struct sink_options options = {
-        .url = url, /* the AMQP options stay the broker's defaults: the default exchange, verify */
+        .url = url, /* the AMQP options stay the broker's defaults: the default exchange, verify,
+                       30 s heartbeats */
         .connect_timeout_ms = 5000,
         .io_timeout_ms = 10000,
-        .heartbeat_seconds = 30,
     };
 
     return options;

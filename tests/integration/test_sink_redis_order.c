@@ -135,9 +135,9 @@ rows(struct fixture *f, int64_t first, int64_t last, const char *order, int64_t 
             .payload = "{\"n\":1}",
             .payload_len = 7,
             .headers = "{}",
-            .place_order = order,
-            .place_at = place_of(f, id),
-            .place_floor = floor_id < 0 ? NULL : f->places[floor_id],
+            .place.order = order,
+            .place.at = place_of(f, id),
+            .place.floor = floor_id < 0 ? NULL : f->places[floor_id],
             .history = "test:1",
         };
         snprintf(f->messages[n].message_id, sizeof(f->messages[n].message_id), "%lld", (long long)id);
@@ -317,7 +317,7 @@ test_orders_of_partitions_and_streams_are_apart(void **state)
     s = open_sink(f);
     n = rows(f, 1, 200, NULL, 0);
     for (size_t i = 0; i < n; i++) {
-        f->messages[i].place_order = i % 2 == 0 ? "7:0" : "7:1";
+        f->messages[i].place.order = i % 2 == 0 ? "7:0" : "7:1";
         f->messages[i].routing_key = i % 3 == 0 ? "returns" : NULL;
     }
     assert_int_equal(publish(f, s, n), 200);

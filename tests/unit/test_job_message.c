@@ -58,7 +58,7 @@ test_absent_fields_stay_null(void **state)
     assert_null(m.exchange);
     assert_null(m.routing_key);
     assert_null(m.ordering_key);
-    assert_null(m.place_order);
+    assert_null(m.place.order);
 }
 
 /*
@@ -74,13 +74,13 @@ test_place_only_before_a_replay(void **state)
     struct sink_message m = job_message_from_job(&job, &IDENTITY);
 
     (void)state;
-    assert_ptr_equal(m.place_order, job.stream_order);
-    assert_ptr_equal(m.place_at, job.stream_place);
-    assert_null(m.place_floor); /* the claims' rows are not the partition's next rows */
+    assert_ptr_equal(m.place.order, job.stream_order);
+    assert_ptr_equal(m.place.at, job.stream_place);
+    assert_null(m.place.floor); /* the claims' rows are not the partition's next rows */
     job.replays = 1;
     m = job_message_from_job(&job, &IDENTITY);
-    assert_null(m.place_order);
-    assert_null(m.place_at);
+    assert_null(m.place.order);
+    assert_null(m.place.at);
 }
 
 /*

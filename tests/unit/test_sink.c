@@ -144,14 +144,16 @@ test_redis_wait_default_follows_the_topology(void **state)
                               cases[i].url, "--redis-wait", cases[i].wait, NULL};
         struct relay_config config;
         struct outbox_error err;
+        struct sink_replication replication;
         sink *s;
 
         assert_int_equal(config_parse(&config, cases[i].wait != NULL ? 7 : 5, argv, &err), 0);
         s = sink_new(&config.broker, &err);
         assert_non_null(s);
-        if (sink_replicas_to_wait(s) != cases[i].expected)
+        sink_replication(s, &replication);
+        if (replication.wait != cases[i].expected)
             fail_msg("%s with --redis-wait %s waits for %d replicas, expected %d", cases[i].url,
-                     cases[i].wait ? cases[i].wait : "(default)", sink_replicas_to_wait(s),
+                     cases[i].wait ? cases[i].wait : "(default)", replication.wait,
                      cases[i].expected);
         sink_free(s);
         config_clear(&config);
