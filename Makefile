@@ -51,10 +51,14 @@ TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 CPPFLAGS += -D_GNU_SOURCE -DOUTBOX_VERSION='"$(VERSION)"'
 # Each product sees its own headers and the library's, never another product's: the
-# dependencies run one way, relay/ and outboxctl/ -> src/ -> libpq.
-LIB_INCLUDES   = -Isrc $(LIB_CFLAGS)
-RELAY_INCLUDES = -Irelay -Irelay/sink -Isrc $(PKG_CFLAGS)
-CTL_INCLUDES   = -Ioutboxctl -Isrc $(LIB_CFLAGS)
+# dependencies run one way, relay/ and outboxctl/ -> common/ -> src/ -> libpq. src/ is
+# liboutbox, what a producer links; common/ what the two programs share beyond it (the
+# HTTP server, JSON, the stream's and the list's stores, option parsing), never linked
+# into liboutbox; src/ cannot see common/'s headers.
+LIB_INCLUDES    = -Isrc $(LIB_CFLAGS)
+COMMON_INCLUDES = -Icommon -Isrc $(LIB_CFLAGS)
+RELAY_INCLUDES  = -Irelay -Irelay/sink -Icommon -Isrc $(PKG_CFLAGS)
+CTL_INCLUDES    = -Ioutboxctl -Icommon -Isrc $(LIB_CFLAGS)
 CFLAGS   += $(WARNINGS) $(OPT) $(SAN) -pthread -MMD -MP
 LDFLAGS  += $(SAN)
 LDLIBS   += $(PKG_LIBS) -pthread -lm
@@ -62,12 +66,14 @@ LDLIBS   += $(PKG_LIBS) -pthread -lm
 # The library's objects are position-independent: one set serves liboutbox.a and .so.
 LIB_SRC   := $(sort $(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+COMMON_SRC := $(sort $(wildcard common/*.c))
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 LIB_SO    := $(LIB)/liboutbox.so.$(SOVERSION)
 # sql/NNN_name.sql, embedded in the library as C strings (see src/migrate.h).
 MIGRATIONS    := $(sort $(wildcard sql/[0-9][0-9][0-9]_*.sql))
 MIGRATION_OBJ := $(BUILD)/gen/migrations.o
 # relay/ is the daemon (its broker modules in relay/sink/), outboxctl/ the admin command
-# line; both link the library's objects (LIB_INTERNAL). The relay's modules but main also make build/librelay.a,
+# line; both link the library's objects and common/'s (LIB_INTERNAL). The relay's modules but main also make build/librelay.a,
 # which the tests link.
 RELAY_SRC := $(sort $(wildcard relay/*.c relay/sink/*.c))
 RELAY_OBJ := $(RELAY_SRC:%.c=$(BUILD)/%.o)
@@ -111,7 +117,7 @@ check-deps:
 # declares: its objects are linked into one relocatable object whose other global names
 # (buffer_clear, parse_integer, store_*...) objcopy makes local, so they cannot clash with
 # an application's own. The relay, outboxctl and the tests use those internals: they link
-# LIB_INTERNAL, the same objects as they are.
+# LIB_INTERNAL: the same objects as they are, and common/'s.
 LIB_INTERNAL := $(BUILD)/liboutbox-internal.a
 OBJCOPY ?= objcopy
 
@@ -122,7 +128,7 @@ $(LIB)/liboutbox.a: $(LIB_OBJ) $(MIGRATION_OBJ) $(BUILD)/gen/liboutbox.symbols M
 	$(OBJCOPY) --keep-global-symbols=$(BUILD)/gen/liboutbox.symbols $(BUILD)/gen/liboutbox.o
 	$(AR) rcs $@ $(BUILD)/gen/liboutbox.o
 
-$(LIB_INTERNAL): $(LIB_OBJ) $(MIGRATION_OBJ)
+$(LIB_INTERNAL): $(LIB_OBJ) $(COMMON_OBJ) $(MIGRATION_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@
 	$(AR) rcs $@ $^
@@ -176,6 +182,10 @@ $(MIGRATION_OBJ): $(BUILD)/gen/migrations.c
 $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(LIB_INCLUDES) $(CPPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
+
+$(BUILD)/common/%.o: common/%.c
+	@mkdir -p $(@D)
+	$(CC) $(COMMON_INCLUDES) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/relay/%.o: relay/%.c
 	@mkdir -p $(@D)
@@ -278,7 +288,7 @@ FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 # `make fuzz FUZZ_TARGETS="url parse"` runs only those
 FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(COMMON_SRC:%.c=$(FUZZ_BUILD)/%.o) \
                 $(filter-out $(FUZZ_BUILD)/relay/outbox_relay.o,$(RELAY_SRC:%.c=$(FUZZ_BUILD)/%.o))
 
 $(FUZZ_BUILD)/%.o: %.c
@@ -391,8 +401,8 @@ format:
 
 analyze:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
-	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc -Irelay -Irelay/sink \
-	    -Ioutboxctl src relay outboxctl
+	    --suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE -Isrc -Icommon -Irelay -Irelay/sink \
+	    -Ioutboxctl src common relay outboxctl
 
 clean:
 	rm -rf build build-asan build-valgrind build-fuzz bin lib

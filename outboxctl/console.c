@@ -1,6 +1,6 @@
 /*
  * console.c - `outboxctl serve`: options, the listening socket, and each
- * request routed and answered (the shared server, src/httpd.c, reads and
+ * request routed and answered (the shared server, common/httpd.c, reads and
  * writes them, with CONSOLE_WORKERS workers).
  *
  * The top of the console: it routes to the API, the pages and the assets,

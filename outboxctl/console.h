@@ -1,6 +1,6 @@
 /*
  * console.h - the operator's console behind `outboxctl serve`: a small
- * HTTP/1.1 server (console.c routes; the programs' shared server, src/httpd.c,
+ * HTTP/1.1 server (console.c routes; the programs' shared server, common/httpd.c,
  * holds the connections), access control (console_auth.c), the JSON API
  * under /api/v1/ (console_api.c), the HTML pages (console_html.c), their
  * embedded stylesheet and script (console_assets.c), all standing on the

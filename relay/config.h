@@ -36,7 +36,7 @@ enum config_log_format {
 
 /*
  * The default --retention of succeeded rows, shared with outboxctl
- * (src/retention.h).
+ * (common/retention.h).
  */
 #define CONFIG_RETENTION_DEFAULT OUTBOX_RETENTION_DEFAULT
 

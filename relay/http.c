@@ -1,6 +1,6 @@
 /*
  * http.c - the relay's /metrics, /healthz and /readyz, answered on the
- * shared HTTP server's own thread (src/httpd.c reads and writes).
+ * shared HTTP server's own thread (common/httpd.c reads and writes).
  */
 #include "http.h"
 

@@ -1,7 +1,7 @@
 /*
  * http.h - the tiny HTTP server behind --metrics-addr.
  *
- * The programs' shared server (src/httpd.c) on a thread of its own, with
+ * The programs' shared server (common/httpd.c) on a thread of its own, with
  * one poll() loop and no workers (the answers are quick), serves up to HTTP_MAX_CONNECTIONS
  * connections at once, one request each, HTTP/1.0 and 1.1 with
  * "Connection: close". It serves:

@@ -157,7 +157,7 @@
 /* After a broker outage deferred a batch, the partition waits this long. */
 #define STREAM_DEFER_SECONDS 1.0
 
-/* ---- the HTTP server (src/httpd.c, /metrics and the console), health and logs ----- */
+/* ---- the HTTP server (common/httpd.c, /metrics and the console), health and logs ----- */
 
 /* A client has this long from its connect to send its request, and as long to read the answer. */
 #define HTTP_REQUEST_TIMEOUT_SECONDS 5

@@ -1,5 +1,5 @@
 /*
- * test_database_list.c - the --databases list (src/database_list.c): lines
+ * test_database_list.c - the --databases list (common/database_list.c): lines
  * "NAME URL" and bare URLs, comments, and the mistakes that refuse the file
  * whole with the line named and no URL quoted.
  */

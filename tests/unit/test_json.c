@@ -1,6 +1,6 @@
 /*
  * test_json.c - decoding header objects of string values and writing JSON
- * strings (src/json.c).
+ * strings (common/json.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
