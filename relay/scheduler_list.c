@@ -1,0 +1,178 @@
+/*
+ * scheduler_list.c - the databases of a relay's list: added and removed as
+ * the file changes while the relay runs. See scheduler.h.
+ */
+#include "scheduler_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "metrics.h"
+#include "scheduler.h"
+#include "store_database_lease.h"
+#include "timeouts.h"
+
+/* ---- the list ----------------------------------------------------------- */
+
+static struct tenant *
+tenant_new(struct scheduler *s, const struct database_entry *entry)
+{
+    struct tenant *t = calloc(1, sizeof(*t));
+
+    if (t == NULL || (t->url = strdup(entry->url)) == NULL ||
+        (t->idle = calloc((size_t)s->budget, sizeof(*t->idle))) == NULL) {
+        if (t != NULL)
+            free(t->url);
+        free(t);
+        return NULL;
+    }
+    snprintf(t->name, sizeof(t->name), "%s", entry->name);
+    t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+    t->retry = backoff_make(SCHEDULER_RETRY_FIRST_SECONDS, SCHEDULER_RETRY_MAX_SECONDS,
+                            s->seed ^ (unsigned int)(s->count * 2654435761u));
+    return t;
+}
+
+/*
+ * Closes t's idle connections, first giving up its lease through one of
+ * them when it holds it. Under the lock, or with no slot running.
+ */
+void
+tenant_close_idle(struct scheduler *s, struct tenant *t)
+{
+    struct outbox_error err;
+
+    if (t->held && t->idle_count > 0) {
+        if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
+                                         s->relay->worker_prefix, &err) != 0)
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        t->held = false;
+    }
+    for (size_t i = 0; i < t->idle_count; i++)
+        outbox_store_free(t->idle[i].store);
+    s->open -= (int)t->idle_count;
+    t->idle_count = 0;
+}
+
+/* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
+void
+tenant_free(struct scheduler *s, struct tenant *t)
+{
+    tenant_close_idle(s, t);
+    free(t->idle);
+    free(t->url);
+    free(t);
+}
+
+/* Drops the removed tenants no slot serves any more. Under the lock. */
+void
+release_removed(struct scheduler *s)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+
+        if (t->removed && t->serving == 0) {
+            log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
+            tenant_free(s, t);
+        } else {
+            s->tenants[kept++] = t;
+        }
+    }
+    s->count = kept;
+}
+
+/* Tells the metrics which databases are listed now. Under the lock. */
+static void
+publish_list(struct scheduler *s)
+{
+    const char **names = calloc(s->count + 1, sizeof(*names));
+    size_t n = 0;
+
+    if (names == NULL)
+        return;
+    for (size_t i = 0; i < s->count; i++)
+        if (!s->tenants[i]->removed)
+            names[n++] = s->tenants[i]->name;
+    metrics_databases_set_list(metrics_databases_of(s->relay->metrics), names, n);
+    metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open,
+                                      s->budget);
+    free(names);
+}
+
+/*
+ * Makes the tenants follow list: new names added, names gone (or whose URL
+ * changed) removed. Under the lock. -1 when out of memory (the list is
+ * then followed in part, and again at the next change).
+ */
+int
+apply_list(struct scheduler *s, const struct database_list *list, bool first)
+{
+    struct tenant **tenants =
+        realloc(s->tenants, (s->count + list->count + 1) * sizeof(*s->tenants));
+
+    if (tenants == NULL)
+        return -1;
+    s->tenants = tenants;
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        const struct database_entry *entry = database_list_find(list, t->name);
+
+        if (!t->removed && (entry == NULL || strcmp(entry->url, t->url) != 0)) {
+            t->removed = true;
+            log_event(OUTBOX_LOG_INFO, "database removed from the list", "database=%s",
+                      t->name);
+        }
+    }
+    for (size_t i = 0; i < list->count; i++) {
+        bool present = false;
+
+        for (size_t j = 0; j < s->count && !present; j++)
+            present = !s->tenants[j]->removed && strcmp(s->tenants[j]->name, list->items[i].name) == 0;
+        if (present)
+            continue;
+        if ((s->tenants[s->count] = tenant_new(s, &list->items[i])) == NULL)
+            return -1;
+        s->count++;
+        if (!first)
+            log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
+                      list->items[i].name);
+    }
+    release_removed(s);
+    publish_list(s);
+    s->watch_stale = true;
+    pthread_cond_broadcast(&s->changed);
+    return 0;
+}
+
+/* Re-reads the list when its file changed. Under the lock (the file is small). */
+void
+look_at_list(struct scheduler *s, double now)
+{
+    const char *path = s->relay->config->databases_file;
+    struct database_file_stamp stamp;
+    struct database_list list;
+    struct outbox_error err;
+
+    if (now < s->list_look_at)
+        return;
+    s->list_look_at = now + SCHEDULER_LIST_LOOK_SECONDS;
+    stamp = database_file_stamp(path);
+    if (!database_file_changed(&stamp, &s->stamp))
+        return;
+    s->stamp = stamp;
+    if (database_list_read(path, &list, &err) != 0) {
+        log_event(OUTBOX_LOG_ERROR, "database list not read again, the previous one is kept",
+                  "error=\"%s\"", err.message);
+        return;
+    }
+    if (apply_list(s, &list, false) != 0)
+        log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
+    database_list_clear(&list);
+}
+

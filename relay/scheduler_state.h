@@ -1,0 +1,85 @@
+/*
+ * scheduler_state.h - what the scheduler's files share: its databases, their
+ * connections and the lock over them. Private to relay/scheduler*.c.
+ */
+#ifndef OUTBOX_RELAY_SCHEDULER_STATE_H
+#define OUTBOX_RELAY_SCHEDULER_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backoff.h"
+#include "cause_log.h"
+#include "database_list.h"
+#include "outbox.h"
+#include "relay_state.h"
+#include "store_identity.h"
+
+/* A connection kept open between slices of its database. */
+struct idle_connection {
+    outbox_store *store;
+    struct store_identity identity;
+    double used_at; /* the least recently used one is closed first */
+};
+
+/* One database of the list. */
+struct tenant {
+    char name[DATABASE_NAME_MAX];
+    char *url;
+    bool removed; /* gone from the list: freed once no slot serves it */
+    int serving;  /* slots serving it now */
+    struct idle_connection *idle;
+    size_t idle_count;
+    double due;        /* monotonic seconds from when a slot may take it */
+    double picked_at;  /* when a slot last took it: the longest waiting goes first */
+    double idle_wait;  /* the wait after a slice that found no row; grows while empty */
+    bool backlog;      /* its last claim was a whole batch */
+    double reap_due, cleanup_due;
+    bool tried, down;  /* tried at least once; its last connect or slice failed */
+    bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
+    bool paused;       /* outboxctl pause --database: no relay serves it */
+    bool watched;      /* the statistics watch covers it: no poll while idle */
+    bool woken;        /* the watch saw an insert since a slot last took it */
+    double visited_at; /* when its last slice ended */
+    struct backoff retry;
+    struct cause_log log;
+};
+
+struct scheduler {
+    relay *relay;
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* a database became due, or the relay stops */
+    struct tenant **tenants;
+    size_t count;
+    int open;   /* connections open: held by slots and idle */
+    int budget; /* --max-db-connections */
+    int slots;
+    double list_look_at;
+    struct database_file_stamp stamp;
+    unsigned int seed;
+    struct watch *watch; /* driven by watch_thread alone */
+    pthread_t watch_thread;
+    bool watch_started;
+    atomic_bool watch_quit;
+    bool watch_stale; /* the list changed: the watch follows at its next look */
+    int watch_open;   /* connections the watch holds, within open */
+};
+
+/* ---- the list (scheduler_list.c); each under the lock ---------------------- */
+
+/* Follows the list as read at start (first) or again: databases added and removed. 0 or -1. */
+int apply_list(struct scheduler *s, const struct database_list *list, bool first);
+
+/* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
+void look_at_list(struct scheduler *s, double now);
+
+/* Frees the removed databases no slot serves any more. */
+void release_removed(struct scheduler *s);
+
+/* Closes t's idle connections (giving up its lease through one when it holds it). */
+void tenant_close_idle(struct scheduler *s, struct tenant *t);
+
+void tenant_free(struct scheduler *s, struct tenant *t);
+
+#endif
