@@ -136,6 +136,9 @@ stop_relay
 redis_cli del "$PREFIX:probe" >/dev/null
 
 # ---- busy ----
+if [ "$BUSY" -eq 0 ]; then # DATABASES_BENCH_BUSY=0: the idle run alone
+    exit 0
+fi
 total=$((BUSY * ROWS))
 make_database "${PREFIX}_single"
 psql -X -q "$BASE/${PREFIX}_single" -c "SELECT count(outbox.enqueue('load', '{}'))
