@@ -131,7 +131,8 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
         w->connection = t->idle[--t->idle_count];
         return true;
     }
-    if (s->open < s->budget) {
+    /* one connection of a budget of 4 or more is kept for the statistics watch */
+    if (s->open < s->budget && s->open - s->watch_open < s->budget - (s->budget >= 4)) {
         s->open++;
         return true;
     }
@@ -187,28 +188,20 @@ take_work(struct scheduler *s, struct work *w)
 /* ---- the statistics watch (scheduler_watch.h) ---------------------------- */
 
 /*
- * A connection for the watch: at most a quarter of the budget, so the slots
- * keep most of it (a budget under 4 polls as before).
+ * A connection for the watch, never an idle one taken over (its close and the new
+ * connect would overlap): the slots leave one of a budget of 4 or more for it.
  */
 static bool
 watch_take(void *arg)
 {
     struct scheduler *s = arg;
-    outbox_store *victim = NULL;
-    bool taken = false;
+    bool taken;
 
     pthread_mutex_lock(&s->lock);
-    if ((s->watch_open + 1) * 4 <= s->budget) {
-        if (s->open < s->budget) {
-            s->open++;
-            taken = true;
-        } else {
-            taken = (victim = take_victim(s)) != NULL;
-        }
-        s->watch_open += taken;
-    }
+    taken = (s->watch_open + 1) * 4 <= s->budget && s->open < s->budget;
+    s->open += taken;
+    s->watch_open += taken;
     pthread_mutex_unlock(&s->lock);
-    outbox_store_free(victim);
     return taken;
 }
 
