@@ -9,25 +9,46 @@
 
 #include "error.h"
 
-static const char SQL_TAKE[] =
-    "SELECT held, paused FROM outbox.database_lease_take($1, $2::integer)";
+static const char SQL_TAKE[] = "SELECT held, paused, wins, owner_watched"
+                               " FROM outbox.database_lease_take($1, $2::integer, $3::text)";
+/* migration 018's form: no watch */
+static const char SQL_TAKE_018[] = "SELECT held, paused, false, false"
+                                   " FROM outbox.database_lease_take($1, $2::integer)";
 static const char SQL_RELEASE[] = "SELECT outbox.database_lease_release($1)";
-/* from job_ready_idx: an idle database's ready rows are its scheduled ones, a few */
+/* from job_ready_idx (an idle database's ready rows are a few) and job_lease_idx */
 static const char SQL_NEXT_READY[] =
-    "SELECT CASE WHEN min(run_at) IS NULL THEN -1"
-    "            ELSE greatest(extract(epoch FROM min(run_at) - now()), 0)::float8 END"
-    " FROM outbox.job WHERE state = 'ready' AND NOT held";
+    "SELECT CASE WHEN at IS NULL THEN -1"
+    "            ELSE greatest(extract(epoch FROM at - now()), 0)::float8 END"
+    "  FROM (SELECT least((SELECT min(run_at) FROM outbox.job"
+    "                       WHERE state = 'ready' AND NOT held AND run_at > now()),"
+    "                     (SELECT min(lease_until) FROM outbox.job WHERE state = 'running'))"
+    "         AS at) AS next";
+
+/* Whether result is the error of a function this schema does not have. */
+static bool
+undefined_function(const PGresult *result)
+{
+    const char *sqlstate = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+
+    return PQresultStatus(result) == PGRES_FATAL_ERROR && sqlstate != NULL &&
+           strcmp(sqlstate, "42883") == 0;
+}
 
 int
-store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds, bool *held,
-                          bool *paused, struct outbox_error *err)
+store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
+                          const char *watch, struct store_database_lease *lease,
+                          struct outbox_error *err)
 {
     char seconds[16];
-    const char *values[2] = {relay_id, seconds};
+    const char *values[3] = {relay_id, seconds, watch};
     PGresult *result;
 
     snprintf(seconds, sizeof(seconds), "%d", lease_seconds);
-    result = PQexecParams(conn, SQL_TAKE, 2, NULL, values, NULL, NULL, 0);
+    result = PQexecParams(conn, SQL_TAKE, 3, NULL, values, NULL, NULL, 0);
+    if (undefined_function(result)) {
+        PQclear(result); /* a schema at migration 018 */
+        result = PQexecParams(conn, SQL_TAKE_018, 2, NULL, values, NULL, NULL, 0);
+    }
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to take the database lease");
         if (err != NULL && strcmp(err->sqlstate, "42883") == 0) {
@@ -39,8 +60,10 @@ store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
         PQclear(result);
         return -1;
     }
-    *held = PQgetvalue(result, 0, 0)[0] == 't';
-    *paused = PQgetvalue(result, 0, 1)[0] == 't';
+    lease->held = PQgetvalue(result, 0, 0)[0] == 't';
+    lease->paused = PQgetvalue(result, 0, 1)[0] == 't';
+    lease->wins = PQgetvalue(result, 0, 2)[0] == 't';
+    lease->owner_watched = PQgetvalue(result, 0, 3)[0] == 't';
     PQclear(result);
     return 0;
 }

@@ -1,10 +1,13 @@
 /*
  * store_database_lease.h - the lease of a whole database among relays that
- * serve the same list of databases (sql/018_database_lease.sql).
+ * serve the same list of databases (sql/018_database_lease.sql,
+ * sql/019_database_lease_watch.sql).
  *
  * A relay visiting a database records itself as a member and takes, keeps
  * or gives up the database's lease in one call; the live members'
- * rendezvous hash decides which of them serves it.
+ * rendezvous hash decides which of them serves it. A member whose
+ * statistics watch runs on the database's server is alive while that
+ * session is: its leases need no visit.
  */
 #ifndef OUTBOX_STORE_DATABASE_LEASE_H
 #define OUTBOX_STORE_DATABASE_LEASE_H
@@ -15,23 +18,38 @@
 
 #include "outbox.h"
 
+/* What a visit found of a database's lease. */
+struct store_database_lease {
+    bool held;          /* this relay holds it now */
+    bool paused;        /* outboxctl pause --database: no relay holds it */
+    bool wins;          /* this relay should hold it (the hash): it comes back soon to take it */
+    bool owner_watched; /* the owner's statistics watch keeps it: no visit needed to keep it,
+                           nor to take it over (the watch sees the owner go) */
+};
+
 /*
- * Records relay_id as a live member for lease_seconds and says whether it
- * holds the database's lease now (*held), and whether the database is
- * paused (then no relay holds it). conn must be idle. 0, or -1 with err
- * (OUTBOX_ERR_SCHEMA before migration 018).
+ * Records relay_id as a live member for lease_seconds, with watch the
+ * application_name of its statistics watch's session on this server (NULL
+ * without one), and takes, keeps or gives up the database's lease. conn
+ * must be idle. At migration 018, watch is not recorded and wins and
+ * owner_watched are false. 0, or -1 with err (OUTBOX_ERR_SCHEMA before
+ * migration 018).
  */
-int store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds, bool *held,
-                              bool *paused, struct outbox_error *err);
+int store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
+                              const char *watch, struct store_database_lease *lease,
+                              struct outbox_error *err);
 
 /* Gives relay_id's lease and membership up (a relay stopping). 0, or -1 with err. */
 int store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err);
 
 /*
- * The seconds until the earliest ready row that no earlier row of its key
- * holds back is due (0 when one is due now), or -1 when there is none: when
- * a database the statistics watch covers must be looked at again without a
- * new row (scheduler_watch.h). 0, or -1 with err.
+ * The seconds until a database the statistics watch covers must be looked
+ * at again though no row changed (scheduler_watch.h): until its earliest
+ * row scheduled in the future (run_at) that no earlier row of its key holds
+ * back, or the earliest lease of a claimed row to end (then reaped), 0 when
+ * one is due now; -1 when there is none. Rows due now that the last claim
+ * left are paused or held back: a resume or a completion changes rows,
+ * which wakes the database. 0, or -1 with err.
  */
 int store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err);
 

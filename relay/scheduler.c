@@ -161,7 +161,10 @@ take_work(struct scheduler *s, struct work *w)
         look_at_list(s, now);
         if (s->list_look_at < next)
             next = s->list_look_at;
-        t = pick(s, now, &next);
+        /* at start, the watch's first look first: visits then record its session */
+        t = s->watch_looked || now >= s->started_at + SCHEDULER_WATCH_FIRST_LOOK_SECONDS
+                ? pick(s, now, &next)
+                : NULL;
         if (t != NULL && take_connection(s, t, w)) {
             t->serving++;
             t->picked_at = now;
@@ -255,7 +258,7 @@ watch_follow_list(struct scheduler *s)
  * inserts all day is looked at as often as it was polled). Under the lock.
  */
 static void
-wake(struct scheduler *s, const char **woken, size_t count, double now)
+wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double now)
 {
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
@@ -264,7 +267,10 @@ wake(struct scheduler *s, const char **woken, size_t count, double now)
         for (size_t k = 0; k < count; k++) {
             double at = t->visited_at + t->idle_wait;
 
-            if (t->removed || t->down || !t->held || strcmp(t->name, woken[k]) != 0)
+            /* rows of a database another relay holds are its to publish (a winner
+             * waiting for it, or for a resume, looks again) */
+            if (t->removed || t->down || (!t->held && !t->wins && !woken[k].members) ||
+                strcmp(t->name, woken[k].name) != 0)
                 continue;
             t->woken = true;
             at = at > now ? at : now;
@@ -283,13 +289,17 @@ watch_run(void *arg)
 
     while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
         double now = clock_monotonic_seconds();
-        const char **woken;
+        const struct watch_wake *woken;
         size_t count;
 
         watch_follow_list(s);
         count = watch_look(s->watch, now, watch_take, watch_give, s, &woken);
         pthread_mutex_lock(&s->lock);
         wake(s, woken, count, now);
+        if (!s->watch_looked) {
+            s->watch_looked = true;
+            pthread_cond_broadcast(&s->changed);
+        }
         pthread_mutex_unlock(&s->lock);
         nanosleep(&pause, NULL);
     }
@@ -329,8 +339,12 @@ scheduler_new(relay *r, struct outbox_error *err)
         return NULL;
     }
     database_list_clear(&list);
-    s->list_look_at = clock_monotonic_seconds() + SCHEDULER_LIST_LOOK_SECONDS;
-    s->watch = watch_new();
+    s->started_at = clock_monotonic_seconds();
+    s->list_look_at = s->started_at + SCHEDULER_LIST_LOOK_SECONDS;
+    /* the uuid of the relay's worker prefix (host:pid:uuid) names its watch's sessions */
+    snprintf(s->watch_name, sizeof(s->watch_name), "%s%s", WATCH_NAME_PREFIX,
+             strrchr(r->worker_prefix, ':') + 1);
+    s->watch = watch_new(s->watch_name, r->config->lease_seconds);
     s->watch_started = s->watch != NULL && pthread_create(&s->watch_thread, NULL, watch_run, s) == 0;
     return s;
 }
@@ -463,25 +477,28 @@ maintain(struct pipeline *p, struct tenant *t)
  * *cause).
  */
 static struct pipeline_slice
-serve(struct pipeline *p, struct work *w, struct outbox_error *cause, bool *held, bool *paused)
+serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
+      struct store_database_lease *lease)
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed;
     struct outbox_error next_err;
 
-    *held = *paused = false;
+    *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
     if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member */
     if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
-                                  p->relay->config->lease_seconds, held, paused, cause) != 0) {
+                                  p->relay->config->lease_seconds,
+                                  w->watched ? p->relay->scheduler->watch_name : NULL, lease,
+                                  cause) != 0) {
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
         return slice;
     }
-    if (!*held)
+    if (!lease->held)
         return slice;
     p->db.store = w->connection.store;
     p->db.identity = w->connection.identity;
@@ -527,8 +544,10 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
 
 /* Records whether this relay holds t's lease now. Under the lock. */
 static void
-record_lease(struct scheduler *s, struct tenant *t, bool held, bool paused)
+record_lease(struct scheduler *s, struct tenant *t, const struct store_database_lease *lease)
 {
+    bool held = lease->held, paused = lease->paused;
+
     if (paused != t->paused)
         log_event(OUTBOX_LOG_INFO, paused ? "database paused, not served" : "database resumed",
                   "database=%s", t->name);
@@ -537,31 +556,67 @@ record_lease(struct scheduler *s, struct tenant *t, bool held, bool paused)
         log_event(OUTBOX_LOG_INFO, held ? "database lease taken" : "database lease given up",
                   "database=%s", t->name);
     t->held = held;
+    t->lease_watched = lease->owner_watched;
+    t->wins = lease->wins;
     metrics_databases_set_served(metrics_databases_of(s->relay->metrics), t->name, held);
 }
 
 /*
- * How long t rests after a slice that found no row: its idle wait, or, when
- * the watch covers it and saw no insert meanwhile, until its next scheduled
- * row or the next visit its lease asks for, whichever comes first (the
- * watch wakes it earlier on an insert). Under the lock.
+ * How long t rests after a slice that found no more rows: its idle wait,
+ * or, when the watch covers it and saw no change meanwhile, until its next
+ * scheduled row or the next visit its lease asks for, whichever comes first
+ * (the watch wakes it earlier on a change). After a slice that published
+ * rows, a watched database is looked at once more a second later: a
+ * backend reports its statistics at most once a second, and holds back a
+ * commit that came within that second until it has been idle for 10 s
+ * (PostgreSQL's PGSTAT_IDLE_INTERVAL), so a burst's last rows may not wake
+ * it. Under the lock.
  */
 static double
-idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w)
+idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w,
+          const struct pipeline_slice *slice)
 {
-    double wait = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+    double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
+                                   : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
 
     if (!w->watched || t->woken)
         return t->idle_wait;
+    /* a producer's commit within a second of its last reported one shows late */
+    if (slice->claimed > 0)
+        return SCHEDULER_WATCH_AFTER_ROWS_SECONDS;
     if (w->next_ready >= 0 && w->next_ready < wait)
         wait = w->next_ready;
     return wait > t->idle_wait ? wait : t->idle_wait;
 }
 
+/*
+ * When t, which another relay holds or none may hold, is looked at again:
+ * soon when this relay should hold it (the owner gives it up at its next
+ * visit, which the watch wakes), seldom when the owner's (or, for a free
+ * lease, the winner's) watch keeps the lease (this relay's watch wakes t
+ * when the relays change, and on a resume when it wins), else four times a
+ * lease, to stay a member and to take over. Under the lock.
+ */
+static double
+visit_again(struct scheduler *s, struct tenant *t, const struct work *w,
+            const struct store_database_lease *lease)
+{
+    double quarter = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+    double wait;
+
+    if (lease->wins && !lease->paused && lease->owner_watched) {
+        wait = t->takeover_wait < quarter ? t->takeover_wait : quarter;
+        t->takeover_wait = wait * 2;
+        return wait;
+    }
+    t->takeover_wait = SCHEDULER_TAKEOVER_FIRST_SECONDS;
+    return lease->owner_watched && w->watched ? SCHEDULER_WATCHED_VISIT_SECONDS : quarter;
+}
+
 /* Gives w's database and connection back after a slice. */
 static void
 give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
-               const struct outbox_error *cause, bool held, bool paused)
+               const struct outbox_error *cause, const struct store_database_lease *lease)
 {
     struct tenant *t = w->tenant;
     double now = clock_monotonic_seconds();
@@ -571,7 +626,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->serving--;
     if (w->connection.store == NULL) {
         s->open--;
-        record_lease(s, t, false, t->paused);
+        record_lease(s, t, &(struct store_database_lease){.paused = t->paused});
         record_fault(s, t, cause, now);
     } else {
         if (t->down || !t->tried)
@@ -581,15 +636,15 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         t->down = false;
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
-        record_lease(s, t, held, paused);
+        record_lease(s, t, lease);
         t->backlog = slice->full;
-        if (!held) /* looked at again to stay a member, and to take over when it wins */
-            t->due = now + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+        if (!lease->held)
+            t->due = now + visit_again(s, t, w, lease);
         else if (slice->more) {
             t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
             t->due = now;
         } else {
-            t->due = now + idle_wait(s, t, w);
+            t->due = now + idle_wait(s, t, w, slice);
             t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
                                                                          : SCHEDULER_IDLE_MAX_SECONDS;
         }
@@ -627,10 +682,10 @@ scheduler_slot_run(void *arg)
 
         while (take_work(s, &w)) {
             struct outbox_error cause;
-            bool held, paused;
-            struct pipeline_slice slice = serve(p, &w, &cause, &held, &paused);
+            struct store_database_lease lease;
+            struct pipeline_slice slice = serve(p, &w, &cause, &lease);
 
-            give_work_back(s, &w, &slice, &cause, held, paused);
+            give_work_back(s, &w, &slice, &cause, &lease);
         }
     }
     broker_close(p);

@@ -27,10 +27,14 @@
  * its connections closed).
  *
  * Relays that share the list divide its databases: each visit of a database
- * first takes, keeps or gives up its lease (store_database_lease.h), and a
- * database another relay holds is only visited, SCHEDULER_VISIT_PER_LEASE
- * times a lease, to stay a member of its rendezvous and to take it over
- * once that relay's lease ends.
+ * first takes, keeps or gives up its lease (store_database_lease.h). A
+ * relay's statistics watch session keeps its membership and its leases on
+ * its server (sql/019): an idle database whose owner's watch runs is not
+ * visited but on a change of its rows or of the relays watching its server
+ * (or every SCHEDULER_WATCHED_VISIT_SECONDS). Without a watch, a database
+ * is visited SCHEDULER_VISIT_PER_LEASE times a lease, by its owner to keep
+ * the lease and by the others to stay members of its rendezvous and to
+ * take it over once that relay's lease ends.
  *
  * Stream queues are not served by a relay of a list: it claims row queues
  * only.

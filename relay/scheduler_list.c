@@ -31,6 +31,7 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     }
     snprintf(t->name, sizeof(t->name), "%s", entry->name);
     t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+    t->takeover_wait = SCHEDULER_TAKEOVER_FIRST_SECONDS;
     t->retry = backoff_make(SCHEDULER_RETRY_FIRST_SECONDS, SCHEDULER_RETRY_MAX_SECONDS,
                             s->seed ^ (unsigned int)(s->count * 2654435761u));
     return t;

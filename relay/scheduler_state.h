@@ -14,6 +14,7 @@
 #include "database_list.h"
 #include "outbox.h"
 #include "relay_state.h"
+#include "scheduler_watch.h"
 #include "store_identity.h"
 
 /* A connection kept open between slices of its database. */
@@ -38,6 +39,9 @@ struct tenant {
     double reap_due, cleanup_due;
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
+    bool lease_watched; /* the lease is kept by its owner's statistics watch (sql/019) */
+    bool wins;          /* this relay should hold the lease (it may be paused, or not given up yet) */
+    double takeover_wait; /* a winner's wait for the owner to give the lease up; doubles */
     bool paused;       /* outboxctl pause --database: no relay serves it */
     bool watched;      /* the statistics watch covers it: no poll while idle */
     bool woken;        /* the watch saw an insert since a slot last took it */
@@ -64,6 +68,9 @@ struct scheduler {
     atomic_bool watch_quit;
     bool watch_stale; /* the list changed: the watch follows at its next look */
     int watch_open;   /* connections the watch holds, within open */
+    char watch_name[WATCH_NAME_MAX]; /* the application_name of the watch's sessions */
+    bool watch_looked; /* the watch's first look is done */
+    double started_at;
 };
 
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */

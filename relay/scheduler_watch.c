@@ -1,6 +1,6 @@
 /*
  * scheduler_watch.c - one connection per PostgreSQL server of a list,
- * reading pg_stat_database for the databases whose inserts moved. See
+ * reading pg_stat_database for the databases whose rows changed. See
  * scheduler_watch.h.
  */
 #include "scheduler_watch.h"
@@ -20,8 +20,8 @@ struct watch_database {
     char *name;     /* in the list */
     char *dbname;   /* in pg_stat_database */
     size_t server;  /* index in servers */
-    int64_t inserted;
-    bool seen;      /* inserted holds a count of the last look */
+    int64_t changed; /* rows inserted, updated and deleted */
+    bool seen;       /* changed holds a count of the last look */
 };
 
 struct watch_server {
@@ -30,20 +30,29 @@ struct watch_server {
     PGconn *conn;
     double retry_at;
     bool answered; /* its last look succeeded */
+    char *members; /* the relays' watch sessions at the last look, NULL before one */
 };
 
 struct watch {
+    char name[WATCH_NAME_MAX]; /* this relay's sessions' application_name */
+    char stale_after[16];      /* seconds: a session querying no more is another member */
     struct watch_database *databases;
     size_t count;
     struct watch_server *servers;
     size_t server_count;
-    const char **woken;
+    struct watch_wake *woken;
 };
 
 struct watch *
-watch_new(void)
+watch_new(const char *name, int stale_seconds)
 {
-    return calloc(1, sizeof(struct watch));
+    struct watch *w = calloc(1, sizeof(struct watch));
+
+    if (w != NULL) {
+        snprintf(w->name, sizeof(w->name), "%s", name);
+        snprintf(w->stale_after, sizeof(w->stale_after), "%d", stale_seconds);
+    }
+    return w;
 }
 
 static void
@@ -55,6 +64,8 @@ close_server(struct watch_server *server, watch_give_fn give, void *arg)
         give(arg);
     }
     server->answered = false;
+    free(server->members);
+    server->members = NULL;
 }
 
 static void
@@ -197,12 +208,12 @@ watch_set(struct watch *w, size_t count, const char *const *names, const char *c
 
 /* Opens server's connection when due and the budget allows; false without one. */
 static bool
-connect_server(struct watch_server *server, double now, watch_take_fn take, watch_give_fn give,
-               void *arg)
+connect_server(struct watch_server *server, const char *name, double now, watch_take_fn take,
+               watch_give_fn give, void *arg)
 {
-    const char *keywords[] = {"dbname", "fallback_application_name", "connect_timeout", NULL};
-    const char *values[] = {server->url, "outbox-relay",
-                            TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), NULL};
+    const char *keywords[] = {"dbname", "application_name", "connect_timeout", NULL};
+    const char *values[] = {server->url, name, TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS),
+                            NULL};
 
     if (server->conn != NULL)
         return true;
@@ -218,37 +229,78 @@ connect_server(struct watch_server *server, double now, watch_take_fn take, watc
     return false;
 }
 
-/* Reads the insert counts of server's databases; adds the moved ones to w->woken. */
+/*
+ * Per database, the rows its transactions inserted, updated and deleted;
+ * and the relays' watch sessions on the server, each marked when it ran no
+ * query for $1 seconds (a relay stopped).
+ */
+static const char SQL_LOOK[] =
+    "SELECT d.datname, d.tup_inserted + d.tup_updated + d.tup_deleted,"
+    "       (SELECT string_agg(a.application_name"
+    "                          || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
+    "                                  THEN '' ELSE '~' END, ',' ORDER BY a.application_name)"
+    "          FROM pg_stat_activity AS a"
+    "         WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%')"
+    "  FROM pg_stat_database AS d WHERE d.datname IS NOT NULL";
+
+/* Adds every database of server index to w->woken from woken on, as woken by a change of members. */
+static size_t
+wake_server(struct watch *w, size_t index, size_t woken)
+{
+    for (size_t d = 0; d < w->count; d++)
+        if (w->databases[d].server == index)
+            w->woken[woken++] = (struct watch_wake){w->databases[d].name, true};
+    return woken;
+}
+
+/* Records server's members as seen now; true when they changed since the last look. */
+static bool
+members_changed(struct watch_server *server, const char *members)
+{
+    bool changed = server->members != NULL && strcmp(server->members, members) != 0;
+
+    if (server->members == NULL || changed) {
+        free(server->members);
+        server->members = strdup(members);
+    }
+    return changed;
+}
+
+/* Reads the row counts of server's databases; adds the moved ones to w->woken. */
 static size_t
 look_at_server(struct watch *w, size_t index, size_t woken)
 {
     struct watch_server *server = &w->servers[index];
-    PGresult *result = PQexec(server->conn, "SELECT datname, tup_inserted FROM pg_stat_database"
-                                            " WHERE datname IS NOT NULL");
+    const char *values[1] = {w->stale_after};
+    PGresult *result = PQexecParams(server->conn, SQL_LOOK, 1, NULL, values, NULL, NULL, 0);
+    size_t first = woken;
 
     server->answered = PQresultStatus(result) == PGRES_TUPLES_OK;
     for (int r = 0; server->answered && r < PQntuples(result); r++) {
         const char *dbname = PQgetvalue(result, r, 0);
-        int64_t inserted = strtoll(PQgetvalue(result, r, 1), NULL, 10);
+        int64_t changed = strtoll(PQgetvalue(result, r, 1), NULL, 10);
 
         for (size_t d = 0; d < w->count; d++) {
             struct watch_database *db = &w->databases[d];
 
             if (db->server != index || strcmp(db->dbname, dbname) != 0)
                 continue;
-            if (db->seen && db->inserted != inserted)
-                w->woken[woken++] = db->name;
-            db->inserted = inserted;
+            if (db->seen && db->changed != changed)
+                w->woken[woken++] = (struct watch_wake){db->name, false};
+            db->changed = changed;
             db->seen = true;
         }
     }
+    if (server->answered && PQntuples(result) > 0 &&
+        members_changed(server, PQgetvalue(result, 0, 2)))
+        woken = wake_server(w, index, first); /* every database, in place of the moved ones */
     PQclear(result);
     return woken;
 }
 
 size_t
 watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
-           const char ***woken)
+           const struct watch_wake **woken)
 {
     size_t count = 0;
 
@@ -256,7 +308,7 @@ watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, 
     for (size_t i = 0; i < w->server_count; i++) {
         struct watch_server *server = &w->servers[i];
 
-        if (!connect_server(server, now, take, give, arg)) {
+        if (!connect_server(server, w->name, now, take, give, arg)) {
             for (size_t d = 0; d < w->count; d++)
                 if (w->databases[d].server == i)
                     w->databases[d].seen = false;

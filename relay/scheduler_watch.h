@@ -7,11 +7,18 @@
  * databases polled every second were 200 connects a second. The watch keeps
  * one connection per PostgreSQL server of the list instead and reads
  * pg_stat_database there every SCHEDULER_WATCH_SECONDS: a database whose
- * count of inserted rows moved since the last look has had a commit that
- * inserted something, maybe an outbox row, and is due at once. The counts
- * reach pg_stat_database when the inserting backend reports its statistics:
+ * count of inserted, updated and deleted rows moved since the last look
+ * has had a commit that changed something, maybe an outbox row (a new one,
+ * a dead one retried, a queue resumed), and is due at once. The counts
+ * reach pg_stat_database when the writing backend reports its statistics:
  * at once for a backend that reported none in the last second, else within
  * that second.
+ *
+ * The same look reads which relays' watches run on the server (their
+ * sessions' application_name, WATCH_NAME_PREFIX and the relay's uuid): a
+ * relay's watch session keeps its database leases (sql/019), so a change
+ * of them (a relay started, gone, or stopped querying) wakes every database
+ * of the server, for the leases to move.
  *
  * The watch owns its connections but not the budget: it asks for a
  * connection with take() (which may close an idle one of a database) and
@@ -26,12 +33,26 @@
 
 struct watch;
 
+/* The application_name of a relay's watch sessions: this prefix and the relay's uuid. */
+#define WATCH_NAME_PREFIX "outbox-relay watch "
+#define WATCH_NAME_MAX 64 /* PostgreSQL keeps 63 bytes of an application_name */
+
+/* A database to look at now, and why. */
+struct watch_wake {
+    const char *name; /* in the list */
+    bool members;     /* the relays watching its server changed (else: its rows did) */
+};
+
 /* A connection of the budget for the watch: true when it may open one. */
 typedef bool (*watch_take_fn)(void *arg);
 /* The watch closed one of its connections. */
 typedef void (*watch_give_fn)(void *arg);
 
-struct watch *watch_new(void);
+/*
+ * A watch whose sessions are named name; another relay's session that ran
+ * no query for stale_seconds counts as a change of members.
+ */
+struct watch *watch_new(const char *name, int stale_seconds);
 
 /* Closes the watch's connections (each handed back with give) and frees it. */
 void watch_free(struct watch *w, watch_give_fn give, void *arg);
@@ -46,12 +67,13 @@ int watch_set(struct watch *w, size_t count, const char *const *names, const cha
 
 /*
  * One look at every server (connecting those without a connection, when
- * take() allows and their retry is due). Returns the number of names put
- * in woken (at most the count watched, owned by the watch until the next
- * call): the databases whose insert count moved since the last look.
+ * take() allows and their retry is due). Returns the number of databases
+ * put in woken (at most the count watched, owned by the watch until the
+ * next call): those whose rows changed since the last look, or all of a
+ * server whose members changed.
  */
 size_t watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
-                  const char ***woken);
+                  const struct watch_wake **woken);
 
 /* Whether database name is watched now: its server answered the last look and lists it. */
 bool watch_covers(const struct watch *w, const char *name);

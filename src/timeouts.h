@@ -122,6 +122,19 @@
 #define SCHEDULER_SLICE_SECONDS 0.25
 /* The longest wait before an empty database is looked at again. */
 #define SCHEDULER_IDLE_MAX_SECONDS 1.0
+/*
+ * An idle database the statistics watch covers, whose lease its owner's watch
+ * keeps, is looked at at least this often though nothing wakes it (the watch
+ * wakes it on a change of its rows or of the relays; this bounds what a missed
+ * wake costs, and runs its retention cleanup).
+ */
+#define SCHEDULER_WATCHED_VISIT_SECONDS 900.0
+/* At start, slots wait this long at most for the statistics watch's first look. */
+#define SCHEDULER_WATCH_FIRST_LOOK_SECONDS 1.0
+/* A watched database whose slice published rows is looked at again after this (scheduler.c). */
+#define SCHEDULER_WATCH_AFTER_ROWS_SECONDS 1.0
+/* A relay that should hold a database another holds looks again after this, doubling. */
+#define SCHEDULER_TAKEOVER_FIRST_SECONDS 0.5
 /* A database is due but every connection of the budget is held: look again this soon. */
 #define SCHEDULER_CONNECTION_WAIT_SECONDS 0.01
 /* How often the list file's stamp is looked at. */

@@ -130,8 +130,8 @@ main(int argc, char **argv)
     return 0;
 }
 EOF
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Werror -o "$SCRATCH/own-names" "$own" $(pkg-config --cflags outbox) \
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Werror ${SAN:-} -o "$SCRATCH/own-names" "$own" $(pkg-config --cflags outbox) \
     -L"$libdir" -Wl,-Bstatic -loutbox -Wl,-Bdynamic $(pkg-config --libs libpq) \
     $(sed -n 's/^Libs.private: //p' "$libdir/pkgconfig/outbox.pc") 2>"$SCRATCH/own-names.log" ||
     fail "a program with its own buffer_clear() does not link liboutbox.a: $(grep -m1 -E 'multiple|error' "$SCRATCH/own-names.log")"

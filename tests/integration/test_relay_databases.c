@@ -39,12 +39,13 @@ struct broker_case {
     int rows;                 /* per database before the kill */
     int more_rows;            /* per database after it */
     int budget;               /* --max-db-connections of each relay */
+    const char *lease;        /* --lease, NULL: the default */
 };
 
 static const struct broker_case CASES[] = {
-    {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8},
-    {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3},
-    {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3},
+    {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8, NULL},
+    {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3, NULL},
+    {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3, NULL},
 };
 
 struct run {
@@ -121,6 +122,14 @@ connections_of(PGconn *admin, const char *name)
     return harness_query_ll(admin, sql);
 }
 
+/* The relays' statistics watch sessions (named by each relay, whatever PGAPPNAME says). */
+static long long
+watch_connections(PGconn *admin)
+{
+    return harness_query_ll(admin, "SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE application_name LIKE 'outbox-relay watch %'");
+}
+
 /* Rows not yet succeeded, summed over the databases. */
 static long long
 rows_left(const struct run *run)
@@ -153,6 +162,10 @@ start_relay(struct run *run, struct relay_process *relay, const char *name, int 
     extra[n++] = "20";
     extra[n++] = "--metrics-addr";
     extra[n++] = metrics;
+    if (run->bc->lease != NULL) {
+        extra[n++] = "--lease";
+        extra[n++] = run->bc->lease;
+    }
     if (strcmp(run->bc->name, "redis") == 0) {
         extra[n++] = stream_options[0];
         extra[n++] = stream_options[1];
@@ -404,8 +417,10 @@ run_case(const struct broker_case *bc)
     start_relay(&run, &a, "mdb-relay-a", 0);
     start_relay(&run, &b, "mdb-relay-b", port);
     for (int sample = 0; sample < 12; sample++) {
-        long long now_a = connections_of(run.admin, "mdb-relay-a");
+        /* each relay of a budget of 4 or more has one watch session beside its slots */
+        long long now_a = connections_of(run.admin, "mdb-relay-a") + (bc->budget >= 4);
 
+        assert_true(watch_connections(run.admin) <= 2);
         most_a = now_a > most_a ? now_a : most_a;
         usleep(250 * 1000);
     }
@@ -420,7 +435,7 @@ run_case(const struct broker_case *bc)
     write_list(&run, bc->databases + 1, true);
     for (int waited = 0; waited < 120 && (left = rows_left(&run)) > 0; waited++) {
         long long now_a = connections_of(run.admin, "mdb-relay-a");
-        long long now_b = connections_of(run.admin, "mdb-relay-b");
+        long long now_b = connections_of(run.admin, "mdb-relay-b") + watch_connections(run.admin);
 
         most_a = now_a > most_a ? now_a : most_a;
         most_b = now_b > most_b ? now_b : most_b;
@@ -434,11 +449,7 @@ run_case(const struct broker_case *bc)
                   bc->budget);
     assert_int_equal(left, 0);
     if (bc->budget >= 4) /* idle databases woken by one watch connection, within the budget */
-        assert_int_equal(harness_query_ll(run.admin,
-                                          "SELECT count(*) FROM pg_stat_activity"
-                                          " WHERE application_name = 'mdb-relay-b'"
-                                          "   AND query LIKE '%FROM pg_stat_database%'"),
-                         1);
+        assert_int_equal(watch_connections(run.admin), 1);
     assert_true(most_a <= bc->budget);
     assert_true(most_b <= bc->budget);
     assert_true(most_a > 0 && most_b > 0);
@@ -464,6 +475,86 @@ test_many_databases_kafka(void **state)
 {
     (void)state;
     run_case(&CASES[2]);
+}
+
+/* Sessions ever opened to the run's databases (pg_stat_database.sessions). */
+static long long
+sessions_opened(const struct run *run)
+{
+    char sql[4096];
+    int n = snprintf(sql, sizeof(sql), "SELECT sum(sessions)::bigint FROM pg_stat_database"
+                                       " WHERE datname IN (''");
+
+    for (int i = 0; i < run->count; i++)
+        n += snprintf(sql + n, sizeof(sql) - (size_t)n, ", '%s'", PQdb(run->conns[i]));
+    snprintf(sql + n, sizeof(sql) - (size_t)n, ")");
+    return harness_query_ll(run->admin, sql);
+}
+
+/*
+ * The statistics watch keeps the leases: two relays with fewer connections
+ * than databases leave idle databases alone (no connect to renew a lease
+ * or to stay a member), and one killed with -9 has its databases taken
+ * over as soon as its watch session ends, long before its lease would.
+ */
+static void
+test_watch_keeps_leases(void **state)
+{
+    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 10, 20, 5, 4, "20"};
+    struct run run = {.bc = &bc};
+    struct relay_process a, b;
+    int port = 20000 + (int)((getpid() + 7) % 20000);
+    long long before, left = -1;
+    double killed_at;
+
+    (void)state;
+    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-watch-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    snprintf(run.prefix, sizeof(run.prefix), "mdb-watch-%d:", (int)getpid());
+    run.count = bc.databases;
+    for (int i = 0; i < run.count; i++)
+        make_database(&run, i);
+    write_list(&run, run.count, false);
+    start_relay(&run, &a, "mdb-watch-a", 0);
+    start_relay(&run, &b, "mdb-watch-b", port);
+    for (int waited = 0; waited < 60 && (left = rows_left(&run)) > 0; waited++)
+        usleep(500 * 1000);
+    assert_int_equal(left, 0);
+    assert_int_equal(wait_for_value(run.admin,
+                                    "SELECT count(*) FROM pg_stat_activity"
+                                    " WHERE application_name LIKE 'outbox-relay watch %'",
+                                    2, 10000),
+                     2);
+    /* the leases settle between the two relays; the statistics of their last
+     * writes show within 10 s (a backend's report held back, then flushed) */
+    usleep(12000 * 1000);
+    /* idle: with a lease of 20 s, visits every 5 s would be a connect each */
+    before = sessions_opened(&run);
+    usleep(8000 * 1000);
+    print_message("watch: %lld sessions opened to %d idle databases in 8 s\n",
+                  sessions_opened(&run) - before, run.count);
+    assert_true(sessions_opened(&run) - before <= 2);
+    relay_signal(&a, SIGKILL);
+    assert_int_equal(relay_wait(&a, 5000), 128 + SIGKILL);
+    killed_at = wall_clock_seconds();
+    enqueue_more(&run, run.count);
+    for (int waited = 0; waited < 100 && (left = rows_left(&run)) > 0; waited++)
+        usleep(100 * 1000);
+    print_message("watch: every database drained %.1f s after the kill (lease 20 s)\n",
+                  wall_clock_seconds() - killed_at);
+    if (left != 0)
+        relay_dump_log(&b);
+    assert_int_equal(left, 0); /* within 10 s: half the lease */
+    relay_signal(&b, SIGTERM);
+    assert_int_equal(relay_wait(&b, 15000), 0);
+    check_redis(&run, bc.rows + bc.more_rows, bc.rows + bc.more_rows);
+    for (int i = 0; i < run.count; i++) {
+        PQfinish(run.conns[i]);
+        harness_database_drop(run.urls[i]);
+    }
+    PQfinish(run.admin);
+    unlink(run.list_path);
 }
 
 /* The mode's configuration mistakes: exit 2 with one line naming the option or the line. */
@@ -618,6 +709,7 @@ main(void)
         cmocka_unit_test(test_configuration_mistakes),
         cmocka_unit_test(test_outboxctl_over_the_list),
         cmocka_unit_test(test_pause_a_whole_database),
+        cmocka_unit_test(test_watch_keeps_leases),
         cmocka_unit_test(test_many_databases_redis),
         cmocka_unit_test(test_many_databases_amqp),
         cmocka_unit_test(test_many_databases_kafka),
