@@ -55,7 +55,7 @@ console_html_database_param(struct buffer *out, const struct console_request *re
 {
     if (request->database[0] == '\0')
         return;
-    buffer_printf(out, "%cdatabase=", separator);
+    buffer_puts(out, separator == '&' ? "&amp;database=" : "?database=");
     esc(out, request->database); /* a name is [A-Za-z0-9_.-]: nothing to percent-encode */
 }
 

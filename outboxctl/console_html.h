@@ -36,8 +36,9 @@ void console_page_banner(struct console *console, const struct console_request *
                          const char *message);
 
 /*
- * Writes separator ('?' or '&') and "database=NAME", the request's
- * database, for a link or a form's target; nothing when it has none.
+ * Writes separator ('?', or '&' as "&amp;" for an attribute) and
+ * "database=NAME", the request's database, for a link or a form's
+ * target; nothing when it has none.
  */
 void console_html_database_param(struct buffer *out, const struct console_request *request,
                                  char separator);
