@@ -125,6 +125,7 @@ probe_run(struct console *console, struct probe *probe)
     return 0;
 }
 
+/* Frees what a look read, and its copy of the list. */
 static void
 probe_clear(struct probe *probe)
 {
@@ -140,6 +141,7 @@ struct probe_totals {
     int64_t ready, running, dead, waiting;
 };
 
+/* Sums the databases read whole: failed ones count as failed only. */
 static struct probe_totals
 probe_totals(const struct probe *probe)
 {
