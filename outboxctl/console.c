@@ -166,7 +166,8 @@ pick_database(struct console *console, struct console_request *request,
     else if (rc == -1 && strlen(wanted) >= DATABASE_NAME_MAX)
         refuse(request, response, 404, "no such database in the console's list");
     else if (rc == -1) {
-        snprintf(reason, sizeof(reason), "no database '%s' in the console's list", wanted);
+        snprintf(reason, sizeof(reason), "no database '%.*s' in the console's list",
+                 DATABASE_NAME_MAX - 1, wanted);
         refuse(request, response, 404, reason);
     }
     return rc < 0 ? -1 : 0;

@@ -200,8 +200,10 @@ entry_of(const char *body, const char *name)
     const char *start, *end;
 
     snprintf(needle, sizeof(needle), "{\"name\":\"%s\"", name);
-    if ((start = strstr(body, needle)) == NULL)
+    if ((start = strstr(body, needle)) == NULL) {
         fail_msg("no database '%s' in: %s", name, body);
+        return NULL;
+    }
     end = strstr(start + 1, "{\"name\":");
     if (end == NULL)
         end = strstr(start, "\"totals\"");
