@@ -77,13 +77,13 @@ ignore_notice(void *arg, const char *message)
 static bool
 aim_at(const char *name, const char *url)
 {
+    snprintf(thread_name, sizeof(thread_name), "%s", name); /* a name may change, its URL not */
     if (thread_url != NULL && strcmp(thread_url, url) == 0)
         return true;
     PQfinish(thread_conn);
     thread_conn = NULL;
     free(thread_url);
     thread_db_error[0] = '\0';
-    snprintf(thread_name, sizeof(thread_name), "%s", name);
     return (thread_url = strdup(url)) != NULL;
 }
 
