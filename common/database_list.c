@@ -197,6 +197,34 @@ database_list_clear(struct database_list *list)
     }
 }
 
+int
+database_list_copy(const struct database_list *from, struct database_list *to)
+{
+    memset(to, 0, sizeof(*to));
+    for (size_t i = 0; i < from->count; i++)
+        if (list_add(to, from->items[i].name, from->items[i].url, strlen(from->items[i].url)) !=
+            0) {
+            database_list_clear(to);
+            return -1;
+        }
+    return 0;
+}
+
+int
+database_list_single(const char *url, struct database_list *out)
+{
+    char name[DATABASE_NAME_MAX];
+
+    memset(out, 0, sizeof(*out));
+    if (name_of_url(url, name, sizeof(name)) != 0 || !name_valid(name, strlen(name)))
+        snprintf(name, sizeof(name), "default");
+    if (list_add(out, name, url, strlen(url)) != 0) {
+        database_list_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
 const struct database_entry *
 database_list_find(const struct database_list *list, const char *name)
 {

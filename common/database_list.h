@@ -45,6 +45,16 @@ int database_list_read(const char *path, struct database_list *out, struct outbo
 /* Frees the entries; clearing an empty list is a no-op. */
 void database_list_clear(struct database_list *list);
 
+/* Copies from into to (to is cleared first); -1 when out of memory, to then empty. */
+int database_list_copy(const struct database_list *from, struct database_list *to);
+
+/*
+ * A list of the one database of url (--database-url), named by its
+ * database name, or "default" when that is not a valid name; -1 when out
+ * of memory.
+ */
+int database_list_single(const char *url, struct database_list *out);
+
 /* The entry called name, or NULL. */
 const struct database_entry *database_list_find(const struct database_list *list,
                                                 const char *name);

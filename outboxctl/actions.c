@@ -5,7 +5,8 @@
  * How to add one. A verb or an endpoint is a row here and its handler in the
  * module of its topic: ctl_status.c (queues, blocked keys, relays, streams,
  * chart), ctl_dead.c (dead rows), ctl_flow.c (pause and resume),
- * ctl_replay.c, ctl_identity.c, ctl_purge.c, ctl_enqueue.c... That module
+ * ctl_replay.c, ctl_identity.c, ctl_purge.c, ctl_enqueue.c,
+ * console_databases_view.c (the databases of the list)... That module
  * calls the store (store_admin.h, store_dead.h, store_console.h) and holds
  * both faces of its topic: the command line's handler (a ctl_command_fn,
  * which parses its options with ctl_parse_options and prints a table or
@@ -14,7 +15,8 @@
  * declare it beside the others in actions.h). Fill in the row: the verb
  * and its handler for the command line, the method, the path under
  * /api/v1/ and its handler for the API, whether the API handler needs the
- * database, and whether the action changes rows (then the console serves
+ * database (the request's: database=NAME, the first of the console's list
+ * without one), and whether the action changes rows (then the console serves
  * it only with --allow-actions, behind its CSRF check). Say it in
  * docs/console.md (the endpoint table) or in the command line's help
  * (ctl_common.c), and test it in tests/integration/test_console.c or
@@ -50,6 +52,7 @@ const struct action action_table[] = {
     {NULL,             NULL,                       "GET",  "streams",         api_streams,      true,  false},
     {NULL,             NULL,                       "GET",  "chart",           api_chart,        true,  false},
     {NULL,             NULL,                       "GET",  "session",         api_session,      false, false},
+    {NULL,             NULL,                       "GET",  "databases",       api_databases,    false, false},
     {"purge",          ctl_command_purge,          NULL,   NULL,              NULL,             false, true},
     {"enqueue",        ctl_command_enqueue,        NULL,   NULL,              NULL,             false, true},
     {"pause",          ctl_command_pause,          "POST", "pause",           api_pause,        true,  true},

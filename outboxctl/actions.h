@@ -22,7 +22,7 @@ struct action {
     const char *method;   /* the API's method, "GET" or "POST"; NULL: command line only */
     const char *path;     /* the API's path under /api/v1/ */
     api_fn *answer;       /* the API's handler */
-    bool database;        /* the API handler reads the database (the worker's connection) */
+    bool database;        /* the handler reads the request's database (the worker's connection) */
     bool changes;         /* changes rows: what --allow-actions gates in the console */
 };
 
@@ -38,6 +38,7 @@ api_fn api_dead;        /* ctl_dead.c */
 api_fn api_dead_retry;  /* ctl_dead.c */
 api_fn api_dead_delete; /* ctl_dead.c */
 api_fn api_identity;    /* ctl_identity.c */
+api_fn api_databases;   /* console_databases_view.c: every database of the list */
 
 extern const struct action action_table[];
 extern const size_t action_count;

@@ -48,7 +48,8 @@ static const char security_headers[] =
 
 static const char serve_usage[] =
     "usage: outboxctl serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]\n"
-    "                       [--allow-host NAME]... [--database-url URL]\n";
+    "                       [--allow-host NAME]... [--database-url URL]\n"
+    "       outboxctl --databases FILE serve [OPTIONS]   (every database of a relay's list)\n";
 
 static volatile sig_atomic_t stop_requested;
 
@@ -145,6 +146,33 @@ changes(const struct console_request *request)
     return action != NULL ? action->changes : strcmp(request->method, "POST") == 0;
 }
 
+/*
+ * Sets the database the request works on from its database=NAME (the
+ * first of the list without one); -1 after answering 404 for a name the
+ * list does not have.
+ */
+static int
+pick_database(struct console *console, struct console_request *request,
+              struct console_response *response)
+{
+    char wanted[sizeof(request->query)], reason[DATABASE_NAME_MAX + 80];
+    bool named =
+        console_param(request->query, strlen(request->query), "database", wanted, sizeof(wanted));
+    int rc = console_databases_pick(&console->databases, named ? wanted : NULL, request->database,
+                                    &request->database_url);
+
+    if (rc == -2)
+        refuse(request, response, 500, "out of memory");
+    else if (rc == -1 && strlen(wanted) >= DATABASE_NAME_MAX)
+        refuse(request, response, 404, "no such database in the console's list");
+    else if (rc == -1) {
+        snprintf(reason, sizeof(reason), "no database '%.*s' in the console's list",
+                 DATABASE_NAME_MAX - 1, wanted);
+        refuse(request, response, 404, reason);
+    }
+    return rc < 0 ? -1 : 0;
+}
+
 static void
 route(struct console *console, struct console_request *request,
       struct console_response *response)
@@ -180,6 +208,8 @@ route(struct console *console, struct console_request *request,
     }
     if (strcmp(request->path, "/login") == 0 || strcmp(request->path, "/logout") == 0)
         return console_html(console, request, response);
+    if (request->identity != CONSOLE_NOBODY && pick_database(console, request, response) < 0)
+        return;
     if (request->identity == CONSOLE_NOBODY) {
         if (is_api(request->path))
             return refuse(request, response, 401, "authentication required: bearer token or login");
@@ -239,6 +269,7 @@ console_answer(void *arg, const struct httpd_request *in, struct buffer *answer)
                                                      : "malformed request");
     else
         route(console, request, &response);
+    free(request->database_url);
     if (response.body.failed || response.headers.failed) {
         buffer_clear(&response.headers);
         console_respond_text(&response, 500, "out of memory");
@@ -360,11 +391,16 @@ parse_serve_options(int argc, char **argv, const char **database_url, struct ser
     return -1;
 }
 
-/* A worker starts: it connects early, so a wrong URL shows at start. */
+/* A worker starts: it connects early to the first database, so a wrong URL shows at start. */
 static void
 worker_begin(void *arg)
 {
-    console_database(arg);
+    struct console *console = arg;
+    char name[DATABASE_NAME_MAX], *url;
+
+    if (console_databases_pick(&console->databases, NULL, name, &url) == 0 && url != NULL)
+        console_database(name, url);
+    free(url);
 }
 
 static void
@@ -404,8 +440,33 @@ serve(struct console *console, int listen_fd)
     return rc;
 }
 
+/*
+ * The console's databases: the list of databases_file, or the one
+ * database_url (either may come from --database-url); -1 when set, else
+ * the exit code after a message.
+ */
+static int
+open_databases(struct console *console, const char *database_url, const char *databases_file)
+{
+    struct outbox_error err;
+
+    if (databases_file != NULL && database_url != NULL)
+        return serve_usage_error("--databases and --database-url exclude each other", NULL);
+    if (databases_file == NULL && (database_url == NULL || database_url[0] == '\0'))
+        return serve_usage_error("missing database URL: give --database-url or set "
+                                 "OUTBOX_DATABASE_URL",
+                                 NULL);
+    if (databases_file == NULL && url_check_database(database_url, &err) != 0)
+        return serve_usage_error("--database-url:", err.message);
+    if (console_databases_open(&console->databases, databases_file, database_url, &err) != 0) {
+        fprintf(stderr, "outboxctl: %s\n", err.message);
+        return err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : 1;
+    }
+    return -1;
+}
+
 int
-console_serve(const char *database_url, int argc, char **argv)
+console_serve(const char *database_url, const char *databases_file, int argc, char **argv)
 {
     struct serve_options opts = {.listen = CONSOLE_DEFAULT_LISTEN};
     struct console console;
@@ -415,39 +476,41 @@ console_serve(const char *database_url, int argc, char **argv)
     int rc, listen_fd;
 
     memset(&console, 0, sizeof(console));
-    pthread_mutex_init(&console.sessions_lock, NULL);
+    if (databases_file != NULL)
+        database_url = NULL; /* $OUTBOX_DATABASE_URL: each database has its own */
     if ((rc = parse_serve_options(argc, argv, &database_url, &opts)) >= 0)
         return rc;
-    if (database_url == NULL || database_url[0] == '\0')
-        return serve_usage_error("missing database URL: give --database-url or set "
-                                 "OUTBOX_DATABASE_URL", NULL);
-    if (url_check_database(database_url, &err) != 0)
-        return serve_usage_error("--database-url:", err.message);
     if (listen_addr_parse(opts.listen, &addr, &err) < 0 || addr.off)
         return serve_usage_error("invalid --listen (expected HOST:PORT):", opts.listen);
-    if (opts.token_file != NULL && console_auth_load(&console, opts.token_file) < 0)
-        return EXIT_USAGE;
-    console.database_url = database_url;
+    if ((rc = open_databases(&console, database_url, databases_file)) >= 0)
+        return rc;
+    pthread_mutex_init(&console.sessions_lock, NULL);
     console.allow_actions = opts.allow_actions;
+    rc = EXIT_USAGE;
+    if (opts.token_file != NULL && console_auth_load(&console, opts.token_file) < 0)
+        goto cleanup;
+    rc = 1;
     if (console_auth_random_hex(console.anonymous.csrf, sizeof(console.anonymous.csrf)) < 0) {
-        free(console.token);
         fputs("outboxctl: no source of randomness\n", stderr);
-        return 1;
+        goto cleanup;
     }
     if ((listen_fd = listen_on(&addr, console.token == NULL)) < 0) {
-        free(console.token);
-        return listen_fd == -2 ? EXIT_USAGE : 1;
+        rc = listen_fd == -2 ? EXIT_USAGE : 1;
+        goto cleanup;
     }
     set_hosts(&console.hosts, &addr, listen_fd, &opts);
     signal(SIGPIPE, SIG_IGN);
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
-    fprintf(stderr, "outboxctl serve: listening on %s (%s, %s)\n", opts.listen,
+    fprintf(stderr, "outboxctl serve: listening on %s (%s, %s, %zu database%s)\n", opts.listen,
             console.token ? "token required" : "loopback, no login",
-            console.allow_actions ? "actions allowed" : "read-only");
-    rc = serve(&console, listen_fd);
+            console.allow_actions ? "actions allowed" : "read-only", console.databases.list.count,
+            console.databases.list.count == 1 ? "" : "s");
+    rc = serve(&console, listen_fd) < 0 ? 1 : 0;
     close(listen_fd);
+cleanup:
+    console_databases_close(&console.databases);
     pthread_mutex_destroy(&console.sessions_lock);
     free(console.token);
-    return rc < 0 ? 1 : 0;
+    return rc;
 }

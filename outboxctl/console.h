@@ -25,7 +25,11 @@
 #define CONSOLE_MAX_CONNECTIONS 128  /* connections open at once */
 /* CONSOLE_REQUEST_SECONDS and CONSOLE_ANSWER_SECONDS: timeouts.h */
 
-/* Runs `outboxctl serve`: argv holds the options after "serve". Returns the exit code. */
-int console_serve(const char *database_url, int argc, char **argv);
+/*
+ * Runs `outboxctl serve`: argv holds the options after "serve"; the console
+ * serves the list of databases_file (outboxctl --databases FILE serve) or,
+ * when that is NULL, the one database_url. Returns the exit code.
+ */
+int console_serve(const char *database_url, const char *databases_file, int argc, char **argv);
 
 #endif

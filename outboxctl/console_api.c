@@ -243,8 +243,9 @@ api_log_action(const struct console_request *request, const char *action, const 
 {
     char queue[80], key[80];
 
-    fprintf(stderr, "outboxctl serve: action %s by %s: queue=%s key=%s job_ids=%zu: %s\n",
-            action, request->who,
+    fprintf(stderr,
+            "outboxctl serve: action %s by %s: database=%s queue=%s key=%s job_ids=%zu: %s\n",
+            action, request->who, request->database,
             body->has_queue ? outbox_error_quote(queue, sizeof(queue), body->queue) : "-",
             body->has_key ? outbox_error_quote(key, sizeof(key), body->ordering_key) : "-",
             body->job_count, outcome);
@@ -301,7 +302,8 @@ console_api(struct console *console, const struct console_request *request, cons
         return api_respond_error(response, 404, "no such endpoint");
     if (post && !is_json(request->content_type))
         return api_respond_error(response, 400, "the body must be Content-Type: application/json");
-    if ((action == NULL || action->database) && (call.conn = console_database(console)) == NULL)
+    if ((action == NULL || action->database) &&
+        (call.conn = console_database(request->database, request->database_url)) == NULL)
         return api_respond_error(response, 503, console_database_error());
     if (post && parse_body(request, &body, &err) < 0)
         api_respond_error(response, err.code == OUTBOX_ERR_INVALID ? 400 : 500, err.message);

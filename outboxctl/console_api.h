@@ -62,7 +62,7 @@ void api_respond_error(struct console_response *response, int status, const char
 /* Answers a failed store call: bad input 400, database away 503, else 500. */
 void api_respond_store_error(struct console_response *response, const struct outbox_error *err);
 
-/* Logs an action on stderr in one line: who, what, on which rows, the outcome. */
+/* Logs an action on stderr in one line: who, what, on which database and rows, the outcome. */
 void api_log_action(const struct console_request *request, const char *action,
                     const struct api_body *body, const char *outcome);
 /* Progress of a long action (a store progress callback; arg: the action's name). */

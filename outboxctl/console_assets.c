@@ -4,7 +4,8 @@
  *
  * The script only turns forms carrying data-api into JSON POSTs with the
  * page's CSRF token, keeps the replay button shut until a dry run counted
- * the same fields, and shows the outcome as text (never as HTML).
+ * the same fields, shows the outcome as text (never as HTML), and submits
+ * the database selector when it changes.
  */
 #include <string.h>
 
@@ -19,6 +20,9 @@ static const char console_css[] =
     ".brand { font-weight: bold; }\n"
     ".mode { margin-left: auto; font-size: 12px; background: #4a5568; padding: .2em .6em; border-radius: 4px; }\n"
     ".logout button { font-size: 12px; }\n"
+    "form.database { font-size: 12px; color: #e2e8f0; }\n"
+    "td.state.bad { color: #9b2c2c; }\n"
+    "td.waiting { text-align: right; font-variant-numeric: tabular-nums; }\n"
     "main { padding: 0 1.2em 2em; }\n"
     "h1 { font-size: 20px; }\n"
     "h2 { font-size: 16px; margin-top: 1.6em; }\n"
@@ -148,6 +152,10 @@ static const char console_js[] =
     "            var run = document.getElementById('replay-run');\n"
     "            if (run && dryRunOf !== signature(fields(form))) run.disabled = true;\n"
     "        }\n"
+    "    });\n"
+    "\n"
+    "    document.addEventListener('change', function (event) {\n"
+    "        if (event.target.hasAttribute('data-switch')) event.target.form.submit();\n"
     "    });\n"
     "\n"
     "    var kept = sessionStorage.getItem('outbox-console-message');\n"

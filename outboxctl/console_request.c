@@ -4,12 +4,15 @@
  * query and form parameters, and plain-text answers.
  *
  * Rules: calls no other console file; a lost connection is remembered with
- * its reason, which is logged once on stderr whichever worker meets it. libpq connections are not shared
- * between threads: each worker holds its own, in thread-local storage.
+ * its reason, which is logged once per database on stderr whichever worker
+ * meets it. libpq connections are not shared between threads: each worker
+ * holds its own, in thread-local storage, to the database of its last
+ * request.
  */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "console_request.h"
@@ -17,24 +20,49 @@
 #include "redact.h"
 #include "timeouts.h"
 
-/* The calling worker's connection and why it is unavailable ("" when it is up). */
+/* The calling worker's connection, its database and why it is unavailable ("" when it is up). */
 static _Thread_local PGconn *thread_conn;
+static _Thread_local char *thread_url; /* the URL thread_conn is (or was last tried) to */
+static _Thread_local char thread_name[DATABASE_NAME_MAX];
 static _Thread_local char thread_db_error[OUTBOX_ERROR_MESSAGE_MAX];
 
-/* The database problem last logged by any worker ("" when none): each is logged once. */
+/*
+ * The problem last logged per database by any worker ("" when none): each
+ * is logged once. A few databases' worth; beyond that the oldest slot is
+ * reused, and a problem may be logged again.
+ */
+#define REPORTED_MAX 32
 static pthread_mutex_t reported_lock = PTHREAD_MUTEX_INITIALIZER;
-static char reported[OUTBOX_ERROR_MESSAGE_MAX];
+static struct {
+    char name[DATABASE_NAME_MAX];
+    char message[OUTBOX_ERROR_MESSAGE_MAX];
+} reported[REPORTED_MAX];
+static size_t reported_next;
 
-/* Logs message unless it is the problem logged last; NULL: the database is back. */
+/* Logs message of database name unless it is the one logged last; NULL: the database is back. */
 static void
-report(const char *message)
+report(const char *name, const char *message)
 {
+    size_t slot = REPORTED_MAX;
+
     pthread_mutex_lock(&reported_lock);
-    if (message == NULL && reported[0] != '\0')
-        fprintf(stderr, "outboxctl serve: database connection back\n");
-    else if (message != NULL && strcmp(reported, message) != 0)
-        fprintf(stderr, "outboxctl serve: %s\n", message);
-    snprintf(reported, sizeof(reported), "%s", message ? message : "");
+    for (size_t i = 0; i < REPORTED_MAX && slot == REPORTED_MAX; i++)
+        if (strcmp(reported[i].name, name) == 0)
+            slot = i;
+    if (slot == REPORTED_MAX && message != NULL) {
+        slot = reported_next;
+        reported_next = (reported_next + 1) % REPORTED_MAX;
+        snprintf(reported[slot].name, sizeof(reported[slot].name), "%s", name);
+        reported[slot].message[0] = '\0';
+    }
+    if (slot < REPORTED_MAX) {
+        if (message == NULL && reported[slot].message[0] != '\0')
+            fprintf(stderr, "outboxctl serve: database %s: connection back\n", name);
+        else if (message != NULL && strcmp(reported[slot].message, message) != 0)
+            fprintf(stderr, "outboxctl serve: database %s: %s\n", name, message);
+        snprintf(reported[slot].message, sizeof(reported[slot].message), "%s",
+                 message ? message : "");
+    }
     pthread_mutex_unlock(&reported_lock);
 }
 
@@ -45,8 +73,22 @@ ignore_notice(void *arg, const char *message)
     (void)message;
 }
 
+/* Remembers the database the calling thread connects to next; false when out of memory. */
+static bool
+aim_at(const char *name, const char *url)
+{
+    snprintf(thread_name, sizeof(thread_name), "%s", name); /* a name may change, its URL not */
+    if (thread_url != NULL && strcmp(thread_url, url) == 0)
+        return true;
+    PQfinish(thread_conn);
+    thread_conn = NULL;
+    free(thread_url);
+    thread_db_error[0] = '\0';
+    return (thread_url = strdup(url)) != NULL;
+}
+
 PGconn *
-console_database(struct console *console)
+console_database(const char *name, const char *url)
 {
     /*
      * No parallel workers: the console's queries read indexes of the backlog, where
@@ -60,27 +102,33 @@ console_database(struct console *console)
      */
     static const char *const keywords[] = {"connect_timeout", "fallback_application_name",
                                            "client_encoding", "options", "dbname", NULL};
-    const char *values[] = {TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "outboxctl serve",
-                            "UTF8", "-c max_parallel_workers_per_gather=0 -c jit=off"
-                            " -c statement_timeout="
-                            TIMEOUT_TEXT(CONSOLE_STATEMENT_TIMEOUT_SECONDS) "s",
-                            console->database_url, NULL};
+    const char *values[] = {
+        TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS),
+        "outboxctl serve",
+        "UTF8",
+        "-c max_parallel_workers_per_gather=0 -c jit=off"
+        " -c statement_timeout=" TIMEOUT_TEXT(CONSOLE_STATEMENT_TIMEOUT_SECONDS) "s",
+        url,
+        NULL};
     struct outbox_error err;
 
+    if (url == NULL || !aim_at(name, url)) {
+        snprintf(thread_db_error, sizeof(thread_db_error), "%s",
+                 url == NULL ? "the list of databases is empty" : "out of memory");
+        return NULL;
+    }
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK)
         return thread_conn;
     PQfinish(thread_conn);
     thread_conn = PQconnectdbParams(keywords, values, 1);
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK) {
         PQsetNoticeProcessor(thread_conn, ignore_notice, NULL);
-        if (thread_db_error[0] != '\0')
-            report(NULL);
+        report(name, NULL);
         thread_db_error[0] = '\0';
         return thread_conn;
     }
-    outbox_error_from_connect(&err, thread_conn, console->database_url,
-                              "unable to connect to the database");
-    report(err.message);
+    outbox_error_from_connect(&err, thread_conn, url, "unable to connect to the database");
+    report(name, err.message);
     snprintf(thread_db_error, sizeof(thread_db_error), "%s", err.message);
     PQfinish(thread_conn);
     thread_conn = NULL;
@@ -99,7 +147,7 @@ console_database_failed(const struct outbox_error *err)
     if (thread_conn == NULL || PQstatus(thread_conn) == CONNECTION_OK)
         return;
     snprintf(thread_db_error, sizeof(thread_db_error), "%s", err->message);
-    report(err->message);
+    report(thread_name, err->message);
     PQfinish(thread_conn);
     thread_conn = NULL;
 }
@@ -109,6 +157,8 @@ console_database_close(void)
 {
     PQfinish(thread_conn);
     thread_conn = NULL;
+    free(thread_url);
+    thread_url = NULL;
 }
 
 /* Percent-decodes text[0..length) ('+' is a space) into out; false when it does not fit. */

@@ -5,7 +5,9 @@
  *
  * The ground floor of the console: console_request.c calls no other
  * console file, so the server, access control, API and pages all stand on
- * it. Each worker thread has its own database connection; a failed query is
+ * it (and on console_databases.c, the list it chooses from). Each worker
+ * thread has its own database connection, to the database of its last
+ * request (another database's request reconnects it); a failed query is
  * reported through console_database_failed() so that worker's next request
  * reconnects.
  */
@@ -21,6 +23,7 @@
 #include <libpq-fe.h>
 
 #include "buffer.h"
+#include "console_databases.h"
 #include "outbox.h"
 
 #define CONSOLE_TOKEN_HEX 64     /* session ids and CSRF tokens: 32 random bytes in hex */
@@ -53,10 +56,11 @@ struct console_hosts {
 
 /*
  * The server's state, shared by every worker thread: options (read-only
- * once serving), and the logins, under sessions_lock.
+ * once serving), the databases (under their own lock), and the logins,
+ * under sessions_lock.
  */
 struct console {
-    const char *database_url;
+    struct console_databases databases; /* the list, or the one --database-url */
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
     struct console_hosts hosts;
@@ -93,6 +97,8 @@ struct console_request {
     struct console_session *session; /* &session_copy (CONSOLE_COOKIE), or &anonymous */
     struct console_session session_copy; /* the login, as it was when the request came */
     char who[96];                    /* for the action log */
+    char database[DATABASE_NAME_MAX]; /* the database the request works on (database=NAME) */
+    char *database_url;               /* its URL, malloc'd; NULL when the list is empty */
 };
 
 struct console_response {
@@ -103,10 +109,12 @@ struct console_response {
 };
 
 /*
- * Returns the calling thread's connection, reconnecting when needed; NULL
- * when the database is unavailable (console_database_error() says why).
+ * Returns the calling thread's connection to the database name at url,
+ * connecting when it is down or to another database; NULL when the
+ * database is unavailable or url is NULL (an empty list):
+ * console_database_error() says why.
  */
-PGconn *console_database(struct console *console);
+PGconn *console_database(const char *name, const char *url);
 
 /* Why the calling thread's connection is unavailable; "" when it is up. */
 const char *console_database_error(void);

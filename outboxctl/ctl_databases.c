@@ -9,8 +9,11 @@
 #include "ctl.h"
 #include "database_list.h"
 
-/* Commands that make no sense repeated over every database of a list. */
-static const char *const REFUSED[] = {"serve", "enqueue", "stream", "identity set"};
+/*
+ * Commands that make no sense repeated over every database of a list (serve
+ * takes the list whole: outboxctl.c never brings it here).
+ */
+static const char *const REFUSED[] = {"enqueue", "stream", "identity set"};
 
 /* Whether argv[i..] names a refused command. */
 static const char *

@@ -35,7 +35,7 @@
 int
 ctl_command_serve(struct ctl *ctl, int argc, char **argv, int first)
 {
-    return console_serve(ctl->database_url, argc - first, argv + first);
+    return console_serve(ctl->database_url, ctl->databases_file, argc - first, argv + first);
 }
 
 /* The length of the group word of name, or 0 for a one-word name. */
@@ -147,7 +147,7 @@ run(struct ctl *ctl, int argc, char **argv)
         }
         return ctl_usage_error("missing command");
     }
-    if (ctl->databases_file != NULL)
+    if (ctl->databases_file != NULL && strcmp(argv[i], "serve") != 0) /* serve: one console */
         return ctl_run_over_databases(ctl, argc, argv, i, dispatch);
     return dispatch(ctl, argc, argv, i);
 }

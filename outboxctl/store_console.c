@@ -94,6 +94,13 @@ static const char relays_sql[] =
     "  FROM outbox.job WHERE state = 'running' AND isfinite(lease_until)"
     " GROUP BY worker_id ORDER BY worker_id";
 
+static const char lease_present_sql[] =
+    "SELECT to_regclass('outbox.database_lease') IS NOT NULL";
+
+static const char lease_sql[] =
+    "SELECT " ISO_UTC("paused_at") ", paused_by, reason, owner, " ISO_UTC("lease_until")
+    "  FROM outbox.database_lease";
+
 static const char chart_start_sql[] =
     "SELECT floor(extract(epoch FROM now()) / 60)::bigint * 60 - 60 * ($1::int - 1)";
 
@@ -306,4 +313,68 @@ store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outb
     add_minutes(result, chart, chart->enqueued);
     PQclear(result);
     return 0;
+}
+
+/* The whole database's pause and lease, when migration 018 made them. */
+static int
+read_lease(PGconn *conn, struct store_console_database *database, struct outbox_error *err)
+{
+    PGresult *result = PQexec(conn, lease_present_sql);
+    char **cells[] = {&database->paused_at, &database->paused_by, &database->pause_reason,
+                      &database->lease_owner, &database->lease_until};
+    bool failed = false;
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+        return fail_result(err, conn, result, "unable to read the database lease");
+    database->lease_present = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    if (!database->lease_present)
+        return 0;
+    result = PQexec(conn, lease_sql);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK)
+        return fail_result(err, conn, result, "unable to read the database lease");
+    for (int column = 0; column < 5 && PQntuples(result) == 1; column++)
+        *cells[column] = store_admin_text(result, 0, column, &failed);
+    PQclear(result);
+    return failed ? outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory") : 0;
+}
+
+int
+store_console_database(PGconn *conn, struct store_console_database *database,
+                       struct outbox_error *err)
+{
+    struct store_console_overview overview;
+
+    memset(database, 0, sizeof(*database));
+    if (store_console_overview(conn, STORE_CONSOLE_QUEUES, &overview, err) < 0)
+        return -1;
+    for (size_t i = 0; i < overview.status.queue_count; i++) {
+        const struct store_queue_status *queue = &overview.status.queues[i];
+
+        database->ready += queue->ready;
+        database->running += queue->running;
+        database->dead += queue->dead;
+        database->waiting += queue->stream_waiting;
+    }
+    store_console_overview_clear(&overview);
+    if (outbox_schema_version(conn, &database->schema_version, err) < 0 ||
+        store_admin_identity(conn, &database->identity, &database->identity_present, err) < 0 ||
+        read_lease(conn, database, err) < 0) {
+        store_console_database_clear(database);
+        return -1;
+    }
+    return 0;
+}
+
+void
+store_console_database_clear(struct store_console_database *database)
+{
+    if (database == NULL)
+        return;
+    free(database->paused_at);
+    free(database->paused_by);
+    free(database->pause_reason);
+    free(database->lease_owner);
+    free(database->lease_until);
+    memset(database, 0, sizeof(*database));
 }

@@ -94,4 +94,29 @@ struct store_console_chart {
  */
 int store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err);
 
+/*
+ * One database at a glance, for the console's Databases view: its schema,
+ * identity, whole-database pause and lease (outbox.database_lease), and its
+ * rows as the overview counts them (store_console_overview() with
+ * STORE_CONSOLE_QUEUES, summed over the queues).
+ */
+struct store_console_database {
+    int schema_version;
+    bool identity_present; /* false before migration 015 */
+    struct store_identity_row identity;
+    bool lease_present; /* false before migration 018: no pause, no lease */
+    char *paused_at;    /* ISO 8601 UTC; NULL: not paused */
+    char *paused_by;
+    char *pause_reason; /* NULL when none was given */
+    char *lease_owner;  /* the relay of a list holding the lease; NULL: none */
+    char *lease_until;  /* ISO 8601 UTC; NULL: none */
+    int64_t ready, running, dead;
+    int64_t waiting; /* stream rows after their partition's cursor */
+};
+
+/* Fills database; 0, or -1 with err (OUTBOX_ERR_SCHEMA on a database without the schema). */
+int store_console_database(PGconn *conn, struct store_console_database *database,
+                           struct outbox_error *err);
+void store_console_database_clear(struct store_console_database *database);
+
 #endif

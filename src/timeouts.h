@@ -211,5 +211,16 @@
 #define CONSOLE_ANSWER_SECONDS 10
 /* The console's statements end after this long: a page waiting on a lock frees its worker. */
 #define CONSOLE_STATEMENT_TIMEOUT_SECONDS 30
+/* The console looks at the --databases file's stamp at most this often (as the relay does). */
+#define CONSOLE_LIST_LOOK_SECONDS 1.0
+/*
+ * The Databases view looks at every database of the list on a connection of
+ * its own: each connect is given this long (libpq's connect_timeout, 2 at
+ * least), each statement that long, and no database is started on after the
+ * view's deadline: one that is down costs its own entry, not the page.
+ */
+#define CONSOLE_PROBE_CONNECT_SECONDS 2
+#define CONSOLE_PROBE_STATEMENT_SECONDS 2
+#define CONSOLE_PROBE_DEADLINE_SECONDS 5
 
 #endif

@@ -1,12 +1,13 @@
 // console.mjs - drives the outbox console in Debian's headless Chromium, as an operator would:
 // log in, read the seeded counts and the stream's partitions, open a dead row whose last_error is markup and see it as
-// text, retry it, pause a key, replay a time range after its dry run; then reach it through a
-// rebinding name and be refused.
+// text, retry it, pause a key, replay a time range after its dry run, see the Databases view and
+// switch to the list's other database; then reach it through a rebinding name and be refused.
 //
 // Run by test_console.sh, which seeds the database and starts `outboxctl serve`; the
 // environment says where (CONSOLE_URL, CONSOLE_TOKEN), what to expect (EXPECT_READY,
 // EXPECT_DEAD, EXPECT_REPLAY, DEAD_JOB_ID, XSS_ERROR, REPLAY_SINCE, STREAM_QUEUE and
-// EXPECT_STREAM_LAG, its rows per partition as "0:N0,1:N1") and where to put files
+// EXPECT_STREAM_LAG, its rows per partition as "0:N0,1:N1"; OTHER_DATABASE, the list's second
+// database, and OTHER_QUEUE, its one queue with one ready row) and where to put files
 // (SCREENSHOT, USER_DATA_DIR). Never downloads a browser: /usr/bin/chromium only.
 import { chromium } from 'playwright-core';
 
@@ -96,7 +97,7 @@ try {
     check(dialogs === 0, 'no dialog opened');
 
     // 3. retry it: it leaves the dead rows and is ready again
-    const retried = await afterAction(() => row.locator('form[data-api$="dead/retry"] button').click());
+    const retried = await afterAction(() => row.locator('form[data-api^="/api/v1/dead/retry"] button').click());
     check(retried.startsWith('retried: retried 1'), `retry reported: ${retried}`);
     check(await page.locator(`tr[data-job-id="${env('DEAD_JOB_ID')}"]`).count() === 0,
           'the row left the dead rows');
@@ -132,10 +133,23 @@ try {
     const done = (await page.textContent('#message')).trim();
     check(done.startsWith(`replayed: dry_run false, replayed ${env('EXPECT_REPLAY')}`), `replay reported: ${done}`);
 
+    // 6. the Databases view, then the selector switches the pages to the other database
+    const other = env('OTHER_DATABASE');
+    await page.goto(`${base}/databases`);
+    check(await page.locator('#databases tbody tr').count() === 2, 'the Databases view lists both databases');
+    check((await page.textContent(`#databases tr[data-database="${other}"] td.ready`)).trim() === '1',
+          `${other} counts its one ready row`);
+    await page.goto(`${base}/`);
+    await Promise.all([page.waitForURL(`${base}/?database=${other}`), page.selectOption('#database', other)]);
+    check(await cell(env('OTHER_QUEUE'), 'ready') === '1', `the overview of ${other} shows its queue`);
+    check(await page.locator('tr[data-queue="orders"]').count() === 0, `the overview of ${other} shows no orders`);
+    check((await page.getAttribute('nav a[href^="/keys"]', 'href')) === `/keys?database=${other}`,
+          'the links carry the database chosen');
+
     check(dialogs === 0, 'no dialog opened during the whole session');
     check(problems.length === 0, `no console error or outside request (${problems.join('; ')})`);
 
-    // 6. the console reached by another name that points at its address (DNS rebinding):
+    // 7. the console reached by another name that points at its address (DNS rebinding):
     //    the page gets neither the CSRF token nor an action
     const rebound = base.replace('127.0.0.1', 'rebind.test');
     const refused = await page.goto(`${rebound}/api/v1/session`);

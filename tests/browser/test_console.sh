@@ -1,9 +1,10 @@
 #!/bin/bash
 # test_console.sh - the operator's console in a real browser: Debian's headless Chromium,
 # driven by console.mjs with playwright-core from npm (installed here by `npm ci` into
-# tests/browser/node_modules; never a browser download). Seeds a database, starts
-# `outboxctl serve` with a token and --allow-actions, runs the browser session, then
-# checks in the database what the clicks did. The overview's screenshot is saved as
+# tests/browser/node_modules; never a browser download). Seeds two databases, starts
+# `outboxctl --databases FILE serve` over them with a token and --allow-actions, runs the
+# browser session (on the list's first database, then switching to the other), then
+# checks in the databases what the clicks did. The overview's screenshot is saved as
 # $BUILD/console/overview.png.
 . "$(dirname "$0")/../deploy/lib.sh"
 
@@ -37,6 +38,11 @@ SELECT outbox.stream_enable('events', 2);
 SELECT outbox.enqueue('events', jsonb_build_object('n', i)) FROM generate_series(1, 7) AS i;
 SQL
 dead_id=$(psql -X -At "$url" -c "SELECT job_id FROM outbox.job WHERE state = 'dead'")
+new_database other
+other_url=$DATABASE_URL
+psql -X -q -v ON_ERROR_STOP=1 "$other_url" -c "SELECT outbox.enqueue('elsewhere', '{}')" \
+    >/dev/null || fail "unable to seed the other database"
+printf 'main %s\nother %s\n' "$url" "$other_url" >"$SCRATCH/databases.list"
 # the rows of each partition of the stream 'events', "0:N0,1:N1"
 stream_lag=$(psql -X -At "$url" -c "SELECT string_agg(p || ':' || (SELECT count(*) FROM outbox.job
     WHERE queue = 'events' AND stream_partition = p), ',' ORDER BY p) FROM generate_series(0, 1) AS p")
@@ -44,7 +50,7 @@ stream_lag=$(psql -X -At "$url" -c "SELECT string_agg(p || ':' || (SELECT count(
 token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 (umask 077 && printf '%s\n' "$token" >"$SCRATCH/token")
 port=$(free_port)
-"$BIN/outboxctl" serve --listen "127.0.0.1:$port" --database-url "$url" \
+"$BIN/outboxctl" --databases "$SCRATCH/databases.list" serve --listen "127.0.0.1:$port" \
     --auth-token-file "$SCRATCH/token" --allow-actions >"$SCRATCH/console.log" 2>&1 &
 console_pid=$!
 CLEANUP="$CLEANUP; kill $console_pid 2>/dev/null; wait $console_pid 2>/dev/null"
@@ -57,7 +63,7 @@ rm -f "$screenshot"
 CONSOLE_URL="http://127.0.0.1:$port" CONSOLE_TOKEN="$token" SCREENSHOT="$screenshot" \
     USER_DATA_DIR="$SCRATCH/chromium-profile" DEAD_JOB_ID="$dead_id" XSS_ERROR="$xss" \
     EXPECT_READY=3 EXPECT_DEAD=1 EXPECT_REPLAY=5 REPLAY_SINCE="-infinity" \
-    STREAM_QUEUE=events EXPECT_STREAM_LAG="$stream_lag" \
+    STREAM_QUEUE=events EXPECT_STREAM_LAG="$stream_lag" OTHER_DATABASE=other OTHER_QUEUE=elsewhere \
     timeout 180 node "$BROWSER_DIR/console.mjs" || {
     echo "console log:" >&2
     tail -n 20 "$SCRATCH/console.log" >&2
@@ -75,4 +81,6 @@ psql -X -At "$url" -c "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'
 psql -X -At "$url" -c "SELECT count(*) FROM outbox.paused WHERE queue = 'billing'" | grep -qx 0 ||
     fail "a page on a rebinding name paused a queue"
 grep -q "action dead/retry by session" "$SCRATCH/console.log" || fail "the retry was not logged"
-pass "console in Chromium: login, counts, stream partitions, escaped last_error, retry, pause, replay, rebinding refused"
+psql -X -At "$other_url" -c "SELECT count(*) FROM outbox.paused" | grep -qx 0 ||
+    fail "an action of the first database's pages paused the other"
+pass "console in Chromium: login, counts, stream partitions, escaped last_error, retry, pause, replay, databases and switching, rebinding refused"

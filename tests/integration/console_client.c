@@ -73,8 +73,12 @@ console_http(int port, const char *method, const char *path, const char *extra, 
     return reply;
 }
 
-pid_t
-console_start(int port, const char *url, const char *const *options)
+/*
+ * Starts outboxctl with the words of before (NULL-terminated) ending in
+ * "serve", then --listen 127.0.0.1:port and options; waits until it answers.
+ */
+static pid_t
+start(int port, const char *const *before, const char *const *options)
 {
     char listen[32], bin[512], *log;
     const char *argv[24];
@@ -84,11 +88,10 @@ console_start(int port, const char *url, const char *const *options)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(bin, sizeof(bin), "%s/outboxctl", harness_env("OUTBOX_BIN"));
     argv[n++] = bin;
-    argv[n++] = "serve";
+    for (int i = 0; before[i] != NULL && n < 8; i++)
+        argv[n++] = before[i];
     argv[n++] = "--listen";
     argv[n++] = listen;
-    argv[n++] = "--database-url";
-    argv[n++] = url;
     for (int i = 0; options[i] != NULL && n < 23; i++)
         argv[n++] = options[i];
     argv[n] = NULL;
@@ -106,6 +109,22 @@ console_start(int port, const char *url, const char *const *options)
     }
     fail_msg("the console did not answer on port %d", port);
     return pid;
+}
+
+pid_t
+console_start(int port, const char *url, const char *const *options)
+{
+    const char *before[] = {"serve", "--database-url", url, NULL};
+
+    return start(port, before, options);
+}
+
+pid_t
+console_start_list(int port, const char *list_path, const char *const *options)
+{
+    const char *before[] = {"--databases", list_path, "serve", NULL};
+
+    return start(port, before, options);
 }
 
 void

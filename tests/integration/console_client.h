@@ -35,6 +35,9 @@ struct console_reply console_http(int port, const char *method, const char *path
  */
 pid_t console_start(int port, const char *url, const char *const *options);
 
+/* The same for `outboxctl --databases list_path serve`: a console over a list. */
+pid_t console_start_list(int port, const char *list_path, const char *const *options);
+
 /* Stops the console with SIGTERM and asserts that it exits 0 within 10 s. */
 void console_stop(pid_t pid);
 

@@ -97,6 +97,31 @@ test_file_stamp_sees_a_change(void **state)
     assert_non_null(strstr(err.message, path));
 }
 
+static void
+test_single_url_and_copy(void **state)
+{
+    struct database_list one, copy;
+
+    (void)state;
+    assert_int_equal(database_list_single("postgresql://relay@db1/acme", &one), 0);
+    assert_int_equal(one.count, 1);
+    assert_string_equal(one.items[0].name, "acme");
+    assert_int_equal(database_list_copy(&one, &copy), 0);
+    database_list_clear(&one);
+    assert_int_equal(copy.count, 1); /* the copy owns its entries */
+    assert_string_equal(copy.items[0].name, "acme");
+    assert_string_equal(copy.items[0].url, "postgresql://relay@db1/acme");
+    database_list_clear(&copy);
+    /* a URL naming no database, or one no name may be, is "default" */
+    assert_int_equal(database_list_single("host=db1 user=relay", &one), 0);
+    assert_string_equal(one.items[0].name, "default");
+    database_list_clear(&one);
+    assert_int_equal(database_list_single("dbname='my db'", &one), 0);
+    assert_string_equal(one.items[0].name, "default");
+    assert_string_equal(one.items[0].url, "dbname='my db'");
+    database_list_clear(&one);
+}
+
 int
 main(void)
 {
@@ -104,6 +129,7 @@ main(void)
         cmocka_unit_test(test_names_urls_and_comments),
         cmocka_unit_test(test_mistakes_name_the_line),
         cmocka_unit_test(test_file_stamp_sees_a_change),
+        cmocka_unit_test(test_single_url_and_copy),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
