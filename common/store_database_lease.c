@@ -16,13 +16,16 @@ static const char SQL_TAKE_018[] = "SELECT held, paused, false, false"
                                    " FROM outbox.database_lease_take($1, $2::integer)";
 static const char SQL_RELEASE[] = "SELECT outbox.database_lease_release($1)";
 /* from job_ready_idx (an idle database's ready rows are a few) and job_lease_idx */
-static const char SQL_NEXT_READY[] =
-    "SELECT CASE WHEN at IS NULL THEN -1"
-    "            ELSE greatest(extract(epoch FROM at - now()), 0)::float8 END"
-    "  FROM (SELECT least((SELECT min(run_at) FROM outbox.job"
-    "                       WHERE state = 'ready' AND NOT held AND run_at > now()),"
-    "                     (SELECT min(lease_until) FROM outbox.job WHERE state = 'running'))"
-    "         AS at) AS next";
+#define NEXT_READY                                                                             \
+    "SELECT CASE WHEN at IS NULL THEN -1"                                                      \
+    "            ELSE greatest(extract(epoch FROM at - now()), 0)::float8 END"                 \
+    "  FROM (SELECT least((SELECT min(run_at) FROM outbox.job"                                 \
+    "                       WHERE state = 'ready' AND NOT held AND run_at > now()),"           \
+    "                     (SELECT min(lease_until) FROM outbox.job WHERE state = 'running'))" \
+    "         AS at) AS next"
+static const char SQL_NEXT_READY[] = NEXT_READY;
+/* PostgreSQL 15 and later: this session's row counts reported as soon as it is idle */
+static const char SQL_NEXT_READY_FLUSH[] = NEXT_READY ", pg_catalog.pg_stat_force_next_flush()";
 
 /* Whether result is the error of a function this schema does not have. */
 static bool
@@ -86,7 +89,8 @@ store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_e
 int
 store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err)
 {
-    PGresult *result = PQexec(conn, SQL_NEXT_READY);
+    PGresult *result =
+        PQexec(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY);
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to read when the next row is due");

@@ -49,7 +49,12 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
  * back, or the earliest lease of a claimed row to end (then reaped), 0 when
  * one is due now; -1 when there is none. Rows due now that the last claim
  * left are paused or held back: a resume or a completion changes rows,
- * which wakes the database. 0, or -1 with err.
+ * which wakes the database. On PostgreSQL 15 and later it also has the
+ * session report its row counts as soon as it is idle (a backend holds
+ * back a report that comes within a second of its last one for up to
+ * 10 s): the watch sees the visit's own changes at once, while the
+ * connection is still open, rather than waking the database for them
+ * later through a new connection. 0, or -1 with err.
  */
 int store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err);
 

@@ -573,8 +573,7 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
  * it. Under the lock.
  */
 static double
-idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w,
-          const struct pipeline_slice *slice)
+idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w, double now)
 {
     double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
                                    : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
@@ -582,8 +581,8 @@ idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *
     if (!w->watched || t->woken)
         return t->idle_wait;
     /* a producer's commit within a second of its last reported one shows late */
-    if (slice->claimed > 0)
-        return SCHEDULER_WATCH_AFTER_ROWS_SECONDS;
+    if (now < t->rows_at + SCHEDULER_WATCH_AFTER_ROWS_SECONDS)
+        return t->rows_at + SCHEDULER_WATCH_AFTER_ROWS_SECONDS - now;
     if (w->next_ready >= 0 && w->next_ready < wait)
         wait = w->next_ready;
     return wait > t->idle_wait ? wait : t->idle_wait;
@@ -641,10 +640,13 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         if (!lease->held)
             t->due = now + visit_again(s, t, w, lease);
         else if (slice->more) {
+            t->rows_at = now;
             t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
             t->due = now;
         } else {
-            t->due = now + idle_wait(s, t, w, slice);
+            if (slice->claimed > 0)
+                t->rows_at = now;
+            t->due = now + idle_wait(s, t, w, now);
             t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
                                                                          : SCHEDULER_IDLE_MAX_SECONDS;
         }

@@ -46,6 +46,7 @@ struct tenant {
     bool watched;      /* the statistics watch covers it: no poll while idle */
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
+    double rows_at;    /* when its last slice that claimed rows ended */
     struct backoff retry;
     struct cause_log log;
 };

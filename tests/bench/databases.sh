@@ -4,9 +4,11 @@
 #  idle: DATABASES_BENCH_COUNT (200) idle databases, --max-db-connections 16:
 #        the relay's RSS, the CPU PostgreSQL spends on the relay's idle work
 #        (the postmaster's own and reaped children's CPU plus the live
-#        backends', over DATABASES_BENCH_SECONDS, less the same window with
-#        no relay), and commit -> publish of single rows in random idle
-#        databases (p50/p99).
+#        backends', over DATABASES_BENCH_SECONDS with no row written, less
+#        the same window with no relay), then, with one row a fifth of a
+#        second going into a random idle database, what each such row costs
+#        PostgreSQL on the relay's side (less the same rows with no relay)
+#        and commit -> publish (p50/p99).
 #  busy: DATABASES_BENCH_BUSY (10) of them hold DATABASES_BENCH_ROWS (20 000)
 #        rows each: the aggregate drain, against one relay (--database-url,
 #        default concurrency) draining the same total from one database,
@@ -88,6 +90,15 @@ probe_latency() {
             printf "p50 %d ms, p99 %d ms over %d rows\n", v[int(NR * 0.5 + 0.5)], v[p99], NR }'
 }
 
+# PostgreSQL CPU (% of a core) over DATABASES_BENCH_SECONDS with nothing written.
+quiet_window() {
+    local before after
+    before=$(postgres_cpu)
+    sleep "$SECONDS_IDLE"
+    after=$(postgres_cpu)
+    echo "scale=2; ($after - $before) * 100 / $SECONDS_IDLE" | bc
+}
+
 # PostgreSQL CPU (% of a core) while one row a fifth of a second goes into a random idle database.
 probe_window() {
     local before started ended after
@@ -121,17 +132,23 @@ for i in $(seq 1 "$COUNT"); do
 done
 
 # ---- idle ----
+quiet=$(quiet_window)    # the server's own idle cost, no relay
 baseline=$(probe_window) # the rows' own cost, no relay
 psql -X -q "$ADMIN_URL" -c "SELECT 1" >/dev/null
 for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
 start_relay --databases "$LIST" --max-db-connections "$BUDGET"
 sleep 10
+idle=$(quiet_window)
 spent=$(probe_window)
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$relay_pid/status")
 sleep 2
+rows=$(redis_cli xlen "$PREFIX:probe")
 echo "databases idle: $COUNT databases, budget $BUDGET: relay RSS $((rss / 1024)) MiB;" \
-     "PostgreSQL CPU $spent % of a core with the relay, $baseline % for the probe rows alone;" \
-     "commit -> publish $(probe_latency)"
+     "PostgreSQL CPU on the relay's idle work $(echo "scale=2; $idle - $quiet" | bc) % of a core" \
+     "($idle % with the relay, $quiet % without, no rows written);" \
+     "one row a fifth of a second into a random idle database: $spent % with the relay," \
+     "$baseline % for the rows alone, so $(echo "scale=1; ($spent - $baseline) * 10 * $SECONDS_IDLE / $rows" | bc) ms" \
+     "of PostgreSQL CPU a row on the relay's side; commit -> publish $(probe_latency)"
 stop_relay
 redis_cli del "$PREFIX:probe" >/dev/null
 
