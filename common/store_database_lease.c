@@ -9,8 +9,12 @@
 
 #include "error.h"
 
-static const char SQL_TAKE[] = "SELECT held, paused, wins, owner_watched"
-                               " FROM outbox.database_lease_take($1, $2::integer, $3::text)";
+#define TAKE                                                                                   \
+    "SELECT held, paused, wins, owner_watched"                                                 \
+    " FROM outbox.database_lease_take($1, $2::integer, $3::text)"
+static const char SQL_TAKE[] = TAKE;
+/* PostgreSQL 15 and later: the lease's changes reported as soon as the session is idle */
+static const char SQL_TAKE_FLUSH[] = TAKE ", pg_catalog.pg_stat_force_next_flush()";
 /* migration 018's form: no watch */
 static const char SQL_TAKE_018[] = "SELECT held, paused, false, false"
                                    " FROM outbox.database_lease_take($1, $2::integer)";
@@ -47,7 +51,8 @@ store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
     PGresult *result;
 
     snprintf(seconds, sizeof(seconds), "%d", lease_seconds);
-    result = PQexecParams(conn, SQL_TAKE, 3, NULL, values, NULL, NULL, 0);
+    result = PQexecParams(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 3,
+                          NULL, values, NULL, NULL, 0);
     if (undefined_function(result)) {
         PQclear(result); /* a schema at migration 018 */
         result = PQexecParams(conn, SQL_TAKE_018, 2, NULL, values, NULL, NULL, 0);

@@ -37,6 +37,7 @@
 
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
+    bool take_lease;        /* the visit takes, keeps or gives up the lease (else it holds it) */
     struct tenant *tenant;
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
@@ -45,6 +46,24 @@ struct work {
 };
 
 /* ---- picking ------------------------------------------------------------ */
+
+/*
+ * Whether a visit of t must call the database's lease function: not when
+ * this relay holds a lease its watch keeps and the relays watching the
+ * server did not change since the last call, a quarter of a lease ago at
+ * most (a pause of the whole database is seen then). Under the lock.
+ */
+static bool
+lease_due(struct scheduler *s, struct tenant *t, double now)
+{
+    double quarter = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+
+    if (t->held && t->lease_watched && t->watched && !t->lease_stale &&
+        now < t->lease_taken_at + quarter)
+        return false;
+    t->lease_stale = false;
+    return true;
+}
 
 /*
  * The due tenant that waited longest, among those under their share of
@@ -170,6 +189,7 @@ take_work(struct scheduler *s, struct work *w)
             t->picked_at = now;
             t->woken = false;
             w->watched = t->watched;
+            w->take_lease = lease_due(s, t, now);
             w->tenant = t;
             taken = true;
             break;
@@ -273,6 +293,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
                 strcmp(t->name, woken[k].name) != 0)
                 continue;
             t->woken = true;
+            t->lease_stale |= woken[k].members;
             at = at > now ? at : now;
             t->due = at < t->due ? at : t->due;
         }
@@ -489,11 +510,14 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
     if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
-    /* the lease first: a database another relay serves is only visited, to stay a member */
-    if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
-                                  p->relay->config->lease_seconds,
-                                  w->watched ? p->relay->scheduler->watch_name : NULL, lease,
-                                  cause) != 0) {
+    /* the lease first: a database another relay serves is only visited, to stay a member;
+     * a lease this relay's watch keeps is taken again only when due (lease_due) */
+    if (!w->take_lease)
+        *lease = (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
+    else if (store_database_lease_take(outbox_store_conn(w->connection.store),
+                                       p->relay->worker_prefix, p->relay->config->lease_seconds,
+                                       w->watched ? p->relay->scheduler->watch_name : NULL,
+                                       lease, cause) != 0) {
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
         return slice;
@@ -636,6 +660,8 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
         record_lease(s, t, lease);
+        if (w->take_lease)
+            t->lease_taken_at = now;
         t->backlog = slice->full;
         if (!lease->held)
             t->due = now + visit_again(s, t, w, lease);

@@ -41,6 +41,8 @@ struct tenant {
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
     bool lease_watched; /* the lease is kept by its owner's statistics watch (sql/019) */
     bool wins;          /* this relay should hold the lease (it may be paused, or not given up yet) */
+    bool lease_stale;   /* the relays watching its server changed since the lease was last taken */
+    double lease_taken_at; /* when a visit last called the lease function */
     double takeover_wait; /* a winner's wait for the owner to give the lease up; doubles */
     bool paused;       /* outboxctl pause --database: no relay serves it */
     bool watched;      /* the statistics watch covers it: no poll while idle */

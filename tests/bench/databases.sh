@@ -10,10 +10,11 @@
 #        PostgreSQL on the relay's side (less the same rows with no relay)
 #        and commit -> publish (p50/p99).
 #  busy: DATABASES_BENCH_BUSY (10) of them hold DATABASES_BENCH_ROWS (20 000)
-#        rows each: the aggregate drain, against one relay (--database-url,
-#        default concurrency) draining the same total from one database,
-#        and commit -> publish of single rows in the quiet databases
-#        meanwhile.
+#        rows each, all due at one time once the relay has looked at every
+#        database: the aggregate drain, against one relay (--database-url,
+#        default concurrency, --once) draining the same total from one
+#        database, and commit -> publish of single rows in the quiet
+#        databases meanwhile.
 #
 # Needs OUTBOX_TEST_PG_URL, OUTBOX_TEST_PG_PORT, OUTBOX_TEST_REDIS_URL,
 # OUTBOX_TEST_STACK_DIR (a stack of tests/harness/stack.sh with outbox_template)
@@ -165,12 +166,16 @@ started=$(date +%s.%N)
     --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
 single=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
 redis_cli del "$PREFIX:load" >/dev/null
+# The load is due at one time, once the relay has started and looked at every database
+# (each a connect): the drain and the quiet databases' latency are the steady state's.
+due=$(($(date +%s) + 20 + BUSY))
 for i in $(seq 1 "$BUSY"); do
-    psql -X -q "$BASE/${PREFIX}_$i" -c "SELECT count(outbox.enqueue('load', '{}'))
-        FROM generate_series(1, $ROWS)" >/dev/null
+    psql -X -q "$BASE/${PREFIX}_$i" -c "SELECT count(outbox.enqueue('load', '{}',
+        run_at => to_timestamp($due))) FROM generate_series(1, $ROWS)" >/dev/null
 done
-started=$(date +%s.%N)
 start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+while [ "$(date +%s)" -lt "$due" ]; do sleep 0.1; done
+started=$(date +%s.%N)
 while [ "$(redis_cli xlen "$PREFIX:load")" -lt "$total" ]; do
     stamp_row "${PREFIX}_$((BUSY + 1 + RANDOM % (COUNT - BUSY)))"
     sleep 0.1
