@@ -106,3 +106,19 @@ store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *er
     PQclear(result);
     return 0;
 }
+
+int
+store_database_stream_queues(PGconn *conn, char *queues, size_t size, struct outbox_error *err)
+{
+    PGresult *result =
+        PQexec(conn, "SELECT coalesce(string_agg(queue, ', ' ORDER BY queue), '') FROM outbox.stream");
+
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outbox_error_from_pg(err, conn, result, "unable to read the stream queues");
+        PQclear(result);
+        return -1;
+    }
+    snprintf(queues, size, "%s", PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return 0;
+}

@@ -58,4 +58,12 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
  */
 int store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err);
 
+/*
+ * The database's stream queues (outboxctl stream enable), comma-separated
+ * into queues ("" when none, cut at size): a relay of a list does not serve
+ * them. 0, or -1 with err.
+ */
+int store_database_stream_queues(PGconn *conn, char *queues, size_t size,
+                                 struct outbox_error *err);
+
 #endif

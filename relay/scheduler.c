@@ -38,6 +38,7 @@
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
     bool take_lease;        /* the visit takes, keeps or gives up the lease (else it holds it) */
+    char stream_queues[256]; /* the database's stream queues, seen when the slot connected */
     struct tenant *tenant;
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
@@ -430,10 +431,13 @@ scheduler_stop(struct scheduler *s)
 
 /* ---- serving ------------------------------------------------------------ */
 
-/* Opens a connection to t for slot p: the store, the privileges, the identity. */
+/*
+ * Opens a connection to t for slot p: the store, the privileges, the
+ * identity, and the stream queues it does not serve (into stream_queues).
+ */
 static int
 connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connection *c,
-               struct outbox_error *err)
+               char *stream_queues, size_t stream_queues_size, struct outbox_error *err)
 {
     const struct relay_config *config = p->relay->config;
 
@@ -441,7 +445,9 @@ connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connectio
     if (c->store == NULL)
         return -1;
     if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
-        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
+        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0 ||
+        store_database_stream_queues(outbox_store_conn(c->store), stream_queues,
+                                     stream_queues_size, err) != 0) {
         outbox_store_free(c->store);
         c->store = NULL;
         return -1;
@@ -508,7 +514,9 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
+    if (w->connection.store == NULL &&
+        connect_tenant(p, t, &w->connection, w->stream_queues, sizeof(w->stream_queues), cause) !=
+            0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member;
      * a lease this relay's watch keeps is taken again only when due (lease_due) */
@@ -660,6 +668,11 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
         record_lease(s, t, lease);
+        if (w->stream_queues[0] != '\0' && !t->streams_logged)
+            log_event(OUTBOX_LOG_WARN, "stream queues not served by a relay of a list",
+                      "database=%s queues=\"%s\" hint=\"serve them with a relay of --database-url\"",
+                      t->name, w->stream_queues);
+        t->streams_logged |= w->stream_queues[0] != '\0';
         if (w->take_lease)
             t->lease_taken_at = now;
         t->backlog = slice->full;

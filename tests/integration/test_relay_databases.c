@@ -615,6 +615,8 @@ test_configuration_mistakes(void **state)
 /*
  * outboxctl pause --database: relays of a list stop serving the database
  * (its rows stay ready) while the others flow; resume --database: served.
+ * A database's stream queues, which a relay of a list does not serve, are
+ * named once in the log.
  */
 static void
 test_pause_a_whole_database(void **state)
@@ -637,6 +639,12 @@ test_pause_a_whole_database(void **state)
 
         assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
         assert_non_null(strstr(output, "paused the database"));
+    }
+    {
+        /* a stream queue in db0, which a relay of a list does not serve: said once */
+        const char *argv[] = {"--database-url", run.urls[0], "stream", "enable", "events", NULL};
+
+        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
     }
     write_list(&run, run.count, false);
     start_relay(&run, &relay, "mdb-relay-pause", 0);
@@ -661,6 +669,8 @@ test_pause_a_whole_database(void **state)
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
     assert_true(log_lines_with(&relay, "database paused, not served", "database=db1") == 1);
+    assert_true(log_lines_with(&relay, "stream queues not served", "queues=\"events\"") == 1);
+    assert_true(log_lines_with(&relay, "stream queues not served", "database=db1") == 0);
     for (int i = 0; i < run.count; i++) {
         PQfinish(run.conns[i]);
         harness_database_drop(run.urls[i]);
