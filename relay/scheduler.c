@@ -68,18 +68,22 @@ lease_due(struct scheduler *s, struct tenant *t, double now)
 
 /*
  * The due tenant that waited longest, among those under their share of
- * the slots; NULL when none is due. *next gets the earliest due time of the
+ * the slots (the busy ones share them but one, left for a quiet one woken
+ * meanwhile); NULL when none is due. *next gets the earliest due time of the
  * others. Under the lock.
  */
 static struct tenant *
 pick(struct scheduler *s, double now, double *next)
 {
     struct tenant *best = NULL;
-    int busy = 0, share;
+    int busy = 0, share, room = s->slots - (s->budget >= 4); /* less the watch's connection */
 
     for (size_t i = 0; i < s->count; i++)
         busy += !s->tenants[i]->removed && s->tenants[i]->backlog;
-    share = busy > 0 && s->slots / busy > 1 ? s->slots / busy : 1;
+    /* one slot stays free for a quiet database woken meanwhile: it need not wait for a slice */
+    if ((size_t)busy < s->count && room > 2)
+        room--;
+    share = busy > 0 && room / busy > 1 ? room / busy : 1;
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
 
