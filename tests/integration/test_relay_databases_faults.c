@@ -1,0 +1,432 @@
+/*
+ * test_relay_databases_faults.c - relays of one list of databases
+ * (--databases FILE) under an operator's faults: a relay stopped with
+ * SIGSTOP past its lease and let go again, a relay joining while rows
+ * flow, a whole database paused while its owner holds it. Each time no
+ * row is lost, no Redis entry is appended twice, and the leases settle
+ * with each database held by the relay that wins its rendezvous, which
+ * alone says so in its /metrics. Every wait is bounded; every relay
+ * started is killed on every exit path (teardown).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "database_list_run.h"
+#include "fixtures.h"
+#include "harness.h"
+#include "redis_consumer.h"
+#include "relay_runner.h"
+
+#define RELAYS 3
+#define LEASE_SECONDS 10
+
+struct fixture {
+    struct broker_case bc;
+    struct run run;
+    struct relay_process relays[RELAYS];
+    bool running[RELAYS];
+    int ports[RELAYS];
+    bool postgres_down;
+};
+
+static int
+setup(void **state)
+{
+    static int tests;
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->bc = (struct broker_case){"redis", "OUTBOX_TEST_REDIS_URL", 8, 40, 0, 4, "10"};
+    f->run.bc = &f->bc;
+    f->run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(f->run.list_path, sizeof(f->run.list_path), "%s/databases-faults-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    snprintf(f->run.prefix, sizeof(f->run.prefix), "mdb-faults-%d-%d:", (int)getpid(), tests++);
+    for (int k = 0; k < RELAYS; k++)
+        f->ports[k] = 20000 + (int)((getpid() * 3 + k + 11) % 20000);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+    redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
+
+    for (int k = 0; k < RELAYS; k++)
+        if (f->running[k]) { /* a stopped process is killed too: SIGKILL needs no SIGCONT */
+            relay_signal(&f->relays[k], SIGKILL);
+            harness_wait_exit(f->relays[k].pid, 5000);
+        }
+    if (f->postgres_down)
+        harness_stack("start-service", "postgres");
+    if (redis != NULL) {
+        char records[80]; /* the dedup records: "{<stream>}:outbox-dedup:..." */
+
+        snprintf(records, sizeof(records), "{%s", f->run.prefix);
+        stream_consumer_delete_prefix(redis, f->run.prefix);
+        stream_consumer_delete_prefix(redis, records);
+        redisFree(redis);
+    }
+    if (f->postgres_down) { /* the connections died with the server */
+        for (int i = 0; i < f->run.count; i++)
+            PQreset(f->run.conns[i]);
+        PQreset(f->run.admin);
+    }
+    list_run_drop(&f->run);
+    free(f);
+    return 0;
+}
+
+/* Makes the list's databases, each with bc.rows rows, and writes the list. */
+static void
+make_list(struct fixture *f)
+{
+    f->run.count = f->bc.databases;
+    for (int i = 0; i < f->run.count; i++)
+        list_run_make_database(&f->run, i);
+    list_run_write_list(&f->run, f->run.count, false);
+}
+
+static void
+start(struct fixture *f, int k)
+{
+    char name[32];
+
+    snprintf(name, sizeof(name), "mdb-faults-%c", 'a' + k);
+    list_run_start_relay(&f->run, &f->relays[k], name, f->ports[k]);
+    f->running[k] = true;
+}
+
+/* SIGTERM: the relay gives its leases up and exits 0. */
+static void
+stop(struct fixture *f, int k)
+{
+    relay_signal(&f->relays[k], SIGTERM);
+    f->running[k] = false;
+    assert_int_equal(relay_wait(&f->relays[k], 15000), 0);
+}
+
+/* Waits up to seconds for every row to be published; the seconds it took, -1 when not. */
+static double
+drain(struct fixture *f, double seconds)
+{
+    double from = wall_clock_seconds();
+
+    while (list_run_rows_left(&f->run) > 0) {
+        if (wall_clock_seconds() - from > seconds)
+            return -1;
+        usleep(100 * 1000);
+    }
+    return wall_clock_seconds() - from;
+}
+
+/* The relay whose worker prefix (host:pid:uuid) is owner; -1 for NULL or an unknown one. */
+static int
+relay_of(const struct fixture *f, const char *owner)
+{
+    const char *colon = owner != NULL ? strchr(owner, ':') : NULL;
+    int pid = colon != NULL ? atoi(colon + 1) : 0;
+
+    for (int k = 0; k < RELAYS; k++)
+        if (f->running[k] && f->relays[k].pid == pid)
+            return k;
+    return -1;
+}
+
+/* The relay holding database i's lease, -1 for none (or one not running). */
+static int
+owner_of(const struct fixture *f, int i)
+{
+    PGresult *result = PQexec(f->run.conns[i], "SELECT owner FROM outbox.database_lease");
+    int k = -1;
+
+    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1 &&
+        !PQgetisnull(result, 0, 0))
+        k = relay_of(f, PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return k;
+}
+
+/*
+ * The running relay that should hold database i: the live member of its
+ * rendezvous with the highest hash (sql/019); -1 for none.
+ */
+static int
+winner_of(const struct fixture *f, int i)
+{
+    char sql[256];
+    PGresult *result;
+    int k = -1;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT relay_id FROM outbox.relay_members(make_interval(secs => %d)) WHERE live"
+             " ORDER BY md5(relay_id || ':' || current_database()) DESC, relay_id LIMIT 1",
+             LEASE_SECONDS);
+    result = PQexec(f->run.conns[i], sql);
+    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1)
+        k = relay_of(f, PQgetvalue(result, 0, 0));
+    PQclear(result);
+    return k;
+}
+
+/* Whether metrics says its relay serves database dbI. */
+static bool
+serves(const char *metrics, int i)
+{
+    char needle[64];
+
+    snprintf(needle, sizeof(needle), "database=\"db%d\"} 1", i);
+    for (const char *p = metrics; (p = strstr(p, "outbox_database_served{")) != NULL; p++) {
+        const char *end = strchr(p, '\n');
+        const char *found = strstr(p, needle);
+
+        if (found != NULL && (end == NULL || found < end))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Whether the leases are settled: each database's lease held by the running
+ * relay that wins its rendezvous, and that relay alone says it serves it.
+ * owners[i] gets the owner.
+ */
+static bool
+settled(const struct fixture *f, int *owners)
+{
+    char *metrics[RELAYS] = {NULL};
+    bool ok = true;
+
+    for (int k = 0; k < RELAYS; k++)
+        if (f->running[k] && (metrics[k] = relay_scrape_metrics(f->ports[k])) == NULL)
+            ok = false;
+    for (int i = 0; ok && i < f->run.count; i++) {
+        owners[i] = owner_of(f, i);
+        ok = owners[i] >= 0 && owners[i] == winner_of(f, i);
+        for (int k = 0; ok && k < RELAYS; k++)
+            ok = metrics[k] == NULL || serves(metrics[k], i) == (owners[i] == k);
+    }
+    for (int k = 0; k < RELAYS; k++)
+        free(metrics[k]);
+    return ok;
+}
+
+/*
+ * Waits up to seconds for the leases to settle and stay so for a second;
+ * fails the test naming the last look when they do not.
+ */
+static void
+wait_settled(const struct fixture *f, int *owners, double seconds, const char *when)
+{
+    double from = wall_clock_seconds();
+    int again[LIST_RUN_MAX_DATABASES];
+
+    for (;;) {
+        if (settled(f, owners)) {
+            usleep(1000 * 1000);
+            if (settled(f, again) && memcmp(owners, again, sizeof(*owners) * f->run.count) == 0)
+                break;
+        }
+        if (wall_clock_seconds() - from > seconds) {
+            for (int i = 0; i < f->run.count; i++)
+                print_message("%s: db%d owned by relay %d, won by relay %d\n", when, i,
+                              owner_of(f, i), winner_of(f, i));
+            for (int k = 0; k < RELAYS; k++)
+                if (f->running[k])
+                    relay_dump_log(&f->relays[k]);
+            fail_msg("%s: the leases did not settle within %.0f s", when, seconds);
+        }
+        usleep(200 * 1000);
+    }
+    print_message("%s: leases settled in %.1f s (and kept a second)\n", when,
+                  wall_clock_seconds() - from);
+}
+
+/* How many of the databases relay k owns. */
+static int
+owned_by(const struct fixture *f, const int *owners, int k)
+{
+    int count = 0;
+
+    for (int i = 0; i < f->run.count; i++)
+        count += owners[i] == k;
+    return count;
+}
+
+/*
+ * A relay stopped (SIGSTOP, not killed) mid-burst while holding databases:
+ * its watch session stays but queries nothing, so after a lease the other
+ * relay counts it gone and takes its databases, publishing the rows that
+ * came after the stop and, once their row lease ends, the ones it had
+ * claimed. Let go again (SIGCONT) it finishes its slices: no row lost,
+ * none appended twice, and the leases settle again between the two.
+ */
+static void
+test_stopped_relay_loses_nothing(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], victim, other, rows = f->bc.rows;
+    double took, stopped_at;
+
+    make_list(f);
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "before the stop");
+    victim = owned_by(f, owners, 0) >= owned_by(f, owners, 1) ? 0 : 1;
+    other = 1 - victim;
+    /* mid-burst: the victim's slots hold claimed rows when it stops */
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 200);
+    usleep(100 * 1000);
+    relay_signal(&f->relays[victim], SIGSTOP);
+    stopped_at = wall_clock_seconds();
+    list_run_enqueue(&f->run, f->run.count, rows + 201, rows + 220);
+    took = drain(f, LEASE_SECONDS + 10);
+    print_message("stopped: relay %c held %d of %d databases; every row published %.1f s after"
+                  " the stop (lease %d s)\n",
+                  'a' + victim, owned_by(f, owners, victim), f->run.count,
+                  wall_clock_seconds() - stopped_at, LEASE_SECONDS);
+    if (took < 0)
+        relay_dump_log(&f->relays[other]);
+    assert_true(took >= 0);
+    relay_signal(&f->relays[victim], SIGCONT);
+    usleep(1000 * 1000);
+    wait_settled(f, owners, 10, "after SIGCONT");
+    assert_true(owned_by(f, owners, victim) > 0); /* it wins its databases back */
+    assert_int_equal(list_run_rows_left(&f->run), 0);
+    stop(f, victim);
+    stop(f, other);
+    list_run_check_redis(&f->run, rows + 220, rows + 220);
+}
+
+/*
+ * A third relay joining two while rows flow: it takes the databases it
+ * wins from their owners, with no row lost or appended twice, and the
+ * leases settle among the three.
+ */
+static void
+test_relay_joining(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows;
+
+    make_list(f);
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "two relays");
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 100);
+    start(f, 2);
+    for (int burst = 0; burst < 5; burst++) {
+        usleep(300 * 1000);
+        list_run_enqueue(&f->run, f->run.count, rows + 101 + burst * 20, rows + 120 + burst * 20);
+    }
+    assert_true(drain(f, 20) >= 0);
+    wait_settled(f, owners, 15, "three relays");
+    print_message("joining: the relays hold %d, %d and %d of %d databases\n",
+                  owned_by(f, owners, 0), owned_by(f, owners, 1), owned_by(f, owners, 2),
+                  f->run.count);
+    for (int k = 0; k < RELAYS; k++)
+        stop(f, k);
+    list_run_check_redis(&f->run, rows + 200, rows + 200);
+}
+
+/* Whether database i is paused, with no owner, and relay k's /metrics says it is not served. */
+static bool
+pause_seen(const struct fixture *f, int i, int k)
+{
+    char *metrics = relay_scrape_metrics(f->ports[k]);
+    bool seen = metrics != NULL && !serves(metrics, i) &&
+                harness_query_ll(f->run.conns[i], "SELECT count(*) FROM outbox.database_lease"
+                                                  " WHERE owner IS NULL") == 1;
+
+    free(metrics);
+    return seen;
+}
+
+/* Runs outboxctl pause --database (pause) or resume --database on database i. */
+static void
+pause_database(struct fixture *f, int i, bool pause)
+{
+    const char *argv[] = {"--database-url", f->run.urls[i], pause ? "pause" : "resume",
+                          "--database", NULL};
+    char output[2048];
+
+    if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+        fail_msg("outboxctl %s --database: %s", argv[2], output);
+}
+
+/*
+ * outboxctl pause --database on a database its owner just visited (its
+ * lease taken a moment before, so the owner's watch-kept lease would not be
+ * looked at again before a quarter of a lease): the owner gives the lease
+ * up within a quarter of a lease, rows that come after stay ready, and
+ * resume --database has them published within a quarter of a lease too.
+ */
+static void
+test_pause_held_database(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows, k, last;
+    char name[32];
+    double quarter = LEASE_SECONDS / 4.0, paused_at, took;
+
+    f->bc.databases = 4;
+    make_list(f);
+    last = f->run.count - 1;
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "before the pause");
+    k = owners[last];
+    usleep((unsigned int)(quarter * 1e6)); /* the next row's visit calls the lease function */
+    list_run_enqueue_into(&f->run, last, rows + 1, rows + 1);
+    assert_true(drain(f, 5) >= 0);
+    pause_database(f, last, true);
+    paused_at = wall_clock_seconds();
+    while (!pause_seen(f, last, k) && wall_clock_seconds() - paused_at < quarter + 5)
+        usleep(100 * 1000);
+    took = wall_clock_seconds() - paused_at;
+    print_message("pause: seen by the owner %.1f s after (a quarter of the lease: %.1f s)\n", took,
+                  quarter);
+    assert_true(took <= quarter + 1);
+    list_run_enqueue_into(&f->run, last, rows + 2, rows + 21);
+    usleep(2000 * 1000);
+    assert_int_equal(list_run_rows_left(&f->run), 20);
+    pause_database(f, last, false);
+    took = drain(f, quarter + 5);
+    print_message("pause: rows published %.1f s after the resume\n", took);
+    assert_true(took >= 0 && took <= quarter + 1);
+    snprintf(name, sizeof(name), "database=db%d", last);
+    assert_int_equal(list_run_log_lines_with(&f->relays[k], "database paused, not served", name),
+                     1);
+    stop(f, 0);
+    stop(f, 1);
+    list_run_check_redis(&f->run, rows, rows + 21);
+}
+
+/* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stopped_relay_loses_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
+    };
+
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
