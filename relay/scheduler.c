@@ -277,15 +277,25 @@ watch_follow_list(struct scheduler *s)
 /*
  * Makes the woken databases this relay serves due, no sooner than their
  * idle wait after their last slice (a database whose other tables take
- * inserts all day is looked at as often as it was polled). Under the lock.
+ * inserts all day is looked at as often as it was polled). A database the
+ * watch stopped covering (its server's connection lost, PostgreSQL
+ * restarted) is due at once: polled until the watch is back, since its
+ * rows' changes meanwhile wake nothing. Under the lock.
  */
 static void
 wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double now)
 {
+    bool due = count > 0;
+
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
+        bool watched = !t->removed && watch_covers(s->watch, t->name);
 
-        t->watched = !t->removed && watch_covers(s->watch, t->name);
+        if (t->watched && !watched && t->due > now) {
+            t->due = now;
+            due = true;
+        }
+        t->watched = watched;
         for (size_t k = 0; k < count; k++) {
             double at = t->visited_at + t->idle_wait;
 
@@ -300,7 +310,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
             t->due = at < t->due ? at : t->due;
         }
     }
-    if (count > 0)
+    if (due)
         pthread_cond_broadcast(&s->changed);
 }
 

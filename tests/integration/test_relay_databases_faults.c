@@ -1,12 +1,13 @@
 /*
  * test_relay_databases_faults.c - relays of one list of databases
  * (--databases FILE) under an operator's faults: a relay stopped with
- * SIGSTOP past its lease and let go again, a relay joining while rows
- * flow, a whole database paused while its owner holds it. Each time no
- * row is lost, no Redis entry is appended twice, and the leases settle
- * with each database held by the relay that wins its rendezvous, which
- * alone says so in its /metrics. Every wait is bounded; every relay
- * started is killed on every exit path (teardown).
+ * SIGSTOP past its lease and let go again, PostgreSQL crashed and started
+ * again under the relays, a relay joining while rows flow, a whole
+ * database paused while its owner holds it. Each time no row is lost, no
+ * Redis entry is appended twice, and the leases settle with each database
+ * held by the relay that wins its rendezvous, which alone says so in its
+ * /metrics. Every wait is bounded; every relay started is killed, and
+ * PostgreSQL started again, on every exit path (teardown).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,6 +311,79 @@ test_stopped_relay_loses_nothing(void **state)
     list_run_check_redis(&f->run, rows + 220, rows + 220);
 }
 
+/* The test's own connections again, after a restart of PostgreSQL. */
+static void
+reconnect(struct fixture *f)
+{
+    for (int i = 0; i < f->run.count; i++) {
+        PQreset(f->run.conns[i]);
+        assert_int_equal(PQstatus(f->run.conns[i]), CONNECTION_OK);
+    }
+    PQreset(f->run.admin);
+    assert_int_equal(PQstatus(f->run.admin), CONNECTION_OK);
+}
+
+/*
+ * Whether the relays leave the idle databases alone: at most 2 sessions
+ * opened to them in 8 s, after the statistics of their last writes had
+ * 10 s to show (a backend's report is held back up to 10 s).
+ */
+static void
+assert_quiet(const struct fixture *f, const char *when)
+{
+    long long before;
+
+    usleep(10000 * 1000);
+    before = list_run_sessions_opened(&f->run);
+    usleep(8000 * 1000);
+    print_message("%s: %lld sessions opened to %d idle databases in 8 s\n", when,
+                  list_run_sessions_opened(&f->run) - before, f->run.count);
+    assert_true(list_run_sessions_opened(&f->run) - before <= 2);
+}
+
+/*
+ * PostgreSQL crashed (stopped -m immediate: its statistics are reset too)
+ * and started again under two relays: every row enqueued after the restart
+ * is published, the leases settle, and once they have the idle databases
+ * are left alone again (the watches back, keeping the leases).
+ */
+static void
+test_postgres_restart(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows;
+    double took, restarted_at;
+
+    make_list(f);
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "before the restart");
+    f->postgres_down = true;
+    assert_int_equal(harness_stack("kill-service", "postgres"), 0);
+    usleep(1000 * 1000);
+    assert_int_equal(harness_stack("start-service", "postgres"), 0);
+    f->postgres_down = false;
+    restarted_at = wall_clock_seconds();
+    reconnect(f);
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 20);
+    took = drain(f, 15); /* within the databases' retry (1, 2, 4... s) once it is back */
+    print_message("restart: every row published %.1f s after PostgreSQL was back\n",
+                  wall_clock_seconds() - restarted_at);
+    assert_true(took >= 0);
+    /* the watches come back (their retry is 5 s) and keep the leases again */
+    assert_int_equal(wait_for_value(f->run.admin,
+                                    "SELECT count(*) FROM pg_stat_activity"
+                                    " WHERE application_name LIKE 'outbox-relay watch %'",
+                                    2, 10000),
+                     2);
+    wait_settled(f, owners, 20, "after the restart");
+    assert_quiet(f, "after the restart");
+    stop(f, 0);
+    stop(f, 1);
+    list_run_check_redis(&f->run, rows + 20, rows + 20);
+}
+
 /*
  * A third relay joining two while rows flow: it takes the databases it
  * wins from their owners, with no row lost or appended twice, and the
@@ -422,6 +496,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stopped_relay_loses_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
     };
