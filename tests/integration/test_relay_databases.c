@@ -459,6 +459,7 @@ test_outboxctl_over_the_list(void **state)
     harness_database_drop(second);
 }
 
+/* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_watch*") runs only the tests that match. */
 int
 main(void)
 {
@@ -472,5 +473,7 @@ main(void)
         cmocka_unit_test(test_many_databases_kafka),
     };
 
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
