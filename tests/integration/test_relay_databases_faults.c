@@ -2,8 +2,9 @@
  * test_relay_databases_faults.c - relays of one list of databases
  * (--databases FILE) under an operator's faults: a relay stopped with
  * SIGSTOP past its lease and let go again, PostgreSQL crashed and started
- * again under the relays, a relay joining while rows flow, a whole
- * database paused while its owner holds it. Each time no row is lost, no
+ * again under the relays, a relay joining while rows flow, a relay's
+ * statistics watch session ended while it lives, a whole database paused
+ * while its owner holds it. Each time no row is lost, no
  * Redis entry is appended twice, and the leases settle with each database
  * held by the relay that wins its rendezvous, which alone says so in its
  * /metrics. Every wait is bounded; every relay started is killed, and
@@ -416,6 +417,68 @@ test_relay_joining(void **state)
     list_run_check_redis(&f->run, rows + 200, rows + 200);
 }
 
+/*
+ * Ends relay k's statistics watch session (pg_terminate_backend), found by
+ * the watch name its membership of database 0 records; false when none was.
+ */
+static bool
+end_watch_session(const struct fixture *f, int k)
+{
+    char sql[512];
+    PGresult *result;
+    bool ended;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT watch FROM outbox.relay_member WHERE split_part(relay_id, ':', 2) = '%d'",
+             (int)f->relays[k].pid);
+    result = PQexec(f->run.conns[0], sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(result), 1);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+             " WHERE application_name = '%s'",
+             PQgetvalue(result, 0, 0));
+    PQclear(result);
+    ended = harness_query_ll(f->run.admin, sql) == 1;
+    return ended;
+}
+
+/*
+ * A relay whose watch session ends while it lives (terminated, a network
+ * fault) is taken for gone by the other, which takes its databases; it
+ * polls its databases meanwhile, as a member again, and once its watch is
+ * back (5 s) the leases settle on the rendezvous winners: churn, no row
+ * lost or appended twice.
+ */
+static void
+test_watch_session_ended(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows;
+
+    make_list(f);
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "before the watch ends");
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 100);
+    assert_true(end_watch_session(f, 0));
+    for (int burst = 0; burst < 5; burst++) {
+        usleep(300 * 1000);
+        list_run_enqueue(&f->run, f->run.count, rows + 101 + burst * 20, rows + 120 + burst * 20);
+    }
+    assert_true(drain(f, 15) >= 0);
+    assert_int_equal(wait_for_value(f->run.admin,
+                                    "SELECT count(*) FROM pg_stat_activity"
+                                    " WHERE application_name LIKE 'outbox-relay watch %'",
+                                    2, 10000),
+                     2);
+    wait_settled(f, owners, 15, "after the watch is back");
+    stop(f, 0);
+    stop(f, 1);
+    list_run_check_redis(&f->run, rows + 200, rows + 200);
+}
+
 /* Whether database i is paused, with no owner, and relay k's /metrics says it is not served. */
 static bool
 pause_seen(const struct fixture *f, int i, int k)
@@ -498,6 +561,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_stopped_relay_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_postgres_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_session_ended, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
     };
 
