@@ -231,16 +231,19 @@ connect_server(struct watch_server *server, const char *name, double now, watch_
 
 /*
  * Per database, the rows its transactions inserted, updated and deleted;
- * and the relays' watch sessions on the server, each marked when it ran no
- * query for $1 seconds (a relay stopped).
+ * and the relays' watch sessions on the server, each with its login role
+ * (a session of another role that takes a relay's watch name, as any
+ * session may, is another member: sql/020) and marked when it ran no query
+ * for $1 seconds (a relay stopped).
  */
 static const char SQL_LOOK[] =
     "SELECT d.datname, d.tup_inserted + d.tup_updated + d.tup_deleted,"
-    "       (SELECT string_agg(a.application_name"
-    "                          || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
-    "                                  THEN '' ELSE '~' END, ',' ORDER BY a.application_name)"
-    "          FROM pg_stat_activity AS a"
-    "         WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%')"
+    "       (SELECT string_agg(w.member, ',' ORDER BY w.member)"
+    "          FROM (SELECT a.application_name || '@' || a.usesysid"
+    "                       || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
+    "                               THEN '' ELSE '~' END AS member"
+    "                  FROM pg_stat_activity AS a"
+    "                 WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%') AS w)"
     "  FROM pg_stat_database AS d WHERE d.datname IS NOT NULL";
 
 /* Adds every database of server index to w->woken from woken on, as woken by a change of members. */

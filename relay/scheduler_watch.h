@@ -15,10 +15,11 @@
  * that second.
  *
  * The same look reads which relays' watches run on the server (their
- * sessions' application_name, WATCH_NAME_PREFIX and the relay's uuid): a
- * relay's watch session keeps its database leases (sql/019), so a change
- * of them (a relay started, gone, or stopped querying) wakes every database
- * of the server, for the leases to move.
+ * sessions' application_name, WATCH_NAME_PREFIX and the relay's uuid, with
+ * their login role): a relay's watch session keeps its database leases
+ * (sql/019, sql/020), so a change of them (a relay started, gone, or
+ * stopped querying) wakes every database of the server, for the leases to
+ * move.
  *
  * The watch owns its connections but not the budget: it asks for a
  * connection with take() (which may close an idle one of a database) and

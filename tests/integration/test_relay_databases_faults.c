@@ -3,8 +3,9 @@
  * (--databases FILE) under an operator's faults: a relay stopped with
  * SIGSTOP past its lease and let go again, PostgreSQL crashed and started
  * again under the relays, a relay joining while rows flow, a relay's
- * statistics watch session ended while it lives, a whole database paused
- * while its owner holds it. Each time no row is lost, no
+ * statistics watch session ended while it lives, another role's session
+ * named after a killed relay's watch, a whole database paused while its
+ * owner holds it. Each time no row is lost, no
  * Redis entry is appended twice, and the leases settle with each database
  * held by the relay that wins its rendezvous, which alone says so in its
  * /metrics. Every wait is bounded; every relay started is killed, and
@@ -417,16 +418,12 @@ test_relay_joining(void **state)
     list_run_check_redis(&f->run, rows + 200, rows + 200);
 }
 
-/*
- * Ends relay k's statistics watch session (pg_terminate_backend), found by
- * the watch name its membership of database 0 records; false when none was.
- */
-static bool
-end_watch_session(const struct fixture *f, int k)
+/* Relay k's statistics watch session name, as its membership of database 0 records it. */
+static void
+watch_name_of(const struct fixture *f, int k, char *name, size_t size)
 {
-    char sql[512];
+    char sql[160];
     PGresult *result;
-    bool ended;
 
     snprintf(sql, sizeof(sql),
              "SELECT watch FROM outbox.relay_member WHERE split_part(relay_id, ':', 2) = '%d'",
@@ -434,13 +431,22 @@ end_watch_session(const struct fixture *f, int k)
     result = PQexec(f->run.conns[0], sql);
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
     assert_int_equal(PQntuples(result), 1);
+    snprintf(name, size, "%s", PQgetvalue(result, 0, 0));
+    PQclear(result);
+}
+
+/* Ends relay k's statistics watch session (pg_terminate_backend); false when none was. */
+static bool
+end_watch_session(const struct fixture *f, int k)
+{
+    char name[64], sql[256];
+
+    watch_name_of(f, k, name, sizeof(name));
     snprintf(sql, sizeof(sql),
              "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
              " WHERE application_name = '%s'",
-             PQgetvalue(result, 0, 0));
-    PQclear(result);
-    ended = harness_query_ll(f->run.admin, sql) == 1;
-    return ended;
+             name);
+    return harness_query_ll(f->run.admin, sql) == 1;
 }
 
 /*
@@ -477,6 +483,58 @@ test_watch_session_ended(void **state)
     stop(f, 0);
     stop(f, 1);
     list_run_check_redis(&f->run, rows + 200, rows + 200);
+}
+
+/*
+ * A tenant's application, a login of its own with no privilege, names its
+ * session after a relay's watch (every role sees every session's
+ * application_name) and runs a query now and then: that relay killed with
+ * -9 is still gone for the other relay, which takes its databases at once
+ * (sql/020: a watch session counts under its relay's login role only).
+ */
+static void
+test_watch_name_taken_by_another_role(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows, victim;
+    char name[64], user[48], *url;
+    PGconn *tenant;
+    double killed_at, took = -1;
+
+    make_list(f);
+    start(f, 0);
+    start(f, 1);
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 10, "before the kill");
+    victim = owned_by(f, owners, 0) >= owned_by(f, owners, 1) ? 0 : 1;
+    watch_name_of(f, victim, name, sizeof(name));
+    snprintf(user, sizeof(user), "tenant_%d", (int)getpid());
+    fixture_create_login_role(f->run.admin, user, "");
+    url = fixture_url_as(harness_env("OUTBOX_TEST_PG_URL"), user);
+    setenv("PGAPPNAME", name, 1);
+    tenant = harness_connect(url);
+    unsetenv("PGAPPNAME");
+    free(url);
+    relay_signal(&f->relays[victim], SIGKILL);
+    f->running[victim] = false;
+    assert_int_equal(harness_wait_exit(f->relays[victim].pid, 5000), 128 + SIGKILL);
+    killed_at = wall_clock_seconds();
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 20);
+    while (wall_clock_seconds() - killed_at < LEASE_SECONDS) {
+        PQclear(PQexec(tenant, "SELECT 1")); /* its query_start stays fresh */
+        if (list_run_rows_left(&f->run) == 0) {
+            took = wall_clock_seconds() - killed_at;
+            break;
+        }
+        usleep(100 * 1000);
+    }
+    PQfinish(tenant);
+    fixture_drop_role(f->run.admin, user);
+    print_message("spoofed: relay %c held %d databases; drained %.1f s after its kill\n",
+                  'a' + victim, owned_by(f, owners, victim), took);
+    assert_true(took >= 0 && took < 5);
+    stop(f, 1 - victim);
+    list_run_check_redis(&f->run, rows + 20, rows + 20);
 }
 
 /* Whether database i is paused, with no owner, and relay k's /metrics says it is not served. */
@@ -562,6 +620,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_postgres_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_session_ended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_name_taken_by_another_role, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
     };
 
