@@ -21,6 +21,11 @@
  * stopped querying) wakes every database of the server, for the leases to
  * move.
  *
+ * Each connect and each look gets SCHEDULER_WATCH_DEADLINE_SECONDS: a server
+ * that stops answering has its connection dropped (retried after
+ * SCHEDULER_WATCH_RETRY_SECONDS) and its databases uncovered, instead of
+ * holding up every server's wakes.
+ *
  * The watch owns its connections but not the budget: it asks for a
  * connection with take() (which may close an idle one of a database) and
  * hands one back with give(). It is driven by one thread, the scheduler's

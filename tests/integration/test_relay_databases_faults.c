@@ -4,12 +4,13 @@
  * SIGSTOP past its lease and let go again, PostgreSQL crashed and started
  * again under the relays, a relay joining while rows flow, a relay's
  * statistics watch session ended while it lives, another role's session
- * named after a killed relay's watch, a whole database paused while its
- * owner holds it. Each time no row is lost, no
- * Redis entry is appended twice, and the leases settle with each database
- * held by the relay that wins its rendezvous, which alone says so in its
- * /metrics. Every wait is bounded; every relay started is killed, and
- * PostgreSQL started again, on every exit path (teardown).
+ * named after a killed relay's watch, the watch's session on one of two
+ * servers stalled, a whole database paused while its owner holds it. Each
+ * time no row is lost and no Redis entry is appended twice; where relays
+ * share the list, the leases settle with each database held by the relay
+ * that wins its rendezvous, which alone says so in its /metrics. Every wait
+ * is bounded; every relay started is killed, every backend stopped let go
+ * and PostgreSQL started again on every exit path (teardown).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +29,7 @@
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
+#include "timeouts.h"
 
 #define RELAYS 3
 #define LEASE_SECONDS 10
@@ -39,6 +41,8 @@ struct fixture {
     bool running[RELAYS];
     int ports[RELAYS];
     bool postgres_down;
+    int stopped[8]; /* PostgreSQL backends stopped with SIGSTOP, let go by teardown */
+    int stopped_count;
 };
 
 static int
@@ -66,6 +70,8 @@ teardown(void **state)
     struct fixture *f = *state;
     redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
 
+    for (int i = 0; i < f->stopped_count; i++)
+        kill(f->stopped[i], SIGCONT);
     for (int k = 0; k < RELAYS; k++)
         if (f->running[k]) { /* a stopped process is killed too: SIGKILL needs no SIGCONT */
             relay_signal(&f->relays[k], SIGKILL);
@@ -537,6 +543,93 @@ test_watch_name_taken_by_another_role(void **state)
     list_run_check_redis(&f->run, rows + 20, rows + 20);
 }
 
+/*
+ * Writes the list with the databases from half on under URLs of other
+ * connection options (connect_timeout=9): another PostgreSQL server to the
+ * statistics watch, which keeps a connection per server, on the same one.
+ */
+static void
+write_two_servers(const struct fixture *f)
+{
+    FILE *file = fopen(f->run.list_path, "w");
+
+    assert_non_null(file);
+    for (int i = 0; i < f->run.count; i++)
+        fprintf(file, "db%d %s%s\n", i, f->run.urls[i],
+                i < f->run.count / 2 ? "" : "?connect_timeout=9");
+    assert_int_equal(fclose(file), 0);
+}
+
+/* Stops (SIGSTOP) the watch sessions' backends in database i; how many. */
+static int
+stop_watch_backends(struct fixture *f, int i)
+{
+    char sql[256];
+    PGresult *result;
+    int count;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'outbox-relay watch %%'"
+             " AND datname = '%s'",
+             PQdb(f->run.conns[i]));
+    result = PQexec(f->run.admin, sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    count = PQntuples(result);
+    for (int r = 0; r < count && f->stopped_count < 8; r++) {
+        f->stopped[f->stopped_count] = atoi(PQgetvalue(result, r, 0));
+        kill(f->stopped[f->stopped_count++], SIGSTOP);
+    }
+    PQclear(result);
+    return count;
+}
+
+/*
+ * A list on two servers (to the watch: see write_two_servers) and the
+ * watch's session on the second stalled (its backend stopped: the server
+ * accepts, the kernel acknowledges, nothing answers): rows in the first
+ * server's idle databases are published as promptly as before, and the
+ * second server's databases, no longer watched, are polled.
+ */
+static void
+test_watch_of_one_server_stalled(void **state)
+{
+    struct fixture *f = *state;
+    int rows = f->bc.rows, half;
+    double stalled_at, took;
+
+    f->bc.budget = 8; /* a watch connection per server */
+    f->run.count = f->bc.databases;
+    half = f->run.count / 2;
+    for (int i = 0; i < f->run.count; i++)
+        list_run_make_database(&f->run, i);
+    write_two_servers(f);
+    start(f, 0);
+    assert_true(drain(f, 30) >= 0);
+    assert_int_equal(wait_for_value(f->run.admin,
+                                    "SELECT count(*) FROM pg_stat_activity"
+                                    " WHERE application_name LIKE 'outbox-relay watch %'",
+                                    2, 10000),
+                     2);
+    usleep(2000 * 1000); /* the databases idle, each resting until the watch wakes it */
+    assert_int_equal(stop_watch_backends(f, half), 1);
+    stalled_at = wall_clock_seconds();
+    usleep(500 * 1000); /* the watch's next look is sent to the stalled backend */
+    list_run_enqueue(&f->run, half, rows + 1, rows + 20);
+    took = drain(f, 10);
+    print_message("stalled: the first server's rows published %.1f s after their commit\n", took);
+    /* held up once by the stalled server's look, for its deadline */
+    assert_true(took >= 0 && took < SCHEDULER_WATCH_DEADLINE_SECONDS + 1.5);
+    for (int i = half; i < f->run.count; i++)
+        list_run_enqueue_into(&f->run, i, rows + 1, rows + 20);
+    took = drain(f, 30);
+    print_message("stalled: the second server's rows published %.1f s after their commit (%.1f s"
+                  " into the stall)\n",
+                  took, wall_clock_seconds() - stalled_at);
+    assert_true(took >= 0 && took < 20);
+    stop(f, 0);
+    list_run_check_redis(&f->run, rows + 20, rows + 20);
+}
+
 /* Whether database i is paused, with no owner, and relay k's /metrics says it is not served. */
 static bool
 pause_seen(const struct fixture *f, int i, int k)
@@ -621,6 +714,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_session_ended, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_name_taken_by_another_role, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_of_one_server_stalled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
     };
 
