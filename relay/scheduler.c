@@ -43,6 +43,7 @@ struct work {
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
     bool watched;           /* the watch covered the database when the slot took it */
+    bool woken;             /* the watch saw a change of the database since its last slice */
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
 };
 
@@ -192,6 +193,7 @@ take_work(struct scheduler *s, struct work *w)
         if (t != NULL && take_connection(s, t, w)) {
             t->serving++;
             t->picked_at = now;
+            w->woken = t->woken;
             t->woken = false;
             w->watched = t->watched;
             w->take_lease = lease_due(s, t, now);
@@ -280,15 +282,25 @@ watch_follow_list(struct scheduler *s)
 /*
  * Makes the woken databases this relay serves due, no sooner than their
  * idle wait after their last slice (a database whose other tables take
- * inserts all day is looked at as often as it was polled). Under the lock.
+ * inserts all day is looked at as often as it was polled). A database the
+ * watch stopped covering (its server's connection lost, PostgreSQL
+ * restarted) is due at once: polled until the watch is back, since its
+ * rows' changes meanwhile wake nothing. Under the lock.
  */
 static void
 wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double now)
 {
+    bool due = count > 0;
+
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
+        bool watched = !t->removed && watch_covers(s->watch, t->name);
 
-        t->watched = !t->removed && watch_covers(s->watch, t->name);
+        if (t->watched && !watched && t->due > now) {
+            t->due = now;
+            due = true;
+        }
+        t->watched = watched;
         for (size_t k = 0; k < count; k++) {
             double at = t->visited_at + t->idle_wait;
 
@@ -303,7 +315,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
             t->due = at < t->due ? at : t->due;
         }
     }
-    if (count > 0)
+    if (due)
         pthread_cond_broadcast(&s->changed);
 }
 
@@ -648,6 +660,42 @@ visit_again(struct scheduler *s, struct tenant *t, const struct work *w,
     return lease->owner_watched && w->watched ? SCHEDULER_WATCHED_VISIT_SECONDS : quarter;
 }
 
+/*
+ * When t, which this relay holds, is looked at again after a slice: at once
+ * while it has rows, else after its idle wait. A change the watch saw while
+ * the lease was kept without a call may be the lease's own (a winner
+ * recording itself as a member, a pause of the whole database): the
+ * lease's function then runs a quarter of a lease after its last call,
+ * whatever the database's rows do meanwhile. Under the lock.
+ */
+static void
+rest(struct scheduler *s, struct tenant *t, const struct work *w,
+     const struct pipeline_slice *slice, double now)
+{
+    double recheck_at;
+
+    if (w->take_lease) {
+        t->lease_taken_at = now;
+        t->lease_recheck = false;
+    } else if (w->woken) {
+        t->lease_recheck = true;
+    }
+    if (slice->more) {
+        t->rows_at = now;
+        t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+        t->due = now;
+        return;
+    }
+    if (slice->claimed > 0)
+        t->rows_at = now;
+    t->due = now + idle_wait(s, t, w, now);
+    t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
+                                                                 : SCHEDULER_IDLE_MAX_SECONDS;
+    recheck_at = t->lease_taken_at + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+    if (t->lease_recheck && recheck_at < t->due)
+        t->due = recheck_at;
+}
+
 /* Gives w's database and connection back after a slice. */
 static void
 give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice *slice,
@@ -677,22 +725,11 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
                       "database=%s queues=\"%s\" hint=\"serve them with a relay of --database-url\"",
                       t->name, w->stream_queues);
         t->streams_logged |= w->stream_queues[0] != '\0';
-        if (w->take_lease)
-            t->lease_taken_at = now;
         t->backlog = slice->full;
         if (!lease->held)
             t->due = now + visit_again(s, t, w, lease);
-        else if (slice->more) {
-            t->rows_at = now;
-            t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
-            t->due = now;
-        } else {
-            if (slice->claimed > 0)
-                t->rows_at = now;
-            t->due = now + idle_wait(s, t, w, now);
-            t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
-                                                                         : SCHEDULER_IDLE_MAX_SECONDS;
-        }
+        else
+            rest(s, t, w, slice, now);
         t->visited_at = now;
         if (t->removed || relay_stopping(s->relay)) {
             to_close = w->connection.store;

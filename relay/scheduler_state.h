@@ -43,6 +43,7 @@ struct tenant {
     bool wins;          /* this relay should hold the lease (it may be paused, or not given up yet) */
     bool lease_stale;   /* the relays watching its server changed since the lease was last taken */
     double lease_taken_at; /* when a visit last called the lease function */
+    bool lease_recheck; /* the watch saw a change since that call, which a visit did not make */
     double takeover_wait; /* a winner's wait for the owner to give the lease up; doubles */
     bool paused;       /* outboxctl pause --database: no relay serves it */
     bool watched;      /* the statistics watch covers it: no poll while idle */

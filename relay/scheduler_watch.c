@@ -10,9 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <poll.h>
+
 #include <libpq-fe.h>
 
 #include "buffer.h"
+#include "clock.h"
 #include "log.h"
 #include "timeouts.h"
 
@@ -212,7 +215,7 @@ connect_server(struct watch_server *server, const char *name, double now, watch_
                watch_give_fn give, void *arg)
 {
     const char *keywords[] = {"dbname", "application_name", "connect_timeout", NULL};
-    const char *values[] = {server->url, name, TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS),
+    const char *values[] = {server->url, name, TIMEOUT_TEXT(SCHEDULER_WATCH_DEADLINE_SECONDS),
                             NULL};
 
     if (server->conn != NULL)
@@ -231,16 +234,19 @@ connect_server(struct watch_server *server, const char *name, double now, watch_
 
 /*
  * Per database, the rows its transactions inserted, updated and deleted;
- * and the relays' watch sessions on the server, each marked when it ran no
- * query for $1 seconds (a relay stopped).
+ * and the relays' watch sessions on the server, each with its login role
+ * (a session of another role that takes a relay's watch name, as any
+ * session may, is another member: sql/020) and marked when it ran no query
+ * for $1 seconds (a relay stopped).
  */
 static const char SQL_LOOK[] =
     "SELECT d.datname, d.tup_inserted + d.tup_updated + d.tup_deleted,"
-    "       (SELECT string_agg(a.application_name"
-    "                          || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
-    "                                  THEN '' ELSE '~' END, ',' ORDER BY a.application_name)"
-    "          FROM pg_stat_activity AS a"
-    "         WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%')"
+    "       (SELECT string_agg(w.member, ',' ORDER BY w.member)"
+    "          FROM (SELECT a.application_name || '@' || a.usesysid"
+    "                       || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
+    "                               THEN '' ELSE '~' END AS member"
+    "                  FROM pg_stat_activity AS a"
+    "                 WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%') AS w)"
     "  FROM pg_stat_database AS d WHERE d.datname IS NOT NULL";
 
 /* Adds every database of server index to w->woken from woken on, as woken by a change of members. */
@@ -266,13 +272,46 @@ members_changed(struct watch_server *server, const char *members)
     return changed;
 }
 
+/*
+ * Runs the look on conn within SCHEDULER_WATCH_DEADLINE_SECONDS: its last
+ * result, or NULL when the server did not answer in time (a stopped
+ * backend, a frozen host whose kernel still acknowledges: libpq would wait
+ * for ever, and every server's wakes with it) or the connection failed.
+ */
+static PGresult *
+look(PGconn *conn, const char *stale_after)
+{
+    const char *values[1] = {stale_after};
+    int64_t deadline = clock_monotonic_ms() + SCHEDULER_WATCH_DEADLINE_SECONDS * 1000;
+    PGresult *last = NULL, *next;
+
+    if (!PQsendQueryParams(conn, SQL_LOOK, 1, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
+        return NULL;
+    for (;;) {
+        while (PQisBusy(conn)) {
+            struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+            int64_t remaining = deadline - clock_monotonic_ms();
+
+            if (remaining <= 0 || pfd.fd < 0 || poll(&pfd, 1, (int)remaining) < 0 ||
+                !PQconsumeInput(conn)) {
+                PQclear(last);
+                return NULL;
+            }
+        }
+        next = PQgetResult(conn);
+        if (next == NULL)
+            return last;
+        PQclear(last);
+        last = next;
+    }
+}
+
 /* Reads the row counts of server's databases; adds the moved ones to w->woken. */
 static size_t
 look_at_server(struct watch *w, size_t index, size_t woken)
 {
     struct watch_server *server = &w->servers[index];
-    const char *values[1] = {w->stale_after};
-    PGresult *result = PQexecParams(server->conn, SQL_LOOK, 1, NULL, values, NULL, NULL, 0);
+    PGresult *result = look(server->conn, w->stale_after);
     size_t first = woken;
 
     server->answered = PQresultStatus(result) == PGRES_TUPLES_OK;
@@ -316,6 +355,8 @@ watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, 
         }
         count = look_at_server(w, i, count);
         if (!server->answered) {
+            log_event(OUTBOX_LOG_DEBUG, "database watch lost its server, polling instead",
+                      "error=\"%s\"", PQerrorMessage(server->conn));
             close_server(server, give, arg);
             server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
         }

@@ -15,10 +15,16 @@
  * that second.
  *
  * The same look reads which relays' watches run on the server (their
- * sessions' application_name, WATCH_NAME_PREFIX and the relay's uuid): a
- * relay's watch session keeps its database leases (sql/019), so a change
- * of them (a relay started, gone, or stopped querying) wakes every database
- * of the server, for the leases to move.
+ * sessions' application_name, WATCH_NAME_PREFIX and the relay's uuid, with
+ * their login role): a relay's watch session keeps its database leases
+ * (sql/019, sql/020), so a change of them (a relay started, gone, or
+ * stopped querying) wakes every database of the server, for the leases to
+ * move.
+ *
+ * Each connect and each look gets SCHEDULER_WATCH_DEADLINE_SECONDS: a server
+ * that stops answering has its connection dropped (retried after
+ * SCHEDULER_WATCH_RETRY_SECONDS) and its databases uncovered, instead of
+ * holding up every server's wakes.
  *
  * The watch owns its connections but not the budget: it asks for a
  * connection with take() (which may close an idle one of a database) and

@@ -143,6 +143,12 @@
 #define SCHEDULER_WATCH_SECONDS 0.1
 /* A server the statistics watch has no connection to is tried again after this long. */
 #define SCHEDULER_WATCH_RETRY_SECONDS 5.0
+/*
+ * The statistics watch's connect (libpq's connect_timeout) and each of its looks get this
+ * long: the watch looks at every server in turn, so a server that stalled holds the others'
+ * wakes up for this once, then its connection is dropped and its databases are polled.
+ */
+#define SCHEDULER_WATCH_DEADLINE_SECONDS 2
 /* A database that failed is tried again after a backoff from the first to the longest. */
 #define SCHEDULER_RETRY_FIRST_SECONDS 1.0
 #define SCHEDULER_RETRY_MAX_SECONDS 30.0

@@ -22,215 +22,18 @@
 #include <unistd.h>
 
 #include "amqp_consumer.h"
+#include "database_list_run.h"
 #include "fixtures.h"
 #include "harness.h"
 #include "kafka_consumer.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-#define MAX_DATABASES 40
-#define QUEUE "orders"
-
-/* One broker's run: how many databases, rows and connections. */
-struct broker_case {
-    const char *name;
-    const char *url_variable; /* OUTBOX_TEST_*_URL */
-    int databases;            /* listed at start; one more is added while the relays run */
-    int rows;                 /* per database before the kill */
-    int more_rows;            /* per database after it */
-    int budget;               /* --max-db-connections of each relay */
-    const char *lease;        /* --lease, NULL: the default */
-};
-
 static const struct broker_case CASES[] = {
     {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8, NULL},
     {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3, NULL},
     {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3, NULL},
 };
-
-struct run {
-    const struct broker_case *bc;
-    char *urls[MAX_DATABASES];
-    PGconn *conns[MAX_DATABASES];
-    char ids[MAX_DATABASES][48];
-    int count; /* databases made: bc->databases + the one added */
-    char list_path[256];
-    char prefix[64]; /* Redis stream prefix, or the AMQP queue name */
-    PGconn *admin;
-};
-
-/* Makes database i: its own identity, then rows of payload {"db": id, "n": k}. */
-static void
-make_database(struct run *run, int i)
-{
-    char output[2048], sql[256];
-
-    run->urls[i] = harness_database_new();
-    run->conns[i] = harness_connect(run->urls[i]);
-    snprintf(run->ids[i], sizeof(run->ids[i]), "mdb%d-%d", (int)getpid(), i);
-    {
-        const char *argv[] = {"--database-url", run->urls[i], "identity", "set", "--database-id",
-                              run->ids[i], NULL};
-
-        if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
-            fail_msg("outboxctl identity set: %s", output);
-    }
-    snprintf(sql, sizeof(sql),
-             "SELECT count(outbox.enqueue('" QUEUE "', jsonb_build_object('db', '%s', 'n', g)))"
-             " FROM generate_series(1, %d) AS g",
-             run->ids[i], run->bc->rows);
-    harness_exec(run->conns[i], sql);
-}
-
-/* Adds rows to every database, numbered after the first ones. */
-static void
-enqueue_more(struct run *run, int databases)
-{
-    char sql[256];
-
-    for (int i = 0; i < databases; i++) {
-        snprintf(sql, sizeof(sql),
-                 "SELECT count(outbox.enqueue('" QUEUE "', jsonb_build_object('db', '%s', 'n', g)))"
-                 " FROM generate_series(%d, %d) AS g",
-                 run->ids[i], run->bc->rows + 1, run->bc->rows + run->bc->more_rows);
-        harness_exec(run->conns[i], sql);
-    }
-}
-
-static void
-write_list(const struct run *run, int databases, bool with_unreachable)
-{
-    FILE *file = fopen(run->list_path, "w");
-
-    assert_non_null(file);
-    fprintf(file, "# databases of %s\n", run->bc->name);
-    for (int i = 0; i < databases; i++)
-        fprintf(file, i % 2 == 0 ? "db%d %s\n" : "db%d   %s   # tenant\n", i, run->urls[i]);
-    if (with_unreachable)
-        fprintf(file, "unreachable postgresql://postgres@127.0.0.1:1/nowhere\n");
-    assert_int_equal(fclose(file), 0);
-}
-
-/*
- * Connections open under application_name name: the fewer of two looks 50 ms
- * apart, since a backend whose client closed its connection is still listed
- * until it has exited, while the client may already have opened the next.
- */
-static long long
-connections_of(PGconn *admin, const char *name)
-{
-    char sql[160];
-    long long first, second;
-
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", name);
-    first = harness_query_ll(admin, sql);
-    usleep(50 * 1000);
-    second = harness_query_ll(admin, sql);
-    return first < second ? first : second;
-}
-
-/* The relays' statistics watch sessions (named by each relay, whatever PGAPPNAME says). */
-static long long
-watch_connections(PGconn *admin)
-{
-    return harness_query_ll(admin, "SELECT count(*) FROM pg_stat_activity"
-                                   " WHERE application_name LIKE 'outbox-relay watch %'");
-}
-
-/* Rows not yet succeeded, summed over the databases. */
-static long long
-rows_left(const struct run *run)
-{
-    long long left = 0;
-
-    for (int i = 0; i < run->count; i++)
-        left += harness_query_ll(run->conns[i],
-                                 "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'");
-    return left;
-}
-
-/* Starts a relay over the list as application name; its metrics on port (0: off). */
-static void
-start_relay(struct run *run, struct relay_process *relay, const char *name, int port)
-{
-    const char *broker = harness_env(run->bc->url_variable);
-    char budget[16], metrics[32];
-    const char *stream_options[] = {"--stream-prefix", run->prefix};
-    const char *extra[16];
-    int n = 0;
-
-    snprintf(budget, sizeof(budget), "%d", run->bc->budget);
-    snprintf(metrics, sizeof(metrics), port > 0 ? "127.0.0.1:%d" : "off", port);
-    extra[n++] = "--databases";
-    extra[n++] = run->list_path;
-    extra[n++] = "--max-db-connections";
-    extra[n++] = budget;
-    extra[n++] = "--batch-size";
-    extra[n++] = "20";
-    extra[n++] = "--metrics-addr";
-    extra[n++] = metrics;
-    if (run->bc->lease != NULL) {
-        extra[n++] = "--lease";
-        extra[n++] = run->bc->lease;
-    }
-    if (strcmp(run->bc->name, "redis") == 0) {
-        extra[n++] = stream_options[0];
-        extra[n++] = stream_options[1];
-    } else if (strcmp(run->bc->name, "kafka") == 0) {
-        extra[n++] = "--topic-prefix"; /* the topic run->prefix + QUEUE, made by the test */
-        extra[n++] = run->prefix;
-    } else {
-        extra[n++] = "--exchange"; /* bound to the queue run->prefix with key QUEUE */
-        extra[n++] = run->prefix;
-    }
-    extra[n] = NULL;
-    setenv("PGAPPNAME", name, 1); /* wins over the relay's fallback_application_name */
-    relay_start_process(relay, NULL, broker, extra);
-    unsetenv("PGAPPNAME");
-}
-
-/* Redis: one entry per row of every database, each under its own database's id and payload. */
-static void
-check_redis(struct run *run, int rows_each, int last_rows)
-{
-    redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
-    struct stream_consumer_stream stream = {0};
-    char stream_key[128], *seen = NULL;
-    long long expected = 0;
-    int width = rows_each > last_rows ? rows_each : last_rows;
-
-    snprintf(stream_key, sizeof(stream_key), "%s" QUEUE, run->prefix);
-    assert_int_equal(stream_consumer_read_stream(redis, stream_key, &stream), 0);
-    seen = calloc((size_t)run->count * (size_t)(width + 1), 1);
-    assert_non_null(seen);
-    for (int i = 0; i < run->count; i++)
-        expected += i == run->count - 1 ? last_rows : rows_each;
-    for (size_t e = 0; e < stream.count; e++) {
-        const struct stream_consumer_entry *entry = &stream.entries[e];
-        char db[64] = "", want[96];
-        int n = 0, index = -1;
-
-        if (sscanf(entry->payload, "{\"n\": %d, \"db\": \"%63[^\"]\"}", &n, db) != 2)
-            fail_msg("unexpected payload %s", entry->payload);
-        for (int i = 0; i < run->count; i++)
-            if (strcmp(run->ids[i], db) == 0)
-                index = i;
-        assert_true(index >= 0);
-        /* the message id names the database the payload was written in */
-        snprintf(want, sizeof(want), "%s:", db);
-        if (strncmp(entry->message_id, want, strlen(want)) != 0)
-            fail_msg("row of %s published as %s", db, entry->message_id);
-        assert_true(n >= 1 && n <= width);
-        if (seen[(size_t)index * (size_t)(width + 1) + (size_t)n]++)
-            fail_msg("row %d of %s appended twice", n, db);
-    }
-    assert_int_equal((long long)stream.count, expected);
-    free(seen);
-    stream_consumer_stream_clear(&stream);
-    stream_consumer_delete_prefix(redis, run->prefix);
-    redisFree(redis);
-}
 
 /* AMQP: every row's message id at least once. */
 struct amqp_seen {
@@ -292,7 +95,7 @@ check_amqp(struct run *run, queue_consumer *mq)
 static void
 kafka_topic(const struct run *run, char *topic, size_t size)
 {
-    snprintf(topic, size, "%s%s", run->prefix, QUEUE);
+    snprintf(topic, size, "%s%s", run->prefix, LIST_RUN_QUEUE);
 }
 
 static void
@@ -314,33 +117,6 @@ check_kafka(struct run *run)
     check_ids(run, &seen);
 }
 
-/* The databases a relay's /metrics says it serves. */
-static int
-served_count(const char *metrics)
-{
-    int count = 0;
-
-    for (const char *p = metrics; (p = strstr(p, "outbox_database_served{")) != NULL; p++) {
-        const char *end = strchr(p, '\n');
-
-        count += end != NULL && end[-1] == '1' && end[-2] == ' ';
-    }
-    return count;
-}
-
-/* The log lines of relay that contain both needles. */
-static int
-log_lines_with(const struct relay_process *relay, const char *a, const char *b)
-{
-    char *log = fixture_read_file(relay->log_path);
-    int count = 0;
-
-    for (char *line = strtok(log, "\n"); line != NULL; line = strtok(NULL, "\n"))
-        count += strstr(line, a) != NULL && strstr(line, b) != NULL;
-    free(log);
-    return count;
-}
-
 /*
  * After the drain: the unreachable database named, the databases all served
  * by the survivor, its clean stop, then every row at the broker; cleanup.
@@ -359,13 +135,13 @@ finish_case(struct run *run, struct relay_process *b, queue_consumer *mq, int po
     assert_non_null(strstr(metrics, "outbox_databases_down{broker=\""));
     /* the relays divided the databases; after the kill the survivor took them all over */
     print_message("%s: relay b served %d databases before the kill, %d after\n", bc->name,
-                  served_before, served_count(metrics));
+                  served_before, list_run_served_count(metrics));
     if (bc->databases >= 20) /* with a handful, one relay winning every hash is not rare */
         assert_true(served_before > 0 && served_before < bc->databases);
-    assert_int_equal(served_count(metrics), bc->databases + 1);
+    assert_int_equal(list_run_served_count(metrics), bc->databases + 1);
     free(metrics);
-    assert_true(log_lines_with(b, "database unavailable", "database=unreachable") == 1);
-    assert_true(log_lines_with(b, "database added to the list", "database=db") == 1);
+    assert_true(list_run_log_lines_with(b, "database unavailable", "database=unreachable") == 1);
+    assert_true(list_run_log_lines_with(b, "database added to the list", "database=db") == 1);
     relay_signal(b, SIGTERM);
     assert_int_equal(relay_wait(b, 15000), 0);
     if (mq != NULL) {
@@ -376,14 +152,9 @@ finish_case(struct run *run, struct relay_process *b, queue_consumer *mq, int po
     } else if (strcmp(bc->name, "kafka") == 0) {
         check_kafka(run);
     } else {
-        check_redis(run, bc->rows + bc->more_rows, bc->rows);
+        list_run_check_redis(run, bc->rows + bc->more_rows, bc->rows);
     }
-    for (int i = 0; i < run->count; i++) {
-        PQfinish(run->conns[i]);
-        harness_database_drop(run->urls[i]);
-    }
-    PQfinish(run->admin);
-    unlink(run->list_path);
+    list_run_drop(run);
 }
 
 static void
@@ -405,13 +176,13 @@ run_case(const struct broker_case *bc)
              strcmp(bc->name, "redis") == 0 ? ":" : "");
     run.count = bc->databases + 1;
     for (int i = 0; i < run.count; i++)
-        make_database(&run, i);
+        list_run_make_database(&run, i);
     if (strcmp(bc->name, "amqp") == 0) {
         mq = queue_consumer_connect(harness_env("OUTBOX_TEST_AMQP_URL"));
         assert_non_null(mq);
         assert_int_equal(queue_consumer_declare_queue(mq, run.prefix), 0);
         assert_int_equal(queue_consumer_declare_exchange(mq, run.prefix, "direct"), 0);
-        assert_int_equal(queue_consumer_bind(mq, run.prefix, run.prefix, QUEUE), 0);
+        assert_int_equal(queue_consumer_bind(mq, run.prefix, run.prefix, LIST_RUN_QUEUE), 0);
     } else if (strcmp(bc->name, "kafka") == 0) {
         char topic[128], errbuf[256];
 
@@ -421,29 +192,30 @@ run_case(const struct broker_case *bc)
             fail_msg("creating %s: %s", topic, errbuf);
     }
     /* the last database is listed only while the relays run */
-    write_list(&run, bc->databases, true);
-    start_relay(&run, &a, "mdb-relay-a", 0);
-    start_relay(&run, &b, "mdb-relay-b", port);
+    list_run_write_list(&run, bc->databases, true);
+    list_run_start_relay(&run, &a, "mdb-relay-a", 0);
+    list_run_start_relay(&run, &b, "mdb-relay-b", port);
     for (int sample = 0; sample < 12; sample++) {
         /* each relay of a budget of 4 or more has one watch session beside its slots */
-        long long now_a = connections_of(run.admin, "mdb-relay-a") + (bc->budget >= 4);
+        long long now_a = list_run_connections_of(run.admin, "mdb-relay-a") + (bc->budget >= 4);
 
-        assert_true(watch_connections(run.admin) <= 2);
+        assert_true(list_run_watch_connections(run.admin) <= 2);
         most_a = now_a > most_a ? now_a : most_a;
         usleep(250 * 1000);
     }
     metrics = relay_scrape_metrics(port);
     assert_non_null(metrics);
-    served_before = served_count(metrics);
+    served_before = list_run_served_count(metrics);
     free(metrics);
     relay_signal(&a, SIGKILL); /* mid-run: rows of its batches stay running until their lease */
     assert_int_equal(relay_wait(&a, 5000), 128 + SIGKILL);
     killed_at = wall_clock_seconds();
-    enqueue_more(&run, bc->databases);
-    write_list(&run, bc->databases + 1, true);
-    for (int waited = 0; waited < 120 && (left = rows_left(&run)) > 0; waited++) {
-        long long now_a = connections_of(run.admin, "mdb-relay-a");
-        long long now_b = connections_of(run.admin, "mdb-relay-b") + watch_connections(run.admin);
+    list_run_enqueue(&run, bc->databases, bc->rows + 1, bc->rows + bc->more_rows);
+    list_run_write_list(&run, bc->databases + 1, true);
+    for (int waited = 0; waited < 120 && (left = list_run_rows_left(&run)) > 0; waited++) {
+        long long now_a = list_run_connections_of(run.admin, "mdb-relay-a");
+        long long now_b = list_run_connections_of(run.admin, "mdb-relay-b") +
+                          list_run_watch_connections(run.admin);
 
         most_a = now_a > most_a ? now_a : most_a;
         most_b = now_b > most_b ? now_b : most_b;
@@ -457,7 +229,7 @@ run_case(const struct broker_case *bc)
                   bc->budget);
     assert_int_equal(left, 0);
     if (bc->budget >= 4) /* idle databases woken by one watch connection, within the budget */
-        assert_int_equal(watch_connections(run.admin), 1);
+        assert_int_equal(list_run_watch_connections(run.admin), 1);
     assert_true(most_a <= bc->budget);
     assert_true(most_b <= bc->budget);
     assert_true(most_a > 0 && most_b > 0);
@@ -485,20 +257,6 @@ test_many_databases_kafka(void **state)
     run_case(&CASES[2]);
 }
 
-/* Sessions ever opened to the run's databases (pg_stat_database.sessions). */
-static long long
-sessions_opened(const struct run *run)
-{
-    char sql[4096];
-    int n = snprintf(sql, sizeof(sql), "SELECT sum(sessions)::bigint FROM pg_stat_database"
-                                       " WHERE datname IN (''");
-
-    for (int i = 0; i < run->count; i++)
-        n += snprintf(sql + n, sizeof(sql) - (size_t)n, ", '%s'", PQdb(run->conns[i]));
-    snprintf(sql + n, sizeof(sql) - (size_t)n, ")");
-    return harness_query_ll(run->admin, sql);
-}
-
 /*
  * The statistics watch keeps the leases: two relays with fewer connections
  * than databases leave idle databases alone (no connect to renew a lease
@@ -522,11 +280,11 @@ test_watch_keeps_leases(void **state)
     snprintf(run.prefix, sizeof(run.prefix), "mdb-watch-%d:", (int)getpid());
     run.count = bc.databases;
     for (int i = 0; i < run.count; i++)
-        make_database(&run, i);
-    write_list(&run, run.count, false);
-    start_relay(&run, &a, "mdb-watch-a", 0);
-    start_relay(&run, &b, "mdb-watch-b", port);
-    for (int waited = 0; waited < 60 && (left = rows_left(&run)) > 0; waited++)
+        list_run_make_database(&run, i);
+    list_run_write_list(&run, run.count, false);
+    list_run_start_relay(&run, &a, "mdb-watch-a", 0);
+    list_run_start_relay(&run, &b, "mdb-watch-b", port);
+    for (int waited = 0; waited < 60 && (left = list_run_rows_left(&run)) > 0; waited++)
         usleep(500 * 1000);
     assert_int_equal(left, 0);
     assert_int_equal(wait_for_value(run.admin,
@@ -538,16 +296,16 @@ test_watch_keeps_leases(void **state)
      * writes show within 10 s (a backend's report held back, then flushed) */
     usleep(12000 * 1000);
     /* idle: with a lease of 20 s, visits every 5 s would be a connect each */
-    before = sessions_opened(&run);
+    before = list_run_sessions_opened(&run);
     usleep(8000 * 1000);
     print_message("watch: %lld sessions opened to %d idle databases in 8 s\n",
-                  sessions_opened(&run) - before, run.count);
-    assert_true(sessions_opened(&run) - before <= 2);
+                  list_run_sessions_opened(&run) - before, run.count);
+    assert_true(list_run_sessions_opened(&run) - before <= 2);
     relay_signal(&a, SIGKILL);
     assert_int_equal(relay_wait(&a, 5000), 128 + SIGKILL);
     killed_at = wall_clock_seconds();
-    enqueue_more(&run, run.count);
-    for (int waited = 0; waited < 100 && (left = rows_left(&run)) > 0; waited++)
+    list_run_enqueue(&run, run.count, bc.rows + 1, bc.rows + bc.more_rows);
+    for (int waited = 0; waited < 100 && (left = list_run_rows_left(&run)) > 0; waited++)
         usleep(100 * 1000);
     print_message("watch: every database drained %.1f s after the kill (lease 20 s)\n",
                   wall_clock_seconds() - killed_at);
@@ -556,13 +314,8 @@ test_watch_keeps_leases(void **state)
     assert_int_equal(left, 0); /* within 10 s: half the lease */
     relay_signal(&b, SIGTERM);
     assert_int_equal(relay_wait(&b, 15000), 0);
-    check_redis(&run, bc.rows + bc.more_rows, bc.rows + bc.more_rows);
-    for (int i = 0; i < run.count; i++) {
-        PQfinish(run.conns[i]);
-        harness_database_drop(run.urls[i]);
-    }
-    PQfinish(run.admin);
-    unlink(run.list_path);
+    list_run_check_redis(&run, bc.rows + bc.more_rows, bc.rows + bc.more_rows);
+    list_run_drop(&run);
 }
 
 /* The mode's configuration mistakes: exit 2 with one line naming the option or the line. */
@@ -632,7 +385,7 @@ test_pause_a_whole_database(void **state)
     snprintf(run.prefix, sizeof(run.prefix), "mdb-pause-%d:", (int)getpid());
     run.count = 2;
     for (int i = 0; i < run.count; i++)
-        make_database(&run, i);
+        list_run_make_database(&run, i);
     {
         const char *argv[] = {"--database-url", run.urls[1], "pause", "--database", "--reason",
                               "tenant migration", NULL};
@@ -646,8 +399,8 @@ test_pause_a_whole_database(void **state)
 
         assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
     }
-    write_list(&run, run.count, false);
-    start_relay(&run, &relay, "mdb-relay-pause", 0);
+    list_run_write_list(&run, run.count, false);
+    list_run_start_relay(&run, &relay, "mdb-relay-pause", 0);
     assert_int_equal(wait_for_value(run.conns[0],
                                     "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
                                     run.bc->rows, 20000),
@@ -668,15 +421,13 @@ test_pause_a_whole_database(void **state)
                      run.bc->rows);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
-    assert_true(log_lines_with(&relay, "database paused, not served", "database=db1") == 1);
-    assert_true(log_lines_with(&relay, "stream queues not served", "queues=\"events\"") == 1);
-    assert_true(log_lines_with(&relay, "stream queues not served", "database=db1") == 0);
-    for (int i = 0; i < run.count; i++) {
-        PQfinish(run.conns[i]);
-        harness_database_drop(run.urls[i]);
-    }
-    PQfinish(run.admin);
-    unlink(run.list_path);
+    assert_int_equal(
+        list_run_log_lines_with(&relay, "database paused, not served", "database=db1"), 1);
+    assert_int_equal(
+        list_run_log_lines_with(&relay, "stream queues not served", "queues=\"events\""), 1);
+    assert_int_equal(
+        list_run_log_lines_with(&relay, "stream queues not served", "database=db1"), 0);
+    list_run_drop(&run);
 }
 
 /* outboxctl --databases FILE migrate and status: each database in turn, then the totals. */
@@ -720,6 +471,7 @@ test_outboxctl_over_the_list(void **state)
     harness_database_drop(second);
 }
 
+/* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_watch*") runs only the tests that match. */
 int
 main(void)
 {
@@ -733,5 +485,7 @@ main(void)
         cmocka_unit_test(test_many_databases_kafka),
     };
 
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
