@@ -127,3 +127,20 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The lease of the database is the relays' (sql/roles/outbox_relay_role.sql
+-- grants them these): a producer that could call them would fake members, or
+-- take and give up its own database's lease, and so stop or churn its delivery.
+REVOKE ALL ON FUNCTION outbox.database_lease_take(text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox.database_lease_take(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox.database_lease_release(text) FROM PUBLIC;
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_relay') THEN
+        GRANT EXECUTE ON FUNCTION outbox.database_lease_take(text, integer, text),
+                                  outbox.database_lease_take(text, integer),
+                                  outbox.database_lease_release(text) TO outbox_relay;
+    END IF;
+END
+$$;

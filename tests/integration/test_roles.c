@@ -164,6 +164,12 @@ test_producer_enqueues_but_cannot_change_rows(void **state)
     assert_string_equal(sqlstate_of(producer, "DELETE FROM outbox.job"), "42501");
     assert_string_equal(sqlstate_of(producer, "SELECT payload FROM outbox.job"), "42501");
     assert_string_equal(sqlstate_of(producer, "TRUNCATE outbox.job"), "42501");
+    /* the lease of the database is the relays' (a producer would stop its own delivery) */
+    assert_string_equal(
+        sqlstate_of(producer, "SELECT * FROM outbox.database_lease_take('fake', 60, NULL)"),
+        "42501");
+    assert_string_equal(sqlstate_of(producer, "SELECT outbox.database_lease_release('fake')"),
+                        "42501");
     assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
                                                 " WHERE state = 'ready'"),
                      5);
@@ -288,6 +294,8 @@ test_relay_runs_as_relay_role(void **state)
                                               " VALUES ('orders', '{}')"),
                         "42501");
     assert_string_equal(sqlstate_of(as_relay, "SELECT outbox.enqueue('orders', '{}')"), "42501");
+    assert_string_equal(
+        sqlstate_of(as_relay, "SELECT * FROM outbox.database_lease_take('r', 60, NULL)"), "");
     assert_string_equal(sqlstate_of(as_relay, "SELECT outbox.enqueue_batch('orders', '{1}')"),
                         "42501");
     assert_string_equal(sqlstate_of(as_relay, "TRUNCATE outbox.job"), "42501");
