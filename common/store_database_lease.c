@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "pg_bounded.h"
+#include "timeouts.h"
 
 #define TAKE                                                                                   \
     "SELECT held, paused, wins, owner_watched"                                                 \
@@ -41,6 +43,28 @@ undefined_function(const PGresult *result)
            strcmp(sqlstate, "42883") == 0;
 }
 
+/*
+ * Runs sql on conn within the store's statement deadline (the slot drops the
+ * connection on an error); NULL with err when no result came.
+ */
+static PGresult *
+run(PGconn *conn, const char *sql, int nparams, const char *const *values, const char *context,
+    struct outbox_error *err)
+{
+    PGresult *result = pg_exec_bounded(conn, sql, nparams, values, STORE_STATEMENT_DEADLINE_MS);
+
+    if (result != NULL)
+        return result;
+    if (PQstatus(conn) != CONNECTION_OK)
+        outbox_error_from_pg(err, conn, NULL, context);
+    else
+        outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
+                         "%s: the database did not answer within %d s (server stalled or"
+                         " unreachable); dropping the connection",
+                         context, STORE_STATEMENT_DEADLINE_MS / 1000);
+    return NULL;
+}
+
 int
 store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
                           const char *watch, struct store_database_lease *lease,
@@ -51,12 +75,14 @@ store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
     PGresult *result;
 
     snprintf(seconds, sizeof(seconds), "%d", lease_seconds);
-    result = PQexecParams(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 3,
-                          NULL, values, NULL, NULL, 0);
-    if (undefined_function(result)) {
+    result = run(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 3, values,
+                 "unable to take the database lease", err);
+    if (result != NULL && undefined_function(result)) {
         PQclear(result); /* a schema at migration 018 */
-        result = PQexecParams(conn, SQL_TAKE_018, 2, NULL, values, NULL, NULL, 0);
+        result = run(conn, SQL_TAKE_018, 2, values, "unable to take the database lease", err);
     }
+    if (result == NULL)
+        return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to take the database lease");
         if (err != NULL && strcmp(err->sqlstate, "42883") == 0) {
@@ -80,8 +106,10 @@ int
 store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err)
 {
     const char *values[1] = {relay_id};
-    PGresult *result = PQexecParams(conn, SQL_RELEASE, 1, NULL, values, NULL, NULL, 0);
+    PGresult *result = run(conn, SQL_RELEASE, 1, values, "unable to release the database lease", err);
 
+    if (result == NULL)
+        return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
         outbox_error_from_pg(err, conn, result, "unable to release the database lease");
         PQclear(result);
@@ -95,8 +123,11 @@ int
 store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err)
 {
     PGresult *result =
-        PQexec(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY);
+        run(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY, 0, NULL,
+            "unable to read when the next row is due", err);
 
+    if (result == NULL)
+        return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to read when the next row is due");
         PQclear(result);
@@ -111,8 +142,11 @@ int
 store_database_stream_queues(PGconn *conn, char *queues, size_t size, struct outbox_error *err)
 {
     PGresult *result =
-        PQexec(conn, "SELECT coalesce(string_agg(queue, ', ' ORDER BY queue), '') FROM outbox.stream");
+        run(conn, "SELECT coalesce(string_agg(queue, ', ' ORDER BY queue), '') FROM outbox.stream",
+            0, NULL, "unable to read the stream queues", err);
 
+    if (result == NULL)
+        return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to read the stream queues");
         PQclear(result);

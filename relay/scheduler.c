@@ -567,8 +567,12 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     w->next_ready = -1;
     if (w->watched && !slice.more && w->connection.store != NULL &&
         store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
-                                  &next_err) != 0)
-        w->next_ready = 0; /* unknown: looked at again after the idle wait */
+                                  &next_err) != 0) {
+        /* the connection may hold the statement still: dropped, the database tried again */
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+        *cause = next_err;
+    }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
                           p->rows_completed - completed);
     return slice;

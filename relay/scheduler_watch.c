@@ -10,13 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <poll.h>
-
 #include <libpq-fe.h>
 
 #include "buffer.h"
-#include "clock.h"
 #include "log.h"
+#include "pg_bounded.h"
 #include "timeouts.h"
 
 struct watch_database {
@@ -272,46 +270,15 @@ members_changed(struct watch_server *server, const char *members)
     return changed;
 }
 
-/*
- * Runs the look on conn within SCHEDULER_WATCH_DEADLINE_SECONDS: its last
- * result, or NULL when the server did not answer in time (a stopped
- * backend, a frozen host whose kernel still acknowledges: libpq would wait
- * for ever, and every server's wakes with it) or the connection failed.
- */
-static PGresult *
-look(PGconn *conn, const char *stale_after)
-{
-    const char *values[1] = {stale_after};
-    int64_t deadline = clock_monotonic_ms() + SCHEDULER_WATCH_DEADLINE_SECONDS * 1000;
-    PGresult *last = NULL, *next;
-
-    if (!PQsendQueryParams(conn, SQL_LOOK, 1, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
-        return NULL;
-    for (;;) {
-        while (PQisBusy(conn)) {
-            struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-            int64_t remaining = deadline - clock_monotonic_ms();
-
-            if (remaining <= 0 || pfd.fd < 0 || poll(&pfd, 1, (int)remaining) < 0 ||
-                !PQconsumeInput(conn)) {
-                PQclear(last);
-                return NULL;
-            }
-        }
-        next = PQgetResult(conn);
-        if (next == NULL)
-            return last;
-        PQclear(last);
-        last = next;
-    }
-}
-
 /* Reads the row counts of server's databases; adds the moved ones to w->woken. */
 static size_t
 look_at_server(struct watch *w, size_t index, size_t woken)
 {
     struct watch_server *server = &w->servers[index];
-    PGresult *result = look(server->conn, w->stale_after);
+    const char *values[1] = {w->stale_after};
+    /* bounded: one stalled server must not hold up the wakes of the others */
+    PGresult *result = pg_exec_bounded(server->conn, SQL_LOOK, 1, values,
+                                       SCHEDULER_WATCH_DEADLINE_SECONDS * 1000);
     size_t first = woken;
 
     server->answered = PQresultStatus(result) == PGRES_TUPLES_OK;
