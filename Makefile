@@ -105,7 +105,7 @@ TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/com
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
 .PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
-        format analyze clean check-deps install man deb image test-image
+        format analyze clean check-deps install man deb image test-image console-screenshot
 
 all: check-deps $(PRODUCTS)
 
@@ -269,6 +269,11 @@ bench:
 	tests/harness/deps.sh
 	$(MAKE) OPT="-O2" all $(TOOL_BIN)
 	BUILD=$(BUILD) BIN=$(BIN) tests/bench/run.sh
+
+# docs/console.png again, from a console over three seeded databases (not a test; starts
+# its own PostgreSQL unless OUTBOX_TEST_PG_URL names one).
+console-screenshot: all
+	BUILD=$(BUILD) BIN=$(BIN) tests/browser/screenshot.sh docs/console.png
 
 # The torture run starts its own servers; every setting comes from the environment.
 torture:

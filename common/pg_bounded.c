@@ -5,9 +5,8 @@
 
 #include <stdint.h>
 
-#include <poll.h>
-
 #include "clock.h"
+#include "pg_wait.h"
 
 PGresult *
 pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *values,
@@ -18,21 +17,14 @@ pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *v
 
     if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
         return NULL;
-    for (;;) {
-        while (PQisBusy(conn)) {
-            struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-            int64_t remaining = deadline - clock_monotonic_ms();
-
-            if (remaining <= 0 || pfd.fd < 0 || poll(&pfd, 1, (int)remaining) < 0 ||
-                !PQconsumeInput(conn)) {
-                PQclear(last);
-                return NULL;
-            }
-        }
+    /* one deadline for every result of the statement */
+    while (pg_wait_result(conn, deadline) == PG_WAIT_READY) {
         next = PQgetResult(conn);
         if (next == NULL)
             return last;
         PQclear(last);
         last = next;
     }
+    PQclear(last);
+    return NULL;
 }

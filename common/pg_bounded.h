@@ -4,9 +4,10 @@
  *
  * libpq's PQexec waits for ever on a server that stopped answering (a
  * stopped backend, a frozen host whose kernel still acknowledges). The
- * store bounds its own statements (src/store_exec.c); this is the same
- * wait for the connections the relay drives by hand: the statistics watch's
- * and the database lease's statements on a slot's connection.
+ * store bounds its own statements (src/store_exec.c); this bounds, with the
+ * same wait (src/pg_wait.h), the statements on the connections the relay
+ * drives by hand: the statistics watch's and the database lease's on a
+ * slot's connection.
  */
 #ifndef OUTBOX_PG_BOUNDED_H
 #define OUTBOX_PG_BOUNDED_H

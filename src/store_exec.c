@@ -11,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <poll.h>
-
 #include "clock.h"
 #include "error.h"
+#include "pg_wait.h"
 #include "store_exec.h"
 
 /* ---- running statements ---------------------------------------------------- */
@@ -23,33 +22,31 @@
  * Waits until the next result can be read without blocking, for at most
  * STORE_STATEMENT_DEADLINE_MS: libpq itself would wait for ever on a
  * server that stopped answering (a stopped backend, a frozen host whose
- * kernel still acknowledges). On expiry the error is a transient
+ * kernel still acknowledges); the wait is pg_wait_result(), shared with the
+ * relay's own connections. On expiry the error is a transient
  * OUTBOX_ERR_TIMEOUT: the caller drops the connection and makes a new one,
  * and rows claimed meanwhile come back after their lease.
  */
 int
 store_await_result(outbox_store *store, const char *context, struct outbox_error *err)
 {
-    int64_t deadline = clock_monotonic_ms() + STORE_STATEMENT_DEADLINE_MS;
-
     if (PQflush(store->conn) < 0)
         return outbox_error_from_pg(err, store->conn, NULL, context);
-    while (PQisBusy(store->conn)) {
-        int64_t remaining = deadline - clock_monotonic_ms();
-        struct pollfd pfd = {.fd = PQsocket(store->conn), .events = POLLIN};
-
-        if (remaining <= 0)
-            return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
-                                    "%s: the database did not answer within %d s (server stalled"
-                                    " or unreachable); dropping the connection",
-                                    context, STORE_STATEMENT_DEADLINE_MS / 1000);
-        if (pfd.fd < 0)
-            return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s: database connection is closed",
-                                    context);
-        if (poll(&pfd, 1, (int)remaining) > 0 && !PQconsumeInput(store->conn))
-            return outbox_error_from_pg(err, store->conn, NULL, context);
+    switch (pg_wait_result(store->conn, clock_monotonic_ms() + STORE_STATEMENT_DEADLINE_MS)) {
+    case PG_WAIT_READY:
+        return 0;
+    case PG_WAIT_TIMEOUT:
+        return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
+                                "%s: the database did not answer within %d s (server stalled"
+                                " or unreachable); dropping the connection",
+                                context, STORE_STATEMENT_DEADLINE_MS / 1000);
+    case PG_WAIT_CLOSED:
+        return outbox_error_set(err, OUTBOX_ERR_CONNECTION, "%s: database connection is closed",
+                                context);
+    case PG_WAIT_FAILED:
+        break;
     }
-    return 0;
+    return outbox_error_from_pg(err, store->conn, NULL, context);
 }
 
 /*

@@ -1,6 +1,6 @@
 /*
- * console_client.c - the tests' HTTP client for the console (see
- * console_client.h).
+ * console_client.c - the tests' HTTP client for the console and the
+ * console started and stopped around a test (see console_client.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "console_client.h"
@@ -71,6 +72,32 @@ console_http(int port, const char *method, const char *path, const char *extra, 
     }
     free(buffer);
     return reply;
+}
+
+struct console_reply
+console_get(int port, const char *path)
+{
+    return console_http(port, "GET", path, CONSOLE_BEARER, NULL, 20);
+}
+
+struct console_reply
+console_post(int port, const char *path, const char *body)
+{
+    return console_http(port, "POST", path, CONSOLE_BEARER "Content-Type: application/json\r\n",
+                        body, 20);
+}
+
+void
+console_token_file(char *path, size_t size, const char *name)
+{
+    FILE *file;
+
+    snprintf(path, size, "/tmp/outbox-%s-token-%d", name, (int)getpid());
+    file = fopen(path, "w");
+    assert_non_null(file);
+    fputs(CONSOLE_TOKEN "\n", file);
+    fclose(file);
+    assert_int_equal(chmod(path, 0600), 0);
 }
 
 /*

@@ -1,7 +1,8 @@
 /*
- * console_client.h - a plain HTTP/1.1 client for the tests of `outboxctl
- * serve`: one request per connection, as the console answers them, and the
- * console process started and stopped around a test.
+ * console_client.h - what the tests of `outboxctl serve` share: a plain
+ * HTTP/1.1 client (one request per connection, as the console answers them),
+ * requests with the tests' token, its token file, and the console process
+ * started and stopped around a test.
  *
  * Like harness.h, these fail the current cmocka test on an error instead of
  * returning one. Include <cmocka.h> (with its prelude) before this header.
@@ -9,7 +10,12 @@
 #ifndef OUTBOX_TEST_CONSOLE_CLIENT_H
 #define OUTBOX_TEST_CONSOLE_CLIENT_H
 
+#include <stddef.h>
 #include <sys/types.h>
+
+/* The token the tests' consoles serve with, and the header line that sends it. */
+#define CONSOLE_TOKEN "console-test-token-0123456789"
+#define CONSOLE_BEARER "Authorization: Bearer " CONSOLE_TOKEN "\r\n"
 
 /* An answer: status 0 when none came (refused, closed or timed out). */
 struct console_reply {
@@ -28,6 +34,19 @@ void console_reply_free(struct console_reply *reply);
  */
 struct console_reply console_http(int port, const char *method, const char *path,
                                   const char *extra, const char *body, int timeout_seconds);
+
+/* GET path with CONSOLE_BEARER, within 20 s. */
+struct console_reply console_get(int port, const char *path);
+
+/* POST body as application/json to path with CONSOLE_BEARER, within 20 s. */
+struct console_reply console_post(int port, const char *path, const char *body);
+
+/*
+ * Writes CONSOLE_TOKEN into /tmp/outbox-<name>-token-<pid>, readable by its
+ * owner alone as --auth-token-file wants, and puts that path in path (size
+ * bytes). The test unlinks it.
+ */
+void console_token_file(char *path, size_t size, const char *name);
 
 /*
  * Starts `outboxctl serve --listen 127.0.0.1:port --database-url url` with

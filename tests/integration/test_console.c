@@ -32,7 +32,6 @@
 #include "fixtures.h"
 #include "harness.h"
 
-#define TOKEN "console-test-token-0123456789"
 #define XSS_ERROR "<img src=x onerror=alert(1)>"
 #define XSS_KEY "<script>alert(2)</script>"
 
@@ -51,19 +50,6 @@ static struct console_reply
 http(int port, const char *method, const char *path, const char *extra, const char *body)
 {
     return console_http(port, method, path, extra, body, 20);
-}
-
-static struct console_reply
-bearer_get(const struct fixture *f, const char *path)
-{
-    return http(f->port, "GET", path, "Authorization: Bearer " TOKEN "\r\n", NULL);
-}
-
-static struct console_reply
-bearer_post(const struct fixture *f, const char *path, const char *body)
-{
-    return http(f->port, "POST", path,
-                "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n", body);
 }
 
 /* Starts a console with the given options (NULL-terminated); waits until it answers. */
@@ -99,18 +85,12 @@ static int
 setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    FILE *file;
 
     assert_non_null(f);
     f->url = harness_database_new();
     f->conn = harness_connect(f->url);
     harness_exec(f->conn, seed_sql);
-    snprintf(f->token_file, sizeof(f->token_file), "/tmp/outbox-console-token-%d", (int)getpid());
-    file = fopen(f->token_file, "w");
-    assert_non_null(file);
-    fputs(TOKEN "\n", file);
-    fclose(file);
-    assert_int_equal(chmod(f->token_file, 0600), 0);
+    console_token_file(f->token_file, sizeof(f->token_file), "console");
     *state = f;
     return 0;
 }
@@ -163,7 +143,7 @@ test_token_required(void **state)
     console_expect(&r, 401, "name=\"token\"");
     assert_null(strstr(r.body, "orders"));
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"queue\":\"orders\"");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
@@ -173,9 +153,9 @@ test_token_required(void **state)
 static char *
 login(const struct fixture *f)
 {
-    struct console_reply r = http(f->port, "POST", "/login",
-                          "Content-Type: application/x-www-form-urlencoded\r\n",
-                          "token=" TOKEN);
+    struct console_reply r =
+        http(f->port, "POST", "/login", "Content-Type: application/x-www-form-urlencoded\r\n",
+             "token=" CONSOLE_TOKEN);
     char *cookie, *start, *end;
 
     console_expect(&r, 303, NULL);
@@ -262,7 +242,7 @@ test_read_only(void **state)
 
     start_with_token(f, false);
     for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++) {
-        r = bearer_post(f, posts[i][0], posts[i][1]);
+        r = console_post(f->port, posts[i][0], posts[i][1]);
         console_expect(&r, 403, "read-only");
         console_reply_free(&r);
     }
@@ -273,10 +253,10 @@ test_read_only(void **state)
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      5);
-    r = bearer_get(f, "/api/v1/dead");
+    r = console_get(f->port, "/api/v1/dead");
     console_expect(&r, 200, "\"job_id\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/dead");
+    r = console_get(f->port, "/dead");
     console_expect(&r, 200, "<fieldset disabled>");
     console_reply_free(&r);
 }
@@ -290,7 +270,7 @@ test_get_endpoints(void **state)
     struct console_reply r;
 
     start_with_token(f, true);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "{\"queue\":\"billing\",\"ready\":1,\"running\":1,\"succeeded\":0,\"dead\":0,");
     assert_non_null(strstr(r.body, "{\"queue\":\"orders\",\"ready\":2,\"running\":0,"
                                    "\"succeeded\":5,\"dead\":1,"));
@@ -299,13 +279,13 @@ test_get_endpoints(void **state)
     assert_non_null(strstr(r.head, "Content-Type: application/json"));
     console_reply_free(&r);
 
-    r = bearer_get(f, "/api/v1/dead?queue=orders&limit=10");
+    r = console_get(f->port, "/api/v1/dead?queue=orders&limit=10");
     console_expect(&r, 200, "\"queue\":\"orders\"");
     assert_non_null(strstr(r.body, "\"attempts\":3"));
     assert_non_null(strstr(r.body, "\"payload\":{\"html\": \"<b>bold</b>\"}"));
     assert_non_null(strstr(r.body, "\"last_error\":\"\\u003cimg src=x onerror=alert(1)\\u003e\""));
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/dead?queue=billing");
+    r = console_get(f->port, "/api/v1/dead?queue=billing");
     console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
     console_reply_free(&r);
@@ -313,52 +293,52 @@ test_get_endpoints(void **state)
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
                           " VALUES ('big', jsonb_build_object('s', repeat('x', 70000)), 'dead',"
                           " 1, now())");
-    r = bearer_get(f, "/api/v1/dead?queue=big");
+    r = console_get(f->port, "/api/v1/dead?queue=big");
     console_expect(&r, 200, "xxx [cut]\"");
     assert_true(strlen(r.body) < 67000);
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/dead?error=ONERROR");
+    r = console_get(f->port, "/api/v1/dead?error=ONERROR");
     console_expect(&r, 200, "\"job_id\"");
     console_reply_free(&r);
 
-    r = bearer_get(f, "/api/v1/overview");
+    r = console_get(f->port, "/api/v1/overview");
     console_expect(&r, 200, "\"schema_version\":");
     assert_non_null(strstr(r.body, "\"succeeded_estimated\":false"));
     assert_non_null(strstr(r.body, "\"vacuum_horizon\":{"));
     assert_non_null(strstr(r.body, "\"relays\":[{\"worker_id\":\"relay-a\",\"rows\":1,"));
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/relays");
+    r = console_get(f->port, "/api/v1/relays");
     console_expect(&r, 200, "\"worker_id\":\"relay-a\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/blocked");
+    r = console_get(f->port, "/api/v1/blocked");
     console_expect(&r, 200, "\"head_state\":\"dead\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/paused");
+    r = console_get(f->port, "/api/v1/paused");
     console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/chart");
+    r = console_get(f->port, "/api/v1/chart");
     console_expect(&r, 200, "\"minutes\":[{\"minute\":");
     assert_non_null(strstr(r.body, "\"published\":5"));
     assert_non_null(strstr(r.body, "\"enqueued\":5,")); /* the 5 rows created 3 minutes ago */
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/session");
+    r = console_get(f->port, "/api/v1/session");
     console_expect(&r, 200, "\"identity\":\"bearer\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/nothing");
+    r = console_get(f->port, "/api/v1/nothing");
     console_expect(&r, 404, "no such endpoint");
     console_reply_free(&r);
 
     static const char *const pages[] = {"/", "/dead", "/dead?queue=orders", "/keys", "/replay"};
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
-        r = bearer_get(f, pages[i]);
+        r = console_get(f->port, pages[i]);
         console_expect(&r, 200, "</html>");
         assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
         assert_null(strstr(r.body, "<script>")); /* no inline script anywhere */
         assert_null(strstr(r.body, "style=\""));
         console_reply_free(&r);
     }
-    r = bearer_get(f, "/static/console.js");
+    r = console_get(f->port, "/static/console.js");
     console_expect(&r, 200, "X-CSRF-Token");
     console_reply_free(&r);
 }
@@ -374,14 +354,14 @@ test_dead_retry_and_delete(void **state)
 
     start_with_token(f, true);
     snprintf(body, sizeof(body), "{\"job_ids\":[%lld]}", dead_id);
-    r = bearer_post(f, "/api/v1/dead/retry", body);
+    r = console_post(f->port, "/api/v1/dead/retry", body);
     console_expect(&r, 200, "{\"retried\":1}");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state ="
                                                " 'ready' AND max_attempts = 4 AND job_id = (SELECT"
                                                " max(job_id) FROM outbox.job WHERE attempts = 3)"),
                      1);
-    r = bearer_post(f, "/api/v1/dead/retry", body);
+    r = console_post(f->port, "/api/v1/dead/retry", body);
     console_expect(&r, 200, "{\"retried\":0}");
     console_reply_free(&r);
 
@@ -391,13 +371,13 @@ test_dead_retry_and_delete(void **state)
                           " FROM generate_series(1, 2500) AS i;"
                           "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
                           " last_error) VALUES ('bulk', '{}', 'dead', 1, now(), 'other')");
-    r = bearer_post(f, "/api/v1/dead/retry", "{\"queue\":\"bulk\",\"error\":\"BOOM\"}");
+    r = console_post(f->port, "/api/v1/dead/retry", "{\"queue\":\"bulk\",\"error\":\"BOOM\"}");
     console_expect(&r, 200, "{\"retried\":2500}");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
                                                " 'bulk' AND state = 'ready'"),
                      2500);
-    r = bearer_post(f, "/api/v1/dead/delete", "{\"queue\":\"bulk\"}");
+    r = console_post(f->port, "/api/v1/dead/delete", "{\"queue\":\"bulk\"}");
     console_expect(&r, 200, "{\"deleted\":1}");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
@@ -413,23 +393,25 @@ test_pause_resume_and_replay(void **state)
     struct console_reply r;
 
     start_with_token(f, true);
-    r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\",\"ordering_key\":\"k1\","
-                                        "\"reason\":\"investigating\"}");
+    r = console_post(f->port, "/api/v1/pause",
+                     "{\"queue\":\"orders\",\"ordering_key\":\"k1\","
+                     "\"reason\":\"investigating\"}");
     console_expect(&r, 200, "{\"changed\":true}");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/paused");
+    r = console_get(f->port, "/api/v1/paused");
     console_expect(&r, 200, "\"ordering_key\":\"k1\",\"reason\":\"investigating\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"paused\":false,\"paused_keys\":1");
     console_reply_free(&r);
-    r = bearer_post(f, "/api/v1/resume", "{\"queue\":\"orders\",\"ordering_key\":\"k1\"}");
+    r = console_post(f->port, "/api/v1/resume", "{\"queue\":\"orders\",\"ordering_key\":\"k1\"}");
     console_expect(&r, 200, "\"changed\":true");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 
-    r = bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\","
-                                         "\"dry_run\":true}");
+    r = console_post(f->port, "/api/v1/replay",
+                     "{\"queue\":\"orders\",\"since\":\"-infinity\","
+                     "\"dry_run\":true}");
     console_expect(&r, 200, "{\"dry_run\":true,\"replayed\":5,");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -439,7 +421,7 @@ test_pause_resume_and_replay(void **state)
                                  "\"dry_run\":false}",
              harness_query_ll(f->conn, "SELECT min(job_id) FROM outbox.job"
                                        " WHERE state = 'succeeded'"));
-    r = bearer_post(f, "/api/v1/replay", body);
+    r = console_post(f->port, "/api/v1/replay", body);
     console_expect(&r, 200, "\"replayed\":1,");
     assert_non_null(strstr(r.body, "\"missing\":1"));
     console_reply_free(&r);
@@ -464,17 +446,16 @@ test_endpoints_without_counts(void **state)
     start_with_token(f, false);
     harness_exec(locker, "BEGIN; LOCK TABLE outbox.stream_cursor IN ACCESS EXCLUSIVE MODE");
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        r = console_http(f->port, "GET", paths[i], "Authorization: Bearer " TOKEN "\r\n", NULL,
-                         3);
+        r = console_http(f->port, "GET", paths[i], CONSOLE_BEARER, NULL, 3);
         if (r.status != 200)
             fail_msg("%s did not answer beside a lock the counts wait for: %d", paths[i],
                      r.status);
         console_reply_free(&r);
     }
-    r = bearer_get(f, "/api/v1/relays");
+    r = console_get(f->port, "/api/v1/relays");
     console_expect(&r, 200, "\"worker_id\":\"relay-a\",\"rows\":1,");
     console_reply_free(&r);
-    r = bearer_get(f, "/keys");
+    r = console_get(f->port, "/keys");
     console_expect(&r, 200, "&lt;script&gt;alert(2)");
     console_reply_free(&r);
     harness_exec(locker, "COMMIT");
@@ -493,13 +474,13 @@ test_identity(void **state)
     assert_int_equal(fixture_run_outboxctl(argv, printed, sizeof(printed)), 0);
     unsetenv("OUTBOX_DATABASE_URL");
     start_with_token(f, false);
-    r = bearer_get(f, "/api/v1/identity");
+    r = console_get(f->port, "/api/v1/identity");
     console_expect(&r, 200, "{\"database_id\":\"");
     assert_non_null(strstr(r.head, "Content-Type: application/json"));
     assert_string_equal(r.body, printed);
     console_reply_free(&r);
     /* read-only: a POST to it is no action */
-    r = bearer_post(f, "/api/v1/identity", "{}");
+    r = console_post(f->port, "/api/v1/identity", "{}");
     console_expect(&r, 403, "read-only");
     console_reply_free(&r);
 }
@@ -517,33 +498,33 @@ test_escaping(void **state)
     start_with_token(f, true);
     static const char *const pages[] = {"/dead", "/keys", "/"};
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
-        r = bearer_get(f, pages[i]);
+        r = console_get(f->port, pages[i]);
         console_expect(&r, 200, NULL);
         assert_null(strstr(r.body, "<script>"));
         assert_null(strstr(r.body, "<img"));
         assert_null(strstr(r.body, "<b>bold"));
         console_reply_free(&r);
     }
-    r = bearer_get(f, "/dead");
+    r = console_get(f->port, "/dead");
     assert_non_null(strstr(r.body, "&lt;img src=x onerror=alert(1)&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;alert(2)&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;b&gt;bold&lt;/b&gt;"));
     console_reply_free(&r);
-    r = bearer_get(f, "/keys");
+    r = console_get(f->port, "/keys");
     assert_non_null(strstr(r.body, "&lt;script&gt;pause()&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;reason()&lt;/script&gt;"));
     console_reply_free(&r);
     /* a filter value echoed into the page is escaped too */
-    r = bearer_get(f, "/dead?queue=%22%3E%3Cscript%3Ex()%3C/script%3E");
+    r = console_get(f->port, "/dead?queue=%22%3E%3Cscript%3Ex()%3C/script%3E");
     console_expect(&r, 200, "&quot;&gt;&lt;script&gt;x()");
     assert_null(strstr(r.body, "<script>"));
     console_reply_free(&r);
     /* JSON escapes < and > so a misread answer cannot become markup */
-    r = bearer_get(f, "/api/v1/blocked");
+    r = console_get(f->port, "/api/v1/blocked");
     console_expect(&r, 200, "\\u003cscript\\u003ealert(2)\\u003c/script\\u003e");
     console_reply_free(&r);
     /* queue names cannot hold markup at all: the schema refuses them */
-    r = bearer_post(f, "/api/v1/pause", "{\"queue\":\"<script>\"}");
+    r = console_post(f->port, "/api/v1/pause", "{\"queue\":\"<script>\"}");
     console_expect(&r, 400, "invalid outbox queue name");
     console_reply_free(&r);
 }
@@ -564,40 +545,40 @@ test_bad_input(void **state)
     struct fixture *f = *state;
 
     start_with_token(f, true);
-    expect_bad(bearer_get(f, "/api/v1/dead?limit=abc"), "limit must be");
-    expect_bad(bearer_get(f, "/api/v1/dead?limit=0"), "limit must be");
-    expect_bad(bearer_get(f, "/api/v1/dead?job_id=x"), "job_id must be");
-    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":"), "json");
-    expect_bad(bearer_post(f, "/api/v1/pause", "[1]"), "json object");
-    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\"} x"), "trailing");
-    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":1}"), "string");
-    expect_bad(bearer_post(f, "/api/v1/pause", "{\"bogus\":\"x\"}"), "unknown field 'bogus'");
-    expect_bad(bearer_post(f, "/api/v1/pause", "{}"), "queue is required");
-    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{}"), "give job_ids");
-    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[\"1\"]}"), "job ids");
-    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[]}"), "empty");
-    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[-4]}"), "positive");
-    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\"}"), "either since");
-    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"soon\"}"),
+    expect_bad(console_get(f->port, "/api/v1/dead?limit=abc"), "limit must be");
+    expect_bad(console_get(f->port, "/api/v1/dead?limit=0"), "limit must be");
+    expect_bad(console_get(f->port, "/api/v1/dead?job_id=x"), "job_id must be");
+    expect_bad(console_post(f->port, "/api/v1/pause", "{\"queue\":"), "json");
+    expect_bad(console_post(f->port, "/api/v1/pause", "[1]"), "json object");
+    expect_bad(console_post(f->port, "/api/v1/pause", "{\"queue\":\"orders\"} x"), "trailing");
+    expect_bad(console_post(f->port, "/api/v1/pause", "{\"queue\":1}"), "string");
+    expect_bad(console_post(f->port, "/api/v1/pause", "{\"bogus\":\"x\"}"),
+               "unknown field 'bogus'");
+    expect_bad(console_post(f->port, "/api/v1/pause", "{}"), "queue is required");
+    expect_bad(console_post(f->port, "/api/v1/dead/retry", "{}"), "give job_ids");
+    expect_bad(console_post(f->port, "/api/v1/dead/retry", "{\"job_ids\":[\"1\"]}"), "job ids");
+    expect_bad(console_post(f->port, "/api/v1/dead/retry", "{\"job_ids\":[]}"), "empty");
+    expect_bad(console_post(f->port, "/api/v1/dead/retry", "{\"job_ids\":[-4]}"), "positive");
+    expect_bad(console_post(f->port, "/api/v1/replay", "{\"queue\":\"orders\"}"), "either since");
+    expect_bad(console_post(f->port, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"soon\"}"),
                "since is not a time");
-    expect_bad(bearer_post(f, "/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\","
-                                                "\"dry_run\":\"yes\"}"),
+    expect_bad(console_post(f->port, "/api/v1/replay",
+                            "{\"queue\":\"orders\",\"since\":\"-infinity\","
+                            "\"dry_run\":\"yes\"}"),
                "dry_run");
-    expect_bad(http(f->port, "POST", "/api/v1/pause",
-                    "Authorization: Bearer " TOKEN "\r\nContent-Type: text/plain\r\n",
+    expect_bad(http(f->port, "POST", "/api/v1/pause", CONSOLE_BEARER "Content-Type: text/plain\r\n",
                     "{\"queue\":\"orders\"}"),
                "application/json");
-    expect_bad(http(f->port, "POST", "/api/v1/pause", "Authorization: Bearer " TOKEN "\r\n",
-                    "{\"queue\":\"orders\"}"),
+    expect_bad(http(f->port, "POST", "/api/v1/pause", CONSOLE_BEARER, "{\"queue\":\"orders\"}"),
                "application/json");
     expect_bad(http(f->port, "POST", "/api/v1/pause",
-                    "Authorization: Bearer " TOKEN "\r\nContent-Type: application/jsonp\r\n",
-                    "{\"queue\":\"orders\"}"),
+                    CONSOLE_BEARER "Content-Type: application/jsonp\r\n", "{\"queue\":\"orders\"}"),
                "application/json");
     /* last-one-wins would pause billing where the reader saw orders */
-    expect_bad(bearer_post(f, "/api/v1/pause", "{\"queue\":\"orders\",\"queue\":\"billing\"}"),
-               "duplicate field 'queue'");
-    expect_bad(bearer_post(f, "/api/v1/dead/retry", "{\"job_ids\":[1],\"job_ids\":[2]}"),
+    expect_bad(
+        console_post(f->port, "/api/v1/pause", "{\"queue\":\"orders\",\"queue\":\"billing\"}"),
+        "duplicate field 'queue'");
+    expect_bad(console_post(f->port, "/api/v1/dead/retry", "{\"job_ids\":[1],\"job_ids\":[2]}"),
                "duplicate field 'job_ids'");
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -606,7 +587,7 @@ test_bad_input(void **state)
     /* a media type with parameters, in any case, is still JSON */
     {
         struct console_reply r = http(f->port, "POST", "/api/v1/pause",
-                                      "Authorization: Bearer " TOKEN "\r\nContent-Type: "
+                                      CONSOLE_BEARER "Content-Type: "
                                       "Application/JSON; charset=utf-8\r\n",
                                       "{\"queue\":\"orders\"}");
 
@@ -634,8 +615,7 @@ test_loopback_without_token(void **state)
     console_expect(&r, 403, "csrf");
     console_reply_free(&r);
     /* a bearer header means nothing without a token file: still no CSRF token, still 403 */
-    r = http(f->port, "POST", "/api/v1/pause",
-             "Authorization: Bearer " TOKEN "\r\nContent-Type: application/json\r\n",
+    r = http(f->port, "POST", "/api/v1/pause", CONSOLE_BEARER "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "csrf");
     console_reply_free(&r);
@@ -690,7 +670,7 @@ test_streams(void **state)
     start_with_token(f, false);
 
     /* each partition with the rows inserted in it, no owner; nobody holds the horizon */
-    r = bearer_get(f, "/api/v1/streams");
+    r = console_get(f->port, "/api/v1/streams");
     console_expect(&r, 200, "{\"partitions\":[");
     for (int p = 0; p < 2; p++)
         expect_part(r.body, "{\"queue\":\"events\",\"partition\":%d,\"lag_rows\":%lld,", p,
@@ -699,7 +679,7 @@ test_streams(void **state)
     assert_null(strstr(r.body, "\"lease_until\":\""));
     expect_part(r.body, "\"horizon\":null}");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "{\"queue\":\"events\",\"ready\":0,\"running\":0,\"succeeded\":0,\"dead\":0,");
     expect_part(r.body, "\"stream\":true,\"stream_published\":0,\"stream_waiting\":7}");
     expect_part(r.body, "\"stream\":false,\"stream_published\":0,\"stream_waiting\":0}");
@@ -714,12 +694,12 @@ test_streams(void **state)
                           "          AND j.stream_partition = c.partition"
                           "        ORDER BY j.xid DESC, j.job_id DESC LIMIT 1)"
                           " WHERE c.queue = 'events' AND c.partition = 0");
-    r = bearer_get(f, "/api/v1/streams");
+    r = console_get(f->port, "/api/v1/streams");
     console_expect(&r, 200, "\"partition\":0,\"lag_rows\":0,\"lag_seconds\":0.000,"
                     "\"owner\":\"relay-\\u003cs\\u003e\",\"lease_until\":\"20");
     expect_part(r.body, "\"partition\":1,\"lag_rows\":%lld,", lag[1]);
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     expect_part(r.body, "\"stream\":true,\"stream_published\":%lld,\"stream_waiting\":%lld}",
                 lag[0], lag[1]);
     console_reply_free(&r);
@@ -727,13 +707,13 @@ test_streams(void **state)
     /* a transaction with an xid held open on another session holds the horizon */
     holder = f->other = harness_connect(f->url);
     harness_exec(holder, "BEGIN; SELECT pg_current_xact_id(), '<b>held</b>'");
-    r = bearer_get(f, "/api/v1/streams");
+    r = console_get(f->port, "/api/v1/streams");
     expect_part(r.body, "\"horizon\":{\"pid\":%d,\"age_seconds\":", PQbackendPID(holder));
     expect_part(r.body, "\"query\":\"BEGIN; SELECT pg_current_xact_id(), '\\u003cb\\u003eheld");
     console_reply_free(&r);
 
     /* the overview page: the queue marked, the partitions, the holder, all escaped */
-    r = bearer_get(f, "/");
+    r = console_get(f->port, "/");
     console_expect(&r, 200, "<tr data-queue=\"events\" data-stream>");
     expect_part(r.body, "<table id=\"streams\">");
     for (int p = 0; p < 2; p++)
@@ -792,13 +772,13 @@ test_token_file_rules(void **state)
         mode_t mode;
         const char *why;
     } cases[] = {
-        {TOKEN "\n", 0644, "group or others"},
-        {TOKEN "\n", 0640, "group or others"},
-        {TOKEN "\n", 0604, "group or others"},
+        {CONSOLE_TOKEN "\n", 0644, "group or others"},
+        {CONSOLE_TOKEN "\n", 0640, "group or others"},
+        {CONSOLE_TOKEN "\n", 0604, "group or others"},
         {"                x\n", 0600, "printable characters without spaces"},
         {"\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", 0600, "printable characters without spaces"},
         {"console test token 0123456789\n", 0600, "printable characters without spaces"},
-        {"\n" TOKEN "\n", 0600, "16 to 4096"},
+        {"\n" CONSOLE_TOKEN "\n", 0600, "16 to 4096"},
     };
     const char *args[] = {"--auth-token-file", f->token_file, "--listen", "127.0.0.1:0",
                           "--database-url", f->url, NULL};
@@ -812,10 +792,10 @@ test_token_file_rules(void **state)
                      (unsigned)cases[i].mode, cases[i].why, output);
     }
     /* trailing blanks and the line end are not part of the token */
-    write_file(f->token_file, TOKEN " \t\r\n", 0400);
+    write_file(f->token_file, CONSOLE_TOKEN " \t\r\n", 0400);
     start_with_token(f, false);
     {
-        struct console_reply r = bearer_get(f, "/api/v1/queues");
+        struct console_reply r = console_get(f->port, "/api/v1/queues");
 
         console_expect(&r, 200, "\"queue\":\"orders\"");
         console_reply_free(&r);
@@ -851,17 +831,17 @@ test_database_down(void **state)
              harness_closed_port());
     f->serve_url = url;
     start_with_token(f, true);
-    r = bearer_get(f, "/");
+    r = console_get(f->port, "/");
     console_expect(&r, 503, "id=\"database-banner\"");
     console_reply_free(&r);
-    r = bearer_get(f, "/dead");
+    r = console_get(f->port, "/dead");
     console_expect(&r, 503, "Database unavailable");
     console_reply_free(&r);
-    r = bearer_get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 503, "unable to connect to the database");
     console_reply_free(&r);
     /* still serving */
-    r = bearer_get(f, "/replay");
+    r = console_get(f->port, "/replay");
     console_expect(&r, 200, "replay-form");
     console_reply_free(&r);
 }

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,8 +34,6 @@
 #include "fixtures.h"
 #include "harness.h"
 
-#define TOKEN "console-test-token-0123456789"
-#define BEARER "Authorization: Bearer " TOKEN "\r\n"
 #define DATABASES 3 /* alpha, beta, gamma: created empty, migrated over the list */
 
 static const char *const names[DATABASES] = {"alpha", "beta", "gamma"};
@@ -63,19 +60,6 @@ static const char *const seeds[DATABASES] = {
     " VALUES ('billing', '{}', 'running', 1, 'relay-a', now() + interval '30 seconds');",
     "",
 };
-
-static struct console_reply
-get(const struct fixture *f, const char *path)
-{
-    return console_http(f->port, "GET", path, BEARER, NULL, 20);
-}
-
-static struct console_reply
-post(const struct fixture *f, const char *path, const char *body)
-{
-    return console_http(f->port, "POST", path, BEARER "Content-Type: application/json\r\n", body,
-                        20);
-}
 
 /* Writes the list file: the three databases, then the lines of extra ("" for none). */
 static void
@@ -119,7 +103,6 @@ setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     const char *slash;
-    FILE *file;
 
     assert_non_null(f);
     f->silent_fd = -1;
@@ -129,13 +112,7 @@ setup(void **state)
     slash = strrchr(f->urls[0], '/');
     snprintf(f->missing_url, sizeof(f->missing_url), "%.*s/outbox_test_missing_%d",
              (int)(slash - f->urls[0]), f->urls[0], (int)getpid());
-    snprintf(f->token_file, sizeof(f->token_file), "/tmp/outbox-console-databases-token-%d",
-             (int)getpid());
-    file = fopen(f->token_file, "w");
-    assert_non_null(file);
-    fputs(TOKEN "\n", file);
-    fclose(file);
-    assert_int_equal(chmod(f->token_file, 0600), 0);
+    console_token_file(f->token_file, sizeof(f->token_file), "console-databases");
     *state = f;
     return 0;
 }
@@ -260,7 +237,7 @@ test_databases_view(void **state)
     write_list(f, extra);
     start_console(f);
     clock_gettime(CLOCK_MONOTONIC, &start);
-    r = get(f, "/api/v1/databases");
+    r = console_get(f->port, "/api/v1/databases");
     /* the silent server costs its connect timeout (2 s), in parallel with the others */
     if (milliseconds_since(&start) > 4500 * harness_time_scale())
         fail_msg("the view took %ld ms", milliseconds_since(&start));
@@ -277,7 +254,7 @@ test_databases_view(void **state)
     expect_in(r.body, "\"list_error\":null");
     console_reply_free(&r);
     /* the page: a row per database, the error of the missing one, the totals line */
-    r = get(f, "/databases");
+    r = console_get(f->port, "/databases");
     console_expect(&r, 200, "<tr data-database=\"missing\">");
     expect_in(r.body, "does not exist");
     expect_in(r.body, "<a href=\"/?database=beta\">beta</a>");
@@ -295,28 +272,28 @@ test_endpoints_per_database(void **state)
     struct console_reply r;
 
     start_console(f);
-    r = get(f, "/api/v1/queues?database=beta");
+    r = console_get(f->port, "/api/v1/queues?database=beta");
     console_expect(&r, 200, "\"queue\":\"billing\"");
     assert_null(strstr(r.body, "orders"));
     console_reply_free(&r);
-    r = get(f, "/api/v1/queues"); /* the first database of the list */
+    r = console_get(f->port, "/api/v1/queues"); /* the first database of the list */
     console_expect(&r, 200, "\"queue\":\"orders\"");
     assert_null(strstr(r.body, "billing"));
     console_reply_free(&r);
-    r = get(f, "/api/v1/dead?database=alpha");
+    r = console_get(f->port, "/api/v1/dead?database=alpha");
     console_expect(&r, 200, "\"queue\":\"orders\"");
     console_reply_free(&r);
-    r = get(f, "/api/v1/dead?database=beta");
+    r = console_get(f->port, "/api/v1/dead?database=beta");
     console_expect(&r, 200, "[]");
     console_reply_free(&r);
     /* the pages carry their database in their links and forms, and switch it */
-    r = get(f, "/keys?database=beta");
+    r = console_get(f->port, "/keys?database=beta");
     console_expect(&r, 200, "<a href=\"/dead?database=beta\">");
     expect_in(r.body, "data-api=\"/api/v1/pause?database=beta\"");
     expect_in(r.body, "<option value=\"beta\" selected>");
     expect_in(r.body, "<option value=\"gamma\">");
     console_reply_free(&r);
-    r = get(f, "/?database=beta");
+    r = console_get(f->port, "/?database=beta");
     console_expect(&r, 200, "href=\"/dead?queue=billing&amp;database=beta\"");
     assert_null(strstr(r.body, "data-queue=\"orders\""));
     console_reply_free(&r);
@@ -329,7 +306,8 @@ test_action_on_one_database(void **state)
     struct console_reply r;
 
     start_console(f);
-    r = post(f, "/api/v1/pause?database=beta", "{\"queue\":\"orders\",\"reason\":\"beta only\"}");
+    r = console_post(f->port, "/api/v1/pause?database=beta",
+                     "{\"queue\":\"orders\",\"reason\":\"beta only\"}");
     console_expect(&r, 200, "\"changed\":true");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[1], "SELECT count(*) FROM outbox.paused"
@@ -337,11 +315,11 @@ test_action_on_one_database(void **state)
                      1);
     assert_int_equal(harness_query_ll(f->conns[0], "SELECT count(*) FROM outbox.paused"), 0);
     assert_int_equal(harness_query_ll(f->conns[2], "SELECT count(*) FROM outbox.paused"), 0);
-    r = get(f, "/api/v1/paused?database=beta");
+    r = console_get(f->port, "/api/v1/paused?database=beta");
     console_expect(&r, 200, "\"reason\":\"beta only\"");
     console_reply_free(&r);
     /* the dead rows of orders retried on alpha: the others have none to retry */
-    r = post(f, "/api/v1/dead/retry?database=alpha", "{\"queue\":\"orders\"}");
+    r = console_post(f->port, "/api/v1/dead/retry?database=alpha", "{\"queue\":\"orders\"}");
     console_expect(&r, 200, "\"retried\":1");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[0], "SELECT count(*) FROM outbox.job"
@@ -352,7 +330,7 @@ test_action_on_one_database(void **state)
     f->port = harness_closed_port();
     f->pid = console_start_list(f->port, f->list_path,
                                 (const char *[]){"--auth-token-file", f->token_file, NULL});
-    r = post(f, "/api/v1/resume?database=beta", "{\"queue\":\"orders\"}");
+    r = console_post(f->port, "/api/v1/resume?database=beta", "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "read-only");
     console_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[1], "SELECT count(*) FROM outbox.paused"), 1);
@@ -365,20 +343,20 @@ test_unknown_database(void **state)
     struct console_reply r;
 
     start_console(f);
-    r = get(f, "/api/v1/queues?database=nope");
+    r = console_get(f->port, "/api/v1/queues?database=nope");
     console_expect(&r, 404, "{\"error\":\"no database 'nope' in the console's list\"}\n");
     assert_int_equal(strchr(r.body, '\n') - r.body + 1, (long)strlen(r.body)); /* one line */
     console_reply_free(&r);
-    r = post(f, "/api/v1/pause?database=nope", "{\"queue\":\"orders\"}");
+    r = console_post(f->port, "/api/v1/pause?database=nope", "{\"queue\":\"orders\"}");
     console_expect(&r, 404, "no database 'nope'");
     console_reply_free(&r);
     for (int i = 0; i < DATABASES; i++)
         assert_int_equal(harness_query_ll(f->conns[i], "SELECT count(*) FROM outbox.paused"), 0);
-    r = get(f, "/dead?database=nope");
+    r = console_get(f->port, "/dead?database=nope");
     console_expect(&r, 404, "no database 'nope'");
     console_reply_free(&r);
     /* a name is echoed escaped, never as markup */
-    r = get(f, "/api/v1/queues?database=%3Cscript%3E");
+    r = console_get(f->port, "/api/v1/queues?database=%3Cscript%3E");
     console_expect(&r, 404, "\\u003cscript\\u003e");
     assert_null(strstr(r.body, "<script>"));
     console_reply_free(&r);
@@ -391,7 +369,7 @@ static bool
 databases_say_within(const struct fixture *f, const char *part)
 {
     for (int waited = 0; waited < 10000; waited += 200) {
-        struct console_reply r = get(f, "/api/v1/databases");
+        struct console_reply r = console_get(f->port, "/api/v1/databases");
         bool found = r.status == 200 && strstr(r.body, part) != NULL;
 
         console_reply_free(&r);
@@ -416,7 +394,7 @@ test_list_followed(void **state)
     harness_exec(conn, "SELECT outbox.enqueue('delta_queue', '{}')");
     PQfinish(conn);
     start_console(f);
-    r = get(f, "/api/v1/queues?database=delta");
+    r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 404, "no database 'delta'");
     console_reply_free(&r);
     snprintf(extra, sizeof(extra), "delta %s\n", f->extra_url);
@@ -425,22 +403,22 @@ test_list_followed(void **state)
     assert_true(databases_say_within(f, "{\"name\":\"delta\""));
     if (milliseconds_since(&start) > 5000)
         fail_msg("the database added showed after %ld ms", milliseconds_since(&start));
-    r = get(f, "/api/v1/queues?database=delta");
+    r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 200, "\"queue\":\"delta_queue\"");
     console_reply_free(&r);
     /* a bad file keeps the list in use, and says why */
     write_list(f, "delta not a url at all\n");
     assert_true(databases_say_within(f, "\"list_error\":\"--databases "));
-    r = get(f, "/api/v1/queues?database=delta");
+    r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 200, "\"queue\":\"delta_queue\"");
     console_reply_free(&r);
-    r = get(f, "/databases");
+    r = console_get(f->port, "/databases");
     console_expect(&r, 200, "id=\"list-error\"");
     console_reply_free(&r);
     /* a good file again: delta is gone from the console */
     write_list(f, "");
     assert_true(databases_say_within(f, "\"list_error\":null"));
-    r = get(f, "/api/v1/queues?database=delta");
+    r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 404, "no database 'delta'");
     console_reply_free(&r);
 }
@@ -460,17 +438,17 @@ test_single_database(void **state)
 
     f->port = harness_closed_port();
     f->pid = console_start(f->port, f->urls[1], options);
-    r = get(f, "/api/v1/databases");
+    r = console_get(f->port, "/api/v1/databases");
     snprintf(entry, sizeof(entry), "{\"name\":\"%s\",\"reachable\":true", name);
     console_expect(&r, 200, entry);
     expect_in(r.body, "\"totals\":{\"databases\":1,\"ok\":1,\"failed\":0,\"paused\":0,"
                       "\"ready\":1,\"running\":1,\"dead\":0,\"waiting\":0}");
     console_reply_free(&r);
-    r = get(f, "/api/v1/queues");
+    r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"queue\":\"billing\"");
     console_reply_free(&r);
     /* no selector without a list */
-    r = get(f, "/");
+    r = console_get(f->port, "/");
     console_expect(&r, 200, "data-queue=\"billing\"");
     assert_null(strstr(r.body, "<select name=\"database\""));
     console_reply_free(&r);

@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -437,23 +436,16 @@ test_every_address(void **state)
         {"192.0.2.7", "200"}, {"[2001:db8::1]", "200"}, {"localhost", "200"},
         {"attacker.example", "403"}, {"192.0.2.7.attacker.example", "403"},
     };
-    FILE *file;
 
-    snprintf(token_file, sizeof(token_file), "/tmp/outbox-console-every-%d", (int)getpid());
+    console_token_file(token_file, sizeof(token_file), "console-every");
     snprintf(listen, sizeof(listen), "0.0.0.0:%d", f->port);
-    file = fopen(token_file, "w");
-    assert_non_null(file);
-    fputs("console-test-token-0123456789\n", file);
-    fclose(file);
-    chmod(token_file, 0600);
     f->pid = console_start(f->port, f->url, options);
     for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
         char extra[160];
         struct console_reply r;
 
         snprintf(host, sizeof(host), "%s:%d", hosts[i][0], f->port);
-        snprintf(extra, sizeof(extra),
-                 "Host: %s\r\nAuthorization: Bearer console-test-token-0123456789\r\n", host);
+        snprintf(extra, sizeof(extra), "Host: %s\r\n" CONSOLE_BEARER, host);
         r = console_http(f->port, "GET", "/api/v1/queues", extra, NULL, 5);
         console_expect(&r, atoi(hosts[i][1]), NULL);
         console_reply_free(&r);
@@ -469,18 +461,12 @@ test_login_from_another_origin(void **state)
     char token_file[128], extra[256];
     const char *options[] = {"--auth-token-file", token_file, NULL};
     struct console_reply r;
-    FILE *file;
 
-    snprintf(token_file, sizeof(token_file), "/tmp/outbox-console-host-%d", (int)getpid());
-    file = fopen(token_file, "w");
-    assert_non_null(file);
-    fputs("console-test-token-0123456789\n", file);
-    fclose(file);
-    chmod(token_file, 0600);
+    console_token_file(token_file, sizeof(token_file), "console-host");
     f->pid = console_start(f->port, f->url, options);
     snprintf(extra, sizeof(extra), "Host: 127.0.0.1:%d\r\nOrigin: http://attacker.example\r\n",
              f->port);
-    r = console_http(f->port, "POST", "/login", extra, "token=console-test-token-0123456789", 5);
+    r = console_http(f->port, "POST", "/login", extra, "token=" CONSOLE_TOKEN, 5);
     console_expect(&r, 403, "origin");
     assert_null(strstr(r.head, "Set-Cookie"));
     console_reply_free(&r);
