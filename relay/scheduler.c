@@ -26,6 +26,7 @@
 #include "log.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
+#include "store_connect.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
 #include "timeouts.h"
@@ -452,14 +453,20 @@ scheduler_stop(struct scheduler *s)
  * identity, and the stream queues it does not serve (into stream_queues).
  */
 static int
-connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connection *c,
+connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
                char *stream_queues, size_t stream_queues_size, struct outbox_error *err)
 {
     const struct relay_config *config = p->relay->config;
+    /* a visit runs few statements: each is prepared when first run, and the
+     * privileges are audited at the first connect only (a later revoke fails
+     * its statement with PostgreSQL's own message) */
+    const struct store_connect_options visit = {.prepare_lazily = true,
+                                                .audited = atomic_load(&t->audited)};
 
-    c->store = outbox_store_connect(t->url, p->db.worker_id, err);
+    c->store = store_connect(t->url, p->db.worker_id, &visit, err);
     if (c->store == NULL)
         return -1;
+    atomic_store(&t->audited, true);
     if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
         store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0 ||
         store_database_stream_queues(outbox_store_conn(c->store), stream_queues,

@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "error.h"
 #include "migrate.h"
+#include "store_connect.h"
 #include "store_exec.h"
 #include "store_privileges.h"
 #include "store_worker.h"
@@ -151,31 +152,15 @@ set_session(outbox_store *store, struct outbox_error *err)
 static int
 prepare_statements(outbox_store *store, struct outbox_error *err)
 {
-    for (size_t i = 0; i < STMT_COUNT; i++) {
-        const struct store_statement *statement = &store_statements[i];
-        char context[96];
-        PGresult *result;
-
-        snprintf(context, sizeof(context), "unable to prepare '%s'", statement->name);
-        if (!PQsendPrepare(store->conn, statement->name, statement->sql, 0, NULL))
-            return outbox_error_from_pg(err, store->conn, NULL, context);
-        result = store_await_last_result(store, context, err);
-        if (result == NULL)
+    for (size_t i = 0; i < STMT_COUNT; i++)
+        if (store_prepare(store, (enum statement)i, err) != 0)
             return -1;
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            outbox_error_from_pg(err, store->conn, result, context);
-            if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
-                err->code = OUTBOX_ERR_SCHEMA;
-            PQclear(result);
-            return -1;
-        }
-        PQclear(result);
-    }
     return 0;
 }
 
 outbox_store *
-outbox_store_connect(const char *database_url, const char *worker_id, struct outbox_error *err)
+store_connect(const char *database_url, const char *worker_id,
+              const struct store_connect_options *options, struct outbox_error *err)
 {
     outbox_store *store;
 
@@ -193,12 +178,21 @@ outbox_store_connect(const char *database_url, const char *worker_id, struct out
      * claim one batch of it, so the pauses are read before the first claim.
      */
     if (set_session(store, err) != 0 || outbox_schema_check(store->conn, err) != 0 ||
-        store_check_privileges(store, false, err) != 0 || prepare_statements(store, err) != 0 ||
+        (!options->audited && store_check_privileges(store, false, err) != 0) ||
+        (!options->prepare_lazily && prepare_statements(store, err) != 0) ||
         store_pauses_read(store, err) != 0) {
         outbox_store_free(store);
         return NULL;
     }
     return store;
+}
+
+outbox_store *
+outbox_store_connect(const char *database_url, const char *worker_id, struct outbox_error *err)
+{
+    const struct store_connect_options every_step = {0};
+
+    return store_connect(database_url, worker_id, &every_step, err);
 }
 
 void

@@ -87,6 +87,48 @@ store_exec_bounded(outbox_store *store, const char *sql, const char *context,
     return store_await_last_result(store, context, err);
 }
 
+/* A failed Prepare's error: the statement does not fit this database's schema. */
+static int
+prepare_failed(outbox_store *store, enum statement statement, const PGresult *result,
+               struct outbox_error *err)
+{
+    char context[96];
+
+    snprintf(context, sizeof(context), "unable to prepare '%s'", store_statements[statement].name);
+    outbox_error_from_pg(err, store->conn, result, context);
+    if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
+        err->code = OUTBOX_ERR_SCHEMA;
+    store->prepared[statement] = false;
+    return -1;
+}
+
+/*
+ * Statements are prepared at their first run on a connection, or all at
+ * connect (outbox_store_connect()): a short visit of a list's idle database
+ * parses only the few it runs.
+ */
+int
+store_prepare(outbox_store *store, enum statement statement, struct outbox_error *err)
+{
+    const struct store_statement *s = &store_statements[statement];
+    PGresult *result;
+    int rc = 0;
+
+    if (store->prepared[statement])
+        return 0;
+    if (!PQsendPrepare(store->conn, s->name, s->sql, 0, NULL))
+        return prepare_failed(store, statement, NULL, err);
+    result = store_await_last_result(store, "unable to prepare a statement", err);
+    if (result == NULL)
+        return -1;
+    if (PQresultStatus(result) != PGRES_COMMAND_OK)
+        rc = prepare_failed(store, statement, result, err);
+    else
+        store->prepared[statement] = true;
+    PQclear(result);
+    return rc;
+}
+
 /* Runs a prepared statement, checking for the expected result status. */
 PGresult *
 store_run_prepared(outbox_store *store, enum statement statement, int nparams,
@@ -95,6 +137,8 @@ store_run_prepared(outbox_store *store, enum statement statement, int nparams,
 {
     PGresult *result;
 
+    if (store_prepare(store, statement, err) != 0)
+        return NULL;
     if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
                              NULL, 0)) {
         outbox_error_from_pg(err, store->conn, NULL, context);
@@ -113,7 +157,8 @@ store_run_prepared(outbox_store *store, enum statement statement, int nparams,
  * Queued statements. store_queue_prepared() sends a statement without waiting:
  * the connection enters libpq's pipeline mode and a Sync follows the
  * statement, so it runs and commits as its own transaction while the caller
- * does something else. store_collect_prepared() waits for the oldest queued
+ * does something else; a statement not prepared yet has its Prepare sent
+ * just ahead of it, within the same Sync. store_collect_prepared() waits for the oldest queued
  * statement's result; results come back in the order sent. With nothing
  * queued the connection leaves pipeline mode, so the plain calls work again.
  */
@@ -121,15 +166,22 @@ int
 store_queue_prepared(outbox_store *store, enum statement statement, int nparams,
                      const char *const *values, const char *context, struct outbox_error *err)
 {
+    const struct store_statement *s = &store_statements[statement];
+    bool prepare = !store->prepared[statement];
+
     if (store->queued_count == STORE_QUEUE_MAX)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "%s: too many statements queued", context);
     if (PQpipelineStatus(store->conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
+    if (prepare && !PQsendPrepare(store->conn, s->name, s->sql, 0, NULL))
+        return outbox_error_from_pg(err, store->conn, NULL, context);
+    store->prepared[statement] = true; /* a second run queued behind it needs no Prepare */
     if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,
                              NULL, 0) ||
         !PQpipelineSync(store->conn))
         return outbox_error_from_pg(err, store->conn, NULL, context);
-    store->queued[store->queued_count++] = statement;
+    store->queued[store->queued_count] = statement;
+    store->queued_prepare[store->queued_count++] = prepare;
     return 0;
 }
 
@@ -141,30 +193,72 @@ is_claim(enum statement statement)
            statement == STMT_CLAIM_ALL_PAUSED || statement == STMT_CLAIM_QUEUES_PAUSED;
 }
 
-/* statement is the one queued first (any claim stands for every claim). */
-PGresult *
-store_collect_prepared(outbox_store *store, enum statement statement, ExecStatusType expected,
-                       const char *context, struct outbox_error *err)
+/*
+ * Reads the results of a Prepare sent ahead of a queued statement: its status
+ * (its error, when it failed, in *failed: the statement after it is then
+ * skipped by the server), then the end of its results. 0, or -1 with err.
+ */
+static int
+collect_prepare(outbox_store *store, const char *context, PGresult **failed,
+                struct outbox_error *err)
 {
-    PGresult *result, *extra;
+    PGresult *result, *end;
 
+    if (store_await_result(store, context, err) != 0)
+        return -1;
+    result = PQgetResult(store->conn);
+    if (store_await_result(store, context, err) != 0) {
+        PQclear(result);
+        return -1;
+    }
+    end = PQgetResult(store->conn);
+    PQclear(end);
+    if (PQresultStatus(result) == PGRES_COMMAND_OK)
+        PQclear(result);
+    else
+        *failed = result;
+    return 0;
+}
+
+/* Takes the oldest entry off the queue; false when it is not statement (any claim for a claim). */
+static bool
+dequeue(outbox_store *store, enum statement statement, bool *prepare, const char *context,
+        struct outbox_error *err)
+{
     if (store->queued_count == 0 ||
         (store->queued[0] != statement && !(is_claim(statement) && is_claim(store->queued[0])))) {
         outbox_error_set(
             err, OUTBOX_ERR_INVALID, "%s: results collected out of order (%s)", context,
             store->queued_count > 0 ? "another statement was sent first" : "nothing was sent");
-        return NULL;
+        return false;
     }
+    *prepare = store->queued_prepare[0];
     store->queued_count--;
     memmove(store->queued, store->queued + 1, (size_t)store->queued_count * sizeof(*store->queued));
+    memmove(store->queued_prepare, store->queued_prepare + 1,
+            (size_t)store->queued_count * sizeof(*store->queued_prepare));
+    return true;
+}
 
-    if (store_await_result(store, context, err) != 0)
+/* statement is the one queued first (any claim stands for every claim). */
+PGresult *
+store_collect_prepared(outbox_store *store, enum statement statement, ExecStatusType expected,
+                       const char *context, struct outbox_error *err)
+{
+    PGresult *result, *extra, *prepare_error = NULL;
+    enum statement sent = store->queued_count > 0 ? store->queued[0] : statement;
+    bool prepare;
+
+    if (!dequeue(store, statement, &prepare, context, err) ||
+        (prepare && collect_prepare(store, context, &prepare_error, err) != 0) ||
+        store_await_result(store, context, err) != 0)
         return NULL;
     result = PQgetResult(store->conn);
     /* the statement's results end with NULL, then comes its Sync */
     for (;;) {
         if (store_await_result(store, context, err) != 0) {
             PQclear(result);
+            PQclear(prepare_error);
             return NULL;
         }
         if ((extra = PQgetResult(store->conn)) == NULL)
@@ -173,14 +267,20 @@ store_collect_prepared(outbox_store *store, enum statement statement, ExecStatus
     }
     if (store_await_result(store, context, err) != 0) {
         PQclear(result);
+        PQclear(prepare_error);
         return NULL;
     }
     extra = PQgetResult(store->conn);
-    if (PQresultStatus(result) != expected || PQresultStatus(extra) != PGRES_PIPELINE_SYNC) {
-        outbox_error_from_pg(err, store->conn, PQresultStatus(result) != expected ? result : extra,
-                             context);
+    if (prepare_error != NULL || PQresultStatus(result) != expected ||
+        PQresultStatus(extra) != PGRES_PIPELINE_SYNC) {
+        if (prepare_error != NULL)
+            prepare_failed(store, sent, prepare_error, err);
+        else
+            outbox_error_from_pg(err, store->conn,
+                                 PQresultStatus(result) != expected ? result : extra, context);
         PQclear(result);
         PQclear(extra);
+        PQclear(prepare_error);
         return NULL;
     }
     PQclear(extra);

@@ -40,9 +40,12 @@ struct outbox_store {
     bool delete_on_success;  /* complete deletes the row instead of marking it succeeded */
     char *sweep_queue;       /* where the sweep of held rows goes on; NULL: from the start */
     char *sweep_key;
-    /* statements sent in pipeline mode whose results are not collected yet, oldest first */
+    /* statements sent in pipeline mode whose results are not collected yet, oldest first,
+     * each with whether its Prepare went ahead of it */
     enum statement queued[STORE_QUEUE_MAX];
+    bool queued_prepare[STORE_QUEUE_MAX];
     int queued_count;
+    bool prepared[STMT_COUNT]; /* prepared on this connection (or its Prepare sent) */
     struct store_pauses pauses;
 };
 
@@ -54,11 +57,14 @@ PGresult *store_await_last_result(outbox_store *store, const char *context,
 /* Runs sql (one or more statements, no parameters) within the deadline; its last result. */
 PGresult *store_exec_bounded(outbox_store *store, const char *sql, const char *context,
                              struct outbox_error *err);
-/* Runs a prepared statement and waits; NULL with err unless its status is expected. */
+/* Prepares statement now unless it is; nothing may be queued. 0, or -1 with err. */
+int store_prepare(outbox_store *store, enum statement statement, struct outbox_error *err);
+/* Runs a prepared statement (prepared first unless it is) and waits; NULL with err unless its status is expected. */
 PGresult *store_run_prepared(outbox_store *store, enum statement statement, int nparams,
                              const char *const *values, ExecStatusType expected,
                              const char *context, struct outbox_error *err);
-/* Sends a prepared statement in pipeline mode without waiting (see store.c). */
+/* Sends a prepared statement in pipeline mode without waiting, its Prepare ahead of it
+ * unless it is prepared (see store_exec.c). */
 int store_queue_prepared(outbox_store *store, enum statement statement, int nparams,
                          const char *const *values, const char *context,
                          struct outbox_error *err);
