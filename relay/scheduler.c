@@ -70,9 +70,9 @@ lease_due(struct scheduler *s, struct tenant *t, double now)
 
 /*
  * The due tenant that waited longest, among those under their share of
- * the slots (the busy ones share them but one, left for a quiet one woken
- * meanwhile); NULL when none is due. *next gets the earliest due time of the
- * others. Under the lock.
+ * the slots (the busy ones share three quarters of them, the rest left for
+ * quiet ones woken meanwhile); NULL when none is due. *next gets the
+ * earliest due time of the others. Under the lock.
  */
 static struct tenant *
 pick(struct scheduler *s, double now, double *next)
@@ -82,9 +82,10 @@ pick(struct scheduler *s, double now, double *next)
 
     for (size_t i = 0; i < s->count; i++)
         busy += !s->tenants[i]->removed && s->tenants[i]->backlog;
-    /* one slot stays free for a quiet database woken meanwhile: it need not wait for a slice */
+    /* a quarter of the slots (one at least) stays free for quiet databases woken meanwhile:
+     * their rows need not wait for a slice, nor for each other's connects */
     if ((size_t)busy < s->count && room > 2)
-        room--;
+        room -= room / 4 > 1 ? room / 4 : 1;
     share = busy > 0 && room / busy > 1 ? room / busy : 1;
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
@@ -320,16 +321,30 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
         pthread_cond_broadcast(&s->changed);
 }
 
+/* Whether a slot serves a database or one has a backlog. Under the lock. */
+static bool
+any_busy(const struct scheduler *s)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->tenants[i]->serving > 0 || s->tenants[i]->backlog)
+            return true;
+    return false;
+}
+
+/*
+ * The watch thread: a look every SCHEDULER_WATCH_SECONDS from the start of
+ * the last, every SCHEDULER_WATCH_BUSY_SECONDS while a database is served.
+ */
 static void *
 watch_run(void *arg)
 {
     struct scheduler *s = arg;
-    const struct timespec pause = {0, (long)(SCHEDULER_WATCH_SECONDS * 1e9)};
 
     while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
-        double now = clock_monotonic_seconds();
+        double now = clock_monotonic_seconds(), rest;
         const struct watch_wake *woken;
         size_t count;
+        bool busy;
 
         watch_follow_list(s);
         count = watch_look(s->watch, now, watch_take, watch_give, s, &woken);
@@ -339,8 +354,12 @@ watch_run(void *arg)
             s->watch_looked = true;
             pthread_cond_broadcast(&s->changed);
         }
+        busy = any_busy(s);
         pthread_mutex_unlock(&s->lock);
-        nanosleep(&pause, NULL);
+        rest = now + (busy ? SCHEDULER_WATCH_BUSY_SECONDS : SCHEDULER_WATCH_SECONDS) -
+               clock_monotonic_seconds();
+        if (rest > 0)
+            nanosleep(&(struct timespec){0, (long)(rest * 1e9)}, NULL);
     }
     return NULL;
 }
@@ -457,16 +476,16 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
                char *stream_queues, size_t stream_queues_size, struct outbox_error *err)
 {
     const struct relay_config *config = p->relay->config;
-    /* a visit runs few statements: each is prepared when first run, and the
-     * privileges are audited at the first connect only (a later revoke fails
-     * its statement with PostgreSQL's own message) */
+    /* a visit runs few statements: each is prepared when first run, and the schema
+     * and privileges are checked again only after the database failed (a revoke or
+     * an older schema meanwhile fails its statement with PostgreSQL's message) */
     const struct store_connect_options visit = {.prepare_lazily = true,
-                                                .audited = atomic_load(&t->audited)};
+                                                .checked = atomic_load(&t->checked)};
 
     c->store = store_connect(t->url, p->db.worker_id, &visit, err);
     if (c->store == NULL)
         return -1;
-    atomic_store(&t->audited, true);
+    atomic_store(&t->checked, true);
     if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
         store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0 ||
         store_database_stream_queues(outbox_store_conn(c->store), stream_queues,
@@ -481,8 +500,11 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
     return 0;
 }
 
-/* Reaps t's expired leases, releases its waiting rows and cleans up, when due. */
-static void
+/*
+ * Reaps t's expired leases, releases its waiting rows and cleans up, when
+ * due; true when rows became ready (another slice is due at once).
+ */
+static bool
 maintain(struct pipeline *p, struct tenant *t)
 {
     relay *r = p->relay;
@@ -498,7 +520,7 @@ maintain(struct pipeline *p, struct tenant *t)
                         &err) != 0 ||
             outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
             store_failed(p, &err);
-            return;
+            return false;
         }
         if (reaped.ready + reaped.dead > 0)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
@@ -512,13 +534,14 @@ maintain(struct pipeline *p, struct tenant *t)
                                         sizeof(cutoff), &err) != 0 ||
             outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
             store_failed(p, &err);
-            return;
+            return false;
         }
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
         t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
                              ? now
                              : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
     }
+    return reaped.ready + readied > 0;
 }
 
 /*
@@ -560,9 +583,10 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.url = t->url;
     snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
-    maintain(p, t);
-    if (p->db.store != NULL)
-        slice = pipeline_serve(p, clock_monotonic_seconds() + SCHEDULER_SLICE_SECONDS);
+    /* the rows first: a visit for a new row does not wait for the maintenance */
+    slice = pipeline_serve(p, clock_monotonic_seconds() + SCHEDULER_SLICE_SECONDS);
+    if (p->db.store != NULL && maintain(p, t))
+        slice.more = true;
     /* a reconnect within the slice (settle_now) may have replaced the connection */
     w->connection.store = p->db.store;
     w->connection.identity = p->db.identity;
@@ -592,6 +616,7 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
     unsigned long repeats;
 
     t->down = true;
+    atomic_store(&t->checked, false);
     t->backlog = false;
     t->due = now + backoff_next(&t->retry);
     if (cause_log_due(&t->log, cause->message, &repeats))

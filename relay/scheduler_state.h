@@ -50,7 +50,8 @@ struct tenant {
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
-    atomic_bool audited; /* a connection passed the privilege audit: later ones skip it */
+    atomic_bool checked; /* a connection passed the schema check and the privilege audit
+                          * since it last failed: later ones skip them */
     bool streams_logged; /* its stream queues, which a list does not serve, were logged */
     struct backoff retry;
     struct cause_log log;

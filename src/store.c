@@ -177,8 +177,9 @@ store_connect(const char *database_url, const char *worker_id,
      * --retention 0 never deletes. A relay started during a pause must not
      * claim one batch of it, so the pauses are read before the first claim.
      */
-    if (set_session(store, err) != 0 || outbox_schema_check(store->conn, err) != 0 ||
-        (!options->audited && store_check_privileges(store, false, err) != 0) ||
+    if (set_session(store, err) != 0 ||
+        (!options->checked && (outbox_schema_check(store->conn, err) != 0 ||
+                               store_check_privileges(store, false, err) != 0)) ||
         (!options->prepare_lazily && prepare_statements(store, err) != 0) ||
         store_pauses_read(store, err) != 0) {
         outbox_store_free(store);

@@ -13,7 +13,7 @@
 /* The steps a connect may leave out; all false is outbox_store_connect(). */
 struct store_connect_options {
     bool prepare_lazily; /* each statement prepared at its first run, not all at connect */
-    bool audited;        /* an earlier connection to this database passed the privilege audit */
+    bool checked;        /* an earlier connection passed the schema check and the audit */
 };
 
 /* Connects as outbox_store_connect() does, leaving out what options say. NULL with err. */

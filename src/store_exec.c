@@ -137,6 +137,11 @@ store_run_prepared(outbox_store *store, enum statement statement, int nparams,
 {
     PGresult *result;
 
+    /* a first run: its Prepare and itself in one round trip */
+    if (!store->prepared[statement] && store->queued_count == 0)
+        return store_queue_prepared(store, statement, nparams, values, context, err) == 0
+                   ? store_collect_prepared(store, statement, expected, context, err)
+                   : NULL;
     if (store_prepare(store, statement, err) != 0)
         return NULL;
     if (!PQsendQueryPrepared(store->conn, store_statements[statement].name, nparams, values, NULL,

@@ -139,8 +139,13 @@
 #define SCHEDULER_CONNECTION_WAIT_SECONDS 0.01
 /* How often the list file's stamp is looked at. */
 #define SCHEDULER_LIST_LOOK_SECONDS 1.0
-/* How often the statistics watch reads pg_stat_database (relay/scheduler_watch.c). */
+/*
+ * How often the statistics watch reads pg_stat_database (relay/scheduler_watch.c): while
+ * every database is idle, and while one is served (a look then costs little beside the
+ * work, and a quiet database's row waits less for it behind a busy one's).
+ */
 #define SCHEDULER_WATCH_SECONDS 0.1
+#define SCHEDULER_WATCH_BUSY_SECONDS 0.025
 /* A server the statistics watch has no connection to is tried again after this long. */
 #define SCHEDULER_WATCH_RETRY_SECONDS 5.0
 /*
