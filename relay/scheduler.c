@@ -36,9 +36,17 @@
 #define SWEEP_KEY_LIMIT 1000
 #define CLEANUP_LIMIT 5000
 
+/*
+ * When a visit calls the database's lease function, which takes, keeps or
+ * gives up the lease: not at all (a lease this relay's watch keeps, called
+ * lately), before the slice (a lease not held or not kept), or after it (a
+ * kept lease, called again a quarter of a lease on: the rows need not wait).
+ */
+enum lease_call { LEASE_KEPT, LEASE_BEFORE, LEASE_AFTER };
+
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
-    bool take_lease;        /* the visit takes, keeps or gives up the lease (else it holds it) */
+    enum lease_call lease_call;
     char stream_queues[256]; /* the database's stream queues, seen when the slot connected */
     struct tenant *tenant;
     struct idle_connection connection;
@@ -51,21 +59,22 @@ struct work {
 /* ---- picking ------------------------------------------------------------ */
 
 /*
- * Whether a visit of t must call the database's lease function: not when
- * this relay holds a lease its watch keeps and the relays watching the
- * server did not change since the last call, a quarter of a lease ago at
- * most (a pause of the whole database is seen then). Under the lock.
+ * When a visit of t calls the database's lease function: not when this
+ * relay holds a lease its watch keeps and the relays watching the server
+ * did not change since the last call, a quarter of a lease ago at most;
+ * after the slice when that quarter has passed (a pause of the whole
+ * database is seen then); else before. Under the lock.
  */
-static bool
-lease_due(struct scheduler *s, struct tenant *t, double now)
+static enum lease_call
+lease_call_of(struct scheduler *s, struct tenant *t, double now)
 {
     double quarter = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
+    bool kept = t->held && t->lease_watched && t->watched && !t->lease_stale;
 
-    if (t->held && t->lease_watched && t->watched && !t->lease_stale &&
-        now < t->lease_taken_at + quarter)
-        return false;
     t->lease_stale = false;
-    return true;
+    if (kept)
+        return now < t->lease_taken_at + quarter ? LEASE_KEPT : LEASE_AFTER;
+    return LEASE_BEFORE;
 }
 
 /*
@@ -198,7 +207,7 @@ take_work(struct scheduler *s, struct work *w)
             w->woken = t->woken;
             t->woken = false;
             w->watched = t->watched;
-            w->take_lease = lease_due(s, t, now);
+            w->lease_call = lease_call_of(s, t, now);
             w->tenant = t;
             taken = true;
             break;
@@ -215,153 +224,6 @@ take_work(struct scheduler *s, struct work *w)
     outbox_store_free(w->to_close);
     w->to_close = NULL;
     return taken;
-}
-
-/* ---- the statistics watch (scheduler_watch.h) ---------------------------- */
-
-/*
- * A connection for the watch, never an idle one taken over (its close and the new
- * connect would overlap): the slots leave one of a budget of 4 or more for it.
- */
-static bool
-watch_take(void *arg)
-{
-    struct scheduler *s = arg;
-    bool taken;
-
-    pthread_mutex_lock(&s->lock);
-    taken = (s->watch_open + 1) * 4 <= s->budget && s->open < s->budget;
-    s->open += taken;
-    s->watch_open += taken;
-    pthread_mutex_unlock(&s->lock);
-    return taken;
-}
-
-static void
-watch_give(void *arg)
-{
-    struct scheduler *s = arg;
-
-    pthread_mutex_lock(&s->lock);
-    s->open--;
-    s->watch_open--;
-    pthread_cond_broadcast(&s->changed);
-    pthread_mutex_unlock(&s->lock);
-}
-
-/* Hands the list to the watch when it changed. */
-static void
-watch_follow_list(struct scheduler *s)
-{
-    const char **names, **urls;
-    size_t count = 0;
-    bool stale;
-
-    pthread_mutex_lock(&s->lock);
-    stale = s->watch_stale;
-    s->watch_stale = false;
-    names = stale ? calloc(s->count + 1, sizeof(*names)) : NULL;
-    urls = stale ? calloc(s->count + 1, sizeof(*urls)) : NULL;
-    for (size_t i = 0; names != NULL && urls != NULL && i < s->count; i++) {
-        if (s->tenants[i]->removed)
-            continue;
-        names[count] = strdup(s->tenants[i]->name);
-        urls[count] = strdup(s->tenants[i]->url);
-        count += names[count] != NULL && urls[count] != NULL;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (stale && (names == NULL || urls == NULL ||
-                  watch_set(s->watch, count, names, urls, watch_give, s) != 0))
-        watch_set(s->watch, 0, NULL, NULL, watch_give, s); /* out of memory: polled instead */
-    for (size_t i = 0; i <= count && names != NULL && urls != NULL; i++) {
-        free((char *)names[i]);
-        free((char *)urls[i]);
-    }
-    free(names);
-    free(urls);
-}
-
-/*
- * Makes the woken databases this relay serves due, no sooner than their
- * idle wait after their last slice (a database whose other tables take
- * inserts all day is looked at as often as it was polled). A database the
- * watch stopped covering (its server's connection lost, PostgreSQL
- * restarted) is due at once: polled until the watch is back, since its
- * rows' changes meanwhile wake nothing. Under the lock.
- */
-static void
-wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double now)
-{
-    bool due = count > 0;
-
-    for (size_t i = 0; i < s->count; i++) {
-        struct tenant *t = s->tenants[i];
-        bool watched = !t->removed && watch_covers(s->watch, t->name);
-
-        if (t->watched && !watched && t->due > now) {
-            t->due = now;
-            due = true;
-        }
-        t->watched = watched;
-        for (size_t k = 0; k < count; k++) {
-            double at = t->visited_at + t->idle_wait;
-
-            /* rows of a database another relay holds are its to publish (a winner
-             * waiting for it, or for a resume, looks again) */
-            if (t->removed || t->down || (!t->held && !t->wins && !woken[k].members) ||
-                strcmp(t->name, woken[k].name) != 0)
-                continue;
-            t->woken = true;
-            t->lease_stale |= woken[k].members;
-            at = at > now ? at : now;
-            t->due = at < t->due ? at : t->due;
-        }
-    }
-    if (due)
-        pthread_cond_broadcast(&s->changed);
-}
-
-/* Whether a slot serves a database or one has a backlog. Under the lock. */
-static bool
-any_busy(const struct scheduler *s)
-{
-    for (size_t i = 0; i < s->count; i++)
-        if (s->tenants[i]->serving > 0 || s->tenants[i]->backlog)
-            return true;
-    return false;
-}
-
-/*
- * The watch thread: a look every SCHEDULER_WATCH_SECONDS from the start of
- * the last, every SCHEDULER_WATCH_BUSY_SECONDS while a database is served.
- */
-static void *
-watch_run(void *arg)
-{
-    struct scheduler *s = arg;
-
-    while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
-        double now = clock_monotonic_seconds(), rest;
-        const struct watch_wake *woken;
-        size_t count;
-        bool busy;
-
-        watch_follow_list(s);
-        count = watch_look(s->watch, now, watch_take, watch_give, s, &woken);
-        pthread_mutex_lock(&s->lock);
-        wake(s, woken, count, now);
-        if (!s->watch_looked) {
-            s->watch_looked = true;
-            pthread_cond_broadcast(&s->changed);
-        }
-        busy = any_busy(s);
-        pthread_mutex_unlock(&s->lock);
-        rest = now + (busy ? SCHEDULER_WATCH_BUSY_SECONDS : SCHEDULER_WATCH_SECONDS) -
-               clock_monotonic_seconds();
-        if (rest > 0)
-            nanosleep(&(struct timespec){0, (long)(rest * 1e9)}, NULL);
-    }
-    return NULL;
 }
 
 /* ---- the scheduler's life ------------------------------------------------ */
@@ -403,7 +265,8 @@ scheduler_new(relay *r, struct outbox_error *err)
     snprintf(s->watch_name, sizeof(s->watch_name), "%s%s", WATCH_NAME_PREFIX,
              strrchr(r->worker_prefix, ':') + 1);
     s->watch = watch_new(s->watch_name, r->config->lease_seconds);
-    s->watch_started = s->watch != NULL && pthread_create(&s->watch_thread, NULL, watch_run, s) == 0;
+    s->watch_started =
+        s->watch != NULL && pthread_create(&s->watch_thread, NULL, scheduler_watch_run, s) == 0;
     return s;
 }
 
@@ -445,7 +308,7 @@ scheduler_free(struct scheduler *s)
     atomic_store(&s->watch_quit, true);
     if (s->watch_started)
         pthread_join(s->watch_thread, NULL);
-    watch_free(s->watch, watch_give, s);
+    watch_free(s->watch, scheduler_watch_give, s);
     release_leases(s);
     for (size_t i = 0; i < s->count; i++)
         tenant_free(s, s->tenants[i]);
@@ -545,6 +408,32 @@ maintain(struct pipeline *p, struct tenant *t)
 }
 
 /*
+ * Calls the database's lease function on w's connection when the visit's
+ * call comes at this step (when), into *lease; before the slice, a lease
+ * not called then is the one this relay's watch keeps. -1 with why in
+ * *cause when the call failed: the connection is dropped.
+ */
+static int
+lease_step(struct pipeline *p, struct work *w, enum lease_call when,
+           struct store_database_lease *lease, struct outbox_error *cause)
+{
+    if (w->lease_call != when) {
+        if (when == LEASE_BEFORE)
+            *lease =
+                (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
+        return 0;
+    }
+    if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
+                                  p->relay->config->lease_seconds,
+                                  w->watched ? p->relay->scheduler->watch_name : NULL, lease,
+                                  cause) == 0)
+        return 0;
+    outbox_store_free(w->connection.store);
+    w->connection.store = NULL;
+    return -1;
+}
+
+/*
  * Serves w's database for one slice on slot p. The slice's findings; the
  * connection is left in w (store NULL when the database failed, with why in
  * *cause).
@@ -564,19 +453,8 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
         connect_tenant(p, t, &w->connection, w->stream_queues, sizeof(w->stream_queues), cause) !=
             0)
         return slice;
-    /* the lease first: a database another relay serves is only visited, to stay a member;
-     * a lease this relay's watch keeps is taken again only when due (lease_due) */
-    if (!w->take_lease)
-        *lease = (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
-    else if (store_database_lease_take(outbox_store_conn(w->connection.store),
-                                       p->relay->worker_prefix, p->relay->config->lease_seconds,
-                                       w->watched ? p->relay->scheduler->watch_name : NULL,
-                                       lease, cause) != 0) {
-        outbox_store_free(w->connection.store);
-        w->connection.store = NULL;
-        return slice;
-    }
-    if (!lease->held)
+    /* the lease first: a database another relay serves is only visited, to stay a member */
+    if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
         return slice;
     p->db.store = w->connection.store;
     p->db.identity = w->connection.identity;
@@ -596,7 +474,8 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.url = NULL;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
     w->next_ready = -1;
-    if (w->watched && !slice.more && w->connection.store != NULL &&
+    if (w->connection.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
+        w->watched && !slice.more &&
         store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
                                   &next_err) != 0) {
         /* the connection may hold the statement still: dropped, the database tried again */
@@ -710,7 +589,7 @@ rest(struct scheduler *s, struct tenant *t, const struct work *w,
 {
     double recheck_at;
 
-    if (w->take_lease) {
+    if (w->lease_call != LEASE_KEPT) {
         t->lease_taken_at = now;
         t->lease_recheck = false;
     } else if (w->woken) {

@@ -96,4 +96,12 @@ void tenant_close_idle(struct scheduler *s, struct tenant *t);
 
 void tenant_free(struct scheduler *s, struct tenant *t);
 
+/* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
+
+/* The watch thread's body: looks, and makes the databases it woke due. arg: the scheduler. */
+void *scheduler_watch_run(void *arg);
+
+/* Gives a connection of the watch back to the budget (a watch_give_fn). */
+void scheduler_watch_give(void *arg);
+
 #endif

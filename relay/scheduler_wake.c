@@ -1,0 +1,162 @@
+/*
+ * scheduler_wake.c - the scheduler's side of the statistics watch
+ * (scheduler_watch.h): the watch's connections within the budget, the list
+ * handed to it, and the databases it woke made due. See scheduler.h.
+ */
+#include "scheduler_state.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "relay_state.h"
+#include "timeouts.h"
+
+/*
+ * A connection for the watch, never an idle one taken over (its close and the new
+ * connect would overlap): the slots leave one of a budget of 4 or more for it.
+ */
+static bool
+watch_take(void *arg)
+{
+    struct scheduler *s = arg;
+    bool taken;
+
+    pthread_mutex_lock(&s->lock);
+    taken = (s->watch_open + 1) * 4 <= s->budget && s->open < s->budget;
+    s->open += taken;
+    s->watch_open += taken;
+    pthread_mutex_unlock(&s->lock);
+    return taken;
+}
+
+void
+scheduler_watch_give(void *arg)
+{
+    struct scheduler *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    s->open--;
+    s->watch_open--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Hands the list to the watch when it changed. */
+static void
+watch_follow_list(struct scheduler *s)
+{
+    const char **names, **urls;
+    size_t count = 0;
+    bool stale;
+
+    pthread_mutex_lock(&s->lock);
+    stale = s->watch_stale;
+    s->watch_stale = false;
+    names = stale ? calloc(s->count + 1, sizeof(*names)) : NULL;
+    urls = stale ? calloc(s->count + 1, sizeof(*urls)) : NULL;
+    for (size_t i = 0; names != NULL && urls != NULL && i < s->count; i++) {
+        if (s->tenants[i]->removed)
+            continue;
+        names[count] = strdup(s->tenants[i]->name);
+        urls[count] = strdup(s->tenants[i]->url);
+        count += names[count] != NULL && urls[count] != NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (stale && (names == NULL || urls == NULL ||
+                  watch_set(s->watch, count, names, urls, scheduler_watch_give, s) != 0))
+        watch_set(s->watch, 0, NULL, NULL, scheduler_watch_give,
+                  s); /* out of memory: polled instead */
+    for (size_t i = 0; i <= count && names != NULL && urls != NULL; i++) {
+        free((char *)names[i]);
+        free((char *)urls[i]);
+    }
+    free(names);
+    free(urls);
+}
+
+/*
+ * Makes the woken databases this relay serves due, no sooner than their
+ * idle wait after their last slice (a database whose other tables take
+ * inserts all day is looked at as often as it was polled). A database the
+ * watch stopped covering (its server's connection lost, PostgreSQL
+ * restarted) is due at once: polled until the watch is back, since its
+ * rows' changes meanwhile wake nothing. Under the lock.
+ */
+static void
+wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double now)
+{
+    bool due = count > 0;
+
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        bool watched = !t->removed && watch_covers(s->watch, t->name);
+
+        if (t->watched && !watched && t->due > now) {
+            t->due = now;
+            due = true;
+        }
+        t->watched = watched;
+        for (size_t k = 0; k < count; k++) {
+            double at = t->visited_at + t->idle_wait;
+
+            /* rows of a database another relay holds are its to publish (a winner
+             * waiting for it, or for a resume, looks again) */
+            if (t->removed || t->down || (!t->held && !t->wins && !woken[k].members) ||
+                strcmp(t->name, woken[k].name) != 0)
+                continue;
+            t->woken = true;
+            t->lease_stale |= woken[k].members;
+            at = at > now ? at : now;
+            t->due = at < t->due ? at : t->due;
+        }
+    }
+    if (due)
+        pthread_cond_broadcast(&s->changed);
+}
+
+/* Whether a slot serves a database or one has a backlog. Under the lock. */
+static bool
+any_busy(const struct scheduler *s)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->tenants[i]->serving > 0 || s->tenants[i]->backlog)
+            return true;
+    return false;
+}
+
+/*
+ * The watch thread: a look every SCHEDULER_WATCH_SECONDS from the start of
+ * the last, every SCHEDULER_WATCH_BUSY_SECONDS while a database is served.
+ */
+void *
+scheduler_watch_run(void *arg)
+{
+    struct scheduler *s = arg;
+
+    while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
+        double now = clock_monotonic_seconds(), rest;
+        const struct watch_wake *woken;
+        size_t count;
+        bool busy;
+
+        watch_follow_list(s);
+        count = watch_look(s->watch, now, watch_take, scheduler_watch_give, s, &woken);
+        pthread_mutex_lock(&s->lock);
+        wake(s, woken, count, now);
+        if (!s->watch_looked) {
+            s->watch_looked = true;
+            pthread_cond_broadcast(&s->changed);
+        }
+        busy = any_busy(s);
+        pthread_mutex_unlock(&s->lock);
+        rest = now + (busy ? SCHEDULER_WATCH_BUSY_SECONDS : SCHEDULER_WATCH_SECONDS) -
+               clock_monotonic_seconds();
+        if (rest > 0)
+            nanosleep(&(struct timespec){0, (long)(rest * 1e9)}, NULL);
+    }
+    return NULL;
+}
