@@ -10,14 +10,11 @@
 #include "clock.h"
 
 PGresult *
-pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *values,
-                int deadline_ms)
+pg_result_bounded(PGconn *conn, int deadline_ms)
 {
     int64_t deadline = clock_monotonic_ms() + deadline_ms;
     PGresult *last = NULL, *next;
 
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
-        return NULL;
     for (;;) {
         while (PQisBusy(conn)) {
             struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
@@ -35,4 +32,22 @@ pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *v
         PQclear(last);
         last = next;
     }
+}
+
+PGresult *
+pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                int deadline_ms)
+{
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
+        return NULL;
+    return pg_result_bounded(conn, deadline_ms);
+}
+
+PGresult *
+pg_exec_prepared_bounded(PGconn *conn, const char *name, int nparams, const char *const *values,
+                         int deadline_ms)
+{
+    if (!PQsendQueryPrepared(conn, name, nparams, values, NULL, NULL, 0) || PQflush(conn) != 0)
+        return NULL;
+    return pg_result_bounded(conn, deadline_ms);
 }
