@@ -731,7 +731,8 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         else
             rest(s, t, w, slice, now);
         t->visited_at = now;
-        if (t->removed || relay_stopping(s->relay)) {
+        /* a removed database's is closed by release_removed, giving the leases up on it */
+        if (relay_stopping(s->relay)) {
             to_close = w->connection.store;
             s->open--;
         } else {
