@@ -63,14 +63,18 @@ take_connection_back(struct tenant_stream *ts)
     ts->worker.turn_until = 0;
 }
 
-void
-tenant_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c)
+/*
+ * Gives t's partitions and membership back through c; the log line at
+ * level (DEBUG when the database just went quiet, INFO when the relay gives
+ * the database up).
+ */
+static void
+give_back(struct tenant *t, struct idle_connection *c, enum log_level level)
 {
     struct tenant_stream *ts = t->stream;
     struct outbox_error err;
     size_t held;
 
-    (void)s;
     if (ts == NULL || ts->worker.owned_count == 0 || c->store == NULL)
         return;
     held = ts->worker.owned_count;
@@ -83,8 +87,15 @@ tenant_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_conne
     stream_worker_release_all(&ts->worker);
     take_connection_back(ts);
     ts->worker.next_renew = 0;
-    log_event(OUTBOX_LOG_INFO, "stream partitions given back", "database=%s partitions=%zu",
-              t->name, held);
+    log_event(level, "stream partitions given back", "database=%s partitions=%zu", t->name,
+              held);
+}
+
+void
+tenant_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c)
+{
+    (void)s;
+    give_back(t, c, OUTBOX_LOG_INFO);
 }
 
 bool
@@ -170,6 +181,7 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
     }
     snprintf(ts->who, sizeof(ts->who), "database=%s", t->name);
     ts->worker.who = ts->who;
+    ts->worker.acquired_log = OUTBOX_LOG_DEBUG; /* at each burst: see leases_when_due */
     t->stream = ts;
     log_event(OUTBOX_LOG_INFO, "stream queues found, served with the database's rows",
               "database=%s", t->name);
@@ -177,22 +189,30 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
 }
 
 /*
- * The leases' work when due. Partitions held past their lease (the
- * database rested) are forgotten without a word first: they are free
+ * The leases' work when due. The partitions are held only while their
+ * rows come: a visit that finds none to publish gives them back (publish),
+ * so a quiet database holds no lease to renew and its visits write
+ * nothing, which the statistics watch would take for a change and wake it
+ * for. So a visit holding none takes them only when rows wait (one probe of
+ * each partition). Partitions held past their lease (the database down
+ * meanwhile, backed off) are forgotten without a word first: they are free
  * again, or another relay's, and are taken again as any free one.
  */
 static int
-leases_when_due(struct tenant_stream *ts, double now, struct outbox_error *err)
+leases_when_due(struct tenant_stream *ts, double now, bool *pending, struct outbox_error *err)
 {
     struct stream_worker *sr = &ts->worker;
 
+    *pending = true;
     if (sr->owned_count > 0 && now > ts->extended_at + sr->lease_seconds) {
         log_event(OUTBOX_LOG_DEBUG, "stream partitions rested past their lease, taken again",
                   "%s partitions=%zu", ts->who, sr->owned_count);
         sr->owned_count = 0;
         sr->next_renew = 0;
     }
-    if (now < sr->next_renew)
+    if (sr->owned_count == 0 && stream_store_pending(sr->store, sr->queues, pending, err) != 0)
+        return -1;
+    if (!*pending || now < sr->next_renew)
         return 0;
     if (stream_leases_turn(sr, err) != 0)
         return -1;
@@ -202,13 +222,15 @@ leases_when_due(struct tenant_stream *ts, double now, struct outbox_error *err)
 
 /*
  * Publishes t's held partitions on slot p, pass after pass, until a pass
- * reads nothing or `until`; then the cleanup when due, and whether rows
- * wait that no pass could read. -1 with err.
+ * reads nothing or `until`. Then, when no pass could read more: whether
+ * rows wait still (behind the horizon, a row's backoff, another relay's
+ * lease, a paused queue), else the partitions go back. -1 with err.
  */
 static int
-publish(struct tenant_stream *ts, struct pipeline *p, double until, struct stream_visit *out,
-        struct outbox_error *err)
+publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double until,
+        struct stream_visit *out, struct outbox_error *err)
 {
+    struct tenant_stream *ts = t->stream;
     struct stream_worker *sr = &ts->worker;
     uint64_t settled = sr->settled;
     size_t rows = 0;
@@ -230,12 +252,29 @@ publish(struct tenant_stream *ts, struct pipeline *p, double until, struct strea
              sink_is_connected(sr->sink));
     out->more = rows > 0;
     out->settled = sr->settled - settled;
-    if (clock_monotonic_seconds() >= sr->next_cleanup && stream_cleanup_turn(sr, err) != 0)
-        return -1;
     if (!out->more && stream_store_pending(sr->store, sr->queues, &pending, err) != 0)
         return -1;
     out->waiting = pending;
+    if (!out->more && !pending) {
+        take_connection_back(ts);
+        give_back(t, c, OUTBOX_LOG_DEBUG);
+    }
     return 0;
+}
+
+/* Deletes published rows past --retention and spent key places, when due. -1 with err. */
+static int
+cleanup_when_due(struct tenant_stream *ts, struct idle_connection *c, struct outbox_error *err)
+{
+    int rc = 0;
+
+    if (clock_monotonic_seconds() < ts->worker.next_cleanup)
+        return 0;
+    if (ts->worker.store == NULL)
+        rc = lend_connection(ts, c, err);
+    if (rc == 0)
+        rc = stream_cleanup_turn(&ts->worker, err);
+    return rc;
 }
 
 int
@@ -251,13 +290,16 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t
         return 0;
     rc = find_streams(s, t, c, now, err);
     if (rc == 0 && t->stream != NULL) {
+        bool pending = false;
+
         rc = lend_connection(t->stream, c, err);
-        if (rc == 0) {
-            rc = leases_when_due(t->stream, now, err);
-            if (rc == 0)
-                rc = publish(t->stream, p, until, out, err);
-            take_connection_back(t->stream);
-        }
+        if (rc == 0)
+            rc = leases_when_due(t->stream, now, &pending, err);
+        if (rc == 0 && pending)
+            rc = publish(t, c, p, until, out, err);
+        if (rc == 0)
+            rc = cleanup_when_due(t->stream, c, err);
+        take_connection_back(t->stream);
     }
     if (rc != 0 && t->stream != NULL)
         t->stream->worker.next_renew = 0; /* renewed, the cursors read again, on the next */

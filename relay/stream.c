@@ -389,6 +389,7 @@ stream_worker_init(stream_runner *runner, struct stream_worker *sr, int index,
     sr->owner = runner->owner;
     sr->index = index;
     sr->who = "thread=stream";
+    sr->acquired_log = OUTBOX_LOG_INFO;
     sr->lease_seconds = config->lease_seconds;
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
     if (index == runner->worker_count)

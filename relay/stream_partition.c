@@ -146,7 +146,7 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
         sr->owned[sr->owned_count].p = taken[i];
         sr->owned[sr->owned_count].wait_until = 0;
         sr->owned_count++;
-        log_event(OUTBOX_LOG_INFO, "stream partition acquired",
+        log_event(sr->acquired_log, "stream partition acquired",
                   "%s queue=%s partition=%d generation=%lld cursor=%s/%lld", sr->who,
                   taken[i].queue, taken[i].partition, (long long)taken[i].generation,
                   taken[i].cursor_xid, (long long)taken[i].cursor_job_id);

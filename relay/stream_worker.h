@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "log.h"
 #include "sink.h"
 #include "store_identity.h"
 #include "store_stream.h"
@@ -40,6 +41,7 @@ struct stream_worker {
     const struct relay_config *config;
     const char *owner;
     const char *who; /* what log lines name it by: "thread=stream", or "database=NAME" */
+    enum log_level acquired_log; /* of "stream partition acquired": DEBUG where it is routine */
     int index;
     pthread_t thread;
     bool started;

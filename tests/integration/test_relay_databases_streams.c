@@ -33,7 +33,7 @@
 #define STREAM_QUEUE "ev"
 #define PARTITIONS 4
 #define KEYS 5
-#define MAX_ROWS 600
+#define MAX_ROWS 1500
 
 struct fixture {
     struct broker_case bc;
@@ -42,7 +42,7 @@ struct fixture {
     bool running[RELAYS];
     int ports[RELAYS];
     char names[RELAYS][32];
-    char other_list[256]; /* relay b's own list, when the relays do not share one */
+    int own_relay; /* the relay of one database (--database-url), outside the budget; -1: none */
     long long most_connections[RELAYS]; /* the most seen open at once, each relay */
 };
 
@@ -58,8 +58,7 @@ setup(void **state)
     f->run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
     snprintf(f->run.list_path, sizeof(f->run.list_path), "%s/databases-streams-%d.list",
              harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
-    snprintf(f->other_list, sizeof(f->other_list), "%s/databases-streams-b-%d.list",
-             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    f->own_relay = -1;
     snprintf(f->run.prefix, sizeof(f->run.prefix), "mdb-streams-%d-%d:", (int)getpid(), tests++);
     for (int k = 0; k < RELAYS; k++) {
         f->ports[k] = 20000 + (int)((getpid() * 5 + k + 17) % 20000);
@@ -88,7 +87,6 @@ teardown(void **state)
         stream_consumer_delete_prefix(redis, records);
         redisFree(redis);
     }
-    unlink(f->other_list);
     list_run_drop(&f->run);
     free(f);
     return 0;
@@ -138,17 +136,11 @@ write_list(const struct fixture *f, const char *path, int first, int last)
     assert_int_equal(fclose(file), 0);
 }
 
-/* Starts relay k over the run's list, or with other over the fixture's other list. */
+/* Starts relay k over the run's list. */
 static void
-start(struct fixture *f, int k, bool other)
+start(struct fixture *f, int k)
 {
-    char saved[sizeof(f->run.list_path)];
-
-    memcpy(saved, f->run.list_path, sizeof(saved));
-    if (other)
-        snprintf(f->run.list_path, sizeof(f->run.list_path), "%s", f->other_list);
     list_run_start_relay(&f->run, &f->relays[k], f->names[k], f->ports[k]);
-    memcpy(f->run.list_path, saved, sizeof(saved));
     f->running[k] = true;
 }
 
@@ -176,7 +168,7 @@ assert_within_budget(struct fixture *f)
     for (int k = 0; k < RELAYS; k++) {
         long long sessions, counted;
 
-        if (!f->running[k])
+        if (!f->running[k] || k == f->own_relay)
             continue;
         sessions = list_run_connections_of(f->run.admin, f->names[k]);
         counted = metrics_connections(f, k);
@@ -333,20 +325,6 @@ partitions_owner(const struct fixture *f, int i)
     return k;
 }
 
-/* The running relay holding database i's lease; -1 when none. */
-static int
-lease_owner(const struct fixture *f, int i)
-{
-    PGresult *result = PQexec(f->run.conns[i], "SELECT owner FROM outbox.database_lease");
-    int k = -1;
-
-    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1 &&
-        !PQgetisnull(result, 0, 0))
-        k = relay_of(f, PQgetvalue(result, 0, 0));
-    PQclear(result);
-    return k;
-}
-
 /*
  * Three databases with a keyed stream queue and a fourth with rows only,
  * two relays of budget 4 sharing the list, rows flowing; the relay holding
@@ -360,33 +338,39 @@ static void
 test_streams_through_a_kill(void **state)
 {
     struct fixture *f = *state;
-    int streams = 3, held[RELAYS] = {0}, victim, rows = 500;
-    double took;
+    int streams = 3, held[RELAYS] = {0}, victim = 0, rows = 1400;
+    double took, from;
 
     for (int i = 0; i < 4; i++)
         make_database(f, i, i < streams);
     for (int i = 0; i < streams; i++)
         enqueue_stream(f, i, 1, 200);
     list_run_write_list(&f->run, f->run.count, false);
-    start(f, 0, false);
-    start(f, 1, false);
+    start(f, 0);
+    start(f, 1);
     for (int round = 0; round < 10; round++) {
         assert_within_budget(f);
         usleep(200 * 1000);
     }
     for (int i = 0; i < streams; i++)
-        enqueue_stream(f, i, 201, 350);
-    for (int i = 0; i < streams; i++) {
-        int k = partitions_owner(f, i);
+        enqueue_stream(f, i, 201, 1200);
+    /* mid-run: killed while it holds partitions, its batches in flight */
+    from = wall_clock_seconds();
+    while (held[0] + held[1] == 0 && wall_clock_seconds() - from < 10) {
+        for (int i = 0; i < streams; i++) {
+            int k = partitions_owner(f, i);
 
-        held[k >= 0 ? k : 0] += k >= 0;
+            held[k >= 0 ? k : 0] += k >= 0;
+        }
+        usleep(5 * 1000);
     }
     victim = held[1] > held[0] ? 1 : 0;
+    assert_true(held[victim] > 0);
     relay_signal(&f->relays[victim], SIGKILL);
     harness_wait_exit(f->relays[victim].pid, 5000);
     f->running[victim] = false;
     for (int i = 0; i < streams; i++)
-        enqueue_stream(f, i, 351, rows);
+        enqueue_stream(f, i, 1201, rows);
     took = drain(f, streams, LEASE_SECONDS + 30);
     print_message("relay %c killed holding the partitions of %d of %d stream databases; every row"
                   " published %.1f s later (lease %d s); at most %lld and %lld connections open\n",
@@ -404,67 +388,94 @@ test_streams_through_a_kill(void **state)
     assert_int_equal(relay_wait(&f->relays[1 - victim], 15000), 0);
 }
 
+/* Partitions of database i relay k holds with a live lease. */
+static int
+partitions_of(const struct fixture *f, int i, int k)
+{
+    PGresult *result = PQexec(f->run.conns[i],
+                              "SELECT owner FROM outbox.stream_cursor"
+                              " WHERE lease_until > clock_timestamp()");
+    int count = 0;
+
+    for (int r = 0; PQresultStatus(result) == PGRES_TUPLES_OK && r < PQntuples(result); r++)
+        count += relay_of(f, PQgetvalue(result, r, 0)) == k;
+    PQclear(result);
+    return count;
+}
+
 /*
- * Two relays, each its own list of the same three stream databases; the
- * relay holding db0's partitions has db0 removed from its list: it gives
- * them back (and the database's lease), so the other takes them within a
- * lease, and publishes db0's later rows. Stopped, the relays give every
- * partition back.
+ * Relay a serves a list of three stream databases; relay b is db0's own
+ * relay (--database-url), publishing its streams beside a. db0's later
+ * rows wait behind a transaction left open (the horizon), so each keeps
+ * the partitions it holds. db0 removed from a's list, a gives its
+ * partitions back (and the database's lease) at once: b holds every one
+ * within a lease, and publishes the rows once the transaction ends. a
+ * stopped gives the others back.
  */
 static void
 test_removed_database_gives_partitions_back(void **state)
 {
     struct fixture *f = *state;
-    int streams = 3, holder = -1, other;
-    double from, took = -1;
+    int streams = 3;
+    double from, took = -1, freed = -1;
+    PGconn *horizon;
+    char metrics[32];
+    const char *extra[] = {"--stream-prefix", f->run.prefix, "--lease", "5", "--metrics-addr",
+                           metrics, NULL};
 
     for (int i = 0; i < streams; i++) {
         make_database(f, i, true);
         enqueue_stream(f, i, 1, 100);
     }
     write_list(f, f->run.list_path, 0, streams);
-    write_list(f, f->other_list, 0, streams);
-    start(f, 0, false);
-    start(f, 1, true);
+    start(f, 0);
+    snprintf(metrics, sizeof(metrics), "127.0.0.1:%d", f->ports[1]);
+    setenv("PGAPPNAME", f->names[1], 1);
+    relay_start_process(&f->relays[1], f->run.urls[0], harness_env("OUTBOX_TEST_REDIS_URL"),
+                        extra);
+    unsetenv("PGAPPNAME");
+    f->running[1] = true;
+    f->own_relay = 1;
     assert_true(drain(f, streams, 30) >= 0);
-    /* settled: one relay holds db0's lease and its partitions, for a second */
-    for (int round = 0, kept = 0; round < 150 && kept < 10; round++) {
-        int now = partitions_owner(f, 0);
-
-        kept = now >= 0 && now == holder && now == lease_owner(f, 0) ? kept + 1 : 0;
-        holder = now;
-        usleep(100 * 1000);
-    }
-    assert_true(holder >= 0 && holder == lease_owner(f, 0));
-    other = 1 - holder;
-    write_list(f, holder == 0 ? f->run.list_path : f->other_list, 1, streams);
-    from = wall_clock_seconds();
-    while (wall_clock_seconds() - from < 3 * LEASE_SECONDS && took < 0) {
-        if (partitions_owner(f, 0) == other)
-            took = wall_clock_seconds() - from;
-        assert_within_budget(f);
-        usleep(100 * 1000);
-    }
-    print_message("db0 removed from relay %c's list: relay %c held its partitions %.1f s later"
-                  " (lease %d s)\n",
-                  'a' + holder, 'a' + other, took, LEASE_SECONDS);
-    if (took < 0 || took >= LEASE_SECONDS) {
-        relay_dump_log(&f->relays[holder]);
-        relay_dump_log(&f->relays[other]);
-        fail_msg("db0's partitions not taken over within a lease");
-    }
-    assert_int_equal(list_run_log_lines_with(&f->relays[holder], "stream partitions given back",
-                                             "database=db0"),
-                     1);
+    horizon = harness_connect(f->run.urls[0]);
+    harness_exec(horizon, "BEGIN");
+    harness_exec(horizon, "SELECT pg_current_xact_id()");
     for (int i = 0; i < streams; i++)
         enqueue_stream(f, i, 101, 150);
-    assert_true(drain(f, streams, 20) >= 0);
-    for (int k = 0; k < RELAYS; k++) {
-        relay_signal(&f->relays[k], SIGTERM);
-        f->running[k] = false;
-        assert_int_equal(relay_wait(&f->relays[k], 15000), 0);
+    from = wall_clock_seconds();
+    while (partitions_of(f, 0, 0) == 0 && wall_clock_seconds() - from < 10)
+        usleep(50 * 1000);
+    print_message("relay a holds %d of db0's partitions, relay b %d\n", partitions_of(f, 0, 0),
+                  partitions_of(f, 0, 1));
+    assert_true(partitions_of(f, 0, 0) > 0);
+    write_list(f, f->run.list_path, 1, streams);
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 3 * LEASE_SECONDS && took < 0) {
+        if (freed < 0 && partitions_of(f, 0, 0) == 0)
+            freed = wall_clock_seconds() - from;
+        if (partitions_of(f, 0, 1) == PARTITIONS)
+            took = wall_clock_seconds() - from;
+        assert_within_budget(f);
+        usleep(50 * 1000);
     }
-    for (int i = 0; i < streams; i++)
+    print_message("db0 removed from relay a's list: its partitions given back %.1f s later, all"
+                  " held by relay b %.1f s later (lease %d s)\n",
+                  freed, took, LEASE_SECONDS);
+    if (freed < 0 || freed >= LEASE_SECONDS || took < 0 || took >= LEASE_SECONDS) {
+        relay_dump_log(&f->relays[0]);
+        relay_dump_log(&f->relays[1]);
+        fail_msg("db0's partitions not taken over within a lease");
+    }
+    assert_int_equal(
+        list_run_log_lines_with(&f->relays[0], "stream partitions given back", "database=db0"), 1);
+    assert_true(stream_left(f, 0) > 0); /* the horizon held them: relay b publishes them */
+    harness_exec(horizon, "ROLLBACK");
+    PQfinish(horizon);
+    assert_true(drain(f, streams, 20) >= 0);
+    relay_signal(&f->relays[0], SIGTERM);
+    f->running[0] = false;
+    assert_int_equal(relay_wait(&f->relays[0], 15000), 0);
+    for (int i = 1; i < streams; i++)
         assert_int_equal(harness_query_ll(f->run.conns[i],
                                           "SELECT count(*) FROM outbox.stream_cursor"
                                           " WHERE lease_until > clock_timestamp()"),
@@ -472,6 +483,7 @@ test_removed_database_gives_partitions_back(void **state)
     check_streams(f, streams, 150);
 }
 
+/* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_removed*") runs only the tests that match. */
 int
 main(void)
 {
@@ -481,5 +493,7 @@ main(void)
                                         teardown),
     };
 
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
