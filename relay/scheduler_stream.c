@@ -79,7 +79,8 @@ give_back(struct tenant *t, struct idle_connection *c, enum log_level level)
         return;
     held = ts->worker.owned_count;
     if (lend_connection(ts, c, &err) != 0) {
-        log_event(OUTBOX_LOG_WARN, "stream partitions not given back, their leases end on their own",
+        log_event(OUTBOX_LOG_WARN,
+                  "stream partitions not given back, their leases end on their own",
                   "database=%s error=\"%s\"", t->name, err.message);
         ts->worker.owned_count = 0;
         return;
@@ -87,8 +88,7 @@ give_back(struct tenant *t, struct idle_connection *c, enum log_level level)
     stream_worker_release_all(&ts->worker);
     take_connection_back(ts);
     ts->worker.next_renew = 0;
-    log_event(level, "stream partitions given back", "database=%s partitions=%zu", t->name,
-              held);
+    log_event(level, "stream partitions given back", "database=%s partitions=%zu", t->name, held);
 }
 
 void
@@ -167,8 +167,8 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
     if (t->stream != NULL)
         return 0;
     t->stream_check_due = now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
-    if (store_database_has_streams(outbox_store_conn(c->store), s->streams->queues, &exists,
-                                   err) != 0)
+    if (store_database_has_streams(outbox_store_conn(c->store), s->streams->queues, &exists, err) !=
+        0)
         return -1;
     if (!exists)
         return 0;

@@ -28,9 +28,9 @@
 
 /* What the stream part of a visit found. */
 struct stream_visit {
-    bool more;       /* the last pass read rows, and the slice ended first: there may be more */
-    bool waiting;    /* rows wait that could not be read now: look again as a polled database */
-    size_t rows;     /* stream rows read */
+    bool more;        /* the last pass read rows, and the slice ended first: there may be more */
+    bool waiting;     /* rows wait that could not be read now: look again as a polled database */
+    size_t rows;      /* stream rows read */
     uint64_t settled; /* rows whose outcome was recorded (published or refused) */
 };
 
@@ -48,8 +48,7 @@ int scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenan
                            struct outbox_error *err);
 
 /* A visit found t's lease lost (or t paused): its partitions are given back through c. */
-void scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t,
-                                 struct idle_connection *c);
+void scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_connection *c);
 
 /*
  * Gives t's partitions and its membership back through c, when it holds

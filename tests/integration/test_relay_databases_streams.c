@@ -177,8 +177,8 @@ assert_within_budget(struct fixture *f)
         if (counted > f->most_connections[k])
             f->most_connections[k] = counted;
         if (sessions > BUDGET - 1 || counted > BUDGET)
-            fail_msg("relay %c: %lld sessions of its slots, %lld counted open, budget %d",
-                     'a' + k, sessions, counted, BUDGET);
+            fail_msg("relay %c: %lld sessions of its slots, %lld counted open, budget %d", 'a' + k,
+                     sessions, counted, BUDGET);
     }
 }
 
@@ -207,8 +207,9 @@ drain(struct fixture *f, int streams, double seconds)
         long long left = 0;
 
         for (int i = 0; i < f->run.count; i++)
-            left += harness_query_ll(f->run.conns[i], "SELECT count(*) FROM outbox.job"
-                                                      " WHERE state NOT IN ('succeeded', 'stream')");
+            left +=
+                harness_query_ll(f->run.conns[i], "SELECT count(*) FROM outbox.job"
+                                                  " WHERE state NOT IN ('succeeded', 'stream')");
         for (int i = 0; i < streams; i++)
             left += stream_left(f, i);
         if (left == 0)
@@ -313,9 +314,9 @@ relay_of(const struct fixture *f, const char *owner)
 static int
 partitions_owner(const struct fixture *f, int i)
 {
-    PGresult *result = PQexec(f->run.conns[i],
-                              "SELECT min(owner), count(DISTINCT owner), count(*)"
-                              " FROM outbox.stream_cursor WHERE lease_until > clock_timestamp()");
+    PGresult *result =
+        PQexec(f->run.conns[i], "SELECT min(owner), count(DISTINCT owner), count(*)"
+                                " FROM outbox.stream_cursor WHERE lease_until > clock_timestamp()");
     int k = -1;
 
     if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1 &&
@@ -374,8 +375,8 @@ test_streams_through_a_kill(void **state)
     took = drain(f, streams, LEASE_SECONDS + 30);
     print_message("relay %c killed holding the partitions of %d of %d stream databases; every row"
                   " published %.1f s later (lease %d s); at most %lld and %lld connections open\n",
-                  'a' + victim, held[victim], streams, took, LEASE_SECONDS,
-                  f->most_connections[0], f->most_connections[1]);
+                  'a' + victim, held[victim], streams, took, LEASE_SECONDS, f->most_connections[0],
+                  f->most_connections[1]);
     if (took < 0) {
         relay_dump_log(&f->relays[1 - victim]);
         fail_msg("the stream rows were not all published");
@@ -392,9 +393,8 @@ test_streams_through_a_kill(void **state)
 static int
 partitions_of(const struct fixture *f, int i, int k)
 {
-    PGresult *result = PQexec(f->run.conns[i],
-                              "SELECT owner FROM outbox.stream_cursor"
-                              " WHERE lease_until > clock_timestamp()");
+    PGresult *result = PQexec(f->run.conns[i], "SELECT owner FROM outbox.stream_cursor"
+                                               " WHERE lease_until > clock_timestamp()");
     int count = 0;
 
     for (int r = 0; PQresultStatus(result) == PGRES_TUPLES_OK && r < PQntuples(result); r++)
@@ -420,8 +420,8 @@ test_removed_database_gives_partitions_back(void **state)
     double from, took = -1, freed = -1;
     PGconn *horizon;
     char metrics[32];
-    const char *extra[] = {"--stream-prefix", f->run.prefix, "--lease", "5", "--metrics-addr",
-                           metrics, NULL};
+    const char *extra[] = {"--stream-prefix", f->run.prefix, "--lease", "5",
+                           "--metrics-addr",  metrics,       NULL};
 
     for (int i = 0; i < streams; i++) {
         make_database(f, i, true);
@@ -431,8 +431,7 @@ test_removed_database_gives_partitions_back(void **state)
     start(f, 0);
     snprintf(metrics, sizeof(metrics), "127.0.0.1:%d", f->ports[1]);
     setenv("PGAPPNAME", f->names[1], 1);
-    relay_start_process(&f->relays[1], f->run.urls[0], harness_env("OUTBOX_TEST_REDIS_URL"),
-                        extra);
+    relay_start_process(&f->relays[1], f->run.urls[0], harness_env("OUTBOX_TEST_REDIS_URL"), extra);
     unsetenv("PGAPPNAME");
     f->running[1] = true;
     f->own_relay = 1;
