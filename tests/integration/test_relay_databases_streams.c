@@ -482,6 +482,55 @@ test_removed_database_gives_partitions_back(void **state)
     check_streams(f, streams, 150);
 }
 
+/*
+ * A busy stream database shares the slots as a busy row database does: one
+ * relay of budget 1 (one slot, which the two databases take in turn; no
+ * watch: polled), db0 draining a backlog of 150 000 keyed stream rows, db1
+ * a row database: each row put in db1 meanwhile is published within its
+ * poll (1 s at most) and one slice of db0 (0.25 s), while db0's backlog is
+ * still there: the stream's turn ends with its slice.
+ */
+static void
+test_busy_stream_shares_the_slots(void **state)
+{
+    struct fixture *f = *state;
+    double worst = 0;
+    long long left;
+
+    f->bc.budget = 1;
+    f->bc.rows = 1;
+    make_database(f, 0, true);
+    make_database(f, 1, false);
+    harness_exec(f->run.conns[0],
+                 "SELECT count(outbox.enqueue('" STREAM_QUEUE "', jsonb_build_object('n', g),"
+                 " ordering_key => 'k' || (g % 100))) FROM generate_series(1, 150000) AS g");
+    list_run_write_list(&f->run, f->run.count, false);
+    start(f, 0);
+    /* started: db1's first row published, db0's backlog being published */
+    assert_int_equal(wait_for_value(f->run.conns[1],
+                                    "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0,
+                                    10000),
+                     0);
+    for (int n = 0; n < 8; n++) {
+        double from = wall_clock_seconds(), took;
+
+        list_run_enqueue_into(&f->run, 1, n + 2, n + 2);
+        assert_int_equal(
+            wait_for_value(f->run.conns[1],
+                           "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'", 0, 5000),
+            0);
+        took = wall_clock_seconds() - from;
+        print_message("row %d: %.2f s\n", n + 2, took);
+        worst = took > worst ? took : worst;
+    }
+    left = stream_left(f, 0);
+    print_message("a row database's rows beside a stream backlog: at most %.2f s each, %lld stream"
+                  " rows still to publish\n",
+                  worst, left);
+    assert_true(left > 0);                 /* the backlog was there all along */
+    assert_true(worst < 1.0 + 0.25 + 0.2); /* the poll, a slice, the test's look */
+}
+
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_removed*") runs only the tests that match. */
 int
 main(void)
@@ -490,6 +539,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_streams_through_a_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_database_gives_partitions_back, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_busy_stream_shares_the_slots, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
