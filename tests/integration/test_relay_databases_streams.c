@@ -6,9 +6,9 @@
  * (its database's identity and its job id), with a relay killed with -9
  * mid-run; every relay's connections within --max-db-connections; and a
  * database removed from a relay's list gives its stream partitions back,
- * so the database's own relay takes them within a lease; a busy stream database
- * leaves a row database its turn of the slots. Every wait is bounded;
- * every relay started is killed on every exit path (teardown).
+ * so the database's own relay takes them within a lease; a busy stream
+ * database leaves a row database its turn of the slots. Every wait is
+ * bounded; every relay started is killed on every exit path (teardown).
  */
 #include <stdarg.h>
 #include <stddef.h>
