@@ -166,7 +166,9 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
 
     if (t->stream != NULL)
         return 0;
+    pthread_mutex_lock(&s->lock); /* t's fields are the scheduler's: claim reads them */
     t->stream_check_due = now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
+    pthread_mutex_unlock(&s->lock);
     if (store_database_has_streams(outbox_store_conn(c->store), s->streams->queues, &exists, err) !=
         0)
         return -1;
@@ -182,7 +184,9 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
     snprintf(ts->who, sizeof(ts->who), "database=%s", t->name);
     ts->worker.who = ts->who;
     ts->worker.acquired_log = OUTBOX_LOG_DEBUG; /* at each burst: see leases_when_due */
+    pthread_mutex_lock(&s->lock);
     t->stream = ts;
+    pthread_mutex_unlock(&s->lock);
     log_event(OUTBOX_LOG_INFO, "stream queues found, served with the database's rows",
               "database=%s", t->name);
     return 0;
