@@ -9,10 +9,16 @@
  * through its own broker connection, so streams cost no connection beyond
  * the budget. One slot at a time runs a database's worker. A visit renews,
  * gives back and takes the partitions when due (as a stream thread does),
- * then publishes them in turns until the visit's slice ends. Between visits
- * the partitions stay held; a database that rested past their lease forgets
- * them and takes them again (fenced: a new generation, the cursor where it
- * was). They are given back when the relay gives the database up (its lease
+ * then publishes them in turns until the visit's slice ends.
+ *
+ * The partitions are held only while their rows come: a visit that finds
+ * no row to publish gives them back, and one that holds none takes them
+ * (fenced: a new generation, the cursor where it was) only when rows wait.
+ * A quiet database thus holds no lease to renew, and its visits write
+ * nothing that the statistics watch would wake it for: it is visited as a
+ * row database is. While rows wait that cannot be read (behind the horizon,
+ * a backoff, another relay's lease), it is polled instead. The partitions
+ * are also given back when the relay gives the database up (its lease
  * lost, the database removed from the list, the relay stopping), so the
  * next owner takes them at once rather than after a lease.
  */
