@@ -209,11 +209,14 @@ stream_partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_err
     double now = clock_monotonic_seconds();
 
     *rows = 0;
-    for (size_t i = 0; i < sr->owned_count && !stream_worker_stopping(sr); i++) {
-        size_t read = 0;
+    for (size_t k = 0; k < sr->owned_count && !stream_worker_stopping(sr); k++) {
+        size_t read = 0, i = (sr->next_turn + k) % sr->owned_count;
 
-        if (sr->turn_until > 0 && clock_monotonic_seconds() >= sr->turn_until)
+        /* out of time after a turn at least: the next pass starts where this one stopped */
+        if (k > 0 && sr->turn_until > 0 && clock_monotonic_seconds() >= sr->turn_until) {
+            sr->next_turn = i;
             break;
+        }
         if (sr->owned[i].wait_until > now)
             continue;
         if (stream_partition_turn(sr, i, &read, err) != 0)

@@ -62,6 +62,7 @@ struct stream_worker {
     struct stream_refusal *refusals;
     double *lags; /* commit-to-publish seconds of accepted rows */
     double turn_until; /* monotonic seconds when a pass ends between batches (0: never) */
+    size_t next_turn;  /* the held partition a pass starts at (one cut short by turn_until) */
     uint64_t settled;  /* rows whose outcome the cursor's advance recorded */
 };
 
@@ -91,7 +92,9 @@ void stream_worker_clear(struct stream_worker *sr);
 
 /*
  * One pass over the held partitions, a partition's turn each (those waiting
- * out a backoff skipped), ended early at sr->turn_until; *rows: rows read in
+ * out a backoff skipped), ended at sr->turn_until after one turn at least;
+ * the next pass starts with the partition it did not reach, so every
+ * partition gets its turn however short the passes. *rows: rows read in
  * all. 0, or -1 with err on a database failure.
  */
 int stream_partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err);
