@@ -9,6 +9,7 @@
  */
 #include "scheduler.h"
 #include "scheduler_state.h"
+#include "scheduler_stream.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,6 +29,7 @@
 #include "scheduler_watch.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
+#include "stream.h"
 #include "timeouts.h"
 
 /* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
@@ -38,7 +40,8 @@
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
     bool take_lease;        /* the visit takes, keeps or gives up the lease (else it holds it) */
-    char stream_queues[256]; /* the database's stream queues, seen when the slot connected */
+    bool streams;           /* the database has stream queues: the rows get half the slice */
+    bool streams_wait;      /* stream rows wait that no pass could read: polled, not watched */
     struct tenant *tenant;
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
@@ -197,6 +200,7 @@ take_work(struct scheduler *s, struct work *w)
             t->woken = false;
             w->watched = t->watched;
             w->take_lease = lease_due(s, t, now);
+            w->streams = t->stream != NULL;
             w->tenant = t;
             taken = true;
             break;
@@ -359,6 +363,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     }
     s->relay = r;
     s->budget = s->slots = r->config->max_db_connections;
+    s->streams = stream_runner_new_shared(r->config, r->worker_prefix, r->metrics, err);
     s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&attributes);
@@ -366,7 +371,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     pthread_cond_init(&s->changed, &attributes);
     pthread_condattr_destroy(&attributes);
     s->stamp = database_file_stamp(r->config->databases_file);
-    if (database_list_read(r->config->databases_file, &list, err) != 0) {
+    if (s->streams == NULL || database_list_read(r->config->databases_file, &list, err) != 0) {
         scheduler_free(s);
         return NULL;
     }
@@ -387,36 +392,6 @@ scheduler_new(relay *r, struct outbox_error *err)
     return s;
 }
 
-/*
- * A relay stopping gives up the leases it holds, so the next winner takes
- * each database at its next visit rather than after the lease: through the
- * database's idle connection, else one connection at a time once the idle
- * ones are closed (the budget holds). Under no lock: the slots returned.
- */
-static void
-release_leases(struct scheduler *s)
-{
-    struct outbox_error err;
-
-    for (size_t i = 0; i < s->count; i++)
-        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
-    for (size_t i = 0; i < s->count; i++) {
-        struct tenant *t = s->tenants[i];
-        outbox_store *store;
-
-        if (!t->held)
-            continue;
-        t->held = false;
-        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
-        if (store == NULL ||
-            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
-                                         &err) != 0)
-            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
-                      "database=%s error=\"%s\"", t->name, err.message);
-        outbox_store_free(store);
-    }
-}
-
 void
 scheduler_free(struct scheduler *s)
 {
@@ -430,6 +405,7 @@ scheduler_free(struct scheduler *s)
     for (size_t i = 0; i < s->count; i++)
         tenant_free(s, s->tenants[i]);
     free(s->tenants);
+    stream_runner_free(s->streams);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -440,6 +416,7 @@ scheduler_stop(struct scheduler *s)
 {
     if (s == NULL)
         return;
+    stream_runner_stop(s->streams); /* a stream pass ends after its batch in flight */
     pthread_mutex_lock(&s->lock);
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
@@ -447,13 +424,10 @@ scheduler_stop(struct scheduler *s)
 
 /* ---- serving ------------------------------------------------------------ */
 
-/*
- * Opens a connection to t for slot p: the store, the privileges, the
- * identity, and the stream queues it does not serve (into stream_queues).
- */
+/* Opens a connection to t for slot p: the store, the privileges, the identity. */
 static int
 connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connection *c,
-               char *stream_queues, size_t stream_queues_size, struct outbox_error *err)
+               struct outbox_error *err)
 {
     const struct relay_config *config = p->relay->config;
 
@@ -461,9 +435,7 @@ connect_tenant(struct pipeline *p, const struct tenant *t, struct idle_connectio
     if (c->store == NULL)
         return -1;
     if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
-        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0 ||
-        store_database_stream_queues(outbox_store_conn(c->store), stream_queues,
-                                     stream_queues_size, err) != 0) {
+        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
         outbox_store_free(c->store);
         c->store = NULL;
         return -1;
@@ -515,6 +487,32 @@ maintain(struct pipeline *p, struct tenant *t)
 }
 
 /*
+ * The stream part of a visit on slot p, after the rows, until `until`: its
+ * rows count in the slice's (rows read as claimed; more when a pass ran
+ * out of time). Returns the rows it settled. A failure drops the
+ * connection, cause saying why.
+ */
+static uint64_t
+serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_slice *slice,
+              struct outbox_error *cause)
+{
+    struct stream_visit visit;
+
+    if (w->connection.store == NULL)
+        return 0;
+    if (scheduler_stream_serve(p->relay->scheduler, p, w->tenant, &w->connection, until, &visit,
+                               cause) != 0) {
+        outbox_store_free(w->connection.store); /* it may hold the statement still */
+        w->connection.store = NULL;
+        return 0;
+    }
+    slice->claimed += visit.rows;
+    slice->more |= visit.more;
+    w->streams_wait = visit.waiting;
+    return visit.settled;
+}
+
+/*
  * Serves w's database for one slice on slot p. The slice's findings; the
  * connection is left in w (store NULL when the database failed, with why in
  * *cause).
@@ -525,14 +523,13 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
-    uint64_t completed = p->rows_completed;
+    uint64_t completed = p->rows_completed, settled;
     struct outbox_error next_err;
+    double started = clock_monotonic_seconds();
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (w->connection.store == NULL &&
-        connect_tenant(p, t, &w->connection, w->stream_queues, sizeof(w->stream_queues), cause) !=
-            0)
+    if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member;
      * a lease this relay's watch keeps is taken again only when due (lease_due) */
@@ -546,8 +543,10 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
         w->connection.store = NULL;
         return slice;
     }
-    if (!lease->held)
+    if (!lease->held) {
+        scheduler_stream_lease_lost(p->relay->scheduler, t, &w->connection);
         return slice;
+    }
     p->db.store = w->connection.store;
     p->db.identity = w->connection.identity;
     p->db.url = t->url;
@@ -555,8 +554,9 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
     maintain(p, t);
     if (p->db.store != NULL)
-        slice = pipeline_serve(p, clock_monotonic_seconds() + SCHEDULER_SLICE_SECONDS);
+        slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     /* a reconnect within the slice (settle_now) may have replaced the connection */
+    w->connection.stream_ready &= w->connection.store == p->db.store;
     w->connection.store = p->db.store;
     w->connection.identity = p->db.identity;
     if (p->db.store == NULL)
@@ -564,6 +564,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.store = NULL;
     p->db.url = NULL;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
     w->next_ready = -1;
     if (w->watched && !slice.more && w->connection.store != NULL &&
         store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
@@ -574,7 +575,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
         *cause = next_err;
     }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
-                          p->rows_completed - completed);
+                          p->rows_completed - completed + settled);
     return slice;
 }
 
@@ -630,7 +631,7 @@ idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *
     double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
                                    : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
 
-    if (!w->watched || t->woken)
+    if (!w->watched || t->woken || w->streams_wait)
         return t->idle_wait;
     /* a producer's commit within a second of its last reported one shows late */
     if (now < t->rows_at + SCHEDULER_WATCH_AFTER_ROWS_SECONDS)
@@ -724,18 +725,14 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
         record_lease(s, t, lease);
-        if (w->stream_queues[0] != '\0' && !t->streams_logged)
-            log_event(OUTBOX_LOG_WARN, "stream queues not served by a relay of a list",
-                      "database=%s queues=\"%s\" hint=\"serve them with a relay of --database-url\"",
-                      t->name, w->stream_queues);
-        t->streams_logged |= w->stream_queues[0] != '\0';
         t->backlog = slice->full;
         if (!lease->held)
             t->due = now + visit_again(s, t, w, lease);
         else
             rest(s, t, w, slice, now);
         t->visited_at = now;
-        if (t->removed || relay_stopping(s->relay)) {
+        /* a removed database's is closed by release_removed, giving the leases up on it */
+        if (relay_stopping(s->relay)) {
             to_close = w->connection.store;
             s->open--;
         } else {
