@@ -9,14 +9,11 @@
 #include "pg_wait.h"
 
 PGresult *
-pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *values,
-                int deadline_ms)
+pg_result_bounded(PGconn *conn, int deadline_ms)
 {
     int64_t deadline = clock_monotonic_ms() + deadline_ms;
     PGresult *last = NULL, *next;
 
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
-        return NULL;
     /* one deadline for every result of the statement */
     while (pg_wait_result(conn, deadline) == PG_WAIT_READY) {
         next = PQgetResult(conn);
@@ -27,4 +24,22 @@ pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *v
     }
     PQclear(last);
     return NULL;
+}
+
+PGresult *
+pg_exec_bounded(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                int deadline_ms)
+{
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0) || PQflush(conn) != 0)
+        return NULL;
+    return pg_result_bounded(conn, deadline_ms);
+}
+
+PGresult *
+pg_exec_prepared_bounded(PGconn *conn, const char *name, int nparams, const char *const *values,
+                         int deadline_ms)
+{
+    if (!PQsendQueryPrepared(conn, name, nparams, values, NULL, NULL, 0) || PQflush(conn) != 0)
+        return NULL;
+    return pg_result_bounded(conn, deadline_ms);
 }

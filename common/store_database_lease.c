@@ -139,20 +139,23 @@ store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *er
 }
 
 int
-store_database_stream_queues(PGconn *conn, char *queues, size_t size, struct outbox_error *err)
+store_database_has_streams(PGconn *conn, const char *queues, bool *exists,
+                           struct outbox_error *err)
 {
-    PGresult *result =
-        run(conn, "SELECT coalesce(string_agg(queue, ', ' ORDER BY queue), '') FROM outbox.stream",
-            0, NULL, "unable to read the stream queues", err);
+    const char *values[1] = {queues};
+    PGresult *result = run(conn,
+                           "SELECT EXISTS (SELECT 1 FROM outbox.stream"
+                           " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
+                           1, values, "unable to look for stream queues", err);
 
     if (result == NULL)
         return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
-        outbox_error_from_pg(err, conn, result, "unable to read the stream queues");
+        outbox_error_from_pg(err, conn, result, "unable to look for stream queues");
         PQclear(result);
         return -1;
     }
-    snprintf(queues, size, "%s", PQgetvalue(result, 0, 0));
+    *exists = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     return 0;
 }

@@ -59,11 +59,11 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
 int store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err);
 
 /*
- * The database's stream queues (outboxctl stream enable), comma-separated
- * into queues ("" when none, cut at size): a relay of a list does not serve
- * them. 0, or -1 with err.
+ * *exists: the database has a stream queue (outboxctl stream enable) among
+ * queues (a text[] literal, NULL: any), which the relay then serves with
+ * the database's rows (relay/scheduler_stream.c). 0, or -1 with err.
  */
-int store_database_stream_queues(PGconn *conn, char *queues, size_t size,
-                                 struct outbox_error *err);
+int store_database_has_streams(PGconn *conn, const char *queues, bool *exists,
+                               struct outbox_error *err);
 
 #endif

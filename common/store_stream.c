@@ -10,6 +10,7 @@
 
 #include "buffer.h"
 #include "error.h"
+#include "pg_bounded.h"
 #include "store_row.h"
 #include "store_stream.h"
 #include "store_stream_sql.h"
@@ -18,9 +19,27 @@
 struct stream_store {
     PGconn *conn;
     char *owner;
+    bool borrowed; /* the caller's connection: left open by stream_store_free, and each
+                    * statement waited for within STORE_STATEMENT_DEADLINE_MS */
 };
 
 /* ---- helpers ------------------------------------------------------------------- */
+
+/*
+ * Fills err for a failed statement; a borrowed connection's statement that
+ * got no result within its deadline is a timeout (the caller drops it).
+ */
+static int
+stream_error(stream_store *s, const PGresult *result, const char *context,
+             struct outbox_error *err)
+{
+    if (result == NULL && s->borrowed && PQstatus(s->conn) == CONNECTION_OK)
+        return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
+                                "%s: the database did not answer within %d s (server stalled or"
+                                " unreachable); dropping the connection",
+                                context, STORE_STATEMENT_DEADLINE_MS / 1000);
+    return outbox_error_from_pg(err, s->conn, result, context);
+}
 
 /*
  * Runs a prepared statement; NULL with err unless it returned expected. A
@@ -30,12 +49,15 @@ static PGresult *
 run(stream_store *s, enum stream_statement statement, int nparams, const char *const *values,
     ExecStatusType expected, const char *context, struct outbox_error *err)
 {
-    PGresult *result = PQexecPrepared(s->conn, stream_statements[statement].name, nparams, values,
-                                      NULL, NULL, 0);
+    const char *name = stream_statements[statement].name;
+    PGresult *result =
+        s->borrowed
+            ? pg_exec_prepared_bounded(s->conn, name, nparams, values, STORE_STATEMENT_DEADLINE_MS)
+            : PQexecPrepared(s->conn, name, nparams, values, NULL, NULL, 0);
 
     if (result != NULL && PQresultStatus(result) == expected)
         return result;
-    outbox_error_from_pg(err, s->conn, result, context);
+    stream_error(s, result, context, err);
     PQclear(result);
     return NULL;
 }
@@ -60,6 +82,36 @@ fence_values(const struct stream_partition *p, struct fence_values *v)
 }
 
 /* ---- connection ---------------------------------------------------------------- */
+
+/* Prepares every stream statement on the store's connection. */
+static int
+prepare_statements(stream_store *s, struct outbox_error *err)
+{
+    for (int i = 0; i < SSTMT_COUNT; i++) {
+        char context[96];
+        PGresult *result;
+
+        snprintf(context, sizeof(context), "unable to prepare '%s'", stream_statements[i].name);
+        if (!s->borrowed)
+            result = PQprepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0,
+                               NULL);
+        else if (PQsendPrepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0,
+                               NULL) &&
+                 PQflush(s->conn) == 0)
+            result = pg_result_bounded(s->conn, STORE_STATEMENT_DEADLINE_MS);
+        else
+            result = NULL;
+        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
+            stream_error(s, result, context, err);
+            if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
+                err->code = OUTBOX_ERR_SCHEMA; /* before migration 009 */
+            PQclear(result);
+            return -1;
+        }
+        PQclear(result);
+    }
+    return 0;
+}
 
 stream_store *
 stream_store_connect(const char *database_url, const char *owner, struct outbox_error *err)
@@ -101,26 +153,33 @@ stream_store_connect(const char *database_url, const char *owner, struct outbox_
     }
     PQclear(result);
     result = NULL;
-    for (int i = 0; i < SSTMT_COUNT; i++) {
-        char context[96];
-
-        snprintf(context, sizeof(context), "unable to prepare '%s'", stream_statements[i].name);
-        result = PQprepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0, NULL);
-        if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-            outbox_error_from_pg(err, s->conn, result, context);
-            if (err != NULL && err->code == OUTBOX_ERR_INTERNAL)
-                err->code = OUTBOX_ERR_SCHEMA; /* before migration 009 */
-            goto fail;
-        }
-        PQclear(result);
-        result = NULL;
-    }
+    if (prepare_statements(s, err) != 0)
+        goto fail;
     return s;
 
 fail:
     PQclear(result);
     stream_store_free(s);
     return NULL;
+}
+
+stream_store *
+stream_store_borrow(PGconn *conn, const char *owner, bool prepare, struct outbox_error *err)
+{
+    stream_store *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || (s->owner = strdup(owner)) == NULL) {
+        free(s);
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->conn = conn;
+    s->borrowed = true;
+    if (prepare && prepare_statements(s, err) != 0) {
+        stream_store_free(s);
+        return NULL;
+    }
+    return s;
 }
 
 PGconn *
@@ -140,7 +199,7 @@ stream_store_free(stream_store *s)
 {
     if (s == NULL)
         return;
-    if (s->conn != NULL)
+    if (s->conn != NULL && !s->borrowed)
         PQfinish(s->conn);
     free(s->owner);
     free(s);
@@ -209,6 +268,20 @@ stream_store_member(stream_store *s, const char *queues, double lease_seconds,
                  "unable to renew this relay's stream membership", err);
     if (result == NULL)
         return -1;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_pending(stream_store *s, const char *queues, bool *pending, struct outbox_error *err)
+{
+    const char *values[1] = {queues};
+    PGresult *result = run(s, SSTMT_PENDING, 1, values, PGRES_TUPLES_OK,
+                           "unable to look for stream rows to publish", err);
+
+    if (result == NULL)
+        return -1;
+    *pending = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     return 0;
 }
@@ -368,14 +441,16 @@ stream_store_read_receive(stream_store *s, struct stream_batch *batch, struct ou
 
     memset(batch, 0, sizeof(*batch));
     /* every result of the query is taken, so the connection is free afterwards */
-    while ((next = PQgetResult(s->conn)) != NULL) {
+    if (s->borrowed)
+        result = pg_result_bounded(s->conn, STORE_STATEMENT_DEADLINE_MS);
+    while (!s->borrowed && (next = PQgetResult(s->conn)) != NULL) {
         if (result == NULL)
             result = next;
         else
             PQclear(next);
     }
     if (result == NULL || PQresultStatus(result) != PGRES_TUPLES_OK) {
-        rc = outbox_error_from_pg(err, s->conn, result, "unable to read a stream partition");
+        rc = stream_error(s, result, "unable to read a stream partition", err);
         PQclear(result);
         return rc;
     }

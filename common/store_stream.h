@@ -105,6 +105,16 @@ stream_store *stream_store_connect(const char *database_url, const char *owner,
                                    struct outbox_error *err);
 void stream_store_free(stream_store *s);
 
+/*
+ * A store on conn, a connection the caller holds and keeps (stream_store_free
+ * leaves it open; a relay of a list publishes a database's streams on the
+ * connection its slot holds): the stream statements are prepared on it when
+ * prepare, once for each connection. The session keeps the caller's
+ * settings. NULL with err on failure.
+ */
+stream_store *stream_store_borrow(PGconn *conn, const char *owner, bool prepare,
+                                  struct outbox_error *err);
+
 /* The store's connection, for a statement of another module (idle between calls). */
 PGconn *stream_store_conn(stream_store *s);
 
@@ -136,6 +146,14 @@ int stream_store_acquire(stream_store *s, const char *queues, int modulus, int r
 int stream_store_member(stream_store *s, const char *queues, double lease_seconds,
                         struct outbox_error *err);
 int stream_store_leave(stream_store *s, struct outbox_error *err);
+
+/*
+ * *pending: a partition of queues (a text[] literal, NULL: every stream)
+ * holds a row after its cursor, whether it can be read now or not (behind
+ * the horizon, of a paused queue, of another owner's lease).
+ */
+int stream_store_pending(stream_store *s, const char *queues, bool *pending,
+                         struct outbox_error *err);
 int stream_store_surplus(stream_store *s, const struct stream_partition *held, size_t count,
                          bool *give_back, struct outbox_error *err);
 

@@ -226,6 +226,19 @@ static const char SQL_KEY_LATER[] =
     " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"
     "   AND (j.xid, j.job_id) > ($3::xid8, $4::bigint) AND j.ordering_key = $5)";
 
+/*
+ * Whether a partition of the queues $1 (NULL: every stream) holds a row
+ * after its cursor, readable or not yet (behind the horizon, of a paused
+ * queue, of another owner's lease): one probe of job_stream_idx a partition.
+ */
+static const char SQL_PENDING[] =
+    "SELECT EXISTS (SELECT 1 FROM outbox.stream_cursor AS c"
+    " WHERE ($1::text[] IS NULL OR c.queue = ANY ($1::text[]))"
+    "   AND EXISTS (SELECT 1 FROM outbox.job AS j"
+    "               WHERE j.state = 'stream' AND j.queue = c.queue"
+    "                 AND j.stream_partition = c.partition"
+    "                 AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)))";
+
 const struct stream_statement_text stream_statements[SSTMT_COUNT] = {
     [SSTMT_ACQUIRE] = {"outbox_stream_acquire", SQL_ACQUIRE},
     [SSTMT_RENEW] = {"outbox_stream_renew", SQL_RENEW},
@@ -241,4 +254,5 @@ const struct stream_statement_text stream_statements[SSTMT_COUNT] = {
     [SSTMT_SURPLUS] = {"outbox_stream_surplus", SQL_SURPLUS},
     [SSTMT_KEY_CLEANUP] = {"outbox_stream_key_cleanup", SQL_KEY_CLEANUP},
     [SSTMT_REBASE] = {"outbox_stream_rebase", SQL_REBASE},
+    [SSTMT_PENDING] = {"outbox_stream_pending", SQL_PENDING},
 };

@@ -22,6 +22,7 @@ enum stream_statement {
     SSTMT_SURPLUS,
     SSTMT_KEY_CLEANUP,
     SSTMT_REBASE,
+    SSTMT_PENDING,
     SSTMT_COUNT,
 };
 

@@ -153,7 +153,7 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     if (name_endpoints(r, err) != 0)
         goto fail;
     if (config->databases_file != NULL) {
-        r->scheduler = scheduler_new(r, err); /* no stream queue is served from a list */
+        r->scheduler = scheduler_new(r, err); /* streams too, on the slots (scheduler_stream.h) */
         if (r->scheduler == NULL)
             goto fail;
         return r;

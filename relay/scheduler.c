@@ -9,6 +9,7 @@
  */
 #include "scheduler.h"
 #include "scheduler_state.h"
+#include "scheduler_stream.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +30,7 @@
 #include "store_connect.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
+#include "stream.h"
 #include "timeouts.h"
 
 /* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
@@ -47,7 +49,8 @@ enum lease_call { LEASE_KEPT, LEASE_BEFORE, LEASE_AFTER };
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
     enum lease_call lease_call;
-    char stream_queues[256]; /* the database's stream queues, seen when the slot connected */
+    bool streams;      /* the database has stream queues: the rows get half the slice */
+    bool streams_wait; /* stream rows wait that no pass could read: polled, not watched */
     struct tenant *tenant;
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
@@ -208,6 +211,7 @@ take_work(struct scheduler *s, struct work *w)
             t->woken = false;
             w->watched = t->watched;
             w->lease_call = lease_call_of(s, t, now);
+            w->streams = t->stream != NULL;
             w->tenant = t;
             taken = true;
             break;
@@ -241,6 +245,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     }
     s->relay = r;
     s->budget = s->slots = r->config->max_db_connections;
+    s->streams = stream_runner_new_shared(r->config, r->worker_prefix, r->metrics, err);
     s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&attributes);
@@ -248,7 +253,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     pthread_cond_init(&s->changed, &attributes);
     pthread_condattr_destroy(&attributes);
     s->stamp = database_file_stamp(r->config->databases_file);
-    if (database_list_read(r->config->databases_file, &list, err) != 0) {
+    if (s->streams == NULL || database_list_read(r->config->databases_file, &list, err) != 0) {
         scheduler_free(s);
         return NULL;
     }
@@ -270,36 +275,6 @@ scheduler_new(relay *r, struct outbox_error *err)
     return s;
 }
 
-/*
- * A relay stopping gives up the leases it holds, so the next winner takes
- * each database at its next visit rather than after the lease: through the
- * database's idle connection, else one connection at a time once the idle
- * ones are closed (the budget holds). Under no lock: the slots returned.
- */
-static void
-release_leases(struct scheduler *s)
-{
-    struct outbox_error err;
-
-    for (size_t i = 0; i < s->count; i++)
-        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
-    for (size_t i = 0; i < s->count; i++) {
-        struct tenant *t = s->tenants[i];
-        outbox_store *store;
-
-        if (!t->held)
-            continue;
-        t->held = false;
-        store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
-        if (store == NULL ||
-            store_database_lease_release(outbox_store_conn(store), s->relay->worker_prefix,
-                                         &err) != 0)
-            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
-                      "database=%s error=\"%s\"", t->name, err.message);
-        outbox_store_free(store);
-    }
-}
-
 void
 scheduler_free(struct scheduler *s)
 {
@@ -313,6 +288,7 @@ scheduler_free(struct scheduler *s)
     for (size_t i = 0; i < s->count; i++)
         tenant_free(s, s->tenants[i]);
     free(s->tenants);
+    stream_runner_free(s->streams);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -323,6 +299,7 @@ scheduler_stop(struct scheduler *s)
 {
     if (s == NULL)
         return;
+    stream_runner_stop(s->streams); /* a stream pass ends after its batch in flight */
     pthread_mutex_lock(&s->lock);
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
@@ -330,13 +307,10 @@ scheduler_stop(struct scheduler *s)
 
 /* ---- serving ------------------------------------------------------------ */
 
-/*
- * Opens a connection to t for slot p: the store, the privileges, the
- * identity, and the stream queues it does not serve (into stream_queues).
- */
+/* Opens a connection to t for slot p: the store, the privileges, the identity. */
 static int
 connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
-               char *stream_queues, size_t stream_queues_size, struct outbox_error *err)
+               struct outbox_error *err)
 {
     const struct relay_config *config = p->relay->config;
     /* a visit runs few statements: each is prepared when first run, and the schema
@@ -350,9 +324,7 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
         return -1;
     atomic_store(&t->checked, true);
     if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
-        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0 ||
-        store_database_stream_queues(outbox_store_conn(c->store), stream_queues,
-                                     stream_queues_size, err) != 0) {
+        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
         outbox_store_free(c->store);
         c->store = NULL;
         return -1;
@@ -410,8 +382,9 @@ maintain(struct pipeline *p, struct tenant *t)
 /*
  * Calls the database's lease function on w's connection when the visit's
  * call comes at this step (when), into *lease; before the slice, a lease
- * not called then is the one this relay's watch keeps. -1 with why in
- * *cause when the call failed: the connection is dropped.
+ * not called then is the one this relay's watch keeps. A lease not held
+ * gives the database's stream partitions up. -1 with why in *cause when
+ * the call failed: the connection is dropped.
  */
 static int
 lease_step(struct pipeline *p, struct work *w, enum lease_call when,
@@ -426,11 +399,40 @@ lease_step(struct pipeline *p, struct work *w, enum lease_call when,
     if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
                                   p->relay->config->lease_seconds,
                                   w->watched ? p->relay->scheduler->watch_name : NULL, lease,
-                                  cause) == 0)
+                                  cause) != 0) {
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+        return -1;
+    }
+    if (!lease->held)
+        scheduler_stream_lease_lost(p->relay->scheduler, w->tenant, &w->connection);
+    return 0;
+}
+
+/*
+ * The stream part of a visit on slot p, after the rows, until `until`: its
+ * rows count in the slice's (rows read as claimed; more when a pass ran
+ * out of time). Returns the rows it settled. A failure drops the
+ * connection, cause saying why.
+ */
+static uint64_t
+serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_slice *slice,
+              struct outbox_error *cause)
+{
+    struct stream_visit visit;
+
+    if (w->connection.store == NULL)
         return 0;
-    outbox_store_free(w->connection.store);
-    w->connection.store = NULL;
-    return -1;
+    if (scheduler_stream_serve(p->relay->scheduler, p, w->tenant, &w->connection, until, &visit,
+                               cause) != 0) {
+        outbox_store_free(w->connection.store); /* it may hold the statement still */
+        w->connection.store = NULL;
+        return 0;
+    }
+    slice->claimed += visit.rows;
+    slice->more |= visit.more;
+    w->streams_wait = visit.waiting;
+    return visit.settled;
 }
 
 /*
@@ -444,14 +446,13 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
-    uint64_t completed = p->rows_completed;
+    uint64_t completed = p->rows_completed, settled;
     struct outbox_error next_err;
+    double started = clock_monotonic_seconds();
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (w->connection.store == NULL &&
-        connect_tenant(p, t, &w->connection, w->stream_queues, sizeof(w->stream_queues), cause) !=
-            0)
+    if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member */
     if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
@@ -462,10 +463,11 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
     /* the rows first: a visit for a new row does not wait for the maintenance */
-    slice = pipeline_serve(p, clock_monotonic_seconds() + SCHEDULER_SLICE_SECONDS);
+    slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     if (p->db.store != NULL && maintain(p, t))
         slice.more = true;
     /* a reconnect within the slice (settle_now) may have replaced the connection */
+    w->connection.stream_ready &= w->connection.store == p->db.store;
     w->connection.store = p->db.store;
     w->connection.identity = p->db.identity;
     if (p->db.store == NULL)
@@ -473,6 +475,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.store = NULL;
     p->db.url = NULL;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
     w->next_ready = -1;
     if (w->connection.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
         w->watched && !slice.more &&
@@ -484,7 +487,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
         *cause = next_err;
     }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
-                          p->rows_completed - completed);
+                          p->rows_completed - completed + settled);
     return slice;
 }
 
@@ -541,7 +544,7 @@ idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *
     double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
                                    : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
 
-    if (!w->watched || t->woken)
+    if (!w->watched || t->woken || w->streams_wait)
         return t->idle_wait;
     /* a producer's commit within a second of its last reported one shows late */
     if (now < t->rows_at + SCHEDULER_WATCH_AFTER_ROWS_SECONDS)
@@ -635,18 +638,14 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         backoff_reset(&t->retry);
         metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
         record_lease(s, t, lease);
-        if (w->stream_queues[0] != '\0' && !t->streams_logged)
-            log_event(OUTBOX_LOG_WARN, "stream queues not served by a relay of a list",
-                      "database=%s queues=\"%s\" hint=\"serve them with a relay of --database-url\"",
-                      t->name, w->stream_queues);
-        t->streams_logged |= w->stream_queues[0] != '\0';
         t->backlog = slice->full;
         if (!lease->held)
             t->due = now + visit_again(s, t, w, lease);
         else
             rest(s, t, w, slice, now);
         t->visited_at = now;
-        if (t->removed || relay_stopping(s->relay)) {
+        /* a removed database's is closed by release_removed, giving the leases up on it */
+        if (relay_stopping(s->relay)) {
             to_close = w->connection.store;
             s->open--;
         } else {

@@ -36,8 +36,9 @@
  * the lease and by the others to stay members of its rendezvous and to
  * take it over once that relay's lease ends.
  *
- * Stream queues are not served by a relay of a list: it claims row queues
- * only.
+ * Stream queues are served too, by the slot serving their database, after
+ * its rows, on the same connection and within the same slice (the rows get
+ * half of it): see scheduler_stream.h.
  */
 #ifndef OUTBOX_RELAY_SCHEDULER_H
 #define OUTBOX_RELAY_SCHEDULER_H

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "scheduler.h"
+#include "scheduler_stream.h"
 #include "store_database_lease.h"
 #include "timeouts.h"
 
@@ -37,15 +38,14 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-/*
- * Closes t's idle connections, first giving up its lease through one of
- * them when it holds it. Under the lock, or with no slot running.
- */
+/* Under the lock, or with no slot running. */
 void
 tenant_close_idle(struct scheduler *s, struct tenant *t)
 {
     struct outbox_error err;
 
+    if (t->idle_count > 0 && t->serving == 0)
+        tenant_stream_give_back(s, t, &t->idle[0]);
     if (t->held && t->idle_count > 0) {
         if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
                                          s->relay->worker_prefix, &err) != 0)
@@ -64,9 +64,36 @@ void
 tenant_free(struct scheduler *s, struct tenant *t)
 {
     tenant_close_idle(s, t);
+    tenant_stream_free(t);
     free(t->idle);
     free(t->url);
     free(t);
+}
+
+void
+release_leases(struct scheduler *s)
+{
+    struct outbox_error err;
+
+    for (size_t i = 0; i < s->count; i++)
+        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
+    for (size_t i = 0; i < s->count; i++) {
+        struct tenant *t = s->tenants[i];
+        struct idle_connection c = {0};
+
+        if (!t->held && !tenant_stream_holds(t))
+            continue;
+        c.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (c.store != NULL)
+            tenant_stream_give_back(s, t, &c);
+        if (t->held &&
+            (c.store == NULL || store_database_lease_release(outbox_store_conn(c.store),
+                                                             s->relay->worker_prefix, &err) != 0))
+            log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
+                      "database=%s error=\"%s\"", t->name, err.message);
+        t->held = false;
+        outbox_store_free(c.store);
+    }
 }
 
 /* Drops the removed tenants no slot serves any more. Under the lock. */

@@ -22,6 +22,7 @@ struct idle_connection {
     outbox_store *store;
     struct store_identity identity;
     double used_at; /* the least recently used one is closed first */
+    bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
 };
 
 /* One database of the list. */
@@ -52,7 +53,9 @@ struct tenant {
     double rows_at;    /* when its last slice that claimed rows ended */
     atomic_bool checked; /* a connection passed the schema check and the privilege audit
                           * since it last failed: later ones skip them */
-    bool streams_logged; /* its stream queues, which a list does not serve, were logged */
+    struct tenant_stream *stream; /* its stream queues' worker, once one was found */
+    bool stream_busy;             /* a slot runs the stream worker now */
+    double stream_check_due;      /* when a visit looks for a stream queue again (none yet) */
     struct backoff retry;
     struct cause_log log;
 };
@@ -78,6 +81,7 @@ struct scheduler {
     char watch_name[WATCH_NAME_MAX]; /* the application_name of the watch's sessions */
     bool watch_looked; /* the watch's first look is done */
     double started_at;
+    struct stream_runner *streams; /* the owner name and stop flag of the databases' streams */
 };
 
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
@@ -91,8 +95,18 @@ void look_at_list(struct scheduler *s, double now);
 /* Frees the removed databases no slot serves any more. */
 void release_removed(struct scheduler *s);
 
-/* Closes t's idle connections (giving up its lease through one when it holds it). */
+/*
+ * Closes t's idle connections, giving up through one its lease and its
+ * stream partitions when it holds them.
+ */
 void tenant_close_idle(struct scheduler *s, struct tenant *t);
+
+/*
+ * A stopping relay gives up the leases and stream partitions it holds,
+ * through each database's idle connection or else a new one, one at a
+ * time. The slots must have returned.
+ */
+void release_leases(struct scheduler *s);
 
 void tenant_free(struct scheduler *s, struct tenant *t);
 

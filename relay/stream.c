@@ -177,14 +177,8 @@ report_lag(struct stream_worker *sr, struct outbox_error *err)
     return 0;
 }
 
-/*
- * Deletes the places of ordering keys below the horizon and, with a
- * --retention, published rows older than it, STREAM_CLEANUP_ROWS a
- * statement (each its own short transaction); again right after the next
- * report while a statement found a full batch.
- */
-static int
-cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
+int
+stream_cleanup_turn(struct stream_worker *sr, struct outbox_error *err)
 {
     size_t rows = 0, keys = 0;
 
@@ -209,16 +203,20 @@ due_work(struct stream_worker *sr, struct outbox_error *err)
     return 0;
 }
 
-/* One pass over the held partitions; *rows: rows read in all. */
-static int
-partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err)
+int
+stream_partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
 
     *rows = 0;
-    for (size_t i = 0; i < sr->owned_count && !stream_worker_stopping(sr); i++) {
-        size_t read = 0;
+    for (size_t k = 0; k < sr->owned_count && !stream_worker_stopping(sr); k++) {
+        size_t read = 0, i = (sr->next_turn + k) % sr->owned_count;
 
+        /* out of time after a turn at least: the next pass starts where this one stopped */
+        if (k > 0 && sr->turn_until > 0 && clock_monotonic_seconds() >= sr->turn_until) {
+            sr->next_turn = i;
+            break;
+        }
         if (sr->owned[i].wait_until > now)
             continue;
         if (stream_partition_turn(sr, i, &read, err) != 0)
@@ -250,9 +248,8 @@ wait_for_streams(struct stream_worker *sr)
     return !stream_worker_stopping(sr);
 }
 
-/* Gives every lease back so that another relay takes over at once. */
-static void
-release_all(struct stream_worker *sr)
+void
+stream_worker_release_all(struct stream_worker *sr)
 {
     struct outbox_error err;
 
@@ -287,7 +284,7 @@ watch_run(void *arg)
             continue;
         }
         if ((now >= sr->next_report && report_lag(sr, &err) != 0) ||
-            (now >= sr->next_cleanup && cleanup_turn(sr, &err) != 0)) {
+            (now >= sr->next_cleanup && stream_cleanup_turn(sr, &err) != 0)) {
             store_lost(sr, &err);
             continue;
         }
@@ -330,7 +327,7 @@ stream_run(void *arg)
         }
         if (!stream_connect_ends(sr)) /* the broker, for partitions just taken */
             continue;
-        if (partitions_pass(sr, &rows, &err) != 0) {
+        if (stream_partitions_pass(sr, &rows, &err) != 0) {
             store_lost(sr, &err);
             continue;
         }
@@ -350,7 +347,7 @@ stream_run(void *arg)
         runner_sleep_ms(sr, idle_ms);
     }
 done:
-    release_all(sr);
+    stream_worker_release_all(sr);
     sink_disconnect(sr->sink);
     stream_store_free(sr->store);
     sr->store = NULL;
@@ -361,10 +358,11 @@ done:
 
 /* --queues as a text[] literal (queue names need no quoting: A-Z a-z 0-9 . _ : -). */
 static int
-queues_literal(struct stream_worker *sr, const struct relay_config *config)
+queues_literal(const struct relay_config *config, char **out)
 {
     struct buffer b = {0};
 
+    *out = NULL;
     if (config->queue_count == 0)
         return 0;
     buffer_putc(&b, '{');
@@ -378,12 +376,13 @@ queues_literal(struct stream_worker *sr, const struct relay_config *config)
         buffer_clear(&b);
         return -1;
     }
-    sr->queues = b.data;
+    *out = b.data;
     return 0;
 }
 
-static int
-worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct outbox_error *err)
+int
+stream_worker_init(stream_runner *runner, struct stream_worker *sr, int index,
+                   struct outbox_error *err)
 {
     const struct relay_config *config = runner->config;
     size_t n = (size_t)config->batch_size;
@@ -392,12 +391,15 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->config = config;
     sr->owner = runner->owner;
     sr->index = index;
+    sr->who = "thread=stream";
+    sr->acquired_log = OUTBOX_LOG_INFO;
     sr->lease_seconds = config->lease_seconds;
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
     if (index == runner->worker_count)
         return 0; /* the watch thread: no broker, no batches */
-    sr->sink = config_sink_new(config, err);
-    if (sr->sink == NULL)
+    /* a worker of a shared runner publishes through the broker its slot lends it */
+    sr->sink = runner->workers != NULL ? config_sink_new(config, err) : NULL;
+    if (runner->workers != NULL && sr->sink == NULL)
         return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));
     sr->places = calloc(n, sizeof(*sr->places));
@@ -405,13 +407,13 @@ worker_init(stream_runner *runner, struct stream_worker *sr, int index, struct o
     sr->refusals = calloc(n, sizeof(*sr->refusals));
     sr->lags = calloc(n, sizeof(*sr->lags));
     if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL ||
-        sr->refusals == NULL || sr->lags == NULL || queues_literal(sr, config) != 0)
+        sr->refusals == NULL || sr->lags == NULL || queues_literal(config, &sr->queues) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;
 }
 
-static void
-worker_clear(struct stream_worker *sr)
+void
+stream_worker_clear(struct stream_worker *sr)
 {
     sink_free(sr->sink);
     stream_store_free(sr->store);
@@ -443,7 +445,7 @@ stream_runner_new(const struct relay_config *config, const char *worker_prefix, 
         goto fail;
     }
     for (int i = 0; i <= runner->worker_count; i++)
-        if (worker_init(runner, &runner->workers[i], i, err) != 0)
+        if (stream_worker_init(runner, &runner->workers[i], i, err) != 0)
             goto fail;
     return runner;
 
@@ -458,9 +460,28 @@ stream_runner_free(stream_runner *runner)
     if (runner == NULL)
         return;
     for (int i = 0; runner->workers != NULL && i <= runner->worker_count; i++)
-        worker_clear(&runner->workers[i]);
+        stream_worker_clear(&runner->workers[i]);
     free(runner->workers);
+    free(runner->queues);
     free(runner);
+}
+
+stream_runner *
+stream_runner_new_shared(const struct relay_config *config, const char *worker_prefix,
+                         struct metrics *m, struct outbox_error *err)
+{
+    stream_runner *runner = calloc(1, sizeof(*runner));
+
+    if (runner == NULL || queues_literal(config, &runner->queues) != 0) {
+        free(runner);
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    runner->config = config;
+    runner->metrics = m;
+    snprintf(runner->owner, sizeof(runner->owner), "%s/stream", worker_prefix);
+    runner->worker_count = 1; /* one worker a database: it takes every partition */
+    return runner;
 }
 
 int

@@ -38,6 +38,16 @@ stream_runner *stream_runner_new(const struct relay_config *config, const char *
                                  struct metrics *m, struct outbox_error *err);
 void stream_runner_free(stream_runner *sr);
 
+/*
+ * A runner of no thread, for a relay of a list (scheduler_stream.c): the
+ * owner name, the metrics and the stop flag the stream workers of its
+ * databases share, each run by the slot serving its database. Never
+ * started nor joined; stream_runner_stop and _free as above. NULL with err.
+ */
+stream_runner *stream_runner_new_shared(const struct relay_config *config,
+                                        const char *worker_prefix, struct metrics *m,
+                                        struct outbox_error *err);
+
 /* Starts the thread. 0, or -1 with err. */
 int stream_runner_start(stream_runner *sr, struct outbox_error *err);
 

@@ -31,7 +31,7 @@ stream_worker_stopping(const struct stream_worker *sr)
 static void
 drop_owned(struct stream_worker *sr, size_t index, const char *why)
 {
-    log_event(OUTBOX_LOG_INFO, why, "thread=stream queue=%s partition=%d generation=%lld",
+    log_event(OUTBOX_LOG_INFO, why, "%s queue=%s partition=%d generation=%lld", sr->who,
               sr->owned[index].p.queue, sr->owned[index].p.partition,
               (long long)sr->owned[index].p.generation);
     sr->owned[index] = sr->owned[sr->owned_count - 1];
@@ -88,14 +88,14 @@ settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox
     if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, err) != 0) {
         if (err->code != OUTBOX_ERR_STATE)
             return -1;
-        log_event(OUTBOX_LOG_ERROR, "stream partition not published", "thread=stream error=\"%s\"",
+        log_event(OUTBOX_LOG_ERROR, "stream partition not published", "%s error=\"%s\"", sr->who,
                   err->message);
         if (stream_store_release(sr->store, p, err) != 0)
             return -1;
         held = false;
     } else if (held) {
         log_event(OUTBOX_LOG_WARN, "stream partition rebased onto a new database history",
-                  "thread=stream queue=%s partition=%d epoch=%d->%d", p->queue, p->partition,
+                  "%s queue=%s partition=%d epoch=%d->%d", sr->who, p->queue, p->partition,
                   (int)was, (int)p->history_epoch);
     }
     if (!held) {
@@ -146,8 +146,8 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
         sr->owned[sr->owned_count].p = taken[i];
         sr->owned[sr->owned_count].wait_until = 0;
         sr->owned_count++;
-        log_event(OUTBOX_LOG_INFO, "stream partition acquired",
-                  "thread=stream queue=%s partition=%d generation=%lld cursor=%s/%lld",
+        log_event(sr->acquired_log, "stream partition acquired",
+                  "%s queue=%s partition=%d generation=%lld cursor=%s/%lld", sr->who,
                   taken[i].queue, taken[i].partition, (long long)taken[i].generation,
                   taken[i].cursor_xid, (long long)taken[i].cursor_job_id);
         if (settle_history(sr, sr->owned_count - 1, &kept, err) != 0)
@@ -317,7 +317,7 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
                     sr->messages[i].place.floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed",
-                      "thread=stream queue=%s error=\"%s\"", o->p.queue, err->message);
+                      "%s queue=%s error=\"%s\"", sr->who, o->p.queue, err->message);
         for (size_t i = start; i < end; i++)
             all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
         start = end;
@@ -355,6 +355,7 @@ record_metrics(struct stream_worker *sr, const struct owned *o, const struct str
     metrics_add_queue(m, METRICS_ROWS_FAILED, o->p.queue, refused - dead);
     metrics_add_queue(m, METRICS_ROWS_DEAD, o->p.queue, dead);
     metrics_observe_many(m, METRICS_COMMIT_TO_PUBLISH, sr->lags, accepted);
+    sr->settled += accepted + refused;
 }
 
 /*
@@ -385,7 +386,7 @@ advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch
     record_metrics(sr, o, batch, published, refused);
     if (refused > 0)
         log_event(OUTBOX_LOG_WARN, "stream rows refused by the broker",
-                  "thread=stream queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"",
+                  "%s queue=%s partition=%d rows=%zu first_job=%lld reason=\"%s\"", sr->who,
                   o->p.queue, o->p.partition, refused, (long long)sr->refusals[0].job_id,
                   sr->refusals[0].error);
     return 0;
@@ -448,7 +449,8 @@ stream_partition_turn(struct stream_worker *sr, size_t index, size_t *rows, stru
         stream_batch_release_memory(&batch);
         batch = next;
         more = more && rc == 0 && turn + 1 < STREAM_TURN_BATCHES && !stream_worker_stopping(sr) &&
-               sink_is_connected(sr->sink);
+               sink_is_connected(sr->sink) &&
+               (sr->turn_until <= 0 || clock_monotonic_seconds() < sr->turn_until);
     }
     stream_batch_release_memory(&batch);
     return rc;

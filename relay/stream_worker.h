@@ -2,7 +2,10 @@
  * stream_worker.h - a stream thread's state, shared by stream.c (the
  * threads, their waits and their lifecycle) and stream_partition.c (the
  * partitions a thread holds: their leases and each one's publishing turn).
- * No other file includes this header.
+ * A relay of a list keeps one such worker for each database it serves
+ * streams of (scheduler_stream.c), run by the slot serving the database on
+ * the slot's connections: no thread of its own. No other file includes
+ * this header.
  */
 #ifndef OUTBOX_STREAM_WORKER_H
 #define OUTBOX_STREAM_WORKER_H
@@ -11,8 +14,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
+#include "log.h"
 #include "sink.h"
 #include "store_identity.h"
 #include "store_stream.h"
@@ -35,6 +40,8 @@ struct stream_worker {
     struct stream_runner *runner;
     const struct relay_config *config;
     const char *owner;
+    const char *who; /* what log lines name it by: "thread=stream", or "database=NAME" */
+    enum log_level acquired_log; /* of "stream partition acquired": DEBUG where it is routine */
     int index;
     pthread_t thread;
     bool started;
@@ -54,6 +61,9 @@ struct stream_worker {
     struct sink_outcome *outcomes;
     struct stream_refusal *refusals;
     double *lags; /* commit-to-publish seconds of accepted rows */
+    double turn_until; /* monotonic seconds when a pass ends between batches (0: never) */
+    size_t next_turn;  /* the held partition a pass starts at (one cut short by turn_until) */
+    uint64_t settled;  /* rows whose outcome the cursor's advance recorded */
 };
 
 struct stream_runner {
@@ -65,7 +75,40 @@ struct stream_runner {
     atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
     struct stream_worker *workers; /* worker_count publishing threads, then the watch thread */
     int worker_count;
+    char *queues; /* of a runner shared by a list's databases: --queues as a text[] literal */
 };
+
+/*
+ * Sets sr up as worker index of runner: its batches sized for --batch-size
+ * and, but for the watch thread (index worker_count), a broker of its own
+ * unless runner has no thread (stream_runner_new_shared: the caller lends
+ * its own). 0, or -1 with err.
+ */
+int stream_worker_init(struct stream_runner *runner, struct stream_worker *sr, int index,
+                       struct outbox_error *err);
+
+/* Frees what sr holds (its store and broker when it has them). */
+void stream_worker_clear(struct stream_worker *sr);
+
+/*
+ * One pass over the held partitions, a partition's turn each (those waiting
+ * out a backoff skipped), ended at sr->turn_until after one turn at least;
+ * the next pass starts with the partition it did not reach, so every
+ * partition gets its turn however short the passes. *rows: rows read in
+ * all. 0, or -1 with err on a database failure.
+ */
+int stream_partitions_pass(struct stream_worker *sr, size_t *rows, struct outbox_error *err);
+
+/*
+ * Deletes the places of ordering keys below the horizon and, with a
+ * --retention, published rows older than it, STREAM_CLEANUP_ROWS a
+ * statement (each its own short transaction); sets when it is due next (at
+ * once while a statement found a full batch). 0, or -1 with err.
+ */
+int stream_cleanup_turn(struct stream_worker *sr, struct outbox_error *err);
+
+/* Gives every lease and the membership back so that another relay takes over at once. */
+void stream_worker_release_all(struct stream_worker *sr);
 
 /* The runner was told to stop: every thread ends its turn and returns. */
 bool stream_worker_stopping(const struct stream_worker *sr);

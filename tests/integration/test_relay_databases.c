@@ -365,11 +365,17 @@ test_configuration_mistakes(void **state)
     unlink(path);
 }
 
+/* Stream rows not yet published: after their partition's cursor. */
+#define STREAM_ROWS_LEFT                                                                           \
+    "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c"                          \
+    " ON c.queue = j.queue AND c.partition = j.stream_partition"                                   \
+    " WHERE j.state = 'stream' AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"
+
 /*
  * outboxctl pause --database: relays of a list stop serving the database
  * (its rows stay ready) while the others flow; resume --database: served.
- * A database's stream queues, which a relay of a list does not serve, are
- * named once in the log.
+ * A database's stream queue is served beside its rows: found once, its row
+ * published; a paused database's stream queue waits with it.
  */
 static void
 test_pause_a_whole_database(void **state)
@@ -394,10 +400,14 @@ test_pause_a_whole_database(void **state)
         assert_non_null(strstr(output, "paused the database"));
     }
     {
-        /* a stream queue in db0, which a relay of a list does not serve: said once */
-        const char *argv[] = {"--database-url", run.urls[0], "stream", "enable", "events", NULL};
+        /* a stream queue in each database, served with the database's rows */
+        for (int i = 0; i < run.count; i++) {
+            const char *argv[] = {"--database-url", run.urls[i], "stream", "enable", "events",
+                                  NULL};
 
-        assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+            assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
+            harness_exec(run.conns[i], "SELECT outbox.enqueue('events', '{\"stream\": 1}')");
+        }
     }
     list_run_write_list(&run, run.count, false);
     list_run_start_relay(&run, &relay, "mdb-relay-pause", 0);
@@ -405,10 +415,12 @@ test_pause_a_whole_database(void **state)
                                     "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
                                     run.bc->rows, 20000),
                      run.bc->rows);
+    assert_int_equal(wait_for_value(run.conns[0], STREAM_ROWS_LEFT, 0, 20000), 0);
     usleep(2000 * 1000);
     assert_int_equal(harness_query_ll(run.conns[1], "SELECT count(*) FROM outbox.job"
                                                     " WHERE state = 'ready'"),
                      run.bc->rows);
+    assert_int_equal(harness_query_ll(run.conns[1], STREAM_ROWS_LEFT), 1);
     {
         const char *argv[] = {"--database-url", run.urls[1], "resume", "--database", NULL};
 
@@ -419,14 +431,17 @@ test_pause_a_whole_database(void **state)
                                     "SELECT count(*) FROM outbox.job WHERE state = 'succeeded'",
                                     run.bc->rows, 20000),
                      run.bc->rows);
+    assert_int_equal(wait_for_value(run.conns[1], STREAM_ROWS_LEFT, 0, 20000), 0);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
     assert_int_equal(
         list_run_log_lines_with(&relay, "database paused, not served", "database=db1"), 1);
-    assert_int_equal(
-        list_run_log_lines_with(&relay, "stream queues not served", "queues=\"events\""), 1);
-    assert_int_equal(
-        list_run_log_lines_with(&relay, "stream queues not served", "database=db1"), 0);
+    for (int i = 0; i < run.count; i++) {
+        char database[32];
+
+        snprintf(database, sizeof(database), "database=db%d", i);
+        assert_int_equal(list_run_log_lines_with(&relay, "stream queues found", database), 1);
+    }
     list_run_drop(&run);
 }
 
