@@ -139,8 +139,7 @@ store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *er
 }
 
 int
-store_database_has_streams(PGconn *conn, const char *queues, bool *exists,
-                           struct outbox_error *err)
+store_database_has_streams(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err)
 {
     const char *values[1] = {queues};
     PGresult *result = run(conn,

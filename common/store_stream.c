@@ -30,8 +30,7 @@ struct stream_store {
  * got no result within its deadline is a timeout (the caller drops it).
  */
 static int
-stream_error(stream_store *s, const PGresult *result, const char *context,
-             struct outbox_error *err)
+stream_error(stream_store *s, const PGresult *result, const char *context, struct outbox_error *err)
 {
     if (result == NULL && s->borrowed && PQstatus(s->conn) == CONNECTION_OK)
         return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
@@ -50,10 +49,9 @@ run(stream_store *s, enum stream_statement statement, int nparams, const char *c
     ExecStatusType expected, const char *context, struct outbox_error *err)
 {
     const char *name = stream_statements[statement].name;
-    PGresult *result =
-        s->borrowed
-            ? pg_exec_prepared_bounded(s->conn, name, nparams, values, STORE_STATEMENT_DEADLINE_MS)
-            : PQexecPrepared(s->conn, name, nparams, values, NULL, NULL, 0);
+    PGresult *result = s->borrowed ? pg_exec_prepared_bounded(s->conn, name, nparams, values,
+                                                              STORE_STATEMENT_DEADLINE_MS)
+                                   : PQexecPrepared(s->conn, name, nparams, values, NULL, NULL, 0);
 
     if (result != NULL && PQresultStatus(result) == expected)
         return result;
@@ -93,8 +91,8 @@ prepare_statements(stream_store *s, struct outbox_error *err)
 
         snprintf(context, sizeof(context), "unable to prepare '%s'", stream_statements[i].name);
         if (!s->borrowed)
-            result = PQprepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0,
-                               NULL);
+            result =
+                PQprepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0, NULL);
         else if (PQsendPrepare(s->conn, stream_statements[i].name, stream_statements[i].sql, 0,
                                NULL) &&
                  PQflush(s->conn) == 0)

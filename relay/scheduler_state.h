@@ -51,8 +51,8 @@ struct tenant {
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
-    atomic_bool checked; /* a connection passed the schema check and the privilege audit
-                          * since it last failed: later ones skip them */
+    atomic_bool checked;          /* a connection passed the schema check and the privilege audit
+                                   * since it last failed: later ones skip them */
     struct tenant_stream *stream; /* its stream queues' worker, once one was found */
     bool stream_busy;             /* a slot runs the stream worker now */
     double stream_check_due;      /* when a visit looks for a stream queue again (none yet) */

@@ -316,8 +316,8 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
                 if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)
                     sr->messages[i].place.floor = sr->places[start - 1];
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
-            log_event(OUTBOX_LOG_WARN, "stream publish failed",
-                      "%s queue=%s error=\"%s\"", sr->who, o->p.queue, err->message);
+            log_event(OUTBOX_LOG_WARN, "stream publish failed", "%s queue=%s error=\"%s\"", sr->who,
+                      o->p.queue, err->message);
         for (size_t i = start; i < end; i++)
             all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
         start = end;

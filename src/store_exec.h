@@ -59,7 +59,8 @@ PGresult *store_exec_bounded(outbox_store *store, const char *sql, const char *c
                              struct outbox_error *err);
 /* Prepares statement now unless it is; nothing may be queued. 0, or -1 with err. */
 int store_prepare(outbox_store *store, enum statement statement, struct outbox_error *err);
-/* Runs a prepared statement (prepared first unless it is) and waits; NULL with err unless its status is expected. */
+/* Runs a prepared statement (prepared first unless it is) and waits; NULL with err unless its
+ * status is expected. */
 PGresult *store_run_prepared(outbox_store *store, enum statement statement, int nparams,
                              const char *const *values, ExecStatusType expected,
                              const char *context, struct outbox_error *err);

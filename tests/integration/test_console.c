@@ -588,7 +588,7 @@ test_bad_input(void **state)
     {
         struct console_reply r = http(f->port, "POST", "/api/v1/pause",
                                       CONSOLE_BEARER "Content-Type: "
-                                      "Application/JSON; charset=utf-8\r\n",
+                                                     "Application/JSON; charset=utf-8\r\n",
                                       "{\"queue\":\"orders\"}");
 
         console_expect(&r, 200, "\"changed\":true");

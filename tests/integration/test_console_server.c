@@ -433,8 +433,11 @@ test_every_address(void **state)
     char token_file[128], listen[32], host[64];
     const char *options[] = {"--auth-token-file", token_file, "--listen", listen, NULL};
     static const char *const hosts[][2] = {
-        {"192.0.2.7", "200"}, {"[2001:db8::1]", "200"}, {"localhost", "200"},
-        {"attacker.example", "403"}, {"192.0.2.7.attacker.example", "403"},
+        {"192.0.2.7", "200"},
+        {"[2001:db8::1]", "200"},
+        {"localhost", "200"},
+        {"attacker.example", "403"},
+        {"192.0.2.7.attacker.example", "403"},
     };
 
     console_token_file(token_file, sizeof(token_file), "console-every");

@@ -402,8 +402,8 @@ test_pause_a_whole_database(void **state)
     {
         /* a stream queue in each database, served with the database's rows */
         for (int i = 0; i < run.count; i++) {
-            const char *argv[] = {"--database-url", run.urls[i], "stream", "enable", "events",
-                                  NULL};
+            const char *argv[] = {"--database-url", run.urls[i], "stream",
+                                  "enable",         "events",    NULL};
 
             assert_int_equal(fixture_run_outboxctl(argv, output, sizeof(output)), 0);
             harness_exec(run.conns[i], "SELECT outbox.enqueue('events', '{\"stream\": 1}')");
