@@ -91,6 +91,7 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         db->store = NULL;
     }
     if (db->store != NULL) {
+        db->connects++;
         PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
         outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
         outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);

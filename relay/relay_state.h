@@ -72,7 +72,8 @@ struct database {
      * tried once (the scheduler backs off) and no fault of it stops the relay
      */
     bool of_list;
-    unsigned int seed; /* a pipeline's row retry jitter */
+    unsigned long connects; /* connections made: a reconnect within a slot's slice shows */
+    unsigned int seed;      /* a pipeline's row retry jitter */
     struct backoff reconnect;
     struct cause_log connect_log, error_log;
 };

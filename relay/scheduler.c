@@ -449,6 +449,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     uint64_t completed = p->rows_completed, settled;
     struct outbox_error next_err;
     double started = clock_monotonic_seconds();
+    unsigned long connects;
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
@@ -463,11 +464,12 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
     /* the rows first: a visit for a new row does not wait for the maintenance */
+    connects = p->db.connects;
     slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     if (p->db.store != NULL && maintain(p, t))
         slice.more = true;
     /* a reconnect within the slice (settle_now) may have replaced the connection */
-    w->connection.stream_ready &= w->connection.store == p->db.store;
+    w->connection.stream_ready &= p->db.connects == connects;
     w->connection.store = p->db.store;
     w->connection.identity = p->db.identity;
     if (p->db.store == NULL)

@@ -255,9 +255,12 @@ store_collect_prepared(outbox_store *store, enum statement statement, ExecStatus
     bool prepare;
 
     if (!dequeue(store, statement, &prepare, context, err) ||
-        (prepare && collect_prepare(store, context, &prepare_error, err) != 0) ||
-        store_await_result(store, context, err) != 0)
+        (prepare && collect_prepare(store, context, &prepare_error, err) != 0))
         return NULL;
+    if (store_await_result(store, context, err) != 0) {
+        PQclear(prepare_error);
+        return NULL;
+    }
     result = PQgetResult(store->conn);
     /* the statement's results end with NULL, then comes its Sync */
     for (;;) {
