@@ -335,11 +335,8 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
     return 0;
 }
 
-/*
- * Reaps t's expired leases, releases its waiting rows and cleans up, when
- * due; true when rows became ready (another slice is due at once).
- */
-static bool
+/* Reaps t's expired leases, releases its waiting rows and cleans up, when due. */
+static void
 maintain(struct pipeline *p, struct tenant *t)
 {
     relay *r = p->relay;
@@ -355,7 +352,7 @@ maintain(struct pipeline *p, struct tenant *t)
                         &err) != 0 ||
             outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
             store_failed(p, &err);
-            return false;
+            return;
         }
         if (reaped.ready + reaped.dead > 0)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
@@ -369,14 +366,13 @@ maintain(struct pipeline *p, struct tenant *t)
                                         sizeof(cutoff), &err) != 0 ||
             outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
             store_failed(p, &err);
-            return false;
+            return;
         }
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
         t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
                              ? now
                              : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
     }
-    return reaped.ready + readied > 0;
 }
 
 /*
@@ -463,11 +459,10 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.url = t->url;
     snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
-    /* the rows first: a visit for a new row does not wait for the maintenance */
     connects = p->db.connects;
-    slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
-    if (p->db.store != NULL && maintain(p, t))
-        slice.more = true;
+    maintain(p, t);
+    if (p->db.store != NULL)
+        slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     /* a reconnect within the slice (settle_now) may have replaced the connection */
     w->connection.stream_ready &= p->db.connects == connects;
     w->connection.store = p->db.store;
