@@ -246,3 +246,16 @@ list_run_drop(struct run *run)
     if (run->list_path[0] != '\0')
         unlink(run->list_path);
 }
+
+int
+list_run_relay_of(const struct relay_process *relays, const bool *running, int count,
+                  const char *owner)
+{
+    const char *colon = owner != NULL ? strchr(owner, ':') : NULL;
+    int pid = colon != NULL ? atoi(colon + 1) : 0;
+
+    for (int k = 0; k < count; k++)
+        if (running[k] && relays[k].pid == pid)
+            return k;
+    return -1;
+}

@@ -87,6 +87,13 @@ int list_run_served_count(const char *metrics);
 /* The log lines of relay that contain both needles. */
 int list_run_log_lines_with(const struct relay_process *relay, const char *a, const char *b);
 
+/*
+ * Which of count relays (those running) owner names: a worker prefix or an
+ * owner name made from one (host:pid:uuid...); -1 for NULL or none.
+ */
+int list_run_relay_of(const struct relay_process *relays, const bool *running, int count,
+                      const char *owner);
+
 /* Closes the run's connections, drops its databases, removes the list's file. */
 void list_run_drop(struct run *run);
 

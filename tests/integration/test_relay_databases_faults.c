@@ -140,17 +140,11 @@ drain(struct fixture *f, double seconds)
     return wall_clock_seconds() - from;
 }
 
-/* The relay whose worker prefix (host:pid:uuid) is owner; -1 for NULL or an unknown one. */
+/* The running relay that owner (a worker prefix or a name made from one) names; -1: none. */
 static int
 relay_of(const struct fixture *f, const char *owner)
 {
-    const char *colon = owner != NULL ? strchr(owner, ':') : NULL;
-    int pid = colon != NULL ? atoi(colon + 1) : 0;
-
-    for (int k = 0; k < RELAYS; k++)
-        if (f->running[k] && f->relays[k].pid == pid)
-            return k;
-    return -1;
+    return list_run_relay_of(f->relays, f->running, RELAYS, owner);
 }
 
 /* The relay holding database i's lease, -1 for none (or one not running). */

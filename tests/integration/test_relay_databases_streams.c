@@ -298,17 +298,11 @@ check_streams(const struct fixture *f, int streams, int rows)
     return duplicates;
 }
 
-/* The running relay whose stream owner name (host:pid:uuid/stream) is owner; -1 for none. */
+/* The running relay that owner (a worker prefix or a name made from one) names; -1: none. */
 static int
 relay_of(const struct fixture *f, const char *owner)
 {
-    const char *colon = owner != NULL ? strchr(owner, ':') : NULL;
-    int pid = colon != NULL ? atoi(colon + 1) : 0;
-
-    for (int k = 0; k < RELAYS; k++)
-        if (f->running[k] && f->relays[k].pid == pid)
-            return k;
-    return -1;
+    return list_run_relay_of(f->relays, f->running, RELAYS, owner);
 }
 
 /* The running relay holding every partition of database i with a live lease; -1 when none. */
