@@ -79,6 +79,7 @@ class Database:
         for attempt in range(100):
             try:
                 conn = psycopg2.connect(self.url, connect_timeout=5)
+                conn.autocommit = True  # ROLLBACK PREPARED may not run in a transaction block
                 try:
                     with conn.cursor() as cur:
                         cur.execute(sql, args)
