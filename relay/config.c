@@ -41,7 +41,8 @@ static const struct option_spec OPTIONS[] = {
     {"lease", "SECONDS", OPTION_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
      "lease length; rows of a relay that dies are retried after it", FROM_ENVIRONMENT, 0},
     {"concurrency", "N", OPTION_INT, FIELD(concurrency), "2", 1, 64, NULL,
-     "parallel claim/publish pipelines, each with its own connections", FROM_ENVIRONMENT, 0},
+     "parallel claim/publish pipelines, each with its own connections; with --databases,"
+     " the most slots one database's rows take at once", FROM_ENVIRONMENT, 0},
     {"metrics-addr", "HOST:PORT", OPTION_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
      "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT, 0},
     {"metrics-max-queues", "N", OPTION_INT, FIELD(metrics_max_queues), "100", 0, 1000000, NULL,

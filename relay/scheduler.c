@@ -82,27 +82,36 @@ lease_call_of(struct scheduler *s, struct tenant *t, double now)
 
 /*
  * The due tenant that waited longest, among those under their share of
- * the slots (the busy ones share three quarters of them, the rest left for
- * quiet ones woken meanwhile); NULL when none is due. *next gets the
- * earliest due time of the others. Under the lock.
+ * the slots: the busy ones share three quarters of them, the rest left for
+ * quiet ones woken meanwhile, and one busy database takes --concurrency of
+ * them at most (its pipelines, as a relay of one database runs: more claim
+ * the same rows against each other, and their CPU is the quiet databases'
+ * wait). NULL when none is due. *next gets the earliest due time of the
+ * others. Under the lock.
  */
 static struct tenant *
 pick(struct scheduler *s, double now, double *next)
 {
     struct tenant *best = NULL;
-    int busy = 0, share, room = s->slots - (s->budget >= 4); /* less the watch's connection */
+    int busy = 0, busy_serving = 0, share, room = s->slots - (s->budget >= 4); /* less the watch's */
 
     for (size_t i = 0; i < s->count; i++)
-        busy += !s->tenants[i]->removed && s->tenants[i]->backlog;
+        if (!s->tenants[i]->removed && s->tenants[i]->backlog) {
+            busy++;
+            busy_serving += s->tenants[i]->serving;
+        }
     /* a quarter of the slots (one at least) stays free for quiet databases woken meanwhile:
      * their rows need not wait for a slice, nor for each other's connects */
     if ((size_t)busy < s->count && room > 2)
         room -= room / 4 > 1 ? room / 4 : 1;
     share = busy > 0 && room / busy > 1 ? room / busy : 1;
+    if (share > s->relay->config->concurrency)
+        share = s->relay->config->concurrency;
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
 
-        if (t->removed || t->serving >= (t->backlog ? share : 1))
+        if (t->removed || t->serving >= (t->backlog ? share : 1) ||
+            (t->backlog && busy_serving >= room))
             continue;
         if (t->due > now) {
             if (t->due < *next)
@@ -460,9 +469,14 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
     connects = p->db.connects;
-    maintain(p, t);
+    /* expired leases are reaped before the slice when the lease was not held: a stopped
+     * relay's claimed rows go out in this visit; else after it, the woken rows first */
+    if (w->lease_call == LEASE_BEFORE)
+        maintain(p, t);
     if (p->db.store != NULL)
         slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
+    if (w->lease_call != LEASE_BEFORE && p->db.store != NULL)
+        maintain(p, t);
     /* a reconnect within the slice (settle_now) may have replaced the connection */
     w->connection.stream_ready &= p->db.connects == connects;
     w->connection.store = p->db.store;

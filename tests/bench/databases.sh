@@ -11,10 +11,13 @@
 #        and commit -> publish (p50/p99).
 #  busy: DATABASES_BENCH_BUSY (10) of them hold DATABASES_BENCH_ROWS (20 000)
 #        rows each, all due at one time once the relay has looked at every
-#        database: the aggregate drain, against one relay (--database-url,
-#        default concurrency, --once) draining the same total from one
-#        database, and commit -> publish of single rows in the quiet
-#        databases meanwhile.
+#        database, nothing else written (as in the run it is held against):
+#        the aggregate drain, against one relay (--database-url, default
+#        concurrency, --once) draining the same total from one database.
+#  hot:  one of them holds that total: its drain, and commit -> publish of
+#        single rows going into the quiet databases meanwhile (p50/p99).
+#
+# DATABASES_BENCH_IDLE=0 skips the idle run; DATABASES_BENCH_BUSY=0 runs it alone.
 #
 # Needs OUTBOX_TEST_PG_URL, OUTBOX_TEST_PG_PORT, OUTBOX_TEST_REDIS_URL,
 # OUTBOX_TEST_STACK_DIR (a stack of tests/harness/stack.sh with outbox_template)
@@ -52,7 +55,8 @@ cleanup() {
         psql -X -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS ${PREFIX}_$i WITH (FORCE)" \
             >/dev/null 2>&1 || true
     done
-    redis_cli --scan --pattern "$PREFIX:*" | while read -r key; do redis_cli del "$key" >/dev/null; done
+    # the streams, and the relay's dedup keys beside them ({PREFIX:queue}:outbox-dedup:...)
+    redis_cli --scan --pattern "*$PREFIX:*" | sed 's/^/DEL /' | redis_cli >/dev/null
     rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -133,60 +137,81 @@ for i in $(seq 1 "$COUNT"); do
 done
 
 # ---- idle ----
-quiet=$(quiet_window)    # the server's own idle cost, no relay
-baseline=$(probe_window) # the rows' own cost, no relay
-psql -X -q "$ADMIN_URL" -c "SELECT 1" >/dev/null
-for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
-start_relay --databases "$LIST" --max-db-connections "$BUDGET"
-sleep 10
-idle=$(quiet_window)
-spent=$(probe_window)
-rss=$(awk '/VmRSS/ {print $2}' "/proc/$relay_pid/status")
-sleep 2
-rows=$(redis_cli xlen "$PREFIX:probe")
-echo "databases idle: $COUNT databases, budget $BUDGET: relay RSS $((rss / 1024)) MiB;" \
-     "PostgreSQL CPU on the relay's idle work $(echo "scale=2; $idle - $quiet" | bc) % of a core" \
-     "($idle % with the relay, $quiet % without, no rows written);" \
-     "one row a fifth of a second into a random idle database: $spent % with the relay," \
-     "$baseline % for the rows alone, so $(echo "scale=1; ($spent - $baseline) * 10 * $SECONDS_IDLE / $rows" | bc) ms" \
-     "of PostgreSQL CPU a row on the relay's side; commit -> publish $(probe_latency)"
-stop_relay
-redis_cli del "$PREFIX:probe" >/dev/null
+if [ "${DATABASES_BENCH_IDLE:-1}" = 1 ]; then
+    quiet=$(quiet_window)    # the server's own idle cost, no relay
+    baseline=$(probe_window) # the rows' own cost, no relay
+    psql -X -q "$ADMIN_URL" -c "SELECT 1" >/dev/null
+    for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
+    start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+    sleep 10
+    idle=$(quiet_window)
+    spent=$(probe_window)
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$relay_pid/status")
+    sleep 2
+    rows=$(redis_cli xlen "$PREFIX:probe")
+    echo "databases idle: $COUNT databases, budget $BUDGET: relay RSS $((rss / 1024)) MiB;" \
+         "PostgreSQL CPU on the relay's idle work $(echo "scale=2; $idle - $quiet" | bc) % of a core" \
+         "($idle % with the relay, $quiet % without, no rows written);" \
+         "one row a fifth of a second into a random idle database: $spent % with the relay," \
+         "$baseline % for the rows alone, so $(echo "scale=1; ($spent - $baseline) * 10 * $SECONDS_IDLE / $rows" | bc) ms" \
+         "of PostgreSQL CPU a row on the relay's side; commit -> publish $(probe_latency)"
+    stop_relay
+    redis_cli del "$PREFIX:probe" >/dev/null
+fi
 
-# ---- busy ----
+# Loads database $1 with $2 rows due at $3 (epoch seconds), analyzed as autovacuum would
+# have it in a steady state: else the claim's plan depends on whether autovacuum reached
+# the table before the run.
+load_database() {
+    psql -X -q "$BASE/$1" -c "SELECT count(outbox.enqueue('load', '{}',
+        run_at => to_timestamp($3))) FROM generate_series(1, $2)" \
+        -c "ANALYZE outbox.job" >/dev/null
+}
+
+# Drains $1 databases of $2 rows each with the relay of the list; the rows are due at one
+# time, once the relay has started and looked at every database (each a connect), so the
+# drain is the steady state's. With $3 = probe, one row a tenth of a second goes into a
+# random quiet database meanwhile. Sets rate (rows/s).
+drain_list() {
+    local due started
+    due=$(($(date +%s) + 20 + $1))
+    for i in $(seq 1 "$1"); do load_database "${PREFIX}_$i" "$2" "$due"; done
+    start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+    while [ "$(date +%s)" -lt "$due" ]; do sleep 0.1; done
+    started=$(date +%s.%N)
+    while [ "$(redis_cli xlen "$PREFIX:load")" -lt $(($1 * $2)) ]; do
+        if [ "$3" = probe ]; then
+            stamp_row "${PREFIX}_$(($1 + 1 + RANDOM % (COUNT - $1)))"
+        fi
+        sleep 0.1
+    done
+    rate=$(echo "scale=0; $1 * $2 / ($(date +%s.%N) - $started)" | bc)
+    sleep 2
+    stop_relay
+    redis_cli del "$PREFIX:load" >/dev/null
+}
+
+# ---- against one relay on one database ----
 if [ "$BUSY" -eq 0 ]; then # DATABASES_BENCH_BUSY=0: the idle run alone
     exit 0
 fi
 total=$((BUSY * ROWS))
 make_database "${PREFIX}_single"
-psql -X -q "$BASE/${PREFIX}_single" -c "SELECT count(outbox.enqueue('load', '{}'))
-    FROM generate_series(1, $total)" -c "ANALYZE outbox.job" >/dev/null
+load_database "${PREFIX}_single" "$total" "$(date +%s)"
 started=$(date +%s.%N)
 "$BIN/outbox-relay" --database-url "$BASE/${PREFIX}_single" --once --broker "$REDIS_URL" \
     --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
 single=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
 redis_cli del "$PREFIX:load" >/dev/null
-# The load is due at one time, once the relay has started and looked at every database
-# (each a connect): the drain and the quiet databases' latency are the steady state's.
-# Each loaded table is analyzed, as autovacuum would have it in a steady state: else the
-# claim's plan depends on whether autovacuum reached the table before the run.
-due=$(($(date +%s) + 20 + BUSY))
-for i in $(seq 1 "$BUSY"); do
-    psql -X -q "$BASE/${PREFIX}_$i" -c "SELECT count(outbox.enqueue('load', '{}',
-        run_at => to_timestamp($due))) FROM generate_series(1, $ROWS)" \
-        -c "ANALYZE outbox.job" >/dev/null
-done
-start_relay --databases "$LIST" --max-db-connections "$BUDGET"
-while [ "$(date +%s)" -lt "$due" ]; do sleep 0.1; done
-started=$(date +%s.%N)
-while [ "$(redis_cli xlen "$PREFIX:load")" -lt "$total" ]; do
-    stamp_row "${PREFIX}_$((BUSY + 1 + RANDOM % (COUNT - BUSY)))"
-    sleep 0.1
-done
-many=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
-sleep 2
+
+# ---- busy: BUSY databases drain, as the single relay drains, with nothing else written ----
+drain_list "$BUSY" "$ROWS" quiet
 echo "databases busy: $BUSY of $COUNT databases with $ROWS rows each, budget $BUDGET:" \
-     "$many rows/s against $single rows/s of one relay on one database" \
-     "(ratio $(echo "scale=2; $many / $single" | bc)); quiet databases meanwhile:" \
+     "$rate rows/s against $single rows/s of one relay on one database" \
+     "(ratio $(echo "scale=2; $rate / $single" | bc))"
+
+# ---- hot: one database drains the same total; single rows go into the quiet ones ----
+drain_list 1 "$total" probe
+echo "databases hot: 1 of $COUNT databases with $total rows, budget $BUDGET:" \
+     "$rate rows/s (ratio $(echo "scale=2; $rate / $single" | bc)); quiet databases meanwhile:" \
      "commit -> publish $(probe_latency)"
-stop_relay
