@@ -318,6 +318,69 @@ test_watch_keeps_leases(void **state)
     list_run_drop(&run);
 }
 
+/* Connections of application name name to database datname: the fewer of two looks (see
+ * list_run_connections_of: a closed connection's backend is listed until it exits). */
+static long long
+connections_to(PGconn *admin, const char *name, const char *datname)
+{
+    char sql[256];
+    long long first, second;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'"
+             " AND datname = '%s'",
+             name, datname);
+    first = harness_query_ll(admin, sql);
+    usleep(10 * 1000);
+    second = harness_query_ll(admin, sql);
+    return first < second ? first : second;
+}
+
+/*
+ * One hot database among quiet ones, a budget of 8: it drains on
+ * --concurrency (2) slots at most, as a relay of that one database would,
+ * not on the six the busy share leaves (its claims contend for the same
+ * rows, and their CPU is what a quiet database's row waits for); a quiet
+ * database's row goes out while it drains.
+ */
+static void
+test_hot_database_keeps_to_its_share(void **state)
+{
+    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 4, 1, 0, 8, NULL};
+    struct run run = {.bc = &bc};
+    struct relay_process relay;
+    redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
+    long long most = 0, left = -1;
+
+    (void)state;
+    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-share-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    snprintf(run.prefix, sizeof(run.prefix), "mdb-share-%d:", (int)getpid());
+    run.count = bc.databases;
+    for (int i = 0; i < run.count; i++)
+        list_run_make_database(&run, i);
+    list_run_write_list(&run, run.count, false);
+    list_run_start_relay(&run, &relay, "mdb-share", 0);
+    for (int waited = 0; waited < 100 && list_run_rows_left(&run) > 0; waited++)
+        usleep(100 * 1000);
+    list_run_enqueue_into(&run, 0, 2, 20001); /* 1 000 batches of 20 */
+    list_run_enqueue_into(&run, 3, 2, 2);
+    for (int waited = 0; waited < 1200 && (left = list_run_rows_left(&run)) > 0; waited++) {
+        long long now = connections_to(run.admin, "mdb-share", PQdb(run.conns[0]));
+
+        most = now > most ? now : most;
+    }
+    print_message("share: the hot database held %lld connections at most\n", most);
+    assert_int_equal(left, 0);
+    assert_true(most >= 1 && most <= 2);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    stream_consumer_delete_prefix(redis, run.prefix);
+    redisFree(redis);
+    list_run_drop(&run);
+}
+
 /* The mode's configuration mistakes: exit 2 with one line naming the option or the line. */
 static void
 test_configuration_mistakes(void **state)
@@ -495,6 +558,7 @@ main(void)
         cmocka_unit_test(test_outboxctl_over_the_list),
         cmocka_unit_test(test_pause_a_whole_database),
         cmocka_unit_test(test_watch_keeps_leases),
+        cmocka_unit_test(test_hot_database_keeps_to_its_share),
         cmocka_unit_test(test_many_databases_redis),
         cmocka_unit_test(test_many_databases_amqp),
         cmocka_unit_test(test_many_databases_kafka),
