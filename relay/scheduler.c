@@ -615,11 +615,16 @@ rest(struct scheduler *s, struct tenant *t, const struct work *w,
         t->due = now;
         return;
     }
-    if (slice->claimed > 0)
+    /* a slice that published rows starts the idle wait afresh: the database's next row,
+     * which the watch wakes it for, waits for no longer a rest than the last one did */
+    if (slice->claimed > 0) {
         t->rows_at = now;
+        t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
+    }
     t->due = now + idle_wait(s, t, w, now);
-    t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
-                                                                 : SCHEDULER_IDLE_MAX_SECONDS;
+    if (slice->claimed == 0)
+        t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
+                                                                     : SCHEDULER_IDLE_MAX_SECONDS;
     recheck_at = t->lease_taken_at + s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
     if (t->lease_recheck && recheck_at < t->due)
         t->due = recheck_at;
