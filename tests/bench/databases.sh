@@ -168,6 +168,13 @@ load_database() {
         -c "ANALYZE outbox.job" >/dev/null
 }
 
+# Each timed drain starts from a checkpoint: one that starts within a drain (every
+# max_wal_size of WAL) makes each page's next change write the whole page, and would
+# slow whichever side it fell in.
+checkpoint() {
+    psql -X -q "$ADMIN_URL" -c CHECKPOINT >/dev/null
+}
+
 # Drains $1 databases of $2 rows each with the relay of the list; the rows are due at one
 # time, once the relay has started and looked at every database (each a connect), so the
 # drain is the steady state's. With $3 = probe, one row a tenth of a second goes into a
@@ -177,6 +184,8 @@ drain_list() {
     due=$(($(date +%s) + 20 + $1))
     for i in $(seq 1 "$1"); do load_database "${PREFIX}_$i" "$2" "$due"; done
     start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+    while [ "$(date +%s)" -lt "$((due - 2))" ]; do sleep 0.1; done
+    checkpoint
     while [ "$(date +%s)" -lt "$due" ]; do sleep 0.1; done
     started=$(date +%s.%N)
     while [ "$(redis_cli xlen "$PREFIX:load")" -lt $(($1 * $2)) ]; do
@@ -198,6 +207,7 @@ fi
 total=$((BUSY * ROWS))
 make_database "${PREFIX}_single"
 load_database "${PREFIX}_single" "$total" "$(date +%s)"
+checkpoint
 started=$(date +%s.%N)
 "$BIN/outbox-relay" --database-url "$BASE/${PREFIX}_single" --once --broker "$REDIS_URL" \
     --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
