@@ -41,6 +41,7 @@ struct fixture {
     const char *broker;
     char prefix[64];
     redisContext *redis;
+    struct relay_process last; /* the last relay_once's, its log kept until the checks */
 };
 
 static int
@@ -86,6 +87,8 @@ teardown(void **state)
     snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
     stream_consumer_delete_prefix(f->redis, tagged);
     redisFree(f->redis);
+    if (f->last.log_path[0] != '\0')
+        unlink(f->last.log_path);
     free(f->url);
     free(f);
     ha_stop_servers();
@@ -116,12 +119,14 @@ relay_once(struct fixture *f, PGconn *conn)
                    "SELECT count(*) FROM outbox.job"
                    " WHERE state = 'stream' AND xid >= pg_snapshot_xmin(pg_current_snapshot())",
                    0, 60000);
+    if (f->last.log_path[0] != '\0')
+        unlink(f->last.log_path);
     relay_start_process(&relay, f->ha_url, f->broker, extra);
     if (relay_wait(&relay, 120000) != 0) {
         relay_dump_log(&relay);
         fail_msg("the relay did not stop cleanly");
     }
-    unlink(relay.log_path);
+    f->last = relay;
 }
 
 /*
@@ -216,6 +221,8 @@ test_rows_committed_after_an_async_promotion_are_published(void **state)
     found = published_since(f, promoted, "ev-row", switched, &rows);
     printf("ha: row-state: %lld of %lld rows committed after the promotion published\n", found,
            rows);
+    if (found != AFTER_ROWS)
+        relay_dump_log(&f->last); /* what the relay saw of the new primary */
     assert_int_equal(rows, AFTER_ROWS);
     assert_int_equal(found, AFTER_ROWS);
     found = published_since(f, promoted, "ev-stream", switched, &rows);
