@@ -34,6 +34,18 @@ list_run_enqueue_into(struct run *run, int i, int first, int last)
 static int made;
 
 void
+list_run_begin(struct run *run, const char *tag, int count)
+{
+    run->admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    snprintf(run->list_path, sizeof(run->list_path), "%s/databases-%s-%d.list",
+             harness_env("OUTBOX_TEST_STACK_DIR"), tag, (int)getpid());
+    snprintf(run->prefix, sizeof(run->prefix), "mdb-%s-%d:", tag, (int)getpid());
+    run->count = count;
+    for (int i = 0; i < run->count; i++)
+        list_run_make_database(run, i);
+}
+
+void
 list_run_make_database(struct run *run, int i)
 {
     char output[2048];
@@ -185,18 +197,36 @@ list_run_sessions_opened(const struct run *run)
     return harness_query_ll(run->admin, sql);
 }
 
-long long
-list_run_connections_of(PGconn *admin, const char *name)
+/* The fewer of two looks at count(*) FROM pg_stat_activity WHERE where, 50 ms apart. */
+static long long
+connections_where(PGconn *admin, const char *where)
 {
-    char sql[160];
+    char sql[320];
     long long first, second;
 
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'", name);
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM pg_stat_activity WHERE %s", where);
     first = harness_query_ll(admin, sql);
     usleep(50 * 1000);
     second = harness_query_ll(admin, sql);
     return first < second ? first : second;
+}
+
+long long
+list_run_connections_of(PGconn *admin, const char *name)
+{
+    char where[160];
+
+    snprintf(where, sizeof(where), "application_name = '%s'", name);
+    return connections_where(admin, where);
+}
+
+long long
+list_run_connections_to(PGconn *admin, const char *name, const char *datname)
+{
+    char where[256];
+
+    snprintf(where, sizeof(where), "application_name = '%s' AND datname = '%s'", name, datname);
+    return connections_where(admin, where);
 }
 
 long long

@@ -43,6 +43,13 @@ struct run {
     PGconn *admin;
 };
 
+/*
+ * Starts run: the admin connection, the list's path and the stream prefix
+ * named by tag and the test's pid (databases-TAG-PID.list, mdb-TAG-PID:),
+ * and count databases made (run->bc set by the caller).
+ */
+void list_run_begin(struct run *run, const char *tag, int count);
+
 /* Makes database i: its own identity, then bc->rows rows numbered from 1. */
 void list_run_make_database(struct run *run, int i);
 
@@ -77,6 +84,9 @@ long long list_run_sessions_opened(const struct run *run);
  * until it has exited, while the client may already have opened the next.
  */
 long long list_run_connections_of(PGconn *admin, const char *name);
+
+/* The same, to database datname only. */
+long long list_run_connections_to(PGconn *admin, const char *name, const char *datname);
 
 /* The relays' statistics watch sessions (named by each relay, whatever PGAPPNAME says). */
 long long list_run_watch_connections(PGconn *admin);

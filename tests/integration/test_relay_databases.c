@@ -274,13 +274,7 @@ test_watch_keeps_leases(void **state)
     double killed_at;
 
     (void)state;
-    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
-    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-watch-%d.list",
-             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
-    snprintf(run.prefix, sizeof(run.prefix), "mdb-watch-%d:", (int)getpid());
-    run.count = bc.databases;
-    for (int i = 0; i < run.count; i++)
-        list_run_make_database(&run, i);
+    list_run_begin(&run, "watch", bc.databases);
     list_run_write_list(&run, run.count, false);
     list_run_start_relay(&run, &a, "mdb-watch-a", 0);
     list_run_start_relay(&run, &b, "mdb-watch-b", port);
@@ -318,24 +312,6 @@ test_watch_keeps_leases(void **state)
     list_run_drop(&run);
 }
 
-/* Connections of application name name to database datname: the fewer of two looks (see
- * list_run_connections_of: a closed connection's backend is listed until it exits). */
-static long long
-connections_to(PGconn *admin, const char *name, const char *datname)
-{
-    char sql[256];
-    long long first, second;
-
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '%s'"
-             " AND datname = '%s'",
-             name, datname);
-    first = harness_query_ll(admin, sql);
-    usleep(10 * 1000);
-    second = harness_query_ll(admin, sql);
-    return first < second ? first : second;
-}
-
 /*
  * One hot database among quiet ones, a budget of 8: it drains on
  * --concurrency (2) slots at most, as a relay of that one database would,
@@ -350,16 +326,12 @@ test_hot_database_keeps_to_its_share(void **state)
     struct run run = {.bc = &bc};
     struct relay_process relay;
     redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
+    static const char LEFT[] = "SELECT count(*) FROM outbox.job WHERE state <> 'succeeded'";
     long long most = 0, left = -1;
+    bool quiet_out = false; /* the quiet row went out while the hot rows were still coming */
 
     (void)state;
-    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
-    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-share-%d.list",
-             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
-    snprintf(run.prefix, sizeof(run.prefix), "mdb-share-%d:", (int)getpid());
-    run.count = bc.databases;
-    for (int i = 0; i < run.count; i++)
-        list_run_make_database(&run, i);
+    list_run_begin(&run, "share", bc.databases);
     list_run_write_list(&run, run.count, false);
     list_run_start_relay(&run, &relay, "mdb-share", 0);
     for (int waited = 0; waited < 100 && list_run_rows_left(&run) > 0; waited++)
@@ -367,13 +339,16 @@ test_hot_database_keeps_to_its_share(void **state)
     list_run_enqueue_into(&run, 0, 2, 20001); /* 1 000 batches of 20 */
     list_run_enqueue_into(&run, 3, 2, 2);
     for (int waited = 0; waited < 1200 && (left = list_run_rows_left(&run)) > 0; waited++) {
-        long long now = connections_to(run.admin, "mdb-share", PQdb(run.conns[0]));
+        long long now = list_run_connections_to(run.admin, "mdb-share", PQdb(run.conns[0]));
 
         most = now > most ? now : most;
+        quiet_out |= harness_query_ll(run.conns[3], LEFT) == 0 &&
+                     harness_query_ll(run.conns[0], LEFT) > 0;
     }
     print_message("share: the hot database held %lld connections at most\n", most);
     assert_int_equal(left, 0);
     assert_true(most >= 1 && most <= 2);
+    assert_true(quiet_out);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
     stream_consumer_delete_prefix(redis, run.prefix);
@@ -448,13 +423,7 @@ test_pause_a_whole_database(void **state)
     char output[4096];
 
     (void)state;
-    run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
-    snprintf(run.list_path, sizeof(run.list_path), "%s/databases-pause-%d.list",
-             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
-    snprintf(run.prefix, sizeof(run.prefix), "mdb-pause-%d:", (int)getpid());
-    run.count = 2;
-    for (int i = 0; i < run.count; i++)
-        list_run_make_database(&run, i);
+    list_run_begin(&run, "pause", 2);
     {
         const char *argv[] = {"--database-url", run.urls[1], "pause", "--database", "--reason",
                               "tenant migration", NULL};
