@@ -176,12 +176,12 @@ checkpoint() {
 }
 
 # Drains $1 databases of $2 rows each with the relay of the list; the rows are due at one
-# time, once the relay has started and looked at every database (each a connect), so the
-# drain is the steady state's. With $3 = probe, one row a tenth of a second goes into a
+# time, once they are loaded (about a second per 20 000 rows) and the relay has started and
+# looked at every database (each a connect), so the drain is the steady state's. With $3 = probe, one row a tenth of a second goes into a
 # random quiet database meanwhile. Sets rate (rows/s).
 drain_list() {
     local due started
-    due=$(($(date +%s) + 20 + $1))
+    due=$(($(date +%s) + 20 + $1 * $2 / 20000))
     for i in $(seq 1 "$1"); do load_database "${PREFIX}_$i" "$2" "$due"; done
     start_relay --databases "$LIST" --max-db-connections "$BUDGET"
     while [ "$(date +%s)" -lt "$((due - 2))" ]; do sleep 0.1; done
