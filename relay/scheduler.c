@@ -214,7 +214,8 @@ take_work(struct scheduler *s, struct work *w)
                 ? pick(s, now, &next)
                 : NULL;
         if (t != NULL && take_connection(s, t, w)) {
-            t->serving++;
+            if (t->serving++ == 0)
+                pthread_cond_signal(&s->served);
             t->picked_at = now;
             w->woken = t->woken;
             t->woken = false;
@@ -260,6 +261,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     pthread_condattr_init(&attributes);
     pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
     pthread_cond_init(&s->changed, &attributes);
+    pthread_cond_init(&s->served, &attributes);
     pthread_condattr_destroy(&attributes);
     s->stamp = database_file_stamp(r->config->databases_file);
     if (s->streams == NULL || database_list_read(r->config->databases_file, &list, err) != 0) {
@@ -289,7 +291,10 @@ scheduler_free(struct scheduler *s)
 {
     if (s == NULL)
         return;
+    pthread_mutex_lock(&s->lock);
     atomic_store(&s->watch_quit, true);
+    pthread_cond_signal(&s->served);
+    pthread_mutex_unlock(&s->lock);
     if (s->watch_started)
         pthread_join(s->watch_thread, NULL);
     watch_free(s->watch, scheduler_watch_give, s);
@@ -299,6 +304,7 @@ scheduler_free(struct scheduler *s)
     free(s->tenants);
     stream_runner_free(s->streams);
     pthread_cond_destroy(&s->changed);
+    pthread_cond_destroy(&s->served);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -311,6 +317,7 @@ scheduler_stop(struct scheduler *s)
     stream_runner_stop(s->streams); /* a stream pass ends after its batch in flight */
     pthread_mutex_lock(&s->lock);
     pthread_cond_broadcast(&s->changed);
+    pthread_cond_signal(&s->served); /* the watch ends its rest */
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -64,6 +64,7 @@ struct scheduler {
     relay *relay;
     pthread_mutex_t lock;
     pthread_cond_t changed; /* a database became due, or the relay stops */
+    pthread_cond_t served;  /* a database is served: the watch rests the shorter interval */
     struct tenant **tenants;
     size_t count;
     int open;   /* connections open: held by slots and idle */

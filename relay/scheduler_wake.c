@@ -129,19 +129,38 @@ any_busy(const struct scheduler *s)
 }
 
 /*
- * The watch thread: a look every SCHEDULER_WATCH_SECONDS from the start of
- * the last, every SCHEDULER_WATCH_BUSY_SECONDS while a database is served.
+ * The watch's rest after the look that started at looked_at, under the lock:
+ * until SCHEDULER_WATCH_SECONDS after it, SCHEDULER_WATCH_BUSY_SECONDS while
+ * a database is served. A slot that starts serving one ends a longer rest: the
+ * first rows of a drain come with the first quiet rows written beside them,
+ * and those waited out the idle interval (up to 0.1 s) for the next look.
  */
+static void
+watch_rest(struct scheduler *s, double looked_at)
+{
+    while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
+        double until = looked_at + (any_busy(s) ? SCHEDULER_WATCH_BUSY_SECONDS
+                                                : SCHEDULER_WATCH_SECONDS);
+        struct timespec at;
+
+        if (clock_monotonic_seconds() >= until)
+            return;
+        at.tv_sec = (time_t)until;
+        at.tv_nsec = (long)((until - (double)at.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->served, &s->lock, &at);
+    }
+}
+
+/* The watch thread: a look, then its rest (watch_rest). */
 void *
 scheduler_watch_run(void *arg)
 {
     struct scheduler *s = arg;
 
     while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
-        double now = clock_monotonic_seconds(), rest;
+        double now = clock_monotonic_seconds();
         const struct watch_wake *woken;
         size_t count;
-        bool busy;
 
         watch_follow_list(s);
         count = watch_look(s->watch, now, watch_take, scheduler_watch_give, s, &woken);
@@ -151,12 +170,8 @@ scheduler_watch_run(void *arg)
             s->watch_looked = true;
             pthread_cond_broadcast(&s->changed);
         }
-        busy = any_busy(s);
+        watch_rest(s, now);
         pthread_mutex_unlock(&s->lock);
-        rest = now + (busy ? SCHEDULER_WATCH_BUSY_SECONDS : SCHEDULER_WATCH_SECONDS) -
-               clock_monotonic_seconds();
-        if (rest > 0)
-            nanosleep(&(struct timespec){0, (long)(rest * 1e9)}, NULL);
     }
     return NULL;
 }
