@@ -13,7 +13,9 @@
 #        rows each, all due at one time once the relay has looked at every
 #        database, nothing else written (as in the run it is held against):
 #        the aggregate drain, against one relay (--database-url, default
-#        concurrency, --once) draining the same total from one database.
+#        concurrency, --once) draining the same total from one database;
+#        DATABASES_BENCH_RUNS (3) of each in turns, and their medians (one
+#        drain of either varies by a fifth from run to run on a small host).
 #  hot:  one of them holds that total: its drain, and commit -> publish of
 #        single rows going into the quiet databases meanwhile (p50/p99).
 #
@@ -32,6 +34,7 @@ BUSY=${DATABASES_BENCH_BUSY:-10}
 ROWS=${DATABASES_BENCH_ROWS:-20000}
 SECONDS_IDLE=${DATABASES_BENCH_SECONDS:-20}
 BUDGET=${DATABASES_BENCH_BUDGET:-16}
+RUNS=${DATABASES_BENCH_RUNS:-3}
 ADMIN_URL=${OUTBOX_TEST_PG_URL:?OUTBOX_TEST_PG_URL is not set}
 REDIS_URL=${OUTBOX_TEST_REDIS_URL:?OUTBOX_TEST_REDIS_URL is not set}
 STACK=${OUTBOX_TEST_STACK_DIR:?OUTBOX_TEST_STACK_DIR is not set}
@@ -161,9 +164,10 @@ fi
 
 # Loads database $1 with $2 rows due at $3 (epoch seconds), analyzed as autovacuum would
 # have it in a steady state: else the claim's plan depends on whether autovacuum reached
-# the table before the run.
+# the table before the run. An earlier run's rows go first, their room vacuumed for reuse.
 load_database() {
-    psql -X -q "$BASE/$1" -c "SELECT count(outbox.enqueue('load', '{}',
+    psql -X -q "$BASE/$1" -c "DELETE FROM outbox.job" -c "VACUUM outbox.job" \
+        -c "SELECT count(outbox.enqueue('load', '{}',
         run_at => to_timestamp($3))) FROM generate_series(1, $2)" \
         -c "ANALYZE outbox.job" >/dev/null
 }
@@ -206,19 +210,36 @@ if [ "$BUSY" -eq 0 ]; then # DATABASES_BENCH_BUSY=0: the idle run alone
 fi
 total=$((BUSY * ROWS))
 make_database "${PREFIX}_single"
-load_database "${PREFIX}_single" "$total" "$(date +%s)"
-checkpoint
-started=$(date +%s.%N)
-"$BIN/outbox-relay" --database-url "$BASE/${PREFIX}_single" --once --broker "$REDIS_URL" \
-    --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
-single=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
-redis_cli del "$PREFIX:load" >/dev/null
+
+# Drains the same total from one database with one relay. Sets single (rows/s).
+drain_single() {
+    local started
+    load_database "${PREFIX}_single" "$total" "$(date +%s)"
+    checkpoint
+    started=$(date +%s.%N)
+    "$BIN/outbox-relay" --database-url "$BASE/${PREFIX}_single" --once --broker "$REDIS_URL" \
+        --stream-prefix "$PREFIX:" --metrics-addr off >>"$SCRATCH/relay.log" 2>&1
+    single=$(echo "scale=0; $total / ($(date +%s.%N) - $started)" | bc)
+    redis_cli del "$PREFIX:load" >/dev/null
+}
+
+median() {
+    tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
 
 # ---- busy: BUSY databases drain, as the single relay drains, with nothing else written ----
-drain_list "$BUSY" "$ROWS" quiet
+singles="" lists=""
+for run in $(seq 1 "$RUNS"); do
+    drain_single
+    drain_list "$BUSY" "$ROWS" quiet
+    singles="$singles $single" lists="$lists $rate"
+    echo "databases: run $run: $rate rows/s from the list, $single rows/s from one database" >&2
+done
+rate=$(echo $lists | median) single=$(echo $singles | median)
 echo "databases busy: $BUSY of $COUNT databases with $ROWS rows each, budget $BUDGET:" \
      "$rate rows/s against $single rows/s of one relay on one database" \
-     "(ratio $(echo "scale=2; $rate / $single" | bc))"
+     "(ratio $(echo "scale=2; $rate / $single" | bc); medians of $RUNS runs in turns:" \
+     "list$lists, one database$singles)"
 
 # ---- hot: one database drains the same total; single rows go into the quiet ones ----
 drain_list 1 "$total" probe
