@@ -21,10 +21,11 @@ static const char SQL_TAKE_FLUSH[] = TAKE ", pg_catalog.pg_stat_force_next_flush
 static const char SQL_TAKE_018[] = "SELECT held, paused, false, false"
                                    " FROM outbox.database_lease_take($1, $2::integer)";
 static const char SQL_RELEASE[] = "SELECT outbox.database_lease_release($1)";
-/* from job_ready_idx (an idle database's ready rows are a few) and job_lease_idx */
+/* from job_ready_idx (an idle database's ready rows are a few), job_lease_idx and job_held_idx */
 #define NEXT_READY                                                                             \
     "SELECT CASE WHEN at IS NULL THEN -1"                                                      \
-    "            ELSE greatest(extract(epoch FROM at - now()), 0)::float8 END"                 \
+    "            ELSE greatest(extract(epoch FROM at - now()), 0)::float8 END,"                \
+    "       EXISTS (SELECT 1 FROM outbox.job WHERE held)"                                      \
     "  FROM (SELECT least((SELECT min(run_at) FROM outbox.job"                                 \
     "                       WHERE state = 'ready' AND NOT held AND run_at > now()),"           \
     "                     (SELECT min(lease_until) FROM outbox.job WHERE state = 'running'))" \
@@ -120,7 +121,7 @@ store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_e
 }
 
 int
-store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *err)
+store_database_next_ready(PGconn *conn, double *seconds, bool *held, struct outbox_error *err)
 {
     PGresult *result =
         run(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY, 0, NULL,
@@ -134,6 +135,7 @@ store_database_next_ready(PGconn *conn, double *seconds, struct outbox_error *er
         return -1;
     }
     *seconds = atof(PQgetvalue(result, 0, 0));
+    *held = strcmp(PQgetvalue(result, 0, 1), "t") == 0;
     PQclear(result);
     return 0;
 }

@@ -57,6 +57,7 @@ struct work {
     bool watched;           /* the watch covered the database when the slot took it */
     bool woken;             /* the watch saw a change of the database since its last slice */
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
+    bool held_rows;         /* and whether rows wait behind their keys then */
 };
 
 /* ---- picking ------------------------------------------------------------ */
@@ -498,7 +499,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     if (w->connection.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
         w->watched && !slice.more &&
         store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
-                                  &next_err) != 0) {
+                                  &w->held_rows, &next_err) != 0) {
         /* the connection may hold the statement still: dropped, the database tried again */
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
@@ -549,7 +550,8 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
  * How long t rests after a slice that found no more rows: its idle wait,
  * or, when the watch covers it and saw no change meanwhile, until its next
  * scheduled row or the next visit its lease asks for, whichever comes first
- * (the watch wakes it earlier on a change). After a slice that published
+ * (the watch wakes it earlier on a change), and within a sweep's period
+ * while rows wait behind their keys. After a slice that published
  * rows, a watched database is looked at once more a second later: a
  * backend reports its statistics at most once a second, and holds back a
  * commit that came within that second until it has been idle for 10 s
@@ -569,6 +571,9 @@ idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *
         return t->rows_at + SCHEDULER_WATCH_AFTER_ROWS_SECONDS - now;
     if (w->next_ready >= 0 && w->next_ready < wait)
         wait = w->next_ready;
+    /* rows held behind their keys: the next sweep of them (maintain()) is due by then */
+    if (w->held_rows && MAINTENANCE_REAP_EVERY_SECONDS < wait)
+        wait = MAINTENANCE_REAP_EVERY_SECONDS;
     return wait > t->idle_wait ? wait : t->idle_wait;
 }
 

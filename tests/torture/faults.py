@@ -5,7 +5,7 @@ once; a server fault never beside another): a relay killed with -9 and restarted
 relay stopped with SIGSTOP past its lease, then continued; a broker killed with -9 or
 restarted; PostgreSQL restarted fast or immediate; a stream disabled and enabled again
 with another partition count while rows flow; a queue paused then resumed; succeeded
-rows replayed. Each fault undoes itself, so the drain phase starts from a whole system.
+rows replayed; a database taken out of a cell's list and put back. Each fault undoes itself, so the drain phase starts from a whole system.
 """
 
 import random
@@ -34,6 +34,8 @@ class Schedule(threading.Thread):
             faults.append(("stream_toggle", 5))
         if any(cell.mode == "row" for cell in run.cells):
             faults.append(("replay", 2))
+        if any(cell.list_path for cell in run.cells):
+            faults.append(("list_edit", 3))
         return faults
 
     def run(self):
@@ -148,6 +150,15 @@ class Schedule(threading.Thread):
         for job_id, _ in rows:
             args += ["--job", str(job_id)]
         self.run_.outboxctl(database, *args)
+
+
+    def list_edit(self, rng):
+        cell = rng.choice([c for c in self.run_.cells if c.list_path])
+        database = rng.choice(cell.databases)
+        with cell.list_lock:  # two edits of one list at once would leave it short
+            cell.write_list([d for d in cell.databases if d is not database])
+            time.sleep(rng.uniform(0.5, 3.0))
+            cell.write_list(cell.databases)
 
 
 class Skipped(Exception):

@@ -11,9 +11,14 @@
                       observed history; the checker must name each (exit non-zero)
     TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
+    TORTURE_RELAYS    url: each relay serves one database (--database-url); list: the
+                      cell's relays serve its databases from a list (--databases, a budget
+                      of 4 connections, the list edited under them as a fault); mixed
+                      (default): each cell draws one of the two from the seed
 
 Each broker x mode is a cell: two databases (a and b), each with two relays of different
-leases, and producers, all publishing into one destination of the broker. All cells run
+leases (or two relays of different leases serving both from a list), and producers, all
+publishing into one destination of the broker. All cells run
 at once against one stack (tests/harness/stack.sh: the suite's, from OUTBOX_TEST_STACK_DIR,
 or one started here), under one fault schedule. After TORTURE_SECONDS the producers stop,
 the faults undo themselves, and the relays drain; then the checker reads each destination
@@ -100,18 +105,38 @@ class Cell:
         self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
         self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
         self.replayed = set()
+        form = run.relay_form if run.relay_form != "mixed" else run.rng.choice(["url", "list"])
+        self.list_path = None
+        self.list_lock = threading.Lock()
+        if form == "list":
+            self.list_path = os.path.join(run.work, self.slug + ".list")
+            self.write_list(self.databases)
         if mode == "stream":
             for database in self.databases:
                 run.outboxctl(database, "stream", "enable", "tq", "--partitions",
                               str(run.rng.randint(1, 4)))
 
 
+    def write_list(self, databases):
+        """The cell's list as an operator writes it: in place, not renamed into place."""
+        with open(self.list_path, "w") as out:
+            out.write("# torture cell %s\n" % self.name)
+            for database in databases:
+                out.write("%s %s\n" % (database.name, database.url))
+
+
 class Relay:
+    """A relay of one database, or of the cell's list when database is None."""
+
     def __init__(self, run, cell, database, lease, index):
         self.run_, self.lease = run, lease
-        self.name = "%s-%s-%d" % (cell.slug, database.letter, index)
+        self.name = "%s-%s-%d" % (cell.slug, database.letter if database else "list", index)
         self.metrics_port = run.free_port()
-        self.args = [os.path.join(run.bin, "outbox-relay"), "--database-url", database.url,
+        if database:
+            serves = ["--database-url", database.url]
+        else:
+            serves = ["--databases", cell.list_path, "--max-db-connections", "4"]
+        self.args = [os.path.join(run.bin, "outbox-relay")] + serves + [
                      "--lease", str(lease), "--concurrency", "2", "--batch-size", "50",
                      "--poll-interval", "50ms", "--retry-base", "200ms", "--retry-max", "1s",
                      "--retention", "0", "--max-message-bytes", "1048576",
@@ -179,6 +204,9 @@ class Run:
         self.database_count = int(os.environ.get("TORTURE_DATABASES", "2"))
         self.broker_names = [b for b in os.environ.get("TORTURE_BROKERS", "amqp,redis,nats,kafka").split(",") if b]
         self.modes = [m for m in os.environ.get("TORTURE_MODES", "row,stream").split(",") if m]
+        self.relay_form = os.environ.get("TORTURE_RELAYS", "mixed")
+        if self.relay_form not in ("url", "list", "mixed"):
+            sys.exit("torture: unknown TORTURE_RELAYS %r (url, list, mixed)" % self.relay_form)
         for name in self.broker_names:
             if name not in brokers.DESTINATIONS:
                 sys.exit("torture: unknown broker %r in TORTURE_BROKERS (amqp, redis, nats, kafka)" % name)
@@ -274,9 +302,14 @@ class Run:
             clib = producers.CLibrary(clib_path)
         sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
         for cell in self.cells:
-            for database in cell.databases:
+            if cell.list_path:
+                log("cell %s: its relays serve its databases from a list" % cell.name)
                 for index, lease in enumerate(LEASES):
-                    self.relays.append(Relay(self, cell, database, lease, index))
+                    self.relays.append(Relay(self, cell, None, lease, index))
+            for database in cell.databases:
+                if not cell.list_path:
+                    for index, lease in enumerate(LEASES):
+                        self.relays.append(Relay(self, cell, database, lease, index))
                 for session in range(sessions):
                     self.producers.append(producers.Producer(
                         "p%d" % session, database.url, database.name,
@@ -380,7 +413,9 @@ class Run:
             queue = next((q for q in status["queues"] if q["queue"] == "tq"), {})
             for state in ("ready", "running", "succeeded", "dead"):
                 triples.append(("db %s status %s" % (database.letter, state), table[state], queue.get(state)))
-            relay = next(r for r in self.relays if r.database is database)
+            relay = next((r for r in self.relays if r.database is database), None)
+            if relay is None:
+                continue  # a relay of a list samples no table gauges (docs/databases.md)
             got = (None, None)
             for _ in range(30):  # the gauges are sampled every few seconds
                 metrics = relay.metrics()
@@ -420,9 +455,39 @@ class Run:
         for line in lines:
             print(line)
         if total_violations:
+            self.explain_waiting()
             print("replay with: TORTURE_SEED=%s TORTURE_SECONDS=%g TORTURE_BROKERS=%s TORTURE_MODES=%s make torture"
                   % (self.seed, self.seconds, ",".join(self.broker_names), ",".join(self.modes)))
         return total_rows, total_violations
+
+    def explain_waiting(self):
+        """What holds rows back that never went out: each database's rows not finished, its
+        pauses and leases, and the relays' last lines."""
+        for cell in self.cells:
+            for database in cell.databases:
+                try:
+                    rows = database.query("""
+                        SELECT job_id, state, held, round(extract(epoch FROM run_at - now())::numeric, 1),
+                               attempts, worker_id, left(last_error, 80)
+                          FROM outbox.job WHERE queue = 'tq' AND state IN ('ready', 'running')
+                         ORDER BY job_id LIMIT 10""")
+                    if not rows:
+                        continue
+                    print("waiting in %s: (job_id, state, held, due in s, attempts, worker, error) %s"
+                          % (database.name, rows))
+                    print("  paused: %s" % database.query("SELECT queue, ordering_key FROM outbox.paused"))
+                    print("  leases: %s" % database.query(
+                        "SELECT *, now() FROM outbox.database_lease"))
+                    print("  members: %s" % database.query("SELECT * FROM outbox.relay_member"))
+                except Exception as error:
+                    print("waiting in %s: unreadable (%s)" % (database.name, error))
+        for relay in self.relays:
+            try:
+                with open(relay.log_path) as log_file:
+                    tail = log_file.readlines()[-15:]
+            except OSError:
+                continue
+            print("last lines of %s:\n  %s" % (relay.name, "  ".join(tail)), end="")
 
     def history_of(self, cell, counts):
         rows = self.observe(cell)
