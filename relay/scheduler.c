@@ -352,8 +352,11 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
     return 0;
 }
 
-/* Reaps t's expired leases, releases its waiting rows and cleans up, when due. */
-static void
+/*
+ * Reaps t's expired leases, releases its waiting rows and cleans up, when
+ * due. The rows the sweep released: they can be claimed at once.
+ */
+static size_t
 maintain(struct pipeline *p, struct tenant *t)
 {
     relay *r = p->relay;
@@ -369,7 +372,7 @@ maintain(struct pipeline *p, struct tenant *t)
                         &err) != 0 ||
             outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
             store_failed(p, &err);
-            return;
+            return 0;
         }
         if (reaped.ready + reaped.dead > 0)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
@@ -383,13 +386,14 @@ maintain(struct pipeline *p, struct tenant *t)
                                         sizeof(cutoff), &err) != 0 ||
             outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
             store_failed(p, &err);
-            return;
+            return 0;
         }
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
         t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
                              ? now
                              : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
     }
+    return readied;
 }
 
 /*
@@ -483,8 +487,9 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
         maintain(p, t);
     if (p->db.store != NULL)
         slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
-    if (w->lease_call != LEASE_BEFORE && p->db.store != NULL)
-        maintain(p, t);
+    /* rows the sweep freed after the slice are due now */
+    if (w->lease_call != LEASE_BEFORE && p->db.store != NULL && maintain(p, t) > 0)
+        slice.more = true;
     /* a reconnect within the slice (settle_now) may have replaced the connection */
     w->connection.stream_ready &= p->db.connects == connects;
     w->connection.store = p->db.store;
