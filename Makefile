@@ -11,7 +11,7 @@
 #                   (FUZZ_TARGETS="url config" picks some)
 #   make torture    randomized histories and faults over every broker and both modes, judged
 #                   by an independent checker (TORTURE_SECONDS, TORTURE_SEED, TORTURE_BROKERS,
-#                   TORTURE_MODES, TORTURE_SELFTEST: tests/torture/torture.py)
+#                   TORTURE_MODES, TORTURE_RELAYS, TORTURE_SELFTEST: tests/torture/torture.py)
 #   make soak       the fault-injection driver for SOAK_SECONDS (600) per broker, then
 #                   the table's long-run health under 5 000 rows/s (tests/bench/longrun.sh)
 #   make deps       install the Debian packages this needs (as root)
