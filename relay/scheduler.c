@@ -208,6 +208,8 @@ take_work(struct scheduler *s, struct work *w)
         struct timespec until;
 
         look_at_list(s, now);
+        free_released(s); /* lets the lock go while it gives the leases up */
+        now = clock_monotonic_seconds();
         if (s->list_look_at < next)
             next = s->list_look_at;
         /* at start, the watch's first look first: visits then record its session */
@@ -302,6 +304,9 @@ scheduler_free(struct scheduler *s)
     release_leases(s);
     for (size_t i = 0; i < s->count; i++)
         tenant_free(s, s->tenants[i]);
+    pthread_mutex_lock(&s->lock);
+    free_released(s);
+    pthread_mutex_unlock(&s->lock);
     free(s->tenants);
     stream_runner_free(s->streams);
     pthread_cond_destroy(&s->changed);

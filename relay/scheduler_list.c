@@ -38,10 +38,10 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-/* Under the lock, or with no slot running. */
-void
-tenant_close_idle(struct scheduler *s, struct tenant *t)
+size_t
+tenant_close_idle_io(struct scheduler *s, struct tenant *t)
 {
+    size_t closed = t->idle_count;
     struct outbox_error err;
 
     if (t->idle_count > 0 && t->serving == 0)
@@ -55,8 +55,15 @@ tenant_close_idle(struct scheduler *s, struct tenant *t)
     }
     for (size_t i = 0; i < t->idle_count; i++)
         outbox_store_free(t->idle[i].store);
-    s->open -= (int)t->idle_count;
     t->idle_count = 0;
+    return closed;
+}
+
+/* Under the lock, or with no slot running. */
+void
+tenant_close_idle(struct scheduler *s, struct tenant *t)
+{
+    s->open -= (int)tenant_close_idle_io(s, t);
 }
 
 /* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
@@ -96,7 +103,7 @@ release_leases(struct scheduler *s)
     }
 }
 
-/* Drops the removed tenants no slot serves any more. Under the lock. */
+/* Sets the removed tenants no slot serves any more aside. Under the lock. */
 void
 release_removed(struct scheduler *s)
 {
@@ -106,13 +113,36 @@ release_removed(struct scheduler *s)
         struct tenant *t = s->tenants[i];
 
         if (t->removed && t->serving == 0) {
-            log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
-            tenant_free(s, t);
+            t->released_next = s->released;
+            s->released = t;
         } else {
             s->tenants[kept++] = t;
         }
     }
     s->count = kept;
+}
+
+void
+free_released(struct scheduler *s)
+{
+    while (s->released != NULL) {
+        struct tenant *t = s->released;
+        size_t closed;
+
+        s->released = NULL;
+        pthread_mutex_unlock(&s->lock);
+        for (closed = 0; t != NULL;) {
+            struct tenant *next = t->released_next;
+
+            closed += tenant_close_idle_io(s, t);
+            log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
+            tenant_free(s, t); /* nothing left open */
+            t = next;
+        }
+        pthread_mutex_lock(&s->lock);
+        s->open -= (int)closed;
+        pthread_cond_broadcast(&s->changed); /* the connections are free for others */
+    }
 }
 
 /* Tells the metrics which databases are listed now. Under the lock. */

@@ -30,6 +30,7 @@ struct tenant {
     char name[DATABASE_NAME_MAX];
     char *url;
     bool removed; /* gone from the list: freed once no slot serves it */
+    struct tenant *released_next; /* set aside by release_removed(), freed by a slot */
     int serving;  /* slots serving it now */
     struct idle_connection *idle;
     size_t idle_count;
@@ -67,6 +68,7 @@ struct scheduler {
     pthread_cond_t served;  /* a database is served: the watch rests the shorter interval */
     struct tenant **tenants;
     size_t count;
+    struct tenant *released; /* removed ones no slot serves, to free outside the lock */
     int open;   /* connections open: held by slots and idle */
     int budget; /* --max-db-connections */
     int slots;
@@ -93,14 +95,29 @@ int apply_list(struct scheduler *s, const struct database_list *list, bool first
 /* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
 void look_at_list(struct scheduler *s, double now);
 
-/* Frees the removed databases no slot serves any more. */
+/*
+ * Sets the removed databases no slot serves any more aside, for a slot to
+ * free with free_released() outside the lock.
+ */
 void release_removed(struct scheduler *s);
+
+/*
+ * Frees what release_removed() set aside: each lease given up and stream
+ * handed back over the database's idle connection, then the connections
+ * closed. Called with the lock held, it lets the lock go for that I/O (a
+ * database that does not answer holds up this slot alone) and counts the
+ * connections out of the budget after they closed.
+ */
+void free_released(struct scheduler *s);
 
 /*
  * Closes t's idle connections, giving up through one its lease and its
  * stream partitions when it holds them.
  */
 void tenant_close_idle(struct scheduler *s, struct tenant *t);
+
+/* tenant_close_idle() without counting the connections out of s->open: how many it closed. */
+size_t tenant_close_idle_io(struct scheduler *s, struct tenant *t);
 
 /*
  * A stopping relay gives up the leases and stream partitions it holds,

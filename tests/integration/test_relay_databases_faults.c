@@ -735,6 +735,72 @@ test_row_held_after_its_head_finished(void **state)
     list_run_check_redis(&f->run, rows, rows + 1);
 }
 
+/* Stops (SIGSTOP) the backends of the relay's idle connections to database i; how many. */
+static int
+stop_relay_backends(struct fixture *f, int i)
+{
+    char sql[256];
+    PGresult *result;
+    int count;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+             " AND application_name NOT LIKE 'outbox-relay watch %%' AND datname = '%s'"
+             " AND pid <> %d",
+             PQdb(f->run.conns[i]), PQbackendPID(f->run.conns[i]));
+    result = PQexec(f->run.admin, sql);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    count = PQntuples(result);
+    for (int r = 0; r < count && f->stopped_count < 8; r++) {
+        f->stopped[f->stopped_count] = atoi(PQgetvalue(result, r, 0));
+        kill(f->stopped[f->stopped_count++], SIGSTOP);
+    }
+    PQclear(result);
+    return count;
+}
+
+/*
+ * A database taken out of the list while its server does not answer (the
+ * backend of the relay's idle connection stopped): the relay gives its
+ * lease up over that connection, which waits out the statement deadline,
+ * and the other databases' rows go out meanwhile as promptly as before.
+ * The release waited under the scheduler's lock: every slot stood still
+ * for the deadline (12 s).
+ */
+static void
+test_removed_database_not_answering(void **state)
+{
+    struct fixture *f = *state;
+    int rows = f->bc.rows;
+    double took;
+
+    f->bc.databases = 3;
+    make_list(f);
+    start(f, 0);
+    assert_true(drain(f, 30) >= 0);
+    /* every database idle, its connection kept, past the visit a quarter of a lease after the
+     * lease was taken */
+    usleep((unsigned int)(LEASE_SECONDS / 4.0 * 1e6) + 2000 * 1000);
+    assert_true(stop_relay_backends(f, 2) >= 1);
+    list_run_write_list(&f->run, 2, false);
+    usleep(1500 * 1000); /* the relay reads the list again within a second */
+    list_run_enqueue(&f->run, 2, rows + 1, rows + 20);
+    took = drain(f, 20);
+    print_message("removed, not answering: the others' rows published %.1f s after their"
+                  " commit\n", took);
+    assert_true(took >= 0 && took < 2);
+    for (int i = 0; i < f->stopped_count; i++)
+        kill(f->stopped[i], SIGCONT);
+    f->stopped_count = 0;
+    for (int tries = 0; tries < 150 &&
+                        list_run_log_lines_with(&f->relays[0], "database released", "database=db2") == 0;
+         tries++)
+        usleep(100 * 1000);
+    assert_int_equal(list_run_log_lines_with(&f->relays[0], "database released", "database=db2"), 1);
+    stop(f, 0);
+    list_run_check_redis(&f->run, rows + 20, rows);
+}
+
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
 int
 main(void)
@@ -748,6 +814,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_watch_of_one_server_stalled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_held_after_its_head_finished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_removed_database_not_answering, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
