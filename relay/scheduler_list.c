@@ -66,15 +66,22 @@ tenant_close_idle(struct scheduler *s, struct tenant *t)
     s->open -= (int)tenant_close_idle_io(s, t);
 }
 
+/* Frees what t holds in memory; its connections are closed already. */
+static void
+tenant_discard(struct tenant *t)
+{
+    tenant_stream_free(t);
+    free(t->idle);
+    free(t->url);
+    free(t);
+}
+
 /* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
 void
 tenant_free(struct scheduler *s, struct tenant *t)
 {
     tenant_close_idle(s, t);
-    tenant_stream_free(t);
-    free(t->idle);
-    free(t->url);
-    free(t);
+    tenant_discard(t);
 }
 
 void
@@ -136,7 +143,7 @@ free_released(struct scheduler *s)
 
             closed += tenant_close_idle_io(s, t);
             log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
-            tenant_free(s, t); /* nothing left open */
+            tenant_discard(t); /* s->open is counted down under the lock, below */
             t = next;
         }
         pthread_mutex_lock(&s->lock);
