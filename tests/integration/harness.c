@@ -14,6 +14,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -472,6 +473,41 @@ harness_closed_port(void)
     port = ntohs(address.sin_port);
     close(fd);
     return port;
+}
+
+int
+harness_free_port(void)
+{
+    static int given[256];
+    static size_t given_count;
+    const char *range = getenv("OUTBOX_TEST_PORT_RANGE");
+    int low = 20000, high = 32000;
+
+    if (range != NULL && (sscanf(range, "%d-%d", &low, &high) != 2 || low <= 0 || high < low))
+        fail_msg("OUTBOX_TEST_PORT_RANGE=%s: LOW-HIGH expected", range);
+    if (given_count == 0)
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    for (int attempt = 0; attempt < 500; attempt++) {
+        struct sockaddr_in address = {.sin_family = AF_INET};
+        int port = low + rand() % (high - low + 1);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        bool taken = false;
+
+        for (size_t i = 0; i < given_count && !taken; i++)
+            taken = given[i] == port;
+        assert_true(fd >= 0);
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        address.sin_port = htons((uint16_t)port);
+        if (!taken && bind(fd, (struct sockaddr *)&address, sizeof(address)) == 0) {
+            close(fd);
+            if (given_count < sizeof(given) / sizeof(given[0]))
+                given[given_count++] = port;
+            return port;
+        }
+        close(fd);
+    }
+    fail_msg("no free loopback port in %d-%d", low, high);
+    return -1;
 }
 
 int

@@ -102,6 +102,15 @@ void harness_stack_load_env(void);
 int harness_closed_port(void);
 
 /*
+ * A loopback port for a server a test starts (a relay's --metrics-addr):
+ * nothing listens on it now, it lies in OUTBOX_TEST_PORT_RANGE ("LOW-HIGH",
+ * default 20000-32000, below the kernel's ephemeral ports, which a
+ * connection may take at any moment), and this process has not been given
+ * it before.
+ */
+int harness_free_port(void);
+
+/*
  * How many times longer than natively a program under test takes to start: 10
  * when OUTBOX_VALGRIND runs it under valgrind, else 1. Scales the waits for a
  * program to come up and stop; a deadline a test asserts stays as it is, or

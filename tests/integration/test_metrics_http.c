@@ -56,38 +56,6 @@ struct response {
 
 static int test_counter;
 
-/*
- * A loopback port nobody listens on: from OUTBOX_TEST_PORT_RANGE ("LOW-HIGH",
- * the range the test servers use) when set, else one the kernel picks.
- */
-static int
-free_port(void)
-{
-    const char *range = getenv("OUTBOX_TEST_PORT_RANGE");
-    int low = 0, high = 0;
-
-    if (range == NULL || sscanf(range, "%d-%d", &low, &high) != 2 || low <= 0 || high < low)
-        low = high = 0;
-    for (int attempt = 0; attempt < 200; attempt++) {
-        struct sockaddr_in addr = {.sin_family = AF_INET};
-        socklen_t len = sizeof(addr);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        int port = low == 0 ? 0 : low + (int)(((unsigned)rand()) % (unsigned)(high - low + 1));
-
-        assert_true(fd >= 0);
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        addr.sin_port = htons((uint16_t)port);
-        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
-            getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
-            close(fd);
-            return ntohs(addr.sin_port);
-        }
-        close(fd);
-    }
-    fail_msg("no free loopback port");
-    return -1;
-}
-
 /* GET path from the relay's metrics server; status 0 when it does not answer. */
 static struct response
 http_get(int port, const char *path)
@@ -350,7 +318,7 @@ setup(void **state)
     f->redis = stream_consumer_connect(f->broker);
     assert_non_null(f->redis);
     snprintf(f->prefix, sizeof(f->prefix), "metrics-test-%d-%d:", (int)getpid(), test_counter++);
-    f->port = free_port();
+    f->port = harness_free_port();
     snprintf(f->metrics_addr, sizeof(f->metrics_addr), "127.0.0.1:%d", f->port);
     *state = f;
     return 0;

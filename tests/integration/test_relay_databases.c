@@ -164,7 +164,7 @@ run_case(const struct broker_case *bc)
     struct relay_process a, b;
     queue_consumer *mq = NULL;
     long long most_a = 0, most_b = 0, left = -1;
-    int port = 20000 + (int)(getpid() % 20000);
+    int port = harness_free_port();
     double killed_at;
     int served_before;
     char *metrics;
@@ -269,7 +269,7 @@ test_watch_keeps_leases(void **state)
     static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 10, 20, 5, 4, "20"};
     struct run run = {.bc = &bc};
     struct relay_process a, b;
-    int port = 20000 + (int)((getpid() + 7) % 20000);
+    int port = harness_free_port();
     long long before, left = -1;
     double killed_at;
 

@@ -59,7 +59,7 @@ setup(void **state)
              harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
     snprintf(f->run.prefix, sizeof(f->run.prefix), "mdb-faults-%d-%d:", (int)getpid(), tests++);
     for (int k = 0; k < RELAYS; k++)
-        f->ports[k] = 20000 + (int)((getpid() * 3 + k + 11) % 20000);
+        f->ports[k] = harness_free_port();
     *state = f;
     return 0;
 }

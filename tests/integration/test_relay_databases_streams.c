@@ -62,7 +62,7 @@ setup(void **state)
     f->own_relay = -1;
     snprintf(f->run.prefix, sizeof(f->run.prefix), "mdb-streams-%d-%d:", (int)getpid(), tests++);
     for (int k = 0; k < RELAYS; k++) {
-        f->ports[k] = 20000 + (int)((getpid() * 5 + k + 17) % 20000);
+        f->ports[k] = harness_free_port();
         snprintf(f->names[k], sizeof(f->names[k]), "mdb-streams-%c", 'a' + k);
     }
     *state = f;
