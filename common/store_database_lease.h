@@ -52,12 +52,12 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
  * which wakes the database. *held says whether any row waits behind its
  * key: one whose key's head finished while the row's insert was not yet
  * committed waits for the sweep of held rows (outbox_release_waiting), and
- * the change that woke the visit came before that sweep was due. On PostgreSQL 15 and later it also has the
- * session report its row counts as soon as it is idle (a backend holds
- * back a report that comes within a second of its last one for up to
- * 10 s): the watch sees the visit's own changes at once, while the
- * connection is still open, rather than waking the database for them
- * later through a new connection. 0, or -1 with err.
+ * the change that woke the visit came before that sweep was due. On
+ * PostgreSQL 15 and later it also has the session report its row counts
+ * as soon as it is idle (a backend holds back a report that comes within a
+ * second of its last one for up to 10 s): the watch sees the visit's own
+ * changes at once, while the connection is still open, rather than waking
+ * the database for them later through a new connection. 0, or -1 with err.
  */
 int store_database_next_ready(PGconn *conn, double *seconds, bool *held,
                               struct outbox_error *err);

@@ -205,7 +205,6 @@ take_work(struct scheduler *s, struct work *w)
         double now = clock_monotonic_seconds();
         double next = now + SCHEDULER_IDLE_MAX_SECONDS;
         struct tenant *t;
-        struct timespec until;
 
         look_at_list(s, now);
         free_released(s); /* lets the lock go while it gives the leases up */
@@ -232,9 +231,7 @@ take_work(struct scheduler *s, struct work *w)
         if (t != NULL)
             /* every connection is held by a slot: one gives back soon */
             next = now + SCHEDULER_CONNECTION_WAIT_SECONDS;
-        until.tv_sec = (time_t)next;
-        until.tv_nsec = (long)((next - (double)until.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->changed, &s->lock, &until);
+        scheduler_wait(s, &s->changed, next);
     }
     metrics_databases_set_connections(metrics_databases_of(r->metrics), s->open, s->budget);
     pthread_mutex_unlock(&s->lock);
@@ -244,6 +241,15 @@ take_work(struct scheduler *s, struct work *w)
 }
 
 /* ---- the scheduler's life ------------------------------------------------ */
+
+void
+scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until)
+{
+    struct timespec at = {.tv_sec = (time_t)until};
+
+    at.tv_nsec = (long)((until - (double)at.tv_sec) * 1e9);
+    pthread_cond_timedwait(cond, &s->lock, &at);
+}
 
 struct scheduler *
 scheduler_new(relay *r, struct outbox_error *err)

@@ -38,7 +38,8 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-size_t
+/* tenant_close_idle() without counting the connections out of s->open: how many it closed. */
+static size_t
 tenant_close_idle_io(struct scheduler *s, struct tenant *t)
 {
     size_t closed = t->idle_count;

@@ -87,6 +87,12 @@ struct scheduler {
     struct stream_runner *streams; /* the owner name and stop flag of the databases' streams */
 };
 
+/*
+ * Waits on cond (made with the monotonic clock) under s's lock until it is
+ * signalled or the monotonic clock reaches until (seconds).
+ */
+void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
+
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
 
 /* Follows the list as read at start (first) or again: databases added and removed. 0 or -1. */
@@ -115,9 +121,6 @@ void free_released(struct scheduler *s);
  * stream partitions when it holds them.
  */
 void tenant_close_idle(struct scheduler *s, struct tenant *t);
-
-/* tenant_close_idle() without counting the connections out of s->open: how many it closed. */
-size_t tenant_close_idle_io(struct scheduler *s, struct tenant *t);
 
 /*
  * A stopping relay gives up the leases and stream partitions it holds,

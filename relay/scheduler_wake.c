@@ -141,13 +141,10 @@ watch_rest(struct scheduler *s, double looked_at)
     while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
         double until = looked_at + (any_busy(s) ? SCHEDULER_WATCH_BUSY_SECONDS
                                                 : SCHEDULER_WATCH_SECONDS);
-        struct timespec at;
 
         if (clock_monotonic_seconds() >= until)
             return;
-        at.tv_sec = (time_t)until;
-        at.tv_nsec = (long)((until - (double)at.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->served, &s->lock, &at);
+        scheduler_wait(s, &s->served, until);
     }
 }
 

@@ -554,18 +554,23 @@ write_two_servers(const struct fixture *f)
     assert_int_equal(fclose(file), 0);
 }
 
-/* Stops (SIGSTOP) the watch sessions' backends in database i; how many. */
+/*
+ * Stops (SIGSTOP) the backends in database i of the watch's sessions
+ * (watch) or of the relay's other connections, never the test's own; how
+ * many.
+ */
 static int
-stop_watch_backends(struct fixture *f, int i)
+stop_backends(struct fixture *f, int i, bool watch)
 {
-    char sql[256];
+    char sql[384];
     PGresult *result;
     int count;
 
     snprintf(sql, sizeof(sql),
-             "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'outbox-relay watch %%'"
-             " AND datname = '%s'",
-             PQdb(f->run.conns[i]));
+             "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+             " AND (application_name LIKE 'outbox-relay watch %%') = %s AND datname = '%s'"
+             " AND pid <> %d",
+             watch ? "true" : "false", PQdb(f->run.conns[i]), PQbackendPID(f->run.conns[i]));
     result = PQexec(f->run.admin, sql);
     assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
     count = PQntuples(result);
@@ -605,7 +610,7 @@ test_watch_of_one_server_stalled(void **state)
                                     2, 10000),
                      2);
     usleep(2000 * 1000); /* the databases idle, each resting until the watch wakes it */
-    assert_int_equal(stop_watch_backends(f, half), 1);
+    assert_int_equal(stop_backends(f, half, true), 1);
     stalled_at = wall_clock_seconds();
     usleep(500 * 1000); /* the watch's next look is sent to the stalled backend */
     list_run_enqueue(&f->run, half, rows + 1, rows + 20);
@@ -735,30 +740,6 @@ test_row_held_after_its_head_finished(void **state)
     list_run_check_redis(&f->run, rows, rows + 1);
 }
 
-/* Stops (SIGSTOP) the backends of the relay's idle connections to database i; how many. */
-static int
-stop_relay_backends(struct fixture *f, int i)
-{
-    char sql[256];
-    PGresult *result;
-    int count;
-
-    snprintf(sql, sizeof(sql),
-             "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
-             " AND application_name NOT LIKE 'outbox-relay watch %%' AND datname = '%s'"
-             " AND pid <> %d",
-             PQdb(f->run.conns[i]), PQbackendPID(f->run.conns[i]));
-    result = PQexec(f->run.admin, sql);
-    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
-    count = PQntuples(result);
-    for (int r = 0; r < count && f->stopped_count < 8; r++) {
-        f->stopped[f->stopped_count] = atoi(PQgetvalue(result, r, 0));
-        kill(f->stopped[f->stopped_count++], SIGSTOP);
-    }
-    PQclear(result);
-    return count;
-}
-
 /*
  * A database taken out of the list while its server does not answer (the
  * backend of the relay's idle connection stopped): the relay gives its
@@ -781,7 +762,7 @@ test_removed_database_not_answering(void **state)
     /* every database idle, its connection kept, past the visit a quarter of a lease after the
      * lease was taken */
     usleep((unsigned int)(LEASE_SECONDS / 4.0 * 1e6) + 2000 * 1000);
-    assert_true(stop_relay_backends(f, 2) >= 1);
+    assert_true(stop_backends(f, 2, false) >= 1);
     list_run_write_list(&f->run, 2, false);
     usleep(1500 * 1000); /* the relay reads the list again within a second */
     list_run_enqueue(&f->run, 2, rows + 1, rows + 20);
