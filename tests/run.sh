@@ -122,10 +122,10 @@ if [ "$WHAT" = unit ] || [ "$WHAT" = all ]; then
     echo "== unit tests"
     run_dir "$BUILD/tests/unit"
     if BIN="$BIN" "$SOURCE_DIR/tests/check_docs.sh" >/dev/null; then
-        printf 'ok      %-40s\n' "docs/reference.md options = --help"
+        printf 'ok      %-40s\n' "docs: options = --help, HACKING recipes"
         passed=$((passed + 1))
     else
-        printf 'FAILED  %-40s\n' "docs/reference.md options = --help"
+        printf 'FAILED  %-40s\n' "docs: options = --help, HACKING recipes"
         failed=$((failed + 1))
         failed_names="$failed_names check_docs"
     fi
