@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,69 +20,16 @@
 #include "fixtures.h"
 #include "harness.h"
 
-#define REPLY_MAX (4 * 1024 * 1024)
-
-void
-console_reply_free(struct console_reply *reply)
-{
-    free(reply->head);
-    free(reply->body);
-    memset(reply, 0, sizeof(*reply));
-}
-
-struct console_reply
-console_http(int port, const char *method, const char *path, const char *extra, const char *body,
-             int timeout_seconds)
-{
-    struct console_reply reply = {0};
-    char *request, *buffer, *split, host[64] = "";
-    size_t len = 0, body_len = body ? strlen(body) : 0;
-    int fd = fixture_connect_loopback(port, timeout_seconds);
-
-    if (fd < 0)
-        return reply;
-    if (extra == NULL || strncasecmp(extra, "Host:", 5) != 0)
-        snprintf(host, sizeof(host), "Host: 127.0.0.1:%d\r\n", port);
-    assert_true(asprintf(&request, "%s %s HTTP/1.1\r\n%s%sContent-Length: %zu\r\n\r\n%s", method,
-                         path, host, extra ? extra : "", body_len, body ? body : "") > 0);
-    if (write(fd, request, strlen(request)) != (ssize_t)strlen(request)) {
-        free(request);
-        close(fd);
-        return reply;
-    }
-    free(request);
-    buffer = malloc(REPLY_MAX + 1);
-    assert_non_null(buffer);
-    for (;;) {
-        ssize_t n = read(fd, buffer + len, REPLY_MAX - len);
-
-        if (n <= 0 || (len += (size_t)n) == REPLY_MAX)
-            break;
-    }
-    close(fd);
-    buffer[len] = '\0';
-    if (sscanf(buffer, "HTTP/1.1 %d", &reply.status) == 1 &&
-        (split = strstr(buffer, "\r\n\r\n")) != NULL) {
-        reply.body = strdup(split + 4);
-        *split = '\0';
-        reply.head = strdup(buffer);
-    } else {
-        reply.status = 0;
-    }
-    free(buffer);
-    return reply;
-}
-
-struct console_reply
+struct http_reply
 console_get(int port, const char *path)
 {
-    return console_http(port, "GET", path, CONSOLE_BEARER, NULL, 20);
+    return http_request(port, "GET", path, CONSOLE_BEARER, NULL, 20);
 }
 
-struct console_reply
+struct http_reply
 console_post(int port, const char *path, const char *body)
 {
-    return console_http(port, "POST", path, CONSOLE_BEARER "Content-Type: application/json\r\n",
+    return http_request(port, "POST", path, CONSOLE_BEARER "Content-Type: application/json\r\n",
                         body, 20);
 }
 
@@ -126,10 +72,10 @@ start(int port, const char *const *before, const char *const *options)
     pid = harness_spawn(argv, log);
     free(log);
     for (int waited = 0; waited < 10000 * harness_time_scale(); waited += 50) {
-        struct console_reply r = console_http(port, "GET", "/static/console.css", NULL, NULL, 20);
+        struct http_reply r = http_request(port, "GET", "/static/console.css", NULL, NULL, 20);
         int status = r.status;
 
-        console_reply_free(&r);
+        http_reply_free(&r);
         if (status != 0)
             return pid;
         usleep(50 * 1000);
@@ -164,7 +110,7 @@ console_stop(pid_t pid)
 }
 
 void
-console_expect(const struct console_reply *reply, int status, const char *body_part)
+console_expect(const struct http_reply *reply, int status, const char *body_part)
 {
     if (reply->status != status || (body_part && strstr(reply->body, body_part) == NULL))
         fail_msg("expected %d with '%s', got %d: %s", status, body_part ? body_part : "",

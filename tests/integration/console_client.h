@@ -1,7 +1,6 @@
 /*
- * console_client.h - what the tests of `outboxctl serve` share: a plain
- * HTTP/1.1 client (one request per connection, as the console answers them),
- * requests with the tests' token, its token file, and the console process
+ * console_client.h - what the tests of `outboxctl serve` share: requests
+ * with the tests' token (over http_client.h), its token file, and the console process
  * started and stopped around a test.
  *
  * Like harness.h, these fail the current cmocka test on an error instead of
@@ -13,33 +12,27 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "http_client.h"
+
 /* The token the tests' consoles serve with, and the header line that sends it. */
 #define CONSOLE_TOKEN "console-test-token-0123456789"
 #define CONSOLE_BEARER "Authorization: Bearer " CONSOLE_TOKEN "\r\n"
 
-/* An answer: status 0 when none came (refused, closed or timed out). */
-struct console_reply {
-    int status;
-    char *head; /* status line and headers */
-    char *body;
-};
-
-void console_reply_free(struct console_reply *reply);
-
+/* old-client-names: begin */
 /*
- * Sends method path with the header lines of extra (each ending in \r\n)
- * and body to 127.0.0.1:port, and reads the answer, giving up after
- * timeout_seconds. Adds "Host: 127.0.0.1:port" unless extra starts with a
- * Host line.
+ * The console's tests spoke of the shared client (http_client.h) by these
+ * names; they go when those tests are renamed.
  */
-struct console_reply console_http(int port, const char *method, const char *path,
-                                  const char *extra, const char *body, int timeout_seconds);
+#define console_reply http_reply
+#define console_reply_free http_reply_free
+#define console_http http_request
+/* old-client-names: end */
 
 /* GET path with CONSOLE_BEARER, within 20 s. */
-struct console_reply console_get(int port, const char *path);
+struct http_reply console_get(int port, const char *path);
 
 /* POST body as application/json to path with CONSOLE_BEARER, within 20 s. */
-struct console_reply console_post(int port, const char *path, const char *body);
+struct http_reply console_post(int port, const char *path, const char *body);
 
 /*
  * Writes CONSOLE_TOKEN into /tmp/outbox-<name>-token-<pid>, readable by its
@@ -61,6 +54,6 @@ pid_t console_start_list(int port, const char *list_path, const char *const *opt
 void console_stop(pid_t pid);
 
 /* Fails the test unless reply has status and (when not NULL) body_part in its body. */
-void console_expect(const struct console_reply *reply, int status, const char *body_part);
+void console_expect(const struct http_reply *reply, int status, const char *body_part);
 
 #endif

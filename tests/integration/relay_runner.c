@@ -6,18 +6,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fixtures.h"
 #include "harness.h"
+#include "http_client.h"
 #include "relay_runner.h"
 
 static int log_counter;
@@ -185,46 +183,13 @@ relay_log_find(const struct relay_process *relay, double not_before, bool last,
 char *
 relay_scrape_metrics(int port)
 {
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    struct timeval timeout = {.tv_sec = 5};
-    const char request[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    size_t len = 0, capacity = 65536;
-    char *text = malloc(capacity), *body;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ssize_t n;
+    struct http_reply reply = http_get(port, "/metrics");
+    char *body = reply.body;
 
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || text == NULL)
-        goto fail;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    if (connect(fd, (struct sockaddr *)&address, sizeof(address)) != 0 ||
-        write(fd, request, sizeof(request) - 1) != (ssize_t)(sizeof(request) - 1))
-        goto fail;
-    while ((n = read(fd, text + len, capacity - len - 1)) > 0) {
-        len += (size_t)n;
-        if (capacity - len < 4096) {
-            char *bigger = realloc(text, capacity * 2);
-
-            if (bigger == NULL)
-                goto fail;
-            text = bigger;
-            capacity *= 2;
-        }
-    }
-    close(fd);
-    text[len] = '\0';
-    body = strstr(text, "\r\n\r\n");
-    if (body == NULL)
-        goto fail_closed;
-    memmove(text, body + 4, strlen(body + 4) + 1);
-    return text;
-
-fail:
-    if (fd >= 0)
-        close(fd);
-fail_closed:
-    free(text);
-    return NULL;
+    if (reply.status == 0)
+        return NULL;
+    free(reply.head);
+    return body;
 }
 
 long long

@@ -14,26 +14,23 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fixtures.h"
 #include "harness.h"
+#include "http_client.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-#define RESPONSE_MAX (1024 * 1024)
 #define MAX_BACKENDS 16
 
 struct fixture {
@@ -49,50 +46,7 @@ struct fixture {
     int stopped_count;
 };
 
-struct response {
-    int status; /* HTTP status code, 0 when no answer */
-    char *body;
-};
-
 static int test_counter;
-
-/* GET path from the relay's metrics server; status 0 when it does not answer. */
-static struct response
-http_get(int port, const char *path)
-{
-    struct response response = {0};
-    char request[256];
-    size_t len = 0;
-    char *buffer;
-    int fd = fixture_connect_loopback(port, 5);
-
-    if (fd < 0)
-        return response;
-    snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
-    if (write(fd, request, strlen(request)) != (ssize_t)strlen(request)) {
-        close(fd);
-        return response;
-    }
-    buffer = malloc(RESPONSE_MAX + 1);
-    assert_non_null(buffer);
-    for (;;) {
-        ssize_t n = read(fd, buffer + len, RESPONSE_MAX - len);
-
-        if (n <= 0 || (len += (size_t)n) == RESPONSE_MAX)
-            break;
-    }
-    close(fd);
-    buffer[len] = '\0';
-    if (sscanf(buffer, "HTTP/1.%*d %d", &response.status) == 1) {
-        const char *body = strstr(buffer, "\r\n\r\n");
-
-        response.body = strdup(body != NULL ? body + 4 : "");
-    } else {
-        response.status = 0;
-    }
-    free(buffer);
-    return response;
-}
 
 /* Waits up to timeout_ms for path to answer with status; the last status seen. */
 static int
@@ -101,10 +55,10 @@ wait_for_status(int port, const char *path, int status, int timeout_ms)
     int last = 0;
 
     for (int waited = 0; waited <= timeout_ms; waited += 100) {
-        struct response r = http_get(port, path);
+        struct http_reply r = http_get(port, path);
 
         last = r.status;
-        free(r.body);
+        http_reply_free(&r);
         if (last == status)
             break;
         usleep(100 * 1000);
@@ -275,11 +229,12 @@ metric_value(const char *text, const char *name, const char *labels)
 static char *
 scrape(const struct fixture *f)
 {
-    struct response r = http_get(f->port, "/metrics");
+    struct http_reply r = http_get(f->port, "/metrics");
 
     assert_int_equal(r.status, 200);
     assert_non_null(r.body);
     assert_true(assert_prometheus_text(r.body) > 0);
+    free(r.head);
     return r.body;
 }
 
@@ -558,20 +513,20 @@ test_other_paths(void **state)
     struct fixture *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
     struct relay_process relay;
-    struct response r;
+    struct http_reply r;
 
     relay_start_process(&relay, f->url, f->broker, extra);
     assert_int_equal(wait_for_status(f->port, "/healthz", 200, 10000), 200);
     r = http_get(f->port, "/healthz");
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "ok"));
-    free(r.body);
+    http_reply_free(&r);
     r = http_get(f->port, "/readyz");
     assert_int_equal(r.status, 200);
-    free(r.body);
+    http_reply_free(&r);
     r = http_get(f->port, "/nothing-here");
     assert_int_equal(r.status, 404);
-    free(r.body);
+    http_reply_free(&r);
 
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
@@ -579,7 +534,7 @@ test_other_paths(void **state)
     /* after a clean stop nothing listens there any more */
     r = http_get(f->port, "/healthz");
     assert_int_equal(r.status, 0);
-    free(r.body);
+    http_reply_free(&r);
 }
 
 /*
@@ -625,7 +580,7 @@ test_health_follows_the_broker(void **state)
     const char *extra[] = {"--stream-prefix", f->prefix, "--metrics-addr", f->metrics_addr, NULL};
     const char *ask[] = {"--healthcheck", "--metrics-addr", f->metrics_addr, NULL};
     struct relay_process relay;
-    struct response r;
+    struct http_reply r;
     char output[1024];
     char *text;
     int status;
@@ -647,7 +602,7 @@ test_health_follows_the_broker(void **state)
     r = http_get(f->port, "/healthz");
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "broker"));
-    free(r.body);
+    http_reply_free(&r);
     /* the image's health check says so too, in one line */
     assert_int_equal(relay_run_capture(ask, output, sizeof(output)), 1);
     assert_non_null(strstr(output, "--healthcheck: /healthz answered 503 broker"));
@@ -776,11 +731,12 @@ freeze_role_connections(struct fixture *f, long long spare)
 static int
 get_healthz(const struct fixture *f, char *body, size_t size)
 {
-    struct response r = http_get(f->port, "/healthz");
+    struct http_reply r = http_get(f->port, "/healthz");
+    int status = r.status;
 
     snprintf(body, size, "%s", r.body != NULL ? r.body : "");
-    free(r.body);
-    return r.status;
+    http_reply_free(&r);
+    return status;
 }
 
 /* Waits up to timeout_s for /healthz to answer status; the last status, its body in body. */

@@ -14,19 +14,17 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fixtures.h"
 #include "harness.h"
+#include "http_client.h"
 #include "relay_runner.h"
 
 /* Every password below is built from these words; none may ever be printed. */
@@ -320,29 +318,10 @@ test_flags_never_come_from_the_environment(void **state)
 static void
 get_health(int port, char *body, size_t size)
 {
-    const char request[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    char buffer[4096];
-    size_t len = 0;
-    const char *start;
-    int fd = fixture_connect_loopback(port, 5);
+    struct http_reply reply = http_get(port, "/healthz");
 
-    body[0] = '\0';
-    if (fd < 0)
-        return;
-    if (write(fd, request, sizeof(request) - 1) != (ssize_t)(sizeof(request) - 1)) {
-        close(fd);
-        return;
-    }
-    for (;;) {
-        ssize_t got = read(fd, buffer + len, sizeof(buffer) - 1 - len);
-
-        if (got <= 0 || (len += (size_t)got) == sizeof(buffer) - 1)
-            break;
-    }
-    close(fd);
-    buffer[len] = '\0';
-    start = strstr(buffer, "\r\n\r\n");
-    snprintf(body, size, "%s", start != NULL ? start + 4 : "");
+    snprintf(body, size, "%s", reply.body != NULL ? reply.body : "");
+    http_reply_free(&reply);
 }
 
 /* Polls /healthz until its body (first line) is want, for up to 10 s; the last body. */
