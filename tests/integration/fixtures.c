@@ -200,7 +200,12 @@ fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream
 void
 fixture_redis_close(struct fixture_redis *f)
 {
+    char tagged[sizeof(f->prefix) + 1];
+
     stream_consumer_delete_prefix(f->redis, f->prefix);
+    /* the keys of a cluster hash tag, "{<prefix>...", besides those of the prefix */
+    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
+    stream_consumer_delete_prefix(f->redis, tagged);
     redisFree(f->redis);
     PQfinish(f->conn);
     harness_database_drop(f->url);
@@ -223,4 +228,31 @@ fixture_connect_loopback(int port, int timeout_seconds)
         return -1;
     }
     return fd;
+}
+
+void
+fixture_nats_open(struct fixture_nats *f, const char *name, nats_consumer *nats)
+{
+    static int counter;
+
+    f->url = harness_database_new();
+    f->conn = harness_connect(f->url);
+    if (nats == NULL) {
+        f->broker = harness_env("OUTBOX_TEST_NATS_URL");
+        nats = nats_consumer_connect(f->broker);
+    }
+    assert_non_null(nats);
+    f->nats = nats;
+    snprintf(f->stream, sizeof(f->stream), "%s-%d-%d", name, (int)getpid(), counter++);
+    snprintf(f->prefix, sizeof(f->prefix), "%s.", f->stream);
+}
+
+void
+fixture_nats_close(struct fixture_nats *f)
+{
+    if (f->made_stream)
+        nats_consumer_delete_stream(f->nats, f->stream);
+    nats_consumer_free(f->nats);
+    PQfinish(f->conn);
+    harness_database_drop(f->url);
 }

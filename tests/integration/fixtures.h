@@ -1,8 +1,8 @@
 /*
  * fixtures.h - what several integration tests set up the same way: running
  * the built programs (outboxctl, outbox-relay) to their end with their
- * output kept, PostgreSQL roles to run them as, and a Redis test's database,
- * connection and key prefix.
+ * output kept, PostgreSQL roles to run them as, and a Redis or a NATS
+ * test's database, connection and names of its own.
  *
  * Like harness.h, these fail the current cmocka test on an error instead of
  * returning one. Include <cmocka.h> (with its prelude) before this header.
@@ -10,10 +10,13 @@
 #ifndef OUTBOX_TEST_FIXTURES_H
 #define OUTBOX_TEST_FIXTURES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+
+#include "nats_consumer.h"
 
 /* The most arguments fixture_run_program() passes on. */
 #define FIXTURE_MAX_ARGS 48
@@ -97,7 +100,32 @@ struct fixture_redis {
 /* Sets f up with a prefix made of name, stream the prefix + stream_name. */
 void fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream_name);
 
-/* Deletes the keys of f's prefix, closes f's connections and drops its database. */
+/* Deletes the keys of f's prefix (and of "{" + it), closes f's connections and drops its database. */
 void fixture_redis_close(struct fixture_redis *f);
+
+/*
+ * What a NATS test works in: a fresh database (url, conn), a consumer of
+ * the NATS server (nats), and a JetStream stream name no other test uses,
+ * "<name>-<pid>-<n>", with prefix its subjects' "<stream>.". made_stream:
+ * the test created the stream, and closing deletes it.
+ */
+struct fixture_nats {
+    char *url;
+    PGconn *conn;
+    nats_consumer *nats;
+    const char *broker; /* OUTBOX_TEST_NATS_URL, NULL for a consumer connected otherwise */
+    char prefix[72];
+    char stream[64];
+    bool made_stream;
+};
+
+/*
+ * Sets f up with names made of name; nats is the consumer to use, or NULL
+ * to connect one to OUTBOX_TEST_NATS_URL. f owns it from then on.
+ */
+void fixture_nats_open(struct fixture_nats *f, const char *name, nats_consumer *nats);
+
+/* Deletes the stream f made, frees its consumer, closes f's connection and drops its database. */
+void fixture_nats_close(struct fixture_nats *f);
 
 #endif

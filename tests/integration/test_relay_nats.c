@@ -29,21 +29,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "nats_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    nats_consumer *nats;
-    const char *broker;
-    char prefix[72]; /* "nats-<pid>-<n>." */
-    char stream[64]; /* "nats-<pid>-<n>" */
-    bool made_stream;
-};
-
-static int test_counter;
+/* A fresh database, a NATS consumer and a stream name of the test's own. */
+#define fixture fixture_nats
 
 static int
 setup(void **state)
@@ -51,13 +43,7 @@ setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_NATS_URL");
-    f->nats = nats_consumer_connect(f->broker);
-    assert_non_null(f->nats);
-    snprintf(f->stream, sizeof(f->stream), "nats-%d-%d", (int)getpid(), test_counter++);
-    snprintf(f->prefix, sizeof(f->prefix), "%s.", f->stream);
+    fixture_nats_open(f, "nats", NULL);
     *state = f;
     return 0;
 }
@@ -67,11 +53,7 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
-    if (f->made_stream)
-        nats_consumer_delete_stream(f->nats, f->stream);
-    nats_consumer_free(f->nats);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_nats_close(f);
     free(f);
     return 0;
 }

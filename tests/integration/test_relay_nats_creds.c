@@ -50,16 +50,8 @@ struct operator_server {
 
 static struct operator_server server;
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    nats_consumer *nats;
-    char prefix[72]; /* "nats-creds-<pid>-<n>." */
-    char stream[64]; /* "nats-creds-<pid>-<n>" */
-    bool made_stream;
-};
-
-static int test_counter;
+/* A fresh database, a consumer in the fixture's account and a stream name of the test's own. */
+#define fixture fixture_nats
 
 /* ---- the server ---------------------------------------------------------------------- */
 
@@ -203,16 +195,13 @@ static int
 setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
+    nats_consumer *nats = nats_consumer_connect_creds(server.url, server.creds);
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->nats = nats_consumer_connect_creds(server.url, server.creds);
-    if (f->nats == NULL)
+    if (nats == NULL)
         fail_msg("cannot connect to %s with %s (log %s/nats.log)", server.url, server.creds,
                  server.dir);
-    snprintf(f->stream, sizeof(f->stream), "nats-creds-%d-%d", (int)getpid(), test_counter++);
-    snprintf(f->prefix, sizeof(f->prefix), "%s.", f->stream);
+    fixture_nats_open(f, "nats-creds", nats);
     *state = f;
     return 0;
 }
@@ -222,11 +211,7 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
-    if (f->made_stream)
-        nats_consumer_delete_stream(f->nats, f->stream);
-    nats_consumer_free(f->nats);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_nats_close(f);
     free(f);
     return 0;
 }

@@ -19,33 +19,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96]; /* prefix + "ev" */
-};
-
-static int test_counter;
+/* A test's database, Redis and key prefix; stream is the prefix + "ev". */
+#define fixture fixture_redis
 
 static int
 setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
 
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "stream-test-%d-%d:", (int)getpid(), test_counter++);
-    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    assert_non_null(f);
+    fixture_redis_open(f, "stream-test", "ev");
     *state = f;
     return 0;
 }
@@ -55,10 +43,7 @@ teardown(void **state)
 {
     struct fixture *f = *state;
 
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(f);
     free(f);
     return 0;
 }

@@ -20,20 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96]; /* prefix + "ev" */
-};
-
-static int test_counter;
+/* A test's database, Redis and key prefix; stream is the prefix + "ev". */
+#define fixture fixture_redis
 
 static int
 setup(void **state)
@@ -41,13 +34,7 @@ setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "stream-dedup-%d-%d:", (int)getpid(), test_counter++);
-    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    fixture_redis_open(f, "stream-dedup", "ev");
     *state = f;
     return 0;
 }
@@ -56,14 +43,8 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
-    char tagged[80];
 
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(f);
     free(f);
     return 0;
 }

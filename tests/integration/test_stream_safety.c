@@ -58,12 +58,8 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
-    char tagged[80];
 
     rollback_prepared(f);
-    /* the keys of a cluster hash tag, "{<prefix>...", besides those of the prefix */
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
     fixture_redis_close(f);
     free(f);
     return 0;
