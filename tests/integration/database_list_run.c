@@ -106,16 +106,8 @@ list_run_start_relay(struct run *run, struct relay_process *relay, const char *n
         extra[n++] = "--lease";
         extra[n++] = run->bc->lease;
     }
-    if (strcmp(run->bc->name, "redis") == 0) {
-        extra[n++] = "--stream-prefix";
-        extra[n++] = run->prefix;
-    } else if (strcmp(run->bc->name, "kafka") == 0) {
-        extra[n++] = "--topic-prefix"; /* the topic run->prefix + QUEUE, made by the test */
-        extra[n++] = run->prefix;
-    } else {
-        extra[n++] = "--exchange"; /* bound to the queue run->prefix with key QUEUE */
-        extra[n++] = run->prefix;
-    }
+    extra[n++] = run->bc->prefix_option;
+    extra[n++] = run->prefix;
     extra[n] = NULL;
     setenv("PGAPPNAME", name, 1); /* wins over the relay's fallback_application_name */
     relay_start_process(relay, NULL, broker, extra);

@@ -30,6 +30,14 @@ struct broker_case {
     int more_rows;            /* per database after it */
     int budget;               /* --max-db-connections of each relay */
     const char *lease;        /* --lease, NULL: the default */
+    /*
+     * The relay's option naming where the rows go, given run->prefix:
+     * --stream-prefix (Redis), --topic-prefix (Kafka: the topic prefix +
+     * QUEUE, made by the test), --exchange (AMQP: bound to the queue prefix
+     * with key QUEUE); prefix_end ends the prefix (":" for Redis keys).
+     */
+    const char *prefix_option;
+    const char *prefix_end;
 };
 
 struct run {

@@ -30,9 +30,9 @@
 #include "relay_runner.h"
 
 static const struct broker_case CASES[] = {
-    {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8, NULL},
-    {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3, NULL},
-    {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3, NULL},
+    {"redis", "OUTBOX_TEST_REDIS_URL", 30, 100, 50, 8, NULL, "--stream-prefix", ":"},
+    {"amqp", "OUTBOX_TEST_AMQP_URL", 6, 60, 20, 3, NULL, "--exchange", ""},
+    {"kafka", "OUTBOX_TEST_KAFKA_URL", 6, 60, 20, 3, NULL, "--topic-prefix", ""},
 };
 
 /* AMQP: every row's message id at least once. */
@@ -173,7 +173,7 @@ run_case(const struct broker_case *bc)
     snprintf(run.list_path, sizeof(run.list_path), "%s/databases-%s-%d.list",
              harness_env("OUTBOX_TEST_STACK_DIR"), bc->name, (int)getpid());
     snprintf(run.prefix, sizeof(run.prefix), "mdb-%s-%d%s", bc->name, (int)getpid(),
-             strcmp(bc->name, "redis") == 0 ? ":" : "");
+             bc->prefix_end);
     run.count = bc->databases + 1;
     for (int i = 0; i < run.count; i++)
         list_run_make_database(&run, i);
@@ -266,7 +266,8 @@ test_many_databases_kafka(void **state)
 static void
 test_watch_keeps_leases(void **state)
 {
-    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 10, 20, 5, 4, "20"};
+    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 10, 20, 5, 4, "20",
+                                          "--stream-prefix", ":"};
     struct run run = {.bc = &bc};
     struct relay_process a, b;
     int port = harness_free_port();
@@ -322,7 +323,8 @@ test_watch_keeps_leases(void **state)
 static void
 test_hot_database_keeps_to_its_share(void **state)
 {
-    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 4, 1, 0, 8, NULL};
+    static const struct broker_case bc = {"redis", "OUTBOX_TEST_REDIS_URL", 4, 1, 0, 8, NULL,
+                                          "--stream-prefix", ":"};
     struct run run = {.bc = &bc};
     struct relay_process relay;
     redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
