@@ -16,6 +16,7 @@
 
 #include "buffer.h"
 #include "clock.h"
+#include "lock_check.h"
 
 const char *const metrics_target_names[METRICS_TARGET_COUNT] = {"database", "broker"};
 
@@ -119,6 +120,7 @@ note_folded(struct metrics *m, const char *queue)
     char **grown;
     char *copy;
 
+    LOCK_ASSERT_HELD(&m->lock);
     if (found)
         return;
     grown = array_grow(m->folded, &m->folded_capacity, m->folded_count, sizeof(*m->folded));
@@ -145,6 +147,7 @@ queue_series_get(struct metrics *m, const char *queue)
 {
     bool found;
 
+    LOCK_ASSERT_HELD(&m->lock);
     if (queue == NULL)
         queue = "";
     if (m->max_queues == 0 || m->named_queues < m->max_queues ||

@@ -3,6 +3,8 @@
  */
 #include "metrics_database.h"
 
+#include "lock_check.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@ struct database_series {
     uint64_t completed;
 };
 
+/* guard: lock, every field and every series */
 struct metrics_databases {
     pthread_mutex_t lock;
     bool listed; /* a list came: the families are rendered */
@@ -64,6 +67,7 @@ metrics_databases_set_max(struct metrics_databases *d, size_t max)
 static struct database_series *
 find(struct metrics_databases *d, const char *name)
 {
+    LOCK_ASSERT_HELD(&d->lock);
     for (size_t i = 0; i < d->count; i++)
         if (strcmp(d->series[i].name, name) == 0)
             return &d->series[i];

@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "lock_check.h"
+
 void
 metrics_set_up(struct metrics *m, enum metrics_target target, bool up)
 {
@@ -53,6 +55,7 @@ metrics_set_idle_wait(struct metrics *m, double seconds)
 static bool
 end_up(const struct metrics *m, enum metrics_target target, double now)
 {
+    LOCK_ASSERT_HELD(&m->lock);
     return m->answered[target] && now - m->last_round_trip[target] <= m->round_trip_window;
 }
 

@@ -22,7 +22,7 @@
 /* The label value of each enum metrics_target ("database", "broker"). */
 extern const char *const metrics_target_names[METRICS_TARGET_COUNT];
 
-/* The series of one queue; created on first use, kept sorted by name. */
+/* The series of one queue; created on first use, kept sorted by name. guard: metrics' lock. */
 struct queue_series {
     char *name;
     uint64_t counters[METRICS_QUEUE_COUNTER_COUNT];
@@ -41,9 +41,12 @@ struct histogram {
 
 struct metrics {
     pthread_mutex_t lock;
+    /* guard: set by metrics_new() before any thread starts, read-only after */
     char *broker; /* constant label value, or NULL */
+    /* guard: lock (metrics_set_clock changes it in tests) */
     double (*now)(void *context);
     void *now_context;
+    /* guard: lock, every field from here to the end but where marked */
 
     struct queue_series *queues;
     size_t queue_count;
@@ -73,6 +76,7 @@ struct metrics {
     bool loop_turned; /* false until the first metrics_loop_turned() */
     double last_loop_turn;
     double horizon_age_seconds; /* oldest transaction holding back vacuum; 0 none */
+    /* guard: the pointers set by metrics_new(), read-only; what they point to has its own lock */
     struct metrics_stream *stream; /* stream partitions and horizon (metrics_stream.c) */
     struct metrics_databases *databases; /* per database of --databases (metrics_database.c) */
 };

@@ -15,6 +15,7 @@ struct stream_series {
     double lag_seconds;
 };
 
+/* guard: lock, every field and every series */
 struct metrics_stream {
     pthread_mutex_t lock;
     bool sampled; /* a sample came: the families are rendered */

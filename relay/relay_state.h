@@ -37,7 +37,7 @@ typedef struct relay relay;
  * attempt spent), deferred rows (broker connection or channel lost, broker
  * busy: nobody's fault) are given back, their attempt not spent. Queue
  * names point into the batch, error texts into the outcomes, so both live
- * as long as the settlement.
+ * as long as the settlement. guard: the thread of its pipeline alone.
  */
 struct settlement {
     struct outbox_batch batch;
@@ -57,7 +57,8 @@ struct settlement {
 
 /*
  * A thread's own database connection: each pipeline and the maintenance
- * thread has one, and reconnects it on its own.
+ * thread has one, and reconnects it on its own. guard: that thread alone
+ * (a slot's scheduler lends it a connection for a slice in the same thread).
  */
 struct database {
     relay *relay;
@@ -78,6 +79,10 @@ struct database {
     struct cause_log connect_log, error_log;
 };
 
+/*
+ * guard: the pipeline's own thread (a slot's with --databases), every field
+ * but thread and started, the main thread's (relay_start, relay_join).
+ */
 struct pipeline {
     relay *relay;
     int index;
@@ -122,6 +127,7 @@ enum maintenance_phase {
     PHASE_COUNT,
 };
 
+/* guard: the maintenance thread, but thread and started: the main thread's. */
 struct maintenance {
     pthread_t thread;
     bool started;
@@ -131,26 +137,38 @@ struct maintenance {
     double cleanup_started;  /* when those runs began */
 };
 
+/*
+ * The guard of each field is the comment "guard:" before it, good until the
+ * next (docs/design.md: threads and locks).
+ */
 struct relay {
+    /* guard: none needed: set by relay_new() and relay_start() before the threads, read-only */
     const struct relay_config *config;
     struct metrics *metrics;
     char worker_prefix[160];
     struct pipeline *pipelines;
     int pipeline_count;              /* --concurrency, or with --databases --max-db-connections */
     struct scheduler *scheduler;     /* with --databases: the slots' scheduler (scheduler.c) */
+    /* guard: its own (struct maintenance) */
     struct maintenance maintenance;
+    /* guard: none needed: set by relay_new(), read-only */
     struct stream_runner *streams; /* stream queues (relay/stream.c) */
+    /* guard: atomic */
     atomic_int stopping;
     atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
     atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
     atomic_int broker_logged_in;  /* a pipeline's broker login succeeded once: the credentials work */
+    /* guard: none needed: a latch is set and read from any thread (wait.h) */
     struct wait_latch stop;           /* set by relay_stop() and the first fatal error */
     struct wait_latch reaped;         /* the maintenance thread reaped once (--once waits for it) */
     struct wait_latch pipelines_done; /* the last pipeline returned: maintenance ends */
+    /* guard: none needed: set by relay_start() before the threads, read-only */
     void (*finished)(void *arg);  /* called by the last thread to return */
     void *finished_arg;
+    /* guard: atomic */
     atomic_int fatal;
     pthread_mutex_t fatal_lock;
+    /* guard: fatal_lock */
     struct outbox_error fatal_error;
 };
 

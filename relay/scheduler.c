@@ -24,6 +24,7 @@
 #include "database_list.h"
 #include "ends.h"
 #include "error.h"
+#include "lock_check.h"
 #include "log.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
@@ -75,6 +76,7 @@ lease_call_of(struct scheduler *s, struct tenant *t, double now)
     double quarter = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
     bool kept = t->held && t->lease_watched && t->watched && !t->lease_stale;
 
+    LOCK_ASSERT_HELD(&s->lock);
     t->lease_stale = false;
     if (kept)
         return now < t->lease_taken_at + quarter ? LEASE_KEPT : LEASE_AFTER;
@@ -96,6 +98,7 @@ pick(struct scheduler *s, double now, double *next)
     struct tenant *best = NULL;
     int busy = 0, busy_serving = 0, share, room = s->slots - (s->budget >= 4); /* less the watch's */
 
+    LOCK_ASSERT_HELD(&s->lock);
     for (size_t i = 0; i < s->count; i++)
         if (!s->tenants[i]->removed && s->tenants[i]->backlog) {
             busy++;
@@ -152,6 +155,7 @@ take_victim(struct scheduler *s)
     size_t oldest = 0;
     outbox_store *store;
 
+    LOCK_ASSERT_HELD(&s->lock);
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *u = s->tenants[i];
 
@@ -176,6 +180,7 @@ take_victim(struct scheduler *s)
 static bool
 take_connection(struct scheduler *s, struct tenant *t, struct work *w)
 {
+    LOCK_ASSERT_HELD(&s->lock);
     if (t->idle_count > 0) {
         w->connection = t->idle[--t->idle_count];
         return true;
@@ -532,6 +537,7 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
 {
     unsigned long repeats;
 
+    LOCK_ASSERT_HELD(&s->lock);
     t->down = true;
     atomic_store(&t->checked, false);
     t->backlog = false;
@@ -549,6 +555,7 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
 {
     bool held = lease->held, paused = lease->paused;
 
+    LOCK_ASSERT_HELD(&s->lock);
     if (paused != t->paused)
         log_event(OUTBOX_LOG_INFO, paused ? "database paused, not served" : "database resumed",
                   "database=%s", t->name);
@@ -580,6 +587,7 @@ idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *
     double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
                                    : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
 
+    LOCK_ASSERT_HELD(&s->lock);
     if (!w->watched || t->woken || w->streams_wait)
         return t->idle_wait;
     /* a producer's commit within a second of its last reported one shows late */
@@ -608,6 +616,7 @@ visit_again(struct scheduler *s, struct tenant *t, const struct work *w,
     double quarter = s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
     double wait;
 
+    LOCK_ASSERT_HELD(&s->lock);
     if (lease->wins && !lease->paused && lease->owner_watched) {
         wait = t->takeover_wait < quarter ? t->takeover_wait : quarter;
         t->takeover_wait = wait * 2;
@@ -631,6 +640,7 @@ rest(struct scheduler *s, struct tenant *t, const struct work *w,
 {
     double recheck_at;
 
+    LOCK_ASSERT_HELD(&s->lock);
     if (w->lease_call != LEASE_KEPT) {
         t->lease_taken_at = now;
         t->lease_recheck = false;

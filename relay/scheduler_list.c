@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "lock_check.h"
 #include "log.h"
 #include "metrics.h"
 #include "scheduler.h"
@@ -225,6 +226,7 @@ look_at_list(struct scheduler *s, double now)
     struct database_list list;
     struct outbox_error err;
 
+    LOCK_ASSERT_HELD(&s->lock);
     if (now < s->list_look_at)
         return;
     s->list_look_at = now + SCHEDULER_LIST_LOOK_SECONDS;

@@ -17,7 +17,10 @@
 #include "scheduler_watch.h"
 #include "store_identity.h"
 
-/* A connection kept open between slices of its database. */
+/*
+ * A connection kept open between slices of its database. guard: s->lock
+ * while in its tenant's idle[]; the slot that took it out owns it alone.
+ */
 struct idle_connection {
     outbox_store *store;
     struct store_identity identity;
@@ -25,10 +28,16 @@ struct idle_connection {
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
 };
 
-/* One database of the list. */
+/*
+ * One database of the list. The guard of each field is the comment "guard:"
+ * before it, good until the next; docs/design.md's table of threads and
+ * locks says who takes which lock.
+ */
 struct tenant {
+    /* guard: none needed: set when listed, read-only until freed (no slot serves it then) */
     char name[DATABASE_NAME_MAX];
     char *url;
+    /* guard: s->lock */
     bool removed; /* gone from the list: freed once no slot serves it */
     struct tenant *released_next; /* set aside by release_removed(), freed by a slot */
     int serving;  /* slots serving it now */
@@ -38,7 +47,12 @@ struct tenant {
     double picked_at;  /* when a slot last took it: the longest waiting goes first */
     double idle_wait;  /* the wait after a slice that found no row; grows while empty */
     bool backlog;      /* its last claim was a whole batch */
+    /*
+     * guard: none: written by a slot serving it, outside the lock (maintain()
+     * in scheduler.c); a backlog served by two slots at once races on them
+     */
     double reap_due, cleanup_due;
+    /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
     bool lease_watched; /* the lease is kept by its owner's statistics watch (sql/019) */
@@ -52,37 +66,56 @@ struct tenant {
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
+    /* guard: atomic */
     atomic_bool checked;          /* a connection passed the schema check and the privilege audit
                                    * since it last failed: later ones skip them */
+    /*
+     * guard: s->lock for the pointer and stream_busy; the worker it points to
+     * belongs to the slot that set stream_busy (scheduler_stream.c's claim())
+     */
     struct tenant_stream *stream; /* its stream queues' worker, once one was found */
     bool stream_busy;             /* a slot runs the stream worker now */
     double stream_check_due;      /* when a visit looks for a stream queue again (none yet) */
+    /* guard: s->lock */
     struct backoff retry;
     struct cause_log log;
 };
 
+/* The scheduler of a relay of --databases; each field's guard as in struct tenant. */
 struct scheduler {
+    /* guard: none needed: set by scheduler_new(), read-only while the threads run */
     relay *relay;
     pthread_mutex_t lock;
+    /* guard: waited on and signalled with lock held */
     pthread_cond_t changed; /* a database became due, or the relay stops */
     pthread_cond_t served;  /* a database is served: the watch rests the shorter interval */
+    /* guard: lock */
     struct tenant **tenants;
     size_t count;
     struct tenant *released; /* removed ones no slot serves, to free outside the lock */
     int open;   /* connections open: held by slots and idle */
+    /* guard: none needed: set by scheduler_new(), read-only after */
     int budget; /* --max-db-connections */
     int slots;
+    /* guard: lock */
     double list_look_at;
     struct database_file_stamp stamp;
     unsigned int seed;
+    /* guard: the watch thread alone (the main thread makes and frees it around the thread) */
     struct watch *watch; /* driven by watch_thread alone */
+    /* guard: the main thread: scheduler_new() starts it, scheduler_free() joins it */
     pthread_t watch_thread;
     bool watch_started;
+    /* guard: atomic */
     atomic_bool watch_quit;
+    /* guard: lock */
     bool watch_stale; /* the list changed: the watch follows at its next look */
     int watch_open;   /* connections the watch holds, within open */
+    /* guard: none needed: set by scheduler_new(), read-only after */
     char watch_name[WATCH_NAME_MAX]; /* the application_name of the watch's sessions */
+    /* guard: lock */
     bool watch_looked; /* the watch's first look is done */
+    /* guard: none needed: set by scheduler_new(), read-only after */
     double started_at;
     struct stream_runner *streams; /* the owner name and stop flag of the databases' streams */
 };

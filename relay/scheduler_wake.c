@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "lock_check.h"
 #include "relay_state.h"
 #include "timeouts.h"
 
@@ -91,6 +92,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
 {
     bool due = count > 0;
 
+    LOCK_ASSERT_HELD(&s->lock);
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
         bool watched = !t->removed && watch_covers(s->watch, t->name);
@@ -122,6 +124,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
 static bool
 any_busy(const struct scheduler *s)
 {
+    LOCK_ASSERT_HELD(&s->lock);
     for (size_t i = 0; i < s->count; i++)
         if (s->tenants[i]->serving > 0 || s->tenants[i]->backlog)
             return true;
@@ -138,6 +141,7 @@ any_busy(const struct scheduler *s)
 static void
 watch_rest(struct scheduler *s, double looked_at)
 {
+    LOCK_ASSERT_HELD(&s->lock);
     while (!atomic_load(&s->watch_quit) && !relay_stopping(s->relay)) {
         double until = looked_at + (any_busy(s) ? SCHEDULER_WATCH_BUSY_SECONDS
                                                 : SCHEDULER_WATCH_SECONDS);

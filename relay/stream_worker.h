@@ -34,7 +34,9 @@ struct owned {
 /*
  * One stream thread: its own database and broker connections, and the
  * partitions p with p % worker_count == index, so the threads of a relay
- * publish side by side under the relay's one owner name.
+ * publish side by side under the relay's one owner name. guard: its
+ * thread alone, or for a database of a list the slot that claimed its
+ * streams (scheduler_stream.c); thread and started: the main thread's.
  */
 struct stream_worker {
     struct stream_runner *runner;
@@ -66,13 +68,17 @@ struct stream_worker {
     uint64_t settled;  /* rows whose outcome the cursor's advance recorded */
 };
 
+/* The guard of each field is the comment "guard:" before it, good until the next. */
 struct stream_runner {
+    /* guard: none needed: set by stream_runner_new*(), read-only */
     const struct relay_config *config;
     struct metrics *metrics;
     char owner[192];
+    /* guard: atomic */
     atomic_int stopping;
     atomic_int checked;      /* stream_runner_check ran once (or never will) */
     atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
+    /* guard: none needed: set by stream_runner_new*(), read-only; each worker its own */
     struct stream_worker *workers; /* worker_count publishing threads, then the watch thread */
     int worker_count;
     char *queues; /* of a runner shared by a list's databases: --queues as a text[] literal */
