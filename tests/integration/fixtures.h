@@ -100,7 +100,10 @@ struct fixture_redis {
 /* Sets f up with a prefix made of name, stream the prefix + stream_name. */
 void fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream_name);
 
-/* Deletes the keys of f's prefix (and of "{" + it), closes f's connections and drops its database. */
+/*
+ * Deletes f's keys (those of its prefix and of "{" + its prefix), closes its
+ * connections and drops its database.
+ */
 void fixture_redis_close(struct fixture_redis *f);
 
 /*
