@@ -20,6 +20,11 @@
 #define COMMAND_LINE_ONLY OPTION_COMMAND_LINE_ONLY
 #define FIELD(f) OPTION_FIELD(struct relay_config, f)
 
+/* The longest queue name the schema takes (sql/002_queue_name_check.sql). */
+#define QUEUE_NAME_MAX 200
+/* --help: the width of an option's name column, its text after it */
+#define USAGE_NAME_WIDTH 30
+
 /* --check's help, with what each broker's check verifies (see check_help). */
 static char check_help_text[256];
 
@@ -179,11 +184,11 @@ clear_value(struct relay_config *config, const struct option_entry *entry)
     }
 }
 
-/* A queue name as the schema allows it: 1-200 of [A-Za-z0-9._:-]. */
+/* A queue name as the schema allows it: 1 to QUEUE_NAME_MAX of [A-Za-z0-9._:-]. */
 static bool
 queue_name_valid(const char *name, size_t len)
 {
-    if (len == 0 || len > 200)
+    if (len == 0 || len > QUEUE_NAME_MAX)
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
@@ -244,9 +249,9 @@ set_list(struct relay_config *config, const struct option_entry *entry, char *ba
             if (name == NULL)
                 return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
             outbox_error_set(err, OUTBOX_ERR_CONFIG,
-                             "%s: invalid queue name '%s' (1-200 characters of"
+                             "%s: invalid queue name '%s' (1-%d characters of"
                              " A-Z a-z 0-9 . _ : -)",
-                             source, option_quote(name, quoted));
+                             source, option_quote(name, quoted), QUEUE_NAME_MAX);
             free(name);
             return -1;
         }
@@ -589,10 +594,10 @@ usage_line(FILE *out, const struct option_spec *spec)
 
     snprintf(left, sizeof(left), "--%s%s%s", spec->name, spec->metavar ? " " : "",
              spec->metavar ? spec->metavar : "");
-    if (strlen(left) > 30)
-        fprintf(out, "  %s\n%33s%s", left, "", spec->help);
+    if (strlen(left) > USAGE_NAME_WIDTH)
+        fprintf(out, "  %s\n%*s%s", left, USAGE_NAME_WIDTH + 3, "", spec->help);
     else
-        fprintf(out, "  %-30s %s", left, spec->help);
+        fprintf(out, "  %-*s %s", USAGE_NAME_WIDTH, left, spec->help);
     if (spec->fallback != NULL && spec->fallback[0] != '\0' && spec->kind != OPTION_FLAG)
         fprintf(out, " [%s]", spec->fallback);
     fputc('\n', out);

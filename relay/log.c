@@ -18,6 +18,8 @@
 
 #define RATE_KEY_MAX 64
 #define RATE_SLOTS 128
+/* Room for a field of one number as text: " suppressed=" and a 64-bit count, with its NUL. */
+#define LOG_NUMBER_TEXT_MAX 48
 
 /* One rate-limited key: when it was last logged and how often it was dropped since. */
 struct rate_slot {
@@ -244,7 +246,7 @@ render_text(struct buffer *l, const char *ts, enum log_level level, const char *
             const struct field *fields, size_t nfields, uint64_t suppressed)
 {
     char level_column[8];
-    char number[48];
+    char number[LOG_NUMBER_TEXT_MAX];
 
     snprintf(level_column, sizeof(level_column), "%-5s", log_level_name(level));
     buffer_puts(l, ts);
@@ -276,7 +278,7 @@ static void
 render_json(struct buffer *l, const char *ts, enum log_level level, const char *msg,
             const struct field *fields, size_t nfields, uint64_t suppressed)
 {
-    char number[48];
+    char number[LOG_NUMBER_TEXT_MAX];
 
     buffer_puts(l, "{\"ts\":\"");
     buffer_puts(l, ts);

@@ -3,17 +3,18 @@
  */
 #include "metrics_database.h"
 
-#include "lock_check.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "database_list.h"
+#include "lock_check.h"
+
 #define OTHER "(other)"
 
 struct database_series {
-    char name[64];
+    char name[DATABASE_NAME_MAX];
     bool known;  /* tried at least once */
     bool up;
     bool served;
