@@ -246,7 +246,7 @@ test:
 unit: test-binaries
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh unit
 
-integration: test-binaries
+integration: test-binaries mutants
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh integration
 
 test-ha:

@@ -13,6 +13,9 @@
     TORTURE_BATCH_SIZE the relays' --batch-size (default 50)
     TORTURE_RELAY     the relay binary (default $BIN/outbox-relay): the mutation gate runs
                       build-mutants/bin/outbox-relay with OUTBOX_MUTANT set
+    TORTURE_TAG       a prefix of this run's database and broker names (runs side by side)
+    TORTURE_METRICS_WAIT seconds to wait for /metrics to agree with the table (30; 0: not
+                      compared)
     TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
     TORTURE_RELAYS    url: each relay serves one database (--database-url); list: the
@@ -123,7 +126,7 @@ class Cell:
     def __init__(self, run, broker, mode):
         self.broker, self.mode = broker, mode
         self.name = "%s/%s" % (broker, mode)
-        self.slug = "%s_%s" % (broker, mode)
+        self.slug = "%s%s_%s" % (run.tag, broker, mode)
         self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
         self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
         self.replayed = set()
@@ -231,6 +234,10 @@ class Run:
         self.modes = [m for m in os.environ.get("TORTURE_MODES", "row,stream").split(",") if m]
         self.relay_form = os.environ.get("TORTURE_RELAYS", "mixed")
         self.batch_size = int(os.environ.get("TORTURE_BATCH_SIZE", "50"))
+        self.metrics_wait = int(os.environ.get("TORTURE_METRICS_WAIT", "30"))
+        # names this run's databases and broker objects apart from another run's on the stack
+        self.tag = re.sub(r"[^a-z0-9]", "", os.environ.get("TORTURE_TAG", "").lower())
+        self.tag += "_" if self.tag else ""
         self.leases = LEASES
         self.pause_grace = 0.05 + 1.0 + 0.5  # --poll-interval + 1 s (docs), and a margin
         if self.relay_form not in ("url", "list", "mixed"):
@@ -462,7 +469,8 @@ class Run:
             quiet = all(isinstance(value, tuple) and value[1] == 0 for value in pending.values())
             settled = settled + 1 if quiet and pending == before else 0
             if settled >= 3:
-                break
+                log("drain: nothing left for the relays to do, still missing: %s" % pending)
+                return
             time.sleep(2)
         log("drain: still waiting after %.0f s: %s" % (self.drain, pending))
 
@@ -478,10 +486,10 @@ class Run:
             for state in ("ready", "running", "succeeded", "dead"):
                 triples.append(("db %s status %s" % (database.letter, state), table[state], queue.get(state)))
             relay = next((r for r in self.relays if r.database is database), None)
-            if relay is None:
+            if relay is None or self.metrics_wait == 0:
                 continue  # a relay of a list samples no table gauges (docs/databases.md)
             got = (None, None)
-            for _ in range(30):  # the gauges are sampled every few seconds
+            for _ in range(self.metrics_wait):  # the gauges are sampled every few seconds
                 metrics = relay.metrics()
                 got = (gauge(metrics, "outbox_ready_rows", "tq"), gauge(metrics, "outbox_succeeded_rows"))
                 if got == (table["ready"], table["succeeded"]):
