@@ -422,11 +422,10 @@ class KafkaDestination(Destination):
                         continue
                     raise ConnectionError(str(record.error()))
                 headers = {k: (v.decode() if v is not None else None) for k, v in (record.headers() or [])}
-                stamp = record.timestamp()
+                # the record's timestamp is the row's created_at (sink_kafka.c), not when it went
                 per_partition[record.partition()].append(delivery(
                     record.value().decode(), headers.pop("message-id", None),
-                    headers.pop("outbox-job-id", None), headers,
-                    stamp[1] / 1000.0 if stamp[0] != 0 else None))
+                    headers.pop("outbox-job-id", None), headers))
             if len(at_end) < self.PARTITIONS:
                 raise ConnectionError("kafka: the partitions' ends were not reached in 60 s")
             return [value for p in range(self.PARTITIONS) for value in per_partition[p]]
