@@ -49,7 +49,7 @@ LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
-CPPFLAGS += -D_GNU_SOURCE -DOUTBOX_VERSION='"$(VERSION)"'
+CPPFLAGS += -D_GNU_SOURCE -DOUTBOX_VERSION='"$(VERSION)"' $(MUTANT_FLAGS)
 # Each product sees its own headers and the library's, never another product's: the
 # dependencies run one way, relay/ and outboxctl/ -> common/ -> src/ -> libpq. src/ is
 # liboutbox, what a producer links; common/ what the two programs share beyond it (the
@@ -104,7 +104,7 @@ TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/com
 
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
-.PHONY: all test test-ha unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
+.PHONY: all test test-ha mutants unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
         format analyze clean check-deps install man deb image test-image console-screenshot
 
 all: check-deps $(PRODUCTS)
@@ -229,16 +229,24 @@ $(BUILD)/tests/tools/%: $(BUILD)/tests/tools/%.o $(TOOL_HELPER_OBJ) $(TEST_LINK)
 
 test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(HA_BIN) $(TOOL_BIN)
 
+# The relay with its planted defects (src/mutant.h) for the mutation gate of `make test`
+# (tests/torture/test_mutants.sh): its own build directory, never bin/; OUTBOX_MUTANTS is
+# defined nowhere else.
+MUTANT_VARS := BUILD=build-mutants BIN=build-mutants/bin LIB=build-mutants/lib \
+               MUTANT_FLAGS=-DOUTBOX_MUTANTS
+mutants:
+	$(MAKE) $(MUTANT_VARS) build-mutants/bin/outbox-relay build-mutants/bin/outboxctl
+
 # `make test` installs missing packages first when run as root.
 test:
 	tests/harness/deps.sh
-	$(MAKE) test-binaries
+	$(MAKE) test-binaries mutants
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh
 
 unit: test-binaries
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh unit
 
-integration: test-binaries
+integration: test-binaries mutants
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh integration
 
 test-ha:

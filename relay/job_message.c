@@ -2,6 +2,7 @@
  * job_message.c - the broker message for a claimed row (see job_message.h).
  */
 #include "job_message.h"
+#include "mutant.h"
 
 _Static_assert(SINK_MESSAGE_ID_MAX == STORE_MESSAGE_ID_MAX, "one message id size");
 
@@ -28,5 +29,10 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
 
     store_message_id_format(identity, job->job_id, job->replays, false, m.message_id);
     store_message_id_format(identity, job->job_id, job->replays, true, m.dedup_id);
+#ifdef OUTBOX_MUTANTS
+    if (mutant_fires("redis_dedup_ignored")) /* each claim its own dedup record */
+        store_message_id_format(identity, job->job_id, job->replays + 1000 * job->generation, true,
+                                m.dedup_id);
+#endif
     return m;
 }

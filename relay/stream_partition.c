@@ -14,6 +14,7 @@
 #include "job_message.h"
 #include "log.h"
 #include "metrics.h"
+#include "mutant.h"
 #include "timeouts.h"
 
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
@@ -392,6 +393,21 @@ advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch
     return 0;
 }
 
+#ifdef OUTBOX_MUTANTS
+/* The planted defect reverse_batch: a batch published last row first. */
+static void
+mutant_reverse(struct stream_batch *b)
+{
+    for (size_t i = 0, j = b->count - 1; i < j; i++, j--) {
+        struct outbox_job job = b->jobs[i];
+        const char *xid = b->xids[i], *from = b->froms[i];
+
+        b->jobs[i] = b->jobs[j], b->xids[i] = b->xids[j], b->froms[i] = b->froms[j];
+        b->jobs[j] = job, b->xids[j] = xid, b->froms[j] = from;
+    }
+}
+#endif
+
 /*
  * Publishes one batch of partition index and moves its cursor. When the
  * batch is full, the next one is read while this one is with the broker
@@ -409,6 +425,10 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
 
     *more = false;
     memset(next, 0, sizeof(*next));
+#ifdef OUTBOX_MUTANTS
+    if (batch->count > 1 && mutant_fires("reverse_batch"))
+        mutant_reverse((struct stream_batch *)batch);
+#endif
     build_messages(sr, o, batch);
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
@@ -419,6 +439,14 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
         metrics_round_trip(sr->runner->metrics, METRICS_BROKER);
     if (prefetch && stream_store_read_receive(sr->store, next, err) != 0)
         return -1;
+#ifdef OUTBOX_MUTANTS
+    if (next->count > 1 && mutant_fires("stream_cursor_skip")) { /* the next batch's first row */
+        next->count--;
+        memmove(next->jobs, next->jobs + 1, next->count * sizeof(*next->jobs));
+        memmove(next->xids, next->xids + 1, next->count * sizeof(*next->xids));
+        memmove(next->froms, next->froms + 1, next->count * sizeof(*next->froms));
+    }
+#endif
     if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
         return -1;
     if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)

@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "error.h"
 #include "migrate.h"
+#include "mutant.h"
 #include "store_connect.h"
 #include "store_exec.h"
 #include "store_privileges.h"
@@ -185,6 +186,12 @@ store_connect(const char *database_url, const char *worker_id,
         outbox_store_free(store);
         return NULL;
     }
+#ifdef OUTBOX_MUTANTS
+    if (mutant_fires("dead_republished")) /* every dead row out again, to the default route */
+        PQclear(PQexec(store->conn, "UPDATE outbox.job SET state = 'ready', attempts = 0,"
+                                    " routing_key = NULL, headers = '{}', finished_at = NULL"
+                                    " WHERE state = 'dead'"));
+#endif
     return store;
 }
 

@@ -111,12 +111,16 @@ int
 store_prepare(outbox_store *store, enum statement statement, struct outbox_error *err)
 {
     const struct store_statement *s = &store_statements[statement];
+    const char *sql = s->sql;
     PGresult *result;
     int rc = 0;
 
     if (store->prepared[statement])
         return 0;
-    if (!PQsendPrepare(store->conn, s->name, s->sql, 0, NULL))
+#ifdef OUTBOX_MUTANTS
+    sql = store_mutant_sql(statement, sql);
+#endif
+    if (!PQsendPrepare(store->conn, s->name, sql, 0, NULL))
         return prepare_failed(store, statement, NULL, err);
     result = store_await_last_result(store, "unable to prepare a statement", err);
     if (result == NULL)

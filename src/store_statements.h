@@ -63,4 +63,9 @@ struct store_statement {
 
 extern const struct store_statement store_statements[STMT_COUNT];
 
+#ifdef OUTBOX_MUTANTS
+/* The statement's text as the mutant OUTBOX_MUTANT names has it (store_mutants.c). */
+const char *store_mutant_sql(enum statement statement, const char *sql);
+#endif
+
 #endif

@@ -3,9 +3,9 @@
 Every destination is prepared and read here with a client of its own, never with the
 relay's code: a few lines of RESP for Redis, of the NATS text protocol for JetStream,
 pika for RabbitMQ and confluent-kafka for Kafka. A reader returns every message the
-destination holds (or, for RabbitMQ, has handed over so far) as a list of payload
-texts in the broker's order; for Kafka, in offset order per partition, which is the
-order a key's records are kept in.
+destination holds (or, for RabbitMQ, has handed over so far) as a list of deliveries
+(delivery()) in the broker's order; for Kafka, in offset order per partition, which is
+the order a key's records are kept in.
 
 A cell (one broker, one mode) has one destination that both of its databases publish
 into; its name comes from the cell so that cells never share one.
@@ -19,6 +19,14 @@ import time
 
 # Names this run's broker objects where an earlier run's would otherwise be read back.
 RUN = "%x" % (int(time.time() * 1000) % (1 << 32))
+
+
+def delivery(payload, message_id=None, job_id=None, headers=None, at=None):
+    """One message as the checker reads it: the payload text, the message id and job id the
+    broker carries (None where it has no field for them), the headers (a dict, None when the
+    broker carries none) and when the broker took it (epoch seconds; None when it does not say)."""
+    return {"payload": payload, "message_id": message_id, "job_id": job_id, "headers": headers,
+            "at": at}
 
 
 class Destination:
@@ -121,7 +129,16 @@ class RedisDestination(Destination):
         redis = self._connect()
         # acknowledged appends must survive a kill -9 of the server
         redis.call("CONFIG", "SET", "appendfsync", "always")
-        redis.call("DEL", self.prefix + "tq")
+        # the whole destination, its dedup and order records too: a seed run again on one stack
+        # gives its databases the same ids, and an earlier run's records would drop its messages
+        cursor = "0"
+        while True:
+            cursor, keys = redis.call("SCAN", cursor, "MATCH", "*%s*" % self.prefix, "COUNT", 1000)
+            cursor = cursor.decode()
+            if keys:
+                redis.call("DEL", *keys)
+            if cursor == "0":
+                break
         # a key of another type: an append to it is refused (WRONGTYPE)
         redis.call("SET", self.prefix + "wrongtype", "not a stream")
         redis.close()
@@ -142,8 +159,14 @@ class RedisDestination(Destination):
             while True:
                 entries = redis.call("XRANGE", self.prefix + "tq", start, "+", "COUNT", 1000)
                 for entry_id, fields in entries:
-                    values = dict(zip(fields[0::2], fields[1::2]))
-                    messages.append(values.get(b"payload", b"").decode())
+                    values = {k.decode(): v.decode() for k, v in zip(fields[0::2], fields[1::2])}
+                    try:
+                        headers = json.loads(values.get("headers", "{}"))
+                    except ValueError:
+                        headers = {"?": values.get("headers")}
+                    messages.append(delivery(values.get("payload", ""), values.get("message_id"),
+                                             values.get("job_id"), headers,
+                                             int(entry_id.split(b"-")[0]) / 1000.0))
                 if len(entries) < 1000:
                     return messages
                 start = "(" + entries[-1][0].decode()
@@ -251,11 +274,37 @@ class NatsDestination(Destination):
             for seq in range(max(first, 1), last + 1):
                 got = nats.request("$JS.API.STREAM.MSG.GET." + self.stream, {"seq": seq})
                 if "message" in got:
-                    messages.append(base64.b64decode(got["message"].get("data", "")).decode())
+                    message = got["message"]
+                    headers = nats_headers(base64.b64decode(message.get("hdrs", "")).decode())
+                    messages.append(delivery(base64.b64decode(message.get("data", "")).decode(),
+                                             headers.pop("Nats-Msg-Id", None),
+                                             headers.pop("Outbox-Job-Id", None), headers,
+                                             rfc3339_seconds(message.get("time"))))
             self.first_seq = first
             return messages
         finally:
             nats.close()
+
+
+def nats_headers(block):
+    """The headers of a NATS message ("NATS/1.0\r\nName: value\r\n..."), as a dict."""
+    headers = {}
+    for line in block.split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip()] = value.strip()
+    return headers
+
+
+def rfc3339_seconds(text):
+    """Epoch seconds of JetStream's message time (nanoseconds, UTC), None when absent."""
+    import calendar
+
+    if not text:
+        return None
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+    return seconds + float("0." + (fraction or "0"))
 
 
 # ---------------------------------------------------------------- RabbitMQ
@@ -305,10 +354,12 @@ class AmqpDestination(Destination):
         channel = self._channel()
         try:
             while True:
-                method, _, body = channel.basic_get(self.queue, auto_ack=False)
+                method, properties, body = channel.basic_get(self.queue, auto_ack=False)
                 if method is None:
                     break
-                self.received.append(body.decode())
+                headers = {k: (v.decode() if isinstance(v, bytes) else v)
+                           for k, v in (properties.headers or {}).items()}
+                self.received.append(delivery(body.decode(), properties.message_id, None, headers))
                 channel.basic_ack(method.delivery_tag)
         finally:
             self._close()
@@ -370,7 +421,11 @@ class KafkaDestination(Destination):
                         at_end.add(record.partition())
                         continue
                     raise ConnectionError(str(record.error()))
-                per_partition[record.partition()].append(record.value().decode())
+                headers = {k: (v.decode() if v is not None else None) for k, v in (record.headers() or [])}
+                # the record's timestamp is the row's created_at (sink_kafka.c), not when it went
+                per_partition[record.partition()].append(delivery(
+                    record.value().decode(), headers.pop("message-id", None),
+                    headers.pop("outbox-job-id", None), headers))
             if len(at_end) < self.PARTITIONS:
                 raise ConnectionError("kafka: the partitions' ends were not reached in 60 s")
             return [value for p in range(self.PARTITIONS) for value in per_partition[p]]
@@ -388,5 +443,8 @@ DESTINATIONS = {
 # Brokers that promise at most one append per job (Redis' dedup record, NATS' duplicate
 # window); RabbitMQ and Kafka are at least once and consumers deduplicate.
 AT_MOST_ONCE = {"redis", "nats"}
+# Brokers where a replay appends exactly once more (CONTRACT.md: "Redis: once more per
+# replay, even inside the dedup window"): a job delivered exactly 1 + its replays times.
+EXACT_REPLAYS = {"redis"}
 # The stack's service behind each broker, for its faults.
 SERVICE = {"amqp": "rabbitmq", "redis": "redis", "nats": "nats", "kafka": "kafka"}

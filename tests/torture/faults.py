@@ -1,55 +1,113 @@
-"""faults.py - the run's fault schedule, drawn from its seed.
+"""faults.py - the run's fault schedule, drawn from its seed before the history starts.
 
-Every few seconds the schedule starts one fault on a thread of its own (at most two at
-once; a server fault never beside another): a relay killed with -9 and restarted; a
-relay stopped with SIGSTOP past its lease, then continued; a broker killed with -9 or
-restarted; PostgreSQL restarted fast or immediate; a stream disabled and enabled again
-with another partition count while rows flow; a queue paused then resumed; succeeded
-rows replayed; a database taken out of a cell's list and put back. Each fault undoes itself, so the drain phase starts from a whole system.
+FAULTS is the table of faults: a name, a weight, and which runs it applies to; the method
+of Schedule of that name applies it and undoes it (so the drain phase starts from a whole
+system). A new fault is one row of the table and one method. TORTURE_FAULTS (names,
+comma-separated) keeps only those rows; TORTURE_FAULTS=none, none.
+
+The schedule is drawn whole from the seed up front: the moment of every fault, its name
+and its own random generator. Each starts at its moment on a thread of its own, whatever
+else is under way (server faults wait for one another instead of being skipped), so one
+seed gives the same faults in every run; the schedule's digest is printed.
+
+The faults: a relay killed with -9 and restarted; a relay stopped with SIGSTOP past its
+lease, then continued; a broker killed with -9 or restarted; PostgreSQL restarted fast or
+immediate; a stream disabled and enabled again with another partition count while rows
+flow; a queue paused then resumed; succeeded rows replayed; a database taken out of a
+cell's list and put back. And the faults that hit the windows where rows are in flight,
+each after a producer burst that fills batches and with the broker stalled (SIGSTOP) so
+that relays hold claimed rows mid-publish: a relay then killed, or stopped past its lease
+while the broker goes on; or the broker continued with outbox.job locked, so that the
+rows just published wait for their marks, while their relay is killed (and its sessions
+ended), or past the rows' leases.
 """
 
+import hashlib
+import os
 import random
+import signal
 import subprocess
 import threading
 import time
 from collections import Counter
 
 
+def always(run):
+    return True
+
+
+def has_mode(mode):
+    return lambda run: any(cell.mode == mode for cell in run.cells)
+
+
+def has_list(run):
+    return any(cell.list_path for cell in run.cells)
+
+
+# (name, weight, applies to the run)
+FAULTS = [
+    ("relay_kill", 6, always),
+    ("relay_stop", 3, always),
+    ("postgres_restart", 1, always),
+    ("pause", 2, always),
+    ("broker_kill", 2, always),
+    ("stream_toggle", 5, has_mode("stream")),
+    ("replay", 2, has_mode("row")),
+    ("list_edit", 3, has_list),
+    ("broker_stall_kill", 3, always),
+    ("broker_stall_stop", 2, always),
+    ("mark_stall_kill", 3, always),
+    ("mark_stall_long", 1, always),
+]
+
+
 class Schedule(threading.Thread):
     def __init__(self, run, seed, log):
         super().__init__(name="faults", daemon=True)
         self.run_ = run
-        self.rng = random.Random("faults-%s" % seed)
         self.log = log
         self.stop = threading.Event()
         self.active = []
         self.server_busy = threading.Lock()
         self.done = Counter()
+        self.plan = self.draw(random.Random("faults-%s" % seed))
+        drawn = Counter(name for _, name, _ in self.plan)
+        digest = hashlib.sha1(repr([(round(at, 3), name) for at, name, _ in self.plan]).encode()).hexdigest()
+        log("faults drawn: %s (schedule %s)" % (", ".join("%s=%d" % kv for kv in sorted(drawn.items())) or
+                                                 "none", digest[:12]))
 
     def choices(self):
-        run = self.run_
-        faults = [("relay_kill", 6), ("relay_stop", 3), ("postgres_restart", 1), ("pause", 2)]
-        faults += [("broker_kill", 2) for _ in run.brokers()]
-        if any(cell.mode == "stream" for cell in run.cells):
-            faults.append(("stream_toggle", 5))
-        if any(cell.mode == "row" for cell in run.cells):
-            faults.append(("replay", 2))
-        if any(cell.list_path for cell in run.cells):
-            faults.append(("list_edit", 3))
-        return faults
+        only = [f for f in os.environ.get("TORTURE_FAULTS", "").split(",") if f]
+        if only == ["none"]:
+            return []
+        unknown = set(only) - {f[0] for f in FAULTS}
+        if unknown:
+            raise SystemExit("torture: unknown TORTURE_FAULTS %s (%s)"
+                             % (",".join(sorted(unknown)), ",".join(f[0] for f in FAULTS)))
+        return [(name, weight) for name, weight, applies in FAULTS
+                if applies(self.run_) and (not only or name in only)]
 
-    def run(self):
+    def draw(self, rng):
+        """[(seconds from the start, name, the fault's seed)], drawn before anything runs."""
         faults = self.choices()
+        if not faults:
+            return []
         names, weights = [f[0] for f in faults], [f[1] for f in faults]
         # a short history (make test's) gets its faults closer together
         gap = (0.4, 1.5) if self.run_.seconds < 60 else (1.0, 3.5)
-        while not self.stop.wait(self.rng.uniform(*gap)):
-            self.active = [t for t in self.active if t.is_alive()]
-            if len(self.active) >= 2:
-                continue
-            name = self.rng.choices(names, weights)[0]
-            fault_rng = random.Random(self.rng.random())
-            thread = threading.Thread(target=self.guarded, args=(name, fault_rng), daemon=True)
+        plan, at = [], rng.uniform(*gap)
+        while at < self.run_.seconds:
+            plan.append((at, rng.choices(names, weights)[0], rng.random()))
+            at += rng.uniform(*gap)
+        return plan
+
+    def run(self):
+        start = time.monotonic()
+        for at, name, fault_seed in self.plan:
+            if self.stop.wait(max(0.0, start + at - time.monotonic())):
+                return
+            thread = threading.Thread(target=self.guarded, args=(name, random.Random(fault_seed)),
+                                      daemon=True)
             thread.start()
             self.active.append(thread)
 
@@ -63,10 +121,31 @@ class Schedule(threading.Thread):
         try:
             getattr(self, name)(rng)
             self.done[name] += 1
-        except Skipped:
-            pass  # another server fault is under way
         except Exception as error:  # a fault that failed to apply is reported, not fatal
             self.log("fault %s failed: %s" % (name, error))
+
+    # ---- helpers
+
+    def server(self, action):
+        """Runs a server fault once no other one is under way (never skipped)."""
+        with self.server_busy:
+            action()
+
+    def broker_pid(self, cell):
+        service = self.run_.service_of(cell.broker)
+        path = os.path.join(self.run_.stack_dir, service, service + ".pid")
+        with open(path) as pidfile:
+            return int("".join(c for c in pidfile.read() if c.isdigit()))
+
+    def relays_of(self, cell, database=None):
+        return [r for r in self.run_.relays if r.cell is cell and (database is None or r.database in (None, database))]
+
+    def burst(self, cell, database, rng):
+        """Producers of the database each commit one big batch now: batches fill."""
+        for producer in self.run_.producers:
+            if producer.url == database.url:
+                producer.burst.set()
+        time.sleep(rng.uniform(0.3, 0.8))
 
     # ---- the faults
 
@@ -82,15 +161,6 @@ class Schedule(threading.Thread):
         time.sleep(relay.lease + rng.uniform(1.0, 2.5))
         relay.resume()
 
-    def server(self, action):
-        if not self.server_busy.acquire(blocking=False):
-            return False
-        try:
-            action()
-        finally:
-            self.server_busy.release()
-        return True
-
     def broker_kill(self, rng):
         broker = rng.choice(self.run_.brokers())
         how = rng.choice(["kill", "restart"])
@@ -105,8 +175,7 @@ class Schedule(threading.Thread):
             else:
                 self.run_.stack("restart-service", service)
 
-        if not self.server(action):
-            raise Skipped()
+        self.server(action)
 
     def postgres_restart(self, rng):
         mode = rng.choice(["fast", "immediate"])
@@ -119,8 +188,85 @@ class Schedule(threading.Thread):
                 self.run_.stack("kill-service", "postgres")
                 self.run_.stack("start-service", "postgres")
 
-        if not self.server(action):
-            raise Skipped()
+        self.server(action)
+
+    def broker_stall(self, rng, then):
+        """A burst, then the cell's broker stopped (SIGSTOP) while its relays publish: each
+        pipeline with rows is soon stuck mid-publish, its rows claimed. then(relay, resume)
+        acts on one relay of the database while the broker stands still and must call
+        resume() (the broker continued) once; returns the relay."""
+        cell = rng.choice(self.run_.cells)
+        database = rng.choice(cell.databases)
+        relay = rng.choice(self.relays_of(cell, database))
+
+        def action():
+            self.burst(cell, database, rng)
+            pid = self.broker_pid(cell)
+            stopped = [True]
+
+            def resume():
+                if stopped[0]:
+                    os.kill(pid, signal.SIGCONT)
+                    stopped[0] = False
+
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(rng.uniform(0.5, 1.5))
+                then(database, relay, resume)
+            finally:
+                resume()
+
+        self.server(action)
+        return relay
+
+    def broker_stall_kill(self, rng):
+        """Rows claimed, some perhaps appended, and their relay gone: reaped, published again."""
+        relay = self.broker_stall(rng, lambda database, relay, resume: relay.kill())
+        time.sleep(rng.uniform(0.2, 1.0))
+        relay.start()
+
+    def broker_stall_stop(self, rng):
+        """The stopped relay comes back past its lease, the rows it held reaped and taken
+        by another: whatever it marks then must be refused (the fence)."""
+        relay = self.broker_stall(rng, lambda database, relay, resume: (relay.pause(), resume()))
+        time.sleep(relay.lease + rng.uniform(2.0, 3.0))
+        relay.resume()
+
+    def hold_marks(self, database, resume, seconds, then):
+        """outbox.job locked against writes, then the broker continued: the rows the relays
+        publish now wait for their marks for seconds; then() runs before the lock goes."""
+        conn = database.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET lock_timeout = '5s'")
+                cur.execute("LOCK TABLE outbox.job IN SHARE ROW EXCLUSIVE MODE")
+                resume()
+                time.sleep(seconds)
+                then(cur)
+            conn.commit()
+        finally:
+            conn.close()
+
+    def mark_stall_kill(self, rng):
+        """Rows published, their marks held back, their relay killed and its sessions ended:
+        the broker has them, the table says running until a reap; published again."""
+        def then(database, relay, resume):
+            def kill(cur):
+                relay.kill()
+                cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE application_name = %s AND datname = current_database()",
+                            (relay.name,))
+            self.hold_marks(database, resume, rng.uniform(0.5, 1.0), kill)
+
+        relay = self.broker_stall(rng, then)
+        time.sleep(rng.uniform(0.2, 1.0))
+        relay.start()
+
+    def mark_stall_long(self, rng):
+        """Marks held back past the leases of the rows they mark: every one must be refused."""
+        seconds = min(self.run_.leases) + rng.uniform(1.0, 2.0)
+        self.broker_stall(rng, lambda database, relay, resume:
+                          self.hold_marks(database, resume, seconds, lambda cur: None))
 
     def stream_toggle(self, rng):
         cell = rng.choice([c for c in self.run_.cells if c.mode == "stream"])
@@ -134,7 +280,11 @@ class Schedule(threading.Thread):
         cell = rng.choice(self.run_.cells)
         database = rng.choice(cell.databases)
         self.run_.outboxctl(database, "pause", "tq", "--reason", "torture")
+        paused = time.time()
         time.sleep(rng.uniform(0.5, 3.0))
+        # the window in which nothing of the queue may go out: from a poll interval and a
+        # second after the pause (docs: relays honour it within that) to the resume
+        cell.pauses.append((database.letter, paused + self.run_.pause_grace, time.time()))
         self.run_.outboxctl_until_done(database, "resume", "tq")
 
     def replay(self, rng):
@@ -151,7 +301,6 @@ class Schedule(threading.Thread):
             args += ["--job", str(job_id)]
         self.run_.outboxctl(database, *args)
 
-
     def list_edit(self, rng):
         cell = rng.choice([c for c in self.run_.cells if c.list_path])
         database = rng.choice(cell.databases)
@@ -159,10 +308,6 @@ class Schedule(threading.Thread):
             cell.write_list([d for d in cell.databases if d is not database])
             time.sleep(rng.uniform(0.5, 3.0))
             cell.write_list(cell.databases)
-
-
-class Skipped(Exception):
-    pass
 
 
 def run_quietly(args, timeout=120):

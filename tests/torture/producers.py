@@ -10,10 +10,18 @@ idempotency keys, payloads near and over the size limit, routing keys the broker
 refuse).
 
 Every row's payload is {"u": token, "k": key, "n": counter, ...}: the token names the row
-for the checker whatever message id the relay gives it. A keyed transaction first
-increments its keys' counters in torture.key_counter (row locks held to commit), so for
-one key the committed transactions' counters rise in commit order: the checker expects
-a key's rows delivered in (n, job_id) order.
+for the checker whatever message id the relay gives it. Producers come in two shapes.
+A serialising one (the usual application) first increments its keys' counters in
+torture.key_counter (row locks held to commit), so for one key the committed
+transactions' counters rise in commit order: the checker expects a key's rows delivered
+in (n, job_id) order. A late one enqueues first and takes the counters of its keys (keys
+of its own, "<db>:L<i>") after, recording each row's counter in torture.key_order: only
+the relay's own locks order its transactions (a stream queue's key lock, taken by the
+insert and held to commit; in row-state mode nothing, and the checker holds the relay to
+job_id order among rows committed before the later one went out).
+
+A burst (set by a fault) makes a producer's next transaction one of 60-150 rows, so that
+batches are full when the fault lands.
 
 What the checker needs is recorded here: tokens committed (COMMIT returned), rolled back
 (ROLLBACK, ROLLBACK TO SAVEPOINT, ROLLBACK PREPARED), uncertain (the connection died in
@@ -37,7 +45,39 @@ SETUP_SQL = """
 CREATE SCHEMA IF NOT EXISTS torture;
 CREATE TABLE IF NOT EXISTS torture.key_counter (key text PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS torture.business (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS torture.key_order (token text PRIMARY KEY, key text NOT NULL, n bigint NOT NULL);
 INSERT INTO torture.business SELECT g FROM generate_series(1, %d) g ON CONFLICT DO NOTHING;
+-- The transition log (the checker's fence and reap promises): every change of a row's state,
+-- owner or finish, with the session that made it (each relay names its sessions) and when;
+-- last_error only when this change wrote it (a reap writes 'lease expired ...').
+CREATE TABLE IF NOT EXISTS torture.transition (
+    seq bigserial PRIMARY KEY, job_id bigint NOT NULL, old_state text, new_state text,
+    old_worker text, new_worker text, old_attempts int, new_attempts int,
+    old_lease timestamptz, last_error text, actor text, at timestamptz NOT NULL);
+CREATE OR REPLACE FUNCTION torture.log_transition() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO torture.transition (job_id, old_state, new_state, old_worker, old_attempts,
+                                        new_attempts, old_lease, last_error, actor, at)
+        VALUES (OLD.job_id, OLD.state, 'deleted', OLD.worker_id, OLD.attempts, OLD.attempts,
+                OLD.lease_until, OLD.last_error, current_setting('application_name'), clock_timestamp());
+        RETURN OLD;
+    END IF;
+    IF OLD.state IS DISTINCT FROM NEW.state OR OLD.worker_id IS DISTINCT FROM NEW.worker_id
+       OR OLD.finished_at IS DISTINCT FROM NEW.finished_at THEN
+        INSERT INTO torture.transition (job_id, old_state, new_state, old_worker, new_worker,
+                                        old_attempts, new_attempts, old_lease, last_error, actor, at)
+        VALUES (NEW.job_id, OLD.state, NEW.state, OLD.worker_id, NEW.worker_id, OLD.attempts,
+                NEW.attempts, OLD.lease_until,
+                CASE WHEN NEW.last_error IS DISTINCT FROM OLD.last_error THEN NEW.last_error END,
+                current_setting('application_name'), clock_timestamp());
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS torture_transition ON outbox.job;
+CREATE TRIGGER torture_transition AFTER UPDATE OR DELETE ON outbox.job
+    FOR EACH ROW EXECUTE FUNCTION torture.log_transition();
 """ % BUSINESS_ROWS
 
 
@@ -75,8 +115,9 @@ def setup_database(url, database_name):
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(SETUP_SQL)
-        cur.execute("INSERT INTO torture.key_counter SELECT %s || ':k' || g FROM generate_series(1, %s) g "
-                    "ON CONFLICT DO NOTHING", (database_name, KEYS_PER_DATABASE))
+        for prefix in ("k", "L"):
+            cur.execute("INSERT INTO torture.key_counter SELECT %s || ':' || %s || g FROM generate_series(1, %s) g "
+                        "ON CONFLICT DO NOTHING", (database_name, prefix, KEYS_PER_DATABASE))
     conn.close()
 
 
@@ -128,8 +169,10 @@ class Producer(threading.Thread):
     """One session of one database, running random transactions until stopped."""
 
     def __init__(self, name, url, database_name, rng_seed, record, destination, clib, stop,
-                 pace_seconds):
+                 pace_seconds, late=False):
         super().__init__(name=name, daemon=True)
+        self.late = late  # the second shape: counters taken after the enqueue
+        self.burst = threading.Event()
         self.url = url
         self.database = database_name
         self.rng = random.Random(rng_seed)
@@ -150,7 +193,7 @@ class Producer(threading.Thread):
         return "%s.%s.%d" % (self.database, self.name, self.serial)
 
     def key(self):
-        return "%s:k%d" % (self.database, self.rng.randint(1, KEYS_PER_DATABASE))
+        return "%s:%s%d" % (self.database, "L" if self.late else "k", self.rng.randint(1, KEYS_PER_DATABASE))
 
     def row(self, key, counters, size=0, bad=False):
         """A row of one key (or none): its payload carries the key's counter."""
@@ -174,6 +217,13 @@ class Producer(threading.Thread):
         return row
 
     # ---- statements
+
+    def count_late(self, cur, rows):
+        """The late shape: each row's key counter taken after the enqueue, and recorded."""
+        for row in sorted((r for r in rows if r.get("ordering_key")), key=lambda r: (r["ordering_key"], r["token"])):
+            cur.execute("WITH n AS (UPDATE torture.key_counter SET n = n + 1 WHERE key = %s RETURNING n)"
+                        " INSERT INTO torture.key_order SELECT %s, %s, n FROM n",
+                        (row["ordering_key"], row["token"], row["ordering_key"]))
 
     def lock_keys(self, cur, keys):
         """Increments each key's counter (sorted: no deadlock); the row locks order commits."""
@@ -213,6 +263,9 @@ class Producer(threading.Thread):
         kind = rng.choices(["single", "batch", "many", "rollback", "savepoint", "early_xid", "prepared",
                             "idle", "bad", "big", "delayed"],
                            weights=[30, 12, 8, 6, 8, 10, 5, 2, 4, 1, 5])[0]
+        if self.burst.is_set():
+            self.burst.clear()
+            kind = "burst"
         self.record.count(kind)
         cur = self.conn.cursor()
         if kind == "idle":
@@ -223,8 +276,11 @@ class Producer(threading.Thread):
         if kind == "early_xid":
             cur.execute("UPDATE torture.business SET v = v + 1 WHERE id = %s", (rng.randint(1, BUSINESS_ROWS),))
             self.sleep(rng.uniform(0.2, 1.5))
-        keys = self.keys(rng.randint(2, 8) if kind in ("batch", "many") else rng.randint(1, 2))
-        counters = self.lock_keys(cur, keys)
+        sizes = {"batch": (2, 8), "many": (2, 8), "burst": (60, 150)}
+        keys = self.keys(rng.randint(*sizes.get(kind, (1, 2))))
+        if self.late:
+            keys = sorted(keys, key=lambda k: k or "")  # the stream trigger's key locks in one order
+        counters = {} if self.late else self.lock_keys(cur, keys)
         rows = [self.row(key, counters) for key in keys]
         if kind == "bad":
             rows.append(self.row(rng.choice([None, keys[0]]), counters, bad=True))
@@ -238,14 +294,20 @@ class Producer(threading.Thread):
         payloads = {row["token"]: row["payload"] for row in rows}
         if kind == "savepoint":
             self.enqueue(cur, rows, "single")
+            if self.late:
+                self.count_late(cur, rows)
             cur.execute("SAVEPOINT s")
             extra = [self.row(key, counters) for key in keys]
             self.enqueue(cur, extra, "single")
+            if self.late:
+                self.count_late(cur, extra)
             cur.execute("ROLLBACK TO SAVEPOINT s")
             self.record.add("rolled", [r["token"] for r in extra], {r["token"]: r["payload"] for r in extra})
             self.commit(tokens)
             return
-        self.enqueue(cur, rows, {"batch": "batch", "many": "many"}.get(kind, "single"))
+        self.enqueue(cur, rows, {"batch": "batch", "many": "many", "burst": "batch"}.get(kind, "single"))
+        if self.late:
+            self.count_late(cur, rows)
         if kind == "rollback":
             self.conn.rollback()
             self.record.add("rolled", tokens, payloads)

@@ -7,8 +7,15 @@
     TORTURE_SEED      the seed (default random); everything random derives from it
     TORTURE_BROKERS   amqp,redis,nats,kafka (default all)
     TORTURE_MODES     row,stream (default both)
-    TORTURE_SELFTEST  1: plant a lost, a duplicate, an order and a rolled violation in the
+    TORTURE_SELFTEST  1: plant one violation of every kind the checker reports in the
                       observed history; the checker must name each (exit non-zero)
+    TORTURE_FAULTS    only these faults (names of faults.FAULTS, comma-separated)
+    TORTURE_BATCH_SIZE the relays' --batch-size (default 50)
+    TORTURE_RELAY     the relay binary (default $BIN/outbox-relay): the mutation gate runs
+                      build-mutants/bin/outbox-relay with OUTBOX_MUTANT set
+    TORTURE_TAG       a prefix of this run's database and broker names (runs side by side)
+    TORTURE_METRICS_WAIT seconds to wait for /metrics to agree with the table (30; 0: not
+                      compared)
     TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
     TORTURE_RELAYS    url: each relay serves one database (--database-url); list: the
@@ -24,12 +31,18 @@ or one started here), under one fault schedule. After TORTURE_SECONDS the produc
 the faults undo themselves, and the relays drain; then the checker reads each destination
 with its own consumer and the tables, and judges (checker.py).
 
+Each relay names its database sessions (application_name) after itself, so that the
+transition log every torture database keeps (producers.SETUP_SQL) tells who moved a row.
+Per cell, the paths the faults exercised are counted and printed (rows reaped, claimed
+again, published again, kept from a second append by the dedup, replayed; duplicates).
+
 The last line is exactly `torture: seed=<S> rows=<N> violations=<V>`; exit 0 only with 0.
 """
 
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -57,6 +70,15 @@ def log(text):
     print("torture: %s" % text, flush=True)
 
 
+def named_url(url, application_name):
+    """url with its sessions named application_name (the transition log's actor)."""
+    return "%s%sapplication_name=%s" % (url, "&" if "?" in url else "?", application_name)
+
+
+def list_relay_name(cell, index):
+    return "%s-list-%d" % (cell.slug, index)
+
+
 class Database:
     def __init__(self, run, cell, letter):
         self.name = "%s_%s" % (cell.slug, letter)
@@ -80,6 +102,9 @@ class Database:
                 raise
             log("%s: outboxctl has no identity command (a release before database identities)" % self.name)
 
+    def connect(self):
+        return psycopg2.connect(self.url, connect_timeout=5)
+
     def query(self, sql, args=None):
         for attempt in range(100):
             try:
@@ -101,14 +126,16 @@ class Cell:
     def __init__(self, run, broker, mode):
         self.broker, self.mode = broker, mode
         self.name = "%s/%s" % (broker, mode)
-        self.slug = "%s_%s" % (broker, mode)
+        self.slug = "%s%s_%s" % (run.tag, broker, mode)
         self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
         self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
         self.replayed = set()
+        self.pauses = []  # (database letter, from, to): windows when nothing of it may go out
         form = run.relay_form if run.relay_form != "mixed" else run.rng.choice(["url", "list"])
         self.list_path = None
         self.list_lock = threading.Lock()
         if form == "list":
+            # one list per relay, each naming its sessions (application_name) after the relay
             self.list_path = os.path.join(run.work, self.slug + ".list")
             self.write_list(self.databases)
         if mode == "stream":
@@ -118,26 +145,27 @@ class Cell:
 
 
     def write_list(self, databases):
-        """The cell's list as an operator writes it: in place, not renamed into place."""
-        with open(self.list_path, "w") as out:
-            out.write("# torture cell %s\n" % self.name)
-            for database in databases:
-                out.write("%s %s\n" % (database.name, database.url))
+        """The cell's lists as an operator writes them: in place, not renamed into place."""
+        for index in range(len(LEASES)):
+            with open("%s.%d" % (self.list_path, index), "w") as out:
+                out.write("# torture cell %s\n" % self.name)
+                for database in databases:
+                    out.write("%s %s\n" % (database.name, named_url(database.url, list_relay_name(self, index))))
 
 
 class Relay:
     """A relay of one database, or of the cell's list when database is None."""
 
     def __init__(self, run, cell, database, lease, index):
-        self.run_, self.lease = run, lease
-        self.name = "%s-%s-%d" % (cell.slug, database.letter if database else "list", index)
+        self.run_, self.lease, self.cell = run, lease, cell
+        self.name = "%s-%s-%d" % (cell.slug, database.letter, index) if database else list_relay_name(cell, index)
         self.metrics_port = run.free_port()
         if database:
-            serves = ["--database-url", database.url]
+            serves = ["--database-url", named_url(database.url, self.name)]
         else:
-            serves = ["--databases", cell.list_path, "--max-db-connections", "4"]
-        self.args = [os.path.join(run.bin, "outbox-relay")] + serves + [
-                     "--lease", str(lease), "--concurrency", "2", "--batch-size", "50",
+            serves = ["--databases", "%s.%d" % (cell.list_path, index), "--max-db-connections", "4"]
+        self.args = [run.relay_binary] + serves + [
+                     "--lease", str(lease), "--concurrency", "2", "--batch-size", str(run.batch_size),
                      "--poll-interval", "50ms", "--retry-base", "200ms", "--retry-max", "1s",
                      "--retention", "0", "--max-message-bytes", "1048576",
                      "--metrics-addr", "127.0.0.1:%d" % self.metrics_port]
@@ -205,6 +233,13 @@ class Run:
         self.broker_names = [b for b in os.environ.get("TORTURE_BROKERS", "amqp,redis,nats,kafka").split(",") if b]
         self.modes = [m for m in os.environ.get("TORTURE_MODES", "row,stream").split(",") if m]
         self.relay_form = os.environ.get("TORTURE_RELAYS", "mixed")
+        self.batch_size = int(os.environ.get("TORTURE_BATCH_SIZE", "50"))
+        self.metrics_wait = int(os.environ.get("TORTURE_METRICS_WAIT", "30"))
+        # names this run's databases and broker objects apart from another run's on the stack
+        self.tag = re.sub(r"[^a-z0-9]", "", os.environ.get("TORTURE_TAG", "").lower())
+        self.tag += "_" if self.tag else ""
+        self.leases = LEASES
+        self.pause_grace = 0.05 + 1.0 + 0.5  # --poll-interval + 1 s (docs), and a margin
         if self.relay_form not in ("url", "list", "mixed"):
             sys.exit("torture: unknown TORTURE_RELAYS %r (url, list, mixed)" % self.relay_form)
         for name in self.broker_names:
@@ -215,6 +250,7 @@ class Run:
                 sys.exit("torture: unknown mode %r in TORTURE_MODES (row, stream)" % mode)
         self.bin = os.path.abspath(os.environ.get("BIN", os.path.join(SOURCE_DIR, "bin")))
         self.lib = os.path.abspath(os.environ.get("LIB", os.path.join(SOURCE_DIR, "lib")))
+        self.relay_binary = os.path.abspath(os.environ.get("TORTURE_RELAY") or os.path.join(self.bin, "outbox-relay"))
         self.work = tempfile.mkdtemp(prefix="torture.")
         os.chmod(self.work, 0o755)  # the servers run as their own users
         self.own_stack = None
@@ -253,8 +289,11 @@ class Run:
     def free_port(self):
         import socket
 
+        low, _, high = os.environ.get("OUTBOX_TEST_PORT_RANGE", "20000-32000").partition("-")
+        # not from the run's generator: a port taken by another run must not shift the seed's draws
+        ports = random.Random()
         while True:
-            port = self.rng.randint(20000, 32000)
+            port = ports.randint(int(low), int(high))
             if port in self.used_ports:
                 continue
             with socket.socket() as probe:
@@ -314,7 +353,7 @@ class Run:
                     self.producers.append(producers.Producer(
                         "p%d" % session, database.url, database.name,
                         "%s-%s-%d" % (self.seed, database.name, session), database.record,
-                        cell.destination, clib, self.stop_producers, 0.05))
+                        cell.destination, clib, self.stop_producers, 0.05, late=session % 2 == 1))
 
     def history(self):
         for relay in self.relays:
@@ -346,15 +385,35 @@ class Run:
             result = database.query("""
                 SELECT j.job_id, j.state, j.payload->>'u', j.last_error, j.idempotency_key,
                        CASE WHEN j.state = 'stream'
-                            THEN (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id) END
+                            THEN (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id) END,
+                       j.payload::text, j.headers::text, extract(epoch FROM j.run_at)::float8,
+                       j.replays, j.attempts
                   FROM outbox.job AS j
                   LEFT JOIN outbox.stream_cursor AS c ON c.queue = j.queue AND c.partition = j.stream_partition
                  WHERE j.queue = 'tq'""")
-            for job_id, state, token, error, idempotency_key, published in result:
+            late = dict(database.query("SELECT token, n FROM torture.key_order"))
+            for (job_id, state, token, error, idempotency_key, published, payload, headers, run_at,
+                 replays, attempts) in result:
                 rows[token] = {"db": database.letter, "job_id": job_id, "state": state,
                                "published": published, "error": error,
-                               "idempotency_key": idempotency_key}
+                               "idempotency_key": idempotency_key, "payload": json.loads(payload),
+                               "headers": json.loads(headers), "run_at": run_at, "replays": replays,
+                               "attempts": attempts, "late": late.get(token)}
         return rows
+
+    def transitions(self, cell):
+        """The transition log of the cell's databases, oldest first per database."""
+        log_rows = []
+        for database in cell.databases:
+            result = database.query("""
+                SELECT t.seq, t.job_id, t.old_state, t.new_state, t.old_worker, t.new_worker,
+                       t.old_attempts, t.new_attempts, extract(epoch FROM t.old_lease)::float8,
+                       t.last_error, t.actor, extract(epoch FROM t.at)::float8, j.payload->>'u'
+                  FROM torture.transition AS t LEFT JOIN outbox.job AS j USING (job_id)
+                 ORDER BY t.seq""")
+            for row in result:
+                log_rows.append(dict(zip(checker.TRANSITION_FIELDS, row), db=database.letter))
+        return log_rows
 
     def waiting(self, cell):
         """Committed good rows not delivered yet, and bad rows not yet dead."""
@@ -363,7 +422,11 @@ class Run:
         rows = observed["rows"]
         missing = len(checker.expected(observed) - delivered)
         missing += sum(1 for token in observed["bad"] if token in rows and rows[token]["state"] != "dead")
-        return missing
+        # what the relays may still change: rows not finished, stream rows ahead of their cursor
+        unfinished = sum(1 for row in rows.values()
+                         if row["state"] in ("ready", "running") or
+                         (row["state"] == "stream" and not row["published"]))
+        return missing, unfinished
 
     PORTS = {"postgres": "OUTBOX_TEST_PG_PORT", "rabbitmq": "OUTBOX_TEST_AMQP_PORT",
              "redis": "OUTBOX_TEST_REDIS_PORT", "nats": "OUTBOX_TEST_NATS_PORT",
@@ -389,16 +452,25 @@ class Run:
             relay.ensure_running()
         deadline = time.monotonic() + self.drain
         pending = {cell.name: None for cell in self.cells}
+        settled = 0
         while time.monotonic() < deadline:
+            before = dict(pending)
             for cell in self.cells:
                 try:
                     pending[cell.name] = self.waiting(cell)
                 except Exception as error:
                     pending[cell.name] = "unreadable (%s)" % error
-            if all(value == 0 for value in pending.values()):
+            if all(value == (0, 0) for value in pending.values()):
                 return
             if any(isinstance(value, str) for value in pending.values()):
                 self.ensure_servers()
+            # nothing left for the relays to do and nothing moved for three looks: what is
+            # missing will stay missing (a planted defect's lost rows end the run early)
+            quiet = all(isinstance(value, tuple) and value[1] == 0 for value in pending.values())
+            settled = settled + 1 if quiet and pending == before else 0
+            if settled >= 3:
+                log("drain: nothing left for the relays to do, still missing: %s" % pending)
+                return
             time.sleep(2)
         log("drain: still waiting after %.0f s: %s" % (self.drain, pending))
 
@@ -414,10 +486,10 @@ class Run:
             for state in ("ready", "running", "succeeded", "dead"):
                 triples.append(("db %s status %s" % (database.letter, state), table[state], queue.get(state)))
             relay = next((r for r in self.relays if r.database is database), None)
-            if relay is None:
+            if relay is None or self.metrics_wait == 0:
                 continue  # a relay of a list samples no table gauges (docs/databases.md)
             got = (None, None)
-            for _ in range(30):  # the gauges are sampled every few seconds
+            for _ in range(self.metrics_wait):  # the gauges are sampled every few seconds
                 metrics = relay.metrics()
                 got = (gauge(metrics, "outbox_ready_rows", "tq"), gauge(metrics, "outbox_succeeded_rows"))
                 if got == (table["ready"], table["succeeded"]):
@@ -448,17 +520,40 @@ class Run:
             print("cell %-14s committed=%d delivered=%d %s" % (
                 cell.name, summary["committed"], summary["delivered"],
                 " ".join("%s=%d" % (p, result[p]) for p in checker.PROMISES)), flush=True)
+            paths = summary["paths"]
+            print("paths %-13s %s%s" % (cell.name, " ".join("%s=%s" % kv for kv in paths.items()),
+                  "" if any(paths[p] for p in checker.WINDOW_PATHS) or cell.mode == "stream" else
+                  "  (no row was in flight when a fault hit: the reap and re-publish paths never ran)"),
+                  flush=True)
             if self.selftest:
                 missed = [name for name in planted if result[name] == 0]
                 print("selftest %s planted %s; %s" % (cell.name, ",".join(planted),
                       "all reported" if not missed else "NOT REPORTED: " + ",".join(missed)))
         for line in lines:
             print(line)
+        self.report_mutants()
         if total_violations:
             self.explain_waiting()
             print("replay with: TORTURE_SEED=%s TORTURE_SECONDS=%g TORTURE_BROKERS=%s TORTURE_MODES=%s make torture"
                   % (self.seed, self.seconds, ",".join(self.broker_names), ",".join(self.modes)))
         return total_rows, total_violations
+
+    def report_mutants(self):
+        """The planted defects the relays' logs say fired (the mutation gate's evidence)."""
+        fired, broken = {}, set()
+        for relay in self.relays:
+            try:
+                with open(relay.log_path) as log_file:
+                    text = log_file.read()
+            except OSError:
+                continue
+            for name in set(re.findall(r"^outbox mutant (\S+) fired$", text, re.M)):
+                fired[name] = fired.get(name, 0) + 1
+            broken |= set(re.findall(r"^outbox mutant (\S+): its fragment is gone", text, re.M))
+        for name in sorted(fired):
+            print("torture: mutant %s fired in %d relay(s)" % (name, fired[name]))
+        for name in sorted(broken):
+            print("torture: mutant %s could not be planted: its fragment is gone" % name)
 
     def explain_waiting(self):
         """What holds rows back that never went out: each database's rows not finished, its
@@ -500,8 +595,10 @@ class Run:
             merged["bad"] |= record.bad
             merged["rolled"].update(record.rolled)
             merged["idempotent"].update(record.idempotent)
-        return dict(merged, name=cell.name, at_most_once=cell.broker in brokers.AT_MOST_ONCE,
-                    deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts)
+        return dict(merged, name=cell.name, mode=cell.mode, at_most_once=cell.broker in brokers.AT_MOST_ONCE,
+                    exact_replays=cell.broker in brokers.EXACT_REPLAYS,
+                    deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts,
+                    transitions=self.transitions(cell), pauses=list(cell.pauses))
 
     def cleanup(self):
         for relay in self.relays:
