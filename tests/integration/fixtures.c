@@ -230,6 +230,17 @@ fixture_connect_loopback(int port, int timeout_seconds)
     return fd;
 }
 
+bool
+fixture_port_open(int port)
+{
+    int fd = fixture_connect_loopback(port, 1);
+
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
 void
 fixture_nats_open(struct fixture_nats *f, const char *name, nats_consumer *nats)
 {

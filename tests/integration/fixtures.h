@@ -70,6 +70,9 @@ char *fixture_url_as(const char *url, const char *user);
  */
 int fixture_connect_loopback(int port, int timeout_seconds);
 
+/* True once 127.0.0.1:port accepts connections (a server started by a test is up). */
+bool fixture_port_open(int port);
+
 /* What a test of the database alone works in: a fresh database and a connection to it. */
 struct fixture_database {
     char *url;

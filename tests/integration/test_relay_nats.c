@@ -16,15 +16,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -499,21 +496,6 @@ struct private_server {
     char dir[512];
 };
 
-/* True once 127.0.0.1:port accepts connections. */
-static bool
-port_open(int port)
-{
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    bool open;
-
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    open = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof(address)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return open;
-}
-
 /*
  * Starts nats-server on a free loopback port with JetStream and the extra
  * arguments (NULL-terminated; "@" in one stands for the server's directory),
@@ -567,9 +549,9 @@ private_server_start(struct private_server *server, const char *name, const char
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
-    for (int i = 0; i < 100 && !port_open(server->port); i++)
+    for (int i = 0; i < 100 && !fixture_port_open(server->port); i++)
         usleep(100 * 1000);
-    if (!port_open(server->port))
+    if (!fixture_port_open(server->port))
         fail_msg("nats-server did not listen on 127.0.0.1:%d (log %s)", server->port, log_path);
 }
 

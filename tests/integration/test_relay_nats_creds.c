@@ -18,16 +18,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,21 +51,6 @@ static struct operator_server server;
 #define fixture fixture_nats
 
 /* ---- the server ---------------------------------------------------------------------- */
-
-/* True once 127.0.0.1:port accepts connections. */
-static bool
-port_open(int port)
-{
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    bool open;
-
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    open = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof(address)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return open;
-}
 
 /* The first line of tests/fixtures/nats/name into out; false when it cannot be read. */
 static bool
@@ -169,9 +151,9 @@ server_start(void **state)
         execlp("nats-server", "nats-server", "-c", config, (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 100 && !port_open(port); i++)
+    for (int i = 0; i < 100 && !fixture_port_open(port); i++)
         usleep(100 * 1000);
-    if (!port_open(port)) {
+    if (!fixture_port_open(port)) {
         server_stop();
         fprintf(stderr, "nats-server in operator mode did not listen on 127.0.0.1:%d (log %s)\n",
                 port, log_path);
