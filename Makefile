@@ -235,7 +235,7 @@ test-binaries: $(PRODUCTS) $(UNIT_BIN) $(INTEG_BIN) $(HA_BIN) $(TOOL_BIN)
 MUTANT_VARS := BUILD=build-mutants BIN=build-mutants/bin LIB=build-mutants/lib \
                MUTANT_FLAGS=-DOUTBOX_MUTANTS
 mutants:
-	$(MAKE) $(MUTANT_VARS) build-mutants/bin/outbox-relay build-mutants/bin/outboxctl
+	$(MAKE) $(MUTANT_VARS) build-mutants/bin/outbox-relay
 
 # `make test` installs missing packages first when run as root.
 test:
@@ -259,12 +259,14 @@ ASAN_VARS := BUILD=build-asan BIN=build-asan/bin LIB=build-asan/lib OPT="-O1 -g"
 asan:
 	tests/harness/deps.sh
 	$(MAKE) $(ASAN_VARS) test-binaries
+	$(MAKE) mutants
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 $(ASAN_VARS) tests/run.sh
 
 VALGRIND_VARS := BUILD=build-valgrind BIN=build-valgrind/bin LIB=build-valgrind/lib OPT="-O0 -g"
 valgrind:
 	tests/harness/deps.sh
 	$(MAKE) $(VALGRIND_VARS) test-binaries
+	$(MAKE) mutants
 	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
 	    $(VALGRIND_VARS) tests/run.sh
 

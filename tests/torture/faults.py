@@ -7,7 +7,8 @@ comma-separated) keeps only those rows; TORTURE_FAULTS=none, none.
 
 The schedule is drawn whole from the seed up front: the moment of every fault, its name
 and its own random generator. Each starts at its moment on a thread of its own, whatever
-else is under way (server faults wait for one another instead of being skipped), so one
+else is under way (faults of one server wait for one another, a PostgreSQL restart for
+all, instead of being skipped), so one
 seed gives the same faults in every run; the schedule's digest is printed.
 
 The faults: a relay killed with -9 and restarted; a relay stopped with SIGSTOP past its
@@ -68,7 +69,10 @@ class Schedule(threading.Thread):
         self.log = log
         self.stop = threading.Event()
         self.active = []
-        self.server_busy = threading.Lock()
+        # one lock per server: faults of one server wait for one another, PostgreSQL's
+        # restart for every other server fault
+        self.server_locks = {name: threading.Lock() for name in ["postgres"] + sorted(
+            {run.service_of(b) for b in run.brokers()})}
         self.done = Counter()
         self.plan = self.draw(random.Random("faults-%s" % seed))
         drawn = Counter(name for _, name, _ in self.plan)
@@ -126,10 +130,17 @@ class Schedule(threading.Thread):
 
     # ---- helpers
 
-    def server(self, action):
-        """Runs a server fault once no other one is under way (never skipped)."""
-        with self.server_busy:
+    def server(self, action, service=None):
+        """Runs a fault of service (None: every server) once no other fault of it is under
+        way (never skipped)."""
+        names = sorted(self.server_locks) if service is None else [service]
+        for name in names:  # in one order: no two faults wait on each other
+            self.server_locks[name].acquire()
+        try:
             action()
+        finally:
+            for name in names:
+                self.server_locks[name].release()
 
     def broker_pid(self, cell):
         service = self.run_.service_of(cell.broker)
@@ -175,7 +186,7 @@ class Schedule(threading.Thread):
             else:
                 self.run_.stack("restart-service", service)
 
-        self.server(action)
+        self.server(action, service)
 
     def postgres_restart(self, rng):
         mode = rng.choice(["fast", "immediate"])
@@ -216,7 +227,7 @@ class Schedule(threading.Thread):
             finally:
                 resume()
 
-        self.server(action)
+        self.server(action, self.run_.service_of(cell.broker))
         return relay
 
     def broker_stall_kill(self, rng):

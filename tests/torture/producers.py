@@ -219,11 +219,13 @@ class Producer(threading.Thread):
     # ---- statements
 
     def count_late(self, cur, rows):
-        """The late shape: each row's key counter taken after the enqueue, and recorded."""
-        for row in sorted((r for r in rows if r.get("ordering_key")), key=lambda r: (r["ordering_key"], r["token"])):
+        """The late shape: each key's counter taken after the enqueue, once per transaction
+        (its rows go in job_id order within it), and recorded for each of its rows."""
+        for key in sorted({r["ordering_key"] for r in rows if r.get("ordering_key")}):
+            tokens = [r["token"] for r in rows if r.get("ordering_key") == key]
             cur.execute("WITH n AS (UPDATE torture.key_counter SET n = n + 1 WHERE key = %s RETURNING n)"
-                        " INSERT INTO torture.key_order SELECT %s, %s, n FROM n",
-                        (row["ordering_key"], row["token"], row["ordering_key"]))
+                        " INSERT INTO torture.key_order SELECT t, %s, n FROM n, unnest(%s::text[]) AS t",
+                        (key, key, tokens))
 
     def lock_keys(self, cur, keys):
         """Increments each key's counter (sorted: no deadlock); the row locks order commits."""
