@@ -22,7 +22,7 @@ relay=${MUTANT_RELAY:-$source_dir/build-mutants/bin/outbox-relay}
 # name | brokers/modes | faults | seconds | the promise that must be named
 MUTANTS="
 mark_without_publish | redis row    | none              | 6 | unpublished
-reverse_batch        | redis stream | broker_stall_kill | 6 | order
+reverse_batch        | amqp stream  | broker_stall_kill | 10 | order
 stream_cursor_skip   | redis stream | broker_stall_kill | 6 | lost
 redis_dedup_ignored  | redis row    | mark_stall_kill   | 6 | duplicate
 unfenced_mark        | redis row    | mark_stall_long   | 6 | fence
