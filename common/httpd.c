@@ -115,7 +115,12 @@ request_complete(const struct httpd *server, struct connection *c)
     if (o->read_body && c->in.len > o->request_max_bytes)
         return 413;
     if (c->head_len == 0) {
-        if ((c->head_len = httpd_head_length(c->in.data)) == 0)
+        c->head_len = httpd_head_length(c->in.data, c->in.len);
+        if (memchr(c->in.data, '\0', c->head_len > 0 ? c->head_len : c->in.len) != NULL) {
+            c->request.refused_reason = "a NUL byte in the request head";
+            return 400; /* at once: no head ends after one */
+        }
+        if (c->head_len == 0)
             return c->in.len >= o->request_max_bytes ? (o->read_body ? 413 : 431) : 0;
         if ((head = malloc(c->head_len + 1)) == NULL)
             return o->read_body ? 413 : 431;
@@ -208,7 +213,8 @@ connection_queue(struct httpd *server, struct connection *c, int refused)
         c->request.refused = refused;
     c->request.body = c->in.data != NULL ? c->in.data + c->head_len : "";
     c->request.body_len = c->request.refused ? 0 : c->want - c->head_len;
-    if (c->request.refused != 0 || server->worker_count == 0)
+    if (c->request.refused != 0 || server->worker_count == 0 ||
+        (server->options.quick != NULL && server->options.quick(server->options.arg, &c->request)))
         return connection_answer_here(server, c);
     c->state = CONNECTION_QUEUED;
     pthread_mutex_lock(&server->lock);

@@ -205,9 +205,12 @@ login_post(struct console *console, struct console_request *request,
         buffer_puts(&response->headers, "Location: /\r\n");
         return;
     }
+    if (console_auth_throttled(console, request->peer))
+        return login_page(console, request, response, 429,
+                          "too many failed logins from this address: try again in a minute");
     if (!console_param(request->body, request->body_len, "token", token, sizeof(token)) ||
         !console_auth_login(console, token, &opened)) {
-        fprintf(stderr, "outboxctl serve: failed login from %s\n", request->peer);
+        console_auth_failed(console, request->peer);
         request->session = NULL;
         return login_page(console, request, response, 401, "wrong token");
     }
@@ -340,6 +343,8 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
     }
     if (store_dead_list(conn, &filter, limit, &list, &err) < 0) {
         console_database_failed(&err);
+        if (err.code == OUTBOX_ERR_INVALID || err.code == OUTBOX_ERR_CONSTRAINT)
+            return console_respond_text(response, 400, err.message); /* as the API answers */
         return console_page_banner(console, request, response, "Dead rows", "/dead", err.message);
     }
     console_page_start(console, request, out, "Dead rows", "/dead");
@@ -353,6 +358,7 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
         hidden(out, "queue", filter.queue);
         hidden(out, "ordering_key", filter.ordering_key);
         hidden(out, "error", filter.error_text);
+        hidden(out, "all", filter.queue == NULL ? "true" : NULL); /* no queue: says so */
         buffer_puts(out, "<button type=\"submit\">Retry every dead row matching the filter"
                          "</button>");
         action_form_end(out, &forms);
