@@ -25,7 +25,7 @@
 #include "console_api.h"
 #include "console_assets.h"
 #include "console_auth.h"
-#include "console_html.h"
+#include "console_pages.h"
 #include "console_request.h"
 #include "error.h"
 #include "exit_status.h"
@@ -505,6 +505,8 @@ console_serve(const char *database_url, const char *databases_file, int argc, ch
     if ((rc = open_databases(&console, database_url, databases_file)) >= 0)
         return rc;
     pthread_mutex_init(&console.sessions_lock, NULL);
+    console.pages = console_pages;
+    console.page_count = console_page_count;
     console.allow_actions = opts.allow_actions;
     rc = EXIT_USAGE;
     if (opts.token_file != NULL && console_auth_load(&console, opts.token_file) < 0)

@@ -288,7 +288,7 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
 }
 
 void
-console_overview_page(struct console *console, PGconn *conn, const struct console_request *request,
+console_overview_page(struct console *console, PGconn *conn, struct console_request *request,
                       struct console_response *response)
 {
     struct store_console_overview overview;

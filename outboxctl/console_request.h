@@ -62,8 +62,12 @@ struct console_hosts {
  * once serving), the databases (under their own lock), and the logins,
  * under sessions_lock.
  */
+struct console_page; /* a row of the page table (console_page.h) */
+
 struct console {
     struct console_databases databases; /* the list, or the one --database-url */
+    const struct console_page *pages; /* the page table, for every page's header links */
+    size_t page_count;
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
     struct console_hosts hosts;

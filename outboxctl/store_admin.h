@@ -238,6 +238,14 @@ int store_admin_replay(PGconn *conn, const struct store_replay_request *request,
                        struct store_replay_result *result, struct outbox_error *err);
 
 /*
+ * Stores the time interval (a PostgreSQL interval text, '10 minutes') ago
+ * in buf as store_admin_time_ago() does; 0, or -1 with OUTBOX_ERR_INVALID
+ * (no interval) or another code (connection).
+ */
+int store_admin_interval_ago(PGconn *conn, const char *interval, char *buf, size_t size,
+                             struct outbox_error *err);
+
+/*
  * Checks that text is a timestamptz PostgreSQL reads; 0, or -1 with
  * OUTBOX_ERR_INVALID (bad text) or another code (connection).
  */
