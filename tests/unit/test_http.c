@@ -422,6 +422,51 @@ test_hostile_reconnects_do_not_drop_healthz(void **state)
                  unanswered, HOSTILE_PROBES, HOSTILE_THREADS * HOSTILE_CLIENTS);
 }
 
+/* The metrics clock of test_livez_is_only_a_stuck_loop: seconds the test sets. */
+static double
+fake_now(void *context)
+{
+    return *(double *)context;
+}
+
+/*
+ * /livez (what an orchestrator's liveness probe asks) is 200 while the
+ * database and the broker are down, where /healthz is 503, and 503 only
+ * when the relay loop stopped turning: a restart fixes a stuck process,
+ * never an outage of an end.
+ */
+static void
+test_livez_is_only_a_stuck_loop(void **state)
+{
+    struct fixture *f = *state;
+    double now = 1000;
+    char *response;
+
+    metrics_set_clock(f->metrics, fake_now, &now);
+    response = http_get(f->port, "/livez"); /* starting: not stuck */
+    assert_int_equal(status_of(response), 200);
+    free(response);
+    metrics_set_health(f->metrics, false, false);
+    response = http_get(f->port, "/healthz");
+    assert_int_equal(status_of(response), 503);
+    free(response);
+    response = http_get(f->port, "/livez");
+    assert_int_equal(status_of(response), 200);
+    assert_string_equal(body_of(response), "alive\n");
+    free(response);
+    now += 25;
+    metrics_loop_turned(f->metrics); /* a reconnect attempt turns the loop */
+    now += 25;
+    response = http_get(f->port, "/livez");
+    assert_int_equal(status_of(response), 200);
+    free(response);
+    now += 20;
+    response = http_get(f->port, "/livez");
+    assert_int_equal(status_of(response), 503);
+    assert_string_equal(body_of(response), "relay loop stalled for 45 s\n");
+    free(response);
+}
+
 /* Bytes that cannot start a request get a 400 and a close at once, without a line end. */
 static void
 test_garbage_gets_400_at_once(void **state)
@@ -535,6 +580,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_metrics_endpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_healthz_follows_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_livez_is_only_a_stuck_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_connections_do_not_hold_off_healthz, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hostile_reconnects_do_not_drop_healthz, setup,
