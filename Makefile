@@ -260,10 +260,14 @@ valgrind:
 	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
 	    $(VALGRIND_VARS) tests/run.sh
 
+# The demo builds what it runs (the programs and four test tools), on every core; KEEP=1
+# leaves the stack running at the end with a relay and the console.
+DEMO_TOOLS := $(addprefix $(BUILD)/tests/tools/,outbox_producer outbox_consumer nats_bench \
+                kafka_throughput)
 demo:
 	tests/harness/deps.sh
-	$(MAKE) all test-binaries
-	BUILD=$(BUILD) BIN=$(BIN) tests/demo.sh
+	$(MAKE) -j$$(nproc) $(PRODUCTS) $(DEMO_TOOLS)
+	BUILD=$(BUILD) BIN=$(BIN) KEEP=$(KEEP) tests/demo.sh
 
 bench:
 	tests/harness/deps.sh
