@@ -31,7 +31,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step() { printf '\n== %s\n' "$*"; }
+DEMO_STARTED=$(date +%s)
+step() { printf '\n== [%3d s] %s\n' "$(($(date +%s) - DEMO_STARTED))" "$*"; }
 
 # A free loopback port (the kernel's pick).
 free_port() {
