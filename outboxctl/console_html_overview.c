@@ -135,11 +135,14 @@ queues_table(struct buffer *out, const struct console_request *request,
         esc(out, q->queue);
         buffer_printf(out,
                       "</a>%s</td><td class=\"ready\">%lld</td><td class=\"running\">%lld"
-                      "</td><td class=\"succeeded\">%s%lld</td><td class=\"dead\">%lld</td>",
+                      "</td><td class=\"succeeded\">%s%lld",
                       q->stream ? " <span class=\"badge stream\">stream</span>" : "",
                       (long long)q->ready, (long long)q->running,
-                      overview->succeeded_estimated ? "&asymp;" : "", (long long)q->succeeded,
-                      (long long)q->dead);
+                      overview->succeeded_estimated ? "&asymp;" : "", (long long)q->succeeded);
+        if (overview->succeeded_estimated)
+            buffer_printf(out, " <span class=\"margin\">&plusmn;%lld</span>",
+                          (long long)q->succeeded_margin);
+        buffer_printf(out, "</td><td class=\"dead\">%lld</td>", (long long)q->dead);
         queue_stream_cells(out, q, overview->succeeded_estimated);
         buffer_printf(out, "<td class=\"age\">%s</td><td class=\"paused\">%s",
                       q->ready + q->stream_waiting > 0 ? age : "-", q->paused ? "paused" : "");
@@ -155,7 +158,11 @@ queues_table(struct buffer *out, const struct console_request *request,
                   "Succeeded and a stream's published rows are %s.</p>",
                   overview->succeeded_estimated
                       ? "an estimate (&asymp;) from the planner's statistics of outbox.job, "
-                        "as counting them would read the whole table"
+                        "as counting them would read the whole table: a queue's share of "
+                        "the rows ANALYZE sampled (the share left over, spread evenly, for a "
+                        "queue outside its most common values), &plusmn; the margin of that "
+                        "share at 95 % (a queue much larger or smaller than the others outside "
+                        "that list is further off)"
                       : "exact (the table is small)");
 }
 

@@ -356,6 +356,8 @@ queue_json(struct buffer *out, const struct store_queue_status *queue)
     buffer_printf(out, ",\"ready\":%lld,\"running\":%lld,\"succeeded\":%lld,\"dead\":%lld",
                   (long long)queue->ready, (long long)queue->running, (long long)queue->succeeded,
                   (long long)queue->dead);
+    /* an estimated succeeded: plus or minus this many rows (95 %); 0 when counted */
+    api_field_int(out, "succeeded_margin", queue->succeeded_margin);
     buffer_printf(out, ",\"oldest_ready_seconds\":%.3f", queue->oldest_ready_seconds);
     api_field_bool(out, "paused", queue->paused);
     buffer_printf(out, ",\"paused_keys\":%lld,\"blocked_keys\":%lld", (long long)queue->paused_keys,

@@ -27,6 +27,7 @@ struct store_queue_status {
     int64_t ready;
     int64_t running;
     int64_t succeeded;
+    int64_t succeeded_margin; /* an estimate's margin (rows, 95 %), 0 when counted exactly */
     int64_t dead;
     double oldest_ready_seconds; /* longest wait of a due ready row or unpublished stream row; 0: none */
     bool stream;                 /* the queue is a stream (outbox.stream) */
