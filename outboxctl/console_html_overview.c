@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "console_chart.h"
 #include "console_html.h"
 #include "store_admin.h"
 #include "store_console.h"
@@ -308,7 +309,7 @@ console_overview_page(struct console *console, PGconn *conn, struct console_requ
         console_database_failed(&err);
         return console_page_banner(console, request, response, "Overview", "/", err.message);
     }
-    if (store_console_chart(conn, &chart, &err) < 0 ||
+    if (console_chart(conn, request->database, &chart, &err) < 0 ||
         store_console_streams(conn, &streams, &err) < 0) {
         store_console_overview_clear(&overview);
         console_database_failed(&err);

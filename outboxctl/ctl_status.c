@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actions.h"
+#include "console_chart.h"
 #include "ctl.h"
 #include "parse.h"
 #include "retention.h"
@@ -511,7 +512,7 @@ api_chart(struct api_call *call)
     struct outbox_error err;
     struct buffer *out = &response->body;
 
-    if (store_console_chart(call->conn, &chart, &err) < 0)
+    if (console_chart(call->conn, call->request->database, &chart, &err) < 0)
         return api_respond_store_error(response, &err);
     buffer_puts(out, "{\"minutes\":[");
     for (int i = 0; i < STORE_CONSOLE_CHART_MINUTES; i++)

@@ -312,7 +312,8 @@ add_minutes(const PGresult *result, const struct store_console_chart *chart, int
 }
 
 int
-store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err)
+store_console_chart(PGconn *conn, int64_t from_epoch, struct store_console_chart *chart,
+                    struct outbox_error *err)
 {
     char minutes[8], start_text[24];
     const char *params[1] = {minutes};
@@ -327,7 +328,8 @@ store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outb
     PQclear(result);
     for (int i = 1; i < STORE_CONSOLE_CHART_MINUTES; i++)
         chart->minute_epoch[i] = chart->minute_epoch[0] + 60 * i;
-    snprintf(start_text, sizeof(start_text), "%lld", (long long)chart->minute_epoch[0]);
+    snprintf(start_text, sizeof(start_text), "%lld",
+             (long long)(from_epoch > chart->minute_epoch[0] ? from_epoch : chart->minute_epoch[0]));
 
     params[0] = start_text;
     result = store_admin_exec(conn, chart_published_sql, 1, params);

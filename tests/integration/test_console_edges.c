@@ -365,6 +365,46 @@ test_succeeded_estimate_at_scale(void **state)
         fail_msg("succeeded in all: %lld estimated for 180000", total);
 }
 
+/* The sum of the "published" counts of a GET chart. */
+static long long
+chart_published(const struct fixture *f)
+{
+    struct console_reply r = console_get(f->port, "/api/v1/chart");
+    long long total = 0, n;
+
+    console_expect(&r, 200, "\"minutes\":[");
+    for (const char *p = strstr(r.body, "\"published\":"); p != NULL;
+         p = strstr(p + 1, "\"published\":"))
+        if (sscanf(p, "\"published\":%lld", &n) == 1)
+            total += n;
+    console_reply_free(&r);
+    return total;
+}
+
+/*
+ * The chart keeps the minutes that are over between requests and counts
+ * only the recent ones again: rows published now show at the next request,
+ * those of ten minutes ago stay counted.
+ */
+static void
+test_chart_keeps_past_minutes_counts_new_ones(void **state)
+{
+    struct fixture *f = *state;
+    static const char publish_sql[] =
+        "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at, created_at)"
+        " SELECT 'charted', '{}', 'succeeded', 1, now() - %s, now() - %s"
+        "   FROM generate_series(1, %d)";
+    char sql[512];
+
+    snprintf(sql, sizeof(sql), publish_sql, "interval '10 minutes'", "interval '11 minutes'", 30);
+    harness_exec(f->conn, sql);
+    assert_int_equal(chart_published(f), 30);
+    snprintf(sql, sizeof(sql), publish_sql, "interval '0 seconds'", "interval '1 second'", 7);
+    harness_exec(f->conn, sql);
+    assert_int_equal(chart_published(f), 37);
+    assert_int_equal(chart_published(f), 37);
+}
+
 int
 main(void)
 {
@@ -377,6 +417,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failed_logins_throttled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cheap_requests_not_behind_slow_ones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_succeeded_estimate_at_scale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chart_keeps_past_minutes_counts_new_ones, setup,
+                                        teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
