@@ -20,11 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
 
+#include "clock.h"
 #include "console_client.h"
 #include "fixtures.h"
 #include "harness.h"
@@ -77,15 +77,6 @@ teardown(void **state)
     unlink(f->token_file);
     free(f);
     return 0;
-}
-
-static double
-now_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static long long
@@ -175,7 +166,7 @@ test_dead_api_escapes_payloads(void **state)
 static int
 raw_status(int port, const char *request, size_t len, double *seconds)
 {
-    double started = now_seconds();
+    double started = clock_monotonic_seconds();
     char answer[512] = "";
     int fd = fixture_connect_loopback(port, 15), status = 0;
     size_t got = 0;
@@ -186,7 +177,7 @@ raw_status(int port, const char *request, size_t len, double *seconds)
     while (got < sizeof(answer) - 1 && (n = read(fd, answer + got, sizeof(answer) - 1 - got)) > 0)
         got += (size_t)n;
     close(fd);
-    *seconds = now_seconds() - started;
+    *seconds = clock_monotonic_seconds() - started;
     if (sscanf(answer, "HTTP/1.1 %d", &status) != 1)
         status = 0;
     return status;
@@ -305,9 +296,9 @@ test_cheap_requests_not_behind_slow_ones(void **state)
     }
     usleep(300 * 1000); /* the workers now wait for the lock */
     for (size_t i = 0; i < sizeof(cheap) / sizeof(cheap[0]); i++) {
-        double started = now_seconds();
+        double started = clock_monotonic_seconds();
         struct console_reply r = console_http(f->port, "GET", cheap[i], CONSOLE_BEARER, NULL, 5);
-        double took = now_seconds() - started;
+        double took = clock_monotonic_seconds() - started;
 
         if (r.status != 200 || took > 0.5)
             fail_msg("%s: %d after %.2f s behind slow pages, expected 200 at once", cheap[i],
