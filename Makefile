@@ -260,14 +260,16 @@ valgrind:
 	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
 	    $(VALGRIND_VARS) tests/run.sh
 
-# The demo builds what it runs (the programs and four test tools), on every core; KEEP=1
-# leaves the stack running at the end with a relay and the console.
+# The demo builds what it runs (the programs and four test tools), on every core, while its
+# servers start; KEEP=1 leaves the stack running at the end with a relay and the console.
 DEMO_TOOLS := $(addprefix $(BUILD)/tests/tools/,outbox_producer outbox_consumer nats_bench \
                 kafka_throughput)
 demo:
 	tests/harness/deps.sh
-	$(MAKE) -j$$(nproc) $(PRODUCTS) $(DEMO_TOOLS)
-	BUILD=$(BUILD) BIN=$(BIN) KEEP=$(KEEP) tests/demo.sh
+	@$(MAKE) --no-print-directory check-deps
+	BUILD=$(BUILD) BIN=$(BIN) KEEP=$(KEEP) \
+	    DEMO_BUILD='$(MAKE) --no-print-directory -j'"$$(nproc)"' $(PRODUCTS) $(DEMO_TOOLS)' \
+	    tests/demo.sh
 
 bench:
 	tests/harness/deps.sh

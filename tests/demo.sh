@@ -85,7 +85,15 @@ if "$ROOT/tests/harness/kafka.sh" cached; then
     KAFKA=kafka
 fi
 step "starting PostgreSQL 15, RabbitMQ, Redis, NATS${KAFKA:+ and Kafka} in $STACK"
-"$ROOT/tests/harness/stack.sh" start "$STACK" postgres rabbitmq redis nats $KAFKA >/dev/null
+"$ROOT/tests/harness/stack.sh" start "$STACK" postgres rabbitmq redis nats $KAFKA \
+    > "$STACK/start.log" 2>&1 &
+STACK_PID=$!
+# DEMO_BUILD (make demo's): the programs and tools compile while the servers start
+if [ -n "${DEMO_BUILD:-}" ]; then
+    step "building the programs and the demo's tools while the servers start"
+    sh -c "$DEMO_BUILD" > "$STACK/build.log" 2>&1 || { cat "$STACK/build.log" >&2; exit 1; }
+fi
+wait "$STACK_PID" || { cat "$STACK/start.log" >&2; echo "the servers did not start" >&2; exit 1; }
 . "$STACK/env"
 DB="${OUTBOX_TEST_PG_URL%/*}/demo"
 psql -q "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE demo"
@@ -140,7 +148,7 @@ psql -q "$DB" -c "UPDATE outbox.job SET state = 'ready', finished_at = NULL
 RELAY_PID=$!
 echo "consumer 'shipping': each message in one transaction with outbox.inbox_accept()"
 "$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue shipments --idle-timeout 12 \
-    --inbox "$DB" --consumer shipping
+    --expect "$SHIPMENTS" --inbox "$DB" --consumer shipping
 kill -TERM "$RELAY_PID"; wait "$RELAY_PID"; RELAY_PID=""
 EFFECTS=$(psql -qAt "$DB" -c "SELECT count(*) || ' rows for ' || count(DISTINCT message_id)
                                || ' messages' FROM demo.shipments")
