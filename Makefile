@@ -268,7 +268,7 @@ demo:
 	tests/harness/deps.sh
 	@$(MAKE) --no-print-directory check-deps
 	BUILD=$(BUILD) BIN=$(BIN) KEEP=$(KEEP) \
-	    DEMO_BUILD='$(MAKE) --no-print-directory -j'"$$(nproc)"' $(PRODUCTS) $(DEMO_TOOLS)' \
+	    DEMO_BUILD='$(MAKE) --no-print-directory -j'"$$(nproc)"' BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) $(PRODUCTS) $(DEMO_TOOLS)' \
 	    tests/demo.sh
 
 bench:
