@@ -34,9 +34,21 @@ trap 'exit 130' INT TERM
 DEMO_STARTED=$(date +%s)
 step() { printf '\n== [%3d s] %s\n' "$(($(date +%s) - DEMO_STARTED))" "$*"; }
 
-# A free loopback port (the kernel's pick).
+# A free loopback port: in OUTBOX_TEST_PORT_RANGE ("LOW-HIGH") when set, as the servers' are,
+# else the kernel's pick.
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 - <<'PYTHON'
+import os, random, socket
+low, high = (int(p) for p in (os.environ.get("OUTBOX_TEST_PORT_RANGE") or "0-0").split("-"))
+for port in random.sample(range(low, high + 1), min(200, high - low + 1)) if low else [0]:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(s.getsockname()[1])
+    break
+PYTHON
 }
 
 # KEEP=1: the stack stays up with a relay to RabbitMQ and the console, until Ctrl-C.
