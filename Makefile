@@ -105,7 +105,7 @@ TOOL_HELPER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/tools/com
 PRODUCTS := $(BIN)/outbox-relay $(BIN)/outboxctl $(LIB)/liboutbox.a $(LIB_SO) $(LIB)/liboutbox.so
 
 .PHONY: all test test-ha mutants unit integration test-binaries asan valgrind demo bench soak torture fuzz deps \
-        format analyze clean check-deps install man deb image test-image console-screenshot
+        format analyze clean check-deps install man deb image image-offline test-image console-screenshot
 
 all: check-deps $(PRODUCTS)
 
@@ -270,10 +270,16 @@ valgrind:
 	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
 	    $(VALGRIND_VARS) tests/run.sh
 
+# The demo builds what it runs (the programs and four test tools), on every core, while its
+# servers start; KEEP=1 leaves the stack running at the end with a relay and the console.
+DEMO_TOOLS := $(addprefix $(BUILD)/tests/tools/,outbox_producer outbox_consumer nats_bench \
+                kafka_throughput)
 demo:
 	tests/harness/deps.sh
-	$(MAKE) all test-binaries
-	BUILD=$(BUILD) BIN=$(BIN) tests/demo.sh
+	@$(MAKE) --no-print-directory check-deps
+	BUILD=$(BUILD) BIN=$(BIN) KEEP=$(KEEP) \
+	    DEMO_BUILD='$(MAKE) --no-print-directory -j'"$$(nproc)"' BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) $(PRODUCTS) $(DEMO_TOOLS)' \
+	    tests/demo.sh
 
 bench:
 	tests/harness/deps.sh
@@ -407,7 +413,15 @@ image:
 	    -f Containerfile -t $(IMAGE) --build-arg VERSION=$(VERSION) \
 	    --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE) $(IMAGE_BUILD_ARGS) .
 
-# Installs podman, podman-compose and mmdebstrap when run as root; builds helm with go.
+# Without a container registry (air-gapped): the same image from bases made of Debian 12
+# packages by mmdebstrap (a Debian mirror, DEBIAN_MIRROR=URL for an internal one), podman only.
+# IMAGE_OFFLINE_ARGS adds to the build.
+image-offline:
+	IMAGE=$(IMAGE) VERSION=$(VERSION) IMAGE_REVISION=$(IMAGE_REVISION) IMAGE_SOURCE=$(IMAGE_SOURCE) \
+	    deploy/container/image-offline.sh $(IMAGE_OFFLINE_ARGS)
+
+# Installs podman, podman-compose and mmdebstrap when run as root; takes helm's release binary
+# (checksum-verified) from the npm registry, else builds it with go.
 test-image:
 	tests/container/run.sh
 

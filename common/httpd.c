@@ -44,6 +44,7 @@ struct connection {
     enum connection_state state;
     int fd;
     int64_t opened_ms;   /* when accepted: the oldest reader makes room first */
+    uint64_t accept_round; /* the accept_all() round that took it in */
     int64_t deadline_ms; /* of the current state */
     struct buffer in;    /* the request's bytes */
     struct buffer out;   /* the answer's bytes */
@@ -76,6 +77,7 @@ struct httpd {
     pthread_t thread; /* of httpd_start_thread */
     bool threaded;
     int64_t accept_paused_until_ms; /* out of descriptors: no accept before then */
+    uint64_t accept_round;          /* counts accept_all() calls */
 };
 
 static void
@@ -113,7 +115,12 @@ request_complete(const struct httpd *server, struct connection *c)
     if (o->read_body && c->in.len > o->request_max_bytes)
         return 413;
     if (c->head_len == 0) {
-        if ((c->head_len = httpd_head_length(c->in.data)) == 0)
+        c->head_len = httpd_head_length(c->in.data, c->in.len);
+        if (memchr(c->in.data, '\0', c->head_len > 0 ? c->head_len : c->in.len) != NULL) {
+            c->request.refused_reason = "a NUL byte in the request head";
+            return 400; /* at once: no head ends after one */
+        }
+        if (c->head_len == 0)
             return c->in.len >= o->request_max_bytes ? (o->read_body ? 413 : 431) : 0;
         if ((head = malloc(c->head_len + 1)) == NULL)
             return o->read_body ? 413 : 431;
@@ -206,7 +213,8 @@ connection_queue(struct httpd *server, struct connection *c, int refused)
         c->request.refused = refused;
     c->request.body = c->in.data != NULL ? c->in.data + c->head_len : "";
     c->request.body_len = c->request.refused ? 0 : c->want - c->head_len;
-    if (c->request.refused != 0 || server->worker_count == 0)
+    if (c->request.refused != 0 || server->worker_count == 0 ||
+        (server->options.quick != NULL && server->options.quick(server->options.arg, &c->request)))
         return connection_answer_here(server, c);
     c->state = CONNECTION_QUEUED;
     pthread_mutex_lock(&server->lock);
@@ -266,7 +274,9 @@ connection_discard(struct connection *c)
  * The slot to reuse when every slot is taken: the oldest connection still
  * reading its request (an idle or trickling client), else the oldest
  * lingering one, else the oldest being written; NULL when every slot is
- * with a worker.
+ * with a worker. A reader taken in by this round of accepts is spared: a
+ * crowd reconnecting as fast as it is dropped would otherwise push out a
+ * probe whose request is on its way, before the loop could read it.
  */
 static struct connection *
 connection_to_drop(struct httpd *server)
@@ -280,7 +290,10 @@ connection_to_drop(struct httpd *server)
         for (int i = 0; i < server->options.max_connections; i++) {
             struct connection *c = &server->connections[i];
 
-            if (c->state == order[p] && (oldest == NULL || c->opened_ms < oldest->opened_ms))
+            if (c->state != order[p] ||
+                (c->state == CONNECTION_READING && c->accept_round == server->accept_round))
+                continue;
+            if (oldest == NULL || c->opened_ms < oldest->opened_ms)
                 oldest = c;
         }
         if (oldest != NULL)
@@ -317,10 +330,15 @@ free_slot(struct httpd *server)
     return c;
 }
 
-/* Accepts every waiting connection, each into a free slot or one made free. */
+/*
+ * Accepts every waiting connection, each into a free slot or one made free,
+ * and reads what it sent already: a probe's request, there with its
+ * connection, is answered before any other connection can push it out.
+ */
 static void
 accept_all(struct httpd *server)
 {
+    server->accept_round++;
     for (int round = 0; round < server->options.max_connections; round++) {
         struct sockaddr_storage peer;
         socklen_t peer_len = sizeof(peer);
@@ -342,7 +360,9 @@ accept_all(struct httpd *server)
         c->state = CONNECTION_READING;
         c->opened_ms = clock_monotonic_ms();
         c->deadline_ms = c->opened_ms + server->options.request_ms;
+        c->accept_round = server->accept_round;
         peer_name(&peer, c->request.peer, sizeof(c->request.peer));
+        connection_read(server, c);
     }
 }
 

@@ -7,7 +7,9 @@
  * The answers are built by the program's answer function: on the loop's own
  * thread (workers 0: quick answers, such as metrics), or by a few worker
  * threads (answers that wait on a database), to which a complete request is
- * handed over and from which the answer comes back through a pipe.
+ * handed over and from which the answer comes back through a pipe; a
+ * request the program calls quick is answered on the loop's thread even
+ * then, so that no slow answer holds it up.
  *
  * A slow or silent client holds only its own connection: reading a request
  * has one deadline for the whole request, writing an answer one for the
@@ -66,7 +68,13 @@ struct httpd_options {
     bool answer_late_requests; /* a request past its deadline gets a 408; else a close */
     bool linger;              /* after the answer, shut the write side and discard for a while */
     httpd_answer_fn *answer;
-    void *arg;                            /* for answer and the worker hooks */
+    /*
+     * Optional, with workers: true for a request cheap to answer (no
+     * database, no waiting), which the loop's thread then answers at once
+     * instead of queueing it behind the slow ones the workers hold.
+     */
+    bool (*quick)(void *arg, const struct httpd_request *request);
+    void *arg;                            /* for answer, quick and the worker hooks */
     void (*worker_begin)(void *arg);      /* optional: a worker starts (connect early) */
     void (*worker_end)(void *arg);        /* optional: a worker stops */
 };

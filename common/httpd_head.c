@@ -85,9 +85,9 @@ httpd_request_header(const struct httpd_request *request, const char *name)
 
 /* The length of the head through its blank line ("\r\n\r\n" or "\n\n"); 0 while incomplete. */
 size_t
-httpd_head_length(const char *data)
+httpd_head_length(const char *data, size_t len)
 {
-    const char *crlf = strstr(data, "\r\n\r\n"), *lf = strstr(data, "\n\n");
+    const char *crlf = memmem(data, len, "\r\n\r\n", 4), *lf = memmem(data, len, "\n\n", 2);
 
     if (crlf != NULL && (lf == NULL || crlf < lf))
         return (size_t)(crlf - data) + 4;
@@ -95,15 +95,49 @@ httpd_head_length(const char *data)
 }
 
 /*
+ * Whether the header lines of head (CR and LF already NULs) are each a
+ * "name: value" and name Host at most once; else *reason. A line folded
+ * onto the one before, or a second Host, would be read one way here and
+ * another by a proxy in front.
+ */
+static bool
+header_lines_valid(const char *lines, const char *end, const char **reason)
+{
+    int hosts = 0;
+
+    for (const char *line = lines; line < end; line += strlen(line) + 1) {
+        if (line[0] == '\0')
+            continue;
+        if (line[0] == ' ' || line[0] == '\t' || strchr(line, ':') == NULL ||
+            strchr(line, ':') == line) {
+            *reason = "malformed header line";
+            return false;
+        }
+        if (strncasecmp(line, "Host:", 5) == 0 && ++hosts > 1) {
+            *reason = "more than one Host header";
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
  * Splits the request line and headers of head (head_len bytes, owned by the
  * request from now on) into request; -1 when it is not "METHOD /target
- * HTTP/1.x" or a part is too long.
+ * HTTP/1.x", a part is too long, a CR stands without its LF or a header
+ * line is malformed (then with request->refused_reason).
  */
 int
 httpd_head_parse(char *head, size_t head_len, struct httpd_request *request)
 {
     char *end = head + head_len, *line_end, *target, *version, *query;
 
+    for (char *p = head; p < end; p++) {
+        if (*p == '\r' && (p + 1 == end || p[1] != '\n')) {
+            request->refused_reason = "a CR without its LF in the request head";
+            return -1;
+        }
+    }
     for (char *p = head; p < end; p++)
         if (*p == '\r' || *p == '\n')
             *p = '\0';
@@ -112,6 +146,8 @@ httpd_head_parse(char *head, size_t head_len, struct httpd_request *request)
         line_end++;
     request->lines = line_end;
     request->lines_end = end;
+    if (!header_lines_valid(line_end, end, &request->refused_reason))
+        return -1;
     if ((target = strchr(head, ' ')) == NULL)
         return -1;
     *target++ = '\0';

@@ -20,12 +20,14 @@
 bool httpd_head_plausible(const char *data, size_t len);
 
 /* The length of the head through its blank line ("\r\n\r\n" or "\n\n"); 0 while incomplete. */
-size_t httpd_head_length(const char *data);
+size_t httpd_head_length(const char *data, size_t len);
 
 /*
  * Splits head (head_len bytes, NUL-terminated, kept by the caller while
  * request is used) into request's method, path, query and header lines; -1
- * when it is not "METHOD /target HTTP/1.x" or a part is too long.
+ * when it is not "METHOD /target HTTP/1.x", a part is too long, a CR stands
+ * without its LF, a header line is not "name: value" or Host comes twice
+ * (then with request->refused_reason).
  */
 int httpd_head_parse(char *head, size_t head_len, struct httpd_request *request);
 

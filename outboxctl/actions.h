@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "console_api.h"
 #include "ctl.h"
@@ -24,6 +25,8 @@ struct action {
     api_fn *answer;       /* the API's handler */
     bool database;        /* the handler reads the request's database (the worker's connection) */
     bool changes;         /* changes rows: what --allow-actions gates in the console */
+    const char *synopsis; /* the command line's help: its words and options; NULL: not shown */
+    const char *help;     /* ...and what it does, wrapped by the help ("\n" breaks a line) */
 };
 
 /* The API's handlers, each in its topic's module. */
@@ -42,6 +45,9 @@ api_fn api_databases;   /* console_databases_view.c: every database of the list 
 
 extern const struct action action_table[];
 extern const size_t action_count;
+
+/* Writes the command line's help, every row with a synopsis in table order, to out. */
+void actions_print_usage(FILE *out);
 
 /* The API row for method ("GET", "HEAD" as GET, "POST") and path; NULL when none. */
 const struct action *action_for_api(const char *method, const char *path);

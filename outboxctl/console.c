@@ -25,7 +25,7 @@
 #include "console_api.h"
 #include "console_assets.h"
 #include "console_auth.h"
-#include "console_html.h"
+#include "console_pages.h"
 #include "console_request.h"
 #include "error.h"
 #include "exit_status.h"
@@ -82,6 +82,7 @@ status_text(int status)
     case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";
     default: return status >= 500 ? "Internal Server Error" : "Error";
     }
@@ -193,6 +194,9 @@ route(struct console *console, struct console_request *request,
                                               "console's");
     }
     console_auth_identify(console, request);
+    if (request->throttled)
+        return refuse(request, response, 429, "too many failed logins from this address: try "
+                                              "again in a minute");
     if (strncmp(request->path, "/static/", 8) == 0) {
         const char *asset = get ? console_asset(request->path + 8, &response->content_type) : NULL;
 
@@ -277,6 +281,21 @@ console_answer(void *arg, const struct httpd_request *in, struct buffer *answer)
     format_answer(request, &response, answer);
     buffer_clear(&response.body);
     buffer_clear(&response.headers);
+}
+
+/*
+ * Whether a request is cheap (an httpd quick function): the assets, the
+ * session, the login page; none of them waits on a database, so the loop
+ * answers them at once whatever pages the workers are busy with.
+ */
+static bool
+console_quick(void *arg, const struct httpd_request *in)
+{
+    (void)arg;
+    if (strcmp(in->method, "GET") != 0 && strcmp(in->method, "HEAD") != 0)
+        return false;
+    return strncmp(in->path, "/static/", 8) == 0 || strcmp(in->path, "/favicon.ico") == 0 ||
+           strcmp(in->path, "/api/v1/session") == 0 || strcmp(in->path, "/login") == 0;
 }
 
 /* ---- listening ---- */
@@ -423,6 +442,7 @@ serve(struct console *console, int listen_fd)
         .read_body = true,
         .answer_late_requests = true,
         .answer = console_answer,
+        .quick = console_quick,
         .arg = console,
         .worker_begin = worker_begin,
         .worker_end = worker_end,
@@ -485,6 +505,8 @@ console_serve(const char *database_url, const char *databases_file, int argc, ch
     if ((rc = open_databases(&console, database_url, databases_file)) >= 0)
         return rc;
     pthread_mutex_init(&console.sessions_lock, NULL);
+    console.pages = console_pages;
+    console.page_count = console_page_count;
     console.allow_actions = opts.allow_actions;
     rc = EXIT_USAGE;
     if (opts.token_file != NULL && console_auth_load(&console, opts.token_file) < 0)

@@ -50,6 +50,30 @@ api_field_text_or_null(struct buffer *out, const char *key, const char *text)
     api_field_string(out, key, text != NULL && text[0] != '\0' ? text : NULL);
 }
 
+/*
+ * A JSON text from the database (a jsonb's text, valid JSON) as the value
+ * of key, with < > & written as \u escapes like every other string of an
+ * answer: outside strings a JSON text has none of them.
+ */
+void
+api_field_json(struct buffer *out, const char *key, const char *json_text)
+{
+    api_json_key(out, false, key);
+    if (json_text == NULL) {
+        buffer_puts(out, "null");
+        return;
+    }
+    for (const char *p = json_text; *p != '\0'; p++) {
+        size_t plain = strcspn(p, "<>&");
+
+        buffer_append(out, p, plain);
+        p += plain;
+        if (*p == '\0')
+            break;
+        buffer_printf(out, "\\u%04x", (unsigned)*p);
+    }
+}
+
 void
 api_field_int(struct buffer *out, const char *key, int64_t value)
 {
@@ -209,6 +233,8 @@ read_member(struct json_reader *r, const char *key, size_t key_len, void *arg)
     if (strcmp(key, "dry_run") == 0)
         return json_read_bool(r, &body->dry_run) < 0 ? body_fail(r, "dry_run must be true or false")
                                                       : 0;
+    if (strcmp(key, "all") == 0)
+        return json_read_bool(r, &body->all) < 0 ? body_fail(r, "all must be true or false") : 0;
     return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "unknown field '%.60s'", key);
 }
 

@@ -25,6 +25,7 @@ struct api_body {
     size_t job_count;
     bool has_queue, has_key, has_error, has_reason, has_since, has_until, has_job_ids;
     bool dry_run;
+    bool all; /* "all": true, what an action over every queue must say */
 };
 
 /* One API request on its way to its handler. */
@@ -52,6 +53,8 @@ void api_json_key(struct buffer *out, bool first, const char *key);
 void api_field_string(struct buffer *out, const char *key, const char *value);
 /* A text that is "" or NULL for none (an owner, a lease) as a JSON string or null. */
 void api_field_text_or_null(struct buffer *out, const char *key, const char *text);
+/* A JSON text from the database (jsonb) as is, but with < > & as \u escapes; NULL: null. */
+void api_field_json(struct buffer *out, const char *key, const char *json_text);
 void api_field_int(struct buffer *out, const char *key, int64_t value);
 void api_field_bool(struct buffer *out, const char *key, bool value);
 

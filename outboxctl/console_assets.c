@@ -77,6 +77,8 @@ static const char console_js[] =
     "            if (value === '') return;\n"
     "            if (el.name === 'job_ids') {\n"
     "                body.job_ids = value.split(/[\\s,]+/).filter(Boolean).map(Number);\n"
+    "            } else if (el.name === 'all') {\n"
+    "                body.all = value === 'true';\n"
     "            } else {\n"
     "                body[el.name] = value;\n"
     "            }\n"

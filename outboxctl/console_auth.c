@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 
+#include "clock.h"
 #include "console_auth.h"
 
 #define TOKEN_MIN_LENGTH 16
@@ -132,9 +133,70 @@ session_cookie(const char *header, char *out, size_t size)
     return false;
 }
 
+/* ---- failed logins ---- */
+
+/* The failure entry of peer (a free or the stalest one, reset, when none); under sessions_lock. */
+static int
+failure_entry(struct console *console, const char *peer, int64_t now)
+{
+    int stalest = 0;
+
+    for (int i = 0; i < CONSOLE_LOGIN_ADDRESSES; i++) {
+        if (strcmp(console->login_failures[i].peer, peer) == 0) {
+            if (now - console->login_failures[i].window_ms >= CONSOLE_LOGIN_WINDOW_SECONDS * 1000) {
+                console->login_failures[i].window_ms = now;
+                console->login_failures[i].failures = 0;
+            }
+            return i;
+        }
+        if (console->login_failures[i].window_ms < console->login_failures[stalest].window_ms)
+            stalest = i;
+    }
+    snprintf(console->login_failures[stalest].peer, sizeof(console->login_failures[0].peer), "%s",
+             peer);
+    console->login_failures[stalest].window_ms = now;
+    console->login_failures[stalest].failures = 0;
+    return stalest;
+}
+
+bool
+console_auth_throttled(struct console *console, const char *peer)
+{
+    bool throttled;
+
+    pthread_mutex_lock(&console->sessions_lock);
+    throttled = console->login_failures[failure_entry(console, peer, clock_monotonic_ms())]
+                    .failures >= CONSOLE_LOGIN_FAILURES_MAX;
+    pthread_mutex_unlock(&console->sessions_lock);
+    return throttled;
+}
+
+void
+console_auth_failed(struct console *console, const char *peer)
+{
+    pthread_mutex_lock(&console->sessions_lock);
+    console->login_failures[failure_entry(console, peer, clock_monotonic_ms())].failures++;
+    pthread_mutex_unlock(&console->sessions_lock);
+    fprintf(stderr, "outboxctl serve: failed login from %s\n", peer);
+}
+
+/* ---- who a request is ---- */
+
+/* True when authorization says Bearer (the scheme in any case, RFC 7235); *token after it. */
+static bool
+bearer_token(const char *authorization, const char **token)
+{
+    if (authorization == NULL || strncasecmp(authorization, "Bearer ", 7) != 0)
+        return false;
+    *token = authorization + 7 + strspn(authorization + 7, " ");
+    return true;
+}
+
 void
 console_auth_identify(struct console *console, struct console_request *request)
 {
+    const char *token;
+
     char cookie[CONSOLE_TOKEN_HEX + 1];
 
     request->identity = CONSOLE_NOBODY;
@@ -145,8 +207,14 @@ console_auth_identify(struct console *console, struct console_request *request)
         snprintf(request->who, sizeof(request->who), "anonymous@%s", request->peer);
         return;
     }
-    if (request->authorization != NULL && strncmp(request->authorization, "Bearer ", 7) == 0 &&
-        console_auth_equal(request->authorization + 7, console->token)) {
+    if (bearer_token(request->authorization, &token)) {
+        /* past its failed logins an address is refused even the right token: no more guesses */
+        if (console_auth_throttled(console, request->peer)) {
+            request->throttled = true;
+            return;
+        }
+        if (!console_auth_equal(token, console->token))
+            return console_auth_failed(console, request->peer);
         request->identity = CONSOLE_BEARER;
         snprintf(request->who, sizeof(request->who), "bearer@%s", request->peer);
         return;

@@ -21,6 +21,16 @@ int console_auth_load(struct console *console, const char *path);
 void console_auth_identify(struct console *console, struct console_request *request);
 
 /* True when the CSRF token of request (header, or csrf form field) matches its session. */
+/*
+ * Failed logins, per client address: console_auth_failed() counts one (and
+ * logs it), console_auth_throttled() is true once an address made
+ * CONSOLE_LOGIN_FAILURES_MAX of them within CONSOLE_LOGIN_WINDOW_SECONDS;
+ * a throttled address is answered 429, its right token too, until the
+ * window ends.
+ */
+void console_auth_failed(struct console *console, const char *peer);
+bool console_auth_throttled(struct console *console, const char *peer);
+
 bool console_auth_csrf_ok(const struct console_request *request, const char *form_csrf);
 
 /* Checks a submitted token and opens a session, copied into *opened; false on a mismatch. */

@@ -308,12 +308,13 @@ databases_table(struct buffer *out, const struct probe *probe)
 }
 
 void
-console_databases_page(struct console *console, const struct console_request *request,
+console_databases_page(struct console *console, PGconn *conn, struct console_request *request,
                        struct console_response *response)
 {
     struct buffer *out = &response->body;
     struct probe probe;
 
+    (void)conn; /* reads every database of the list, each on a connection of its own */
     if (probe_run(console, &probe) != 0)
         return console_respond_text(response, 500, "out of memory");
     console_page_start(console, request, out, "Databases", "/databases");

@@ -1,9 +1,8 @@
 /*
- * console_html.c - the console's pages, rendered on the server: the layout
- * every page shares (its links carry the page's database=NAME, and with a
- * list of databases a selector switches it), dead rows, blocked and paused
- * keys, replay, and the login form; the overview is
- * console_html_overview.c's, the Databases view console_databases_view.c's.
+ * console_html.c - the console's own pages: dead rows, blocked and paused
+ * keys, replay, and logging in and out; the overview is
+ * console_html_overview.c's, the Databases view console_databases_view.c's,
+ * and which path shows which is the page table's (console_pages.c).
  *
  * Every value from the database or the request goes through
  * console_html_escape(). The pages hold no inline script or style (the
@@ -23,150 +22,11 @@
 
 #define SESSION_COOKIE "outbox_session"
 
-void
-console_html_escape(struct buffer *out, const char *text)
-{
-    if (text == NULL)
-        return;
-    for (const char *p = text; *p != '\0'; p++) {
-        switch (*p) {
-        case '&': buffer_puts(out, "&amp;"); break;
-        case '<': buffer_puts(out, "&lt;"); break;
-        case '>': buffer_puts(out, "&gt;"); break;
-        case '"': buffer_puts(out, "&quot;"); break;
-        case '\'': buffer_puts(out, "&#39;"); break;
-        default: buffer_putc(out, *p);
-        }
-    }
-}
-
 /* Short alias: escaped text. */
 static void
 esc(struct buffer *out, const char *text)
 {
     console_html_escape(out, text);
-}
-
-/* ---- layout ---- */
-
-void
-console_html_database_param(struct buffer *out, const struct console_request *request,
-                            char separator)
-{
-    if (request->database[0] == '\0')
-        return;
-    buffer_puts(out, separator == '&' ? "&amp;database=" : "?database=");
-    esc(out, request->database); /* a name is [A-Za-z0-9_.-]: nothing to percent-encode */
-}
-
-/* With a list of databases: the form that switches the page to another database. */
-static void
-database_selector(struct console *console, const struct console_request *request,
-                  struct buffer *out, const char *current)
-{
-    struct database_list list;
-    char error[OUTBOX_ERROR_MESSAGE_MAX];
-
-    if (console->databases.file == NULL ||
-        console_databases_copy(&console->databases, &list, error, sizeof(error)) != 0)
-        return;
-    buffer_printf(out,
-                  "<form method=\"get\" action=\"%s\" class=\"database\"><label>Database "
-                  "<select name=\"database\" id=\"database\" data-switch>",
-                  current[0] != '\0' ? current : "/");
-    for (size_t i = 0; i < list.count; i++) {
-        buffer_puts(out, "<option value=\"");
-        esc(out, list.items[i].name);
-        buffer_puts(out,
-                    strcmp(list.items[i].name, request->database) == 0 ? "\" selected>" : "\">");
-        esc(out, list.items[i].name);
-        buffer_puts(out, "</option>");
-    }
-    buffer_puts(out, "</select></label> <button type=\"submit\">Switch</button></form>");
-    database_list_clear(&list);
-}
-
-void
-console_page_start(struct console *console, const struct console_request *request,
-                   struct buffer *out, const char *title, const char *current)
-{
-    static const char *const nav[][2] = {{"/", "Overview"},
-                                         {"/dead", "Dead rows"},
-                                         {"/keys", "Keys and pauses"},
-                                         {"/replay", "Replay"},
-                                         {"/databases", "Databases"}};
-
-    buffer_puts(out, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     "<title>");
-    esc(out, title);
-    buffer_puts(out, " - outbox console</title><meta name=\"csrf-token\" content=\"");
-    if (request->session != NULL)
-        esc(out, request->session->csrf);
-    buffer_puts(out, "\"><link rel=\"stylesheet\" href=\"/static/console.css\">"
-                     "<script src=\"/static/console.js\" defer></script></head>\n<body>"
-                     "<header><span class=\"brand\">outbox console</span><nav>");
-    for (size_t i = 0; i < sizeof(nav) / sizeof(nav[0]); i++) {
-        buffer_printf(out, "<a href=\"%s", nav[i][0]);
-        console_html_database_param(out, request, '?');
-        buffer_printf(out, "\"%s>%s</a>",
-                      strcmp(nav[i][0], current) == 0 ? " class=\"current\"" : "", nav[i][1]);
-    }
-    buffer_puts(out, "</nav>");
-    if (request->identity != CONSOLE_NOBODY)
-        database_selector(console, request, out, current);
-    buffer_printf(out, "<span class=\"mode\">%s</span>",
-                  console->allow_actions ? "actions allowed" : "read-only");
-    if (request->identity == CONSOLE_COOKIE)
-        buffer_puts(out, "<form method=\"post\" action=\"/logout\" class=\"logout\">"
-                         "<button type=\"submit\">Log out</button></form>");
-    buffer_puts(out, "</header>\n<p id=\"message\" role=\"status\"></p>\n<main>");
-}
-
-void
-console_page_end(struct buffer *out)
-{
-    buffer_puts(out, "</main></body></html>\n");
-}
-
-void
-console_page_respond(struct console_response *response, int status)
-{
-    response->status = status;
-    response->content_type = "text/html; charset=utf-8";
-}
-
-/* The banner of a page whose database is away; answers 503. */
-void
-console_page_banner(struct console *console, const struct console_request *request,
-                    struct console_response *response, const char *title, const char *current,
-                    const char *message)
-{
-    struct buffer *out = &response->body;
-
-    out->len = 0;
-    console_page_start(console, request, out, title, current);
-    buffer_puts(out, "<div class=\"banner\" id=\"database-banner\">Database unavailable: ");
-    esc(out, message);
-    buffer_puts(out, ". The console reconnects at the next request; reload to try again.</div>");
-    console_page_end(out);
-    console_page_respond(response, 503);
-}
-
-bool
-console_table_open(struct buffer *out, const char *title, size_t rows, const char *empty,
-                   const char *id, const char *const columns[])
-{
-    buffer_printf(out, "<h2>%s</h2>", title);
-    if (rows == 0) {
-        buffer_printf(out, "<p class=\"note\">%s</p>", empty);
-        return false;
-    }
-    buffer_printf(out, "<table id=\"%s\"><thead><tr>", id);
-    for (size_t i = 0; columns[i] != NULL; i++)
-        buffer_printf(out, "<th>%s</th>", columns[i]);
-    buffer_puts(out, "</tr></thead><tbody>");
-    return true;
 }
 
 /* ---- login ---- */
@@ -205,9 +65,12 @@ login_post(struct console *console, struct console_request *request,
         buffer_puts(&response->headers, "Location: /\r\n");
         return;
     }
+    if (console_auth_throttled(console, request->peer))
+        return login_page(console, request, response, 429,
+                          "too many failed logins from this address: try again in a minute");
     if (!console_param(request->body, request->body_len, "token", token, sizeof(token)) ||
         !console_auth_login(console, token, &opened)) {
-        fprintf(stderr, "outboxctl serve: failed login from %s\n", request->peer);
+        console_auth_failed(console, request->peer);
         request->session = NULL;
         return login_page(console, request, response, 401, "wrong token");
     }
@@ -218,6 +81,31 @@ login_post(struct console *console, struct console_request *request,
                   "Set-Cookie: " SESSION_COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict\r\n"
                   "Location: /\r\n",
                   session->id);
+}
+
+void
+console_login_page(struct console *console, PGconn *conn, struct console_request *request,
+                   struct console_response *response)
+{
+    (void)conn;
+    if (strcmp(request->method, "POST") == 0)
+        return login_post(console, request, response);
+    login_page(console, request, response, request->identity == CONSOLE_NOBODY &&
+                                                   strcmp(request->path, "/login") != 0
+                                               ? 401
+                                               : 200,
+               NULL);
+}
+
+void
+console_logout_page(struct console *console, PGconn *conn, struct console_request *request,
+                    struct console_response *response)
+{
+    (void)conn;
+    console_auth_logout(console, request);
+    response->status = 303;
+    buffer_puts(&response->headers, "Set-Cookie: " SESSION_COOKIE "=; Path=/; HttpOnly; "
+                                    "SameSite=Strict; Max-Age=0\r\nLocation: /login\r\n");
 }
 
 /* ---- action forms ---- */
@@ -315,9 +203,9 @@ dead_row(struct buffer *out, const struct forms *forms, const struct store_dead_
     buffer_puts(out, "</td></tr>");
 }
 
-static void
-dead_page(struct console *console, PGconn *conn, const struct console_request *request,
-          struct console_response *response)
+void
+console_dead_page(struct console *console, PGconn *conn, struct console_request *request,
+                  struct console_response *response)
 {
     char queue[256], key[1024], error[1024], number[32];
     const char *q = request->query;
@@ -340,6 +228,8 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
     }
     if (store_dead_list(conn, &filter, limit, &list, &err) < 0) {
         console_database_failed(&err);
+        if (err.code == OUTBOX_ERR_INVALID || err.code == OUTBOX_ERR_CONSTRAINT)
+            return console_respond_text(response, 400, err.message); /* as the API answers */
         return console_page_banner(console, request, response, "Dead rows", "/dead", err.message);
     }
     console_page_start(console, request, out, "Dead rows", "/dead");
@@ -353,6 +243,7 @@ dead_page(struct console *console, PGconn *conn, const struct console_request *r
         hidden(out, "queue", filter.queue);
         hidden(out, "ordering_key", filter.ordering_key);
         hidden(out, "error", filter.error_text);
+        hidden(out, "all", filter.queue == NULL ? "true" : NULL); /* no queue: says so */
         buffer_puts(out, "<button type=\"submit\">Retry every dead row matching the filter"
                          "</button>");
         action_form_end(out, &forms);
@@ -433,9 +324,9 @@ paused_table(struct buffer *out, const struct forms *forms, const struct store_p
     buffer_puts(out, "</tbody></table>");
 }
 
-static void
-keys_page(struct console *console, PGconn *conn, const struct console_request *request,
-          struct console_response *response)
+void
+console_keys_page(struct console *console, PGconn *conn, struct console_request *request,
+                  struct console_response *response)
 {
     struct store_console_overview overview;
     struct outbox_error err;
@@ -473,11 +364,13 @@ keys_page(struct console *console, PGconn *conn, const struct console_request *r
 
 /* ---- replay ---- */
 
-static void
-replay_page(struct console *console, const struct console_request *request,
-            struct console_response *response)
+void
+console_replay_page(struct console *console, PGconn *conn, struct console_request *request,
+                    struct console_response *response)
 {
     struct buffer *out = &response->body;
+
+    (void)conn;
     const struct forms forms = {console->allow_actions, request};
 
     console_page_start(console, request, out, "Replay", "/replay");
@@ -500,41 +393,4 @@ replay_page(struct console *console, const struct console_request *request,
     action_form_end(out, &forms);
     console_page_end(out);
     console_page_respond(response, 200);
-}
-
-void
-console_html(struct console *console, const struct console_request *request,
-             struct console_response *response)
-{
-    const char *path = request->path;
-    PGconn *conn;
-
-    if (strcmp(path, "/login") == 0) {
-        if (strcmp(request->method, "POST") == 0)
-            return login_post(console, (struct console_request *)request, response);
-        return login_page(console, request, response, 200, NULL);
-    }
-    if (strcmp(path, "/logout") == 0) {
-        console_auth_logout(console, (struct console_request *)request);
-        response->status = 303;
-        buffer_puts(&response->headers, "Set-Cookie: " SESSION_COOKIE "=; Path=/; HttpOnly; "
-                                        "SameSite=Strict; Max-Age=0\r\nLocation: /login\r\n");
-        return;
-    }
-    if (request->identity == CONSOLE_NOBODY)
-        return login_page(console, request, response, 401, NULL);
-    if (strcmp(path, "/replay") == 0)
-        return replay_page(console, request, response);
-    if (strcmp(path, "/databases") == 0)
-        return console_databases_page(console, request, response);
-    if (strcmp(path, "/") != 0 && strcmp(path, "/dead") != 0 && strcmp(path, "/keys") != 0)
-        return console_respond_text(response, 404, "not found");
-    if ((conn = console_database(request->database, request->database_url)) == NULL)
-        return console_page_banner(console, request, response, "Overview", path,
-                                   console_database_error());
-    if (strcmp(path, "/dead") == 0)
-        return dead_page(console, conn, request, response);
-    if (strcmp(path, "/keys") == 0)
-        return keys_page(console, conn, request, response);
-    console_overview_page(console, conn, request, response);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "console_chart.h"
 #include "console_html.h"
 #include "store_admin.h"
 #include "store_console.h"
@@ -135,11 +136,14 @@ queues_table(struct buffer *out, const struct console_request *request,
         esc(out, q->queue);
         buffer_printf(out,
                       "</a>%s</td><td class=\"ready\">%lld</td><td class=\"running\">%lld"
-                      "</td><td class=\"succeeded\">%s%lld</td><td class=\"dead\">%lld</td>",
+                      "</td><td class=\"succeeded\">%s%lld",
                       q->stream ? " <span class=\"badge stream\">stream</span>" : "",
                       (long long)q->ready, (long long)q->running,
-                      overview->succeeded_estimated ? "&asymp;" : "", (long long)q->succeeded,
-                      (long long)q->dead);
+                      overview->succeeded_estimated ? "&asymp;" : "", (long long)q->succeeded);
+        if (overview->succeeded_estimated)
+            buffer_printf(out, " <span class=\"margin\">&plusmn;%lld</span>",
+                          (long long)q->succeeded_margin);
+        buffer_printf(out, "</td><td class=\"dead\">%lld</td>", (long long)q->dead);
         queue_stream_cells(out, q, overview->succeeded_estimated);
         buffer_printf(out, "<td class=\"age\">%s</td><td class=\"paused\">%s",
                       q->ready + q->stream_waiting > 0 ? age : "-", q->paused ? "paused" : "");
@@ -155,7 +159,11 @@ queues_table(struct buffer *out, const struct console_request *request,
                   "Succeeded and a stream's published rows are %s.</p>",
                   overview->succeeded_estimated
                       ? "an estimate (&asymp;) from the planner's statistics of outbox.job, "
-                        "as counting them would read the whole table"
+                        "as counting them would read the whole table: a queue's share of "
+                        "the rows ANALYZE sampled (the share left over, spread evenly, for a "
+                        "queue outside its most common values), &plusmn; the margin of that "
+                        "share at 95 % (a queue much larger or smaller than the others outside "
+                        "that list is further off)"
                       : "exact (the table is small)");
 }
 
@@ -288,7 +296,7 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
 }
 
 void
-console_overview_page(struct console *console, PGconn *conn, const struct console_request *request,
+console_overview_page(struct console *console, PGconn *conn, struct console_request *request,
                       struct console_response *response)
 {
     struct store_console_overview overview;
@@ -301,7 +309,7 @@ console_overview_page(struct console *console, PGconn *conn, const struct consol
         console_database_failed(&err);
         return console_page_banner(console, request, response, "Overview", "/", err.message);
     }
-    if (store_console_chart(conn, &chart, &err) < 0 ||
+    if (console_chart(conn, request->database, &chart, &err) < 0 ||
         store_console_streams(conn, &streams, &err) < 0) {
         store_console_overview_clear(&overview);
         console_database_failed(&err);

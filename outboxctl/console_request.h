@@ -28,6 +28,9 @@
 
 #define CONSOLE_TOKEN_HEX 64     /* session ids and CSRF tokens: 32 random bytes in hex */
 #define CONSOLE_MAX_SESSIONS 64  /* the oldest login is forgotten beyond this */
+#define CONSOLE_LOGIN_FAILURES_MAX 10      /* failed logins an address may make per window */
+#define CONSOLE_LOGIN_WINDOW_SECONDS 60    /* ...after which it may try again */
+#define CONSOLE_LOGIN_ADDRESSES 64         /* addresses counted; beyond, the oldest is reused */
 #define CONSOLE_BATCH_SIZE 1000  /* rows per transaction of a retry or delete of many rows */
 #define CONSOLE_DEAD_LIMIT_DEFAULT 100
 #define CONSOLE_DEAD_LIMIT_MAX 10000
@@ -59,8 +62,12 @@ struct console_hosts {
  * once serving), the databases (under their own lock), and the logins,
  * under sessions_lock.
  */
+struct console_page; /* a row of the page table (console_page.h) */
+
 struct console {
     struct console_databases databases; /* the list, or the one --database-url */
+    const struct console_page *pages; /* the page table, for every page's header links */
+    size_t page_count;
     char *token; /* NULL: no --auth-token-file, loopback only, no login */
     bool allow_actions;
     struct console_hosts hosts;
@@ -68,6 +75,11 @@ struct console {
     struct console_session sessions[CONSOLE_MAX_SESSIONS];
     struct console_session anonymous; /* without a token: the one CSRF token of every page */
     int64_t session_counter;
+    struct {
+        char peer[64];      /* the client's address; "" for a free entry */
+        int64_t window_ms;  /* when its window of CONSOLE_LOGIN_WINDOW_SECONDS began */
+        int failures;       /* wrong tokens in that window */
+    } login_failures[CONSOLE_LOGIN_ADDRESSES]; /* under sessions_lock */
 };
 
 /* How a request proved who it is. */
@@ -94,6 +106,7 @@ struct console_request {
     size_t body_len;
     char peer[64];
     enum console_identity identity;
+    bool throttled; /* gave a credential from an address past its failed logins: 429 */
     struct console_session *session; /* &session_copy (CONSOLE_COOKIE), or &anonymous */
     struct console_session session_copy; /* the login, as it was when the request came */
     char who[96];                    /* for the action log */

@@ -38,6 +38,8 @@ struct ctl {
     const char *databases_file; /* --databases FILE: the command runs on each database listed */
     const char *command; /* e.g. "dead list", for messages */
     bool help;           /* --help seen: print usage, do nothing else */
+    /* writes the help from the action table; set by main, which stands above the table */
+    void (*print_usage)(FILE *out);
     PGconn *conn;
 };
 
@@ -77,8 +79,8 @@ int ctl_runtime_error(const struct ctl *ctl, const struct outbox_error *err);
 /* Prints "out of memory" and returns 1. */
 int ctl_out_of_memory(void);
 
-/* Prints the --help text on stdout. */
-void ctl_print_usage(void);
+/* Prints the --help text on stdout (ctl->print_usage: the action table's, actions.c). */
+void ctl_print_usage(const struct ctl *ctl);
 
 /* ---- options (outboxctl.c) ---- */
 

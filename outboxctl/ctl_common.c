@@ -28,91 +28,11 @@
 #define OUTBOX_VERSION "unknown"
 #endif
 
-static const char usage_text[] =
-    "usage: outboxctl [--database-url URL] COMMAND [OPTIONS]\n"
-    "       outboxctl --databases FILE COMMAND [OPTIONS]   (each database of a relay's list)\n"
-    "\n"
-    "commands:\n"
-    "  migrate                          apply the schema migrations not yet applied\n"
-    "  status [--json] [--retention DURATION]\n"
-    "                                   jobs per queue and state, oldest ready age,\n"
-    "                                   table size, vacuum and xmin horizon figures,\n"
-    "                                   succeeded jobs past the relays' retention\n"
-    "                                   (default $OUTBOX_RETENTION, else " OUTBOX_RETENTION_DEFAULT "),\n"
-    "                                   ordering keys blocked by a dead, retrying or\n"
-    "                                   stuck running head\n"
-    "  dead list [--queue Q] [--limit N]\n"
-    "                                   dead jobs with their last error (limit 100)\n"
-    "  dead retry [--queue Q] [--job ID] [--extra-attempts N]\n"
-    "                                   make dead jobs ready again with N more\n"
-    "                                   attempts (default 1); all dead jobs when\n"
-    "                                   neither --queue nor --job is given\n"
-    "  purge --older-than DURATION      delete succeeded jobs finished longer ago\n"
-    "                                   than DURATION (90s, 15m, 24h, 7d, 1h30m;\n"
-    "                                   0: all of them), in batches of 5000\n"
-    "  enqueue --queue Q (--payload JSON | --payload-file PATH) [--idempotency-key K]\n"
-    "          [--exchange X] [--routing-key R]\n"
-    "                                   add one job and print its id; a known key\n"
-    "                                   prints the existing job's id; the payload\n"
-    "                                   is read from PATH, or stdin for '-'; X and R\n"
-    "                                   route it (default: the relay's --exchange, Q)\n"
-    "                                   (--key is an old spelling of --idempotency-key)\n"
-    "  pause QUEUE [--ordering-key KEY] [--reason TEXT]\n"
-    "                                   relays stop claiming the queue (or only\n"
-    "                                   that ordering key of it); producers go on\n"
-    "  resume QUEUE [--ordering-key KEY]\n"
-    "                                   undo a pause; paused keys of a resumed\n"
-    "                                   queue stay paused\n"
-    "  pause --database [--reason TEXT] / resume --database\n"
-    "                                   relays of a list (outbox-relay --databases)\n"
-    "                                   stop serving the whole database, or go on\n"
-    "  paused                           list pauses: who, when and why\n"
-    "  replay --queue Q (--since TIME [--until TIME] | --job ID [--job ID ...])\n"
-    "         [--ordering-key KEY] [--dry-run]\n"
-    "                                   publish succeeded jobs again, in their\n"
-    "                                   order per key: those finished in the time\n"
-    "                                   range (a timestamp, or a DURATION ago), or\n"
-    "                                   the given ids; in batches of 1000\n"
-    "                                   (in pause, resume and replay, --key is an old\n"
-    "                                   spelling of --ordering-key)\n"
-    "  inbox purge --older-than DURATION\n"
-    "                                   delete inbox records accepted longer ago\n"
-    "                                   than DURATION, in batches of 5000\n"
-    "  identity show [--json]           the database's identity: message ids are\n"
-    "                                   <database_id>:<epoch>:<job_id>\n"
-    "  identity set [--database-id ID] [--id-form database|job]\n"
-    "                                   give a copy of a database an id of its own,\n"
-    "                                   or switch a database of an earlier release\n"
-    "                                   from bare job ids to the database form\n"
-    "  serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]\n"
-    "                                   the operator's web console and its JSON API\n"
-    "                                   (default " CONSOLE_DEFAULT_LISTEN "; read-only unless\n"
-    "                                   --allow-actions; other than loopback only\n"
-    "                                   with --auth-token-file); with --databases\n"
-    "                                   FILE, one console over every database listed\n"
-    "  stream enable QUEUE [--partitions N] [--lock-wait DURATION]\n"
-    "                                   publish QUEUE as a stream: in commit order\n"
-    "                                   per partition (1..256, default 1), no write\n"
-    "                                   per row; a key stays in one partition\n"
-    "  stream disable QUEUE [--lock-wait DURATION]\n"
-    "                                   back to row-state claims: unpublished rows\n"
-    "                                   become ready; both wait for open\n"
-    "                                   transactions on outbox.job in short tries,\n"
-    "                                   naming them, up to DURATION (default "
-    TIMEOUT_TEXT(CTL_STREAM_LOCK_WAIT_DEFAULT_SECONDS) "s)\n"
-    "  stream list                      stream partitions: lag (rows, seconds), owner\n"
-    "\n"
-    "options:\n"
-    "  --database-url URL  libpq URI or conninfo (default: $OUTBOX_DATABASE_URL)\n"
-    "  -h, --help          show this help\n"
-    "  --version           print the version and exit\n"
-    "\n"
-    "exit status: 0 success, 1 runtime error, 2 usage error\n";
-
 void
-ctl_print_usage(void)
+ctl_print_usage(const struct ctl *ctl)
 {
-    fputs(usage_text, stdout);
+    if (ctl->print_usage != NULL)
+        ctl->print_usage(stdout);
 }
 
 /* Prints "outboxctl: <message>" as one line on stderr and returns EXIT_USAGE. */
@@ -228,7 +148,7 @@ ctl_parse_options(struct ctl *ctl, int argc, char **argv, int first,
             return ctl_unexpected_argument(ctl, argv[i]);
     }
     if (ctl->help) {
-        ctl_print_usage();
+        ctl_print_usage(ctl);
         return 0;
     }
     return CTL_GO_ON;

@@ -69,19 +69,24 @@ ctl_command_dead_retry(struct ctl *ctl, int argc, char **argv, int first)
     const char *queue = NULL, *job_text = NULL, *extra_text = NULL;
     int64_t job_id = 0, extra = 1, count = 0;
     struct outbox_error err;
+    bool all = false;
     int taken;
 
     const struct ctl_option options[] = {{"--queue", &queue, NULL},
                                          {"--job", &job_text, NULL},
-                                         {"--extra-attempts", &extra_text, NULL}};
+                                         {"--extra-attempts", &extra_text, NULL},
+                                         {"--all", NULL, &all}};
 
-    if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 3)) != CTL_GO_ON)
+    if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 4)) != CTL_GO_ON)
         return taken;
     if (job_text != NULL && ctl_number_option("--job", job_text, 1, INT64_MAX, &job_id) != 0)
         return EXIT_USAGE;
     if (extra_text != NULL &&
         ctl_number_option("--extra-attempts", extra_text, 1, EXTRA_ATTEMPTS_MAX, &extra) != 0)
         return EXIT_USAGE;
+    if (all == (queue != NULL || job_text != NULL))
+        return ctl_usage_error("%s", all ? "--all excludes --queue and --job"
+                                         : "give --queue Q or --job ID, or --all for every queue");
     if ((taken = ctl_connect(ctl)) != 0)
         return taken;
     if (store_admin_check_schema(ctl->conn, &err) < 0 ||
@@ -145,11 +150,8 @@ dead_job_json(struct buffer *out, const struct store_dead_job *job)
     api_field_int(out, "max_attempts", job->max_attempts);
     api_field_string(out, "finished_at", job->finished_at);
     api_field_string(out, "last_error", job->last_error);
-    /* payload and headers are jsonb texts: valid JSON, but escaped like any value */
-    api_json_key(out, false, "payload");
-    buffer_puts(out, job->payload ? job->payload : "null");
-    api_json_key(out, false, "headers");
-    buffer_puts(out, job->headers ? job->headers : "null");
+    api_field_json(out, "payload", job->payload);
+    api_field_json(out, "headers", job->headers);
     buffer_puts(out, "}");
 }
 
@@ -196,9 +198,12 @@ dead_action(struct api_call *call, bool delete)
     int64_t count = 0;
     int rc;
 
-    if (!body->has_job_ids && !body->has_queue && !body->has_key && !body->has_error)
+    if (body->all && (body->has_job_ids || body->has_queue))
+        return api_respond_error(response, 400, "\"all\": true excludes job_ids and queue");
+    if (!body->all && !body->has_job_ids && !body->has_queue)
         return api_respond_error(response, 400,
-                                 "give job_ids, or a queue (with ordering_key or error to narrow it)");
+                                 "give job_ids, or a queue (with ordering_key or error to narrow "
+                                 "it), or \"all\": true for every queue");
     filter_of(body, &filter);
     rc = delete ? store_dead_delete(call->conn, &filter, CONSOLE_BATCH_SIZE, api_log_progress,
                                             (void *)action, &count, &err)

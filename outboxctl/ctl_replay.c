@@ -19,8 +19,9 @@
 
 /*
  * The value of --since or --until: a timestamp PostgreSQL reads, or a
- * DURATION meaning that long ago. Durations become "now - N seconds" texts
- * in buf. Returns 0, or an exit code after the message.
+ * DURATION (10m) or a PostgreSQL interval ('10 minutes') meaning that long
+ * ago, which become the time it was then in buf. Returns 0, or an exit
+ * code after the message.
  */
 static int
 replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size_t size,
@@ -35,13 +36,19 @@ replay_time(struct ctl *ctl, const char *name, const char *text, char *buf, size
         *out = buf;
         return 0;
     }
-    if (store_admin_check_time(ctl->conn, text, &err) < 0) {
-        if (err.code == OUTBOX_ERR_INVALID)
-            return ctl_usage_error("%s: '%.60s' is neither a timestamp nor a duration", name, text);
-        return ctl_runtime_error(ctl, &err);
+    if (store_admin_check_time(ctl->conn, text, &err) == 0) {
+        *out = text;
+        return 0;
     }
-    *out = text;
-    return 0;
+    if (err.code == OUTBOX_ERR_INVALID &&
+        store_admin_interval_ago(ctl->conn, text, buf, size, &err) == 0) {
+        *out = buf;
+        return 0;
+    }
+    if (err.code == OUTBOX_ERR_INVALID)
+        return ctl_usage_error("%s: '%.60s' is neither a timestamp, a duration (10m) nor an "
+                               "interval ('10 minutes')", name, text);
+    return ctl_runtime_error(ctl, &err);
 }
 
 /* What the command line asks of a replay. */
@@ -105,7 +112,7 @@ parse_replay(struct ctl *ctl, int argc, char **argv, int first, struct replay_ar
     if (taken == EXIT_USAGE)
         return EXIT_USAGE;
     if (ctl->help) {
-        ctl_print_usage();
+        ctl_print_usage(ctl);
         return 0;
     }
     return CTL_GO_ON;

@@ -95,7 +95,7 @@ run_group(struct ctl *ctl, int argc, char **argv, int i)
         }
     }
     if (i + 1 < argc && (strcmp(argv[i + 1], "--help") == 0 || strcmp(argv[i + 1], "-h") == 0)) {
-        ctl_print_usage();
+        ctl_print_usage(ctl);
         return 0;
     }
     group_choices(group, choices, sizeof(choices));
@@ -142,7 +142,7 @@ run(struct ctl *ctl, int argc, char **argv)
     }
     if (i >= argc) {
         if (ctl->help) {
-            ctl_print_usage();
+            ctl_print_usage(ctl);
             return 0;
         }
         return ctl_usage_error("missing command");
@@ -155,7 +155,8 @@ run(struct ctl *ctl, int argc, char **argv)
 int
 main(int argc, char **argv)
 {
-    struct ctl ctl = {.database_url = getenv("OUTBOX_DATABASE_URL")};
+    struct ctl ctl = {.database_url = getenv("OUTBOX_DATABASE_URL"),
+                      .print_usage = actions_print_usage};
     int rc = run(&ctl, argc, argv);
 
     PQfinish(ctl.conn);

@@ -355,6 +355,27 @@ store_admin_time_ago(PGconn *conn, int64_t seconds, char *buf, size_t size,
 }
 
 int
+store_admin_interval_ago(PGconn *conn, const char *interval, char *buf, size_t size,
+                         struct outbox_error *err)
+{
+    const char *params[1] = {interval};
+    PGresult *result = store_admin_exec(conn, INTERVAL_AGO_SQL, 1, params);
+    const char *sqlstate;
+
+    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1) {
+        snprintf(buf, size, "%s", PQgetvalue(result, 0, 0));
+        PQclear(result);
+        return 0;
+    }
+    sqlstate = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+    store_admin_fail(err, conn, result, "unable to read the interval");
+    if (sqlstate != NULL && strncmp(sqlstate, "22", 2) == 0) /* no interval PostgreSQL reads */
+        err->code = OUTBOX_ERR_INVALID;
+    PQclear(result);
+    return -1;
+}
+
+int
 store_admin_check_time(PGconn *conn, const char *text, struct outbox_error *err)
 {
     const char *params[1] = {text};

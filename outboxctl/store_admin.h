@@ -27,6 +27,7 @@ struct store_queue_status {
     int64_t ready;
     int64_t running;
     int64_t succeeded;
+    int64_t succeeded_margin; /* an estimate's margin (rows, 95 %), 0 when counted exactly */
     int64_t dead;
     double oldest_ready_seconds; /* longest wait of a due ready row or unpublished stream row; 0: none */
     bool stream;                 /* the queue is a stream (outbox.stream) */
@@ -236,6 +237,14 @@ struct store_replay_result {
  */
 int store_admin_replay(PGconn *conn, const struct store_replay_request *request,
                        struct store_replay_result *result, struct outbox_error *err);
+
+/*
+ * Stores the time interval (a PostgreSQL interval text, '10 minutes') ago
+ * in buf as store_admin_time_ago() does; 0, or -1 with OUTBOX_ERR_INVALID
+ * (no interval) or another code (connection).
+ */
+int store_admin_interval_ago(PGconn *conn, const char *interval, char *buf, size_t size,
+                             struct outbox_error *err);
 
 /*
  * Checks that text is a timestamptz PostgreSQL reads; 0, or -1 with

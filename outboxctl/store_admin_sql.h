@@ -35,6 +35,8 @@
 
 /* now - $1 seconds, for --since DURATION and the inbox purge's cutoff */
 #define TIME_AGO_SQL "SELECT " EXACT_TIME("now() - make_interval(secs => $1::float8)")
+/* The same for a PostgreSQL interval text ('10 minutes', '1 day 02:00'). */
+#define INTERVAL_AGO_SQL "SELECT " EXACT_TIME("now() - $1::interval")
 
 /*
  * Where a stream row j stands against its partition's cursor c (a row of

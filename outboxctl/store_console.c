@@ -21,7 +21,8 @@
 /*
  * Per queue: ready (due or not, held included), running and dead from
  * their partial indexes; succeeded exactly ($1 true) or as the planner's
- * share of the queue in the table minus the unfinished rows ($1 false).
+ * share of the queue in the table minus the unfinished rows ($1 false),
+ * with the margin of that share (the last column; 0 when exact).
  * Stream rows, counted as `outboxctl status` counts them, come from
  * job_stream_idx one partition at a time: those waiting after the cursor
  * always (their cost follows the lag), those published behind it only
@@ -51,24 +52,51 @@ static const char queues_sql[] =
     "                          WHERE $1::boolean AND" STREAM_ROW_OF_CURSOR
     "                            AND " STREAM_PUBLISHED ") AS p"
     "     GROUP BY c.queue),"
-    " estimate AS ("
-    "    SELECT v.queue, (v.freq * greatest(c.reltuples, 0))::bigint AS n"
+    /*
+     * The planner's sample of queue (pg_stats): a most common value's share
+     * of reltuples; any other queue the share left over, spread evenly over
+     * the distinct queues outside that list (as the planner itself assumes).
+     * The margin is 1.96 standard errors of a share in a sample of the rows
+     * ANALYZE read (300 x the column's statistics target), in rows.
+     */
+    " stats AS ("
+    "    SELECT s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,"
+    "           s.histogram_bounds::text::text[] AS bounds, greatest(c.reltuples, 0) AS tuples,"
+    "           (1 - s.null_frac - coalesce((SELECT sum(f) FROM unnest(s.most_common_freqs) AS f), 0))"
+    "             / greatest(CASE WHEN s.n_distinct < 0 THEN -s.n_distinct * greatest(c.reltuples, 0)"
+    "                             ELSE s.n_distinct END"
+    "                        - coalesce(cardinality(s.most_common_freqs), 0), 1) AS other_freq,"
+    "           least(greatest(c.reltuples, 1), 300.0 * CASE WHEN a.attstattarget > 0"
+    "                 THEN a.attstattarget ELSE current_setting('default_statistics_target')::int"
+    "                 END) AS sample"
     "      FROM pg_stats AS s CROSS JOIN pg_class AS c"
-    "      CROSS JOIN unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(queue, freq)"
+    "      JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = 'queue'"
     "     WHERE NOT $1::boolean AND s.schemaname = 'outbox' AND s.tablename = 'job'"
     "       AND s.attname = 'queue' AND c.oid = 'outbox.job'::regclass),"
+    " estimate AS ("
+    "    SELECT v.queue, v.freq FROM stats"
+    "     CROSS JOIN unnest(stats.vals, stats.freqs) AS v(queue, freq)"
+    "     WHERE v.queue IS NOT NULL),"
+    " sampled AS ("
+    "    SELECT b.queue FROM stats CROSS JOIN unnest(stats.bounds) AS b(queue)),"
     " names AS (SELECT queue FROM ready UNION SELECT queue FROM held UNION SELECT queue FROM running"
     "           UNION SELECT queue FROM dead UNION SELECT queue FROM exact"
-    "           UNION SELECT queue FROM estimate UNION SELECT queue FROM outbox.paused"
-    "           UNION SELECT queue FROM stream),"
+    "           UNION SELECT queue FROM estimate UNION SELECT queue FROM sampled"
+    "           UNION SELECT queue FROM outbox.paused UNION SELECT queue FROM stream),"
+    " share AS ("
+    "    SELECT n.queue, coalesce(e.freq, st.other_freq) AS freq, st.tuples, st.sample"
+    "      FROM names AS n CROSS JOIN stats AS st LEFT JOIN estimate AS e USING (queue)),"
     " rest AS ("
-    "    SELECT n.queue, greatest(coalesce(e.n, 0) - coalesce(r.n, 0) - coalesce(h.n, 0)"
-    "                             - coalesce(u.n, 0) - coalesce(d.n, 0)"
-    "                             - coalesce(s.waiting, 0), 0) AS n"
-    "      FROM names AS n"
+    "    SELECT n.queue,"
+    "           greatest(coalesce((f.freq * f.tuples)::bigint, 0) - coalesce(r.n, 0)"
+    "                    - coalesce(h.n, 0) - coalesce(u.n, 0) - coalesce(d.n, 0)"
+    "                    - coalesce(s.waiting, 0), 0) AS n,"
+    "           coalesce(ceil(1.96 * sqrt(greatest(f.freq * (1 - f.freq), 0) / f.sample)"
+    "                         * f.tuples), 0)::bigint AS margin"
+    "      FROM names AS n LEFT JOIN share AS f USING (queue)"
     "      LEFT JOIN ready AS r USING (queue) LEFT JOIN held AS h USING (queue)"
     "      LEFT JOIN running AS u USING (queue) LEFT JOIN dead AS d USING (queue)"
-    "      LEFT JOIN stream AS s USING (queue) LEFT JOIN estimate AS e USING (queue))"
+    "      LEFT JOIN stream AS s USING (queue))"
     " SELECT n.queue, coalesce(r.n, 0) + coalesce(h.n, 0), coalesce(u.n, 0),"
     "        CASE WHEN $1::boolean THEN coalesce(x.n, 0) WHEN s.queue IS NULL THEN t.n ELSE 0 END,"
     "        coalesce(d.n, 0),"
@@ -76,7 +104,8 @@ static const char queues_sql[] =
     "                          - extract(epoch FROM least(r.oldest, s.oldest)), 0), 0)::float8,"
     "        CASE WHEN $1::boolean THEN coalesce(s.published, 0) WHEN s.queue IS NULL THEN 0"
     "             ELSE t.n END,"
-    "        coalesce(s.waiting, 0), s.queue IS NOT NULL"
+    "        coalesce(s.waiting, 0), s.queue IS NOT NULL,"
+    "        CASE WHEN $1::boolean THEN 0 ELSE coalesce(t.margin, 0) END"
     "   FROM names AS n"
     "   LEFT JOIN ready AS r USING (queue) LEFT JOIN held AS h USING (queue)"
     "   LEFT JOIN running AS u USING (queue) LEFT JOIN dead AS d USING (queue)"
@@ -283,7 +312,8 @@ add_minutes(const PGresult *result, const struct store_console_chart *chart, int
 }
 
 int
-store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err)
+store_console_chart(PGconn *conn, int64_t from_epoch, struct store_console_chart *chart,
+                    struct outbox_error *err)
 {
     char minutes[8], start_text[24];
     const char *params[1] = {minutes};
@@ -298,7 +328,8 @@ store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outb
     PQclear(result);
     for (int i = 1; i < STORE_CONSOLE_CHART_MINUTES; i++)
         chart->minute_epoch[i] = chart->minute_epoch[0] + 60 * i;
-    snprintf(start_text, sizeof(start_text), "%lld", (long long)chart->minute_epoch[0]);
+    snprintf(start_text, sizeof(start_text), "%lld",
+             (long long)(from_epoch > chart->minute_epoch[0] ? from_epoch : chart->minute_epoch[0]));
 
     params[0] = start_text;
     result = store_admin_exec(conn, chart_published_sql, 1, params);

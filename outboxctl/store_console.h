@@ -87,12 +87,15 @@ struct store_console_chart {
 };
 
 /*
- * Fills chart. Published rows come from job_succeeded_idx; enqueued rows
- * from the primary key, after a binary search (in the same statement) for
- * the first job_id created in the hour, as job ids grow with created_at: both
- * cost the hour's rows, not the table's.
+ * Fills chart's minutes, and counts the rows of those from from_epoch on
+ * (0: all of them; the others stay 0). Published rows come from
+ * job_succeeded_idx; enqueued rows from the primary key, after a binary
+ * search (in the same statement) for the first job_id created since then,
+ * as job ids grow with created_at: both cost the rows counted, not the
+ * table's.
  */
-int store_console_chart(PGconn *conn, struct store_console_chart *chart, struct outbox_error *err);
+int store_console_chart(PGconn *conn, int64_t from_epoch, struct store_console_chart *chart,
+                        struct outbox_error *err);
 
 /*
  * One database at a glance, for the console's Databases view: its schema,

@@ -154,6 +154,8 @@ store_admin_fill_queues(const PGresult *result, struct store_status *status, boo
             queue->stream_waiting = store_admin_int64(result, row, 7);
             queue->stream = PQgetvalue(result, row, 8)[0] == 't';
         }
+        if (PQnfields(result) > 9) /* the console's: the margin of an estimated succeeded */
+            queue->succeeded_margin = store_admin_int64(result, row, 9);
     }
 }
 

@@ -287,6 +287,8 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
             return -1;
         }
         service_broker(p);
+        if (p != NULL)
+            metrics_loop_turned(r->metrics); /* waiting for an end is no stall (/livez) */
         wait_until(&r->stop, -1, clock_monotonic_seconds() + backoff_next(&db->reconnect));
     }
     return -1;

@@ -1,5 +1,5 @@
 /*
- * http.c - the relay's /metrics, /healthz and /readyz, answered on the
+ * http.c - the relay's /metrics, /healthz, /readyz and /livez, answered on the
  * shared HTTP server's own thread (common/httpd.c reads and writes).
  */
 #include "http.h"
@@ -71,6 +71,16 @@ route(struct http_server *s, struct buffer *out, const char *path, bool head_onl
         snprintf(body, sizeof(body), "%s\n%s%s", reason, ends, faults);
         answer_text(out, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body,
                     head_only);
+    } else if (strcmp(path, "/livez") == 0) {
+        /* liveness: only a stuck loop, never an end that is down (a restart cannot fix that) */
+        double stalled_for;
+
+        if (metrics_loop_stalled(s->metrics, &stalled_for)) {
+            snprintf(body, sizeof(body), "relay loop stalled for %.0f s\n", stalled_for);
+            answer_text(out, 503, "Service Unavailable", body, head_only);
+        } else {
+            answer_text(out, 200, "OK", "alive\n", head_only);
+        }
     } else if (strcmp(path, "/readyz") == 0) {
         metrics_health(s->metrics, reason, sizeof(reason), &ready);
         snprintf(body, sizeof(body), "%s\n", ready ? "ready" : reason);

@@ -174,6 +174,14 @@ void metrics_set_horizon_age(struct metrics *m, double seconds);
 bool metrics_loop_alive(struct metrics *m);
 
 /*
+ * True when the relay loop turned once and then not for more than
+ * METRICS_HEALTH_STALE_SECONDS (*seconds: since its last turn): a stuck
+ * process, what /livez answers 503 for. Waiting for an end that is down
+ * turns the loop (each reconnect attempt), so an outage is not a stall.
+ */
+bool metrics_loop_stalled(struct metrics *m, double *seconds);
+
+/*
  * True when healthy. When not, and reason is not NULL, writes a short
  * lowercase reason ("broker down", "loop stalled for 42 s", ...): an end
  * is down when it had no round trip within the window, or none at all

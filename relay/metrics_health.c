@@ -135,6 +135,22 @@ metrics_loop_alive(struct metrics *m)
 }
 
 bool
+metrics_loop_stalled(struct metrics *m, double *seconds)
+{
+    bool stalled;
+
+    *seconds = 0;
+    if (m == NULL)
+        return false;
+    pthread_mutex_lock(&m->lock);
+    if (m->loop_turned)
+        *seconds = m->now(m->now_context) - m->last_loop_turn;
+    stalled = m->loop_turned && *seconds > METRICS_HEALTH_STALE_SECONDS;
+    pthread_mutex_unlock(&m->lock);
+    return stalled;
+}
+
+bool
 metrics_health(struct metrics *m, char *reason, size_t reason_size, bool *ready)
 {
     char why[128] = "";

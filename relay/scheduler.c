@@ -211,6 +211,7 @@ take_work(struct scheduler *s, struct work *w)
         double next = now + SCHEDULER_IDLE_MAX_SECONDS;
         struct tenant *t;
 
+        metrics_loop_turned(r->metrics); /* a slot waiting for work is no stall (/livez) */
         look_at_list(s, now);
         free_released(s); /* lets the lock go while it gives the leases up */
         now = clock_monotonic_seconds();

@@ -7,7 +7,8 @@
 # Redis Streams and NATS JetStream, shows a consumer receiving every committed
 # row exactly as the database says, a consumer using the inbox to apply each message once
 # while a relay is killed and rows are published again, and stops everything
-# on every exit path.
+# on every exit path. With KEEP=1 the stack stays up at the end with a relay
+# and the console, and the commands to try are printed, until Ctrl-C.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +21,9 @@ ROWS=${DEMO_ROWS:-20000}
 
 STACK=$(mktemp -d /tmp/outbox-demo.XXXXXX)
 RELAY_PID=""
+CONSOLE_PID=""
 cleanup() {
+    [ -n "$CONSOLE_PID" ] && kill "$CONSOLE_PID" 2>/dev/null && wait "$CONSOLE_PID" 2>/dev/null
     [ -n "$RELAY_PID" ] && kill "$RELAY_PID" 2>/dev/null && wait "$RELAY_PID" 2>/dev/null
     "$ROOT/tests/harness/stack.sh" stop "$STACK" >/dev/null 2>&1 || true
     rm -rf "$STACK"
@@ -28,7 +31,64 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step() { printf '\n== %s\n' "$*"; }
+DEMO_STARTED=$(date +%s)
+step() { printf '\n== [%3d s] %s\n' "$(($(date +%s) - DEMO_STARTED))" "$*"; }
+
+# A free loopback port: in OUTBOX_TEST_PORT_RANGE ("LOW-HIGH") when set, as the servers' are,
+# else the kernel's pick.
+free_port() {
+    python3 - <<'PYTHON'
+import os, random, socket
+low, high = (int(p) for p in (os.environ.get("OUTBOX_TEST_PORT_RANGE") or "0-0").split("-"))
+for port in random.sample(range(low, high + 1), min(200, high - low + 1)) if low else [0]:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(s.getsockname()[1])
+    break
+PYTHON
+}
+
+# KEEP=1: the stack stays up with a relay to RabbitMQ and the console, until Ctrl-C.
+keep_running() {
+    CONSOLE_PORT=$(free_port)
+    METRICS_PORT=$(free_port)
+    od -An -N24 -tx1 /dev/urandom | tr -d ' \n' > "$STACK/console-token"
+    chmod 600 "$STACK/console-token"
+    "$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_AMQP_URL" \
+        --metrics-addr "127.0.0.1:$METRICS_PORT" --log-level warn &
+    RELAY_PID=$!
+    "$BIN/outboxctl" --database-url "$DB" serve --listen "127.0.0.1:$CONSOLE_PORT" \
+        --auth-token-file "$STACK/console-token" --allow-actions 2> "$STACK/console.log" &
+    CONSOLE_PID=$!
+    step "the stack stays up (KEEP=1): a relay to RabbitMQ and the console; Ctrl-C stops all"
+    cat <<EOF
+console:   http://127.0.0.1:$CONSOLE_PORT/   token: $(cat "$STACK/console-token")
+           curl -H "Authorization: Bearer \$(cat $STACK/console-token)" \\
+                http://127.0.0.1:$CONSOLE_PORT/api/v1/queues
+relay:     curl http://127.0.0.1:$METRICS_PORT/healthz   (and /metrics)
+
+Try, in another shell:
+  export OUTBOX_DATABASE_URL='$DB' PATH="$BIN:\$PATH"
+  psql "\$OUTBOX_DATABASE_URL" -c "SELECT outbox.enqueue('orders', '{\"order_id\": 7}')"
+  outboxctl status
+  outboxctl pause orders --reason 'trying it'     # then enqueue again: the row waits
+  outboxctl resume orders
+  outboxctl replay --queue orders --since '10 minutes' --dry-run
+  outboxctl dead list
+  $TOOLS/outbox_consumer --broker '$OUTBOX_TEST_AMQP_URL' --queue orders --expect 1 --show
+EOF
+    if command -v xdg-open >/dev/null 2>&1 && [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+        xdg-open "http://127.0.0.1:$CONSOLE_PORT/login" >/dev/null 2>&1 || true
+    fi
+    while kill -0 "$RELAY_PID" 2>/dev/null && kill -0 "$CONSOLE_PID" 2>/dev/null; do
+        sleep 1
+    done
+    echo "the relay or the console stopped (see $STACK/console.log); stopping the stack" >&2
+    exit 1
+}
 
 # Kafka joins when its broker is in the cache already (make test fetches it): a first demo on
 # a fresh machine does not wait for the download
@@ -37,7 +97,15 @@ if "$ROOT/tests/harness/kafka.sh" cached; then
     KAFKA=kafka
 fi
 step "starting PostgreSQL 15, RabbitMQ, Redis, NATS${KAFKA:+ and Kafka} in $STACK"
-"$ROOT/tests/harness/stack.sh" start "$STACK" postgres rabbitmq redis nats $KAFKA >/dev/null
+"$ROOT/tests/harness/stack.sh" start "$STACK" postgres rabbitmq redis nats $KAFKA \
+    > "$STACK/start.log" 2>&1 &
+STACK_PID=$!
+# DEMO_BUILD (make demo's): the programs and tools compile while the servers start
+if [ -n "${DEMO_BUILD:-}" ]; then
+    step "building the programs and the demo's tools while the servers start"
+    sh -c "$DEMO_BUILD" > "$STACK/build.log" 2>&1 || { cat "$STACK/build.log" >&2; exit 1; }
+fi
+wait "$STACK_PID" || { cat "$STACK/start.log" >&2; echo "the servers did not start" >&2; exit 1; }
 . "$STACK/env"
 DB="${OUTBOX_TEST_PG_URL%/*}/demo"
 psql -q "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE demo"
@@ -92,7 +160,7 @@ psql -q "$DB" -c "UPDATE outbox.job SET state = 'ready', finished_at = NULL
 RELAY_PID=$!
 echo "consumer 'shipping': each message in one transaction with outbox.inbox_accept()"
 "$TOOLS/outbox_consumer" --broker "$OUTBOX_TEST_AMQP_URL" --queue shipments --idle-timeout 12 \
-    --inbox "$DB" --consumer shipping
+    --expect "$SHIPMENTS" --inbox "$DB" --consumer shipping
 kill -TERM "$RELAY_PID"; wait "$RELAY_PID"; RELAY_PID=""
 EFFECTS=$(psql -qAt "$DB" -c "SELECT count(*) || ' rows for ' || count(DISTINCT message_id)
                                || ' messages' FROM demo.shipments")
@@ -116,9 +184,11 @@ echo "...and the stream still holds each job once (job_id is the dedup key):"
     --stream-prefix events: --expect "$COMMITTED" --idle-timeout 5
 
 step "the same rows relayed to NATS JetStream (stream ORDERS over 'events.>'), twice"
-# the relay never creates streams: this one stands for what an operator makes with nats stream add
+# the relay never creates streams: this one stands for what an operator makes with nats stream
+# add, with a duplicate window (10 min) longer than a row can stay published but unmarked
+# (--lease 60 s plus --retry-max 5 m), as the relay asks of it
 "$TOOLS/nats_bench" stream-create --broker "$OUTBOX_TEST_NATS_URL" --stream ORDERS \
-    --subject 'events.>'
+    --subject 'events.>' --duplicate-window 600
 psql -q "$DB" -c "$REDRIVE"
 "$BIN/outbox-relay" --database-url "$DB" --broker "$OUTBOX_TEST_NATS_URL" \
     --subject-prefix events. --metrics-addr off --log-level warn --once
@@ -167,4 +237,8 @@ psql -q "$DB" -c "$ROUTED" >/dev/null
 step "outboxctl status (after)"
 "$BIN/outboxctl" --database-url "$DB" status
 echo
-echo "demo finished; stopping the stack"
+if [ "${KEEP:-0}" != 1 ]; then
+    echo "demo finished; stopping the stack (make demo KEEP=1 keeps it running to try things)"
+    exit 0
+fi
+keep_running

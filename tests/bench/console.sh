@@ -1,12 +1,14 @@
 #!/bin/bash
 # console.sh - how fast the console answers on a big table: seeds
 # CONSOLE_BENCH_ROWS (1 000 000) rows over CONSOLE_BENCH_QUEUES (1 000) queues in
-# their own database (90 % succeeded over the last day, 9 % ready, 0.9 % dead,
-# 0.1 % running under 4 relays, a tenth with ordering keys), analyzes it, starts
+# their own database (90 % succeeded, 9 % ready, 0.9 % dead, 0.1 % running under 4
+# relays, a tenth with ordering keys), the newest CONSOLE_BENCH_RECENT (556 000) of
+# them created and finished in the last hour, so that about 500 000 rows were
+# published in it, the rest over the 23 hours before; analyzes it, starts
 # `outboxctl serve` and times every page and every GET of the API,
-# CONSOLE_BENCH_REQUESTS (20) times each; then GET /api/v1/session while
-# CONSOLE_BENCH_REQUESTS overviews are under way beside it (none may wait for
-# another).
+# CONSOLE_BENCH_REQUESTS (20) times each (target: median <= 100 ms); then
+# GET /api/v1/session and /static/console.css while CONSOLE_BENCH_CLIENTS (16)
+# clients reload the overview beside them (none may wait for another).
 #
 # Needs OUTBOX_TEST_PG_URL (the "postgres" database of a test server) and BIN.
 # Prints one result line per page on stdout; tests/bench/run.sh appends them
@@ -18,6 +20,8 @@ BIN=${BIN:-bin}
 case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
 ROWS=${CONSOLE_BENCH_ROWS:-1000000}
 QUEUES=${CONSOLE_BENCH_QUEUES:-1000}
+RECENT=${CONSOLE_BENCH_RECENT:-556000}
+CLIENTS=${CONSOLE_BENCH_CLIENTS:-16}
 REQUESTS=${CONSOLE_BENCH_REQUESTS:-20}
 ADMIN_URL=${OUTBOX_TEST_PG_URL:?OUTBOX_TEST_PG_URL is not set}
 NAME=outbox_bench_console_$$
@@ -34,16 +38,25 @@ trap cleanup EXIT
 
 psql -X -q -v ON_ERROR_STOP=1 "$ADMIN_URL" -c "CREATE DATABASE $NAME" >/dev/null
 "$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
-psql -X -q -v ON_ERROR_STOP=1 -v rows="$ROWS" -v queues="$QUEUES" "$DB" >/dev/null <<'SQL'
+psql -X -q -v ON_ERROR_STOP=1 -v rows="$ROWS" -v queues="$QUEUES" -v recent="$RECENT" \
+    "$DB" >/dev/null <<'SQL'
+-- the age of row i: the newest :recent rows over the last hour, the others the 23 hours before
+CREATE FUNCTION pg_temp.age_of(i bigint, total bigint, recent bigint) RETURNS interval
+    LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN i > total - recent
+                THEN 3600 * (1 - (i - (total - recent))::float8 / recent) * interval '1 second'
+                ELSE interval '1 hour'
+                     + 82800 * (1 - i::float8 / greatest(total - recent, 1)) * interval '1 second'
+           END $$;
 INSERT INTO outbox.job (queue, payload, state, attempts, ordering_key, run_at, created_at,
                         finished_at, last_error, worker_id, lease_until)
 SELECT 'queue-' || ((i / 1000) % :queues),
        jsonb_build_object('order', i, 'note', 'a payload of a realistic size for the console'),
        s.state, CASE WHEN s.state = 'ready' THEN 0 ELSE 1 END,
        CASE WHEN i % 10 = 3 THEN 'key-' || (i % 5000) END,
-       now() - interval '1 hour', now() - (86400 * (1 - i::float8 / :rows)) * interval '1 second',
+       now() - interval '1 hour', now() - pg_temp.age_of(i, :rows, :recent),
        CASE WHEN s.state IN ('succeeded', 'dead')
-            THEN now() - (86400 * (1 - i::float8 / :rows)) * interval '1 second' END,
+            THEN now() - pg_temp.age_of(i, :rows, :recent) END,
        CASE WHEN s.state = 'dead' THEN 'broker refused the message #' || i END,
        CASE WHEN s.state = 'running' THEN 'relay-' || (i % 4) END,
        CASE WHEN s.state = 'running' THEN now() + interval '30 seconds' END
@@ -90,7 +103,8 @@ time_path() {
 }
 
 size=$(psql -X -At "$DB" -c "SELECT pg_size_pretty(pg_total_relation_size('outbox.job'))")
-echo "  console at $ROWS rows / $QUEUES queues ($size), $REQUESTS requests each (target <= 100 ms; load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) CPUs):"
+hour=$(psql -X -At "$DB" -c "SELECT count(*) FROM outbox.job WHERE state = 'succeeded' AND finished_at >= now() - interval '1 hour'")
+echo "  console at $ROWS rows / $QUEUES queues ($size), $hour published in the last hour, $REQUESTS requests each (target <= 100 ms; load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) CPUs):"
 for path in / /dead /keys /replay /api/v1/overview /api/v1/queues /api/v1/blocked /api/v1/paused \
     /api/v1/relays /api/v1/chart /api/v1/streams "/api/v1/dead?limit=100"; do
     printf '    GET %-22s %s\n' "$path" "$(time_path "$path")"
@@ -98,12 +112,17 @@ done
 grep -q "succeeded_estimated\":true" <(curl -fsS "http://127.0.0.1:$port/api/v1/overview") &&
     echo "    (succeeded per queue estimated from planner statistics; ready, running, dead exact)"
 
-# none waits for another: a small GET while overviews are being built beside it
-for _ in $(seq 1 "$REQUESTS"); do curl -fsS -o /dev/null "http://127.0.0.1:$port/"; done &
-busy=$!
+# none waits for another: small GETs while CLIENTS clients reload the overview beside them
+busy=()
+for _ in $(seq 1 "$CLIENTS"); do
+    (for _ in $(seq 1 "$REQUESTS"); do curl -fsS -o /dev/null "http://127.0.0.1:$port/"; done) &
+    busy+=($!)
+done
 sleep 0.2
-beside=$(for _ in $(seq 1 "$REQUESTS"); do
-    curl -fsS -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$port/api/v1/session"
-done | sort -n | awk '{ t[NR] = $1 * 1000 } END { printf "median %.0f ms, max %.0f ms", t[int((NR + 1) / 2)], t[NR] }')
-wait "$busy"
-echo "    GET /api/v1/session beside overviews under way: $beside wall"
+for path in /api/v1/session /static/console.css; do
+    beside=$(for _ in $(seq 1 "$REQUESTS"); do
+        curl -fsS -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$port$path"
+    done | sort -n | awk '{ t[NR] = $1 * 1000 } END { printf "median %.0f ms, max %.0f ms", t[int((NR + 1) / 2)], t[NR] }')
+    echo "    GET $path beside $CLIENTS clients reloading the overview: $beside wall"
+done
+wait "${busy[@]}"

@@ -16,8 +16,9 @@ export CONTAINERS_CONF=$CONTAINER_TEST_CONF
 # build stage's, minbase with the build packages; the runtime stage's, minbase with the runtime
 # libraries, what debian:12-slim plus the Containerfile's apt-get would hold.
 TEST_IMAGE=${OUTBOX_TEST_IMAGE:-localhost/outbox-relay:test}
-TEST_BUILD_PACKAGES="build-essential,pkg-config,libpq-dev,librabbitmq-dev,libhiredis-dev,uuid-dev,libnats-dev,librdkafka-dev,ca-certificates"
-TEST_RUNTIME_PACKAGES="libpq5,librabbitmq4,libhiredis0.14,libnats3.4,librdkafka1,libuuid1,ca-certificates"
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/container/debian-bases.sh"
+TEST_BUILD_PACKAGES=$DEBIAN_BASE_BUILD_PACKAGES
+TEST_RUNTIME_PACKAGES=$DEBIAN_BASE_RUNTIME_PACKAGES
 TEST_DEB_CACHE=${OUTBOX_TEST_DEB_CACHE:-/var/cache/outbox-relay-tests/debs}
 
 # podman run with the settings every test container needs here. Without systemd podman cannot
@@ -32,19 +33,7 @@ podman_run() {
 # the packages, a comma-separated list) unless it exists: the .debs are cached in
 # TEST_DEB_CACHE, so a second base downloads only what the first lacked.
 debian_image() {
-    local image=$1 packages=$2 tar
-    podman image exists "$image" && return 0
-    tar=$(mktemp "${TMPDIR:-/tmp}/outbox-base.XXXXXX.tar")
-    mkdir -p "$TEST_DEB_CACHE"
-    echo "podman: making $image from Debian 12 packages (mmdebstrap, once)"
-    mmdebstrap --quiet --variant=minbase --include="$packages" \
-        --skip=download/empty --skip=essential/unlink \
-        --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
-        --setup-hook="sync-in $TEST_DEB_CACHE /var/cache/apt/archives/" \
-        --customize-hook="sync-out /var/cache/apt/archives $TEST_DEB_CACHE" \
-        bookworm "$tar" || { rm -f "$tar"; return 1; }
-    podman import --quiet "$tar" "$image" >/dev/null || { rm -f "$tar"; return 1; }
-    rm -f "$tar"
+    debian_base "$1" "$2" "$TEST_DEB_CACHE"
 }
 
 # The name of a base made of these packages (a comma-separated list): a changed list makes a

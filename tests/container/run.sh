@@ -2,9 +2,9 @@
 # run.sh - `make test-image`: the container image, the compose file and the Helm chart.
 #
 # As root, installs what is missing of podman, runc, podman-compose, mmdebstrap and their
-# helpers (Debian 12 packages). Makes the Debian 12 base of the image's build stages with
-# mmdebstrap once (no registry is reachable; later runs reuse it), builds the image with
-# `make image` while a throwaway PostgreSQL, Redis and RabbitMQ start (tests/harness/stack.sh),
+# helpers (Debian 12 packages). Builds the image with `make image-offline` (no registry is
+# reachable: the Debian 12 bases of its stages are made with mmdebstrap once, later runs reuse
+# them) while a throwaway PostgreSQL, Redis and RabbitMQ start (tests/harness/stack.sh),
 # then runs test_image.sh, test_compose.sh and test_helm.sh, each even when another failed.
 set -eu
 
@@ -41,15 +41,11 @@ trap stop_stack EXIT
 tests/harness/stack.sh start "$STACK_DIR" postgres redis rabbitmq > "$STACK_DIR.log" 2>&1 &
 stack_pid=$!
 
-build_base=$(test_base_image debian-build "$TEST_BUILD_PACKAGES")
-runtime_base=$(test_base_image debian-slim "$TEST_RUNTIME_PACKAGES")
-debian_image "$build_base" "$TEST_BUILD_PACKAGES"
-debian_image "$runtime_base" "$TEST_RUNTIME_PACKAGES"
+# the README's route without a registry: `make image-offline`, bases from Debian packages
 build_started=$(date +%s)
-make --no-print-directory image IMAGE="$TEST_IMAGE" CONTAINER_ENGINE=podman \
-    IMAGE_BUILD_ARGS="--quiet --isolation chroot --build-arg BUILD_IMAGE=$build_base --build-arg BASE_IMAGE=$runtime_base" \
-    >/dev/null
-echo "test-image: image $TEST_IMAGE built in $(($(date +%s) - build_started)) s"
+OUTBOX_DEB_CACHE=$TEST_DEB_CACHE make --no-print-directory image-offline IMAGE="$TEST_IMAGE" \
+    IMAGE_OFFLINE_ARGS="--quiet --isolation chroot" >/dev/null
+echo "test-image: image $TEST_IMAGE built (make image-offline) in $(($(date +%s) - build_started)) s"
 
 if ! wait "$stack_pid"; then
     stack_pid=""

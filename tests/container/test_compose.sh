@@ -3,7 +3,8 @@
 # with compose.local.yml swapping each server's official image for a stand-in built here from
 # Debian 12 packages: every service comes up, `migrate` applies the schema, and the demo's rows
 # (committed orders, every 10th transaction rolled back) reach RabbitMQ through the relay, each
-# committed row once and no rolled-back one; /healthz answers on the published port; the relay's
+# committed row once and no rolled-back one; /healthz answers on the published port (every
+# host port chosen through its HOST_PORT_* variable); the relay's
 # image reaches NATS JetStream and Kafka on the compose network (--check).
 . "$(dirname "$0")/../deploy/lib.sh"
 . tests/container/podman.sh
@@ -12,8 +13,13 @@ TOOLS=$BUILD/tests/tools
 make --no-print-directory BUILD="$BUILD" BIN="$BIN" LIB="$LIB" "$TOOLS/outbox_consumer" \
     "$TOOLS/outbox_producer" >/dev/null || fail "unable to build the demo's producer and consumer"
 command -v podman-compose >/dev/null || fail "podman-compose is missing (Debian package podman-compose)"
-for port in 5432 5672 6379 4222 9187; do
-    ! ss -Hltn "sport = :$port" | grep -q . || fail "port $port is taken: docker-compose.yml publishes it"
+# Every host port through its variable (docker-compose.yml's defaults may be taken on a host):
+# free ones, which also proves the override.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+for name in POSTGRES RABBITMQ RABBITMQ_UI REDIS NATS METRICS; do
+    export "HOST_PORT_$name=$(free_port)"
 done
 
 # Like wait_until, for commands that take seconds each: retries command $1 until $2 seconds of
@@ -58,8 +64,8 @@ CLEANUP="$CLEANUP; ${compose[*]} down -v >/dev/null 2>&1; podman volume ls -q | 
 up_started=$(date +%s)
 "${compose[@]}" up -d > "$SCRATCH/compose-up.log" 2>&1 || { cat "$SCRATCH/compose-up.log" >&2; fail "podman-compose up failed"; }
 
-database=postgresql://outbox:outbox@127.0.0.1:5432/outbox
-amqp=amqp://outbox:outbox@127.0.0.1:5672/%2f
+database=postgresql://outbox:outbox@127.0.0.1:$HOST_PORT_POSTGRES/outbox
+amqp=amqp://outbox:outbox@127.0.0.1:$HOST_PORT_RABBITMQ/%2f
 wait_seconds "[ \"\$(podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' ${project}_migrate_1)\" = 'exited 0' ]" 360 ||
     { podman logs "${project}_migrate_1" >&2; podman logs "${project}_postgres_1" | tail -n 20 >&2; fail "migrate did not succeed within 360 s"; }
 pass "migrate applied the schema ($(($(date +%s) - up_started)) s after up)"
@@ -77,8 +83,9 @@ grep -q "unique=$committed duplicates=0 " "$SCRATCH/count" ||
 psql -qAtX "$database" -c "SELECT job_id FROM outbox.job WHERE queue = 'orders'" | sort -n > "$SCRATCH/db-ids"
 sort -n "$SCRATCH/ids" | cmp -s - "$SCRATCH/db-ids" || fail "the ids in RabbitMQ are not the table's"
 pass "the demo's $committed committed rows reached RabbitMQ through the compose stack, each once (of 2000, every 10th rolled back)"
-curl -fsS http://127.0.0.1:9187/healthz | grep -qx ok || fail "the relay's /healthz on 127.0.0.1:9187 is not ok"
-pass "/healthz ok on the published port"
+curl -fsS "http://127.0.0.1:$HOST_PORT_METRICS/healthz" | grep -qx ok ||
+    fail "the relay's /healthz on 127.0.0.1:$HOST_PORT_METRICS (HOST_PORT_METRICS) is not ok"
+pass "/healthz ok on the published port, every host port as its HOST_PORT_* variable said"
 
 # NATS and Kafka, from the relay's image on the compose network: --check connects and gets the
 # broker's own answer about what it holds (the compose file creates no stream and no topic, and

@@ -670,7 +670,12 @@ test_replay_refuses_unfinished_rows(void **state)
     assert_int_equal(run_ctl(f, out, sizeof(out), "replay", "--queue", "orders", "--since",
                              "yesterday-ish", NULL),
                      2);
-    assert_non_null(strstr(out, "neither a timestamp nor a duration"));
+    assert_non_null(strstr(out, "neither a timestamp, a duration (10m) nor an interval"));
+    /* a PostgreSQL interval is a time ago too, as a DURATION is */
+    assert_int_equal(run_ctl(f, out, sizeof(out), "replay", "--queue", "orders", "--since",
+                             "10 minutes", "--dry-run", NULL),
+                     0);
+    assert_non_null(strstr(out, "would replay 1 succeeded job of queue 'orders'"));
 }
 
 /* ---- inbox ------------------------------------------------------------------------- */

@@ -611,6 +611,14 @@ test_health_follows_the_broker(void **state)
     assert_true(metric_value(text, "outbox_up", "target=\"database\"") == 1);
     free(text);
     assert_int_equal(kill(relay.pid, 0), 0); /* waiting for the broker, not exited */
+    /* liveness is a stuck process only: 40 s of outage (past the 30 s stall) never fail /livez */
+    for (int i = 0; i < 20; i++) {
+        r = http_get(f->port, "/livez");
+        if (r.status != 200)
+            fail_msg("/livez answered %d during a broker outage: %s", r.status, r.body);
+        free(r.body);
+        usleep(2000 * 1000);
+    }
 
     assert_int_equal(harness_stack("start-service", "redis"), 0);
     f->redis = stream_consumer_connect(f->broker);

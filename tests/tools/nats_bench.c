@@ -2,7 +2,7 @@
  * nats_bench.c - the NATS JetStream side of `make bench`: the raw async
  * publisher ceiling, and the stream the relay's drain is measured against.
  *
- *   nats_bench stream-create --broker URL --stream NAME --subject S
+ *   nats_bench stream-create --broker URL --stream NAME --subject S [--duplicate-window SECONDS]
  *   nats_bench stream-delete --broker URL --stream NAME
  *   nats_bench stream-count  --broker URL --stream NAME      prints messages=N
  *   nats_bench publish --broker URL --subject S --count N [--payload-bytes B] [--window W]
@@ -33,6 +33,7 @@ struct arguments {
     long payload_bytes;
     long window;
     bool msg_id; /* a Nats-Msg-Id on every message (the default, as the relay) */
+    long duplicate_window; /* stream-create: seconds; 0: the server's default (2 min) */
 };
 
 static int
@@ -40,7 +41,7 @@ usage(void)
 {
     fprintf(stderr, "usage: nats_bench stream-create|stream-delete|stream-count|publish"
                     " --broker URL [--stream NAME] [--subject S] [--count N]"
-                    " [--payload-bytes B] [--window W]\n");
+                    " [--payload-bytes B] [--window W] [--duplicate-window SECONDS]\n");
     return 2;
 }
 
@@ -64,6 +65,8 @@ parse(int argc, char **argv, struct arguments *a)
             a->payload_bytes = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--window") == 0)
             a->window = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--duplicate-window") == 0)
+            a->duplicate_window = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--msg-id") == 0)
             a->msg_id = strcmp(argv[i + 1], "no") != 0;
         else
@@ -101,6 +104,7 @@ stream_command(jsCtx *js, const struct arguments *a)
         config.Subjects = subjects;
         config.SubjectsLen = 1;
         config.Storage = js_FileStorage;
+        config.Duplicates = (int64_t)a->duplicate_window * 1000000000; /* nanoseconds */
         st = js_AddStream(&info, js, &config, NULL, &code);
     } else if (strcmp(a->command, "stream-delete") == 0) {
         st = js_DeleteStream(js, a->stream, NULL, &code);
