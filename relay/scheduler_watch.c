@@ -70,17 +70,42 @@ close_server(struct watch_server *server, watch_give_fn give, void *arg)
 }
 
 static void
+free_databases(struct watch_database *databases, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        free(databases[i].name);
+        free(databases[i].dbname);
+    }
+    free(databases);
+}
+
+static void
 clear(struct watch *w)
 {
-    for (size_t i = 0; i < w->count; i++) {
-        free(w->databases[i].name);
-        free(w->databases[i].dbname);
-    }
-    free(w->databases);
+    free_databases(w->databases, w->count);
     free(w->woken);
     w->databases = NULL;
     w->woken = NULL;
     w->count = 0;
+}
+
+/*
+ * Gives each database of w the count its namesake of old (same name,
+ * database and server) had: a commit between the last look before a list
+ * change and the first after it moves the count from the old one, and
+ * wakes its database, instead of being taken for where the count starts.
+ */
+static void
+carry_counts(struct watch *w, const struct watch_database *old, size_t old_count)
+{
+    for (size_t d = 0; d < w->count; d++)
+        for (size_t o = 0; o < old_count; o++)
+            if (old[o].seen && old[o].server == w->databases[d].server &&
+                strcmp(old[o].name, w->databases[d].name) == 0 &&
+                strcmp(old[o].dbname, w->databases[d].dbname) == 0) {
+                w->databases[d].changed = old[o].changed;
+                w->databases[d].seen = true;
+            }
 }
 
 void
@@ -172,8 +197,12 @@ int
 watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
           watch_give_fn give, void *arg)
 {
+    struct watch_database *old = w->databases;
+    size_t old_count = w->count;
     int rc = 0;
 
+    w->databases = NULL; /* kept in old until the counts are carried over */
+    w->count = 0;
     clear(w);
     w->databases = calloc(count + 1, sizeof(*w->databases));
     w->woken = calloc(count + 1, sizeof(*w->woken));
@@ -203,6 +232,9 @@ watch_set(struct watch *w, size_t count, const char *const *names, const char *c
     }
     if (rc != 0)
         clear(w);
+    else
+        carry_counts(w, old, old_count);
+    free_databases(old, old_count);
     drop_unused_servers(w, give, arg);
     return rc;
 }
@@ -291,7 +323,8 @@ look_at_server(struct watch *w, size_t index, size_t woken)
 
             if (db->server != index || strcmp(db->dbname, dbname) != 0)
                 continue;
-            if (db->seen && db->changed != changed)
+            /* first seen (listed, or its server back): what changed unseen is looked at */
+            if (!db->seen || db->changed != changed)
                 w->woken[woken++] = (struct watch_wake){db->name, false};
             db->changed = changed;
             db->seen = true;

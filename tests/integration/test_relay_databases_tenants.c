@@ -181,11 +181,53 @@ test_busy_session_woken_at_commit(void **state)
     list_run_check_redis(&f->run, 0, BUSY_ROUNDS);
 }
 
+#define EDIT_ROUNDS 6
+#define EDIT_DATABASES 8 /* and one more, listed and removed in turns */
+
+/*
+ * Single rows into idle watched databases while the list file is edited
+ * (a database added and removed in turns, the others kept): each round's
+ * rows are all published within 5 s. A list change gave the watch a fresh
+ * count of every database, so a commit after its last look before the
+ * change was taken for where the count starts, and its row waited for the
+ * next one (or the 15-minute look).
+ */
+static void
+test_rows_woken_while_list_edited(void **state)
+{
+    struct fixture *f = *state;
+
+    f->bc.databases = EDIT_DATABASES + 1;
+    start(f);
+    usleep(3000 * 1000); /* every database visited once, idle, resting until woken */
+    for (int r = 0; r < EDIT_ROUNDS; r++) {
+        double from;
+
+        list_run_write_list(&f->run, r % 2 == 0 ? EDIT_DATABASES : EDIT_DATABASES + 1, false);
+        for (int i = 0; i < EDIT_DATABASES; i++) {
+            enqueue_on(f->run.conns[i], f, i, r + 1);
+            usleep(150 * 1000); /* spread over the relay's next look at the file */
+        }
+        from = wall_clock_seconds();
+        while (list_run_rows_left(&f->run) > 0 && wall_clock_seconds() - from < 5)
+            usleep(20 * 1000);
+        if (list_run_rows_left(&f->run) > 0) {
+            relay_dump_log(&f->relay);
+            fail_msg("round %d: %lld rows not published 5 s after the last commit", r + 1,
+                     list_run_rows_left(&f->run));
+        }
+    }
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_busy_session_woken_at_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_woken_while_list_edited, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
