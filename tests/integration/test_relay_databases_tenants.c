@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
+#include "scheduler_watch.h"
 
 struct fixture {
     struct broker_case bc;
@@ -222,12 +223,59 @@ test_rows_woken_while_list_edited(void **state)
     assert_int_equal(relay_wait(&f->relay, 15000), 0);
 }
 
+/*
+ * A tenant's session naming itself like a relay's watch, in turns with
+ * another name, while the databases idle: the watch counted it as a relay
+ * joining and leaving, and each look woke every database of the server
+ * for its lease (a wake storm). Now only sessions of the watch's login
+ * role (or of outbox_relay's members) count: the relay opens next to no
+ * session meanwhile.
+ */
+static void
+test_watch_name_storm(void **state)
+{
+    struct fixture *f = *state;
+    char user[48], *url;
+    PGconn *tenant;
+    long long before, opened;
+    double from;
+    int turns = 0;
+
+    f->bc.databases = 8; /* budget 4: visits need connects */
+    start(f);
+    usleep(3000 * 1000); /* every database visited once, idle */
+    snprintf(user, sizeof(user), "storm_%d", (int)getpid());
+    fixture_create_login_role(f->run.admin, user, "");
+    url = fixture_url_as(f->run.urls[0], user);
+    tenant = harness_connect(url);
+    free(url);
+    before = list_run_sessions_opened(&f->run);
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 4) {
+        PQclear(PQexec(tenant, turns++ % 2 == 0
+                                   ? "SET application_name = '" WATCH_NAME_PREFIX
+                                     "00000000-0000-0000-0000-000000000000'; SELECT 1"
+                                   : "SET application_name = 'tenant app'; SELECT 1"));
+        usleep(60 * 1000);
+    }
+    opened = list_run_sessions_opened(&f->run) - before;
+    PQfinish(tenant);
+    fixture_drop_role(f->run.admin, user);
+    print_message("storm: %d name changes in 4 s, the relay opened %lld sessions\n", turns,
+                  opened);
+    assert_true(opened <= 8);
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_busy_session_woken_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_woken_while_list_edited, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_name_storm, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
