@@ -55,6 +55,7 @@ struct work {
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
     bool watched;           /* the watch covered the database when the slot took it */
+    int watch_pid;          /* the backend pid of the watch's session on its server */
     bool woken;             /* the watch saw a change of the database since its last slice */
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
     bool held_rows;         /* and whether rows wait behind their keys then */
@@ -222,6 +223,7 @@ take_work(struct scheduler *s, struct work *w)
             w->woken = t->woken;
             t->woken = false;
             w->watched = t->watched;
+            w->watch_pid = t->watch_pid;
             w->lease_call = lease_call_of(s, t, now);
             w->streams = t->stream != NULL;
             w->tenant = t;
@@ -426,8 +428,8 @@ lease_step(struct pipeline *p, struct work *w, enum lease_call when,
     }
     if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
                                   p->relay->config->lease_seconds,
-                                  w->watched ? p->relay->scheduler->watch_name : NULL, lease,
-                                  cause) != 0) {
+                                  w->watched ? p->relay->scheduler->watch_name : NULL,
+                                  w->watched ? w->watch_pid : 0, lease, cause) != 0) {
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
         return -1;

@@ -49,6 +49,7 @@ struct tenant {
     double takeover_wait; /* a winner's wait for the owner to give the lease up; doubles */
     bool paused;       /* outboxctl pause --database: no relay serves it */
     bool watched;      /* the statistics watch covers it: no poll while idle */
+    int watch_pid;     /* the backend pid of the watch's session on its server, 0 for none */
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */

@@ -115,6 +115,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
             due = true;
         }
         t->watched = watched;
+        t->watch_pid = watched ? watch_pid_of(s->watch, t->name) : 0;
         for (size_t k = 0; k < count; k++) {
             double at = t->visited_at + woken_rest(t);
 

@@ -123,10 +123,25 @@ watch_free(struct watch *w, watch_give_fn give, void *arg)
     free(w);
 }
 
+/* Whether keyword names the database, the login or the session's name: not the server's. */
+static bool
+not_of_server(const char *keyword)
+{
+    static const char *const others[] = {"dbname", "application_name", "fallback_application_name",
+                                         "user", "password", "passfile", NULL};
+
+    for (size_t i = 0; others[i] != NULL; i++)
+        if (strcmp(keyword, others[i]) == 0)
+            return true;
+    return false;
+}
+
 /*
- * The server of url as a key (every connection option but the database's
- * and the application name's) and its database name; false for a URL
- * libpq cannot read or one without a database name.
+ * The server of url as a key (every connection option but the database's,
+ * the login's and the application name's: databases of one server under
+ * a login role each share one watch, made with the first one's URL) and its
+ * database name; false for a URL libpq cannot read or one without a
+ * database name.
  */
 static bool
 server_of(const char *url, struct buffer *key, char **dbname)
@@ -141,8 +156,7 @@ server_of(const char *url, struct buffer *key, char **dbname)
             continue;
         if (strcmp(o->keyword, "dbname") == 0)
             *dbname = strdup(o->val);
-        else if (strcmp(o->keyword, "application_name") != 0 &&
-                 strcmp(o->keyword, "fallback_application_name") != 0)
+        else if (!not_of_server(o->keyword))
             buffer_printf(key, "%s=%s\n", o->keyword, o->val);
     }
     PQconninfoFree(options);
@@ -379,4 +393,16 @@ watch_covers(const struct watch *w, const char *name)
         if (strcmp(w->databases[d].name, name) == 0)
             return w->databases[d].seen && w->servers[w->databases[d].server].answered;
     return false;
+}
+
+int
+watch_pid_of(const struct watch *w, const char *name)
+{
+    for (size_t d = 0; d < w->count; d++)
+        if (strcmp(w->databases[d].name, name) == 0) {
+            const struct watch_server *server = &w->servers[w->databases[d].server];
+
+            return server->conn != NULL ? PQbackendPID(server->conn) : 0;
+        }
+    return 0;
 }

@@ -86,4 +86,11 @@ size_t watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn
 /* Whether database name is watched now: its server answered the last look and lists it. */
 bool watch_covers(const struct watch *w, const char *name);
 
+/*
+ * The backend pid of the watch's session on database name's server, 0 for
+ * none: the lease call names it, so that the member is known by that
+ * session's login role (sql/024), which may not be the database's.
+ */
+int watch_pid_of(const struct watch *w, const char *name);
+
 #endif

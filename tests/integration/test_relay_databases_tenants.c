@@ -269,6 +269,92 @@ test_watch_name_storm(void **state)
     assert_int_equal(relay_wait(&f->relay, 15000), 0);
 }
 
+#define ROLE_DATABASES 3
+
+/* Writes the list with database i under login role users[i]. */
+static void
+write_list_as(const struct fixture *f, char users[][48])
+{
+    FILE *file = fopen(f->run.list_path, "w");
+
+    assert_non_null(file);
+    for (int i = 0; i < f->run.count; i++) {
+        char *url = fixture_url_as(f->run.urls[i], users[i]);
+
+        fprintf(file, "db%d %s\n", i, url);
+        free(url);
+    }
+    assert_int_equal(fclose(file), 0);
+}
+
+/* Databases whose lease this relay's watch keeps (sql/019's watched member). */
+static int
+watched_members(const struct fixture *f)
+{
+    int count = 0;
+
+    for (int i = 0; i < f->run.count; i++)
+        count += harness_query_ll(f->run.conns[i],
+                                  "SELECT count(*) FROM outbox.relay_members('60 s') WHERE watched")
+                 == 1;
+    return count;
+}
+
+/*
+ * A login role per tenant database: the watch's one session on the server
+ * is of the first database's role, and each other database recorded the
+ * relay's member under its own, so no watch kept those leases and each was
+ * visited, a connect each, four times a lease. Now the member is recorded
+ * under the watch session's role (sql/024): every database's lease is kept
+ * by the watch, and an idle minute costs no connect.
+ */
+static void
+test_tenant_roles_keep_the_watch(void **state)
+{
+    struct fixture *f = *state;
+    char users[ROLE_DATABASES][48];
+    double from;
+    int watched = 0;
+
+    f->run.count = ROLE_DATABASES;
+    for (int i = 0; i < f->run.count; i++) {
+        char grant[192];
+
+        list_run_make_database(&f->run, i);
+        fixture_create_outbox_roles(f->run.conns[i]);
+        snprintf(users[i], sizeof(users[i]), "tenant%d_%d", i, (int)getpid());
+        snprintf(grant, sizeof(grant), "GRANT outbox_relay TO %s", users[i]);
+        fixture_create_login_role(f->run.conns[i], users[i], grant);
+    }
+    write_list_as(f, users);
+    list_run_start_relay(&f->run, &f->relay, "mdb-tenants", f->port);
+    f->running = true;
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 10 && (watched = watched_members(f)) < f->run.count)
+        usleep(200 * 1000);
+    print_message("tenant roles: %d of %d databases' leases kept by the watch\n", watched,
+                  f->run.count);
+    for (int i = 0; watched < f->run.count && i < f->run.count; i++) {
+        PGresult *result = PQexec(f->run.conns[i], "SELECT watch, watch_role,"
+                                                   " (SELECT string_agg(usesysid || ' ' || pid, ',')"
+                                                   "    FROM pg_stat_activity"
+                                                   "   WHERE application_name = m.watch)"
+                                                   " FROM outbox.relay_member AS m");
+
+        for (int r = 0; PQresultStatus(result) == PGRES_TUPLES_OK && r < PQntuples(result); r++)
+            print_message("db%d: member watch %s role %s; sessions %s\n", i,
+                          PQgetvalue(result, r, 0), PQgetvalue(result, r, 1),
+                          PQgetvalue(result, r, 2));
+        PQclear(result);
+    }
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+    for (int i = 0; i < f->run.count; i++)
+        fixture_drop_role(f->run.conns[i], users[i]);
+    assert_int_equal(watched, f->run.count);
+}
+
 int
 main(void)
 {
@@ -276,6 +362,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_busy_session_woken_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_woken_while_list_edited, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_name_storm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_roles_keep_the_watch, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
