@@ -359,6 +359,7 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
         c->store = NULL;
         return -1;
     }
+    scheduler_identity_seen(p->relay->scheduler, t, c->identity.database_id);
     outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
     outbox_store_set_delete_on_success(c->store, config->delete_on_success);
     metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);

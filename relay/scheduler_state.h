@@ -29,6 +29,8 @@ struct idle_connection {
 struct tenant {
     char name[DATABASE_NAME_MAX];
     char *url;
+    char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */
+    bool identity_shared; /* another database of the list was seen with the same identity */
     bool removed; /* gone from the list: freed once no slot serves it */
     struct tenant *released_next; /* set aside by release_removed(), freed by a slot */
     int serving;  /* slots serving it now */
@@ -131,6 +133,14 @@ void tenant_close_idle(struct scheduler *s, struct tenant *t);
 void release_leases(struct scheduler *s);
 
 void tenant_free(struct scheduler *s, struct tenant *t);
+
+/* ---- identities (scheduler_identity.c) ------------------------------------- */
+
+/*
+ * Records database_id as t's identity, read at a connect; logs an error
+ * naming both when another database of the list has the same. Takes the lock.
+ */
+void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *database_id);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 

@@ -355,6 +355,45 @@ test_tenant_roles_keep_the_watch(void **state)
     assert_int_equal(watched, f->run.count);
 }
 
+/*
+ * Two databases of the list under one identity (a TEMPLATE copy beside its
+ * original, a dump restored under another name): their message ids collide
+ * and a deduplicating destination drops one's rows. The relay says so at
+ * its first connects, naming both, within 10 s of its start.
+ */
+static void
+test_duplicate_identity_said_at_once(void **state)
+{
+    struct fixture *f = *state;
+    const char *argv[] = {"--database-url", NULL, "identity", "set", "--database-id", NULL,
+                          NULL};
+    char output[2048];
+    double from;
+    int lines = 0;
+
+    f->run.count = f->bc.databases;
+    for (int i = 0; i < f->run.count; i++)
+        list_run_make_database(&f->run, i);
+    argv[1] = f->run.urls[2];
+    argv[5] = f->run.ids[0];
+    if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+        fail_msg("outboxctl identity set: %s", output);
+    list_run_write_list(&f->run, f->run.count, false);
+    list_run_start_relay(&f->run, &f->relay, "mdb-tenants", f->port);
+    f->running = true;
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 10 &&
+           (lines = list_run_log_lines_with(&f->relay, "have one identity", "database_id=")) == 0)
+        usleep(200 * 1000);
+    print_message("one identity: said %.1f s after the start\n", wall_clock_seconds() - from);
+    assert_int_equal(lines, 1);
+    assert_int_equal(list_run_log_lines_with(&f->relay, "have one identity", "db0"), 1);
+    assert_int_equal(list_run_log_lines_with(&f->relay, "have one identity", "db2"), 1);
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+}
+
 int
 main(void)
 {
@@ -363,6 +402,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_rows_woken_while_list_edited, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_name_storm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_roles_keep_the_watch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_identity_said_at_once, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
