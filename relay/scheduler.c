@@ -479,7 +479,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed, settled;
     struct outbox_error next_err;
-    double started = clock_monotonic_seconds();
+    double started;
     unsigned long connects;
 
     *lease = (struct store_database_lease){0};
@@ -499,6 +499,9 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
      * relay's claimed rows go out in this visit; else after it, the woken rows first */
     if (w->lease_call == LEASE_BEFORE)
         maintain(p, t);
+    /* the slice is timed from its first claim: a slow connect, lease call or maintenance
+     * left no time for one, and the database rested as if empty (stranded, rows ready) */
+    started = clock_monotonic_seconds();
     if (p->db.store != NULL)
         slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     /* rows the sweep freed after the slice are due now */
