@@ -67,6 +67,31 @@ list_add(struct database_list *list, const char *name, const char *url, size_t u
     return 0;
 }
 
+/*
+ * libpq's reason a URL was refused, into out, with every quoted text left
+ * out: it quotes the values it could not read, and a line cut or mistyped
+ * in a password makes the password a port, a host or an option.
+ */
+static void
+hide_quoted(const char *reason, char *out, size_t size)
+{
+    size_t n = 0;
+    bool quoted = false;
+
+    for (const char *c = reason; *c != '\0' && n + 6 < size; c++) {
+        if (*c == '"') {
+            quoted = !quoted;
+            if (quoted) {
+                memcpy(out + n, "\"...\"", strlen("\"...\""));
+                n += strlen("\"...\"");
+            }
+        } else if (!quoted) {
+            out[n++] = *c;
+        }
+    }
+    out[n] = '\0';
+}
+
 /* Parses one line (comment and blanks trimmed, not empty) into list. */
 static int
 parse_line(const char *line, size_t len, const char *source, int number, struct database_list *list,
@@ -103,8 +128,12 @@ parse_line(const char *line, size_t len, const char *source, int number, struct 
     if (copy == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     rc = url_check_database(copy, &inner);
-    if (rc != 0)
-        outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s line %d: %s", source, number, inner.message);
+    if (rc != 0) {
+        char reason[OUTBOX_ERROR_MESSAGE_MAX];
+
+        hide_quoted(inner.message, reason, sizeof(reason));
+        outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s line %d: %s", source, number, reason);
+    }
     else if (name[0] == '\0' &&
              (name_of_url(copy, name, sizeof(name)) != 0 || !name_valid(name, strlen(name))))
         rc = outbox_error_set(err, OUTBOX_ERR_CONFIG,
@@ -124,6 +153,27 @@ parse_line(const char *line, size_t len, const char *source, int number, struct 
     return rc;
 }
 
+/*
+ * Where the comment of a line of len bytes starts (len: none): a '#' at
+ * the line's start or after a blank, outside a conninfo value in single
+ * quotes. A '#' inside a word (a password "S3cr#AB" in a URL) is the word's.
+ */
+static size_t
+comment_start(const char *line, size_t len)
+{
+    bool quoted = false;
+
+    for (size_t i = 0; i < len; i++) {
+        if (quoted && line[i] == '\\' && i + 1 < len)
+            i++;
+        else if (line[i] == '\'')
+            quoted = !quoted;
+        else if (!quoted && line[i] == '#' && (i == 0 || isspace((unsigned char)line[i - 1])))
+            return i;
+    }
+    return len;
+}
+
 int
 database_list_parse(const char *text, const char *source, struct database_list *out,
                     struct outbox_error *err)
@@ -132,12 +182,9 @@ database_list_parse(const char *text, const char *source, struct database_list *
 
     memset(out, 0, sizeof(*out));
     for (const char *p = text; *p != '\0';) {
-        size_t len = strcspn(p, "\n"), end = len, start = 0;
-        const char *hash = memchr(p, '#', len);
+        size_t len = strcspn(p, "\n"), end = comment_start(p, len), start = 0;
 
         number++;
-        if (hash != NULL)
-            end = (size_t)(hash - p);
         while (start < end && isspace((unsigned char)p[start]))
             start++;
         while (end > start && isspace((unsigned char)p[end - 1]))
@@ -182,6 +229,8 @@ database_list_read(const char *path, struct database_list *out, struct outbox_er
         rc = outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: holds a NUL byte", source);
     else
         rc = database_list_parse(text, source, out, err);
+    if (rc == 0 && out->count == 0) /* a file emptied, or caught while rewritten in place */
+        rc = outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: lists no database", source);
     free(text);
     return rc;
 }

@@ -2,7 +2,9 @@
  * database_list.h - the list of databases a relay serves and outboxctl runs over (--databases FILE).
  *
  * One database a line, "NAME URL" or a bare URL (named by its database
- * name); blank lines and '#' comments are skipped. A name is 1-63
+ * name); blank lines and comments are skipped: a '#' at a line's start or
+ * after a blank, outside a conninfo value in single quotes, starts one (a
+ * '#' within a word, as in a URL's password, is the word's). A name is 1-63
  * characters of [A-Za-z0-9_.-] and is what log lines (database=NAME),
  * metrics (database="NAME") and /healthz call the database. The file is
  * read whole or not at all: a bad line, a name or URL twice, is an error
@@ -39,7 +41,7 @@ struct database_list {
 int database_list_parse(const char *text, const char *source, struct database_list *out,
                         struct outbox_error *err);
 
-/* Reads and parses the file at path; as database_list_parse(). */
+/* Reads and parses the file at path; as database_list_parse(), and a file listing none is refused. */
 int database_list_read(const char *path, struct database_list *out, struct outbox_error *err);
 
 /* Frees the entries; clearing an empty list is a no-op. */

@@ -13,10 +13,13 @@
 
 #define TAKE                                                                                   \
     "SELECT held, paused, wins, owner_watched"                                                 \
-    " FROM outbox.database_lease_take($1, $2::integer, $3::text)"
+    " FROM outbox.database_lease_take($1, $2::integer, $3::text, $4::integer)"
 static const char SQL_TAKE[] = TAKE;
 /* PostgreSQL 15 and later: the lease's changes reported as soon as the session is idle */
 static const char SQL_TAKE_FLUSH[] = TAKE ", pg_catalog.pg_stat_force_next_flush()";
+/* migrations 019-023: the watch's role is the caller's */
+static const char SQL_TAKE_019[] = "SELECT held, paused, wins, owner_watched"
+                                   " FROM outbox.database_lease_take($1, $2::integer, $3::text)";
 /* migration 018's form: no watch */
 static const char SQL_TAKE_018[] = "SELECT held, paused, false, false"
                                    " FROM outbox.database_lease_take($1, $2::integer)";
@@ -68,16 +71,21 @@ run(PGconn *conn, const char *sql, int nparams, const char *const *values, const
 
 int
 store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
-                          const char *watch, struct store_database_lease *lease,
+                          const char *watch, int watch_pid, struct store_database_lease *lease,
                           struct outbox_error *err)
 {
-    char seconds[16];
-    const char *values[3] = {relay_id, seconds, watch};
+    char seconds[16], pid[16];
+    const char *values[4] = {relay_id, seconds, watch, watch_pid > 0 ? pid : NULL};
     PGresult *result;
 
     snprintf(seconds, sizeof(seconds), "%d", lease_seconds);
-    result = run(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 3, values,
+    snprintf(pid, sizeof(pid), "%d", watch_pid);
+    result = run(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 4, values,
                  "unable to take the database lease", err);
+    if (result != NULL && undefined_function(result)) {
+        PQclear(result); /* a schema before migration 024 */
+        result = run(conn, SQL_TAKE_019, 3, values, "unable to take the database lease", err);
+    }
     if (result != NULL && undefined_function(result)) {
         PQclear(result); /* a schema at migration 018 */
         result = run(conn, SQL_TAKE_018, 2, values, "unable to take the database lease", err);

@@ -30,14 +30,16 @@ struct store_database_lease {
 /*
  * Records relay_id as a live member for lease_seconds, with watch the
  * application_name of its statistics watch's session on this server (NULL
- * without one), and takes, keeps or gives up the database's lease. conn
+ * without one) and watch_pid that session's backend pid (0: unknown; from
+ * migration 024 the member is recorded under that session's login role, not
+ * conn's), and takes, keeps or gives up the database's lease. conn
  * must be idle. At migration 018, watch is not recorded and wins and
  * owner_watched are false. 0, or -1 with err (OUTBOX_ERR_SCHEMA before
  * migration 018).
  */
 int store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
-                              const char *watch, struct store_database_lease *lease,
-                              struct outbox_error *err);
+                              const char *watch, int watch_pid,
+                              struct store_database_lease *lease, struct outbox_error *err);
 
 /* Gives relay_id's lease and membership up (a relay stopping). 0, or -1 with err. */
 int store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err);

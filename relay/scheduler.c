@@ -56,6 +56,7 @@ struct work {
     struct idle_connection connection;
     outbox_store *to_close; /* an idle connection of another database, closed for this one */
     bool watched;           /* the watch covered the database when the slot took it */
+    int watch_pid;          /* the backend pid of the watch's session on its server */
     bool woken;             /* the watch saw a change of the database since its last slice */
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
     bool held_rows;         /* and whether rows wait behind their keys then */
@@ -228,6 +229,7 @@ take_work(struct scheduler *s, struct work *w)
             w->woken = t->woken;
             t->woken = false;
             w->watched = t->watched;
+            w->watch_pid = t->watch_pid;
             w->lease_call = lease_call_of(s, t, now);
             w->streams = t->stream != NULL;
             w->tenant = t;
@@ -363,6 +365,7 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
         c->store = NULL;
         return -1;
     }
+    scheduler_identity_seen(p->relay->scheduler, t, c->identity.database_id);
     outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
     outbox_store_set_delete_on_success(c->store, config->delete_on_success);
     metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);
@@ -432,8 +435,8 @@ lease_step(struct pipeline *p, struct work *w, enum lease_call when,
     }
     if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
                                   p->relay->config->lease_seconds,
-                                  w->watched ? p->relay->scheduler->watch_name : NULL, lease,
-                                  cause) != 0) {
+                                  w->watched ? p->relay->scheduler->watch_name : NULL,
+                                  w->watched ? w->watch_pid : 0, lease, cause) != 0) {
         outbox_store_free(w->connection.store);
         w->connection.store = NULL;
         return -1;
@@ -482,7 +485,7 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
     struct pipeline_slice slice = {0};
     uint64_t completed = p->rows_completed, settled;
     struct outbox_error next_err;
-    double started = clock_monotonic_seconds();
+    double started;
     unsigned long connects;
 
     *lease = (struct store_database_lease){0};
@@ -502,6 +505,9 @@ serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
      * relay's claimed rows go out in this visit; else after it, the woken rows first */
     if (w->lease_call == LEASE_BEFORE)
         maintain(p, t);
+    /* the slice is timed from its first claim: a slow connect, lease call or maintenance
+     * left no time for one, and the database rested as if empty (stranded, rows ready) */
+    started = clock_monotonic_seconds();
     if (p->db.store != NULL)
         slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
     /* rows the sweep freed after the slice are due now */

@@ -38,6 +38,8 @@ struct tenant {
     char name[DATABASE_NAME_MAX];
     char *url;
     /* guard: s->lock */
+    char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */
+    bool identity_shared; /* another database of the list was seen with the same identity */
     bool removed; /* gone from the list: freed once no slot serves it */
     struct tenant *released_next; /* set aside by release_removed(), freed by a slot */
     int serving;  /* slots serving it now */
@@ -63,6 +65,7 @@ struct tenant {
     double takeover_wait; /* a winner's wait for the owner to give the lease up; doubles */
     bool paused;       /* outboxctl pause --database: no relay serves it */
     bool watched;      /* the statistics watch covers it: no poll while idle */
+    int watch_pid;     /* the backend pid of the watch's session on its server, 0 for none */
     bool woken;        /* the watch saw an insert since a slot last took it */
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
@@ -163,6 +166,14 @@ void tenant_close_idle(struct scheduler *s, struct tenant *t);
 void release_leases(struct scheduler *s);
 
 void tenant_free(struct scheduler *s, struct tenant *t);
+
+/* ---- identities (scheduler_identity.c) ------------------------------------- */
+
+/*
+ * Records database_id as t's identity, read at a connect; logs an error
+ * naming both when another database of the list has the same. Takes the lock.
+ */
+void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *database_id);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 

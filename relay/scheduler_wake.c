@@ -80,9 +80,24 @@ watch_follow_list(struct scheduler *s)
 }
 
 /*
+ * The rest a woken database t keeps after its last slice: its idle wait (a
+ * database whose other tables take inserts all day is looked at as often as
+ * it was polled), but no more than the watch's period while it keeps an idle
+ * connection, where a look is one claim and no connect. A tenant's pooled
+ * session that wrote a business row 0.3 s before it enqueued had its row
+ * wait out the rest that the business row's wake began (up to 1 s).
+ */
+static double
+woken_rest(const struct tenant *t)
+{
+    if (t->idle_count > 0 && t->idle_wait > SCHEDULER_WATCH_SECONDS)
+        return SCHEDULER_WATCH_SECONDS;
+    return t->idle_wait;
+}
+
+/*
  * Makes the woken databases this relay serves due, no sooner than their
- * idle wait after their last slice (a database whose other tables take
- * inserts all day is looked at as often as it was polled). A database the
+ * rest after their last slice (woken_rest()). A database the
  * watch stopped covering (its server's connection lost, PostgreSQL
  * restarted) is due at once: polled until the watch is back, since its
  * rows' changes meanwhile wake nothing. Under the lock.
@@ -102,8 +117,9 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
             due = true;
         }
         t->watched = watched;
+        t->watch_pid = watched ? watch_pid_of(s->watch, t->name) : 0;
         for (size_t k = 0; k < count; k++) {
-            double at = t->visited_at + t->idle_wait;
+            double at = t->visited_at + woken_rest(t);
 
             /* rows of a database another relay holds are its to publish (a winner
              * waiting for it, or for a resume, looks again) */

@@ -70,17 +70,42 @@ close_server(struct watch_server *server, watch_give_fn give, void *arg)
 }
 
 static void
+free_databases(struct watch_database *databases, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        free(databases[i].name);
+        free(databases[i].dbname);
+    }
+    free(databases);
+}
+
+static void
 clear(struct watch *w)
 {
-    for (size_t i = 0; i < w->count; i++) {
-        free(w->databases[i].name);
-        free(w->databases[i].dbname);
-    }
-    free(w->databases);
+    free_databases(w->databases, w->count);
     free(w->woken);
     w->databases = NULL;
     w->woken = NULL;
     w->count = 0;
+}
+
+/*
+ * Gives each database of w the count its namesake of old (same name,
+ * database and server) had: a commit between the last look before a list
+ * change and the first after it moves the count from the old one, and
+ * wakes its database, instead of being taken for where the count starts.
+ */
+static void
+carry_counts(struct watch *w, const struct watch_database *old, size_t old_count)
+{
+    for (size_t d = 0; d < w->count; d++)
+        for (size_t o = 0; o < old_count; o++)
+            if (old[o].seen && old[o].server == w->databases[d].server &&
+                strcmp(old[o].name, w->databases[d].name) == 0 &&
+                strcmp(old[o].dbname, w->databases[d].dbname) == 0) {
+                w->databases[d].changed = old[o].changed;
+                w->databases[d].seen = true;
+            }
 }
 
 void
@@ -98,10 +123,25 @@ watch_free(struct watch *w, watch_give_fn give, void *arg)
     free(w);
 }
 
+/* Whether keyword names the database, the login or the session's name: not the server's. */
+static bool
+not_of_server(const char *keyword)
+{
+    static const char *const others[] = {"dbname", "application_name", "fallback_application_name",
+                                         "user", "password", "passfile", NULL};
+
+    for (size_t i = 0; others[i] != NULL; i++)
+        if (strcmp(keyword, others[i]) == 0)
+            return true;
+    return false;
+}
+
 /*
- * The server of url as a key (every connection option but the database's
- * and the application name's) and its database name; false for a URL
- * libpq cannot read or one without a database name.
+ * The server of url as a key (every connection option but the database's,
+ * the login's and the application name's: databases of one server under
+ * a login role each share one watch, made with the first one's URL) and its
+ * database name; false for a URL libpq cannot read or one without a
+ * database name.
  */
 static bool
 server_of(const char *url, struct buffer *key, char **dbname)
@@ -116,8 +156,7 @@ server_of(const char *url, struct buffer *key, char **dbname)
             continue;
         if (strcmp(o->keyword, "dbname") == 0)
             *dbname = strdup(o->val);
-        else if (strcmp(o->keyword, "application_name") != 0 &&
-                 strcmp(o->keyword, "fallback_application_name") != 0)
+        else if (!not_of_server(o->keyword))
             buffer_printf(key, "%s=%s\n", o->keyword, o->val);
     }
     PQconninfoFree(options);
@@ -172,8 +211,12 @@ int
 watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
           watch_give_fn give, void *arg)
 {
+    struct watch_database *old = w->databases;
+    size_t old_count = w->count;
     int rc = 0;
 
+    w->databases = NULL; /* kept in old until the counts are carried over */
+    w->count = 0;
     clear(w);
     w->databases = calloc(count + 1, sizeof(*w->databases));
     w->woken = calloc(count + 1, sizeof(*w->woken));
@@ -203,6 +246,9 @@ watch_set(struct watch *w, size_t count, const char *const *names, const char *c
     }
     if (rc != 0)
         clear(w);
+    else
+        carry_counts(w, old, old_count);
+    free_databases(old, old_count);
     drop_unused_servers(w, give, arg);
     return rc;
 }
@@ -233,9 +279,13 @@ connect_server(struct watch_server *server, const char *name, double now, watch_
 /*
  * Per database, the rows its transactions inserted, updated and deleted;
  * and the relays' watch sessions on the server, each with its login role
- * (a session of another role that takes a relay's watch name, as any
- * session may, is another member: sql/020) and marked when it ran no query
- * for $1 seconds (a relay stopped).
+ * and marked when it ran no query for $1 seconds (a relay stopped). Only
+ * sessions of this watch's own login role or of a member of outbox_relay
+ * (sql/roles) count: any session may take a relay's watch name, and one
+ * that changed its name or stopped querying in turns made every look a
+ * change of members, each waking every database of the server (a wake
+ * storm: PostgreSQL 30 % -> 124 % of a core). sql/020 counts such a session
+ * for nothing in the leases.
  */
 static const char SQL_LOOK[] =
     "SELECT d.datname, d.tup_inserted + d.tup_updated + d.tup_deleted,"
@@ -244,7 +294,11 @@ static const char SQL_LOOK[] =
     "                       || CASE WHEN a.query_start > now() - make_interval(secs => $1)"
     "                               THEN '' ELSE '~' END AS member"
     "                  FROM pg_stat_activity AS a"
-    "                 WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%') AS w)"
+    "                 WHERE a.application_name LIKE '" WATCH_NAME_PREFIX "%'"
+    "                   AND (a.usesysid = (SELECT r.oid FROM pg_roles AS r"
+    "                                       WHERE r.rolname = session_user)"
+    "                        OR pg_has_role(a.usesysid, to_regrole('outbox_relay'), 'MEMBER')))"
+    "               AS w)"
     "  FROM pg_stat_database AS d WHERE d.datname IS NOT NULL";
 
 /* Adds every database of server index to w->woken from woken on, as woken by a change of members. */
@@ -291,7 +345,8 @@ look_at_server(struct watch *w, size_t index, size_t woken)
 
             if (db->server != index || strcmp(db->dbname, dbname) != 0)
                 continue;
-            if (db->seen && db->changed != changed)
+            /* first seen (listed, or its server back): what changed unseen is looked at */
+            if (!db->seen || db->changed != changed)
                 w->woken[woken++] = (struct watch_wake){db->name, false};
             db->changed = changed;
             db->seen = true;
@@ -338,4 +393,16 @@ watch_covers(const struct watch *w, const char *name)
         if (strcmp(w->databases[d].name, name) == 0)
             return w->databases[d].seen && w->servers[w->databases[d].server].answered;
     return false;
+}
+
+int
+watch_pid_of(const struct watch *w, const char *name)
+{
+    for (size_t d = 0; d < w->count; d++)
+        if (strcmp(w->databases[d].name, name) == 0) {
+            const struct watch_server *server = &w->servers[w->databases[d].server];
+
+            return server->conn != NULL ? PQbackendPID(server->conn) : 0;
+        }
+    return 0;
 }

@@ -66,7 +66,9 @@ void watch_free(struct watch *w, watch_give_fn give, void *arg);
 /*
  * Watches the count databases of urls (their names in the list are
  * names[i]), in place of those watched before: a server no longer listed
- * has its connection closed. 0, or -1 (out of memory: nothing watched).
+ * has its connection closed; a database still listed keeps its last count
+ * (a commit meanwhile wakes it at the next look), and one first seen by a
+ * look is woken by it. 0, or -1 (out of memory: nothing watched).
  */
 int watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
               watch_give_fn give, void *arg);
@@ -83,5 +85,12 @@ size_t watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn
 
 /* Whether database name is watched now: its server answered the last look and lists it. */
 bool watch_covers(const struct watch *w, const char *name);
+
+/*
+ * The backend pid of the watch's session on database name's server, 0 for
+ * none: the lease call names it, so that the member is known by that
+ * session's login role (sql/024), which may not be the database's.
+ */
+int watch_pid_of(const struct watch *w, const char *name);
 
 #endif

@@ -103,12 +103,14 @@ GRANT SELECT ON outbox.stream_key TO outbox_reader;
 -- through outbox.identity_observe() (SECURITY DEFINER), status shows it;
 -- outbox.identity_set() stays the owner's.
 GRANT SELECT ON outbox.identity TO outbox_relay, outbox_reader;
--- The lease of a whole database among relays of a list (migrations 018-020):
+-- The lease of a whole database among relays of a list (migrations 018-020, 024):
 -- the relays' alone.
-REVOKE ALL ON FUNCTION outbox.database_lease_take(text, integer, text),
+REVOKE ALL ON FUNCTION outbox.database_lease_take(text, integer, text, integer),
+                       outbox.database_lease_take(text, integer, text),
                        outbox.database_lease_take(text, integer),
                        outbox.database_lease_release(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION outbox.database_lease_take(text, integer, text),
+GRANT EXECUTE ON FUNCTION outbox.database_lease_take(text, integer, text, integer),
+                          outbox.database_lease_take(text, integer, text),
                           outbox.database_lease_take(text, integer),
                           outbox.database_lease_release(text) TO outbox_relay;
 

@@ -19,7 +19,14 @@
 #  hot:  one of them holds that total: its drain, and commit -> publish of
 #        single rows going into the quiet databases meanwhile (p50/p99).
 #
-# DATABASES_BENCH_IDLE=0 skips the idle run; DATABASES_BENCH_BUSY=0 runs it alone.
+#  session: a pooled application session of one database updates a business row
+#        and 0.3 s later enqueues, every 1.5 s, DATABASES_BENCH_SESSION_ROUNDS (20)
+#        times: commit -> publish (p50/p99) of those rows (the backend reported the
+#        update's statistics a moment before the enqueue; sql/023 has the insert's
+#        report go at its commit).
+#
+# DATABASES_BENCH_IDLE=0 skips the idle run, DATABASES_BENCH_SESSION=0 the session run;
+# DATABASES_BENCH_BUSY=0 runs those alone.
 #
 # Needs OUTBOX_TEST_PG_URL, OUTBOX_TEST_PG_PORT, OUTBOX_TEST_REDIS_URL,
 # OUTBOX_TEST_STACK_DIR (a stack of tests/harness/stack.sh with outbox_template)
@@ -158,6 +165,29 @@ if [ "${DATABASES_BENCH_IDLE:-1}" = 1 ]; then
          "one row a fifth of a second into a random idle database: $spent % with the relay," \
          "$baseline % for the rows alone, so $(echo "scale=1; ($spent - $baseline) * 10 * $SECONDS_IDLE / $rows" | bc) ms" \
          "of PostgreSQL CPU a row on the relay's side; commit -> publish $(probe_latency)"
+    stop_relay
+    redis_cli del "$PREFIX:probe" >/dev/null
+fi
+
+# ---- session: a busy pooled session's rows ----
+if [ "${DATABASES_BENCH_SESSION:-1}" = 1 ]; then
+    psql -X -q "$BASE/${PREFIX}_1" -c "CREATE TABLE public.account (id int PRIMARY KEY,
+        balance int); INSERT INTO public.account VALUES (1, 0)" >/dev/null
+    start_relay --databases "$LIST" --max-db-connections "$BUDGET"
+    sleep 10
+    coproc SESSION { psql -X -q "$BASE/${PREFIX}_1" >/dev/null; }
+    for round in $(seq 1 "${DATABASES_BENCH_SESSION_ROUNDS:-20}"); do
+        echo "UPDATE public.account SET balance = balance + 1;" >&"${SESSION[1]}"
+        sleep 0.3
+        echo "SELECT outbox.enqueue('probe', jsonb_build_object('t',
+            (extract(epoch from clock_timestamp()) * 1000)::bigint));" >&"${SESSION[1]}"
+        sleep 1.2
+    done
+    sleep 2
+    echo "databases session: $COUNT databases, budget $BUDGET; a session that updated a" \
+         "business row 0.3 s before each enqueue: commit -> publish $(probe_latency)"
+    kill "$SESSION_PID" 2>/dev/null || true
+    wait "$SESSION_PID" 2>/dev/null || true
     stop_relay
     redis_cli del "$PREFIX:probe" >/dev/null
 fi

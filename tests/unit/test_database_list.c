@@ -122,6 +122,73 @@ test_single_url_and_copy(void **state)
     database_list_clear(&one);
 }
 
+/*
+ * A '#' starts a comment at a line's start or after a blank only: within a
+ * URL's password it is the password's (the line was cut there, the relay
+ * started without the database, and libpq's reason quoted the password's
+ * start as a port); a conninfo value in single quotes keeps its " #".
+ */
+static void
+test_hash_in_a_password(void **state)
+{
+    struct database_list list;
+    struct outbox_error err;
+    const char *text = "#tenants\n"
+                       "acme postgresql://relay:S3cr#AB@db1:5432/acme # the first\n"
+                       "postgresql://relay:x#y@db2/initech\n"
+                       "globex host=db3 dbname=globex password='a #b\\' #c' # the third\n"
+                       "  # indented comment\n";
+
+    (void)state;
+    assert_int_equal(database_list_parse(text, "--databases f", &list, &err), 0);
+    assert_int_equal(list.count, 3);
+    assert_string_equal(list.items[0].url, "postgresql://relay:S3cr#AB@db1:5432/acme");
+    assert_string_equal(list.items[1].name, "initech");
+    assert_string_equal(list.items[2].url, "host=db3 dbname=globex password='a #b\\' #c'");
+    database_list_clear(&list);
+}
+
+/* libpq's reason for a bad URL quotes what it could not read: never a password's part. */
+static void
+test_refusal_quotes_no_value(void **state)
+{
+    struct database_list list;
+    struct outbox_error err;
+
+    (void)state;
+    /* a password's bad escape: libpq quotes the whole token */
+    assert_int_equal(database_list_parse("acme postgresql://relay:S3cr%zzAB@db1/acme\n",
+                                         "--databases f", &list, &err),
+                     -1);
+    assert_null(strstr(err.message, "S3cr"));
+    assert_non_null(strstr(err.message, "line 1"));
+    /* a password cut by a blank reads as an option */
+    assert_int_equal(database_list_parse("acme host=db1 password=S3cr AB=1 dbname=acme\n",
+                                         "--databases f", &list, &err),
+                     -1);
+    assert_null(strstr(err.message, "S3cr"));
+}
+
+/* A file emptied (or caught while rewritten in place) is refused, not read as "no databases". */
+static void
+test_empty_file_refused(void **state)
+{
+    char path[] = "/tmp/outbox-list-XXXXXX";
+    int fd = mkstemp(path);
+    struct database_list list;
+    struct outbox_error err;
+
+    (void)state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "# nothing\n\n", 11), 11);
+    close(fd);
+    assert_int_equal(database_list_read(path, &list, &err), -1);
+    if (strstr(err.message, "lists no database") == NULL)
+        fail_msg("%s", err.message);
+    assert_int_equal(list.count, 0);
+    unlink(path);
+}
+
 int
 main(void)
 {
@@ -130,6 +197,9 @@ main(void)
         cmocka_unit_test(test_mistakes_name_the_line),
         cmocka_unit_test(test_file_stamp_sees_a_change),
         cmocka_unit_test(test_single_url_and_copy),
+        cmocka_unit_test(test_hash_in_a_password),
+        cmocka_unit_test(test_refusal_quotes_no_value),
+        cmocka_unit_test(test_empty_file_refused),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
