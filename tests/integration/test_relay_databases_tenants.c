@@ -40,7 +40,8 @@ setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->bc = (struct broker_case){"redis", "OUTBOX_TEST_REDIS_URL", 3, 0, 0, 4, NULL};
+    f->bc = (struct broker_case){"redis", "OUTBOX_TEST_REDIS_URL", 3, 0, 0, 4, NULL,
+                                 "--stream-prefix", ":"};
     f->run.bc = &f->bc;
     f->run.admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
     snprintf(f->run.list_path, sizeof(f->run.list_path), "%s/databases-tenants-%d.list",
