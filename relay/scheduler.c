@@ -24,6 +24,7 @@
 #include "database_list.h"
 #include "ends.h"
 #include "error.h"
+#include "job_message.h"
 #include "log.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
@@ -356,6 +357,12 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
         outbox_store_free(c->store);
         c->store = NULL;
         return -1;
+    }
+    if (c->identity.history_changed) {
+        char who[DATABASE_NAME_MAX + 16];
+
+        snprintf(who, sizeof(who), "database=%s", t->name);
+        job_message_warn_history(&c->identity, who);
     }
     outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
     outbox_store_set_delete_on_success(c->store, config->delete_on_success);

@@ -247,6 +247,11 @@ struct outbox_job {
      */
     const char *stream_order;
     const char *stream_place;
+    /*
+     * The row's own identity (36-character uuid text), drawn at its insert
+     * (sql/021_message_uid.sql): what message ids are made of.
+     */
+    const char *message_uid;
 };
 
 /* Claimed rows in ascending job_id order. */
