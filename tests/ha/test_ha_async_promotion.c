@@ -9,7 +9,8 @@
  *
  * The same for a database kept on bare job ids, published to NATS (case 8
  * of issue 47): NATS' own dedup key must be unique all the same. And two
- * standbys promoted one after the other on the same timeline (case 2).
+ * standbys promoted one after the other on the same timeline (case 2), and
+ * one base backup restored twice, each time to timeline 2 (case 3).
  *
  * A primary with a streaming standby (stack.sh postgres-standby, made
  * asynchronous here), cut off from the primary before the second batch of
@@ -47,7 +48,25 @@ struct fixture {
     char prefix[64];
     redisContext *redis;
     struct relay_process last; /* the last relay_once's, its log kept until the checks */
+    char restored_url[256];    /* a server restored from a backup (pg-restored), the relay's */
 };
+
+#define PG_CTL                                                                                     \
+    "setpriv --reuid=postgres --regid=postgres --init-groups --"                                   \
+    " /usr/lib/postgresql/15/bin/pg_ctl -w -t 60"
+
+/* Runs command (sh) in the stack's directory; fails the test when it fails. */
+static void
+stack_shell(const char *command)
+{
+    const char *argv[] = {"sh", "-c", "cd \"$0\" && eval \"$1\"",
+                          harness_env("OUTBOX_TEST_STACK_DIR"), command, NULL};
+    char *log = harness_log_path("ha-two-standbys");
+
+    if (harness_wait_exit(harness_spawn(argv, log), 120000) != 0)
+        fail_msg("'%s' failed (see %s)", command, log);
+    free(log);
+}
 
 static int
 setup(void **state)
@@ -95,6 +114,8 @@ teardown(void **state)
     snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
     stream_consumer_delete_prefix(f->redis, tagged);
     redisFree(f->redis);
+    if (f->restored_url[0] != '\0')
+        stack_shell(PG_CTL " -D pg-restored -m immediate stop >/dev/null 2>&1 || true");
     if (f->last.log_path[0] != '\0')
         unlink(f->last.log_path);
     free(f->url);
@@ -136,7 +157,8 @@ relay_once_to(struct fixture *f, PGconn *conn, const char *broker, const char *c
                    0, 60000);
     if (f->last.log_path[0] != '\0')
         unlink(f->last.log_path);
-    relay_start_process(&relay, f->ha_url, broker != NULL ? broker : f->broker, extra);
+    relay_start_process(&relay, f->restored_url[0] != '\0' ? f->restored_url : f->ha_url,
+                        broker != NULL ? broker : f->broker, extra);
     if (relay_wait(&relay, 120000) != 0) {
         relay_dump_log(&relay);
         fail_msg("the relay did not stop cleanly");
@@ -356,23 +378,6 @@ test_bare_ids_through_an_async_promotion(void **state)
     }
 }
 
-#define PG_CTL                                                                                     \
-    "setpriv --reuid=postgres --regid=postgres --init-groups --"                                   \
-    " /usr/lib/postgresql/15/bin/pg_ctl -w -t 60"
-
-/* Runs command (sh) in the stack's directory; fails the test when it fails. */
-static void
-stack_shell(const char *command)
-{
-    const char *argv[] = {"sh", "-c", "cd \"$0\" && eval \"$1\"",
-                          harness_env("OUTBOX_TEST_STACK_DIR"), command, NULL};
-    char *log = harness_log_path("ha-two-standbys");
-
-    if (harness_wait_exit(harness_spawn(argv, log), 120000) != 0)
-        fail_msg("'%s' failed (see %s)", command, log);
-    free(log);
-}
-
 /* Enqueues count rows of queue whose payload names tag. */
 static void
 enqueue_tagged(PGconn *conn, const char *queue, const char *tag, int count)
@@ -459,6 +464,77 @@ test_two_standbys_promoted_one_after_the_other(void **state)
     assert_int_equal(tagged_entries(f, "ev-row", "s2"), AFTER_ROWS);
 }
 
+/*
+ * Restores the base backup in pg-backup into pg-restored (whatever was
+ * there goes) and starts it on a port of its own, in recovery with an
+ * archive of its own (empty): it replays what the backup holds, ends
+ * recovery and takes the next timeline. f->restored_url becomes the
+ * relay's; the connection to it is returned.
+ */
+static PGconn *
+restore_backup(struct fixture *f)
+{
+    char command[1024];
+    int port = harness_free_port();
+    PGconn *restored;
+
+    snprintf(command, sizeof(command),
+             PG_CTL " -D pg-restored -m immediate stop >/dev/null 2>&1; rm -rf pg-restored"
+             " && cp -a pg-backup pg-restored && touch pg-restored/recovery.signal"
+             " && echo \"restore_command = '/bin/false'\" >>pg-restored/postgresql.auto.conf"
+             " && " PG_CTL " -D pg-restored -l pg-restored/restored.log -o '-p %d' start",
+             port);
+    stack_shell(command);
+    snprintf(f->restored_url, sizeof(f->restored_url), "postgresql://postgres@127.0.0.1:%d/%s",
+             port, f->database);
+    restored = harness_connect(f->restored_url);
+    wait_for_value(restored, "SELECT pg_is_in_recovery()::int", 0, 60000);
+    return restored;
+}
+
+/*
+ * Case 3 of issue 47: point-in-time recovery twice from one base backup,
+ * each restore with an archive of its own. The first restore publishes
+ * rows and is given up; the second, on the same timeline (2) with the same
+ * system identifier, hands out the same job ids. Every row committed on
+ * the second reaches Redis.
+ */
+static void
+test_backup_restored_twice(void **state)
+{
+    struct fixture *f = *state;
+    PGconn *primary = harness_connect(f->url), *restored;
+    char command[512];
+
+    enqueue_tagged(primary, "ev-row", "first", FIRST_ROWS);
+    relay_once(f, primary);
+    PQfinish(primary);
+    snprintf(command, sizeof(command),
+             "rm -rf pg-backup && mkdir -m 0700 pg-backup && chown postgres: pg-backup"
+             " && setpriv --reuid=postgres --regid=postgres --init-groups --"
+             " /usr/lib/postgresql/15/bin/pg_basebackup -h 127.0.0.1 -p %s -U postgres"
+             " -D pg-backup -X stream -c fast",
+             harness_env("OUTBOX_TEST_PG_PORT"));
+    stack_shell(command);
+
+    restored = restore_backup(f);
+    enqueue_tagged(restored, "ev-row", "r1", AFTER_ROWS);
+    relay_once(f, restored);
+    PQfinish(restored);
+    restored = restore_backup(f); /* the first restore given up, the backup restored again */
+    enqueue_tagged(restored, "ev-row", "r2", AFTER_ROWS);
+    relay_once(f, restored);
+    printf("ha: backup restored twice: first %lld, r1 %lld, r2 %lld of %d, %d, %d (timeline %lld)\n",
+           tagged_entries(f, "ev-row", "first"), tagged_entries(f, "ev-row", "r1"),
+           tagged_entries(f, "ev-row", "r2"), FIRST_ROWS, AFTER_ROWS, AFTER_ROWS,
+           harness_query_ll(restored, "SELECT outbox.current_timeline()"));
+    PQfinish(restored);
+    if (tagged_entries(f, "ev-row", "r2") != AFTER_ROWS)
+        relay_dump_log(&f->last);
+    assert_int_equal(tagged_entries(f, "ev-row", "r1"), AFTER_ROWS);
+    assert_int_equal(tagged_entries(f, "ev-row", "r2"), AFTER_ROWS);
+}
+
 int
 main(void)
 {
@@ -469,7 +545,10 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_two_standbys_promoted_one_after_the_other, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_backup_restored_twice, setup, teardown),
     };
 
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests_name("ha_async_promotion", tests, NULL, NULL);
 }
