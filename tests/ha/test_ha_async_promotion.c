@@ -49,6 +49,7 @@ struct fixture {
     redisContext *redis;
     struct relay_process last; /* the last relay_once's, its log kept until the checks */
     char restored_url[256];    /* a server restored from a backup (pg-restored), the relay's */
+    bool warned;               /* a relay logged a history change under ids of the form job */
 };
 
 #define PG_CTL                                                                                     \
@@ -145,6 +146,7 @@ static void
 relay_once_to(struct fixture *f, PGconn *conn, const char *broker, const char *const *destination)
 {
     const char *extra[] = {"--once", "--stream-prefix", f->prefix, "--batch-size", "50", NULL};
+    const char *warning[] = {"database history changed", "id_form=job", NULL};
     struct relay_process relay;
 
     if (destination != NULL) {
@@ -164,12 +166,34 @@ relay_once_to(struct fixture *f, PGconn *conn, const char *broker, const char *c
         fail_msg("the relay did not stop cleanly");
     }
     f->last = relay;
+    if (relay_log_find(&relay, 0, false, warning, NULL, 0) >= 0)
+        f->warned = true;
 }
 
 static void
 relay_once(struct fixture *f, PGconn *conn)
 {
     relay_once_to(f, conn, NULL, NULL);
+}
+
+/*
+ * relay_once_to() until no row is ready or running (a minute at most). The
+ * relay marks in asynchronous commits, so a standby cut off right after a
+ * run may lack the marks of its last batch: there those rows run under the
+ * old primary's leases, are reaped to ready with a retry delay, and hold
+ * their keys' later rows back, which a single --once run leaves waiting.
+ */
+static void
+relay_until_done(struct fixture *f, PGconn *conn, const char *broker,
+                 const char *const *destination)
+{
+    for (int i = 0; i < 60; i++) {
+        relay_once_to(f, conn, broker, destination);
+        if (harness_query_ll(conn, "SELECT count(*) FROM outbox.job"
+                                   " WHERE state IN ('ready', 'running')") == 0)
+            return;
+        sleep(1);
+    }
 }
 
 /* Cuts the standby off the primary once it has all of it: it receives nothing more. */
@@ -282,7 +306,7 @@ test_rows_committed_after_an_async_promotion_are_published(void **state)
         printf("ha: the new primary's job ids start at %lld; the old primary published up to %lld\n",
                harness_query_ll(promoted, sql), (long long)2 * (FIRST_ROWS + LOST_ROWS));
     }
-    relay_once(f, promoted);
+    relay_until_done(f, promoted, NULL, NULL);
 
     found = published_since(f, promoted, "ev-row", switched, &rows);
     printf("ha: row-state: %lld of %lld rows committed after the promotion published\n", found,
@@ -344,7 +368,6 @@ test_bare_ids_through_an_async_promotion(void **state)
     struct fixture *f = *state;
     const char *nats_url = harness_env("OUTBOX_TEST_NATS_URL");
     const char *destination[] = {"--subject-prefix", f->prefix};
-    const char *warning[] = {"database history changed", "id_form=job", NULL};
     PGconn *primary = harness_connect(f->url), *promoted;
     nats_consumer *nats = broker_nats_stream_open(nats_url, f->prefix);
     char switched[64];
@@ -360,7 +383,15 @@ test_bare_ids_through_an_async_promotion(void **state)
     PQfinish(primary);
     promoted = standby_promoted(f, switched, sizeof(switched));
     enqueue(promoted, "ev-row", AFTER_ROWS);
-    relay_once_to(f, promoted, nats_url, destination);
+    relay_until_done(f, promoted, nats_url, destination);
+    {
+        PGresult *r = PQexec(promoted, "SELECT string_agg(state || '/' || held || '/' || n, ' ')"
+                                       " FROM (SELECT state, held, count(*) AS n FROM outbox.job"
+                                       "       GROUP BY 1, 2) AS s");
+
+        printf("ha: rows by state/held: %s\n", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
     PQfinish(promoted);
 
     count = nats_published(nats, f->prefix, &distinct, &bare);
@@ -372,10 +403,8 @@ test_bare_ids_through_an_async_promotion(void **state)
     assert_int_equal(count, FIRST_ROWS + LOST_ROWS + AFTER_ROWS);
     assert_int_equal(distinct, count);
     assert_true(bare); /* what consumers see is the form they know */
-    if (relay_log_find(&f->last, 0, false, warning, NULL, 0) < 0) {
-        relay_dump_log(&f->last);
-        fail_msg("the relay logged no warning of the history change");
-    }
+    if (!f->warned)
+        fail_msg("no relay logged a warning of the history change");
 }
 
 /* Enqueues count rows of queue whose payload names tag. */
