@@ -12,7 +12,29 @@
 #include "error.h"
 
 static const char SQL_OBSERVE[] =
-    "SELECT database_id, id_form, epoch FROM outbox.identity_observe()";
+    "SELECT database_id, id_form, epoch, history_changed FROM outbox.identity_observe()";
+
+static const char *const FORM_NAMES[] = {
+    [STORE_ID_FORM_UID] = "uid",
+    [STORE_ID_FORM_DATABASE] = "database",
+    [STORE_ID_FORM_JOB] = "job",
+};
+
+const char *
+store_id_form_name(enum store_id_form form)
+{
+    return FORM_NAMES[form];
+}
+
+/* The form named name, or -1. */
+static int
+form_of(const char *name)
+{
+    for (size_t f = 0; f < sizeof(FORM_NAMES) / sizeof(FORM_NAMES[0]); f++)
+        if (strcmp(FORM_NAMES[f], name) == 0)
+            return (int)f;
+    return -1;
+}
 
 int
 store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_error *err)
@@ -20,36 +42,42 @@ store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_e
     PGresult *result = PQexec(conn, SQL_OBSERVE);
     const char *id;
     long epoch;
+    int form;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to read the database identity");
-        if (err != NULL && strcmp(err->sqlstate, "42883") == 0)
-            err->code = OUTBOX_ERR_SCHEMA; /* before migration 015 */
+        if (err != NULL && (strcmp(err->sqlstate, "42883") == 0 || strcmp(err->sqlstate, "42703") == 0))
+            err->code = OUTBOX_ERR_SCHEMA; /* before migration 021 */
         PQclear(result);
         return -1;
     }
     id = PQgetvalue(result, 0, 0);
     epoch = strtol(PQgetvalue(result, 0, 2), NULL, 10);
-    if (strlen(id) >= sizeof(out->database_id) || epoch < 1 || epoch > INT32_MAX) {
+    form = form_of(PQgetvalue(result, 0, 1));
+    if (strlen(id) >= sizeof(out->database_id) || epoch < 1 || epoch > INT32_MAX || form < 0) {
         PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_SCHEMA, "outbox.identity holds no valid identity");
     }
     memset(out, 0, sizeof(*out));
     memcpy(out->database_id, id, strlen(id) + 1);
     out->epoch = (int32_t)epoch;
-    out->job_form = strcmp(PQgetvalue(result, 0, 1), "job") == 0;
+    out->form = (enum store_id_form)form;
+    out->history_changed = strcmp(PQgetvalue(result, 0, 3), "t") == 0;
     snprintf(out->history, sizeof(out->history), "%s:%" PRId32, out->database_id, out->epoch);
     PQclear(result);
     return 0;
 }
 
 void
-store_message_id_format(const struct store_identity *identity, int64_t job_id, int32_t replay,
-                        bool full, char *out)
+store_message_id_format(const struct store_identity *identity, int64_t job_id,
+                        const char *message_uid, int32_t replay, bool dedup, char *out)
 {
+    enum store_id_form form = dedup ? STORE_ID_FORM_UID : identity->form;
     int n;
 
-    if (full || !identity->job_form)
+    if (form == STORE_ID_FORM_UID)
+        n = snprintf(out, STORE_MESSAGE_ID_MAX, "%s:%s", identity->database_id, message_uid);
+    else if (form == STORE_ID_FORM_DATABASE)
         n = snprintf(out, STORE_MESSAGE_ID_MAX, "%s:%" PRId64, identity->history, job_id);
     else
         n = snprintf(out, STORE_MESSAGE_ID_MAX, "%" PRId64, job_id);

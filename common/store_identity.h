@@ -1,18 +1,22 @@
 /*
  * store_identity.h - the database's identity and history epoch
- * (sql/015_identity.sql), and the message ids made of them.
+ * (sql/015_identity.sql), and the message ids made of them and of the
+ * row's own identity (sql/021_message_uid.sql).
  *
  * A relay publishes each row under a message id unique across databases
- * and across the histories of one database (failovers, restores):
+ * and across the histories of one database (copies, restores, failovers),
+ * made of the uuid the row drew at its insert (form uid):
  *
- *   <database_id>:<epoch>:<job_id>          a row
- *   <database_id>:<epoch>:<job_id>.r<n>     the row's n-th replay
+ *   <database_id>:<message_uid>             a row
+ *   <database_id>:<message_uid>.r<n>        the row's n-th replay
  *
- * A database migrated with rows from an earlier release keeps the bare job
- * id ("<job_id>", "<job_id>.r<n>") until an operator switches its form;
- * the keys a broker deduplicates on internally (Redis' records) always use
- * the full form. The epoch is observed on each new connection: a connection
- * never outlives a history change (a promotion or a restore ends it).
+ * A database of an earlier release keeps its consumers' form until an
+ * operator switches it: "<database_id>:<epoch>:<job_id>" (form database)
+ * or the bare job id (form job), ".r<n>" after either. The keys a broker
+ * deduplicates on internally (Redis' dedup records, NATS' Nats-Msg-Id)
+ * always use the form uid. The epoch is observed on each new connection:
+ * a connection never outlives a history change the relay can see (a
+ * promotion, a restore into another cluster ends it).
  */
 #ifndef OUTBOX_STORE_IDENTITY_H
 #define OUTBOX_STORE_IDENTITY_H
@@ -28,31 +32,42 @@
 /* A database id: 1-40 characters of [A-Za-z0-9_-]. */
 #define STORE_DATABASE_ID_MAX 41
 
-/* The longest message id, with its NUL: 40 + ":" + 10 + ":" + 19 + ".r" + 10. */
-#define STORE_MESSAGE_ID_MAX 88
+/* The longest message id, with its NUL: 40 + ":" + 36 (a uuid) + ".r" + 10, and some room. */
+#define STORE_MESSAGE_ID_MAX 96
+
+/* The form of the message ids consumers see (outbox.identity.id_form). */
+enum store_id_form {
+    STORE_ID_FORM_UID,      /* <database_id>:<message_uid> */
+    STORE_ID_FORM_DATABASE, /* <database_id>:<epoch>:<job_id> (migration 015 to 020) */
+    STORE_ID_FORM_JOB,      /* <job_id> (before migration 015) */
+};
 
 struct store_identity {
     char database_id[STORE_DATABASE_ID_MAX];
-    int32_t epoch;          /* the history, from 1; grows at each history change */
-    bool job_form;          /* consumers see the bare job id (a database of an earlier release) */
+    int32_t epoch;          /* the history, from 1; grows at each history change seen */
+    enum store_id_form form;
+    bool history_changed;   /* this observation moved the epoch */
     char history[STORE_DATABASE_ID_MAX + 12]; /* "<database_id>:<epoch>" */
 };
 
 /*
  * Reads the identity on conn through outbox.identity_observe(), which first
- * bumps the epoch when the cluster or its timeline changed since recorded.
- * conn must be idle, on a primary. 0, or -1 with err filled
- * (OUTBOX_ERR_SCHEMA before migration 015).
+ * bumps the epoch when the cluster or its timeline changed since recorded
+ * (history_changed then). conn must be idle, on a primary. 0, or -1 with
+ * err filled (OUTBOX_ERR_SCHEMA before migration 021).
  */
 int store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_error *err);
 
+/* The name of a form, as outbox.identity.id_form spells it. */
+const char *store_id_form_name(enum store_id_form form);
+
 /*
- * Writes the message id of a row (replay: times it was replayed, 0 for
- * none) into out (STORE_MESSAGE_ID_MAX bytes): the consumers' form when
- * full is false, the full form whatever the database's form when full is
- * true (for keys a broker deduplicates on internally).
+ * Writes the message id of a row (its job id, its message_uid text, replay:
+ * times it was replayed, 0 for none) into out (STORE_MESSAGE_ID_MAX bytes):
+ * the consumers' form when dedup is false, the form uid whatever the
+ * database's form when dedup is true (for keys a broker deduplicates on).
  */
-void store_message_id_format(const struct store_identity *identity, int64_t job_id, int32_t replay,
-                             bool full, char *out);
+void store_message_id_format(const struct store_identity *identity, int64_t job_id,
+                             const char *message_uid, int32_t replay, bool dedup, char *out);
 
 #endif

@@ -405,8 +405,8 @@ batch_fill(struct stream_batch *batch, PGresult *result, struct outbox_error *er
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     for (int r = 0; r < rows; r++) {
         store_row_read_job(result, r, &batch->jobs[r]);
-        batch->xids[r] = PQgetvalue(result, r, 11);
-        batch->froms[r] = PQgetisnull(result, r, 12) ? NULL : PQgetvalue(result, r, 12);
+        batch->xids[r] = PQgetvalue(result, r, 12);
+        batch->froms[r] = PQgetisnull(result, r, 13) ? NULL : PQgetvalue(result, r, 13);
     }
     batch->count = (size_t)rows;
     batch->storage = result;

@@ -5,6 +5,8 @@
  */
 #include "store_stream_sql.h"
 
+#include "store_row.h"
+
 /* The fence of every cursor write: this owner, this generation, a live lease. */
 #define CURSOR_FENCE                                                                               \
     " WHERE c.queue = $2 AND c.partition = $3 AND c.owner = $1 AND c.generation = $4"              \
@@ -108,7 +110,7 @@ static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
 static const char SQL_READ[] =
     "SELECT j.job_id, j.attempts + 1, j.max_attempts, j.queue, j.payload::text, j.headers::text,"
     "       j.ordering_key, date_part('epoch', j.created_at), j.replays, j.exchange,"
-    "       j.routing_key, j.xid::text, j.stream_from"
+    "       j.routing_key, " STORE_SQL_MESSAGE_UID("j") ", j.xid::text, j.stream_from"
     " FROM outbox.job AS j"
     " WHERE j.state = 'stream' AND j.queue = $1 AND j.stream_partition = $2"
     "   AND (j.xid, j.job_id) > ($3::xid8, $4::bigint)"

@@ -106,11 +106,11 @@ const struct action action_table[] = {
      "delete inbox records accepted longer ago than DURATION, in batches of 5000"},
     {"identity show",  ctl_command_identity_show,  "GET",  "identity",        api_identity,     true,  false,
      "identity show [--json]",
-     "the database's identity: message ids are <database_id>:<epoch>:<job_id>"},
+     "the database's identity: message ids are <database_id>:<message_uid>"},
     {"identity set",   ctl_command_identity_set,   NULL,   NULL,              NULL,             false, true,
-     "identity set [--database-id ID] [--id-form database|job]",
+     "identity set [--database-id ID] [--id-form uid|database|job]",
      "give a copy of a database an id of its own, or switch a database of an earlier release "
-     "from bare job ids to the database form"},
+     "to the form uid"},
     {"serve",          ctl_command_serve,          NULL,   NULL,              NULL,             false, false,
      "serve [--listen HOST:PORT] [--auth-token-file FILE] [--allow-actions]",
      "the operator's web console and its JSON API (default " CONSOLE_DEFAULT_LISTEN "; "

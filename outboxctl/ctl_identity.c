@@ -2,7 +2,7 @@
  * outboxctl identity show|set: the database's identity, what the message ids
  * of its rows are made of (sql/015_identity.sql). `set` gives a copy of a
  * database an id of its own, or switches a database of an earlier release
- * to the message ids of the database form. The console's GET identity
+ * to the message ids of the form uid (sql/021_message_uid.sql). The console's GET identity
  * answers what `identity show --json` prints.
  */
 #include <stdbool.h>
@@ -20,12 +20,18 @@ ctl_identity_text(char *line, size_t size, const struct store_identity_row *iden
         snprintf(line, size, "none (run outboxctl migrate)");
     else if (strcmp(identity->id_form, "job") == 0)
         snprintf(line, size,
-                 "%s, message ids are bare job ids (the earlier form: switch with"
-                 " outboxctl identity set --id-form database)",
+                 "%s, message ids are bare job ids (an earlier form: switch with"
+                 " outboxctl identity set --id-form uid)",
                  identity->database_id);
-    else
-        snprintf(line, size, "%s, message ids %s:%d:<job_id> (history epoch %d, timeline %lld)",
+    else if (strcmp(identity->id_form, "database") == 0)
+        snprintf(line, size,
+                 "%s, message ids %s:%d:<job_id> (an earlier form: switch with outboxctl identity"
+                 " set --id-form uid; history epoch %d, timeline %lld)",
                  identity->database_id, identity->database_id, identity->epoch, identity->epoch,
+                 identity->timeline);
+    else
+        snprintf(line, size, "%s, message ids %s:<message_uid> (history epoch %d, timeline %lld)",
+                 identity->database_id, identity->database_id, identity->epoch,
                  identity->timeline);
 }
 
@@ -103,9 +109,11 @@ ctl_command_identity_set(struct ctl *ctl, int argc, char **argv, int first)
     if ((taken = ctl_parse_options(ctl, argc, argv, first, options, 3)) != CTL_GO_ON)
         return taken;
     if (database_id == NULL && id_form == NULL)
-        return ctl_usage_error("identity set needs --database-id ID and/or --id-form database|job");
-    if (id_form != NULL && strcmp(id_form, "database") != 0 && strcmp(id_form, "job") != 0)
-        return ctl_usage_error("--id-form: expected database or job, got '%s'", id_form);
+        return ctl_usage_error(
+            "identity set needs --database-id ID and/or --id-form uid|database|job");
+    if (id_form != NULL && strcmp(id_form, "uid") != 0 && strcmp(id_form, "database") != 0 &&
+        strcmp(id_form, "job") != 0)
+        return ctl_usage_error("--id-form: expected uid, database or job, got '%s'", id_form);
     if ((taken = ctl_connect(ctl)) != 0)
         return taken;
     if (store_admin_identity_set(ctl->conn, database_id, id_form, &identity, &err) < 0) {

@@ -19,6 +19,7 @@
 #include "cause_log.h"
 #include "clock.h"
 #include "error.h"
+#include "job_message.h"
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
@@ -92,6 +93,7 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
     }
     if (db->store != NULL) {
         db->connects++;
+        job_message_warn_history(&db->identity, db->who);
         PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
         outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
         outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);

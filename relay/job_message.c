@@ -4,6 +4,8 @@
 #include "job_message.h"
 #include "mutant.h"
 
+#include "log.h"
+
 _Static_assert(SINK_MESSAGE_ID_MAX == STORE_MESSAGE_ID_MAX, "one message id size");
 
 struct sink_message
@@ -27,12 +29,26 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
         .place.at = job->replays == 0 ? job->stream_place : NULL,
     };
 
-    store_message_id_format(identity, job->job_id, job->replays, false, m.message_id);
-    store_message_id_format(identity, job->job_id, job->replays, true, m.dedup_id);
+    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, false,
+                            m.message_id);
+    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, true,
+                            m.dedup_id);
 #ifdef OUTBOX_MUTANTS
     if (mutant_fires("redis_dedup_ignored")) /* each claim its own dedup record */
-        store_message_id_format(identity, job->job_id, job->replays + 1000 * job->generation, true,
-                                m.dedup_id);
+        store_message_id_format(identity, job->job_id, job->message_uid,
+                                job->replays + 1000 * job->generation, true, m.dedup_id);
 #endif
     return m;
+}
+
+void
+job_message_warn_history(const struct store_identity *identity, const char *who)
+{
+    if (!identity->history_changed || identity->form == STORE_ID_FORM_UID)
+        return;
+    log_event(OUTBOX_LOG_WARN, "database history changed, message ids may repeat",
+              "%s database_id=%s epoch=%d id_form=%s hint=\"consumers deduplicating on the message"
+              " id of this form may drop rows of the new history: switch with outboxctl identity"
+              " set --id-form uid once they take the form uid\"",
+              who, identity->database_id, (int)identity->epoch, store_id_form_name(identity->form));
 }

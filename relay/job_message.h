@@ -18,4 +18,13 @@
 struct sink_message job_message_from_job(const struct outbox_job *job,
                                          const struct store_identity *identity);
 
+/*
+ * Logs a warning when the observation that filled identity moved its
+ * history epoch (a promotion, a restore into another cluster) and the
+ * database's message ids are of an earlier form, which such a history can
+ * repeat: consumers deduplicating on them may drop rows until the database
+ * switches to the form uid. who names the database in the log.
+ */
+void job_message_warn_history(const struct store_identity *identity, const char *who);
+
 #endif

@@ -24,6 +24,7 @@
 #include "database_list.h"
 #include "ends.h"
 #include "error.h"
+#include "job_message.h"
 #include "lock_check.h"
 #include "log.h"
 #include "pipeline.h"
@@ -366,6 +367,12 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
         return -1;
     }
     scheduler_identity_seen(p->relay->scheduler, t, c->identity.database_id);
+    if (c->identity.history_changed) {
+        char who[DATABASE_NAME_MAX + 16];
+
+        snprintf(who, sizeof(who), "database=%s", t->name);
+        job_message_warn_history(&c->identity, who);
+    }
     outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
     outbox_store_set_delete_on_success(c->store, config->delete_on_success);
     metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);

@@ -91,6 +91,7 @@ stream_connect_ends(struct stream_worker *sr)
             store_lost(sr, &err);
             return false;
         }
+        job_message_warn_history(&sr->identity, "thread=stream");
         sr->next_renew = 0;
         sr->reload_cursors = true;
     }

@@ -29,6 +29,7 @@ store_row_read_job(const PGresult *result, int row, struct outbox_job *job)
     job->replays = (int32_t)strtol(PQgetvalue(result, row, 8), NULL, 10);
     job->exchange = store_row_text_or_null(result, row, 9);
     job->routing_key = store_row_text_or_null(result, row, 10);
+    job->message_uid = PQgetvalue(result, row, 11);
     job->stream_order = NULL;
     job->stream_place = NULL;
 }

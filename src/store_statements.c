@@ -26,6 +26,7 @@
  * one ascending order rules out.
  */
 #include "outbox.h"
+#include "store_row.h"
 #include "store_statements.h"
 
 /*
@@ -73,7 +74,7 @@
     " WHERE " ROW_OF("candidate")                                                                  \
     " RETURNING j.job_id, j.attempts, j.max_attempts, j.queue, j.payload::text,"                   \
     "           j.headers::text, j.ordering_key, extract(epoch FROM j.created_at)::float8,"         \
-    "           j.replays, j.exchange, j.routing_key,"                                          \
+    "           j.replays, j.exchange, j.routing_key, " STORE_SQL_MESSAGE_UID("j") ","            \
     "           CASE WHEN j.stream_epoch IS NOT NULL AND j.job_id >= 0"                            \
     "                THEN j.stream_epoch || ':' || j.stream_partition END,"                        \
     "           CASE WHEN j.stream_epoch IS NOT NULL AND j.job_id >= 0"                            \

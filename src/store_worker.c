@@ -260,8 +260,8 @@ outbox_claim_receive(outbox_store *store, struct outbox_batch *batch, struct out
     }
     for (int r = 0; r < rows; r++) {
         store_row_read_job(result, r, &batch->jobs[r]);
-        batch->jobs[r].stream_order = store_row_text_or_null(result, r, 11);
-        batch->jobs[r].stream_place = store_row_text_or_null(result, r, 12);
+        batch->jobs[r].stream_order = store_row_text_or_null(result, r, 12);
+        batch->jobs[r].stream_place = store_row_text_or_null(result, r, 13);
     }
     qsort(batch->jobs, (size_t)rows, sizeof(*batch->jobs), compare_job);
     batch->count = (size_t)rows;

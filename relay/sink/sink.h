@@ -81,7 +81,7 @@ void sink_options_clear(struct sink_options *options);
 void **sink_options_broker(struct sink_options *options, const char *kind);
 
 /* The longest message id with its NUL (store_identity.h: STORE_MESSAGE_ID_MAX). */
-#define SINK_MESSAGE_ID_MAX 88
+#define SINK_MESSAGE_ID_MAX 96
 
 /*
  * A row's place in the order of a stream partition (a stream queue's row,
@@ -105,11 +105,12 @@ struct sink_order_place {
 struct sink_message {
     int64_t job_id;      /* the row's job id, sent beside the message id */
     /*
-     * The id consumers deduplicate on: "<database>:<epoch>:<job_id>", or the
-     * bare job id of a database that kept the earlier form; ".r<n>" follows
-     * for a row replayed n times. dedup_id is the same in the full form
-     * whatever the database's, for keys only the broker reads (a broker's
-     * own dedup records); history is its "<database>:<epoch>", which names a stream
+     * The id consumers deduplicate on: "<database>:<message_uid>", or on a
+     * database that kept an earlier form "<database>:<epoch>:<job_id>" or
+     * the bare job id; ".r<n>" follows for a row replayed n times. dedup_id
+     * is the form "<database>:<message_uid>" whatever the database's, for
+     * the keys a broker deduplicates on (Redis' dedup records, NATS'
+     * Nats-Msg-Id); history is "<database>:<epoch>", which names a stream
      * partition's order record (see struct sink_order_place).
      */
     char message_id[SINK_MESSAGE_ID_MAX];

@@ -7,9 +7,11 @@
  * Every message is published to the subject subject_prefix + (routing key,
  * else queue), with the payload's JSON text as its body and the headers
  *
- *   Nats-Msg-Id: <message id>      (sink.h: <database>:<epoch>:<job_id>, .r<n>
+ *   Nats-Msg-Id: <dedup id>        (sink.h: <database>:<message_uid>, .r<n>
  *                                  after it for a row replayed n times)
  *   <the row's headers>            (traceparent and tracestate among them)
+ *   Outbox-Message-Id: <message id> (the consumers' form; the same text
+ *                                  unless the database kept an earlier form)
  *   Outbox-Job-Id, Outbox-Queue, Outbox-Attempt, Content-Type: application/json
  *
  * A message is accepted only on a JetStream ack naming the stream and its

@@ -16,6 +16,7 @@
 
 /* Header names the sink writes itself; a row's Nats- header is refused, one of the others dropped. */
 #define HEADER_MSG_ID "Nats-Msg-Id"
+#define HEADER_MESSAGE_ID "Outbox-Message-Id"
 #define HEADER_JOB_ID "Outbox-Job-Id"
 #define HEADER_QUEUE "Outbox-Queue"
 #define HEADER_ATTEMPT "Outbox-Attempt"
@@ -132,8 +133,8 @@ header_is_reserved(const struct json_member *member)
 static bool
 header_is_ours(const struct json_member *member)
 {
-    static const char *const ours[] = {HEADER_JOB_ID, HEADER_QUEUE, HEADER_ATTEMPT,
-                                       HEADER_CONTENT_TYPE};
+    static const char *const ours[] = {HEADER_MESSAGE_ID, HEADER_JOB_ID, HEADER_QUEUE,
+                                       HEADER_ATTEMPT, HEADER_CONTENT_TYPE};
 
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strcasecmp(member->key, ours[i]) == 0)
@@ -141,12 +142,18 @@ header_is_ours(const struct json_member *member)
     return false;
 }
 
-/* Sets the headers of message; the row's come first, ours after. */
+/*
+ * Sets the headers of message; the row's come first, ours after. The
+ * server deduplicates on Nats-Msg-Id: the dedup id, unique across
+ * histories whatever the database's form; Outbox-Message-Id is the message
+ * id consumers deduplicate on (the same text unless the database kept an
+ * earlier form).
+ */
 static natsStatus
 set_headers(natsMsg *out, const struct sink_message *message,
             const struct json_string_object *headers, size_t *header_bytes)
 {
-    const char *id = message->message_id;
+    const char *id = message->dedup_id;
     char job_id[24], attempt[16];
     natsStatus st = NATS_OK;
 
@@ -162,6 +169,8 @@ set_headers(natsMsg *out, const struct sink_message *message,
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_MSG_ID, id);
     if (st == NATS_OK)
+        st = natsMsgHeader_Set(out, HEADER_MESSAGE_ID, message->message_id);
+    if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_JOB_ID, job_id);
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_QUEUE, message->queue);
@@ -169,10 +178,11 @@ set_headers(natsMsg *out, const struct sink_message *message,
         st = natsMsgHeader_Set(out, HEADER_ATTEMPT, attempt);
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_CONTENT_TYPE, "application/json");
-    *header_bytes += strlen(HEADER_MSG_ID) + strlen(id) + strlen(HEADER_JOB_ID) + strlen(job_id) +
-                     strlen(HEADER_QUEUE) +
-                     strlen(message->queue) + strlen(HEADER_ATTEMPT) + strlen(attempt) +
-                     strlen(HEADER_CONTENT_TYPE) + strlen("application/json") + 5 * 4;
+    *header_bytes += strlen(HEADER_MSG_ID) + strlen(id) + strlen(HEADER_MESSAGE_ID) +
+                     strlen(message->message_id) + strlen(HEADER_JOB_ID) + strlen(job_id) +
+                     strlen(HEADER_QUEUE) + strlen(message->queue) + strlen(HEADER_ATTEMPT) +
+                     strlen(attempt) + strlen(HEADER_CONTENT_TYPE) + strlen("application/json") +
+                     6 * 4;
     return st;
 }
 

@@ -80,7 +80,19 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, integer, time
 GRANT EXECUTE ON FUNCTION outbox.enqueue_batch(text, jsonb[], text[], text[], jsonb, integer,
                                             timestamptz, integer, text, text)
     TO outbox_producer;
-GRANT INSERT ON outbox.job TO outbox_producer;
+-- every column but message_uid, which the default fills (migration 021)
+DO $$
+DECLARE
+    cols text;
+BEGIN
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
+      FROM pg_catalog.pg_attribute AS a
+     WHERE a.attrelid = 'outbox.job'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       AND a.attname <> 'message_uid';
+    REVOKE INSERT ON outbox.job FROM outbox_producer;
+    EXECUTE format('GRANT INSERT (%s) ON outbox.job TO outbox_producer', cols);
+END
+$$;
 GRANT SELECT (job_id, queue, idempotency_key, ordering_key, state) ON outbox.job TO outbox_producer;
 
 -- Read-only status.

@@ -40,9 +40,11 @@ query_text(PGconn *conn, const char *sql)
     return text;
 }
 
-/* A database migrated on its own: a random id of 12 hex digits, the database form, epoch 1. */
+#define UID "0b6f3c7e-2f1d-4a55-9b1e-6c0d2a8e4f10"
+
+/* A database migrated on its own: a random id of 12 hex digits, the form uid, epoch 1. */
 static void
-test_fresh_database_takes_the_database_form(void **state)
+test_fresh_database_takes_the_uid_form(void **state)
 {
     struct fixture *f = *state;
     char *url = harness_database_new_empty();
@@ -57,7 +59,7 @@ test_fresh_database_takes_the_database_form(void **state)
     form = query_text(conn, "SELECT id_form || ':' || epoch FROM outbox.identity");
     assert_int_equal(strlen(id), 12);
     assert_int_equal(strspn(id, "0123456789abcdef"), 12);
-    assert_string_equal(form, "database:1");
+    assert_string_equal(form, "uid:1");
     first = strdup(id);
     free(id);
     free(form);
@@ -117,15 +119,18 @@ test_existing_database_keeps_job_ids_until_switched(void **state)
     assert_string_equal(form, "job");
     free(form);
     assert_int_equal(store_identity_observe(conn, &identity, &err), 0);
-    store_message_id_format(&identity, 7, 0, false, message_id);
+    store_message_id_format(&identity, 7, UID, 0, false, message_id);
     assert_string_equal(message_id, "7");
-    store_message_id_format(&identity, 7, 1, false, message_id);
+    store_message_id_format(&identity, 7, UID, 1, false, message_id);
     assert_string_equal(message_id, "7.r1");
+    /* the broker's own dedup keys are unique at once */
+    store_message_id_format(&identity, 7, UID, 1, true, message_id);
+    assert_string_equal(message_id + strlen(identity.database_id), ":" UID ".r1");
 
-    harness_exec(conn, "SELECT outbox.identity_set(NULL, 'database')");
+    harness_exec(conn, "SELECT outbox.identity_set(NULL, 'uid')");
     assert_int_equal(store_identity_observe(conn, &identity, &err), 0);
-    store_message_id_format(&identity, 7, 0, false, message_id);
-    assert_non_null(strchr(message_id, ':'));
+    store_message_id_format(&identity, 7, UID, 0, false, message_id);
+    assert_string_equal(message_id + strlen(identity.database_id), ":" UID);
     PQfinish(conn);
     harness_database_drop(url);
 }
@@ -181,12 +186,12 @@ test_outboxctl_shows_and_sets_the_identity(void **state)
     const char *json[] = {"--database-url", f->url, "status", "--json", NULL};
 
     assert_int_equal(fixture_run_program("outboxctl", set, output, sizeof(output), 30000), 0);
-    assert_non_null(strstr(output, "tenant-9, message ids tenant-9:1:<job_id>"));
+    assert_non_null(strstr(output, "tenant-9, message ids tenant-9:<message_uid>"));
     assert_int_equal(fixture_run_program("outboxctl", status, output, sizeof(output), 30000), 0);
     assert_non_null(strstr(output, "database identity"));
-    assert_non_null(strstr(output, "tenant-9:1:<job_id>"));
+    assert_non_null(strstr(output, "tenant-9:<message_uid>"));
     assert_int_equal(fixture_run_program("outboxctl", json, output, sizeof(output), 30000), 0);
-    assert_non_null(strstr(output, "\"identity\":{\"database_id\":\"tenant-9\",\"id_form\":\"database\""));
+    assert_non_null(strstr(output, "\"identity\":{\"database_id\":\"tenant-9\",\"id_form\":\"uid\""));
     assert_int_equal(fixture_run_program("outboxctl", bad, output, sizeof(output), 30000), 2);
     assert_non_null(strstr(output, "must be 1-40 characters"));
 }
@@ -236,6 +241,13 @@ test_keyed_inbox_takes_every_message_id(void **state)
     assert_false(accept(f->conn, "db-a:2:5.r3", "cust-1"));
     assert_false(accept(f->conn, "db-a:2:5.r3", NULL)); /* a replay's record is the plain inbox's */
 
+    /* the form uid: once by its id, a replay once more */
+    assert_true(accept(f->conn, "db-a:" UID, "cust-1"));
+    assert_false(accept(f->conn, "db-a:" UID, "cust-1"));
+    assert_false(accept(f->conn, "db-a:" UID, NULL));
+    assert_true(accept(f->conn, "db-a:" UID ".r1", "cust-1"));
+    assert_false(accept(f->conn, "db-a:" UID ".r1", "cust-1"));
+
     bad = PQexec(f->conn, "SELECT outbox.inbox_accept('billing', 'db-a:x:1', 'cust-1')");
     assert_int_equal(PQresultStatus(bad), PGRES_FATAL_ERROR);
     assert_string_equal(PQresultErrorField(bad, PG_DIAG_SQLSTATE), "22023");
@@ -246,8 +258,7 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fresh_database_takes_the_database_form, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fresh_database_takes_the_uid_form, setup, teardown),
         cmocka_unit_test(test_existing_database_keeps_job_ids_until_switched),
         cmocka_unit_test_setup_teardown(test_history_change_bumps_the_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_shows_and_sets_the_identity, setup,

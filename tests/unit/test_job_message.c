@@ -83,34 +83,42 @@ test_place_only_before_a_replay(void **state)
     assert_null(m.place.at);
 }
 
+#define UID "0b6f3c7e-2f1d-4a55-9b1e-6c0d2a8e4f10"
+
 /*
- * The id consumers deduplicate on names the database and its history, with
- * ".r<n>" for a replay; a database of the earlier form shows the bare job
- * id, while the broker's own dedup keys always take the full form.
+ * The id consumers deduplicate on is the database and the row's own uuid,
+ * with ".r<n>" for a replay; a database of an earlier form shows its form
+ * (with the epoch, or the bare job id), while the broker's own dedup keys
+ * always take the uuid form.
  */
 static void
 test_message_ids(void **state)
 {
-    struct store_identity job_form = IDENTITY;
+    struct store_identity old = IDENTITY;
     struct outbox_job job = {.job_id = 42, .generation = 1, .queue = "q", .payload = "{}",
-                             .payload_len = 2, .headers = "{}"};
+                             .payload_len = 2, .headers = "{}", .message_uid = UID};
     struct sink_message m = job_message_from_job(&job, &IDENTITY);
 
     (void)state;
-    assert_string_equal(m.message_id, "db1:3:42");
-    assert_string_equal(m.dedup_id, "db1:3:42");
+    assert_string_equal(m.message_id, "db1:" UID);
+    assert_string_equal(m.dedup_id, "db1:" UID);
     assert_string_equal(m.history, "db1:3");
     job.replays = 2;
     m = job_message_from_job(&job, &IDENTITY);
+    assert_string_equal(m.message_id, "db1:" UID ".r2");
+    assert_string_equal(m.dedup_id, "db1:" UID ".r2");
+    old.form = STORE_ID_FORM_DATABASE;
+    m = job_message_from_job(&job, &old);
     assert_string_equal(m.message_id, "db1:3:42.r2");
-    assert_string_equal(m.dedup_id, "db1:3:42.r2");
-    job_form.job_form = true;
-    m = job_message_from_job(&job, &job_form);
+    assert_string_equal(m.dedup_id, "db1:" UID ".r2");
+    old.form = STORE_ID_FORM_JOB;
+    m = job_message_from_job(&job, &old);
     assert_string_equal(m.message_id, "42.r2");
-    assert_string_equal(m.dedup_id, "db1:3:42.r2");
+    assert_string_equal(m.dedup_id, "db1:" UID ".r2");
     job.replays = 0;
-    m = job_message_from_job(&job, &job_form);
+    m = job_message_from_job(&job, &old);
     assert_string_equal(m.message_id, "42");
+    assert_string_equal(m.dedup_id, "db1:" UID);
     assert_int_equal(m.job_id, 42);
 }
 
