@@ -351,7 +351,7 @@ stream_store_renew(stream_store *s, struct stream_partition *p, double lease_sec
 
 int
 stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, bool *held,
-                    struct outbox_error *err)
+                    struct stream_rebase_report *report, struct outbox_error *err)
 {
     struct fence_values v;
     char epoch_text[16];
@@ -368,8 +368,12 @@ stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, 
         return -1;
     }
     *held = PQntuples(result) == 1;
-    if (*held)
+    if (*held) {
         cursor_from(result, p, false);
+        report->places_kept = strcmp(PQgetvalue(result, 0, 3), "t") == 0;
+        report->keys_reset = (int)strtol(PQgetvalue(result, 0, 4), NULL, 10);
+        report->levels = (int)strtol(PQgetvalue(result, 0, 5), NULL, 10);
+    }
     PQclear(result);
     return 0;
 }

@@ -93,7 +93,7 @@ static const char SQL_RENEW[] =
     "   c.cursor_xid >= pg_snapshot_xmax(pg_current_snapshot())";
 
 static const char SQL_REBASE[] =
-    "SELECT r.cursor_xid, r.cursor_job_id, r.history_epoch"
+    "SELECT r.cursor_xid, r.cursor_job_id, r.history_epoch, r.places_kept, r.keys_reset, r.levels"
     " FROM outbox.stream_rebase($1, $2, $3, $4, $5) AS r";
 
 static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"

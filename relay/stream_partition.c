@@ -79,13 +79,14 @@ static int
 settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox_error *err)
 {
     struct stream_partition *p = &sr->owned[index].p;
+    struct stream_rebase_report report = {0};
     int32_t was = p->history_epoch;
     bool held = false;
 
     *kept = true;
     if (p->history_epoch == sr->identity.epoch && !p->ahead)
         return 0;
-    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, err) != 0) {
+    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, &report, err) != 0) {
         if (err->code != OUTBOX_ERR_STATE)
             return -1;
         log_event(OUTBOX_LOG_ERROR, "stream partition not published", "%s error=\"%s\"", sr->who,
@@ -95,8 +96,9 @@ settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox
         held = false;
     } else if (held) {
         log_event(OUTBOX_LOG_WARN, "stream partition rebased onto a new database history",
-                  "%s queue=%s partition=%d epoch=%d->%d", sr->who, p->queue, p->partition,
-                  (int)was, (int)p->history_epoch);
+                  "%s queue=%s partition=%d epoch=%d->%d places=%s keys_reset=%d key_levels=%d",
+                  sr->who, p->queue, p->partition, (int)was, (int)p->history_epoch,
+                  report.places_kept ? "kept" : "placed-anew", report.keys_reset, report.levels);
     }
     if (!held) {
         drop_owned(sr, index, "stream partition dropped");
