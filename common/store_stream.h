@@ -221,6 +221,16 @@ int stream_store_key_has_later(stream_store *s, const struct stream_partition *p
                                struct outbox_error *err);
 
 /*
+ * *held: the database holds the row at place (STREAM_PLACE_SIZE - 1 digits,
+ * as stream_place_format writes it) with identity uid (its message_uid as
+ * text), or any row at that place when uid is "" (a broker record naming
+ * none). For a broker's order record, which must name a row of this
+ * database's history to be believed.
+ */
+int stream_store_row_held(stream_store *s, const char *place, const char *uid, bool *held,
+                          struct outbox_error *err);
+
+/*
  * In one statement: moves p's cursor to (xid, job_id), extends the lease,
  * and writes the refused rows (see struct stream_refusal). Nothing is
  * written unless the lease is still held; *held tells. On success p's

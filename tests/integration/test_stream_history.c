@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "harness.h"
 #include "key_inversion.h"
 #include "redis_consumer.h"
@@ -63,7 +64,11 @@ teardown(void **state)
 {
     struct fixture *f = *state;
     char tagged[80];
+    PGconn *admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
 
+    harness_exec(admin, "ALTER SYSTEM RESET wal_writer_delay");
+    harness_exec(admin, "SELECT pg_reload_conf()");
+    PQfinish(admin);
     stream_consumer_delete_prefix(f->redis, f->prefix);
     snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
     stream_consumer_delete_prefix(f->redis, tagged);
@@ -72,6 +77,137 @@ teardown(void **state)
     harness_database_drop(f->url);
     free(f);
     return 0;
+}
+
+/* How many entries of the stream have a payload holding text. */
+static long long
+entries_with(struct fixture *f, const char *text)
+{
+    struct stream_consumer_stream stream = {0};
+    long long count = 0;
+
+    if (stream_consumer_read_stream(f->redis, f->stream, &stream) != 0)
+        return 0;
+    for (size_t i = 0; i < stream.count; i++)
+        count += stream.entries[i].payload != NULL && strstr(stream.entries[i].payload, text) != NULL;
+    stream_consumer_stream_clear(&stream);
+    return count;
+}
+
+/* Waits up to timeout_ms for count entries holding text; returns how many there are. */
+static long long
+wait_for_entries(struct fixture *f, const char *text, long long count, int timeout_ms)
+{
+    long long seen = 0;
+
+    for (int waited = 0; waited <= timeout_ms; waited += 100) {
+        seen = entries_with(f, text);
+        if (seen >= count)
+            break;
+        usleep(100 * 1000);
+    }
+    return seen;
+}
+
+/* Ten transactions of one row each, committed as conn's session commits. */
+static void
+enqueue_ten(PGconn *conn, const char *marker)
+{
+    char sql[256];
+
+    for (int i = 1; i <= 10; i++) {
+        snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('ev', '{\"%s\": %d}')", marker, i);
+        harness_exec(conn, sql);
+    }
+}
+
+/*
+ * Stops (SIGSTOP) the stack's WAL writer and background writer: with them,
+ * and no synchronous commit, nothing flushes the WAL of an asynchronous
+ * commit until the crash. The crash kills them (SIGKILL after SIGQUIT).
+ */
+static void
+hold_wal_flushes(PGconn *admin)
+{
+    PGresult *r = PQexec(admin, "SELECT pid FROM pg_stat_activity"
+                                " WHERE backend_type IN ('walwriter', 'background writer')");
+
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(r), 2);
+    for (int i = 0; i < PQntuples(r); i++)
+        assert_int_equal(kill((pid_t)atoi(PQgetvalue(r, i, 0)), SIGSTOP), 0);
+    PQclear(r);
+}
+
+/* The stack's PostgreSQL crashes (stop -m immediate) and starts again; f->conn reconnects. */
+static void
+crash_postgres(struct fixture *f)
+{
+    PQfinish(f->conn);
+    f->conn = NULL;
+    assert_int_equal(harness_stack("kill-service", "postgres"), 0);
+    assert_int_equal(harness_stack("start-service", "postgres"), 0);
+    f->conn = harness_connect(f->url);
+}
+
+/*
+ * Case 5: ten rows committed with synchronous_commit = off are published,
+ * then a crash loses them (checked); the ten rows enqueued next take their
+ * transaction ids again, and all ten reach the stream.
+ */
+static void
+test_rows_after_a_crash_that_lost_commits_are_published(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", "50ms", NULL};
+    struct relay_process relay;
+    PGconn *producer, *admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
+    long long after;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    harness_exec(admin, "ALTER SYSTEM SET wal_writer_delay = '10s'");
+    harness_exec(admin, "SELECT pg_reload_conf()");
+    harness_exec(admin, "CHECKPOINT");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    usleep(500 * 1000);
+    hold_wal_flushes(admin);
+    PQfinish(admin);
+    producer = harness_connect(f->url);
+    harness_exec(producer, "SET synchronous_commit = off");
+    enqueue_ten(producer, "lost");
+    PQfinish(producer);
+    if (wait_for_entries(f, "\"lost\"", 10, 20000) != 10) {
+        relay_dump_log(&relay);
+        fail_msg("the relay did not publish the ten rows before the crash");
+    }
+    relay_signal(&relay, SIGKILL); /* no write of its own flushes the WAL now */
+    relay_wait(&relay, 10000);
+    unlink(relay.log_path);
+    crash_postgres(f);
+    /* the crash lost them: they are no rows of the database any more */
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE payload ? 'lost'"),
+                     0);
+
+    enqueue_ten(f->conn, "after");
+    relay_start_process(&relay, f->url, f->broker, extra);
+    after = wait_for_entries(f, "\"after\"", 10, 20000);
+    if (after != 10) {
+        relay_dump_log(&relay);
+        fail_msg("%lld of the 10 rows committed after the crash reached the stream", after);
+    }
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    /* said once, as a warning */
+    {
+        char *log = fixture_read_file(relay.log_path);
+        const char *said = strstr(log, "stream order record of another database history dropped");
+
+        assert_non_null(said);
+        assert_null(strstr(said + 1, "stream order record of another database history dropped"));
+        free(log);
+    }
+    unlink(relay.log_path);
 }
 
 /*
@@ -103,6 +239,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_key_order_is_kept_across_a_rebase, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_after_a_crash_that_lost_commits_are_published,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests_name("stream_history", tests, NULL, NULL);
