@@ -297,23 +297,29 @@ settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_b
 static bool
 answer_checks(struct stream_worker *sr, const struct owned *o, size_t published)
 {
-    bool answered = false;
+    size_t last = 0; /* 1 + the message answered last: the next checks are mostly the same */
+    bool answered = false, held = false;
 
     for (size_t i = 0; i < published; i++) {
         const char *check = sr->outcomes[i].check, *uid = check + STREAM_PLACE_DIGITS_OF_CHECK;
         char place[STREAM_PLACE_SIZE];
         struct outbox_error err;
-        bool held = false;
 
         if (check[0] == '\0' || strlen(check) < STREAM_PLACE_DIGITS_OF_CHECK)
             continue;
         snprintf(place, sizeof(place), "%.*s", STREAM_PLACE_DIGITS_OF_CHECK, check);
+        if (last > 0 && strcmp(sr->outcomes[last - 1].check, check) == 0) {
+            memcpy(sr->verdicts[i], sr->verdicts[last - 1], sizeof(sr->verdicts[i]));
+            sr->messages[i].place.verdict = sr->verdicts[i];
+            continue;
+        }
+        last = i + 1;
         if (stream_store_row_held(sr->store, place, uid, &held, &err) != 0) {
             log_event(OUTBOX_LOG_WARN, "stream order record not checked", "%s queue=%s error=\"%s\"",
                       sr->who, o->p.queue, err.message);
             return false;
         }
-        if (!held && (i == 0 || strcmp(sr->outcomes[i - 1].check, check) != 0))
+        if (!held)
             log_event(OUTBOX_LOG_WARN,
                       "stream order record of another database history dropped",
                       "%s queue=%s partition=%d place=%s row=%s hint=\"the broker recorded a row"
