@@ -37,9 +37,9 @@
 -- The relay logs each rebase with what it did (places kept or placed anew,
 -- keys reset).
 --
--- Locks: ADD COLUMN with a constant-free default of a STABLE function is a
--- catalog change plus an UPDATE of the cursor rows (one per partition);
--- DROP and CREATE FUNCTION lock no table.
+-- Locks: ADD COLUMN without a default, then SET DEFAULT, changes the
+-- catalog only; the UPDATE writes the cursor rows (one per partition). DROP
+-- and CREATE FUNCTION lock no table.
 
 -- The cluster this server belongs to (its system identifier).
 CREATE FUNCTION outbox.stream_cluster() RETURNS bigint
