@@ -99,7 +99,7 @@ key_order(const struct stream_consumer_stream *s, const char *key, char *order, 
 
 void
 key_inversion_assert_kept(redisContext *redis, const char *stream, const char *const *keys,
-                          size_t count)
+                          size_t count, const char *want)
 {
     struct stream_consumer_stream s = {0};
     int wrong = 0;
@@ -109,8 +109,8 @@ key_inversion_assert_kept(redisContext *redis, const char *stream, const char *c
         char order[16];
 
         key_order(&s, keys[k], order, sizeof(order));
-        if (strcmp(order, "132") != 0) {
-            print_error("key %s went out as %s, committed as 132\n", keys[k], order);
+        if (strcmp(order, want) != 0) {
+            print_error("key %s went out as %s, committed as %s\n", keys[k], order, want);
             wrong++;
         }
     }

@@ -27,8 +27,11 @@ void key_inversion_install(PGconn *conn);
  */
 void key_inversion_make(PGconn *control, const char *url, const char *key);
 
-/* Fails the test unless each of the count keys went out in stream as n = 1, 3, 2. */
+/*
+ * Fails the test unless each of the count keys went out in stream as the
+ * digits of order say (n = 1, 3, 2: "132").
+ */
 void key_inversion_assert_kept(redisContext *redis, const char *stream, const char *const *keys,
-                               size_t count);
+                               size_t count, const char *order);
 
 #endif
