@@ -94,7 +94,7 @@ struct store_pause_list {
 /* The database's identity (sql/015_identity.sql): what message ids are made of. */
 struct store_identity_row {
     char database_id[48];
-    char id_form[16];      /* "database" (<database_id>:<epoch>:<job_id>) or "job" (bare job ids) */
+    char id_form[16];      /* "uid" (<database_id>:<message_uid>), "database" or "job" (earlier forms) */
     int epoch;             /* the history: grows at each failover or restore a relay saw */
     long long timeline;    /* the timeline that epoch was recorded on */
 };

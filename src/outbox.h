@@ -146,8 +146,8 @@ int outbox_enqueue_many(PGconn *conn, const struct outbox_message *messages, siz
 
 /*
  * The inbox: records that consumer took message_id (the relay's message id,
- * "<database_id>:<epoch>:<job_id>": the AMQP message_id, the Redis entry's
- * message_id, Nats-Msg-Id, Kafka's message-id) through outbox.inbox_accept() on the
+ * "<database_id>:<message_uid>": the AMQP message_id, the Redis entry's
+ * message_id, NATS' Outbox-Message-Id, Kafka's message-id) through outbox.inbox_accept() on the
  * caller's connection, which must be inside an open transaction. Stores true
  * in *accepted the first time, false when this consumer accepted the id
  * before: the consumer then skips its work. Commit the consumer's own writes
@@ -161,13 +161,16 @@ int outbox_inbox_accept(PGconn *conn, const char *consumer, const char *message_
 
 /*
  * The inbox in key order, through outbox.inbox_accept(consumer, message_id,
- * ordering_key): message_id is the relay's message id ("<database_id>:
- * <epoch>:<job_id>", or a bare job id of the earlier form), and within one
- * database (epoch, job id) rises along an ordering key, so *accepted is true
- * only when it is above the last one this consumer accepted for that key of
- * that database (job ids of 1 to 19 digits). False for a repeat, and for a message older than one
- * already applied (a relay that lost its lease can publish a stale row after
- * later rows of its key). A replay (".r<n>" after the id) is accepted once by
+ * ordering_key): message_id is the relay's message id. One of the form
+ * "<database_id>:<message_uid>" carries no order and is accepted once by its
+ * id (every publish of a row carries the same id, so a stale publish is a
+ * repeat). For the earlier forms ("<database_id>:<epoch>:<job_id>", or a
+ * bare job id) (epoch, job id) rises along an ordering key within one
+ * database, so *accepted is true only when it is above the last one this
+ * consumer accepted for that key of that database (job ids of 1 to 19
+ * digits). False for a repeat, and for a message older than one already
+ * applied (a relay that lost its lease can publish a stale row after later
+ * rows of its key). A replay (".r<n>" after the id) is accepted once by
  * its id, whatever the key's order. A message_id of no such form fails with
  * OUTBOX_ERR_INVALID. ordering_key NULL is outbox_inbox_accept(). Same
  * transaction rules as outbox_inbox_accept().

@@ -17,11 +17,11 @@
  * as accepted, so a relay that died after the append and before marking
  * its row never appends the row a second time.
  *
- * Dedup record: "{<stream>}:outbox-dedup:<database>:<epoch>:<job_id>" (the
+ * Dedup record: "{<stream>}:outbox-dedup:<database>:<message_uid>" (the
  * stream's name as hash tag, so the record lives in its stream's slot), or
  * "<stream>:outbox-dedup:..." when the stream's name holds a hash tag of its
- * own: the message id in its full form (sink.h), unique across databases and
- * their histories whatever form consumers see; ".r<n>" follows the job id
+ * own: the message id in the form uid (sink.h: dedup_id), unique across
+ * databases and their histories whatever form consumers see; ".r<n>" follows
  * for a row replayed n times, so each replay appends the job once more, and
  * at most once. A plain string whose
  * value is the entry id, written with PX = the window, so Redis expires it

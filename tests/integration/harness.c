@@ -235,15 +235,24 @@ harness_query_ll(PGconn *conn, const char *sql)
 void
 harness_message_id(PGconn *conn, long long job_id, int replay, char *out, size_t size)
 {
-    PGresult *result = PQexec(conn, "SELECT CASE id_form WHEN 'job' THEN '' ELSE"
-                                    " database_id || ':' || epoch || ':' END FROM outbox.identity");
+    char job[24];
+    const char *params[1] = {job};
+    PGresult *result;
     int n;
 
-    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+    snprintf(job, sizeof(job), "%lld", job_id);
+    result = PQexecParams(conn,
+                          "SELECT CASE i.id_form WHEN 'job' THEN j.job_id::text"
+                          " WHEN 'database' THEN i.database_id || ':' || i.epoch || ':' || j.job_id"
+                          " ELSE i.database_id || ':' || j.message_uid END"
+                          " FROM outbox.identity AS i, outbox.job AS j WHERE j.job_id = $1",
+                          1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1 ||
+        PQgetisnull(result, 0, 0)) {
         PQclear(result);
-        fail_msg("unable to read outbox.identity");
+        fail_msg("unable to read outbox.identity and the message_uid of job %lld", job_id);
     }
-    n = snprintf(out, size, "%s%lld", PQgetvalue(result, 0, 0), job_id);
+    n = snprintf(out, size, "%s", PQgetvalue(result, 0, 0));
     if (replay > 0 && n > 0 && (size_t)n < size)
         snprintf(out + n, size - (size_t)n, ".r%d", replay);
     PQclear(result);

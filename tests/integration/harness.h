@@ -53,7 +53,8 @@ long long harness_query_ll(PGconn *conn, const char *sql);
 
 /*
  * Writes into out the message id the relay gives row job_id of conn's
- * database (its n-th replay for replay > 0), as outbox.identity says now.
+ * database (its n-th replay for replay > 0), as outbox.identity and the
+ * row's message_uid say now (the row must still be there).
  */
 void harness_message_id(PGconn *conn, long long job_id, int replay, char *out, size_t size);
 

@@ -236,6 +236,12 @@ expect_own_columns_refused(struct fixture *f, const char *queue)
     snprintf(sql, sizeof(sql), "INSERT INTO outbox.job (queue, payload, replays) VALUES ('%s', '{}', 3)",
              queue);
     expect_refused(f->producer, sql, "42501", "may not set replays");
+    /* a uid of its own (another row's) would make a broker drop that row as a repeat */
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox.job (queue, payload, message_uid)"
+             " VALUES ('%s', '{}', '0b6f3c7e-2f1d-4a55-9b1e-6c0d2a8e4f10')",
+             queue);
+    expect_refused(f->producer, sql, "42501", "permission denied for table job");
     /* naming the values the table would give is no choice */
     snprintf(sql, sizeof(sql),
              "INSERT INTO outbox.job (queue, payload, created_at, replays) VALUES ('%s', '{}', now(), 0)",
@@ -252,9 +258,13 @@ expect_own_columns_refused(struct fixture *f, const char *queue)
              " AND (job_id <= 0 OR replays <> 0 OR created_at > now())",
              queue);
     assert_int_equal(harness_query_ll(f->admin, sql), 0);
+    /* each row drew a uid of its own */
+    snprintf(sql, sizeof(sql), "SELECT count(DISTINCT message_uid) FROM outbox.job WHERE queue = '%s'",
+             queue);
+    assert_int_equal(harness_query_ll(f->admin, sql), 4);
 }
 
-/* Row-state queue: job_id, created_at and replays are the table's, not the producer's. */
+/* Row-state queue: job_id, created_at, replays and message_uid are the table's, not the producer's. */
 static void
 test_producer_chooses_no_id_time_or_replays(void **state)
 {

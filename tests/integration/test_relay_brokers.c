@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "amqp_consumer.h"
+#include "broker_matrix.h"
 #include "outbox.h"
 #include "harness.h"
 #include "nats_consumer.h"
@@ -216,26 +217,10 @@ redis_stream_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
 
 /* ---- NATS: rows go to subject prefix + queue, in a stream the test makes over "prefix.>" ---- */
 
-/* The stream's name: the prefix without its final '.'. */
-static void
-nats_stream_name(const struct fixture *f, char *out, size_t size)
-{
-    snprintf(out, size, "%.*s", (int)strlen(f->prefix) - 1, f->prefix);
-}
-
 static void
 nats_stream_open(struct fixture *f)
 {
-    char name[64], subject[80];
-
-    f->prefix[strlen(f->prefix) - 1] = '.'; /* "brokers-<pid>-<n>." */
-    nats_stream_name(f, name, sizeof(name));
-    snprintf(subject, sizeof(subject), "%s>", f->prefix);
-    f->nats = nats_consumer_connect(f->broker_url);
-    assert_non_null(f->nats);
-    assert_int_equal(nats_consumer_create_stream(
-                         f->nats, name, &(struct nats_consumer_stream_options){.subject = subject}),
-                     0);
+    f->nats = broker_nats_stream_open(f->broker_url, f->prefix); /* "brokers-<pid>-<n>." */
     f->extra[0] = "--subject-prefix";
     f->extra[1] = f->prefix;
 }
@@ -243,11 +228,7 @@ nats_stream_open(struct fixture *f)
 static void
 nats_stream_close(struct fixture *f)
 {
-    char name[64];
-
-    nats_stream_name(f, name, sizeof(name));
-    nats_consumer_delete_stream(f->nats, name);
-    nats_consumer_free(f->nats);
+    broker_nats_stream_close(f->nats, f->prefix);
 }
 
 static void
@@ -265,7 +246,7 @@ nats_stream_delivered(struct fixture *f, int64_t **ids, char ***message_ids)
     char name[64];
     size_t count;
 
-    nats_stream_name(f, name, sizeof(name));
+    broker_nats_stream_name(f->prefix, name, sizeof(name));
     assert_int_equal(nats_consumer_read(f->nats, name, &messages, &count), 0);
     *ids = calloc(count > 0 ? count : 1, sizeof(**ids));
     assert_non_null(*ids);
@@ -1007,10 +988,7 @@ test_reused_job_ids_after_a_history_change(void **state)
     free(ids);
 }
 
-static const struct scenario {
-    const char *name;
-    void (*run)(void **state);
-} SCENARIOS[] = {
+static const struct broker_scenario SCENARIOS[] = {
     {"rolled_back_row_is_never_published", test_rolled_back_row_is_never_published},
     {"oversized_row_dies_alone", test_oversized_row_dies_alone},
     {"reserved_names_die_alone", test_reserved_names_die_alone},
@@ -1024,28 +1002,11 @@ static const struct scenario {
     {"reused_job_ids_after_a_history_change", test_reused_job_ids_after_a_history_change},
 };
 
-#define BROKER_COUNT (sizeof(BROKERS) / sizeof(BROKERS[0]))
-#define SCENARIO_COUNT (sizeof(SCENARIOS) / sizeof(SCENARIOS[0]))
-
-/*
- * Every scenario for every broker, named "broker: scenario";
- * OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "nats: *") runs only those
- * that match.
- */
+/* Every scenario for every broker, "broker: scenario"; OUTBOX_TEST_FILTER picks some. */
 int
 main(void)
 {
-    static char names[BROKER_COUNT * SCENARIO_COUNT][96];
-    struct CMUnitTest tests[BROKER_COUNT * SCENARIO_COUNT];
-    size_t n = 0;
-
-    for (size_t b = 0; b < BROKER_COUNT; b++)
-        for (size_t s = 0; s < SCENARIO_COUNT; s++, n++) {
-            snprintf(names[n], sizeof(names[n]), "%s: %s", BROKERS[b].name, SCENARIOS[s].name);
-            tests[n] = (struct CMUnitTest){names[n], SCENARIOS[s].run, setup, teardown,
-                                           (void *)&BROKERS[b]};
-        }
-    if (getenv("OUTBOX_TEST_FILTER") != NULL)
-        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
-    return cmocka_run_group_tests_name("relay_brokers", tests, NULL, NULL);
+    return broker_matrix_run("relay_brokers", BROKERS, sizeof(BROKERS) / sizeof(BROKERS[0]),
+                             sizeof(BROKERS[0]), SCENARIOS, sizeof(SCENARIOS) / sizeof(SCENARIOS[0]),
+                             setup, teardown);
 }

@@ -235,7 +235,8 @@ static void
 check_entry(const struct fixture *f, struct seen_rows *seen, int streams,
             const struct stream_consumer_entry *entry, long long *duplicates)
 {
-    char db[64] = "", want[96];
+    char db[64] = "";
+    const char *uid;
     int k = -1, n = 0, i;
 
     if (sscanf(entry->payload, "{\"k\": %d, \"n\": %d, \"db\": \"%63[^\"]\"}", &k, &n, db) != 3)
@@ -243,11 +244,11 @@ check_entry(const struct fixture *f, struct seen_rows *seen, int streams,
     for (i = 0; i < streams && strcmp(f->run.ids[i], db) != 0; i++)
         ;
     assert_true(i < streams && k >= 0 && k < KEYS && n >= 1 && n <= MAX_ROWS);
-    /* the message id: the row's own database's history (identity:epoch) and its job id */
-    snprintf(want, sizeof(want), ":%lld", (long long)entry->job_id);
-    if (entry->message_id == NULL || strncmp(entry->message_id, db, strlen(db)) != 0 ||
-        entry->message_id[strlen(db)] != ':' || strlen(entry->message_id) < strlen(want) ||
-        strcmp(entry->message_id + strlen(entry->message_id) - strlen(want), want) != 0)
+    /* the message id: the row's own database's id and the row's uuid */
+    uid = entry->message_id != NULL ? entry->message_id + strlen(db) + 1 : NULL;
+    if (uid == NULL || strncmp(entry->message_id, db, strlen(db)) != 0 ||
+        entry->message_id[strlen(db)] != ':' || strlen(uid) != 36 ||
+        strspn(uid, "0123456789abcdef-") != 36 || uid[8] != '-' || uid[13] != '-')
         fail_msg("row %d of %s (job %lld) published as %s", n, db, (long long)entry->job_id,
                  entry->message_id != NULL ? entry->message_id : "(none)");
     if (seen[i].message_ids[n] != NULL) {

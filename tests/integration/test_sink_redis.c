@@ -404,7 +404,7 @@ test_dedup_window_expires(void **state)
     assert_int_equal(count_status(&b, SINK_ACCEPTED), 10);
     assert_int_equal(stream_consumer_stream_length(f->consumer, f->stream), 10);
 
-    /* the documented record: {<stream>}:outbox-dedup:<database>:<epoch>:<job_id> = entry id, expiring */
+    /* the documented record: {<stream>}:outbox-dedup:<dedup id> = entry id, expiring */
     snprintf(dedup_key, sizeof(dedup_key), "{%s}:outbox-dedup:test:1:77", f->stream);
     for (;;) {
         redisReply *reply = run(f->consumer, "PTTL", dedup_key, (const char *)NULL);
