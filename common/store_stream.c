@@ -351,7 +351,7 @@ stream_store_renew(stream_store *s, struct stream_partition *p, double lease_sec
 
 int
 stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, bool *held,
-                    struct outbox_error *err)
+                    struct stream_rebase_report *report, struct outbox_error *err)
 {
     struct fence_values v;
     char epoch_text[16];
@@ -368,8 +368,12 @@ stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, 
         return -1;
     }
     *held = PQntuples(result) == 1;
-    if (*held)
+    if (*held) {
         cursor_from(result, p, false);
+        report->places_kept = strcmp(PQgetvalue(result, 0, 3), "t") == 0;
+        report->keys_reset = (int)strtol(PQgetvalue(result, 0, 4), NULL, 10);
+        report->levels = (int)strtol(PQgetvalue(result, 0, 5), NULL, 10);
+    }
     PQclear(result);
     return 0;
 }
@@ -489,6 +493,28 @@ stream_store_key_has_later(stream_store *s, const struct stream_partition *p, co
     if (result == NULL)
         return -1;
     *later = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_store_row_held(stream_store *s, const char *place, const char *uid, bool *held,
+                      struct outbox_error *err)
+{
+    char xid[24], job_id[24];
+    const char *values[3] = {job_id, uid, xid};
+    PGresult *result;
+
+    *held = false;
+    if (strlen(place) != STREAM_PLACE_SIZE - 1)
+        return 0; /* no place of this stream: nothing holds it */
+    snprintf(xid, sizeof(xid), "%.20s", place);
+    snprintf(job_id, sizeof(job_id), "%s", place + 20);
+    result = run(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK,
+                 "unable to look for the row a broker's order record names", err);
+    if (result == NULL)
+        return -1;
+    *held = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     return 0;
 }

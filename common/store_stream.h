@@ -166,16 +166,25 @@ int stream_store_surplus(stream_store *s, const struct stream_partition *held, s
 int stream_store_renew(stream_store *s, struct stream_partition *p, double lease_seconds,
                        bool reload, bool *held, struct outbox_error *err);
 
+/* What a rebase did (sql/022_stream_history.sql). */
+struct stream_rebase_report {
+    bool places_kept; /* the same cluster: rows and cursor kept their places */
+    int keys_reset;   /* places of the queue's keys of another history deleted */
+    int levels;       /* placed anew: the highest xid step a key's order needed */
+};
+
 /*
- * Rebases partition p onto history epoch (outbox.stream_rebase in
- * sql/015_identity.sql) when its cursor belongs to another history or is
- * ahead of the transaction ids: rows that may be unpublished go out again in
- * job id order, none is lost. p's cursor and history epoch are updated;
- * *held false when the lease was lost. A cursor of a later epoch than the
- * database's is OUTBOX_ERR_STATE: the partition cannot be published.
+ * Rebases partition p onto history epoch (outbox.stream_rebase, migrations
+ * 015 and 022) when its cursor belongs to another history or is ahead of the
+ * transaction ids: on the same cluster the places are kept; on another one
+ * the rows that may be unpublished are placed anew after the cursor, each
+ * key's in its commit order, none lost. p's cursor and history epoch are
+ * updated, *report says what was done; *held false when the lease was lost.
+ * A cursor of a later epoch than the database's is OUTBOX_ERR_STATE: the
+ * partition cannot be published.
  */
 int stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, bool *held,
-                        struct outbox_error *err);
+                        struct stream_rebase_report *report, struct outbox_error *err);
 
 /* Gives a partition up at once (a stopping relay), when still held. */
 int stream_store_release(stream_store *s, const struct stream_partition *p,
@@ -210,6 +219,16 @@ void stream_batch_release_memory(struct stream_batch *batch);
 int stream_store_key_has_later(stream_store *s, const struct stream_partition *p, const char *xid,
                                int64_t job_id, const char *key, bool *later,
                                struct outbox_error *err);
+
+/*
+ * *held: the database holds the row at place (STREAM_PLACE_SIZE - 1 digits,
+ * as stream_place_format writes it) with identity uid (its message_uid as
+ * text), or any row at that place when uid is "" (a broker record naming
+ * none). For a broker's order record, which must name a row of this
+ * database's history to be believed.
+ */
+int stream_store_row_held(stream_store *s, const char *place, const char *uid, bool *held,
+                          struct outbox_error *err);
 
 /*
  * In one statement: moves p's cursor to (xid, job_id), extends the lease,

@@ -93,7 +93,7 @@ static const char SQL_RENEW[] =
     "   c.cursor_xid >= pg_snapshot_xmax(pg_current_snapshot())";
 
 static const char SQL_REBASE[] =
-    "SELECT r.cursor_xid, r.cursor_job_id, r.history_epoch"
+    "SELECT r.cursor_xid, r.cursor_job_id, r.history_epoch, r.places_kept, r.keys_reset, r.levels"
     " FROM outbox.stream_rebase($1, $2, $3, $4, $5) AS r";
 
 static const char SQL_RELEASE[] = "UPDATE outbox.stream_cursor AS c"
@@ -241,6 +241,16 @@ static const char SQL_PENDING[] =
     "                 AND j.stream_partition = c.partition"
     "                 AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)))";
 
+/*
+ * Whether the database holds the row a broker's order record names: job id
+ * $1 with identity $2, or at place $3 when the record names no identity (a
+ * record of an earlier release). One probe of the primary key.
+ */
+static const char SQL_ROW_HELD[] =
+    "SELECT EXISTS (SELECT 1 FROM outbox.job AS j WHERE j.job_id = $1::bigint"
+    "   AND CASE WHEN $2::text = '' THEN j.xid = $3::xid8"
+    "            ELSE " STORE_SQL_MESSAGE_UID("j") " = $2::text END)";
+
 const struct stream_statement_text stream_statements[SSTMT_COUNT] = {
     [SSTMT_ACQUIRE] = {"outbox_stream_acquire", SQL_ACQUIRE},
     [SSTMT_RENEW] = {"outbox_stream_renew", SQL_RENEW},
@@ -257,4 +267,5 @@ const struct stream_statement_text stream_statements[SSTMT_COUNT] = {
     [SSTMT_KEY_CLEANUP] = {"outbox_stream_key_cleanup", SQL_KEY_CLEANUP},
     [SSTMT_REBASE] = {"outbox_stream_rebase", SQL_REBASE},
     [SSTMT_PENDING] = {"outbox_stream_pending", SQL_PENDING},
+    [SSTMT_ROW_HELD] = {"outbox_stream_row_held", SQL_ROW_HELD},
 };

@@ -23,6 +23,7 @@ enum stream_statement {
     SSTMT_KEY_CLEANUP,
     SSTMT_REBASE,
     SSTMT_PENDING,
+    SSTMT_ROW_HELD,
     SSTMT_COUNT,
 };
 

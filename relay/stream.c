@@ -407,8 +407,10 @@ stream_worker_init(stream_runner *runner, struct stream_worker *sr, int index,
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
     sr->lags = calloc(n, sizeof(*sr->lags));
+    sr->verdicts = calloc(n, sizeof(*sr->verdicts));
     if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL ||
-        sr->refusals == NULL || sr->lags == NULL || queues_literal(config, &sr->queues) != 0)
+        sr->refusals == NULL || sr->lags == NULL || sr->verdicts == NULL ||
+        queues_literal(config, &sr->queues) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;
 }
@@ -423,6 +425,7 @@ stream_worker_clear(struct stream_worker *sr)
     free(sr->outcomes);
     free(sr->refusals);
     free(sr->lags);
+    free(sr->verdicts);
     free(sr->queues);
 }
 

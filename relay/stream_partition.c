@@ -19,8 +19,12 @@
 
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
 #define STREAM_RENEW_FRACTION 3.0
+/* The place's digits at the start of a broker's check; the row's identity follows. */
+#define STREAM_PLACE_DIGITS_OF_CHECK (STREAM_PLACE_SIZE - 1)
 /* Batches one partition publishes in a row before the thread turns to its others. */
 #define STREAM_TURN_BATCHES 8
+/* Times a chunk is published again with the answers to its broker's checks. */
+#define STREAM_CHECK_ROUNDS 3
 
 bool
 stream_worker_stopping(const struct stream_worker *sr)
@@ -80,13 +84,14 @@ static int
 settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox_error *err)
 {
     struct stream_partition *p = &sr->owned[index].p;
+    struct stream_rebase_report report = {0};
     int32_t was = p->history_epoch;
     bool held = false;
 
     *kept = true;
     if (p->history_epoch == sr->identity.epoch && !p->ahead)
         return 0;
-    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, err) != 0) {
+    if (stream_store_rebase(sr->store, p, sr->identity.epoch, &held, &report, err) != 0) {
         if (err->code != OUTBOX_ERR_STATE)
             return -1;
         log_event(OUTBOX_LOG_ERROR, "stream partition not published", "%s error=\"%s\"", sr->who,
@@ -96,8 +101,9 @@ settle_history(struct stream_worker *sr, size_t index, bool *kept, struct outbox
         held = false;
     } else if (held) {
         log_event(OUTBOX_LOG_WARN, "stream partition rebased onto a new database history",
-                  "%s queue=%s partition=%d epoch=%d->%d", sr->who, p->queue, p->partition,
-                  (int)was, (int)p->history_epoch);
+                  "%s queue=%s partition=%d epoch=%d->%d places=%s keys_reset=%d key_levels=%d",
+                  sr->who, p->queue, p->partition, (int)was, (int)p->history_epoch,
+                  report.places_kept ? "kept" : "placed-anew", report.keys_reset, report.levels);
     }
     if (!held) {
         drop_owned(sr, index, "stream partition dropped");
@@ -181,6 +187,7 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
 
         sr->messages[i] = job_message_from_job(&batch->jobs[i], &sr->identity);
         sr->places[i][0] = '\0';
+        sr->outcomes[i].check[0] = '\0';
         if (order == NULL ||
             !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
             continue;
@@ -192,6 +199,7 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
         sr->messages[i].place.order = order;
         sr->messages[i].place.at = sr->places[i];
         sr->messages[i].place.floor = floor ? sr->floor : NULL;
+        sr->messages[i].place.uid = batch->jobs[i].message_uid;
     }
 }
 
@@ -277,6 +285,53 @@ settle_outcomes(struct stream_worker *sr, struct owned *o, const struct stream_b
         *passed = i + 1;
     }
     return 0;
+}
+
+/*
+ * Answers the checks the broker asked for in the first published messages:
+ * whether the database holds the row the partition's order record names (a
+ * record of another history - a crash lost commits it had appended, a
+ * restore to an earlier point - is dropped, said once). True when any was
+ * answered, so the batch goes out again; a failed look-up leaves the rows
+ * deferred. The store must be idle (no read ahead in flight).
+ */
+static bool
+answer_checks(struct stream_worker *sr, const struct owned *o, size_t published)
+{
+    size_t last = 0; /* 1 + the message answered last: the next checks are mostly the same */
+    bool answered = false, held = false;
+
+    for (size_t i = 0; i < published; i++) {
+        const char *check = sr->outcomes[i].check, *uid = check + STREAM_PLACE_DIGITS_OF_CHECK;
+        char place[STREAM_PLACE_SIZE];
+        struct outbox_error err;
+
+        if (check[0] == '\0' || strlen(check) < STREAM_PLACE_DIGITS_OF_CHECK)
+            continue;
+        snprintf(place, sizeof(place), "%.*s", STREAM_PLACE_DIGITS_OF_CHECK, check);
+        if (last > 0 && strcmp(sr->outcomes[last - 1].check, check) == 0) {
+            memcpy(sr->verdicts[i], sr->verdicts[last - 1], sizeof(sr->verdicts[i]));
+            sr->messages[i].place.verdict = sr->verdicts[i];
+            continue;
+        }
+        last = i + 1;
+        if (stream_store_row_held(sr->store, place, uid, &held, &err) != 0) {
+            log_event(OUTBOX_LOG_WARN, "stream order record not checked", "%s queue=%s error=\"%s\"",
+                      sr->who, o->p.queue, err.message);
+            return false;
+        }
+        if (!held)
+            log_event(OUTBOX_LOG_WARN,
+                      "stream order record of another database history dropped",
+                      "%s queue=%s partition=%d place=%s row=%s hint=\"the broker recorded a row"
+                      " this database does not hold (a crash lost commits, or a restore): the rows"
+                      " after the cursor are published again\"",
+                      sr->who, o->p.queue, o->p.partition, place, uid[0] != '\0' ? uid : "unnamed");
+        snprintf(sr->verdicts[i], sizeof(sr->verdicts[i]), "%s%s", held ? "ok" : "gone", check);
+        sr->messages[i].place.verdict = sr->verdicts[i];
+        answered = true;
+    }
+    return answered;
 }
 
 /* True when rows [start, end) hold a row of the ordering key of row end. */
@@ -447,6 +502,8 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
         memmove(next->froms, next->froms + 1, next->count * sizeof(*next->froms));
     }
 #endif
+    for (int round = 0; round < STREAM_CHECK_ROUNDS && answer_checks(sr, o, published); round++)
+        published = publish_rows(sr, o, batch, err); /* with the answers: nothing appended twice */
     if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
         return -1;
     if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)

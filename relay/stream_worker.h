@@ -60,6 +60,7 @@ struct stream_worker {
     struct sink_message *messages;
     char (*places)[STREAM_PLACE_SIZE]; /* each message's place.at */
     char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
+    char (*verdicts)[SINK_CHECK_SIZE + 8]; /* each message's answer to its broker's check */
     struct sink_outcome *outcomes;
     struct stream_refusal *refusals;
     double *lags; /* commit-to-publish seconds of accepted rows */

@@ -189,6 +189,7 @@ sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const ch
 {
     outcome->status = status;
     outcome->reason[0] = '\0';
+    outcome->check[0] = '\0';
     if (format != NULL) {
         va_list ap;
 

@@ -99,6 +99,18 @@ struct sink_order_place {
      * NULL: neither is known (rows the claims publish).
      */
     const char *floor;
+    /*
+     * The row's own identity (its message_uid), for a row the stream read:
+     * a broker's order record names the last row appended in turn by it, so
+     * that a record of another history (a crash that lost commits whose
+     * places were appended) is told apart from the database's; NULL: none.
+     */
+    const char *uid;
+    /*
+     * The relay's answer to a check the broker asked for (sink_outcome.check):
+     * "ok" or "gone" followed by the check, NULL for none.
+     */
+    const char *verdict;
 };
 
 /* One message to publish, built from a claimed row. */
@@ -145,9 +157,20 @@ enum sink_status {
 
 #define SINK_REASON_MAX 256
 
+/* A check: a place (39 digits) and the identity of the row there (36 characters, or none). */
+#define SINK_CHECK_SIZE 80
+
 struct sink_outcome {
     enum sink_status status;
     char reason[SINK_REASON_MAX]; /* lowercase, for last_error; empty when accepted */
+    /*
+     * Set, with SINK_DEFERRED, when the broker's order record says rows up to
+     * a place after the floor were appended, by a row the database must
+     * hold for that to be true: "<place><uid>" (the uid empty when the
+     * record names none). The caller publishes the message again with a
+     * verdict (sink_order_place.verdict). Empty otherwise.
+     */
+    char check[SINK_CHECK_SIZE];
 };
 
 typedef struct sink sink;

@@ -55,15 +55,18 @@
  * One call appends up to SCRIPT_CHUNK messages. ARGV[1] is the window in ms,
  * ARGV[2] the maxlen ("0" for none). For message i, KEYS[3i-2] is its
  * stream, KEYS[3i-1] its dedup record, KEYS[3i] its order record (the dedup
- * record again for a message without a place); ARGV[8i-5 .. 8i+2] its
+ * record again for a message without a place); ARGV[10i-7 .. 10i+2] its
  * job_id, queue, payload, headers, attempt, place ("" for none), the place
  * before it (the previous row of its order published to its stream, "F" and
  * a floor: every row of the order up to there is published or gone, or ""
- * when unknown) and its message id.
+ * when unknown), its message id, its row's identity ("" for none) and the
+ * relay's verdict on a check ("" for none).
  *
- * An order record holds two places, 39 digits each: done, every row of the
- * order up to it is in the stream or gone from the order; then gap, the
- * highest place appended out of turn (under its own dedup record). A
+ * An order record holds two places, 39 digits each, then an identity: done,
+ * every row of the order up to it is in the stream or gone from the order;
+ * gap, the highest place appended out of turn (under its own dedup record);
+ * the identity (message_uid) of the row at done when a row appended in turn
+ * put it there ("" when a floor did, or a record of an earlier release). A
  * message at or before done was appended before. One whose previous row is
  * at or before done comes in turn: it is appended and moves done, with no
  * record of its own (its dedup record is looked at only at or before gap).
@@ -72,10 +75,20 @@
  * row after it is out of turn until the failed one is appended or gone
  * (then the floor passes it).
  *
+ * Done is a place of the database's history that published it: a crash
+ * that lost commits the stream had published, or a restore to an earlier
+ * point, hands those places out again to other rows. So a message with an
+ * identity (a row the stream read) is never taken for appended on done
+ * alone while done is after its floor: unless the relay's verdict says the
+ * database holds the row done names ("ok" and the check), the script
+ * answers "V<done><identity>" for it and appends nothing; "gone" and the
+ * check drop done (the floor takes its place: the rows after it go out in
+ * turn). A floor at or after done needs no check.
+ *
  * The reply has one element per message: 1 after an append, 0 when the job
- * was appended before, or the error XADD raised (WRONGTYPE, say), which
- * fails only that message. Nothing is recorded before XADD succeeds, so a
- * refused append leaves no record behind.
+ * was appended before, the check string, or the error XADD raised
+ * (WRONGTYPE, say), which fails only that message. Nothing is recorded
+ * before XADD succeeds, so a refused append leaves no record behind.
  */
 const char sink_redis_append_script[] =
     "local window, maxlen, out, orders, changed = ARGV[1], ARGV[2], {}, {}, {}\n"
@@ -86,69 +99,89 @@ const char sink_redis_append_script[] =
     "    changed[#changed + 1] = order\n"
     "  end\n"
     "end\n"
+    "local function load(key)\n"
+    "  local order = orders[key]\n"
+    "  if not order then\n"
+    "    local v = redis.call('GET', key)\n"
+    "    order = {key = key, done = none, gap = none, uid = ''}\n"
+    "    if v and #v >= 78 then\n"
+    "      order.done, order.gap, order.uid = string.sub(v, 1, 39), string.sub(v, 40, 78),\n"
+    "                                         string.sub(v, 79)\n"
+    "    end\n"
+    "    orders[key] = order\n"
+    "  end\n"
+    "  return order\n"
+    "end\n"
     "for i = 1, #KEYS / 3 do\n"
-    "  local a = 8 * i - 5\n"
+    "  local a = 10 * i - 7\n"
     "  local stream, dedup, place = KEYS[3 * i - 2], KEYS[3 * i - 1], ARGV[a + 5]\n"
-    "  local order, in_turn, seen = nil, false, false\n"
+    "  local uid, verdict = ARGV[a + 8], ARGV[a + 9]\n"
+    "  local order, in_turn, seen, ask = nil, false, false, false\n"
     "  if place ~= '' then\n"
-    "    local key = KEYS[3 * i]\n"
-    "    order = orders[key]\n"
-    "    if not order then\n"
-    "      local v = redis.call('GET', key)\n"
-    "      order = {key = key, done = none, gap = none}\n"
-    "      if v and #v == 78 then\n"
-    "        order.done, order.gap = string.sub(v, 1, 39), string.sub(v, 40)\n"
+    "    order = load(KEYS[3 * i])\n"
+    "    if verdict ~= '' and not order.ok then\n"
+    "      local check = order.done .. order.uid\n"
+    "      if verdict == 'ok' .. check then\n"
+    "        order.ok = true\n"
+    "      elseif verdict == 'gone' .. check then\n"
+    "        order.ok, order.done, order.uid = true, none, ''\n"
+    "        touch(order)\n"
     "      end\n"
-    "      orders[key] = order\n"
     "    end\n"
     "    local before = ARGV[a + 6]\n"
     "    if string.sub(before, 1, 1) == 'F' then\n"
     "      before = string.sub(before, 2)\n"
+    "      if before >= order.done then order.ok = true end\n"
     "      if before > order.done then\n"
-    "        order.done = before\n"
+    "        order.done, order.uid = before, ''\n"
     "        touch(order)\n"
     "      end\n"
     "    end\n"
+    "    ask = uid ~= '' and not order.ok and place <= order.done\n"
     "    seen = place <= order.done\n"
     "    in_turn = before ~= '' and before <= order.done\n"
     "  end\n"
-    "  if not seen and (not in_turn or place <= order.gap) then\n"
-    "    seen = redis.call('GET', dedup) ~= false\n"
-    "    if seen and in_turn then\n"
-    "      order.done = place\n"
-    "      touch(order)\n"
-    "    end\n"
-    "  end\n"
-    "  if seen then\n"
-    "    out[i] = 0\n"
+    "  if ask then\n"
+    "    out[i] = 'V' .. order.done .. order.uid\n"
     "  else\n"
-    "    local id\n"
-    "    if maxlen ~= '0' then\n"
-    "      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
-    "                       'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
-    "                       'headers', ARGV[a + 3], 'attempt', ARGV[a + 4],\n"
-    "                       'message_id', ARGV[a + 7])\n"
-    "    else\n"
-    "      id = redis.pcall('XADD', stream, '*', 'job_id', ARGV[a], 'queue', ARGV[a + 1],\n"
-    "                       'payload', ARGV[a + 2], 'headers', ARGV[a + 3],\n"
-    "                       'attempt', ARGV[a + 4], 'message_id', ARGV[a + 7])\n"
-    "    end\n"
-    "    if type(id) == 'table' then\n"
-    "      out[i] = id\n"
-    "    else\n"
-    "      out[i] = 1\n"
-    "      if in_turn then\n"
-    "        order.done = place\n"
-    "      else\n"
-    "        redis.call('SET', dedup, id, 'PX', window)\n"
-    "        if order and place > order.gap then order.gap = place end\n"
+    "    if not seen and (not in_turn or place <= order.gap) then\n"
+    "      seen = redis.call('GET', dedup) ~= false\n"
+    "      if seen and in_turn then\n"
+    "        order.done, order.uid = place, uid\n"
+    "        touch(order)\n"
     "      end\n"
-    "      if order then touch(order) end\n"
+    "    end\n"
+    "    if seen then\n"
+    "      out[i] = 0\n"
+    "    else\n"
+    "      local id\n"
+    "      if maxlen ~= '0' then\n"
+    "        id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
+    "                         'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
+    "                         'headers', ARGV[a + 3], 'attempt', ARGV[a + 4],\n"
+    "                         'message_id', ARGV[a + 7])\n"
+    "      else\n"
+    "        id = redis.pcall('XADD', stream, '*', 'job_id', ARGV[a], 'queue', ARGV[a + 1],\n"
+    "                         'payload', ARGV[a + 2], 'headers', ARGV[a + 3],\n"
+    "                         'attempt', ARGV[a + 4], 'message_id', ARGV[a + 7])\n"
+    "      end\n"
+    "      if type(id) == 'table' then\n"
+    "        out[i] = id\n"
+    "      else\n"
+    "        out[i] = 1\n"
+    "        if in_turn then\n"
+    "          order.done, order.uid = place, uid\n"
+    "        else\n"
+    "          redis.call('SET', dedup, id, 'PX', window)\n"
+    "          if order and place > order.gap then order.gap = place end\n"
+    "        end\n"
+    "        if order then touch(order) end\n"
+    "      end\n"
     "    end\n"
     "  end\n"
     "end\n"
     "for _, order in ipairs(changed) do\n"
-    "  redis.call('SET', order.key, order.done .. order.gap, 'PX', window)\n"
+    "  redis.call('SET', order.key, order.done .. order.gap .. order.uid, 'PX', window)\n"
     "end\n"
     "return out\n";
 
@@ -311,6 +344,13 @@ add_text(struct sink_redis *r, int *argc, const char *text, size_t len)
     r->argvlen[(*argc)++] = len;
 }
 
+/* Makes the next argument text, or "" for NULL. */
+static void
+add_optional(struct sink_redis *r, int *argc, const char *text)
+{
+    add_text(r, argc, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
+}
+
 /*
  * The script's keys for the n routed messages, written into r->keys from
  * its start: per message its stream, its dedup record and its order record
@@ -349,7 +389,8 @@ add_keys(sink *s, const struct sink_message *messages, const struct route *route
 
 /*
  * The script's arguments past the keys, per message: job id, queue,
- * payload, headers, attempt, place and the place before it, message id.
+ * payload, headers, attempt, place and the place before it, message id,
+ * the row's identity and the relay's verdict on a check.
  * Numbers and places go into r->keys from at on.
  */
 static void
@@ -381,6 +422,8 @@ add_arguments(sink *s, const struct sink_message *messages, const struct route *
                 at += STREAM_PLACE_DIGITS + 2;
         }
         add_text(r, argc, m->message_id, strlen(m->message_id));
+        add_optional(r, argc, m->place.order != NULL ? m->place.uid : NULL);
+        add_optional(r, argc, m->place.order != NULL ? m->place.verdict : NULL);
     }
 }
 
@@ -442,6 +485,15 @@ sink_redis_settle_message(sink *s, const struct sink_message *message, const red
     }
     if (reply->type == REDIS_REPLY_INTEGER) {
         sink_outcome_set(outcome, SINK_ACCEPTED, NULL);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_STRING && reply->len > STREAM_PLACE_DIGITS &&
+        reply->len < SINK_CHECK_SIZE && reply->str[0] == 'V') {
+        sink_outcome_set(outcome, SINK_DEFERRED,
+                         "the order record of '%s%.100s' names a row to check in the database",
+                         sink_redis_prefix_of(s), sink_redis_stream_suffix(message));
+        memcpy(outcome->check, reply->str + 1, reply->len - 1);
+        outcome->check[reply->len - 1] = '\0';
         return;
     }
     sink_outcome_set(outcome, SINK_FAILED, "redis answered the append with an unexpected reply");

@@ -24,6 +24,7 @@
 
 #include "fixtures.h"
 #include "harness.h"
+#include "key_inversion.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
@@ -99,13 +100,15 @@ static void
 second_start(struct fixture *f)
 {
     const char *argv[] = {"sh", "-c", "\"$0\" start \"$1\" postgres", NULL, NULL, NULL};
+    static int started;
     char script[2048], env_path[2100];
     const char *port_line;
     char *env;
     int port;
 
-    snprintf(f->second_dir, sizeof(f->second_dir), "%s/restore-%d",
-             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid());
+    /* a directory of its own for each test: stack.sh sets one cluster up once in a directory */
+    snprintf(f->second_dir, sizeof(f->second_dir), "%s/restore-%d-%d",
+             harness_env("OUTBOX_TEST_STACK_DIR"), (int)getpid(), ++started);
     if (mkdir(f->second_dir, 0755) != 0 && errno != EEXIST)
         fail_msg("unable to create %s: %s", f->second_dir, strerror(errno));
     snprintf(script, sizeof(script), "%s/tests/harness/stack.sh", harness_env("OUTBOX_SOURCE_DIR"));
@@ -307,6 +310,92 @@ test_cursor_of_a_later_history_is_refused(void **state)
                                                " WHERE stream_partition = 0"));
 }
 
+/*
+ * Case 6 of issue 47: keys written in the old cluster keep places of its
+ * transaction ids (outbox.stream_key), far above the new cluster's. After
+ * the rebase, a new keyed row must be placed at its own transaction again,
+ * not lifted to the old cluster's place (where it would wait until the new
+ * cluster's transaction ids passed the old one's), and be published.
+ */
+static void
+test_keyed_rows_after_a_restore_are_not_held(void **state)
+{
+    struct fixture *f = *state;
+    struct relay_process first, second, third;
+    PGconn *restored;
+    long long distinct;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    for (int i = 0; i < 3000; i++) /* transaction ids the new cluster will not reach */
+        harness_query_ll(f->conn, "SELECT pg_current_xact_id()::text::bigint");
+    enqueue(f->conn, 70);
+    relay_once(f, f->url, &first);
+    unlink(first.log_path);
+    enqueue(f->conn, 14); /* waiting at the dump; their keys' places are the old cluster's */
+    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.stream_key") > 0);
+
+    second_start(f);
+    dump_and_restore(f);
+    relay_once(f, f->second_url, &second); /* rebases the partitions */
+    if (!log_has(second.log_path, "stream partition rebased onto a new database history")) {
+        relay_dump_log(&second);
+        fail_msg("the relay did not say it rebased the partitions");
+    }
+    unlink(second.log_path);
+    restored = harness_connect(f->second_url);
+    enqueue(restored, 21);
+    /* placed in the new history: readable as soon as their transactions ended */
+    assert_int_equal(harness_query_ll(restored,
+                                      "SELECT count(*) FROM outbox.job WHERE state = 'stream'"
+                                      " AND xid >= pg_snapshot_xmax(pg_current_snapshot())"),
+                     0);
+    relay_once(f, f->second_url, &third);
+    entries_of(f, &distinct);
+    if (distinct != 105) {
+        relay_dump_log(&third);
+        fail_msg("the stream holds %lld rows, expected 105", distinct);
+    }
+    unlink(third.log_path);
+    PQfinish(restored);
+}
+
+/*
+ * Case 7 of issue 47, a restore: five keys whose rows committed as 1, 3, 2
+ * (job ids in the order 1, 2, 3) wait in the old cluster; restored into a
+ * new one where each key gets a row 4 before any relay connects, the rebase
+ * places them anew, and each key goes out as 1, 3, 2, 4.
+ */
+static void
+test_key_order_is_kept_across_a_restore(void **state)
+{
+    struct fixture *f = *state;
+    const char *keys[] = {"a", "b", "c", "d", "e"};
+    struct relay_process relay;
+    PGconn *restored;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    for (int i = 0; i < 3000; i++) /* transaction ids the new cluster will not reach */
+        harness_query_ll(f->conn, "SELECT pg_current_xact_id()::text::bigint");
+    key_inversion_install(f->conn);
+    for (size_t k = 0; k < 5; k++)
+        key_inversion_make(f->conn, f->url, keys[k]);
+    second_start(f);
+    dump_and_restore(f);
+    restored = harness_connect(f->second_url);
+    for (size_t k = 0; k < 5; k++) { /* a row 4 of each key in the new cluster, before any relay */
+        char sql[160];
+
+        snprintf(sql, sizeof(sql),
+                 "SELECT outbox.enqueue('ev', '{\"k\": \"%s\", \"n\": 4}', ordering_key => '%s')",
+                 keys[k], keys[k]);
+        harness_exec(restored, sql);
+    }
+    PQfinish(restored);
+    relay_once(f, f->second_url, &relay);
+    unlink(relay.log_path);
+    key_inversion_assert_kept(f->redis, f->stream, keys, 5, "1324");
+}
+
 int
 main(void)
 {
@@ -314,6 +403,9 @@ main(void)
         cmocka_unit_test_setup_teardown(test_cursor_of_a_later_history_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_enqueued_after_a_restore_are_published, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_keyed_rows_after_a_restore_are_not_held, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_key_order_is_kept_across_a_restore, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("stream_restore", tests, NULL, NULL);
