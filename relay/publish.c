@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cause_log.h"
+#include "cloudevents.h"
 #include "clock.h"
 #include "error.h"
 #include "job_message.h"
@@ -280,21 +281,32 @@ publish_batch(struct pipeline *p, struct settlement *st)
     const char *deferred_reason = "";
     struct outbox_error err;
     double started, finished, wall;
+    bool built = true;
     int rc;
 
     if (batch->count == 0)
         return;
+    cloudevents_reset(p->cloudevents);
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
 
         p->messages[i] = job_message_from_job(job, &p->db.identity);
+        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &p->db.identity,
+                              &p->messages[i]) != 0)
+            built = false;
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
 
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();
-    rc = publish_rows(p, st, &err);
+    if (built) {
+        rc = publish_rows(p, st, &err);
+    } else {
+        for (size_t i = 0; i < batch->count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
+        rc = 0;
+    }
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);

@@ -20,6 +20,7 @@
 
 #include "backoff.h"
 #include "cause_log.h"
+#include "cloudevents.h"
 #include "config.h"
 #include "metrics.h"
 #include "outbox.h"
@@ -90,6 +91,7 @@ struct pipeline {
 
     /* per-batch scratch, sized for --batch-size */
     struct sink_message *messages;
+    cloudevents *cloudevents; /* the batch's CloudEvents; NULL with --cloudevents off */
     struct outbox_lease *leases; /* for extend and give back */
     bool *done;
     double *lags; /* commit-to-publish seconds of accepted rows */

@@ -169,7 +169,7 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
  * gives it its former place back), so the rows after it may still go in
  * turn past it.
  */
-static void
+static int
 build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
 {
     const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
@@ -192,6 +192,12 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
         sr->messages[i].place.at = sr->places[i];
         sr->messages[i].place.floor = floor ? sr->floor : NULL;
     }
+    cloudevents_reset(sr->cloudevents);
+    for (size_t i = 0; sr->cloudevents != NULL && i < batch->count; i++)
+        if (cloudevents_apply(sr->cloudevents, sink_cloudevents_prefix(sr->sink), &sr->identity,
+                              &sr->messages[i]) != 0)
+            return -1;
+    return 0;
 }
 
 /* True when a row after index in the batch has the same ordering key. */
@@ -409,7 +415,8 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
 
     *more = false;
     memset(next, 0, sizeof(*next));
-    build_messages(sr, o, batch);
+    if (build_messages(sr, o, batch) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory building cloudevents");
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
                                            sr->config->batch_size, err) != 0)

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cloudevents.h"
 #include "config.h"
 #include "log.h"
 #include "sink.h"
@@ -56,6 +57,7 @@ struct stream_worker {
     bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
     unsigned int seed;
     struct sink_message *messages;
+    cloudevents *cloudevents; /* the batch's CloudEvents; NULL with --cloudevents off */
     char (*places)[STREAM_PLACE_SIZE]; /* each message's place.at */
     char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
     struct sink_outcome *outcomes;
