@@ -89,6 +89,10 @@ static const struct option_spec OPTIONS[] = {
     {"cloudevents-source", "URI", OPTION_STRING, FIELD(cloudevents_source), NULL, 0, 0, NULL,
      "the CloudEvents 'source' attribute (default: urn:outbox:<database id>)", FROM_ENVIRONMENT,
      2048},
+    {"otel-endpoint", "URL", OPTION_STRING, FIELD(otel_endpoint), NULL, 0, 0, NULL,
+     "export a span per published message over OTLP/HTTP to this http:// collector (default:"
+     " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT; none: no spans)",
+     FROM_ENVIRONMENT, 1000},
     {"horizon-warning", "DURATION", OPTION_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
      31536000, NULL, "warn when an open transaction holds back vacuum longer than this", FROM_ENVIRONMENT, 0},
     {"help", NULL, OPTION_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit", COMMAND_LINE_ONLY, 0},

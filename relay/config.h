@@ -71,6 +71,7 @@ struct relay_config {
     double horizon_warning_seconds; /* warn when the xmin horizon is older */
     int cloudevents;                /* enum cloudevents_mode (--cloudevents) */
     char *cloudevents_source;       /* --cloudevents-source; NULL: from the database's identity */
+    char *otel_endpoint;            /* --otel-endpoint; NULL: the OTEL_* variables decide */
 };
 
 /*

@@ -22,6 +22,7 @@
 #include "job_message.h"
 #include "json.h"
 #include "log.h"
+#include "otel.h"
 #include "outbox.h"
 #include "ends.h"
 #include "publish.h"
@@ -280,7 +281,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
     const char *deferred_reason = "";
     struct outbox_error err;
-    double started, finished, wall;
+    double started, finished, wall, started_wall;
     bool built = true;
     int rc;
 
@@ -300,6 +301,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();
+    started_wall = otel_enabled() ? wall_seconds() : 0;
     if (built) {
         rc = publish_rows(p, st, &err);
     } else {
@@ -309,6 +311,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
     }
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
+    otel_publish(p->messages, st->outcomes, batch->count, started_wall, wall);
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0)
         broker_lost(p, &err);

@@ -14,6 +14,7 @@
 #include "job_message.h"
 #include "log.h"
 #include "metrics.h"
+#include "otel.h"
 #include "timeouts.h"
 
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
@@ -308,6 +309,7 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
              struct outbox_error *err)
 {
     size_t start = 0;
+    double started;
 
     while (start < batch->count) {
         size_t end = start + 1;
@@ -321,9 +323,13 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             for (size_t i = start; i < end; i++)
                 if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)
                     sr->messages[i].place.floor = sr->places[start - 1];
+        started = otel_enabled() ? otel_wall_seconds() : 0;
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed", "%s queue=%s error=\"%s\"", sr->who,
                       o->p.queue, err->message);
+        if (started > 0)
+            otel_publish(sr->messages + start, sr->outcomes + start, end - start, started,
+                         otel_wall_seconds());
         for (size_t i = start; i < end; i++)
             all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
         start = end;

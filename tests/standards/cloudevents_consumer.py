@@ -15,7 +15,6 @@ Prints one line per cell and 'N passed, N failed'; exit 1 on any failure.
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,8 +25,7 @@ from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.bindings import kafka as ce_kafka
 from cloudevents.core.formats.json import JSONFormat
 
-sys.path.insert(0, os.path.join(os.environ["OUTBOX_SOURCE_DIR"], "tests", "torture"))
-import brokers  # noqa: E402  (the torture's own broker clients and destinations)
+from standards import ENV, RELAY, Report, brokers, database, query
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 # (payload, headers, ordering key): what a producer writes; the queue is "tq"
@@ -40,16 +38,6 @@ ROWS = [
     (42, {"ce_type": "com.example.number"}, None),
     ({"nested": {"deep": [True, None, 1.5]}}, {}, "customer-8"),
 ]
-
-
-def database(env, name):
-    admin = psycopg2.connect(env["OUTBOX_TEST_PG_URL"])
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS %s" % name)
-        cur.execute("CREATE DATABASE %s TEMPLATE %s" % (name, env["OUTBOX_TEST_TEMPLATE_DB"]))
-    admin.close()
-    return env["OUTBOX_TEST_PG_URL"].rsplit("/", 1)[0] + "/" + name
 
 
 def enqueue(url):
@@ -180,18 +168,14 @@ def check_event(event, message_id, rows, created, database_id):
     return problems
 
 
-def run_cell(env, broker, mode):
-    cell = "ce_%s_%s" % (mode, broker)
-    dest = brokers.DESTINATIONS[broker](cell, env)
+def run_cell(broker, mode):
+    cell = "ce_%s_%s_%s" % (mode, broker, brokers.RUN)  # redis dedups a job id for 24 h
+    dest = brokers.DESTINATIONS[broker](cell, ENV)
     try:
-        url = database(env, cell)
+        url = database(cell)
         rows, created = enqueue(url)
-        conn = psycopg2.connect(url)
-        with conn.cursor() as cur:
-            cur.execute("SELECT database_id FROM outbox.identity")
-            database_id = cur.fetchone()[0]
-        conn.close()
-        relay = subprocess.run([os.path.join(env["OUTBOX_BIN"], "outbox-relay"), "--database-url",
+        database_id = query(url, "SELECT database_id FROM outbox.identity")[0][0]
+        relay = subprocess.run([RELAY, "--database-url",
                                 url, "--once", "--metrics-addr", "off", "--cloudevents", mode]
                                + dest.relay_args(), capture_output=True, text=True, timeout=120)
         if relay.returncode != 0:
@@ -208,25 +192,15 @@ def run_cell(env, broker, mode):
 
 
 def main():
-    env = dict(os.environ)
-    wanted = sys.argv[1:] or ["amqp", "redis", "nats", "kafka"]
-    passed = failed = 0
-    for broker in wanted:
+    report = Report("cloudevents")
+    for broker in sys.argv[1:] or ["amqp", "redis", "nats", "kafka"]:
         for mode in ("binary", "structured"):
             try:
-                problems = run_cell(env, broker, mode)
+                problems = run_cell(broker, mode)
             except Exception as error:  # a message the SDK refused lands here
                 problems = ["%s: %s" % (type(error).__name__, error)]
-            if problems:
-                failed += 1
-                print("FAILED  cloudevents %s %s" % (broker, mode))
-                for problem in problems[:20]:
-                    print("        " + problem)
-            else:
-                passed += 1
-                print("ok      cloudevents %s %s" % (broker, mode))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+            report.case("%s %s" % (broker, mode), problems)
+    return report.close()
 
 
 if __name__ == "__main__":
