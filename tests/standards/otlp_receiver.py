@@ -70,7 +70,10 @@ class Receiver:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(answer)
+                try:
+                    self.wfile.write(answer)
+                except OSError:
+                    pass  # a client that gave up on a slow answer
 
         return Handler
 
