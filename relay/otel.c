@@ -400,16 +400,165 @@ sampled(const struct otel_settings *s, const struct otel_span *span, bool parent
     return false;
 }
 
+/* ---- a batch's spans ----------------------------------------------------- */
+
+/* One message's span as decided before its publish. */
+struct otel_decision {
+    bool sampled;
+    bool has_parent;
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+    uint8_t parent_id[8];
+};
+
+struct otel_batch {
+    struct otel_decision *decisions;
+    struct buffer *headers; /* each message's headers with the span's traceparent */
+    size_t capacity;
+};
+
+otel_batch *
+otel_batch_new(void)
+{
+    return calloc(1, sizeof(struct otel_batch));
+}
+
+void
+otel_batch_free(otel_batch *b)
+{
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < b->capacity; i++)
+        buffer_clear(&b->headers[i]);
+    free(b->headers);
+    free(b->decisions);
+    free(b);
+}
+
+/* Room for count messages; -1 when out of memory. */
+static int
+batch_reserve(otel_batch *b, size_t count)
+{
+    struct otel_decision *decisions;
+    struct buffer *headers;
+
+    if (count <= b->capacity)
+        return 0;
+    decisions = realloc(b->decisions, count * sizeof(*decisions));
+    if (decisions == NULL)
+        return -1;
+    b->decisions = decisions;
+    headers = realloc(b->headers, count * sizeof(*headers));
+    if (headers == NULL)
+        return -1;
+    memset(headers + b->capacity, 0, (count - b->capacity) * sizeof(*headers));
+    b->headers = headers;
+    b->capacity = count;
+    return 0;
+}
+
+/*
+ * headers (a JSON object of strings, as PostgreSQL writes it) with the
+ * value of "traceparent" replaced by, or the member added as, traceparent;
+ * into out. false when the text is no object.
+ */
+static bool
+with_traceparent(const char *headers, const char *traceparent, struct buffer *out)
+{
+    const char *text = headers != NULL ? headers : "{}", *at = strstr(text, "\"traceparent\"");
+    const char *value = NULL, *end = NULL;
+
+    out->len = 0;
+    out->failed = false;
+    if (at != NULL) {
+        value = at + strlen("\"traceparent\"");
+        while (*value == ' ' || *value == ':')
+            value++;
+        end = *value == '"' ? strchr(value + 1, '"') : NULL;
+    }
+    if (end != NULL) { /* "traceparent": "<old>" -> "traceparent": "<new>" */
+        buffer_append(out, text, (size_t)(value + 1 - text));
+        buffer_puts(out, traceparent);
+        buffer_puts(out, end);
+    } else {
+        const char *rest = strchr(text, '{');
+
+        if (rest == NULL)
+            return false;
+        rest++;
+        while (*rest == ' ')
+            rest++;
+        buffer_printf(out, "{\"traceparent\": \"%s\"%s", traceparent, *rest == '}' ? "" : ", ");
+        buffer_puts(out, rest);
+    }
+    return !out->failed;
+}
+
+/* The W3C traceparent of a sampled span: version 00, its ids, sampled. */
+static void
+format_traceparent(const struct otel_decision *d, char out[56])
+{
+    static const char digits[] = "0123456789abcdef";
+    char *at = out + 3;
+
+    memcpy(out, "00-", 3);
+    for (size_t i = 0; i < 16; i++, at += 2) {
+        at[0] = digits[d->trace_id[i] >> 4];
+        at[1] = digits[d->trace_id[i] & 15];
+    }
+    *at++ = '-';
+    for (size_t i = 0; i < 8; i++, at += 2) {
+        at[0] = digits[d->span_id[i] >> 4];
+        at[1] = digits[d->span_id[i] & 15];
+    }
+    memcpy(at, "-01", 4);
+}
+
+int
+otel_prepare(otel_batch *b, struct sink_message *messages, size_t count)
+{
+    struct otel_state *st = exporter;
+
+    if (st == NULL || b == NULL || count == 0)
+        return 0;
+    if (batch_reserve(b, count) != 0)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        struct otel_decision *d = &b->decisions[i];
+        struct otel_span head = {.has_parent = false};
+        bool parent_sampled = false;
+        char traceparent[56];
+
+        head.has_parent = read_parent(messages[i].headers, &head, &parent_sampled);
+        if (!head.has_parent)
+            random_id(head.trace_id, sizeof(head.trace_id));
+        d->has_parent = head.has_parent;
+        d->sampled = sampled(&st->settings, &head, parent_sampled);
+        memcpy(d->trace_id, head.trace_id, sizeof(d->trace_id));
+        memcpy(d->parent_id, head.parent_id, sizeof(d->parent_id));
+        random_id(d->span_id, sizeof(d->span_id));
+        if (!d->sampled)
+            continue; /* the row's own context goes on, as an unrecorded span leaves it */
+        format_traceparent(d, traceparent);
+        if (with_traceparent(messages[i].headers, traceparent, &b->headers[i]))
+            messages[i].headers = b->headers[i].data;
+    }
+    return 0;
+}
+
 /* ---- recording ----------------------------------------------------------- */
 
-/* Fills span (its ids already set) from message m and its outcome. */
+/* Fills span from its decision, message m and its outcome. */
 static void
-fill_span(struct otel_span *span, const struct sink_message *m, const struct sink_outcome *outcome,
-          double started, double finished)
+fill_span(struct otel_span *span, const struct otel_decision *d, const struct sink_message *m,
+          const struct sink_outcome *outcome, double started, double finished)
 {
     const char *destination = m->routing_key != NULL ? m->routing_key : m->queue;
 
-    random_id(span->span_id, sizeof(span->span_id));
+    memcpy(span->trace_id, d->trace_id, sizeof(span->trace_id));
+    memcpy(span->span_id, d->span_id, sizeof(span->span_id));
+    memcpy(span->parent_id, d->parent_id, sizeof(span->parent_id));
+    span->has_parent = d->has_parent;
     span->failed = outcome->status != SINK_ACCEPTED;
     span->attempt = m->attempt;
     span->job_id = m->job_id;
@@ -428,37 +577,26 @@ fill_span(struct otel_span *span, const struct sink_message *m, const struct sin
 }
 
 void
-otel_publish(const struct sink_message *messages, const struct sink_outcome *outcomes,
-             size_t count, double started, double finished)
+otel_publish(const otel_batch *b, size_t first, const struct sink_message *messages,
+             const struct sink_outcome *outcomes, size_t count, double started, double finished)
 {
     struct otel_state *st = exporter;
-    size_t dropped = 0, queued;
+    size_t dropped = 0;
 
-    if (st == NULL || count == 0)
+    if (st == NULL || b == NULL || count == 0 || b->capacity < first + count)
         return;
     pthread_mutex_lock(&st->lock);
     for (size_t i = 0; i < count; i++) {
-        struct otel_span head = {.has_parent = false};
-        bool parent_sampled = false;
-        struct otel_span *slot;
-
-        head.has_parent = read_parent(messages[i].headers, &head, &parent_sampled);
-        if (!head.has_parent)
-            random_id(head.trace_id, sizeof(head.trace_id));
-        if (!sampled(&st->settings, &head, parent_sampled))
+        if (!b->decisions[first + i].sampled)
             continue;
         if (st->count == (size_t)st->settings.queue_size) {
             dropped++;
             continue;
         }
-        slot = &st->ring[(st->head + st->count++) % (size_t)st->settings.queue_size];
-        memcpy(slot->trace_id, head.trace_id, sizeof(head.trace_id));
-        memcpy(slot->parent_id, head.parent_id, sizeof(head.parent_id));
-        slot->has_parent = head.has_parent;
-        fill_span(slot, &messages[i], &outcomes[i], started, finished);
+        fill_span(&st->ring[(st->head + st->count++) % (size_t)st->settings.queue_size],
+                  &b->decisions[first + i], &messages[i], &outcomes[i], started, finished);
     }
-    queued = st->count;
-    if (queued >= (size_t)st->settings.batch_size)
+    if (st->count >= (size_t)st->settings.batch_size)
         pthread_cond_signal(&st->wake);
     pthread_mutex_unlock(&st->lock);
     if (dropped > 0)

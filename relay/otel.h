@@ -2,9 +2,9 @@
  * otel.h - OpenTelemetry spans of the relay's publishes, exported over OTLP/HTTP.
  *
  * One span per published message (kind PRODUCER, "publish <destination>"),
- * a child of the row's W3C traceparent when it has one, so that a trace
- * reads producer -> relay -> consumer; a row without one starts a trace of
- * its own. Attributes follow the messaging semantic conventions
+ * a child of the row's W3C traceparent when it has one (a row without one
+ * starts a trace of its own); the message then carries the relay's span as
+ * its traceparent, so that a trace reads producer -> relay -> consumer. Attributes follow the messaging semantic conventions
  * (messaging.system, messaging.destination.name, messaging.message.id,
  * messaging.operation.type) plus the relay's: outbox.queue, outbox.job_id,
  * outbox.ordering_key, outbox.attempt and outbox.wait_seconds, the time the
@@ -96,13 +96,32 @@ void otel_stop(double flush_seconds);
 /* True between otel_start() and otel_stop(). */
 bool otel_enabled(void);
 
+/* A pipeline's spans of the batch it publishes: which are sampled, their ids. */
+typedef struct otel_batch otel_batch;
+
+otel_batch *otel_batch_new(void); /* NULL when out of memory */
+void otel_batch_free(otel_batch *b);
+
 /*
- * Records the spans of one publish: messages[i] went out between started
- * and finished (wall-clock epoch seconds) with outcomes[i]. Never blocks
- * on the export; a no-op when not started.
+ * Before a publish: decides each message's span (sampled or not, its ids)
+ * and, for a sampled one, makes the message's traceparent header the span's
+ * (added when the row had none), so a consumer continues the trace from the
+ * relay's span: producer -> relay -> consumer. Call before the CloudEvents
+ * module reads the headers. A message keeps pointing into b until the next
+ * otel_prepare(). 0, or -1 when out of memory (the messages are then as
+ * they were). A no-op when not started.
  */
-void otel_publish(const struct sink_message *messages, const struct sink_outcome *outcomes,
-                  size_t count, double started, double finished);
+int otel_prepare(otel_batch *b, struct sink_message *messages, size_t count);
+
+/*
+ * Records the spans of that publish: messages[i], the prepared batch's
+ * message first + i (as otel_prepare() left it), went out between started
+ * and finished (wall-clock epoch seconds) with outcomes[i]. Never blocks on
+ * the export; a no-op when not started.
+ */
+void otel_publish(const otel_batch *b, size_t first, const struct sink_message *messages,
+                  const struct sink_outcome *outcomes, size_t count, double started,
+                  double finished);
 
 /* Wall-clock epoch seconds, as otel_publish() takes them. */
 double otel_wall_seconds(void);

@@ -242,6 +242,10 @@ main(int argc, char **argv)
     if (m == NULL) {
         outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
         status = report(EXIT_RUNTIME, &err);
+    } else if (spans && !config.check &&
+               otel_start(&otel, otel_messaging_system(sink_kind_of_url(config.broker.url)), m,
+                          &err) != 0) {
+        status = report(EXIT_RUNTIME, &err);
     } else if ((r = relay_new(&config, m, &err)) == NULL) {
         /* config_parse checked the URL and the options; what is left is about the broker */
         status = report(err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME, &err);
@@ -253,16 +257,13 @@ main(int argc, char **argv)
         status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
         outbox_error_set(&named, err.code, "--metrics-addr: %s", err.message);
         report(status, &named);
-    } else if (spans && otel_start(&otel, otel_messaging_system(sink_kind_of_url(config.broker.url)),
-                                   m, &err) != 0) {
-        status = report(EXIT_RUNTIME, &err);
     } else {
         status = run_until_stopped(r, m);
-        otel_stop(OTEL_FLUSH_SECONDS);
     }
+    relay_free(r);
+    otel_stop(OTEL_FLUSH_SECONDS); /* after every pipeline: none records a span any more */
     otel_settings_clear(&otel);
     http_server_stop(server);
-    relay_free(r);
     metrics_free(m);
     config_clear(&config);
     return status;

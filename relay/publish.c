@@ -282,21 +282,21 @@ publish_batch(struct pipeline *p, struct settlement *st)
     const char *deferred_reason = "";
     struct outbox_error err;
     double started, finished, wall, started_wall;
-    bool built = true;
+    bool built = true, traced;
     int rc;
 
     if (batch->count == 0)
         return;
-    cloudevents_reset(p->cloudevents);
     for (size_t i = 0; i < batch->count; i++) {
-        const struct outbox_job *job = &batch->jobs[i];
-
-        p->messages[i] = job_message_from_job(job, &p->db.identity);
+        p->messages[i] = job_message_from_job(&batch->jobs[i], &p->db.identity);
+        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
+    }
+    traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
+    cloudevents_reset(p->cloudevents);
+    for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
         if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &p->db.identity,
                               &p->messages[i]) != 0)
             built = false;
-        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
-    }
 
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
@@ -311,7 +311,8 @@ publish_batch(struct pipeline *p, struct settlement *st)
     }
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
-    otel_publish(p->messages, st->outcomes, batch->count, started_wall, wall);
+    if (traced)
+        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0)
         broker_lost(p, &err);

@@ -193,6 +193,7 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
         sr->messages[i].place.at = sr->places[i];
         sr->messages[i].place.floor = floor ? sr->floor : NULL;
     }
+    sr->traced = otel_prepare(sr->otel, sr->messages, batch->count) == 0;
     cloudevents_reset(sr->cloudevents);
     for (size_t i = 0; sr->cloudevents != NULL && i < batch->count; i++)
         if (cloudevents_apply(sr->cloudevents, sink_cloudevents_prefix(sr->sink), &sr->identity,
@@ -323,13 +324,13 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             for (size_t i = start; i < end; i++)
                 if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)
                     sr->messages[i].place.floor = sr->places[start - 1];
-        started = otel_enabled() ? otel_wall_seconds() : 0;
+        started = sr->traced && otel_enabled() ? otel_wall_seconds() : 0;
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed", "%s queue=%s error=\"%s\"", sr->who,
                       o->p.queue, err->message);
         if (started > 0)
-            otel_publish(sr->messages + start, sr->outcomes + start, end - start, started,
-                         otel_wall_seconds());
+            otel_publish(sr->otel, start, sr->messages + start, sr->outcomes + start,
+                         end - start, started, otel_wall_seconds());
         for (size_t i = start; i < end; i++)
             all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
         start = end;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cloudevents.h"
+#include "otel.h"
 #include "config.h"
 #include "log.h"
 #include "sink.h"
@@ -58,6 +59,8 @@ struct stream_worker {
     unsigned int seed;
     struct sink_message *messages;
     cloudevents *cloudevents; /* the batch's CloudEvents; NULL with --cloudevents off */
+    otel_batch *otel;         /* the batch's spans (otel.h); NULL with spans off */
+    bool traced;              /* otel_prepare() succeeded for the batch */
     char (*places)[STREAM_PLACE_SIZE]; /* each message's place.at */
     char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
     struct sink_outcome *outcomes;

@@ -94,6 +94,24 @@ def check_span(span, row, message_id, system):
     return problems
 
 
+def check_carried(dest, spans):
+    """Each message of a recorded span carries that span as its traceparent (Redis: inside
+    the headers field), so the consumer's span is the relay's child."""
+    redis = dest._connect()
+    try:
+        entries = redis.call("XRANGE", dest.prefix + "tq", "-", "+")
+    finally:
+        redis.close()
+    carried = {}
+    for _, fields in entries:
+        values = dict(zip(fields[0::2], fields[1::2]))
+        carried[values[b"message_id"].decode()] = json.loads(values[b"headers"]).get("traceparent")
+    return ["%s carries %s, not the relay's span %s" % (message_id, carried.get(message_id), want)
+            for message_id, want in ((s["attributes"]["messaging.message.id"],
+                                      "00-%s-%s-01" % (s["trace_id"], s["span_id"])) for s in spans)
+            if carried.get(message_id) != want]
+
+
 def case_parent(broker):
     cell = "ot_%s_%s" % (broker, brokers.RUN)
     dest, receiver = brokers.DESTINATIONS[broker](cell, ENV), Receiver(free_port())
@@ -128,6 +146,8 @@ def case_parent(broker):
             system = brokers.SERVICE[broker]
             problems += ["%s: %s" % (job_id, p)
                          for p in check_span(by_id[message_id], row, message_id, system)]
+        if broker == "redis":
+            problems += check_carried(dest, spans)
         return problems
     finally:
         receiver.stop()

@@ -123,3 +123,38 @@ class Receiver:
     def taken(self):
         with self.lock:
             return list(self.spans)
+
+
+def main():
+    """`otlp_receiver.py PORT`: a collector for the bench that takes every export (200)
+    without decoding it, counting spans by their ids; SIGTERM prints the count and exits."""
+    import signal
+    import sys
+
+    counts = {"requests": 0, "spans": 0}
+
+    class Counting(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            counts["requests"] += 1
+            counts["spans"] += body.count(b'"spanId"')
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Counting)
+
+    def done(*_):
+        print("requests=%d spans=%d" % (counts["requests"], counts["spans"]), flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, done)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
