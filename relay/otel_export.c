@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,9 @@
 
 /* Longest wait between exports after failures, in seconds. */
 #define RETRY_MAX_SECONDS 30.0
+
+/* The export thread's nice value: it yields the cores to publishing. */
+#define EXPORT_NICE 10
 
 /* ---- OTLP/JSON ----------------------------------------------------------- */
 
@@ -337,6 +341,11 @@ otel_export_main(void *arg)
     struct buffer body = {0};
     double last_export = clock_monotonic_seconds(), retry_at = 0, backoff = 0;
 
+    /*
+     * Below the publishing threads on a busy host: a span waits (or is
+     * dropped and counted), a publish does not. Best effort.
+     */
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), EXPORT_NICE);
     pthread_mutex_lock(&st->lock);
     while (batch != NULL && wait_for_batch(st, last_export, retry_at)) {
         size_t n = st->count < capacity ? st->count : capacity;
