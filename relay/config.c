@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cloudevents.h"
 #include "database_list.h"
 #include "error.h"
 #include "parse.h"
@@ -86,6 +87,17 @@ static const struct option_spec OPTIONS[] = {
      "least severe level logged", FROM_ENVIRONMENT, 0},
     {"log-format", "text|json", OPTION_CHOICE, FIELD(log_format), "text", 0, 0, "text|json",
      "log line format", FROM_ENVIRONMENT, 0},
+    {"cloudevents", CLOUDEVENTS_CHOICES, OPTION_CHOICE, FIELD(cloudevents), "off", 0, 0,
+     CLOUDEVENTS_CHOICES, "publish each row as a CloudEvent 1.0: attributes as headers of the"
+     " broker's binding (binary) or the whole event as the body (structured); off: messages"
+     " unchanged", FROM_ENVIRONMENT, 0},
+    {"cloudevents-source", "URI", OPTION_STRING, FIELD(cloudevents_source), NULL, 0, 0, NULL,
+     "the CloudEvents 'source' attribute (default: urn:outbox:<database id>)", FROM_ENVIRONMENT,
+     2048},
+    {"otel-endpoint", "URL", OPTION_STRING, FIELD(otel_endpoint), NULL, 0, 0, NULL,
+     "export a span per published message over OTLP/HTTP to this http:// collector (default:"
+     " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT; none: no spans)",
+     FROM_ENVIRONMENT, 1000},
     {"horizon-warning", "DURATION", OPTION_SECONDS, FIELD(horizon_warning_seconds), "5m", 0,
      31536000, NULL, "warn when an open transaction holds back vacuum longer than this", FROM_ENVIRONMENT, 0},
     {"help", NULL, OPTION_FLAG, FIELD(help), NULL, 0, 0, NULL, "print this help and exit", COMMAND_LINE_ONLY, 0},
@@ -488,6 +500,28 @@ check_databases_mode(const struct relay_config *config, struct outbox_error *err
     return 0;
 }
 
+/*
+ * --cloudevents-source: a URI-reference (RFC 3986) as CloudEvents wants it:
+ * not empty, printable ASCII without spaces, quotes, angle brackets or
+ * backslashes.
+ */
+static int
+check_cloudevents_source(const char *source, struct outbox_error *err)
+{
+    char quoted[OPTION_QUOTE_MAX + 1];
+
+    if (source == NULL)
+        return 0;
+    if (source[0] == '\0')
+        return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--cloudevents-source: must not be empty");
+    for (const unsigned char *c = (const unsigned char *)source; *c != '\0'; c++)
+        if (*c <= ' ' || *c >= 0x7f || strchr("\"<>\\^`{|}", *c) != NULL)
+            return outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                                    "--cloudevents-source: '%s' is not a URI reference",
+                                    option_quote(source, quoted));
+    return 0;
+}
+
 /* The broker's URL and options, and options that go together. */
 static int
 check_broker(const struct relay_config *config, struct outbox_error *err)
@@ -511,7 +545,7 @@ check_broker(const struct relay_config *config, struct outbox_error *err)
                                 "--retry-max must not be below --retry-base");
     if (config->once && config->check)
         return outbox_error_set(err, OUTBOX_ERR_CONFIG, "--once and --check exclude each other");
-    return 0;
+    return check_cloudevents_source(config->cloudevents_source, err);
 }
 
 /* What no single option can check: required ones, URLs, and options that go together. */

@@ -69,6 +69,9 @@ struct relay_config {
     int log_level;  /* enum config_log_level */
     int log_format; /* enum config_log_format */
     double horizon_warning_seconds; /* warn when the xmin horizon is older */
+    int cloudevents;                /* enum cloudevents_mode (--cloudevents) */
+    char *cloudevents_source;       /* --cloudevents-source; NULL: from the database's identity */
+    char *otel_endpoint;            /* --otel-endpoint; NULL: the OTEL_* variables decide */
 };
 
 /*

@@ -27,6 +27,9 @@ enum metrics_counter {
     METRICS_LEASE_LOST,      /* outbox_lease_lost_total: rows whose lease was lost before done */
     METRICS_CLAIMS,          /* outbox_claims_total: claim statements run */
     METRICS_ROWS_DELETED,    /* outbox_rows_deleted_total: succeeded rows deleted by retention */
+    METRICS_SPANS_EXPORTED,  /* outbox_otel_spans_exported_total: spans a collector took */
+    METRICS_SPANS_DROPPED,   /* outbox_otel_spans_dropped_total: queue full or export failed */
+    METRICS_SPAN_EXPORTS_FAILED, /* outbox_otel_exports_failed_total: exports that failed */
     METRICS_COUNTER_COUNT,
 };
 

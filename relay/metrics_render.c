@@ -39,6 +39,10 @@ static const struct family_info counter_info[METRICS_COUNTER_COUNT] = {
     {"outbox_lease_lost_total", "Rows whose lease was lost before they were marked done."},
     {"outbox_claims_total", "Claim statements run."},
     {"outbox_rows_deleted_total", "Succeeded rows deleted by the retention cleanup."},
+    {"outbox_otel_spans_exported_total", "Spans an OpenTelemetry collector accepted."},
+    {"outbox_otel_spans_dropped_total",
+     "Spans dropped: the export queue was full, or the collector failed or was slow."},
+    {"outbox_otel_exports_failed_total", "Span exports that failed (down, slow, an error answer)."},
 };
 
 static const struct family_info histogram_info[METRICS_HISTOGRAM_COUNT] = {

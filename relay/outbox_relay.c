@@ -31,6 +31,7 @@
 #include "http.h"
 #include "metrics.h"
 #include "notify.h"
+#include "otel.h"
 #include "relay.h"
 #include "sink.h"
 
@@ -202,6 +203,8 @@ main(int argc, char **argv)
     struct metrics *m = NULL;
     struct http_server *server = NULL;
     struct listen_addr metrics_addr;
+    struct otel_settings otel;
+    bool spans = false;
     relay *r = NULL;
     int status;
 
@@ -227,6 +230,10 @@ main(int argc, char **argv)
     /* config's level and format choices are listed in log.h's order */
     log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
     log_json = (enum log_format)config.log_format == OUTBOX_LOG_JSON;
+    if (otel_settings_read(config.otel_endpoint, &otel, &spans, &err) != 0) {
+        config_clear(&config);
+        return report(EXIT_USAGE, &err);
+    }
 
     /* config_parse checked that a broker of the registry speaks the URL's scheme */
     m = metrics_new(sink_kind_of_url(config.broker.url));
@@ -234,6 +241,10 @@ main(int argc, char **argv)
     metrics_set_idle_wait(m, config.poll_interval_ms / 1000.0);
     if (m == NULL) {
         outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
+        status = report(EXIT_RUNTIME, &err);
+    } else if (spans && !config.check &&
+               otel_start(&otel, otel_messaging_system(sink_kind_of_url(config.broker.url)), m,
+                          &err) != 0) {
         status = report(EXIT_RUNTIME, &err);
     } else if ((r = relay_new(&config, m, &err)) == NULL) {
         /* config_parse checked the URL and the options; what is left is about the broker */
@@ -249,8 +260,10 @@ main(int argc, char **argv)
     } else {
         status = run_until_stopped(r, m);
     }
-    http_server_stop(server);
     relay_free(r);
+    otel_stop(OTEL_FLUSH_SECONDS); /* after every pipeline: none records a span any more */
+    otel_settings_clear(&otel);
+    http_server_stop(server);
     metrics_free(m);
     config_clear(&config);
     return status;

@@ -16,12 +16,14 @@
 #include <unistd.h>
 
 #include "cause_log.h"
+#include "cloudevents.h"
 #include "clock.h"
 #include "error.h"
 #include "job_message.h"
 #include "json.h"
 #include "mutant.h"
 #include "log.h"
+#include "otel.h"
 #include "outbox.h"
 #include "ends.h"
 #include "publish.h"
@@ -287,24 +289,38 @@ publish_batch(struct pipeline *p, struct settlement *st)
     size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
     const char *deferred_reason = "";
     struct outbox_error err;
-    double started, finished, wall;
+    double started, finished, wall, started_wall;
+    bool built = true, traced;
     int rc;
 
     if (batch->count == 0)
         return;
     for (size_t i = 0; i < batch->count; i++) {
-        const struct outbox_job *job = &batch->jobs[i];
-
-        p->messages[i] = job_message_from_job(job, &p->db.identity);
-        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
+        p->messages[i] = job_message_from_job(&batch->jobs[i], &p->db.identity);
+        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
     }
+    traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
+    cloudevents_reset(p->cloudevents);
+    for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
+        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &p->db.identity,
+                              &p->messages[i]) != 0)
+            built = false;
 
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();
-    rc = publish_rows(p, st, &err);
+    started_wall = otel_enabled() ? wall_seconds() : 0;
+    if (built) {
+        rc = publish_rows(p, st, &err);
+    } else {
+        for (size_t i = 0; i < batch->count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
+        rc = 0;
+    }
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
+    if (traced)
+        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0)
         broker_lost(p, &err);

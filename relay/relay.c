@@ -55,6 +55,8 @@ pipeline_clear(struct pipeline *p)
     sink_free(p->sink);
     outbox_store_free(p->db.store);
     free(p->messages);
+    cloudevents_free(p->cloudevents);
+    otel_batch_free(p->otel);
     free(p->leases);
     free(p->done);
     free(p->lags);
@@ -94,9 +96,13 @@ pipeline_init(relay *r, int i, struct outbox_error *err)
     p->leases = calloc(n, sizeof(*p->leases));
     p->done = calloc(n, sizeof(*p->done));
     p->lags = calloc(n, sizeof(*p->lags));
+    p->cloudevents = cloudevents_new(r->config->cloudevents, r->config->cloudevents_source);
+    p->otel = otel_enabled() ? otel_batch_new() : NULL;
     if (p->sink == NULL)
         return -1;
-    if (p->messages == NULL || p->leases == NULL || p->done == NULL || p->lags == NULL ||
+    if ((p->cloudevents == NULL && r->config->cloudevents != CLOUDEVENTS_OFF) ||
+        (p->otel == NULL && otel_enabled()) || p->messages == NULL || p->leases == NULL ||
+        p->done == NULL || p->lags == NULL ||
         settlement_init(&p->settlements[0], n) != 0 || settlement_init(&p->settlements[1], n) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     return 0;

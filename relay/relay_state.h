@@ -20,6 +20,8 @@
 
 #include "backoff.h"
 #include "cause_log.h"
+#include "cloudevents.h"
+#include "otel.h"
 #include "config.h"
 #include "metrics.h"
 #include "outbox.h"
@@ -95,6 +97,8 @@ struct pipeline {
 
     /* per-batch scratch, sized for --batch-size */
     struct sink_message *messages;
+    cloudevents *cloudevents; /* the batch's CloudEvents; NULL with --cloudevents off */
+    otel_batch *otel;         /* the batch's spans (otel.h); NULL with spans off */
     struct outbox_lease *leases; /* for extend and give back */
     bool *done;
     double *lags; /* commit-to-publish seconds of accepted rows */

@@ -403,12 +403,16 @@ stream_worker_init(stream_runner *runner, struct stream_worker *sr, int index,
     if (runner->workers != NULL && sr->sink == NULL)
         return -1;
     sr->messages = calloc(n, sizeof(*sr->messages));
+    sr->cloudevents = cloudevents_new(config->cloudevents, config->cloudevents_source);
+    sr->otel = otel_enabled() ? otel_batch_new() : NULL;
     sr->places = calloc(n, sizeof(*sr->places));
     sr->outcomes = calloc(n, sizeof(*sr->outcomes));
     sr->refusals = calloc(n, sizeof(*sr->refusals));
     sr->lags = calloc(n, sizeof(*sr->lags));
     sr->verdicts = calloc(n, sizeof(*sr->verdicts));
-    if (sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL ||
+    if ((sr->cloudevents == NULL && config->cloudevents != CLOUDEVENTS_OFF) ||
+        (sr->otel == NULL && otel_enabled()) ||
+        sr->messages == NULL || sr->places == NULL || sr->outcomes == NULL ||
         sr->refusals == NULL || sr->lags == NULL || sr->verdicts == NULL ||
         queues_literal(config, &sr->queues) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -421,6 +425,8 @@ stream_worker_clear(struct stream_worker *sr)
     sink_free(sr->sink);
     stream_store_free(sr->store);
     free(sr->messages);
+    cloudevents_free(sr->cloudevents);
+    otel_batch_free(sr->otel);
     free(sr->places);
     free(sr->outcomes);
     free(sr->refusals);

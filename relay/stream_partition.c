@@ -15,6 +15,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mutant.h"
+#include "otel.h"
 #include "timeouts.h"
 
 /* Leases are renewed, and free partitions looked for, this often (fraction of the lease). */
@@ -176,7 +177,7 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
  * gives it its former place back), so the rows after it may still go in
  * turn past it.
  */
-static void
+static int
 build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
 {
     const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
@@ -201,6 +202,13 @@ build_messages(struct stream_worker *sr, const struct owned *o, const struct str
         sr->messages[i].place.floor = floor ? sr->floor : NULL;
         sr->messages[i].place.uid = batch->jobs[i].message_uid;
     }
+    sr->traced = otel_prepare(sr->otel, sr->messages, batch->count) == 0;
+    cloudevents_reset(sr->cloudevents);
+    for (size_t i = 0; sr->cloudevents != NULL && i < batch->count; i++)
+        if (cloudevents_apply(sr->cloudevents, sink_cloudevents_prefix(sr->sink), &sr->identity,
+                              &sr->messages[i]) != 0)
+            return -1;
+    return 0;
 }
 
 /* True when a row after index in the batch has the same ordering key. */
@@ -358,6 +366,7 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
              struct outbox_error *err)
 {
     size_t start = 0;
+    double started;
 
     while (start < batch->count) {
         size_t end = start + 1;
@@ -371,9 +380,13 @@ publish_rows(struct stream_worker *sr, const struct owned *o, const struct strea
             for (size_t i = start; i < end; i++)
                 if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)
                     sr->messages[i].place.floor = sr->places[start - 1];
+        started = sr->traced && otel_enabled() ? otel_wall_seconds() : 0;
         if (sink_publish(sr->sink, sr->messages + start, end - start, sr->outcomes + start, err) != 0)
             log_event(OUTBOX_LOG_WARN, "stream publish failed", "%s queue=%s error=\"%s\"", sr->who,
                       o->p.queue, err->message);
+        if (started > 0)
+            otel_publish(sr->otel, start, sr->messages + start, sr->outcomes + start,
+                         end - start, started, otel_wall_seconds());
         for (size_t i = start; i < end; i++)
             all_accepted = all_accepted && sr->outcomes[i].status == SINK_ACCEPTED;
         start = end;
@@ -484,7 +497,8 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
     if (batch->count > 1 && mutant_fires("reverse_batch"))
         mutant_reverse((struct stream_batch *)batch);
 #endif
-    build_messages(sr, o, batch);
+    if (build_messages(sr, o, batch) != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory building cloudevents");
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
                                            sr->config->batch_size, err) != 0)

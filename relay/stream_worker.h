@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cloudevents.h"
+#include "otel.h"
 #include "config.h"
 #include "log.h"
 #include "sink.h"
@@ -58,6 +60,9 @@ struct stream_worker {
     bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
     unsigned int seed;
     struct sink_message *messages;
+    cloudevents *cloudevents; /* the batch's CloudEvents; NULL with --cloudevents off */
+    otel_batch *otel;         /* the batch's spans (otel.h); NULL with spans off */
+    bool traced;              /* otel_prepare() succeeded for the batch */
     char (*places)[STREAM_PLACE_SIZE]; /* each message's place.at */
     char floor[STREAM_PLACE_SIZE];     /* the cursor as a place */
     char (*verdicts)[SINK_CHECK_SIZE + 8]; /* each message's answer to its broker's check */

@@ -7,7 +7,8 @@
 # Integration tests get a fresh stack (tests/harness/stack.sh) in a temp dir, stopped on
 # every exit, and the environment of its DIR/env plus OUTBOX_BIN and OUTBOX_SOURCE_DIR;
 # then the tests/deploy scripts (install, package, systemd unit, Prometheus) against it,
-# tests/browser (the console in headless Chromium) and tests/torture (the short torture pass).
+# tests/browser (the console in headless Chromium), tests/standards (CloudEvents and
+# OpenTelemetry read by their own SDKs) and tests/torture (the short torture pass).
 # OUTBOX_VALGRIND, when set, prefixes every test binary (e.g. "valgrind -q ...").
 # OUTBOX_TEST_TIMEOUT bounds each binary (seconds, default 900).
 # Prints one line per binary and a summary; exits 1 when any failed.
@@ -158,6 +159,7 @@ if [ "$WHAT" != unit ]; then
             run_dir "$BUILD/tests/integration"
             run_dir tests/deploy
             run_dir tests/browser
+            run_dir tests/standards
             run_dir tests/torture
         fi
     fi

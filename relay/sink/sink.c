@@ -40,6 +40,12 @@ sink_kind(const sink *s)
 }
 
 const char *
+sink_cloudevents_prefix(const sink *s)
+{
+    return s->type->cloudevents_prefix;
+}
+
+const char *
 sink_display_url(const sink *s)
 {
     return s->display_url;

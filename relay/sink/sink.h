@@ -113,6 +113,15 @@ struct sink_order_place {
     const char *verdict;
 };
 
+/* One header of a message beyond the row's: a name and a NUL-terminated value. */
+struct sink_header {
+    const char *name;
+    const char *value;
+};
+
+/* Most extra headers one message carries. */
+#define SINK_EXTRA_HEADERS_MAX 32
+
 /* One message to publish, built from a claimed row. */
 struct sink_message {
     int64_t job_id;      /* the row's job id, sent beside the message id */
@@ -144,6 +153,17 @@ struct sink_message {
     const char *routing_key;
     const char *ordering_key; /* the row's ordering key (Kafka: the record key); NULL: none */
     struct sink_order_place place;
+    /*
+     * What the relay's CloudEvents module (relay/cloudevents.h) adds; NULL
+     * and 0 when it is off, and the message is as it always was. The body's
+     * media type (AMQP: content_type; the others: a "content-type" header
+     * or field), and headers after the row's and the sink's own, named for
+     * this broker's binding already (sink_cloudevents_prefix): each broker
+     * sends them as it sends the row's.
+     */
+    const char *content_type;
+    const struct sink_header *extra_headers;
+    size_t extra_header_count;
 };
 
 /* What happened to one message. */
@@ -214,6 +234,12 @@ void sink_free(sink *s);
 
 /* The broker's kind ("amqp"), for logs and metrics labels. */
 const char *sink_kind(const sink *s);
+
+/*
+ * The prefix of a CloudEvents attribute's header in binary mode, as the
+ * broker's protocol binding names them ("ce_" for Kafka's "ce_id").
+ */
+const char *sink_cloudevents_prefix(const sink *s);
 
 /* The URL with any password replaced by "***", for logs. */
 const char *sink_display_url(const sink *s);

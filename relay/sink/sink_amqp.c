@@ -350,6 +350,8 @@ const struct sink_type sink_amqp_type = {
     .product = "RabbitMQ",
     .check_help = "--exchange exists",
     .schemes = sink_amqp_schemes,
+    /* the AMQP binding (1.0.2): application properties, as RabbitMQ shows 0-9-1 headers */
+    .cloudevents_prefix = "cloudEvents:",
     .options = sink_amqp_options,
     .option_count = sizeof(sink_amqp_options) / sizeof(sink_amqp_options[0]),
     .config_size = sizeof(struct sink_amqp_config),

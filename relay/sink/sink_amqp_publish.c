@@ -112,6 +112,9 @@ check_headers(sink *s, const struct sink_message *message, struct json_string_ob
         }
         header_bytes += 1 + headers->members[i].key_len + 1 + 4 + headers->members[i].value_len;
     }
+    for (size_t i = 0; i < message->extra_header_count; i++)
+        header_bytes += 1 + strlen(message->extra_headers[i].name) + 1 + 4 +
+                        strlen(message->extra_headers[i].value);
     /*
      * The properties go in one header frame, which the library cannot split:
      * headers plus the fixed properties (under 600 bytes) must fit in it.
@@ -186,8 +189,8 @@ fill_header_table(struct sink_amqp *impl, const struct sink_message *message,
 {
     size_t entry_count = 0;
 
-    if (impl->entries_capacity < headers->count + 2) {
-        size_t capacity = headers->count + 16;
+    if (impl->entries_capacity < headers->count + message->extra_header_count + 2) {
+        size_t capacity = headers->count + message->extra_header_count + 16;
         amqp_table_entry_t *entries = realloc(impl->entries, capacity * sizeof(*entries));
 
         if (entries == NULL)
@@ -214,7 +217,15 @@ fill_header_table(struct sink_amqp *impl, const struct sink_message *message,
     impl->entries[entry_count].key = amqp_cstring_bytes(SINK_AMQP_JOB_ID_HEADER);
     impl->entries[entry_count].value.kind = AMQP_FIELD_KIND_I64;
     impl->entries[entry_count].value.value.i64 = message->job_id;
-    *count = entry_count + 1;
+    entry_count++;
+    for (size_t h = 0; h < message->extra_header_count; h++) {
+        impl->entries[entry_count].key = amqp_cstring_bytes(message->extra_headers[h].name);
+        impl->entries[entry_count].value.kind = AMQP_FIELD_KIND_UTF8;
+        impl->entries[entry_count].value.value.bytes =
+            amqp_cstring_bytes(message->extra_headers[h].value);
+        entry_count++;
+    }
+    *count = entry_count;
     return 0;
 }
 
@@ -237,7 +248,8 @@ publish_one(sink *s, struct batch *batch, size_t i, const struct json_string_obj
     props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                    AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_TYPE_FLAG |
                    AMQP_BASIC_HEADERS_FLAG;
-    props.content_type = amqp_cstring_bytes("application/json");
+    props.content_type = amqp_cstring_bytes(message->content_type != NULL ? message->content_type
+                                                                          : "application/json");
     props.delivery_mode = 2;
     props.message_id = amqp_cstring_bytes(message->message_id);
     /* a created_at out of range (an infinite time written by hand) sends no timestamp */

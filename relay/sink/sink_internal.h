@@ -77,6 +77,8 @@ struct sink_type {
     const char *product;                     /* "RabbitMQ": --help's description */
     const char *check_help; /* what its --check verifies ("--exchange exists"); NULL: nothing */
     const struct url_scheme *const *schemes; /* the URL schemes it speaks, NULL-terminated */
+    /* its CloudEvents binding's attribute header prefix ("ce_"), see sink_cloudevents_prefix */
+    const char *cloudevents_prefix;
     const struct option_spec *options;       /* its own options, fields of its configuration */
     size_t option_count;
     /* Its configuration: config_size bytes, zeroed, then config_defaults (NULL: none). */

@@ -406,6 +406,7 @@ const struct sink_type sink_kafka_type = {
     .kind = "kafka",
     .product = "Kafka",
     .schemes = sink_kafka_schemes,
+    .cloudevents_prefix = "ce_", /* the Kafka binding */
     .options = sink_kafka_options,
     .option_count = sizeof(sink_kafka_options) / sizeof(sink_kafka_options[0]),
     /* the rows' defaults are zero ("", plain): no config_defaults */

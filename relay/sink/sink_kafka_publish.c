@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "clock.h"
 #include "error.h"
@@ -188,9 +189,10 @@ record_headers(const struct sink_message *m, struct sink_outcome *outcome)
         sink_outcome_set(outcome, SINK_REJECTED, "invalid headers: %s", parse_error.message);
         return NULL;
     }
-    headers = rd_kafka_headers_new(row.count + 4);
+    headers = rd_kafka_headers_new(row.count + 5 + m->extra_header_count);
     for (size_t i = 0; i < row.count; i++)
-        if (!is_relay_header(&row.members[i]))
+        if (!is_relay_header(&row.members[i]) &&
+            (m->content_type == NULL || strcasecmp(row.members[i].key, "content-type") != 0))
             rd_kafka_header_add(headers, row.members[i].key, (ssize_t)row.members[i].key_len,
                                 row.members[i].value, (ssize_t)row.members[i].value_len);
     rd_kafka_header_add(headers, "message-id", -1, m->message_id, -1);
@@ -199,6 +201,10 @@ record_headers(const struct sink_message *m, struct sink_outcome *outcome)
     rd_kafka_header_add(headers, "outbox-queue", -1, m->queue, -1);
     snprintf(number, sizeof(number), "%" PRId32, m->attempt);
     rd_kafka_header_add(headers, "outbox-attempt", -1, number, -1);
+    if (m->content_type != NULL) /* CloudEvents (the Kafka binding's content-type) */
+        rd_kafka_header_add(headers, "content-type", -1, m->content_type, -1);
+    for (size_t i = 0; i < m->extra_header_count; i++)
+        rd_kafka_header_add(headers, m->extra_headers[i].name, -1, m->extra_headers[i].value, -1);
     json_string_object_clear(&row);
     return headers;
 }

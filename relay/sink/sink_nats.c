@@ -423,6 +423,7 @@ const struct sink_type sink_nats_type = {
     .kind = "nats",
     .product = "NATS JetStream",
     .schemes = sink_nats_schemes,
+    .cloudevents_prefix = "ce-", /* the NATS binding */
     .options = sink_nats_options,
     .option_count = sizeof(sink_nats_options) / sizeof(sink_nats_options[0]),
     /* both options default to none (zero): no config_defaults */

@@ -154,6 +154,8 @@ set_headers(natsMsg *out, const struct sink_message *message,
             const struct json_string_object *headers, size_t *header_bytes)
 {
     const char *id = message->dedup_id;
+    const char *content_type =
+        message->content_type != NULL ? message->content_type : "application/json";
     char job_id[24], attempt[16];
     natsStatus st = NATS_OK;
 
@@ -177,12 +179,16 @@ set_headers(natsMsg *out, const struct sink_message *message,
     if (st == NATS_OK)
         st = natsMsgHeader_Set(out, HEADER_ATTEMPT, attempt);
     if (st == NATS_OK)
-        st = natsMsgHeader_Set(out, HEADER_CONTENT_TYPE, "application/json");
+        st = natsMsgHeader_Set(out, HEADER_CONTENT_TYPE, content_type);
     *header_bytes += strlen(HEADER_MSG_ID) + strlen(id) + strlen(HEADER_MESSAGE_ID) +
                      strlen(message->message_id) + strlen(HEADER_JOB_ID) + strlen(job_id) +
                      strlen(HEADER_QUEUE) + strlen(message->queue) + strlen(HEADER_ATTEMPT) +
-                     strlen(attempt) + strlen(HEADER_CONTENT_TYPE) + strlen("application/json") +
-                     6 * 4;
+                     strlen(attempt) + strlen(HEADER_CONTENT_TYPE) + strlen(content_type) + 6 * 4;
+    for (size_t h = 0; h < message->extra_header_count && st == NATS_OK; h++) {
+        st = natsMsgHeader_Set(out, message->extra_headers[h].name, message->extra_headers[h].value);
+        *header_bytes += strlen(message->extra_headers[h].name) +
+                         strlen(message->extra_headers[h].value) + 4;
+    }
     return st;
 }
 

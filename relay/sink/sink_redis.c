@@ -341,6 +341,7 @@ const struct sink_type sink_redis_type = {
     .kind = "redis",
     .product = "Redis Streams",
     .schemes = sink_redis_schemes,
+    .cloudevents_prefix = "ce_", /* no binding: named as the Kafka binding's headers */
     .options = sink_redis_options,
     .option_count = sizeof(sink_redis_options) / sizeof(sink_redis_options[0]),
     .config_size = sizeof(struct sink_redis_config),

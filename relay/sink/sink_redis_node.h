@@ -36,8 +36,11 @@
 
 /* Messages per script call: long enough to spread its cost, short enough not to stall Redis. */
 #define SCRIPT_CHUNK 100
-/* Arguments of one call: command, script, numkeys, 2 shared, 3 keys and 10 values a message. */
-#define SCRIPT_ARGS (3 + 2 + 13 * SCRIPT_CHUNK)
+/*
+ * Arguments of one call: command, script, numkeys, 2 shared; a message's 3
+ * keys, 11 values and its extra fields' names and values (CloudEvents').
+ */
+#define SCRIPT_ARGS (3 + 2 + (14 + 2 * (SINK_EXTRA_HEADERS_MAX + 1)) * SCRIPT_CHUNK)
 
 /* How a call is sent. */
 enum script_call {

@@ -7,6 +7,7 @@
  *
  *   XADD <stream_prefix><suffix> [MAXLEN ~ N] * job_id <id> queue <queue>
  *        payload <json> headers <json> attempt <n> message_id <message id>
+ *        [content-type <type> ce_<attribute> <value> ...]
  *
  * where the suffix is the row's routing key, else its queue, appended at
  * most once per job per stream within the dedup window. The check and the
@@ -55,12 +56,14 @@
  * One call appends up to SCRIPT_CHUNK messages. ARGV[1] is the window in ms,
  * ARGV[2] the maxlen ("0" for none). For message i, KEYS[3i-2] is its
  * stream, KEYS[3i-1] its dedup record, KEYS[3i] its order record (the dedup
- * record again for a message without a place); ARGV[10i-7 .. 10i+2] its
- * job_id, queue, payload, headers, attempt, place ("" for none), the place
- * before it (the previous row of its order published to its stream, "F" and
- * a floor: every row of the order up to there is published or gone, or ""
- * when unknown), its message id, its row's identity ("" for none) and the
- * relay's verdict on a check ("" for none).
+ * record again for a message without a place); then, from ARGV[3] on,
+ * per message in turn: its job_id, queue, payload, headers, attempt, place
+ * ("" for none), the place before it (the previous row of its order
+ * published to its stream, "F" and a floor: every row of the order up to
+ * there is published or gone, or "" when unknown), its message id, its row's
+ * identity ("" for none), the relay's verdict on a check ("" for none), and
+ * n, the count of the extra fields (CloudEvents' attributes, 0 without)
+ * whose 2n names and values follow, appended after the others.
  *
  * An order record holds two places, 39 digits each, then an identity: done,
  * every row of the order up to it is in the stream or gone from the order;
@@ -112,8 +115,9 @@ const char sink_redis_append_script[] =
     "  end\n"
     "  return order\n"
     "end\n"
+    "local a = 3\n"
     "for i = 1, #KEYS / 3 do\n"
-    "  local a = 10 * i - 7\n"
+    "  local extra = tonumber(ARGV[a + 10])\n"
     "  local stream, dedup, place = KEYS[3 * i - 2], KEYS[3 * i - 1], ARGV[a + 5]\n"
     "  local uid, verdict = ARGV[a + 8], ARGV[a + 9]\n"
     "  local order, in_turn, seen, ask = nil, false, false, false\n"
@@ -155,7 +159,17 @@ const char sink_redis_append_script[] =
     "      out[i] = 0\n"
     "    else\n"
     "      local id\n"
-    "      if maxlen ~= '0' then\n"
+    "      if extra > 0 and maxlen ~= '0' then\n"
+    "        id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
+    "                         'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
+    "                         'headers', ARGV[a + 3], 'attempt', ARGV[a + 4],\n"
+    "                         'message_id', ARGV[a + 7], unpack(ARGV, a + 11, a + 10 + 2 * extra))\n"
+    "      elseif extra > 0 then\n"
+    "        id = redis.pcall('XADD', stream, '*', 'job_id', ARGV[a], 'queue', ARGV[a + 1],\n"
+    "                         'payload', ARGV[a + 2], 'headers', ARGV[a + 3],\n"
+    "                         'attempt', ARGV[a + 4], 'message_id', ARGV[a + 7],\n"
+    "                         unpack(ARGV, a + 11, a + 10 + 2 * extra))\n"
+    "      elseif maxlen ~= '0' then\n"
     "        id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'job_id', ARGV[a],\n"
     "                         'queue', ARGV[a + 1], 'payload', ARGV[a + 2],\n"
     "                         'headers', ARGV[a + 3], 'attempt', ARGV[a + 4],\n"
@@ -179,6 +193,7 @@ const char sink_redis_append_script[] =
     "      end\n"
     "    end\n"
     "  end\n"
+    "  a = a + 11 + 2 * extra\n"
     "end\n"
     "for _, order in ipairs(changed) do\n"
     "  redis.call('SET', order.key, order.done .. order.gap .. order.uid, 'PX', window)\n"
@@ -279,9 +294,9 @@ scratch_size(const sink *s, const struct sink_message *message)
 {
     size_t stream_len = sink_redis_stream_length(s, message), size;
 
-    /* stream, dedup record, job id, attempt, with NULs */
+    /* stream, dedup record, job id, attempt, extra field count, with NULs */
     size = (stream_len + 1) + (stream_len + sizeof(DEDUP_INFIX) + strlen(message->dedup_id) + 3) +
-           21 + 12;
+           21 + 12 + 21;
     if (message->place.order != NULL) /* order record, "F" and a floor */
         size += stream_len + sizeof(ORDER_INFIX) + strlen(message->queue) +
                 strlen(message->history) + strlen(message->place.order) + 5 + 1 +
@@ -388,6 +403,24 @@ add_keys(sink *s, const struct sink_message *messages, const struct route *route
 }
 
 /*
+ * A message's extra fields for the script: their count, then each name and
+ * value; CloudEvents' content-type first when it has one.
+ */
+static void
+add_extra_fields(struct sink_redis *r, int *argc, size_t *at, const struct sink_message *m)
+{
+    add_number(r, argc, at, (long long)(m->extra_header_count + (m->content_type != NULL)));
+    if (m->content_type != NULL) {
+        add_text(r, argc, "content-type", 12);
+        add_text(r, argc, m->content_type, strlen(m->content_type));
+    }
+    for (size_t h = 0; h < m->extra_header_count; h++) {
+        add_text(r, argc, m->extra_headers[h].name, strlen(m->extra_headers[h].name));
+        add_text(r, argc, m->extra_headers[h].value, strlen(m->extra_headers[h].value));
+    }
+}
+
+/*
  * The script's arguments past the keys, per message: job id, queue,
  * payload, headers, attempt, place and the place before it, message id,
  * the row's identity and the relay's verdict on a check.
@@ -424,6 +457,7 @@ add_arguments(sink *s, const struct sink_message *messages, const struct route *
         add_text(r, argc, m->message_id, strlen(m->message_id));
         add_optional(r, argc, m->place.order != NULL ? m->place.uid : NULL);
         add_optional(r, argc, m->place.order != NULL ? m->place.verdict : NULL);
+        add_extra_fields(r, argc, &at, m);
     }
 }
 

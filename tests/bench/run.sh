@@ -43,6 +43,9 @@
 #      per relayed row (skipped when the stack has no nats)
 #  11. stream mode against row-state (tests/bench/stream.sh): PostgreSQL CPU per
 #      relayed row, the drain to Redis, the enqueue cost of recording the xid
+#  12. the drain to Redis with --cloudevents binary and with a span per message at
+#      100 % sampling against a collector, each against the drain without
+#      (tests/bench/standards.sh)
 #
 # The host is shared and one run of a step can be 20 % off the next, so the
 # single-row and bulk enqueue, the latency, the ceilings and the drains run
@@ -990,6 +993,16 @@ BUILD="$BUILD" BIN="$BIN" STREAM_BENCH_ENV="$STACK/env" STREAM_BENCH_N="$N" STRE
     die "tests/bench/stream.sh failed"
 cat "$STACK/stream.out" >>"$RESULTS"
 cat "$STACK/stream.out" >&2
+
+# ---- 12. CloudEvents and spans --------------------------------------------------------------
+
+section "12. the drain to Redis with --cloudevents binary and with spans (tests/bench/standards.sh, median of $ROUNDS)"
+log "standards: drain plain, with CloudEvents, with spans at 100 %"
+BIN="$BIN" STANDARDS_BENCH_ENV="$STACK/env" STANDARDS_BENCH_N="$N" STANDARDS_BENCH_ROUNDS="$ROUNDS" \
+    timeout $((STEP_TIMEOUT * 4)) "$ROOT/tests/bench/standards.sh" >"$STACK/standards.out" ||
+    die "tests/bench/standards.sh failed"
+cat "$STACK/standards.out" >>"$RESULTS"
+cat "$STACK/standards.out" >&2
 
 # ---- report -----------------------------------------------------------------------------
 
