@@ -599,6 +599,7 @@ class Run:
             merged["idempotent"].update(record.idempotent)
         return dict(merged, name=cell.name, mode=cell.mode, at_most_once=cell.broker in brokers.AT_MOST_ONCE,
                     exact_replays=cell.broker in brokers.EXACT_REPLAYS,
+                    dedup_window=brokers.DEDUP_WINDOW.get(cell.broker),
                     deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts,
                     transitions=self.transitions(cell), pauses=list(cell.pauses))
 
