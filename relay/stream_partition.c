@@ -462,16 +462,19 @@ advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch
 }
 
 #ifdef OUTBOX_MUTANTS
-/* The planted defect reverse_batch: a batch published last row first. */
+/* The planted defect reverse_batch: a batch's messages published last first (messages),
+ * then their outcomes put back in the batch's order (!messages). */
 static void
-mutant_reverse(struct stream_batch *b)
+mutant_reverse(struct stream_worker *sr, size_t count, bool messages)
 {
-    for (size_t i = 0, j = b->count - 1; i < j; i++, j--) {
-        struct outbox_job job = b->jobs[i];
-        const char *xid = b->xids[i], *from = b->froms[i];
+    for (size_t i = 0, j = count - 1; i < j; i++, j--) {
+        struct sink_message m = sr->messages[i];
+        struct sink_outcome outcome = sr->outcomes[i];
 
-        b->jobs[i] = b->jobs[j], b->xids[i] = b->xids[j], b->froms[i] = b->froms[j];
-        b->jobs[j] = job, b->xids[j] = xid, b->froms[j] = from;
+        if (messages)
+            sr->messages[i] = sr->messages[j], sr->messages[j] = m;
+        else
+            sr->outcomes[i] = sr->outcomes[j], sr->outcomes[j] = outcome;
     }
 }
 #endif
@@ -493,17 +496,22 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
 
     *more = false;
     memset(next, 0, sizeof(*next));
-#ifdef OUTBOX_MUTANTS
-    if (batch->count > 1 && mutant_fires("reverse_batch"))
-        mutant_reverse((struct stream_batch *)batch);
-#endif
     if (build_messages(sr, o, batch) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory building cloudevents");
+#ifdef OUTBOX_MUTANTS
+    bool reversed = batch->count > 1 && mutant_fires("reverse_batch");
+    if (reversed)
+        mutant_reverse(sr, batch->count, true);
+#endif
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
                                            sr->config->batch_size, err) != 0)
         return -1;
     published = publish_rows(sr, o, batch, err); /* rows after it are read again */
+#ifdef OUTBOX_MUTANTS
+    if (reversed)
+        mutant_reverse(sr, batch->count, false);
+#endif
     if (sink_is_connected(sr->sink))
         metrics_round_trip(sr->runner->metrics, METRICS_BROKER);
     if (prefetch && stream_store_read_receive(sr->store, next, err) != 0)

@@ -443,6 +443,9 @@ DESTINATIONS = {
 # Brokers that promise at most one append per job (Redis' dedup record, NATS' duplicate
 # window); RabbitMQ and Kafka are at least once and consumers deduplicate.
 AT_MOST_ONCE = {"redis", "nats"}
+# Their dedup windows in seconds (Redis' record: the relay's default 24 h; the JetStream
+# streams made above: 120 s): appends further apart than that are not promised away.
+DEDUP_WINDOW = {"redis": 86400, "nats": 120}
 # Brokers where a replay appends exactly once more (CONTRACT.md: "Redis: once more per
 # replay, even inside the dedup window"): a job delivered exactly 1 + its replays times.
 EXACT_REPLAYS = {"redis"}

@@ -8,7 +8,8 @@ The promises, from README.md, docs/design.md and CONTRACT.md:
   rolled       nothing is delivered that no committed row holds (rolled back, prepared
                then rolled back, a savepoint rolled back)
   duplicate    at most 1 + replays appends per job where the broker promises it (Redis'
-               dedup record, NATS' duplicate window); elsewhere counted, not bounded
+               dedup record, NATS' duplicate window), within its window; elsewhere counted,
+               not bounded
   replay       a replayed job appended exactly 1 + replays times where that is promised
                (Redis: once more per replay, even inside the dedup window)
   order        per ordering key, first deliveries in the commit order of the producing
@@ -157,7 +158,10 @@ class Judge:
             if row is None and token in self.cell["replayed"]:
                 replays = times  # a row gone from the table: its replays are unknown
             extra += max(0, times - 1 - replays)
-            if self.cell["at_most_once"] and times > 1 + replays:
+            # appends further apart than the broker's dedup window are not promised away
+            stamps, window = self.times.get(token), self.cell.get("dedup_window")
+            beyond = bool(stamps and window and max(stamps) - min(stamps) > window)
+            if self.cell["at_most_once"] and times > 1 + replays and not beyond:
                 self.violation("duplicate", "%s: delivered %d times, replayed %d" % (self.name(token), times, replays))
             if (self.cell.get("exact_replays") and row and replays > 0 and row["state"] == "succeeded"
                     and times != 1 + replays):

@@ -22,7 +22,7 @@ relay=${MUTANT_RELAY:-$source_dir/build-mutants/bin/outbox-relay}
 # name | brokers/modes | faults | seconds | the promise that must be named
 MUTANTS="
 mark_without_publish | redis row    | none              | 6 | unpublished
-reverse_batch        | amqp stream  | broker_stall_kill | 10 | order
+reverse_batch        | amqp stream  | broker_stall_kill | 6 | order
 stream_cursor_skip   | redis stream | broker_stall_kill | 6 | lost
 redis_dedup_ignored  | redis row    | mark_stall_kill   | 6 | duplicate
 unfenced_mark        | redis row    | mark_stall_long   | 6 | fence
@@ -42,7 +42,7 @@ judge_mutant() {
     t0=$(date +%s)
     out=$(OUTBOX_MUTANT=$name TORTURE_RELAY=$relay TORTURE_SEED=4646 TORTURE_SECONDS=$seconds \
         TORTURE_DRAIN=40 TORTURE_BROKERS=${cell% *} TORTURE_MODES=${cell#* } TORTURE_DATABASES=1 \
-        TORTURE_RELAYS=url TORTURE_BATCH_SIZE=5 TORTURE_FAULTS=$faults TORTURE_METRICS_WAIT=0 \
+        TORTURE_RELAYS=url TORTURE_BATCH_SIZE=5 TORTURE_LEASES=5,5 TORTURE_FAULTS=$faults TORTURE_METRICS_WAIT=0 \
         TORTURE_TAG=mutant$lane "$PYTHON" "$here/torture.py" 2>&1)
     run_status=$?
     caught=$(echo "$out" | sed -n 's/^violation cell=[^ ]* promise=\([a-z]*\) .*/\1/p' | sort | uniq -c |

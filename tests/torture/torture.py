@@ -13,6 +13,7 @@
     TORTURE_BATCH_SIZE the relays' --batch-size (default 50)
     TORTURE_RELAY     the relay binary (default $BIN/outbox-relay): the mutation gate runs
                       build-mutants/bin/outbox-relay with OUTBOX_MUTANT set
+    TORTURE_LEASES    the leases of each database's two relays, in seconds (5,8)
     TORTURE_TAG       a prefix of this run's database and broker names (runs side by side)
     TORTURE_METRICS_WAIT seconds to wait for /metrics to agree with the table (30; 0: not
                       compared)
@@ -127,6 +128,7 @@ class Cell:
         self.broker, self.mode = broker, mode
         self.name = "%s/%s" % (broker, mode)
         self.slug = "%s%s_%s" % (run.tag, broker, mode)
+        self.relay_count = len(run.leases)  # a list file per relay of a list
         self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
         self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
         self.replayed = set()
@@ -146,7 +148,7 @@ class Cell:
 
     def write_list(self, databases):
         """The cell's lists as an operator writes them: in place, not renamed into place."""
-        for index in range(len(LEASES)):
+        for index in range(self.relay_count):
             with open("%s.%d" % (self.list_path, index), "w") as out:
                 out.write("# torture cell %s\n" % self.name)
                 for database in databases:
@@ -238,7 +240,7 @@ class Run:
         # names this run's databases and broker objects apart from another run's on the stack
         self.tag = re.sub(r"[^a-z0-9]", "", os.environ.get("TORTURE_TAG", "").lower())
         self.tag += "_" if self.tag else ""
-        self.leases = LEASES
+        self.leases = [int(x) for x in os.environ.get("TORTURE_LEASES", ",".join(map(str, LEASES))).split(",")]
         self.pause_grace = 0.05 + 1.0 + 0.5  # --poll-interval + 1 s (docs), and a margin
         if self.relay_form not in ("url", "list", "mixed"):
             sys.exit("torture: unknown TORTURE_RELAYS %r (url, list, mixed)" % self.relay_form)
@@ -343,11 +345,11 @@ class Run:
         for cell in self.cells:
             if cell.list_path:
                 log("cell %s: its relays serve its databases from a list" % cell.name)
-                for index, lease in enumerate(LEASES):
+                for index, lease in enumerate(self.leases):
                     self.relays.append(Relay(self, cell, None, lease, index))
             for database in cell.databases:
                 if not cell.list_path:
-                    for index, lease in enumerate(LEASES):
+                    for index, lease in enumerate(self.leases):
                         self.relays.append(Relay(self, cell, database, lease, index))
                 for session in range(sessions):
                     self.producers.append(producers.Producer(
@@ -597,6 +599,7 @@ class Run:
             merged["idempotent"].update(record.idempotent)
         return dict(merged, name=cell.name, mode=cell.mode, at_most_once=cell.broker in brokers.AT_MOST_ONCE,
                     exact_replays=cell.broker in brokers.EXACT_REPLAYS,
+                    dedup_window=brokers.DEDUP_WINDOW.get(cell.broker),
                     deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts,
                     transitions=self.transitions(cell), pauses=list(cell.pauses))
 
