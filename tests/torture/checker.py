@@ -121,7 +121,10 @@ class Judge:
         if delivery.get("job_id") is not None and str(delivery["job_id"]) != str(row["job_id"]):
             wrong.append("job id %s" % delivery["job_id"])
         message_id = delivery.get("message_id")
-        if message_id is not None and re.sub(r"\.r[0-9]+$", "", message_id).split(":")[-1] != str(row["job_id"]):
+        # <database_id>:<message_uid> (the form of a new database), or an earlier form's
+        # <database_id>:<epoch>:<job_id> / <job_id>; a replay adds .r<n>
+        named = re.sub(r"\.r[0-9]+$", "", message_id).split(":")[-1] if message_id is not None else None
+        if named is not None and named not in (str(row["job_id"]), row.get("message_uid")):
             wrong.append("message id %s" % message_id)
         headers = delivery.get("headers")
         if headers is not None:

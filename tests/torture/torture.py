@@ -389,18 +389,19 @@ class Run:
                        CASE WHEN j.state = 'stream'
                             THEN (j.xid, j.job_id) <= (c.cursor_xid, c.cursor_job_id) END,
                        j.payload::text, j.headers::text, extract(epoch FROM j.run_at)::float8,
-                       j.replays, j.attempts
+                       j.replays, j.attempts, j.message_uid::text
                   FROM outbox.job AS j
                   LEFT JOIN outbox.stream_cursor AS c ON c.queue = j.queue AND c.partition = j.stream_partition
                  WHERE j.queue = 'tq'""")
             late = dict(database.query("SELECT token, n FROM torture.key_order"))
             for (job_id, state, token, error, idempotency_key, published, payload, headers, run_at,
-                 replays, attempts) in result:
+                 replays, attempts, message_uid) in result:
                 rows[token] = {"db": database.letter, "job_id": job_id, "state": state,
                                "published": published, "error": error,
                                "idempotency_key": idempotency_key, "payload": json.loads(payload),
                                "headers": json.loads(headers), "run_at": run_at, "replays": replays,
-                               "attempts": attempts, "late": late.get(token)}
+                               "attempts": attempts, "late": late.get(token),
+                               "message_uid": message_uid}
         return rows
 
     def transitions(self, cell):
