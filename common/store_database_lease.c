@@ -52,8 +52,8 @@ undefined_function(const PGresult *result)
  * connection on an error); NULL with err when no result came.
  */
 static PGresult *
-run(PGconn *conn, const char *sql, int nparams, const char *const *values, const char *context,
-    struct outbox_error *err)
+run_lease_statement(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                    const char *context, struct outbox_error *err)
 {
     PGresult *result = pg_exec_bounded(conn, sql, nparams, values, STORE_STATEMENT_DEADLINE_MS);
 
@@ -80,15 +80,17 @@ store_database_lease_take(PGconn *conn, const char *relay_id, int lease_seconds,
 
     snprintf(seconds, sizeof(seconds), "%d", lease_seconds);
     snprintf(pid, sizeof(pid), "%d", watch_pid);
-    result = run(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE, 4, values,
-                 "unable to take the database lease", err);
+    result = run_lease_statement(conn, PQserverVersion(conn) >= 150000 ? SQL_TAKE_FLUSH : SQL_TAKE,
+                                 4, values, "unable to take the database lease", err);
     if (result != NULL && undefined_function(result)) {
         PQclear(result); /* a schema before migration 024 */
-        result = run(conn, SQL_TAKE_019, 3, values, "unable to take the database lease", err);
+        result = run_lease_statement(conn, SQL_TAKE_019, 3, values,
+                                     "unable to take the database lease", err);
     }
     if (result != NULL && undefined_function(result)) {
         PQclear(result); /* a schema at migration 018 */
-        result = run(conn, SQL_TAKE_018, 2, values, "unable to take the database lease", err);
+        result = run_lease_statement(conn, SQL_TAKE_018, 2, values,
+                                     "unable to take the database lease", err);
     }
     if (result == NULL)
         return -1;
@@ -115,7 +117,8 @@ int
 store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_error *err)
 {
     const char *values[1] = {relay_id};
-    PGresult *result = run(conn, SQL_RELEASE, 1, values, "unable to release the database lease", err);
+    PGresult *result = run_lease_statement(conn, SQL_RELEASE, 1, values,
+                                           "unable to release the database lease", err);
 
     if (result == NULL)
         return -1;
@@ -131,9 +134,9 @@ store_database_lease_release(PGconn *conn, const char *relay_id, struct outbox_e
 int
 store_database_next_ready(PGconn *conn, double *seconds, bool *held, struct outbox_error *err)
 {
-    PGresult *result =
-        run(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY, 0, NULL,
-            "unable to read when the next row is due", err);
+    PGresult *result = run_lease_statement(
+        conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY, 0, NULL,
+        "unable to read when the next row is due", err);
 
     if (result == NULL)
         return -1;
@@ -152,10 +155,10 @@ int
 store_database_has_streams(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err)
 {
     const char *values[1] = {queues};
-    PGresult *result = run(conn,
-                           "SELECT EXISTS (SELECT 1 FROM outbox.stream"
-                           " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
-                           1, values, "unable to look for stream queues", err);
+    PGresult *result = run_lease_statement(conn,
+                                           "SELECT EXISTS (SELECT 1 FROM outbox.stream"
+                                           " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
+                                           1, values, "unable to look for stream queues", err);
 
     if (result == NULL)
         return -1;

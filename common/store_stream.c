@@ -45,8 +45,9 @@ stream_error(stream_store *s, const PGresult *result, const char *context, struc
  * broken connection is reset here so the next call starts afresh.
  */
 static PGresult *
-run(stream_store *s, enum stream_statement statement, int nparams, const char *const *values,
-    ExecStatusType expected, const char *context, struct outbox_error *err)
+run_stream_statement(stream_store *s, enum stream_statement statement, int nparams,
+                     const char *const *values, ExecStatusType expected, const char *context,
+                     struct outbox_error *err)
 {
     const char *name = stream_statements[statement].name;
     PGresult *result = s->borrowed ? pg_exec_prepared_bounded(s->conn, name, nparams, values,
@@ -83,7 +84,7 @@ fence_values(const struct stream_partition *p, struct fence_values *v)
 
 /* Prepares every stream statement on the store's connection. */
 static int
-prepare_statements(stream_store *s, struct outbox_error *err)
+prepare_stream_statements(stream_store *s, struct outbox_error *err)
 {
     for (int i = 0; i < SSTMT_COUNT; i++) {
         char context[96];
@@ -151,7 +152,7 @@ stream_store_connect(const char *database_url, const char *owner, struct outbox_
     }
     PQclear(result);
     result = NULL;
-    if (prepare_statements(s, err) != 0)
+    if (prepare_stream_statements(s, err) != 0)
         goto fail;
     return s;
 
@@ -173,7 +174,7 @@ stream_store_borrow(PGconn *conn, const char *owner, bool prepare, struct outbox
     }
     s->conn = conn;
     s->borrowed = true;
-    if (prepare && prepare_statements(s, err) != 0) {
+    if (prepare && prepare_stream_statements(s, err) != 0) {
         stream_store_free(s);
         return NULL;
     }
@@ -231,8 +232,8 @@ stream_store_acquire(stream_store *s, const char *queues, int modulus, int resid
     snprintf(limit, sizeof(limit), "%zu", capacity);
     snprintf(modulus_text, sizeof(modulus_text), "%d", modulus > 0 ? modulus : 1);
     snprintf(residue_text, sizeof(residue_text), "%d", residue);
-    result = run(s, SSTMT_ACQUIRE, 6, values, PGRES_TUPLES_OK,
-                 "unable to acquire stream partitions", err);
+    result = run_stream_statement(s, SSTMT_ACQUIRE, 6, values, PGRES_TUPLES_OK,
+                                  "unable to acquire stream partitions", err);
     if (result == NULL)
         return -1;
     rows = PQntuples(result);
@@ -262,8 +263,8 @@ stream_store_member(stream_store *s, const char *queues, double lease_seconds,
     PGresult *result;
 
     snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
-    result = run(s, SSTMT_MEMBER, 3, values, PGRES_COMMAND_OK,
-                 "unable to renew this relay's stream membership", err);
+    result = run_stream_statement(s, SSTMT_MEMBER, 3, values, PGRES_COMMAND_OK,
+                                  "unable to renew this relay's stream membership", err);
     if (result == NULL)
         return -1;
     PQclear(result);
@@ -274,8 +275,8 @@ int
 stream_store_pending(stream_store *s, const char *queues, bool *pending, struct outbox_error *err)
 {
     const char *values[1] = {queues};
-    PGresult *result = run(s, SSTMT_PENDING, 1, values, PGRES_TUPLES_OK,
-                           "unable to look for stream rows to publish", err);
+    PGresult *result = run_stream_statement(s, SSTMT_PENDING, 1, values, PGRES_TUPLES_OK,
+                                            "unable to look for stream rows to publish", err);
 
     if (result == NULL)
         return -1;
@@ -288,8 +289,8 @@ int
 stream_store_leave(stream_store *s, struct outbox_error *err)
 {
     const char *values[1] = {s->owner};
-    PGresult *result = run(s, SSTMT_LEAVE, 1, values, PGRES_COMMAND_OK,
-                           "unable to end this relay's stream membership", err);
+    PGresult *result = run_stream_statement(s, SSTMT_LEAVE, 1, values, PGRES_COMMAND_OK,
+                                            "unable to end this relay's stream membership", err);
 
     if (result == NULL)
         return -1;
@@ -302,8 +303,8 @@ stream_store_surplus(stream_store *s, const struct stream_partition *held, size_
                      bool *give_back, struct outbox_error *err)
 {
     const char *values[1] = {s->owner};
-    PGresult *result = run(s, SSTMT_SURPLUS, 1, values, PGRES_TUPLES_OK,
-                           "unable to count this relay's stream partitions", err);
+    PGresult *result = run_stream_statement(s, SSTMT_SURPLUS, 1, values, PGRES_TUPLES_OK,
+                                            "unable to count this relay's stream partitions", err);
 
     if (result == NULL)
         return -1;
@@ -338,8 +339,8 @@ stream_store_renew(stream_store *s, struct stream_partition *p, double lease_sec
 
     fence_values(p, &v);
     snprintf(lease, sizeof(lease), "%.3f", lease_seconds);
-    result = run(s, SSTMT_RENEW, 5, values, PGRES_TUPLES_OK,
-                 "unable to renew a stream partition lease", err);
+    result = run_stream_statement(s, SSTMT_RENEW, 5, values, PGRES_TUPLES_OK,
+                                  "unable to renew a stream partition lease", err);
     if (result == NULL)
         return -1;
     *held = PQntuples(result) == 1;
@@ -360,8 +361,9 @@ stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, 
 
     fence_values(p, &v);
     snprintf(epoch_text, sizeof(epoch_text), "%d", (int)epoch);
-    result = run(s, SSTMT_REBASE, 5, values, PGRES_TUPLES_OK,
-                 "unable to rebase a stream partition onto this database's history", err);
+    result = run_stream_statement(
+        s, SSTMT_REBASE, 5, values, PGRES_TUPLES_OK,
+        "unable to rebase a stream partition onto this database's history", err);
     if (result == NULL) {
         if (err != NULL && strcmp(err->sqlstate, "55000") == 0)
             err->code = OUTBOX_ERR_STATE;
@@ -386,8 +388,8 @@ stream_store_release(stream_store *s, const struct stream_partition *p, struct o
     PGresult *result;
 
     fence_values(p, &v);
-    result = run(s, SSTMT_RELEASE, 4, values, PGRES_COMMAND_OK,
-                 "unable to release a stream partition", err);
+    result = run_stream_statement(s, SSTMT_RELEASE, 4, values, PGRES_COMMAND_OK,
+                                  "unable to release a stream partition", err);
     if (result == NULL)
         return -1;
     PQclear(result);
@@ -488,8 +490,8 @@ stream_store_key_has_later(stream_store *s, const struct stream_partition *p, co
 
     snprintf(partition, sizeof(partition), "%d", p->partition);
     snprintf(job_id_text, sizeof(job_id_text), "%lld", (long long)job_id);
-    result = run(s, SSTMT_KEY_LATER, 5, values, PGRES_TUPLES_OK,
-                 "unable to look for a key's later stream rows", err);
+    result = run_stream_statement(s, SSTMT_KEY_LATER, 5, values, PGRES_TUPLES_OK,
+                                  "unable to look for a key's later stream rows", err);
     if (result == NULL)
         return -1;
     *later = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
@@ -510,8 +512,8 @@ stream_store_row_held(stream_store *s, const char *place, const char *uid, bool 
         return 0; /* no place of this stream: nothing holds it */
     snprintf(xid, sizeof(xid), "%.20s", place);
     snprintf(job_id, sizeof(job_id), "%s", place + 20);
-    result = run(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK,
-                 "unable to look for the row a broker's order record names", err);
+    result = run_stream_statement(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK,
+                                  "unable to look for the row a broker's order record names", err);
     if (result == NULL)
         return -1;
     *held = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
@@ -600,8 +602,8 @@ stream_store_advance(stream_store *s, struct stream_partition *p, const char *xi
                                   lease,        xid,            job_text,      a.ids.data,
                                   a.errors.data, a.permanent.data, a.delays.data, a.stay.data};
 
-        result = run(s, SSTMT_ADVANCE, 12, values, PGRES_TUPLES_OK,
-                     "unable to advance a stream cursor", err);
+        result = run_stream_statement(s, SSTMT_ADVANCE, 12, values, PGRES_TUPLES_OK,
+                                      "unable to advance a stream cursor", err);
     }
     if (result == NULL)
         goto cleanup;
@@ -623,16 +625,16 @@ cleanup:
 int
 stream_store_lag(stream_store *s, struct stream_lag **out, size_t *count, struct outbox_error *err)
 {
-    return stream_lag_read(
-        run(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK, "unable to read the stream lag", err), out,
-        count, err);
+    return stream_lag_read(run_stream_statement(s, SSTMT_LAG, 0, NULL, PGRES_TUPLES_OK,
+                                                "unable to read the stream lag", err),
+                           out, count, err);
 }
 
 int
 stream_store_horizon(stream_store *s, struct stream_horizon *out, struct outbox_error *err)
 {
-    return stream_horizon_read(run(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
-                                   "unable to read the transaction horizon", err),
+    return stream_horizon_read(run_stream_statement(s, SSTMT_HORIZON, 0, NULL, PGRES_TUPLES_OK,
+                                                    "unable to read the transaction horizon", err),
                                out);
 }
 
@@ -647,8 +649,8 @@ stream_store_cleanup(stream_store *s, double retention_seconds, int limit, size_
     *deleted = 0;
     snprintf(retention, sizeof(retention), "%.3f", retention_seconds);
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    result = run(s, SSTMT_CLEANUP, 2, values, PGRES_COMMAND_OK,
-                 "unable to delete published stream rows", err);
+    result = run_stream_statement(s, SSTMT_CLEANUP, 2, values, PGRES_COMMAND_OK,
+                                  "unable to delete published stream rows", err);
     if (result == NULL)
         return -1;
     *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);
@@ -665,8 +667,8 @@ stream_store_key_cleanup(stream_store *s, int limit, size_t *deleted, struct out
 
     *deleted = 0;
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    result = run(s, SSTMT_KEY_CLEANUP, 1, values, PGRES_COMMAND_OK,
-                 "unable to delete the places of stream ordering keys", err);
+    result = run_stream_statement(s, SSTMT_KEY_CLEANUP, 1, values, PGRES_COMMAND_OK,
+                                  "unable to delete the places of stream ordering keys", err);
     if (result == NULL)
         return -1;
     *deleted = (size_t)strtoull(PQcmdTuples(result), NULL, 10);

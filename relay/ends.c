@@ -2,7 +2,7 @@
  * ends.c - a thread's two ends, the database and the broker: connecting
  * with backoff, reacting to a failure, closing.
  *
- * Every (re)connect of every thread goes through connect_ends(), which
+ * Every (re)connect of every thread goes through ends_connect(), which
  * tries each missing end on every attempt so that health always knows
  * both. A failed end is dropped here and reconnected by the thread's loop;
  * rows in flight keep their lease and are never lost.
@@ -164,7 +164,7 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
 
 /* Logs a lost broker connection with the endpoint it was on and updates the metrics. */
 void
-broker_lost(struct pipeline *p, const struct outbox_error *err)
+ends_broker_lost(struct pipeline *p, const struct outbox_error *err)
 {
     relay *r = p->relay;
     size_t lost = p->sink_counted ? p->endpoint_in_use : sink_endpoint(p->sink);
@@ -188,7 +188,7 @@ broker_lost(struct pipeline *p, const struct outbox_error *err)
 
 /* Closes a pipeline's broker connection on the way out. */
 void
-broker_close(struct pipeline *p)
+ends_broker_close(struct pipeline *p)
 {
     if (p->sink_counted)
         metrics_add_endpoint_connections(p->relay->metrics, p->endpoint_in_use, -1);
@@ -243,7 +243,7 @@ service_broker(struct pipeline *p)
     if (p == NULL || !sink_is_connected(p->sink))
         return;
     if (sink_idle(p->sink, &err) != 0)
-        broker_lost(p, &err);
+        ends_broker_lost(p, &err);
     else
         metrics_round_trip(p->relay->metrics, METRICS_BROKER);
 }
@@ -258,7 +258,7 @@ service_broker(struct pipeline *p)
  * one-shot run must end. Returns 0 when connected.
  */
 int
-connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first)
+ends_connect(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first)
 {
     relay *r = db->relay;
     double started = clock_monotonic_seconds();
@@ -296,26 +296,26 @@ connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want
     return -1;
 }
 
-/* Connects a thread's store; see connect_ends(). */
+/* Connects a thread's store; see ends_connect(). */
 int
-connect_store(struct database *db, bool first)
+ends_connect_store(struct database *db, bool first)
 {
-    return connect_ends(db, NULL, true, false, first);
+    return ends_connect(db, NULL, true, false, first);
 }
 
 void
-drop_store(struct database *db)
+ends_drop_store(struct database *db)
 {
     outbox_store_free(db->store);
     db->store = NULL;
     metrics_set_up(db->relay->metrics, METRICS_DATABASE, false);
 }
 
-/* Connects a pipeline's broker; see connect_ends(). */
+/* Connects a pipeline's broker; see ends_connect(). */
 int
-connect_sink(struct pipeline *p, bool first)
+ends_connect_sink(struct pipeline *p, bool first)
 {
-    return connect_ends(&p->db, p, false, true, first);
+    return ends_connect(&p->db, p, false, true, first);
 }
 
 /*
@@ -326,7 +326,7 @@ connect_sink(struct pipeline *p, bool first)
  * the rows involved keep their lease and come back after it, never lost.
  */
 void
-database_failed(struct database *db, const struct outbox_error *err)
+ends_database_failed(struct database *db, const struct outbox_error *err)
 {
     unsigned long repeats;
 
@@ -345,13 +345,13 @@ database_failed(struct database *db, const struct outbox_error *err)
         log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
                   "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
                   err->message, repeats);
-    drop_store(db);
+    ends_drop_store(db);
 }
 
-/* database_failed() of a pipeline's connection. */
+/* ends_database_failed() of a pipeline's connection. */
 void
-store_failed(struct pipeline *p, const struct outbox_error *err)
+ends_store_failed(struct pipeline *p, const struct outbox_error *err)
 {
     p->cause = *err;
-    database_failed(&p->db, err);
+    ends_database_failed(&p->db, err);
 }

@@ -11,14 +11,14 @@
 
 #include "relay_state.h"
 
-int connect_ends(struct database *db, struct pipeline *p, bool want_store, bool want_sink,
+int ends_connect(struct database *db, struct pipeline *p, bool want_store, bool want_sink,
                  bool first);
-int connect_store(struct database *db, bool first);
-int connect_sink(struct pipeline *p, bool first);
-void drop_store(struct database *db);
-void database_failed(struct database *db, const struct outbox_error *err);
-void store_failed(struct pipeline *p, const struct outbox_error *err);
-void broker_lost(struct pipeline *p, const struct outbox_error *err);
-void broker_close(struct pipeline *p);
+int ends_connect_store(struct database *db, bool first);
+int ends_connect_sink(struct pipeline *p, bool first);
+void ends_drop_store(struct database *db);
+void ends_database_failed(struct database *db, const struct outbox_error *err);
+void ends_store_failed(struct pipeline *p, const struct outbox_error *err);
+void ends_broker_lost(struct pipeline *p, const struct outbox_error *err);
+void ends_broker_close(struct pipeline *p);
 
 #endif

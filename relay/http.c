@@ -45,7 +45,7 @@ answer_text(struct buffer *out, int status, const char *reason, const char *body
 
 /* Answers a GET or HEAD of path. */
 static void
-route(struct http_server *s, struct buffer *out, const char *path, bool head_only)
+route_request(struct http_server *s, struct buffer *out, const char *path, bool head_only)
 {
     char reason[160], body[2048], ends[128], faults[1536];
     bool ready = false;
@@ -103,7 +103,7 @@ answer_request(void *arg, const struct httpd_request *request, struct buffer *ou
     else if (strcmp(request->method, "GET") != 0 && !head_only)
         answer_text(out, 405, "Method Not Allowed", "method not allowed\n", false);
     else
-        route(arg, out, request->path, head_only);
+        route_request(arg, out, request->path, head_only);
 }
 
 int

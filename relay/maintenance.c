@@ -79,7 +79,7 @@ phase_stream_check(struct maintenance *m)
     struct outbox_error err;
 
     if (stream_runner_check(m->db.relay->streams, outbox_store_conn(m->db.store), &err) != 0) {
-        database_failed(&m->db, &err);
+        ends_database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     return PHASE_DONE;
@@ -96,7 +96,7 @@ phase_reap(struct maintenance *m)
     for (int round = 0; round < REAP_MAX_ROUNDS && !relay_stopping(r); round++) {
         if (outbox_reap(m->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
                         &err) != 0) {
-            database_failed(&m->db, &err);
+            ends_database_failed(&m->db, &err);
             return PHASE_FAILED;
         }
         if (reaped.ready + reaped.dead > 0)
@@ -120,7 +120,7 @@ phase_release_waiting(struct maintenance *m)
     size_t readied = 0;
 
     if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
-        database_failed(&m->db, &err);
+        ends_database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     if (readied > 0)
@@ -153,12 +153,12 @@ phase_cleanup(struct maintenance *m)
         m->cleanup_started = started;
     if (outbox_store_cleanup_cutoff(m->db.store, r->config->retention_seconds, cutoff,
                                     sizeof(cutoff), &err) != 0) {
-        database_failed(&m->db, &err);
+        ends_database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     do {
         if (outbox_store_cleanup_batch(m->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
-            database_failed(&m->db, &err);
+            ends_database_failed(&m->db, &err);
             return PHASE_FAILED;
         }
         m->cleaned += cleaned.deleted;
@@ -183,7 +183,7 @@ phase_table_sample(struct maintenance *m)
     struct outbox_error err;
 
     if (outbox_store_sample_table(m->db.store, r->config->retention_seconds, &t, &err) != 0) {
-        database_failed(&m->db, &err);
+        ends_database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     metrics_set_table_sample(r->metrics, &(struct metrics_table_sample){
@@ -215,7 +215,7 @@ phase_sample(struct maintenance *m)
         free((char *)samples.items[i].queue);
     free(samples.items);
     if (rc != 0 || outbox_sample_horizon(m->db.store, &horizon, &err) != 0) {
-        database_failed(&m->db, &err);
+        ends_database_failed(&m->db, &err);
         return PHASE_FAILED;
     }
     metrics_set_horizon_age(r->metrics, horizon.found ? horizon.age_seconds : 0);
@@ -300,12 +300,12 @@ maintenance_run(void *arg)
     struct maintenance *m = &r->maintenance;
     bool whole = r->config->once;
 
-    if (connect_store(&m->db, true) != 0)
+    if (ends_connect_store(&m->db, true) != 0)
         goto done;
     while (whole || maintenance_goes_on(r)) {
         double next;
 
-        if (m->db.store == NULL && connect_store(&m->db, false) != 0)
+        if (m->db.store == NULL && ends_connect_store(&m->db, false) != 0)
             break;
         run_due_phases(m, whole);
         if (m->db.store == NULL)
@@ -321,7 +321,7 @@ maintenance_run(void *arg)
     }
 done:
     stream_runner_checks_over(r->streams);
-    drop_store(&m->db);
+    ends_drop_store(&m->db);
     relay_thread_returned(r);
     return NULL;
 }

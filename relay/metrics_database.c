@@ -189,14 +189,14 @@ metrics_databases_describe_faults(struct metrics_databases *d, char *text, size_
 /* ---- rendering ---------------------------------------------------------- */
 
 static void
-out_family(struct buffer *o, const char *name, const char *help, const char *type)
+out_database_family(struct buffer *o, const char *name, const char *help, const char *type)
 {
     buffer_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{broker="b",database="n"} (the names are of [A-Za-z0-9_.-()]: nothing to escape) */
 static void
-out_series(struct buffer *o, const char *name, const char *broker, const char *database)
+out_database_series(struct buffer *o, const char *name, const char *broker, const char *database)
 {
     buffer_puts(o, name);
     if (broker == NULL && database == NULL)
@@ -216,13 +216,13 @@ render_counter(const struct metrics_databases *d, struct buffer *o, const char *
 {
     size_t shown = d->max == 0 || d->count < d->max ? d->count : d->max;
 
-    out_family(o, name, help, "counter");
+    out_database_family(o, name, help, "counter");
     for (size_t i = 0; i < shown; i++) {
-        out_series(o, name, broker, d->series[i].name);
+        out_database_series(o, name, broker, d->series[i].name);
         buffer_printf(o, " %llu\n", (unsigned long long)(completed ? d->series[i].completed
                                                                    : d->series[i].claimed));
     }
-    out_series(o, name, broker, OTHER);
+    out_database_series(o, name, broker, OTHER);
     buffer_printf(o, " %llu\n",
                   (unsigned long long)(completed ? d->other_completed : d->other_claimed));
 }
@@ -240,19 +240,19 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
         return;
     }
     shown = d->max == 0 || d->count < d->max ? d->count : d->max;
-    out_family(o, "outbox_database_up",
-               "1 when the listed database's last connect or slice worked, 0 when it failed",
-               "gauge");
+    out_database_family(
+        o, "outbox_database_up",
+        "1 when the listed database's last connect or slice worked, 0 when it failed", "gauge");
     for (size_t i = 0; i < shown; i++) {
         if (!d->series[i].known)
             continue;
-        out_series(o, "outbox_database_up", broker, d->series[i].name);
+        out_database_series(o, "outbox_database_up", broker, d->series[i].name);
         buffer_printf(o, " %d\n", d->series[i].up ? 1 : 0);
     }
-    out_family(o, "outbox_database_served", "1 while this relay holds the database's lease",
-               "gauge");
+    out_database_family(o, "outbox_database_served",
+                        "1 while this relay holds the database's lease", "gauge");
     for (size_t i = 0; i < shown; i++) {
-        out_series(o, "outbox_database_served", broker, d->series[i].name);
+        out_database_series(o, "outbox_database_served", broker, d->series[i].name);
         buffer_printf(o, " %d\n", d->series[i].served ? 1 : 0);
     }
     render_counter(d, o, broker, "outbox_database_rows_claimed_total",
@@ -261,18 +261,19 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
                    "rows of the database marked succeeded after the broker confirmed them", true);
     for (size_t i = 0; i < d->count; i++)
         down += d->series[i].known && !d->series[i].up;
-    out_family(o, "outbox_databases", "databases of the list", "gauge");
-    out_series(o, "outbox_databases", broker, NULL);
+    out_database_family(o, "outbox_databases", "databases of the list", "gauge");
+    out_database_series(o, "outbox_databases", broker, NULL);
     buffer_printf(o, " %zu\n", d->count);
-    out_family(o, "outbox_databases_down", "databases of the list whose last try failed", "gauge");
-    out_series(o, "outbox_databases_down", broker, NULL);
+    out_database_family(o, "outbox_databases_down", "databases of the list whose last try failed",
+                        "gauge");
+    out_database_series(o, "outbox_databases_down", broker, NULL);
     buffer_printf(o, " %zu\n", down);
-    out_family(o, "outbox_database_connections",
-               "connections open to the listed databases (listeners included)", "gauge");
-    out_series(o, "outbox_database_connections", broker, NULL);
+    out_database_family(o, "outbox_database_connections",
+                        "connections open to the listed databases (listeners included)", "gauge");
+    out_database_series(o, "outbox_database_connections", broker, NULL);
     buffer_printf(o, " %d\n", d->open);
-    out_family(o, "outbox_database_connection_budget", "--max-db-connections", "gauge");
-    out_series(o, "outbox_database_connection_budget", broker, NULL);
+    out_database_family(o, "outbox_database_connection_budget", "--max-db-connections", "gauge");
+    out_database_series(o, "outbox_database_connection_budget", broker, NULL);
     buffer_printf(o, " %d\n", d->budget);
     pthread_mutex_unlock(&d->lock);
 }

@@ -128,15 +128,15 @@ out_value(struct buffer *o, const char *v)
 }
 
 static void
-out_family(struct buffer *o, const char *name, const char *help)
+out_stream_family(struct buffer *o, const char *name, const char *help)
 {
     buffer_printf(o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 }
 
 /* name{broker="...",queue="...",partition="..."[,owner="..."]} */
 static void
-out_series(struct buffer *o, const char *name, const char *broker, const struct stream_series *s,
-           bool with_owner)
+out_stream_series(struct buffer *o, const char *name, const char *broker,
+                  const struct stream_series *s, bool with_owner)
 {
     buffer_printf(o, "%s{", name);
     if (broker != NULL) {
@@ -171,22 +171,23 @@ out_plain(struct buffer *o, const char *name, const char *broker)
 static void
 render_partitions(const struct metrics_stream *s, struct buffer *o, const char *broker)
 {
-    out_family(o, "outbox_stream_lag_rows",
-               "Rows after the cursor of a stream partition (counted up to 100000).");
+    out_stream_family(o, "outbox_stream_lag_rows",
+                      "Rows after the cursor of a stream partition (counted up to 100000).");
     for (size_t i = 0; i < s->count; i++) {
-        out_series(o, "outbox_stream_lag_rows", broker, &s->series[i], false);
+        out_stream_series(o, "outbox_stream_lag_rows", broker, &s->series[i], false);
         buffer_printf(o, "%lld\n", (long long)s->series[i].lag_rows);
     }
-    out_family(o, "outbox_stream_lag_seconds",
-               "Age of the oldest row after the cursor of a stream partition (0: none).");
+    out_stream_family(o, "outbox_stream_lag_seconds",
+                      "Age of the oldest row after the cursor of a stream partition (0: none).");
     for (size_t i = 0; i < s->count; i++) {
-        out_series(o, "outbox_stream_lag_seconds", broker, &s->series[i], false);
+        out_stream_series(o, "outbox_stream_lag_seconds", broker, &s->series[i], false);
         buffer_printf(o, "%.3f\n", s->series[i].lag_seconds);
     }
-    out_family(o, "outbox_stream_partition_owned",
-               "1 for the relay holding a live lease on a stream partition (owner=\"\": none).");
+    out_stream_family(
+        o, "outbox_stream_partition_owned",
+        "1 for the relay holding a live lease on a stream partition (owner=\"\": none).");
     for (size_t i = 0; i < s->count; i++) {
-        out_series(o, "outbox_stream_partition_owned", broker, &s->series[i], true);
+        out_stream_series(o, "outbox_stream_partition_owned", broker, &s->series[i], true);
         buffer_puts(o, s->series[i].owner[0] != '\0' ? "1\n" : "0\n");
     }
 }
@@ -202,23 +203,25 @@ metrics_stream_render(struct metrics_stream *s, struct buffer *o, const char *br
         return;
     }
     render_partitions(s, o, broker);
-    out_family(o, "outbox_stream_partitions_folded",
-               "Stream partitions of queues past --metrics-max-queues, not exported.");
+    out_stream_family(o, "outbox_stream_partitions_folded",
+                      "Stream partitions of queues past --metrics-max-queues, not exported.");
     out_plain(o, "outbox_stream_partitions_folded", broker);
     buffer_printf(o, "%zu\n", s->folded);
-    out_family(o, "outbox_stream_horizon_age_seconds",
-               "Age of the oldest transaction with an xid, which every stream read waits for"
-               " (0: none).");
+    out_stream_family(o, "outbox_stream_horizon_age_seconds",
+                      "Age of the oldest transaction with an xid, which every stream read waits for"
+                      " (0: none).");
     out_plain(o, "outbox_stream_horizon_age_seconds", broker);
     buffer_printf(o, "%.3f\n", s->horizon.found ? s->horizon.age_seconds : 0.0);
-    out_family(o, "outbox_stream_horizon_pid",
-               "Backend pid of the transaction holding the stream horizon (0: none, or a prepared"
-               " transaction).");
+    out_stream_family(
+        o, "outbox_stream_horizon_pid",
+        "Backend pid of the transaction holding the stream horizon (0: none, or a prepared"
+        " transaction).");
     out_plain(o, "outbox_stream_horizon_pid", broker);
     buffer_printf(o, "%d\n", s->horizon.found ? s->horizon.pid : 0);
-    out_family(o, "outbox_stream_horizon_prepared",
-               "1 when a prepared transaction holds the stream horizon (pid 0; the relay's log"
-               " names its gid), else 0.");
+    out_stream_family(
+        o, "outbox_stream_horizon_prepared",
+        "1 when a prepared transaction holds the stream horizon (pid 0; the relay's log"
+        " names its gid), else 0.");
     out_plain(o, "outbox_stream_horizon_prepared", broker);
     buffer_printf(o, "%d\n", s->horizon.found && s->horizon.prepared ? 1 : 0);
     pthread_mutex_unlock(&s->lock);

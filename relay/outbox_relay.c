@@ -80,7 +80,7 @@ static bool log_json;
 
 /* Prints err as the one line of a failure (a log event under --log-format json) and returns status. */
 static int
-report(int status, const struct outbox_error *err)
+report_exit(int status, const struct outbox_error *err)
 {
     if (log_json)
         log_event(OUTBOX_LOG_ERROR, "exiting", "status=%d error=\"%s\"", status, err->message);
@@ -97,7 +97,7 @@ run_check(relay *r)
     bool configuration = false;
 
     if (relay_check(r, stdout, &configuration, &err) != 0)
-        return report(configuration ? EXIT_USAGE : EXIT_RUNTIME, &err);
+        return report_exit(configuration ? EXIT_USAGE : EXIT_RUNTIME, &err);
     printf("configuration OK\n");
     return 0;
 }
@@ -116,19 +116,19 @@ run_healthcheck(const struct listen_addr *addr)
     if (addr->off) {
         outbox_error_set(&err, OUTBOX_ERR_CONFIG,
                          "--healthcheck: --metrics-addr is off, no /healthz to ask");
-        return report(EXIT_USAGE, &err);
+        return report_exit(EXIT_USAGE, &err);
     }
     rc = healthcheck_run(addr, answer, sizeof(answer), &err);
     if (rc < 0) {
         struct outbox_error named = err;
 
         outbox_error_set(&named, err.code, "--healthcheck: %s", err.message);
-        return report(EXIT_RUNTIME, &named);
+        return report_exit(EXIT_RUNTIME, &named);
     }
     if (rc > 0) {
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "--healthcheck: /healthz answered %s",
                          answer);
-        return report(EXIT_RUNTIME, &err);
+        return report_exit(EXIT_RUNTIME, &err);
     }
     printf("%s\n", answer);
     return 0;
@@ -168,7 +168,7 @@ run_until_stopped(relay *r, struct metrics *m)
     main_thread = pthread_self();
 
     if (relay_start(r, wake_main, NULL, &err) != 0)
-        return report(EXIT_RUNTIME, &err);
+        return report_exit(EXIT_RUNTIME, &err);
     notify_manager("READY=1");
     while (!relay_finished(r)) {
         struct timespec timeout = wait_interval(watchdog_usec);
@@ -190,7 +190,7 @@ run_until_stopped(relay *r, struct metrics *m)
         }
     }
     if (relay_join(r, &err) != 0)
-        return report(EXIT_RUNTIME, &err);
+        return report_exit(EXIT_RUNTIME, &err);
     log_event(OUTBOX_LOG_INFO, "stopped", NULL);
     return 0;
 }
@@ -210,7 +210,7 @@ main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     if (config_parse(&config, argc, (const char *const *)argv, &err) != 0)
-        return report(EXIT_USAGE, &err);
+        return report_exit(EXIT_USAGE, &err);
     if (config.help || config.version) {
         if (config.help)
             config_usage(stdout);
@@ -221,7 +221,7 @@ main(int argc, char **argv)
     }
     if (listen_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
         config_clear(&config);
-        return report(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
+        return report_exit(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
     }
     if (config.healthcheck) {
         config_clear(&config);
@@ -232,7 +232,7 @@ main(int argc, char **argv)
     log_json = (enum log_format)config.log_format == OUTBOX_LOG_JSON;
     if (otel_settings_read(config.otel_endpoint, &otel, &spans, &err) != 0) {
         config_clear(&config);
-        return report(EXIT_USAGE, &err);
+        return report_exit(EXIT_USAGE, &err);
     }
 
     /* config_parse checked that a broker of the registry speaks the URL's scheme */
@@ -241,14 +241,14 @@ main(int argc, char **argv)
     metrics_set_idle_wait(m, config.poll_interval_ms / 1000.0);
     if (m == NULL) {
         outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
-        status = report(EXIT_RUNTIME, &err);
+        status = report_exit(EXIT_RUNTIME, &err);
     } else if (spans && !config.check &&
                otel_start(&otel, otel_messaging_system(sink_kind_of_url(config.broker.url)), m,
                           &err) != 0) {
-        status = report(EXIT_RUNTIME, &err);
+        status = report_exit(EXIT_RUNTIME, &err);
     } else if ((r = relay_new(&config, m, &err)) == NULL) {
         /* config_parse checked the URL and the options; what is left is about the broker */
-        status = report(err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME, &err);
+        status = report_exit(err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME, &err);
     } else if (config.check) {
         status = run_check(r);
     } else if (!metrics_addr.off && http_server_start(&metrics_addr, m, &server, &err) != 0) {
@@ -256,7 +256,7 @@ main(int argc, char **argv)
 
         status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
         outbox_error_set(&named, err.code, "--metrics-addr: %s", err.message);
-        report(status, &named);
+        report_exit(status, &named);
     } else {
         status = run_until_stopped(r, m);
     }

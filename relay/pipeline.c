@@ -61,13 +61,13 @@ struct idle {
 static bool
 pipeline_connect(struct pipeline *p)
 {
-    if (p->db.store == NULL && connect_ends(&p->db, p, true, false, false) != 0)
+    if (p->db.store == NULL && ends_connect(&p->db, p, true, false, false) != 0)
         return false;
     if (!sink_is_connected(p->sink)) {
         /* published rows are marked and claimed ones given back before the outage */
         settle_now(p, &p->settlements[!p->current]);
-        give_back(p, &p->settlements[p->current].batch);
-        if (connect_sink(p, false) != 0)
+        publish_give_back(p, &p->settlements[p->current].batch);
+        if (ends_connect_sink(p, false) != 0)
             return false;
     }
     return true;
@@ -86,9 +86,9 @@ turn_claim(struct pipeline *p, double *claimed_at)
 
     /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
     if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
     /* the last round trip before the publish, so the least time passes after it */
-    keep_held_rows(p, &current->batch, claimed_at);
+    publish_keep_held_rows(p, &current->batch, claimed_at);
     if (p->db.store != NULL && settlement_has_rows(previous))
         t.marking = settle_send(p, previous) == 0;
     if (p->db.store != NULL && !relay_stopping(r) && !p->last_turn) {
@@ -96,7 +96,7 @@ turn_claim(struct pipeline *p, double *claimed_at)
                               c->batch_size, c->lease_seconds, &err) == 0)
             t.claiming = true;
         else
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
     }
     return t;
 }
@@ -119,7 +119,7 @@ turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
     if (t->claiming && p->db.store == NULL)
         t->claiming = false; /* collecting the marks failed and dropped the connection */
     if (t->claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         t->claiming = false;
     }
     if (t->claiming) {
@@ -169,7 +169,7 @@ once_stalled(struct pipeline *p)
  * once: the pipeline pauses, the pause backing off per turn that defers
  * again, before the next turn gives them back and claims (in that order,
  * so the claim can take them again). A lost connection has its own backoff
- * in connect_sink().
+ * in ends_connect_sink().
  */
 static void
 pause_after_deferral(struct pipeline *p)
@@ -197,26 +197,26 @@ wait_for_notify(struct pipeline *p, int wait_ms)
 
     /* LISTEN before the first wait; a notification may have come with an earlier result */
     if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return;
     }
     fd = PQsocket(outbox_store_conn(p->db.store));
     if (fd < 0) {
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "database connection is closed");
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return;
     }
     while (!notified && wait_until(&p->relay->stop, fd, deadline) == WAIT_READY) {
         /* the socket is readable: read it; a notice or a status message is not a notification */
         if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
             return;
         }
     }
     if (clock_monotonic_seconds() - p->last_sink_idle >= PIPELINE_SINK_IDLE_EVERY_SECONDS) {
         p->last_sink_idle = clock_monotonic_seconds();
         if (sink_idle(p->sink, &err) != 0)
-            broker_lost(p, &err);
+            ends_broker_lost(p, &err);
         else if (sink_is_connected(p->sink))
             metrics_round_trip(p->relay->metrics, METRICS_BROKER); /* serviced: it answers */
     }
@@ -262,7 +262,7 @@ pipeline_begin(struct pipeline *p)
 
     p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
-    if (connect_ends(&p->db, p, true, true, true) != 0)
+    if (ends_connect(&p->db, p, true, true, true) != 0)
         return -1;
     if (r->config->once)
         wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);
@@ -298,10 +298,10 @@ pipeline_run(void *arg)
         }
         /* the last published batch is marked; a claim made for the next turn goes back */
         settle_now(p, &p->settlements[!p->current]);
-        give_back(p, &p->settlements[p->current].batch);
+        publish_give_back(p, &p->settlements[p->current].batch);
     }
-    broker_close(p);
-    drop_store(&p->db);
+    ends_broker_close(p);
+    ends_drop_store(&p->db);
     if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
         wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
     relay_thread_returned(r);
@@ -342,7 +342,7 @@ pipeline_serve(struct pipeline *p, double until)
             break;
     }
     settle_now(p, &p->settlements[!p->current]);
-    give_back(p, &p->settlements[p->current].batch);
+    publish_give_back(p, &p->settlements[p->current].batch);
     p->last_turn = false;
     return slice;
 }

@@ -122,7 +122,7 @@ lease_batch(struct pipeline *p, const struct outbox_batch *batch)
  * check and the write to the broker (the README's ordering promise).
  */
 void
-keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
+publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
 {
     const struct relay_config *c = p->relay->config;
     double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
@@ -138,7 +138,7 @@ keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_a
                           &err) == 0)
             *claimed_at = checked;
         else {
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
             memset(p->done, 0, batch->count * sizeof(*p->done));
         }
     }
@@ -161,7 +161,7 @@ keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_a
  * their lease runs out.
  */
 void
-give_back(struct pipeline *p, struct outbox_batch *batch)
+publish_give_back(struct pipeline *p, struct outbox_batch *batch)
 {
     struct outbox_error err;
     size_t changed;
@@ -169,7 +169,7 @@ give_back(struct pipeline *p, struct outbox_batch *batch)
     if (batch->count > 0 && p->db.store != NULL) {
         lease_batch(p, batch);
         if (outbox_release(p->db.store, p->leases, batch->count, p->done, &changed, &err) != 0)
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
     }
     outbox_batch_release_memory(batch);
 }
@@ -206,7 +206,7 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
         pending += st->outcomes[i].status != SINK_ACCEPTED;
     if (pending == 0)
         return;
-    if (!sink_is_connected(p->sink) && connect_sink(p, false) != 0) {
+    if (!sink_is_connected(p->sink) && ends_connect_sink(p, false) != 0) {
         for (size_t i = low; i < high; i++)
             if (st->outcomes[i].status != SINK_ACCEPTED)
                 outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
@@ -214,7 +214,7 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
     }
     if (sink_publish(p->sink, p->messages + low, high - low, st->outcomes + low, &err) == 0)
         return;
-    broker_lost(p, &err);
+    ends_broker_lost(p, &err);
     if (high - low == 1) {
         if (st->outcomes[low].status == SINK_DEFERRED)
             outcome_set(&st->outcomes[low], SINK_FAILED,
@@ -323,7 +323,7 @@ publish_batch(struct pipeline *p, struct settlement *st)
         otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0)
-        broker_lost(p, &err);
+        ends_broker_lost(p, &err);
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];

@@ -7,8 +7,8 @@
 
 #include "relay_state.h"
 
-void keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at);
-void give_back(struct pipeline *p, struct outbox_batch *batch);
+void publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at);
+void publish_give_back(struct pipeline *p, struct outbox_batch *batch);
 void publish_batch(struct pipeline *p, struct settlement *st);
 
 #endif

@@ -214,8 +214,8 @@ take_work(struct scheduler *s, struct work *w)
         struct tenant *t;
 
         metrics_loop_turned(r->metrics); /* a slot waiting for work is no stall (/livez) */
-        look_at_list(s, now);
-        free_released(s); /* lets the lock go while it gives the leases up */
+        scheduler_look_at_list(s, now);
+        scheduler_free_released(s); /* lets the lock go while it gives the leases up */
         now = clock_monotonic_seconds();
         if (s->list_look_at < next)
             next = s->list_look_at;
@@ -286,7 +286,7 @@ scheduler_new(relay *r, struct outbox_error *err)
         scheduler_free(s);
         return NULL;
     }
-    if (apply_list(s, &list, true) != 0) {
+    if (scheduler_apply_list(s, &list, true) != 0) {
         database_list_clear(&list);
         scheduler_free(s);
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -298,7 +298,7 @@ scheduler_new(relay *r, struct outbox_error *err)
     /* the uuid of the relay's worker prefix (host:pid:uuid) names its watch's sessions */
     snprintf(s->watch_name, sizeof(s->watch_name), "%s%s", WATCH_NAME_PREFIX,
              strrchr(r->worker_prefix, ':') + 1);
-    s->watch = watch_new(s->watch_name, r->config->lease_seconds);
+    s->watch = scheduler_watch_new(s->watch_name, r->config->lease_seconds);
     s->watch_started =
         s->watch != NULL && pthread_create(&s->watch_thread, NULL, scheduler_watch_run, s) == 0;
     return s;
@@ -315,12 +315,12 @@ scheduler_free(struct scheduler *s)
     pthread_mutex_unlock(&s->lock);
     if (s->watch_started)
         pthread_join(s->watch_thread, NULL);
-    watch_free(s->watch, scheduler_watch_give, s);
-    release_leases(s);
+    scheduler_watch_free(s->watch, scheduler_watch_give, s);
+    scheduler_release_leases(s);
     for (size_t i = 0; i < s->count; i++)
-        tenant_free(s, s->tenants[i]);
+        scheduler_tenant_free(s, s->tenants[i]);
     pthread_mutex_lock(&s->lock);
-    free_released(s);
+    scheduler_free_released(s);
     pthread_mutex_unlock(&s->lock);
     free(s->tenants);
     stream_runner_free(s->streams);
@@ -398,7 +398,7 @@ maintain(struct pipeline *p, struct tenant *t)
         if (outbox_reap(p->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
                         &err) != 0 ||
             outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
             return 0;
         }
         if (reaped.ready + reaped.dead > 0)
@@ -412,7 +412,7 @@ maintain(struct pipeline *p, struct tenant *t)
         if (outbox_store_cleanup_cutoff(p->db.store, r->config->retention_seconds, cutoff,
                                         sizeof(cutoff), &err) != 0 ||
             outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
-            store_failed(p, &err);
+            ends_store_failed(p, &err);
             return 0;
         }
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
@@ -485,8 +485,8 @@ serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_
  * *cause).
  */
 static struct pipeline_slice
-serve(struct pipeline *p, struct work *w, struct outbox_error *cause,
-      struct store_database_lease *lease)
+serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
+            struct store_database_lease *lease)
 {
     struct tenant *t = w->tenant;
     struct pipeline_slice slice = {0};
@@ -712,7 +712,8 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         else
             rest(s, t, w, slice, now);
         t->visited_at = now;
-        /* a removed database's is closed by release_removed, giving the leases up on it */
+        /* a removed database's is closed by scheduler_release_removed, giving the leases up on it
+         */
         if (relay_stopping(s->relay)) {
             to_close = w->connection.store;
             s->open--;
@@ -723,7 +724,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     }
     t->tried = true;
     if (t->removed)
-        release_removed(s);
+        scheduler_release_removed(s);
     metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open, s->budget);
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
@@ -741,18 +742,18 @@ scheduler_slot_run(void *arg)
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     p->db.of_list = true;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
-    if (connect_sink(p, true) == 0) {
+    if (ends_connect_sink(p, true) == 0) {
         struct work w;
 
         while (take_work(s, &w)) {
             struct outbox_error cause;
             struct store_database_lease lease;
-            struct pipeline_slice slice = serve(p, &w, &cause, &lease);
+            struct pipeline_slice slice = serve_slice(p, &w, &cause, &lease);
 
             give_work_back(s, &w, &slice, &cause, &lease);
         }
     }
-    broker_close(p);
+    ends_broker_close(p);
     if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
         wait_latch_set(&r->pipelines_done);
     relay_thread_returned(r);

@@ -39,7 +39,8 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-/* tenant_close_idle() without counting the connections out of s->open: how many it closed. */
+/* scheduler_tenant_close_idle() without counting the connections out of s->open: how many it
+ * closed. */
 static size_t
 tenant_close_idle_io(struct scheduler *s, struct tenant *t)
 {
@@ -47,7 +48,7 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t)
     struct outbox_error err;
 
     if (t->idle_count > 0 && t->serving == 0)
-        tenant_stream_give_back(s, t, &t->idle[0]);
+        scheduler_stream_give_back(s, t, &t->idle[0]);
     if (t->held && t->idle_count > 0) {
         if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
                                          s->relay->worker_prefix, &err) != 0)
@@ -63,7 +64,7 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t)
 
 /* Under the lock, or with no slot running. */
 void
-tenant_close_idle(struct scheduler *s, struct tenant *t)
+scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t)
 {
     s->open -= (int)tenant_close_idle_io(s, t);
 }
@@ -72,7 +73,7 @@ tenant_close_idle(struct scheduler *s, struct tenant *t)
 static void
 tenant_discard(struct tenant *t)
 {
-    tenant_stream_free(t);
+    scheduler_stream_free(t);
     free(t->idle);
     free(t->url);
     free(t);
@@ -80,28 +81,28 @@ tenant_discard(struct tenant *t)
 
 /* Frees a tenant no slot serves; its lease is given up, its idle connections closed. */
 void
-tenant_free(struct scheduler *s, struct tenant *t)
+scheduler_tenant_free(struct scheduler *s, struct tenant *t)
 {
-    tenant_close_idle(s, t);
+    scheduler_tenant_close_idle(s, t);
     tenant_discard(t);
 }
 
 void
-release_leases(struct scheduler *s)
+scheduler_release_leases(struct scheduler *s)
 {
     struct outbox_error err;
 
     for (size_t i = 0; i < s->count; i++)
-        tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
+        scheduler_tenant_close_idle(s, s->tenants[i]); /* gives up the leases of those it can */
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
         struct idle_connection c = {0};
 
-        if (!t->held && !tenant_stream_holds(t))
+        if (!t->held && !scheduler_stream_holds(t))
             continue;
         c.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
         if (c.store != NULL)
-            tenant_stream_give_back(s, t, &c);
+            scheduler_stream_give_back(s, t, &c);
         if (t->held &&
             (c.store == NULL || store_database_lease_release(outbox_store_conn(c.store),
                                                              s->relay->worker_prefix, &err) != 0))
@@ -114,7 +115,7 @@ release_leases(struct scheduler *s)
 
 /* Sets the removed tenants no slot serves any more aside. Under the lock. */
 void
-release_removed(struct scheduler *s)
+scheduler_release_removed(struct scheduler *s)
 {
     size_t kept = 0;
 
@@ -132,7 +133,7 @@ release_removed(struct scheduler *s)
 }
 
 void
-free_released(struct scheduler *s)
+scheduler_free_released(struct scheduler *s)
 {
     while (s->released != NULL) {
         struct tenant *t = s->released;
@@ -178,7 +179,7 @@ publish_list(struct scheduler *s)
  * then followed in part, and again at the next change).
  */
 int
-apply_list(struct scheduler *s, const struct database_list *list, bool first)
+scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first)
 {
     struct tenant **tenants =
         realloc(s->tenants, (s->count + list->count + 1) * sizeof(*s->tenants));
@@ -210,7 +211,7 @@ apply_list(struct scheduler *s, const struct database_list *list, bool first)
             log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
                       list->items[i].name);
     }
-    release_removed(s);
+    scheduler_release_removed(s);
     publish_list(s);
     s->watch_stale = true;
     pthread_cond_broadcast(&s->changed);
@@ -219,7 +220,7 @@ apply_list(struct scheduler *s, const struct database_list *list, bool first)
 
 /* Re-reads the list when its file changed. Under the lock (the file is small). */
 void
-look_at_list(struct scheduler *s, double now)
+scheduler_look_at_list(struct scheduler *s, double now)
 {
     const char *path = s->relay->config->databases_file;
     struct database_file_stamp stamp;
@@ -239,7 +240,7 @@ look_at_list(struct scheduler *s, double now)
                   "error=\"%s\"", err.message);
         return;
     }
-    if (apply_list(s, &list, false) != 0)
+    if (scheduler_apply_list(s, &list, false) != 0)
         log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
     database_list_clear(&list);
 }

@@ -41,7 +41,7 @@ struct tenant {
     char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */
     bool identity_shared; /* another database of the list was seen with the same identity */
     bool removed; /* gone from the list: freed once no slot serves it */
-    struct tenant *released_next; /* set aside by release_removed(), freed by a slot */
+    struct tenant *released_next; /* set aside by scheduler_release_removed(), freed by a slot */
     int serving;  /* slots serving it now */
     struct idle_connection *idle;
     size_t idle_count;
@@ -132,40 +132,40 @@ void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
 
 /* Follows the list as read at start (first) or again: databases added and removed. 0 or -1. */
-int apply_list(struct scheduler *s, const struct database_list *list, bool first);
+int scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first);
 
 /* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
-void look_at_list(struct scheduler *s, double now);
+void scheduler_look_at_list(struct scheduler *s, double now);
 
 /*
  * Sets the removed databases no slot serves any more aside, for a slot to
- * free with free_released() outside the lock.
+ * free with scheduler_free_released() outside the lock.
  */
-void release_removed(struct scheduler *s);
+void scheduler_release_removed(struct scheduler *s);
 
 /*
- * Frees what release_removed() set aside: each lease given up and stream
+ * Frees what scheduler_release_removed() set aside: each lease given up and stream
  * handed back over the database's idle connection, then the connections
  * closed. Called with the lock held, it lets the lock go for that I/O (a
  * database that does not answer holds up this slot alone) and counts the
  * connections out of the budget after they closed.
  */
-void free_released(struct scheduler *s);
+void scheduler_free_released(struct scheduler *s);
 
 /*
  * Closes t's idle connections, giving up through one its lease and its
  * stream partitions when it holds them.
  */
-void tenant_close_idle(struct scheduler *s, struct tenant *t);
+void scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t);
 
 /*
  * A stopping relay gives up the leases and stream partitions it holds,
  * through each database's idle connection or else a new one, one at a
  * time. The slots must have returned.
  */
-void release_leases(struct scheduler *s);
+void scheduler_release_leases(struct scheduler *s);
 
-void tenant_free(struct scheduler *s, struct tenant *t);
+void scheduler_tenant_free(struct scheduler *s, struct tenant *t);
 
 /* ---- identities (scheduler_identity.c) ------------------------------------- */
 

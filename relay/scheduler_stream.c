@@ -69,7 +69,7 @@ take_connection_back(struct tenant_stream *ts)
  * the database up).
  */
 static void
-give_back(struct tenant *t, struct idle_connection *c, enum log_level level)
+give_partitions_back(struct tenant *t, struct idle_connection *c, enum log_level level)
 {
     struct tenant_stream *ts = t->stream;
     struct outbox_error err;
@@ -92,20 +92,20 @@ give_back(struct tenant *t, struct idle_connection *c, enum log_level level)
 }
 
 void
-tenant_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c)
+scheduler_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c)
 {
     (void)s;
-    give_back(t, c, OUTBOX_LOG_INFO);
+    give_partitions_back(t, c, OUTBOX_LOG_INFO);
 }
 
 bool
-tenant_stream_holds(const struct tenant *t)
+scheduler_stream_holds(const struct tenant *t)
 {
     return t->stream != NULL && t->stream->worker.owned_count > 0;
 }
 
 void
-tenant_stream_free(struct tenant *t)
+scheduler_stream_free(struct tenant *t)
 {
     if (t->stream == NULL)
         return;
@@ -242,7 +242,7 @@ publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double 
 
     sr->sink = p->sink;
     sr->turn_until = until;
-    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && connect_sink(p, false) != 0) {
+    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && ends_connect_sink(p, false) != 0) {
         out->waiting = true; /* the relay stops */
         return 0;
     }
@@ -261,7 +261,7 @@ publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double 
     out->waiting = pending;
     if (!out->more && !pending) {
         take_connection_back(ts);
-        give_back(t, c, OUTBOX_LOG_DEBUG);
+        give_partitions_back(t, c, OUTBOX_LOG_DEBUG);
     }
     return 0;
 }
@@ -308,7 +308,7 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t
     if (rc != 0 && t->stream != NULL)
         t->stream->worker.next_renew = 0; /* renewed, the cursors read again, on the next */
     if (rc == 0 && leaving(s, t))
-        tenant_stream_give_back(s, t, c);
+        scheduler_stream_give_back(s, t, c);
     unclaim(s, t);
     return rc;
 }
@@ -318,6 +318,6 @@ scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_c
 {
     if (!claim(s, t, -1))
         return; /* the slot running them gives them back at a later visit */
-    tenant_stream_give_back(s, t, c);
+    scheduler_stream_give_back(s, t, c);
     unclaim(s, t);
 }

@@ -61,12 +61,12 @@ void scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct i
  * any. For a caller no slot can race: under the lock with t not served, or
  * once the slots returned.
  */
-void tenant_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c);
+void scheduler_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c);
 
 /* Whether t's stream worker holds partitions (no slot running it). */
-bool tenant_stream_holds(const struct tenant *t);
+bool scheduler_stream_holds(const struct tenant *t);
 
 /* Frees t's stream worker; NULL is a no-op. */
-void tenant_stream_free(struct tenant *t);
+void scheduler_stream_free(struct tenant *t);
 
 #endif

@@ -68,9 +68,9 @@ watch_follow_list(struct scheduler *s)
     }
     pthread_mutex_unlock(&s->lock);
     if (stale && (names == NULL || urls == NULL ||
-                  watch_set(s->watch, count, names, urls, scheduler_watch_give, s) != 0))
-        watch_set(s->watch, 0, NULL, NULL, scheduler_watch_give,
-                  s); /* out of memory: polled instead */
+                  scheduler_watch_set(s->watch, count, names, urls, scheduler_watch_give, s) != 0))
+        scheduler_watch_set(s->watch, 0, NULL, NULL, scheduler_watch_give,
+                            s); /* out of memory: polled instead */
     for (size_t i = 0; i <= count && names != NULL && urls != NULL; i++) {
         free((char *)names[i]);
         free((char *)urls[i]);
@@ -110,7 +110,7 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
     LOCK_ASSERT_HELD(&s->lock);
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
-        bool watched = !t->removed && watch_covers(s->watch, t->name);
+        bool watched = !t->removed && scheduler_watch_covers(s->watch, t->name);
 
         if (t->watched && !watched && t->due > now) {
             t->due = now;
@@ -180,7 +180,7 @@ scheduler_watch_run(void *arg)
         size_t count;
 
         watch_follow_list(s);
-        count = watch_look(s->watch, now, watch_take, scheduler_watch_give, s, &woken);
+        count = scheduler_watch_look(s->watch, now, watch_take, scheduler_watch_give, s, &woken);
         pthread_mutex_lock(&s->lock);
         wake(s, woken, count, now);
         if (!s->watch_looked) {

@@ -45,7 +45,7 @@ struct watch {
 };
 
 struct watch *
-watch_new(const char *name, int stale_seconds)
+scheduler_watch_new(const char *name, int stale_seconds)
 {
     struct watch *w = calloc(1, sizeof(struct watch));
 
@@ -109,7 +109,7 @@ carry_counts(struct watch *w, const struct watch_database *old, size_t old_count
 }
 
 void
-watch_free(struct watch *w, watch_give_fn give, void *arg)
+scheduler_watch_free(struct watch *w, watch_give_fn give, void *arg)
 {
     if (w == NULL)
         return;
@@ -208,8 +208,8 @@ drop_unused_servers(struct watch *w, watch_give_fn give, void *arg)
 }
 
 int
-watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
-          watch_give_fn give, void *arg)
+scheduler_watch_set(struct watch *w, size_t count, const char *const *names,
+                    const char *const *urls, watch_give_fn give, void *arg)
 {
     struct watch_database *old = w->databases;
     size_t old_count = w->count;
@@ -360,8 +360,8 @@ look_at_server(struct watch *w, size_t index, size_t woken)
 }
 
 size_t
-watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
-           const struct watch_wake **woken)
+scheduler_watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
+                     const struct watch_wake **woken)
 {
     size_t count = 0;
 
@@ -387,7 +387,7 @@ watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, 
 }
 
 bool
-watch_covers(const struct watch *w, const char *name)
+scheduler_watch_covers(const struct watch *w, const char *name)
 {
     for (size_t d = 0; d < w->count; d++)
         if (strcmp(w->databases[d].name, name) == 0)

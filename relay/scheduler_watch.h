@@ -58,10 +58,10 @@ typedef void (*watch_give_fn)(void *arg);
  * A watch whose sessions are named name; another relay's session that ran
  * no query for stale_seconds counts as a change of members.
  */
-struct watch *watch_new(const char *name, int stale_seconds);
+struct watch *scheduler_watch_new(const char *name, int stale_seconds);
 
 /* Closes the watch's connections (each handed back with give) and frees it. */
-void watch_free(struct watch *w, watch_give_fn give, void *arg);
+void scheduler_watch_free(struct watch *w, watch_give_fn give, void *arg);
 
 /*
  * Watches the count databases of urls (their names in the list are
@@ -70,8 +70,8 @@ void watch_free(struct watch *w, watch_give_fn give, void *arg);
  * (a commit meanwhile wakes it at the next look), and one first seen by a
  * look is woken by it. 0, or -1 (out of memory: nothing watched).
  */
-int watch_set(struct watch *w, size_t count, const char *const *names, const char *const *urls,
-              watch_give_fn give, void *arg);
+int scheduler_watch_set(struct watch *w, size_t count, const char *const *names,
+                        const char *const *urls, watch_give_fn give, void *arg);
 
 /*
  * One look at every server (connecting those without a connection, when
@@ -80,11 +80,11 @@ int watch_set(struct watch *w, size_t count, const char *const *names, const cha
  * next call): those whose rows changed since the last look, or all of a
  * server whose members changed.
  */
-size_t watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
-                  const struct watch_wake **woken);
+size_t scheduler_watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give,
+                            void *arg, const struct watch_wake **woken);
 
 /* Whether database name is watched now: its server answered the last look and lists it. */
-bool watch_covers(const struct watch *w, const char *name);
+bool scheduler_watch_covers(const struct watch *w, const char *name);
 
 /*
  * The backend pid of the watch's session on database name's server, 0 for

@@ -161,7 +161,7 @@ settle_send(struct pipeline *p, const struct settlement *st)
     if (outbox_complete_send(p->db.store, st->leases, st->accepted, &err) != 0 ||
         outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0 ||
         outbox_release_send(p->db.store, st->deferred_leases, st->deferred, &err) != 0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return -1;
     }
     return 0;
@@ -179,21 +179,21 @@ settle_receive(struct pipeline *p, struct settlement *st)
 
     if (outbox_complete_receive(p->db.store, st->leases, st->accepted, st->done, &changed, &err) !=
         0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return;
     }
     record_completed(p, st, changed);
     st->accepted = 0;
     if (outbox_fail_receive(p->db.store, st->failures, st->failed, st->done, st->dead, &changed,
                             &err) != 0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return;
     }
     record_failed(p, st, changed);
     st->failed = 0;
     if (outbox_release_receive(p->db.store, st->deferred_leases, st->deferred, st->done, &changed,
                                &err) != 0) {
-        store_failed(p, &err);
+        ends_store_failed(p, &err);
         return;
     }
     record_given_back(p, st, changed);
@@ -209,7 +209,7 @@ void
 settle_now(struct pipeline *p, struct settlement *st)
 {
     for (int attempt = 0; attempt < 2 && settlement_has_rows(st); attempt++) {
-        if (p->db.store == NULL && connect_store(&p->db, false) != 0)
+        if (p->db.store == NULL && ends_connect_store(&p->db, false) != 0)
             break;
         if (settle_send(p, st) == 0)
             settle_receive(p, st);

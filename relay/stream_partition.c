@@ -362,8 +362,8 @@ chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
  * key the broker did not take.
  */
 static size_t
-publish_rows(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch,
-             struct outbox_error *err)
+publish_partition_rows(struct stream_worker *sr, const struct owned *o,
+                       const struct stream_batch *batch, struct outbox_error *err)
 {
     size_t start = 0;
     double started;
@@ -507,7 +507,7 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
                                            batch->jobs[batch->count - 1].job_id,
                                            sr->config->batch_size, err) != 0)
         return -1;
-    published = publish_rows(sr, o, batch, err); /* rows after it are read again */
+    published = publish_partition_rows(sr, o, batch, err); /* rows after it are read again */
 #ifdef OUTBOX_MUTANTS
     if (reversed)
         mutant_reverse(sr, batch->count, false);
@@ -525,7 +525,8 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
     }
 #endif
     for (int round = 0; round < STREAM_CHECK_ROUNDS && answer_checks(sr, o, published); round++)
-        published = publish_rows(sr, o, batch, err); /* with the answers: nothing appended twice */
+        published = publish_partition_rows(sr, o, batch,
+                                           err); /* with the answers: nothing appended twice */
     if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
         return -1;
     if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)

@@ -135,7 +135,7 @@ sink_kafka_idle(sink *s, struct outbox_error *err)
 
 /* Room to mark which messages of a batch have their report. */
 static int
-reserve(struct sink_kafka *k, size_t count, struct outbox_error *err)
+reserve_reports(struct sink_kafka *k, size_t count, struct outbox_error *err)
 {
     if (count > k->capacity) {
         bool *settled = realloc(k->settled, count * sizeof(*settled));
@@ -355,7 +355,7 @@ sink_kafka_publish(sink *s, const struct sink_message *messages, size_t count,
     for (size_t i = 0; i < count; i++)
         sink_outcome_set(&outcomes[i], SINK_DEFERRED, "kafka: no delivery report within %d ms",
                          s->options.io_timeout_ms);
-    if (reserve(k, count, err) != 0)
+    if (reserve_reports(k, count, err) != 0)
         return -1;
     k->outcomes = outcomes;
     k->count = count;

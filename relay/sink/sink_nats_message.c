@@ -124,14 +124,14 @@ header_fits(const struct json_member *member)
  * server adds under the prefix. Compared in any case, as later servers may.
  */
 static bool
-header_is_reserved(const struct json_member *member)
+nats_header_is_reserved(const struct json_member *member)
 {
     return member->key_len >= 5 && strncasecmp(member->key, "Nats-", 5) == 0;
 }
 
 /* True for a header name the sink writes itself: a row's of that name is dropped. */
 static bool
-header_is_ours(const struct json_member *member)
+nats_header_is_ours(const struct json_member *member)
 {
     static const char *const ours[] = {HEADER_MESSAGE_ID, HEADER_JOB_ID, HEADER_QUEUE,
                                        HEADER_ATTEMPT, HEADER_CONTENT_TYPE};
@@ -163,7 +163,7 @@ set_headers(natsMsg *out, const struct sink_message *message,
     snprintf(attempt, sizeof(attempt), "%" PRId32, message->attempt);
     *header_bytes = 12; /* "NATS/1.0\r\n" and the closing "\r\n" */
     for (size_t h = 0; h < headers->count && st == NATS_OK; h++) {
-        if (header_is_ours(&headers->members[h]))
+        if (nats_header_is_ours(&headers->members[h]))
             continue;
         st = natsMsgHeader_Set(out, headers->members[h].key, headers->members[h].value);
         *header_bytes += headers->members[h].key_len + headers->members[h].value_len + 4;
@@ -227,7 +227,7 @@ static bool
 headers_refused(const struct json_string_object *headers, struct sink_outcome *outcome)
 {
     for (size_t h = 0; h < headers->count; h++)
-        if (header_is_reserved(&headers->members[h])) {
+        if (nats_header_is_reserved(&headers->members[h])) {
             sink_outcome_set(outcome, SINK_REJECTED,
                              "header '%.64s' is reserved to nats: a Nats- header steers jetstream"
                              " (message id, rollup, expected stream or sequence)",

@@ -18,16 +18,6 @@
 #define CONSOLE_TOKEN "console-test-token-0123456789"
 #define CONSOLE_BEARER "Authorization: Bearer " CONSOLE_TOKEN "\r\n"
 
-/* old-client-names: begin */
-/*
- * The console's tests spoke of the shared client (http_client.h) by these
- * names; they go when those tests are renamed.
- */
-#define console_reply http_reply
-#define console_reply_free http_reply_free
-#define console_http http_request
-/* old-client-names: end */
-
 /* GET path with CONSOLE_BEARER, within 20 s. */
 struct http_reply console_get(int port, const char *path);
 

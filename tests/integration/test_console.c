@@ -46,10 +46,10 @@ struct fixture {
 };
 
 /* One request to the console of f, the way every test here sends it. */
-static struct console_reply
+static struct http_reply
 http(int port, const char *method, const char *path, const char *extra, const char *body)
 {
-    return console_http(port, method, path, extra, body, 20);
+    return http_request(port, method, path, extra, body, 20);
 }
 
 /* Starts a console with the given options (NULL-terminated); waits until it answers. */
@@ -124,28 +124,28 @@ static void
 test_token_required(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, true);
     r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
     console_expect(&r, 401, "authentication required");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = http(f->port, "GET", "/api/v1/queues", "Authorization: Bearer wrong-token-000000\r\n",
              NULL);
     console_expect(&r, 401, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
     console_expect(&r, 401, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a page without credentials is the login form, with 401 */
     r = http(f->port, "GET", "/", NULL, NULL);
     console_expect(&r, 401, "name=\"token\"");
     assert_null(strstr(r.body, "orders"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"queue\":\"orders\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 }
 
@@ -153,7 +153,7 @@ test_token_required(void **state)
 static char *
 login(const struct fixture *f)
 {
-    struct console_reply r =
+    struct http_reply r =
         http(f->port, "POST", "/login", "Content-Type: application/x-www-form-urlencoded\r\n",
              "token=" CONSOLE_TOKEN);
     char *cookie, *start, *end;
@@ -166,7 +166,7 @@ login(const struct fixture *f)
     start += strlen("Set-Cookie: ");
     end = strchr(start, ';');
     cookie = strndup(start, (size_t)(end - start));
-    console_reply_free(&r);
+    http_reply_free(&r);
     return cookie;
 }
 
@@ -175,14 +175,14 @@ test_login_cookie_and_csrf(void **state)
 {
     struct fixture *f = *state;
     char *cookie, headers[512], csrf[80] = "";
-    struct console_reply r;
+    struct http_reply r;
     const char *at;
 
     start_with_token(f, true);
     r = http(f->port, "POST", "/login", NULL, "token=not-the-token-at-all");
     console_expect(&r, 401, "wrong token");
     assert_null(strstr(r.head, "Set-Cookie"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     cookie = login(f);
 
     snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
@@ -193,25 +193,25 @@ test_login_cookie_and_csrf(void **state)
     assert_non_null(at);
     sscanf(at + strlen("name=\"csrf-token\" content=\""), "%64[0-9a-f]", csrf);
     assert_int_equal(strlen(csrf), 64);
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* a cookie alone, or with a wrong token, cannot act: that is what a forged form sends */
     snprintf(headers, sizeof(headers), "Cookie: %s\r\nContent-Type: application/json\r\n", cookie);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "csrf");
-    console_reply_free(&r);
+    http_reply_free(&r);
     snprintf(headers, sizeof(headers),
              "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %064d\r\n", cookie, 0);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "csrf");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 
     snprintf(headers, sizeof(headers),
              "Cookie: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %s\r\n", cookie, csrf);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"
                                                " WHERE queue = 'orders'"),
                      1);
@@ -220,10 +220,10 @@ test_login_cookie_and_csrf(void **state)
     snprintf(headers, sizeof(headers), "Cookie: %s\r\n", cookie);
     r = http(f->port, "POST", "/logout", headers, "");
     console_expect(&r, 303, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = http(f->port, "GET", "/api/v1/queues", headers, NULL);
     console_expect(&r, 401, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     free(cookie);
 }
 
@@ -238,13 +238,13 @@ test_read_only(void **state)
         {"/api/v1/dead/delete", "{\"queue\":\"orders\"}"},
         {"/api/v1/replay", "{\"queue\":\"orders\",\"since\":\"-infinity\",\"dry_run\":false}"},
     };
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, false);
     for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++) {
         r = console_post(f->port, posts[i][0], posts[i][1]);
         console_expect(&r, 403, "read-only");
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
@@ -255,10 +255,10 @@ test_read_only(void **state)
                      5);
     r = console_get(f->port, "/api/v1/dead");
     console_expect(&r, 200, "\"job_id\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/dead");
     console_expect(&r, 200, "<fieldset disabled>");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- endpoints ---- */
@@ -267,7 +267,7 @@ static void
 test_get_endpoints(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, true);
     r = console_get(f->port, "/api/v1/queues");
@@ -277,7 +277,7 @@ test_get_endpoints(void **state)
     assert_non_null(strstr(r.body, "\"oldest_ready_seconds\":"));
     assert_non_null(strstr(r.body, "\"blocked_keys\":1"));
     assert_non_null(strstr(r.head, "Content-Type: application/json"));
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     r = console_get(f->port, "/api/v1/dead?queue=orders&limit=10");
     console_expect(&r, 200, "\"queue\":\"orders\"");
@@ -285,11 +285,11 @@ test_get_endpoints(void **state)
     /* the payload's JSON as it is, but for < > &, escaped like every string of an answer */
     assert_non_null(strstr(r.body, "\"payload\":{\"html\": \"\\u003cb\\u003ebold\\u003c/b\\u003e\"}"));
     assert_non_null(strstr(r.body, "\"last_error\":\"\\u003cimg src=x onerror=alert(1)\\u003e\""));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/dead?queue=billing");
     console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a payload too big for a page comes cut, as a JSON string that says so */
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
                           " VALUES ('big', jsonb_build_object('s', repeat('x', 70000)), 'dead',"
@@ -297,38 +297,38 @@ test_get_endpoints(void **state)
     r = console_get(f->port, "/api/v1/dead?queue=big");
     console_expect(&r, 200, "xxx [cut]\"");
     assert_true(strlen(r.body) < 67000);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/dead?error=ONERROR");
     console_expect(&r, 200, "\"job_id\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     r = console_get(f->port, "/api/v1/overview");
     console_expect(&r, 200, "\"schema_version\":");
     assert_non_null(strstr(r.body, "\"succeeded_estimated\":false"));
     assert_non_null(strstr(r.body, "\"vacuum_horizon\":{"));
     assert_non_null(strstr(r.body, "\"relays\":[{\"worker_id\":\"relay-a\",\"rows\":1,"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/relays");
     console_expect(&r, 200, "\"worker_id\":\"relay-a\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/blocked");
     console_expect(&r, 200, "\"head_state\":\"dead\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/paused");
     console_expect(&r, 200, NULL);
     assert_string_equal(r.body, "[]\n");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/chart");
     console_expect(&r, 200, "\"minutes\":[{\"minute\":");
     assert_non_null(strstr(r.body, "\"published\":5"));
     assert_non_null(strstr(r.body, "\"enqueued\":5,")); /* the 5 rows created 3 minutes ago */
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/session");
     console_expect(&r, 200, "\"identity\":\"bearer\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/nothing");
     console_expect(&r, 404, "no such endpoint");
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     static const char *const pages[] = {"/", "/dead", "/dead?queue=orders", "/keys", "/replay"};
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
@@ -337,11 +337,11 @@ test_get_endpoints(void **state)
         assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
         assert_null(strstr(r.body, "<script>")); /* no inline script anywhere */
         assert_null(strstr(r.body, "style=\""));
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     r = console_get(f->port, "/static/console.js");
     console_expect(&r, 200, "X-CSRF-Token");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void
@@ -351,20 +351,20 @@ test_dead_retry_and_delete(void **state)
     long long dead_id = harness_query_ll(f->conn, "SELECT job_id FROM outbox.job"
                                                   " WHERE state = 'dead'");
     char body[128];
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, true);
     snprintf(body, sizeof(body), "{\"job_ids\":[%lld]}", dead_id);
     r = console_post(f->port, "/api/v1/dead/retry", body);
     console_expect(&r, 200, "{\"retried\":1}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state ="
                                                " 'ready' AND max_attempts = 4 AND job_id = (SELECT"
                                                " max(job_id) FROM outbox.job WHERE attempts = 3)"),
                      1);
     r = console_post(f->port, "/api/v1/dead/retry", body);
     console_expect(&r, 200, "{\"retried\":0}");
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* more dead rows than one batch: all of them, in several transactions */
     harness_exec(f->conn, "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at,"
@@ -374,13 +374,13 @@ test_dead_retry_and_delete(void **state)
                           " last_error) VALUES ('bulk', '{}', 'dead', 1, now(), 'other')");
     r = console_post(f->port, "/api/v1/dead/retry", "{\"queue\":\"bulk\",\"error\":\"BOOM\"}");
     console_expect(&r, 200, "{\"retried\":2500}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
                                                " 'bulk' AND state = 'ready'"),
                      2500);
     r = console_post(f->port, "/api/v1/dead/delete", "{\"queue\":\"bulk\"}");
     console_expect(&r, 200, "{\"deleted\":1}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE queue ="
                                                " 'bulk' AND state = 'dead'"),
                      0);
@@ -391,30 +391,30 @@ test_pause_resume_and_replay(void **state)
 {
     struct fixture *f = *state;
     char body[256];
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, true);
     r = console_post(f->port, "/api/v1/pause",
                      "{\"queue\":\"orders\",\"ordering_key\":\"k1\","
                      "\"reason\":\"investigating\"}");
     console_expect(&r, 200, "{\"changed\":true}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/paused");
     console_expect(&r, 200, "\"ordering_key\":\"k1\",\"reason\":\"investigating\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"paused\":false,\"paused_keys\":1");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_post(f->port, "/api/v1/resume", "{\"queue\":\"orders\",\"ordering_key\":\"k1\"}");
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
 
     r = console_post(f->port, "/api/v1/replay",
                      "{\"queue\":\"orders\",\"since\":\"-infinity\","
                      "\"dry_run\":true}");
     console_expect(&r, 200, "{\"dry_run\":true,\"replayed\":5,");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      5);
@@ -425,7 +425,7 @@ test_pause_resume_and_replay(void **state)
     r = console_post(f->port, "/api/v1/replay", body);
     console_expect(&r, 200, "\"replayed\":1,");
     assert_non_null(strstr(r.body, "\"missing\":1"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'succeeded'"),
                      4);
@@ -442,23 +442,23 @@ test_endpoints_without_counts(void **state)
     static const char *const paths[] = {"/api/v1/relays", "/api/v1/blocked", "/api/v1/paused",
                                         "/keys"};
     PGconn *locker = f->other = harness_connect(f->url);
-    struct console_reply r;
+    struct http_reply r;
 
     start_with_token(f, false);
     harness_exec(locker, "BEGIN; LOCK TABLE outbox.stream_cursor IN ACCESS EXCLUSIVE MODE");
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        r = console_http(f->port, "GET", paths[i], CONSOLE_BEARER, NULL, 3);
+        r = http_request(f->port, "GET", paths[i], CONSOLE_BEARER, NULL, 3);
         if (r.status != 200)
             fail_msg("%s did not answer beside a lock the counts wait for: %d", paths[i],
                      r.status);
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     r = console_get(f->port, "/api/v1/relays");
     console_expect(&r, 200, "\"worker_id\":\"relay-a\",\"rows\":1,");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/keys");
     console_expect(&r, 200, "&lt;script&gt;alert(2)");
-    console_reply_free(&r);
+    http_reply_free(&r);
     harness_exec(locker, "COMMIT");
 }
 
@@ -469,7 +469,7 @@ test_identity(void **state)
     struct fixture *f = *state;
     static const char *const argv[] = {"identity", "show", "--json", NULL};
     char printed[512];
-    struct console_reply r;
+    struct http_reply r;
 
     setenv("OUTBOX_DATABASE_URL", f->url, 1);
     assert_int_equal(fixture_run_outboxctl(argv, printed, sizeof(printed)), 0);
@@ -479,11 +479,11 @@ test_identity(void **state)
     console_expect(&r, 200, "{\"database_id\":\"");
     assert_non_null(strstr(r.head, "Content-Type: application/json"));
     assert_string_equal(r.body, printed);
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* read-only: a POST to it is no action */
     r = console_post(f->port, "/api/v1/identity", "{}");
     console_expect(&r, 403, "read-only");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- escaping and bad input ---- */
@@ -492,7 +492,7 @@ static void
 test_escaping(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     harness_exec(f->conn, "SELECT outbox.pause('orders', '<script>pause()</script>',"
                           " '<script>reason()</script>')");
@@ -504,40 +504,40 @@ test_escaping(void **state)
         assert_null(strstr(r.body, "<script>"));
         assert_null(strstr(r.body, "<img"));
         assert_null(strstr(r.body, "<b>bold"));
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     r = console_get(f->port, "/dead");
     assert_non_null(strstr(r.body, "&lt;img src=x onerror=alert(1)&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;alert(2)&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;b&gt;bold&lt;/b&gt;"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/keys");
     assert_non_null(strstr(r.body, "&lt;script&gt;pause()&lt;/script&gt;"));
     assert_non_null(strstr(r.body, "&lt;script&gt;reason()&lt;/script&gt;"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a filter value echoed into the page is escaped too */
     r = console_get(f->port, "/dead?queue=%22%3E%3Cscript%3Ex()%3C/script%3E");
     console_expect(&r, 200, "&quot;&gt;&lt;script&gt;x()");
     assert_null(strstr(r.body, "<script>"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* JSON escapes < and > so a misread answer cannot become markup */
     r = console_get(f->port, "/api/v1/blocked");
     console_expect(&r, 200, "\\u003cscript\\u003ealert(2)\\u003c/script\\u003e");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* queue names cannot hold markup at all: the schema refuses them */
     r = console_post(f->port, "/api/v1/pause", "{\"queue\":\"<script>\"}");
     console_expect(&r, 400, "invalid outbox queue name");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* Asserts a 400 whose body is one line of JSON naming reason. */
 static void
-expect_bad(struct console_reply r, const char *reason)
+expect_bad(struct http_reply r, const char *reason)
 {
     console_expect(&r, 400, reason);
     assert_non_null(strchr(r.body, '\n'));
     assert_int_equal(strchr(r.body, '\n')[1], '\0');
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void
@@ -587,13 +587,13 @@ test_bad_input(void **state)
                      1);
     /* a media type with parameters, in any case, is still JSON */
     {
-        struct console_reply r = http(f->port, "POST", "/api/v1/pause",
-                                      CONSOLE_BEARER "Content-Type: "
-                                                     "Application/JSON; charset=utf-8\r\n",
-                                      "{\"queue\":\"orders\"}");
+        struct http_reply r = http(f->port, "POST", "/api/v1/pause",
+                                   CONSOLE_BEARER "Content-Type: "
+                                                  "Application/JSON; charset=utf-8\r\n",
+                                   "{\"queue\":\"orders\"}");
 
         console_expect(&r, 200, "\"changed\":true");
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
 }
 
@@ -604,34 +604,34 @@ test_loopback_without_token(void **state)
     struct fixture *f = *state;
     const char *options[] = {"--allow-actions", NULL};
     char headers[256], csrf[80] = "";
-    struct console_reply r;
+    struct http_reply r;
     const char *at;
 
     start_console(f, options);
     r = http(f->port, "GET", "/api/v1/queues", NULL, NULL);
     console_expect(&r, 200, "\"queue\":\"orders\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = http(f->port, "POST", "/api/v1/pause", "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "csrf");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a bearer header means nothing without a token file: still no CSRF token, still 403 */
     r = http(f->port, "POST", "/api/v1/pause", CONSOLE_BEARER "Content-Type: application/json\r\n",
              "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "csrf");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 0);
     r = http(f->port, "GET", "/api/v1/session", NULL, NULL);
     console_expect(&r, 200, "\"identity\":\"anonymous\"");
     at = strstr(r.body, "\"csrf_token\":\"");
     assert_non_null(at);
     sscanf(at + strlen("\"csrf_token\":\""), "%64[0-9a-f]", csrf);
-    console_reply_free(&r);
+    http_reply_free(&r);
     snprintf(headers, sizeof(headers),
              "Content-Type: application/json\r\nX-CSRF-Token: %s\r\n", csrf);
     r = http(f->port, "POST", "/api/v1/pause", headers, "{\"queue\":\"orders\"}");
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.paused"), 1);
 }
 
@@ -657,7 +657,7 @@ test_streams(void **state)
     struct fixture *f = *state;
     long long lag[2];
     PGconn *holder;
-    struct console_reply r;
+    struct http_reply r;
 
     harness_exec(f->conn, "SELECT outbox.stream_enable('events', 2);"
                           "SELECT outbox.enqueue('events', jsonb_build_object('n', i))"
@@ -679,12 +679,12 @@ test_streams(void **state)
     assert_null(strstr(r.body, "\"owner\":\""));
     assert_null(strstr(r.body, "\"lease_until\":\""));
     expect_part(r.body, "\"horizon\":null}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "{\"queue\":\"events\",\"ready\":0,\"running\":0,\"succeeded\":0,\"dead\":0,");
     expect_part(r.body, "\"stream\":true,\"stream_published\":0,\"stream_waiting\":7}");
     expect_part(r.body, "\"stream\":false,\"stream_published\":0,\"stream_waiting\":0}");
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* partition 0 published and owned: its rows count as published, its owner shows */
     harness_exec(f->conn, "UPDATE outbox.stream_cursor AS c"
@@ -699,11 +699,11 @@ test_streams(void **state)
     console_expect(&r, 200, "\"partition\":0,\"lag_rows\":0,\"lag_seconds\":0.000,"
                     "\"owner\":\"relay-\\u003cs\\u003e\",\"lease_until\":\"20");
     expect_part(r.body, "\"partition\":1,\"lag_rows\":%lld,", lag[1]);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     expect_part(r.body, "\"stream\":true,\"stream_published\":%lld,\"stream_waiting\":%lld}",
                 lag[0], lag[1]);
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* a transaction with an xid held open on another session holds the horizon */
     holder = f->other = harness_connect(f->url);
@@ -711,7 +711,7 @@ test_streams(void **state)
     r = console_get(f->port, "/api/v1/streams");
     expect_part(r.body, "\"horizon\":{\"pid\":%d,\"age_seconds\":", PQbackendPID(holder));
     expect_part(r.body, "\"query\":\"BEGIN; SELECT pg_current_xact_id(), '\\u003cb\\u003eheld");
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* the overview page: the queue marked, the partitions, the holder, all escaped */
     r = console_get(f->port, "/");
@@ -724,7 +724,7 @@ test_streams(void **state)
     expect_part(r.body, "pid <span class=\"pid\">%d</span>", PQbackendPID(holder));
     expect_part(r.body, "&lt;b&gt;held&lt;/b&gt;");
     assert_null(strstr(r.body, "<b>held"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     harness_exec(holder, "ROLLBACK");
 }
 
@@ -796,10 +796,10 @@ test_token_file_rules(void **state)
     write_file(f->token_file, CONSOLE_TOKEN " \t\r\n", 0400);
     start_with_token(f, false);
     {
-        struct console_reply r = console_get(f->port, "/api/v1/queues");
+        struct http_reply r = console_get(f->port, "/api/v1/queues");
 
         console_expect(&r, 200, "\"queue\":\"orders\"");
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
 }
 
@@ -826,7 +826,7 @@ test_database_down(void **state)
 {
     struct fixture *f = *state;
     char url[128];
-    struct console_reply r;
+    struct http_reply r;
 
     snprintf(url, sizeof(url), "postgresql://postgres@127.0.0.1:%d/postgres",
              harness_closed_port());
@@ -834,17 +834,17 @@ test_database_down(void **state)
     start_with_token(f, true);
     r = console_get(f->port, "/");
     console_expect(&r, 503, "id=\"database-banner\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/dead");
     console_expect(&r, 503, "Database unavailable");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 503, "unable to connect to the database");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* still serving */
     r = console_get(f->port, "/replay");
     console_expect(&r, 200, "replay-form");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 int

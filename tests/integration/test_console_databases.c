@@ -227,7 +227,7 @@ test_databases_view(void **state)
                             NULL};
     char extra[512], version[64];
     struct timespec start;
-    struct console_reply r;
+    struct http_reply r;
 
     harness_exec(f->conns[1], "SELECT outbox.database_lease_take('relay-x', 60)");
     harness_exec(f->conns[2], "SELECT outbox.database_pause('maintenance')");
@@ -252,7 +252,7 @@ test_databases_view(void **state)
     expect_entry(r.body, "missing", missing);
     expect_entry(r.body, "silent", silent);
     expect_in(r.body, "\"list_error\":null");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* the page: a row per database, the error of the missing one, the totals line */
     r = console_get(f->port, "/databases");
     console_expect(&r, 200, "<tr data-database=\"missing\">");
@@ -260,7 +260,7 @@ test_databases_view(void **state)
     expect_in(r.body, "<a href=\"/?database=beta\">beta</a>");
     expect_in(r.body, "5 databases: 3 ok, 2 failed, 1 paused; ready 3, running 1, dead 1");
     expect_in(r.body, "paused since ");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- the other endpoints, on the database of database=NAME ---- */
@@ -269,47 +269,47 @@ static void
 test_endpoints_per_database(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     start_console(f);
     r = console_get(f->port, "/api/v1/queues?database=beta");
     console_expect(&r, 200, "\"queue\":\"billing\"");
     assert_null(strstr(r.body, "orders"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues"); /* the first database of the list */
     console_expect(&r, 200, "\"queue\":\"orders\"");
     assert_null(strstr(r.body, "billing"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/dead?database=alpha");
     console_expect(&r, 200, "\"queue\":\"orders\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/dead?database=beta");
     console_expect(&r, 200, "[]");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* the pages carry their database in their links and forms, and switch it */
     r = console_get(f->port, "/keys?database=beta");
     console_expect(&r, 200, "<a href=\"/dead?database=beta\">");
     expect_in(r.body, "data-api=\"/api/v1/pause?database=beta\"");
     expect_in(r.body, "<option value=\"beta\" selected>");
     expect_in(r.body, "<option value=\"gamma\">");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/?database=beta");
     console_expect(&r, 200, "href=\"/dead?queue=billing&amp;database=beta\"");
     assert_null(strstr(r.body, "data-queue=\"orders\""));
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void
 test_action_on_one_database(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     start_console(f);
     r = console_post(f->port, "/api/v1/pause?database=beta",
                      "{\"queue\":\"orders\",\"reason\":\"beta only\"}");
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[1], "SELECT count(*) FROM outbox.paused"
                                                    " WHERE queue = 'orders'"),
                      1);
@@ -317,11 +317,11 @@ test_action_on_one_database(void **state)
     assert_int_equal(harness_query_ll(f->conns[2], "SELECT count(*) FROM outbox.paused"), 0);
     r = console_get(f->port, "/api/v1/paused?database=beta");
     console_expect(&r, 200, "\"reason\":\"beta only\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* the dead rows of orders retried on alpha: the others have none to retry */
     r = console_post(f->port, "/api/v1/dead/retry?database=alpha", "{\"queue\":\"orders\"}");
     console_expect(&r, 200, "\"retried\":1");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[0], "SELECT count(*) FROM outbox.job"
                                                    " WHERE state = 'dead'"),
                      0);
@@ -332,7 +332,7 @@ test_action_on_one_database(void **state)
                                 (const char *[]){"--auth-token-file", f->token_file, NULL});
     r = console_post(f->port, "/api/v1/resume?database=beta", "{\"queue\":\"orders\"}");
     console_expect(&r, 403, "read-only");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(harness_query_ll(f->conns[1], "SELECT count(*) FROM outbox.paused"), 1);
 }
 
@@ -340,26 +340,26 @@ static void
 test_unknown_database(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
 
     start_console(f);
     r = console_get(f->port, "/api/v1/queues?database=nope");
     console_expect(&r, 404, "{\"error\":\"no database 'nope' in the console's list\"}\n");
     assert_int_equal(strchr(r.body, '\n') - r.body + 1, (long)strlen(r.body)); /* one line */
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_post(f->port, "/api/v1/pause?database=nope", "{\"queue\":\"orders\"}");
     console_expect(&r, 404, "no database 'nope'");
-    console_reply_free(&r);
+    http_reply_free(&r);
     for (int i = 0; i < DATABASES; i++)
         assert_int_equal(harness_query_ll(f->conns[i], "SELECT count(*) FROM outbox.paused"), 0);
     r = console_get(f->port, "/dead?database=nope");
     console_expect(&r, 404, "no database 'nope'");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a name is echoed escaped, never as markup */
     r = console_get(f->port, "/api/v1/queues?database=%3Cscript%3E");
     console_expect(&r, 404, "\\u003cscript\\u003e");
     assert_null(strstr(r.body, "<script>"));
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- the list's file, followed ---- */
@@ -369,10 +369,10 @@ static bool
 databases_say_within(const struct fixture *f, const char *part)
 {
     for (int waited = 0; waited < 10000; waited += 200) {
-        struct console_reply r = console_get(f->port, "/api/v1/databases");
+        struct http_reply r = console_get(f->port, "/api/v1/databases");
         bool found = r.status == 200 && strstr(r.body, part) != NULL;
 
-        console_reply_free(&r);
+        http_reply_free(&r);
         if (found)
             return true;
         usleep(200 * 1000);
@@ -386,7 +386,7 @@ test_list_followed(void **state)
     struct fixture *f = *state;
     char extra[512];
     struct timespec start;
-    struct console_reply r;
+    struct http_reply r;
     PGconn *conn;
 
     f->extra_url = harness_database_new(); /* migrated already */
@@ -396,7 +396,7 @@ test_list_followed(void **state)
     start_console(f);
     r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 404, "no database 'delta'");
-    console_reply_free(&r);
+    http_reply_free(&r);
     snprintf(extra, sizeof(extra), "delta %s\n", f->extra_url);
     write_list(f, extra);
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -405,22 +405,22 @@ test_list_followed(void **state)
         fail_msg("the database added showed after %ld ms", milliseconds_since(&start));
     r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 200, "\"queue\":\"delta_queue\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a bad file keeps the list in use, and says why */
     write_list(f, "delta not a url at all\n");
     assert_true(databases_say_within(f, "\"list_error\":\"--databases "));
     r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 200, "\"queue\":\"delta_queue\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/databases");
     console_expect(&r, 200, "id=\"list-error\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a good file again: delta is gone from the console */
     write_list(f, "");
     assert_true(databases_say_within(f, "\"list_error\":null"));
     r = console_get(f->port, "/api/v1/queues?database=delta");
     console_expect(&r, 404, "no database 'delta'");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- one database: --database-url ---- */
@@ -434,7 +434,7 @@ test_single_database(void **state)
                           NULL};
     const char *name = strrchr(f->urls[1], '/') + 1;
     char output[4096], entry[128];
-    struct console_reply r;
+    struct http_reply r;
 
     f->port = harness_closed_port();
     f->pid = console_start(f->port, f->urls[1], options);
@@ -443,15 +443,15 @@ test_single_database(void **state)
     console_expect(&r, 200, entry);
     expect_in(r.body, "\"totals\":{\"databases\":1,\"ok\":1,\"failed\":0,\"paused\":0,"
                       "\"ready\":1,\"running\":1,\"dead\":0,\"waiting\":0}");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, "\"queue\":\"billing\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* no selector without a list */
     r = console_get(f->port, "/");
     console_expect(&r, 200, "data-queue=\"billing\"");
     assert_null(strstr(r.body, "<select name=\"database\""));
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(fixture_run_outboxctl(both, output, sizeof(output)), 2);
     expect_in(output, "--databases and --database-url exclude each other");
 }

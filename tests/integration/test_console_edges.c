@@ -86,10 +86,10 @@ dead_rows(const struct fixture *f)
 }
 
 static void
-expect(struct console_reply r, int status, const char *body_part)
+expect(struct http_reply r, int status, const char *body_part)
 {
     console_expect(&r, status, body_part);
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* Runs `outboxctl --database-url URL dead retry` with one more word (or none); its exit status. */
@@ -150,13 +150,13 @@ static void
 test_dead_api_escapes_payloads(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r = console_get(f->port, "/api/v1/dead?queue=orders&limit=1");
+    struct http_reply r = console_get(f->port, "/api/v1/dead?queue=orders&limit=1");
 
     console_expect(&r, 200, "\\u003c/script\\u003e\\u003cb\\u003e");
     assert_non_null(strstr(r.body, "\\u003ci\\u003e\\u0026"));
     assert_null(strchr(r.body, '<'));
     assert_null(strchr(r.body, '>'));
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /*
@@ -237,10 +237,10 @@ test_bearer_in_any_case(void **state)
 {
     struct fixture *f = *state;
 
-    expect(console_http(f->port, "GET", "/api/v1/session",
+    expect(http_request(f->port, "GET", "/api/v1/session",
                         "Authorization: bearer " CONSOLE_TOKEN "\r\n", NULL, 20),
            200, "\"identity\":\"bearer\"");
-    expect(console_http(f->port, "GET", "/api/v1/session",
+    expect(http_request(f->port, "GET", "/api/v1/session",
                         "Authorization: BEARER " CONSOLE_TOKEN "\r\n", NULL, 20),
            200, "\"identity\":\"bearer\"");
 }
@@ -256,18 +256,18 @@ test_failed_logins_throttled(void **state)
     int refused = 0, throttled = 0;
 
     for (int i = 0; i < 15; i++) {
-        struct console_reply r = console_http(f->port, "GET", "/api/v1/queues",
-                                              "Authorization: Bearer wrong-token-0000000\r\n",
-                                              NULL, 20);
+        struct http_reply r =
+            http_request(f->port, "GET", "/api/v1/queues",
+                         "Authorization: Bearer wrong-token-0000000\r\n", NULL, 20);
 
         refused += r.status == 401;
         throttled += r.status == 429;
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     assert_int_equal(refused, 10);
     assert_int_equal(throttled, 5);
     expect(console_get(f->port, "/api/v1/queues"), 429, "too many failed logins");
-    expect(console_http(f->port, "POST", "/login",
+    expect(http_request(f->port, "POST", "/login",
                         "Content-Type: application/x-www-form-urlencoded\r\n",
                         "token=" CONSOLE_TOKEN, 20),
            429, "too many failed logins");
@@ -297,13 +297,13 @@ test_cheap_requests_not_behind_slow_ones(void **state)
     usleep(300 * 1000); /* the workers now wait for the lock */
     for (size_t i = 0; i < sizeof(cheap) / sizeof(cheap[0]); i++) {
         double started = clock_monotonic_seconds();
-        struct console_reply r = console_http(f->port, "GET", cheap[i], CONSOLE_BEARER, NULL, 5);
+        struct http_reply r = http_request(f->port, "GET", cheap[i], CONSOLE_BEARER, NULL, 5);
         double took = clock_monotonic_seconds() - started;
 
         if (r.status != 200 || took > 0.5)
             fail_msg("%s: %d after %.2f s behind slow pages, expected 200 at once", cheap[i],
                      r.status, took);
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     harness_exec(f->other, "COMMIT");
     for (int i = 0; i < 8; i++)
@@ -321,7 +321,7 @@ static void
 test_succeeded_estimate_at_scale(void **state)
 {
     struct fixture *f = *state;
-    struct console_reply r;
+    struct http_reply r;
     long long total = 0;
     int queues = 0;
     char *p;
@@ -335,7 +335,7 @@ test_succeeded_estimate_at_scale(void **state)
                           "ANALYZE outbox.job");
     r = console_get(f->port, "/api/v1/overview");
     console_expect(&r, 200, "\"succeeded_estimated\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = console_get(f->port, "/api/v1/queues");
     console_expect(&r, 200, NULL);
     for (p = strstr(r.body, "{\"queue\":\"q"); p != NULL; p = strstr(p + 1, "{\"queue\":\"q")) {
@@ -350,7 +350,7 @@ test_succeeded_estimate_at_scale(void **state)
         total += succeeded;
         queues++;
     }
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(queues, 200);
     if (llabs(total - 180000) > 9000)
         fail_msg("succeeded in all: %lld estimated for 180000", total);
@@ -360,7 +360,7 @@ test_succeeded_estimate_at_scale(void **state)
 static long long
 chart_published(const struct fixture *f)
 {
-    struct console_reply r = console_get(f->port, "/api/v1/chart");
+    struct http_reply r = console_get(f->port, "/api/v1/chart");
     long long total = 0, n;
 
     console_expect(&r, 200, "\"minutes\":[");
@@ -368,7 +368,7 @@ chart_published(const struct fixture *f)
          p = strstr(p + 1, "\"published\":"))
         if (sscanf(p, "\"published\":%lld", &n) == 1)
             total += n;
-    console_reply_free(&r);
+    http_reply_free(&r);
     return total;
 }
 

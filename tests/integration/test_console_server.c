@@ -106,23 +106,23 @@ static void
 expect_answered_within(const struct fixture *f, double seconds)
 {
     double started;
-    struct console_reply r;
+    struct http_reply r;
     double took;
     int status;
 
     if (harness_time_scale() > 1)
         seconds = REQUEST_DEADLINE_SECONDS / 2.0;
     started = now_seconds();
-    r = console_http(f->port, "GET", "/api/v1/queues", NULL, NULL, 5);
+    r = http_request(f->port, "GET", "/api/v1/queues", NULL, NULL, 5);
     took = now_seconds() - started;
     status = r.status;
     if (status != 200 || took > seconds) {
-        console_reply_free(&r);
+        http_reply_free(&r);
         fail_msg("a real request took %.2f s (status %d), expected 200 within %.1f s", took,
                  status, seconds);
     }
     console_expect(&r, 200, "\"queue\":\"orders\"");
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /*
@@ -212,7 +212,7 @@ test_a_slow_query_holds_nobody_up(void **state)
     const char *options[] = {NULL};
     struct fixture *f = *state;
     PGconn *locker = f->other = harness_connect(f->url);
-    struct console_reply r;
+    struct http_reply r;
     int fd;
 
     f->pid = console_start(f->port, f->url, options);
@@ -225,9 +225,9 @@ test_a_slow_query_holds_nobody_up(void **state)
     for (int i = 0; i < 3; i++) {
         double started = now_seconds();
 
-        r = console_http(f->port, "GET", "/api/v1/dead?queue=orders", NULL, NULL, 5);
+        r = http_request(f->port, "GET", "/api/v1/dead?queue=orders", NULL, NULL, 5);
         console_expect(&r, 200, NULL);
-        console_reply_free(&r);
+        http_reply_free(&r);
         assert_true(now_seconds() - started < 1.5);
     }
     harness_exec(locker, "COMMIT");
@@ -270,14 +270,14 @@ test_stop_while_a_query_waits_on_a_lock(void **state)
 /* ---- Host and Origin ---- */
 
 /* GET path with the Host line host (NULL: none at all) and extra header lines. */
-static struct console_reply
+static struct http_reply
 get_as(const struct fixture *f, const char *host, const char *path)
 {
     char extra[256];
 
     if (host == NULL) {
         char request[256], answer[1024] = "";
-        struct console_reply r = {0};
+        struct http_reply r = {0};
         int fd = fixture_connect_loopback(f->port, 5);
         ssize_t n;
 
@@ -291,24 +291,24 @@ get_as(const struct fixture *f, const char *host, const char *path)
         return r;
     }
     snprintf(extra, sizeof(extra), "Host: %s\r\n", host);
-    return console_http(f->port, "GET", path, extra, NULL, 5);
+    return http_request(f->port, "GET", path, extra, NULL, 5);
 }
 
 /* The CSRF token of a console without a token file, asked as 127.0.0.1. */
 static void
 anonymous_csrf(const struct fixture *f, char *csrf, size_t size)
 {
-    struct console_reply r = console_http(f->port, "GET", "/api/v1/session", NULL, NULL, 5);
+    struct http_reply r = http_request(f->port, "GET", "/api/v1/session", NULL, NULL, 5);
     const char *at;
 
     console_expect(&r, 200, "\"csrf_token\":\"");
     at = strstr(r.body, "\"csrf_token\":\"") + strlen("\"csrf_token\":\"");
     snprintf(csrf, size, "%.64s", at);
-    console_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* POST /api/v1/pause of orders with csrf, the Host line host and Origin origin (NULL: none). */
-static struct console_reply
+static struct http_reply
 pause_as(const struct fixture *f, const char *host, const char *origin, const char *csrf)
 {
     char extra[512];
@@ -316,7 +316,7 @@ pause_as(const struct fixture *f, const char *host, const char *origin, const ch
     snprintf(extra, sizeof(extra),
              "Host: %s\r\nContent-Type: application/json\r\nX-CSRF-Token: %s\r\n%s%s%s", host,
              csrf, origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "");
-    return console_http(f->port, "POST", "/api/v1/pause", extra, "{\"queue\":\"orders\"}", 5);
+    return http_request(f->port, "POST", "/api/v1/pause", extra, "{\"queue\":\"orders\"}", 5);
 }
 
 static long long
@@ -337,58 +337,58 @@ test_host_names(void **state)
     struct fixture *f = *state;
     char host[128], csrf[80], origin[160];
     static const char *const names[] = {"127.0.0.1", "localhost", "LocalHost", "[::1]"};
-    struct console_reply r;
+    struct http_reply r;
 
     f->pid = console_start(f->port, f->url, options);
     snprintf(host, sizeof(host), "rebind.attacker.example:%d", f->port);
     r = get_as(f, host, "/api/v1/session");
     console_expect(&r, 403, "host");
     assert_null(strstr(r.body, "csrf_token"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = get_as(f, "rebind.attacker.example", "/");
     console_expect(&r, 403, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     anonymous_csrf(f, csrf, sizeof(csrf));
     r = pause_as(f, host, NULL, csrf);
     console_expect(&r, 403, "host");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(paused_count(f), 0);
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(host, sizeof(host), "%s:%d", names[i], f->port);
         r = get_as(f, host, "/api/v1/queues");
         console_expect(&r, 200, "\"queue\":\"orders\"");
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     r = get_as(f, "127.0.0.1:1", "/api/v1/queues"); /* not the port it listens on */
     console_expect(&r, 403, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = get_as(f, NULL, "/api/v1/queues");
     assert_int_equal(r.status, 400);
-    console_reply_free(&r);
+    http_reply_free(&r);
 
     /* every POST from a browser names its page's origin: it must be the console's */
     snprintf(host, sizeof(host), "127.0.0.1:%d", f->port);
     snprintf(origin, sizeof(origin), "http://rebind.attacker.example:%d", f->port);
     r = pause_as(f, host, origin, csrf);
     console_expect(&r, 403, "origin");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = pause_as(f, host, "null", csrf);
     console_expect(&r, 403, "origin");
-    console_reply_free(&r);
+    http_reply_free(&r);
     snprintf(origin, sizeof(origin), "http://127.0.0.1:%d/path", f->port);
     r = pause_as(f, host, origin, csrf);
     console_expect(&r, 403, "origin");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(paused_count(f), 0);
     snprintf(origin, sizeof(origin), "http://localhost:%d", f->port);
     r = pause_as(f, host, origin, csrf);
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     /* a script without a browser sends no Origin */
     r = pause_as(f, host, NULL, csrf);
     console_expect(&r, 200, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(paused_count(f), 1);
 }
 
@@ -399,29 +399,29 @@ test_allow_host(void **state)
     const char *options[] = {"--allow-actions", "--allow-host", "console.example", NULL};
     struct fixture *f = *state;
     char host[128], csrf[80];
-    struct console_reply r;
+    struct http_reply r;
 
     f->pid = console_start(f->port, f->url, options);
     r = get_as(f, "Console.Example:443", "/api/v1/queues");
     console_expect(&r, 200, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = get_as(f, "console.example", "/api/v1/queues");
     console_expect(&r, 200, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = get_as(f, "console.example.evil:443", "/api/v1/queues");
     console_expect(&r, 403, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     snprintf(host, sizeof(host), "127.0.0.1:%d", f->port);
     r = get_as(f, host, "/api/v1/queues");
     console_expect(&r, 200, NULL);
-    console_reply_free(&r);
+    http_reply_free(&r);
     anonymous_csrf(f, csrf, sizeof(csrf));
     r = pause_as(f, "console.example", "https://console.example", csrf);
     console_expect(&r, 200, "\"changed\":true");
-    console_reply_free(&r);
+    http_reply_free(&r);
     r = pause_as(f, "console.example", "https://other.example", csrf);
     console_expect(&r, 403, "origin");
-    console_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(paused_count(f), 1);
 }
 
@@ -445,13 +445,13 @@ test_every_address(void **state)
     f->pid = console_start(f->port, f->url, options);
     for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
         char extra[160];
-        struct console_reply r;
+        struct http_reply r;
 
         snprintf(host, sizeof(host), "%s:%d", hosts[i][0], f->port);
         snprintf(extra, sizeof(extra), "Host: %s\r\n" CONSOLE_BEARER, host);
-        r = console_http(f->port, "GET", "/api/v1/queues", extra, NULL, 5);
+        r = http_request(f->port, "GET", "/api/v1/queues", extra, NULL, 5);
         console_expect(&r, atoi(hosts[i][1]), NULL);
-        console_reply_free(&r);
+        http_reply_free(&r);
     }
     unlink(token_file);
 }
@@ -463,16 +463,16 @@ test_login_from_another_origin(void **state)
     struct fixture *f = *state;
     char token_file[128], extra[256];
     const char *options[] = {"--auth-token-file", token_file, NULL};
-    struct console_reply r;
+    struct http_reply r;
 
     console_token_file(token_file, sizeof(token_file), "console-host");
     f->pid = console_start(f->port, f->url, options);
     snprintf(extra, sizeof(extra), "Host: 127.0.0.1:%d\r\nOrigin: http://attacker.example\r\n",
              f->port);
-    r = console_http(f->port, "POST", "/login", extra, "token=" CONSOLE_TOKEN, 5);
+    r = http_request(f->port, "POST", "/login", extra, "token=" CONSOLE_TOKEN, 5);
     console_expect(&r, 403, "origin");
     assert_null(strstr(r.head, "Set-Cookie"));
-    console_reply_free(&r);
+    http_reply_free(&r);
     unlink(token_file);
 }
 
