@@ -25,7 +25,7 @@ from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.bindings import kafka as ce_kafka
 from cloudevents.core.formats.json import JSONFormat
 
-from standards import ENV, RELAY, Report, brokers, database, query
+from standards import ENV, MESSAGE_IDS, RELAY, Report, brokers, database, query
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 # (payload, headers, ordering key): what a producer writes; the queue is "tq"
@@ -52,6 +52,8 @@ def enqueue(url):
             out[cur.fetchone()[0]] = (payload, headers, key)
         cur.execute("SELECT job_id, extract(epoch FROM created_at) FROM outbox.job")
         created = dict(cur.fetchall())
+        cur.execute(MESSAGE_IDS)
+        created["message_ids"] = dict(cur.fetchall())
     conn.close()
     return out, created
 
@@ -148,7 +150,7 @@ READERS = {"amqp": read_amqp, "redis": read_redis, "nats": read_nats, "kafka": r
 
 def check_event(event, message_id, rows, created, database_id):
     """Problems of one parsed event, compared with the row it came from."""
-    job_id = int(message_id.rsplit(":", 1)[-1])
+    job_id = created["message_ids"][message_id]
     payload, headers, key = rows[job_id]
     attributes = event.get_attributes()
     want = {

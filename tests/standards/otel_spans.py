@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 from otlp_receiver import Receiver
-from standards import ENV, RELAY, Report, brokers, database, free_port, query
+from standards import ENV, MESSAGE_IDS, RELAY, Report, brokers, database, free_port, query
 
 SAMPLED = "00-%032x-%016x-01"
 UNSAMPLED = "00-%032x-%016x-00"
@@ -130,12 +130,12 @@ def case_parent(broker):
         if relay.returncode != 0:
             return ["relay exited %d: %s" % (relay.returncode, relay.stderr[-400:])]
         spans = receiver.taken()
-        database_id = query(url, "SELECT database_id || ':' || epoch FROM outbox.identity")[0][0]
+        message_ids = {job_id: message_id for message_id, job_id in query(url, MESSAGE_IDS)}
         by_id = {s["attributes"].get("messaging.message.id"): s for s in spans}
         problems = [] if len(spans) == 25 else ["%d spans, expected 25 (20 sampled parents,"
                                                 " 5 roots; 5 unsampled parents none)" % len(spans)]
         for job_id, row in zip(ids, rows):
-            message_id = "%s:%d" % (database_id, job_id)
+            message_id = message_ids[job_id]
             if row[1] and row[1].endswith("-00"):
                 if message_id in by_id:
                     problems.append("%s: a span for a row whose parent was not sampled" % job_id)

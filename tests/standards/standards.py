@@ -18,6 +18,13 @@ import brokers  # noqa: E402,F401  (re-exported for the tests)
 ENV = dict(os.environ)
 RELAY = os.path.join(ENV["OUTBOX_BIN"], "outbox-relay")
 
+# Each row's message id as the database's id form makes it: (message id, job id) per row.
+MESSAGE_IDS = """
+    SELECT CASE i.id_form WHEN 'uid' THEN i.database_id || ':' || j.message_uid
+                          WHEN 'database' THEN i.database_id || ':' || i.epoch || ':' || j.job_id
+                          ELSE j.job_id::text END, j.job_id
+      FROM outbox.job AS j, outbox.identity AS i"""
+
 
 def database(name):
     """A fresh database of the stack, cloned from the migrated template; returns its URL."""
