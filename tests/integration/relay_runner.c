@@ -201,6 +201,9 @@ wait_for_value(PGconn *conn, const char *sql, long long expected, int timeout_ms
         usleep(50 * 1000);
         value = harness_query_ll(conn, sql);
     }
+    if (value != expected) /* a wait that runs out costs its whole timeout: say so */
+        fprintf(stderr, "wait_for_value: %lld, not %lld, after %d ms: %s\n", value, expected,
+                timeout_ms, sql);
     return value;
 }
 
