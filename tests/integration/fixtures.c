@@ -200,12 +200,7 @@ fixture_redis_open(struct fixture_redis *f, const char *name, const char *stream
 void
 fixture_redis_close(struct fixture_redis *f)
 {
-    char tagged[sizeof(f->prefix) + 1];
-
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    /* the keys of a cluster hash tag, "{<prefix>...", besides those of the prefix */
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
+    stream_consumer_delete_test_keys(f->redis, f->prefix);
     redisFree(f->redis);
     PQfinish(f->conn);
     harness_database_drop(f->url);

@@ -307,3 +307,13 @@ stream_consumer_delete_prefix(redisContext *context, const char *prefix)
 {
     return scan_prefix(context, prefix, true);
 }
+
+void
+stream_consumer_delete_test_keys(redisContext *context, const char *prefix)
+{
+    char tagged[256];
+
+    scan_prefix(context, prefix, true);
+    snprintf(tagged, sizeof(tagged), "{%s", prefix);
+    scan_prefix(context, tagged, true);
+}

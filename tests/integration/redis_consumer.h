@@ -64,4 +64,10 @@ long long stream_consumer_count_prefix(redisContext *context, const char *prefix
 /* Deletes every key that starts with prefix (SCAN + UNLINK); the count or -1. */
 long long stream_consumer_delete_prefix(redisContext *context, const char *prefix);
 
+/*
+ * Deletes a test's keys: those of prefix and those of "{" + prefix (the
+ * relay's dedup and order records, hash-tagged for a cluster).
+ */
+void stream_consumer_delete_test_keys(redisContext *context, const char *prefix);
+
 #endif

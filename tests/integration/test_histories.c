@@ -80,11 +80,7 @@ redis_open(struct fixture *f)
 static void
 redis_close(struct fixture *f)
 {
-    char tagged[80];
-
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
+    stream_consumer_delete_test_keys(f->redis, f->prefix);
     redisFree(f->redis);
 }
 

@@ -81,11 +81,7 @@ teardown(void **state)
     if (f->postgres_down)
         harness_stack("start-service", "postgres");
     if (redis != NULL) {
-        char records[80]; /* the dedup records: "{<stream>}:outbox-dedup:..." */
-
-        snprintf(records, sizeof(records), "{%s", f->run.prefix);
-        stream_consumer_delete_prefix(redis, f->run.prefix);
-        stream_consumer_delete_prefix(redis, records);
+        stream_consumer_delete_test_keys(redis, f->run.prefix);
         redisFree(redis);
     }
     if (f->postgres_down) { /* the connections died with the server */

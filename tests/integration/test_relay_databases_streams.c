@@ -82,11 +82,7 @@ teardown(void **state)
             harness_wait_exit(f->relays[k].pid, 5000);
         }
     if (redis != NULL) {
-        char records[80]; /* the dedup records: "{<stream>}:outbox-dedup:..." */
-
-        snprintf(records, sizeof(records), "{%s", f->run.prefix);
-        stream_consumer_delete_prefix(redis, f->run.prefix);
-        stream_consumer_delete_prefix(redis, records);
+        stream_consumer_delete_test_keys(redis, f->run.prefix);
         redisFree(redis);
     }
     list_run_drop(&f->run);

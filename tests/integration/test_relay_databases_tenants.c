@@ -63,11 +63,7 @@ teardown(void **state)
         harness_wait_exit(f->relay.pid, 5000);
     }
     if (redis != NULL) {
-        char records[80]; /* the dedup records: "{<stream>}:outbox-dedup:..." */
-
-        snprintf(records, sizeof(records), "{%s", f->run.prefix);
-        stream_consumer_delete_prefix(redis, f->run.prefix);
-        stream_consumer_delete_prefix(redis, records);
+        stream_consumer_delete_test_keys(redis, f->run.prefix);
         redisFree(redis);
     }
     PQfinish(f->producer);

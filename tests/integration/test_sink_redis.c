@@ -207,7 +207,7 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
-    char user[64], dedup_prefix[sizeof(f->prefix) + 1];
+    char user[64];
 
     if (f == NULL)
         return 0;
@@ -223,9 +223,7 @@ teardown(void **state)
     if (f->busy_threshold)
         freeReplyObject(
             run(f->consumer, "CONFIG", "SET", "busy-reply-threshold", "5000", (const char *)NULL));
-    stream_consumer_delete_prefix(f->consumer, f->prefix);
-    snprintf(dedup_prefix, sizeof(dedup_prefix), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->consumer, dedup_prefix);
+    stream_consumer_delete_test_keys(f->consumer, f->prefix);
     snprintf(user, sizeof(user), "outbox-test-%ld", (long)getpid());
     freeReplyObject(run(f->consumer, "ACL", "DELUSER", user, (const char *)NULL));
     redisFree(f->consumer);

@@ -66,13 +66,9 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
-    char tagged[sizeof(f->prefix) + 1];
-
     if (f == NULL)
         return 0;
-    stream_consumer_delete_prefix(f->consumer, f->prefix);
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->consumer, tagged);
+    stream_consumer_delete_test_keys(f->consumer, f->prefix);
     redisFree(f->consumer);
     free(f);
     return 0;

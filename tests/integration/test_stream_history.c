@@ -33,28 +33,13 @@
 #include "redis_consumer.h"
 #include "relay_runner.h"
 
-struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96];
-};
-
 static int
 setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
+    struct fixture_redis *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "stream-history-%d:", (int)getpid());
-    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    fixture_redis_open(f, "stream-history", "ev");
     *state = f;
     return 0;
 }
@@ -62,26 +47,20 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-    struct fixture *f = *state;
-    char tagged[80];
+    struct fixture_redis *f = *state;
     PGconn *admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
 
     harness_exec(admin, "ALTER SYSTEM RESET wal_writer_delay");
     harness_exec(admin, "SELECT pg_reload_conf()");
     PQfinish(admin);
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(f);
     free(f);
     return 0;
 }
 
 /* How many entries of the stream have a payload holding text. */
 static long long
-entries_with(struct fixture *f, const char *text)
+entries_with(struct fixture_redis *f, const char *text)
 {
     struct stream_consumer_stream stream = {0};
     long long count = 0;
@@ -96,7 +75,7 @@ entries_with(struct fixture *f, const char *text)
 
 /* Waits up to timeout_ms for count entries holding text; returns how many there are. */
 static long long
-wait_for_entries(struct fixture *f, const char *text, long long count, int timeout_ms)
+wait_for_entries(struct fixture_redis *f, const char *text, long long count, int timeout_ms)
 {
     long long seen = 0;
 
@@ -141,7 +120,7 @@ hold_wal_flushes(PGconn *admin)
 
 /* The stack's PostgreSQL crashes (stop -m immediate) and starts again; f->conn reconnects. */
 static void
-crash_postgres(struct fixture *f)
+crash_postgres(struct fixture_redis *f)
 {
     PQfinish(f->conn);
     f->conn = NULL;
@@ -158,7 +137,7 @@ crash_postgres(struct fixture *f)
 static void
 test_rows_after_a_crash_that_lost_commits_are_published(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *extra[] = {"--stream-prefix", f->prefix, "--poll-interval", "50ms", NULL};
     struct relay_process relay;
     PGconn *producer, *admin = harness_connect(harness_env("OUTBOX_TEST_PG_URL"));
@@ -219,7 +198,7 @@ test_rows_after_a_crash_that_lost_commits_are_published(void **state)
 static void
 test_key_order_is_kept_across_a_rebase(void **state)
 {
-    struct fixture *f = *state;
+    struct fixture_redis *f = *state;
     const char *keys[] = {"a", "b", "c", "d", "e"};
     const char *extra[] = {"--once", "--stream-prefix", f->prefix, NULL};
 

@@ -31,12 +31,7 @@
 #define PG_BIN "/usr/lib/postgresql/15/bin"
 
 struct fixture {
-    char *url;
-    PGconn *conn;
-    redisContext *redis;
-    const char *broker;
-    char prefix[64];
-    char stream[96];
+    struct fixture_redis first; /* the database dumped, the Redis and its keys */
     char second_dir[2048];  /* the second cluster's stack */
     char second_admin[256]; /* its postgres database */
     char second_url[256];   /* the restored database */
@@ -49,13 +44,7 @@ setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
 
     assert_non_null(f);
-    f->url = harness_database_new();
-    f->conn = harness_connect(f->url);
-    f->broker = harness_env("OUTBOX_TEST_REDIS_URL");
-    f->redis = stream_consumer_connect(f->broker);
-    assert_non_null(f->redis);
-    snprintf(f->prefix, sizeof(f->prefix), "stream-restore-%d:", (int)getpid());
-    snprintf(f->stream, sizeof(f->stream), "%sev", f->prefix);
+    fixture_redis_open(&f->first, "stream-restore", "ev");
     f->log = harness_log_path("stream-restore");
     *state = f;
     return 0;
@@ -81,15 +70,9 @@ static int
 teardown(void **state)
 {
     struct fixture *f = *state;
-    char tagged[80];
 
     second_stop(f);
-    stream_consumer_delete_prefix(f->redis, f->prefix);
-    snprintf(tagged, sizeof(tagged), "{%s", f->prefix);
-    stream_consumer_delete_prefix(f->redis, tagged);
-    redisFree(f->redis);
-    PQfinish(f->conn);
-    harness_database_drop(f->url);
+    fixture_redis_close(&f->first);
     free(f->log);
     free(f);
     return 0;
@@ -139,7 +122,7 @@ dump_and_restore(struct fixture *f)
     harness_exec(admin, "CREATE DATABASE restored");
     PQfinish(admin);
     snprintf(command, sizeof(command),
-             PG_BIN "/pg_dump -Fc '%s' | " PG_BIN "/pg_restore --exit-on-error -d '%s'", f->url,
+             PG_BIN "/pg_dump -Fc '%s' | " PG_BIN "/pg_restore --exit-on-error -d '%s'", f->first.url,
              f->second_url);
     if (harness_wait_exit(harness_spawn(argv, f->log), 120000) != 0)
         fail_msg("pg_dump | pg_restore failed (see %s)", f->log);
@@ -149,7 +132,7 @@ dump_and_restore(struct fixture *f)
 static void
 relay_once(const struct fixture *f, const char *url, struct relay_process *relay)
 {
-    const char *extra[] = {"--once", "--stream-prefix", f->prefix, "--batch-size", "100", NULL};
+    const char *extra[] = {"--once", "--stream-prefix", f->first.prefix, "--batch-size", "100", NULL};
 
     PGconn *conn = harness_connect(url);
 
@@ -164,7 +147,7 @@ relay_once(const struct fixture *f, const char *url, struct relay_process *relay
                    " AND xid < pg_snapshot_xmax(pg_current_snapshot())",
                    0, 60000);
     PQfinish(conn);
-    relay_start_process(relay, url, f->broker, extra);
+    relay_start_process(relay, url, f->first.broker, extra);
     if (relay_wait(relay, 60000) != 0) {
         relay_dump_log(relay);
         fail_msg("the relay did not stop cleanly");
@@ -191,7 +174,7 @@ entries_of(struct fixture *f, long long *distinct)
     struct stream_consumer_stream stream = {0};
     long long count;
 
-    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    assert_int_equal(stream_consumer_read_stream(f->first.redis, f->first.stream, &stream), 0);
     count = (long long)stream.count;
     *distinct = 0;
     for (size_t i = 0; i < stream.count; i++) {
@@ -219,17 +202,17 @@ test_rows_enqueued_after_a_restore_are_published(void **state)
     PGconn *restored;
     long long count, distinct;
 
-    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->first.conn, "SELECT outbox.stream_enable('ev', 2)");
     for (int i = 0; i < 3000; i++) /* transaction ids the new cluster will not reach */
-        harness_query_ll(f->conn, "SELECT pg_current_xact_id()::text::bigint");
-    enqueue(f->conn, 120);
-    relay_once(f, f->url, &first);
+        harness_query_ll(f->first.conn, "SELECT pg_current_xact_id()::text::bigint");
+    enqueue(f->first.conn, 120);
+    relay_once(f, f->first.url, &first);
     if (entries_of(f, &distinct) != 120) {
         relay_dump_log(&first);
         fail_msg("the first cluster's relay published %lld rows of 120", distinct);
     }
     unlink(first.log_path);
-    enqueue(f->conn, 30); /* committed, not yet published when the dump is taken */
+    enqueue(f->first.conn, 30); /* committed, not yet published when the dump is taken */
 
     second_start(f);
     dump_and_restore(f);
@@ -254,7 +237,7 @@ test_rows_enqueued_after_a_restore_are_published(void **state)
                      0);
     /* the restored database kept its identity and moved to a new history */
     {
-        PGresult *a = PQexec(f->conn, "SELECT database_id FROM outbox.identity");
+        PGresult *a = PQexec(f->first.conn, "SELECT database_id FROM outbox.identity");
         PGresult *b = PQexec(restored, "SELECT database_id FROM outbox.identity");
 
         assert_string_equal(PQgetvalue(a, 0, 0), PQgetvalue(b, 0, 0));
@@ -262,7 +245,7 @@ test_rows_enqueued_after_a_restore_are_published(void **state)
         PQclear(b);
     }
     assert_int_equal(harness_query_ll(restored, "SELECT epoch FROM outbox.identity"),
-                     harness_query_ll(f->conn, "SELECT epoch FROM outbox.identity") + 1);
+                     harness_query_ll(f->first.conn, "SELECT epoch FROM outbox.identity") + 1);
     PQfinish(restored);
 }
 
@@ -290,28 +273,28 @@ test_cursor_of_a_later_history_is_refused(void **state)
     struct relay_process relay;
     long long distinct;
 
-    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
-    harness_exec(f->conn, "UPDATE outbox.stream_cursor SET history_epoch = 7 WHERE partition = 0");
-    enqueue(f->conn, 40);
-    relay_once(f, f->url, &relay);
+    harness_exec(f->first.conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->first.conn, "UPDATE outbox.stream_cursor SET history_epoch = 7 WHERE partition = 0");
+    enqueue(f->first.conn, 40);
+    relay_once(f, f->first.url, &relay);
     if (!log_has(relay.log_path, "belongs to history epoch 7, after this database's 1")) {
         relay_dump_log(&relay);
         fail_msg("the relay did not say why partition 0 is not published");
     }
     unlink(relay.log_path);
     entries_of(f, &distinct);
-    assert_int_equal(distinct, harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_int_equal(distinct, harness_query_ll(f->first.conn, "SELECT count(*) FROM outbox.job"
                                                          " WHERE stream_partition = 1"));
-    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+    assert_true(harness_query_ll(f->first.conn, "SELECT count(*) FROM outbox.job"
                                           " WHERE stream_partition = 0") > 0);
     /* waiting: after the cursor, as stream list and status count them */
-    assert_int_equal(harness_query_ll(f->conn,
+    assert_int_equal(harness_query_ll(f->first.conn,
                                       "SELECT count(*) FROM outbox.job AS j"
                                       " JOIN outbox.stream_cursor AS c"
                                       "   ON c.queue = j.queue AND c.partition = j.stream_partition"
                                       " WHERE j.state = 'stream'"
                                       "   AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"),
-                     harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                     harness_query_ll(f->first.conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE stream_partition = 0"));
 }
 
@@ -330,14 +313,14 @@ test_keyed_rows_after_a_restore_are_not_held(void **state)
     PGconn *restored;
     long long distinct;
 
-    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->first.conn, "SELECT outbox.stream_enable('ev', 2)");
     for (int i = 0; i < 3000; i++) /* transaction ids the new cluster will not reach */
-        harness_query_ll(f->conn, "SELECT pg_current_xact_id()::text::bigint");
-    enqueue(f->conn, 70);
-    relay_once(f, f->url, &first);
+        harness_query_ll(f->first.conn, "SELECT pg_current_xact_id()::text::bigint");
+    enqueue(f->first.conn, 70);
+    relay_once(f, f->first.url, &first);
     unlink(first.log_path);
-    enqueue(f->conn, 14); /* waiting at the dump; their keys' places are the old cluster's */
-    assert_true(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.stream_key") > 0);
+    enqueue(f->first.conn, 14); /* waiting at the dump; their keys' places are the old cluster's */
+    assert_true(harness_query_ll(f->first.conn, "SELECT count(*) FROM outbox.stream_key") > 0);
 
     second_start(f);
     dump_and_restore(f);
@@ -378,12 +361,12 @@ test_key_order_is_kept_across_a_restore(void **state)
     struct relay_process relay;
     PGconn *restored;
 
-    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    harness_exec(f->first.conn, "SELECT outbox.stream_enable('ev', 2)");
     for (int i = 0; i < 3000; i++) /* transaction ids the new cluster will not reach */
-        harness_query_ll(f->conn, "SELECT pg_current_xact_id()::text::bigint");
-    key_inversion_install(f->conn);
+        harness_query_ll(f->first.conn, "SELECT pg_current_xact_id()::text::bigint");
+    key_inversion_install(f->first.conn);
     for (size_t k = 0; k < 5; k++)
-        key_inversion_make(f->conn, f->url, keys[k]);
+        key_inversion_make(f->first.conn, f->first.url, keys[k]);
     second_start(f);
     dump_and_restore(f);
     restored = harness_connect(f->second_url);
@@ -398,7 +381,7 @@ test_key_order_is_kept_across_a_restore(void **state)
     PQfinish(restored);
     relay_once(f, f->second_url, &relay);
     unlink(relay.log_path);
-    key_inversion_assert_kept(f->redis, f->stream, keys, 5, "1324");
+    key_inversion_assert_kept(f->first.redis, f->first.stream, keys, 5, "1324");
 }
 
 int
