@@ -24,44 +24,14 @@ N=${STANDARDS_BENCH_N:-100000}
 ROUNDS=${STANDARDS_BENCH_ROUNDS:-3}
 STEP_TIMEOUT=600
 
-log() { printf 'standards bench: %s\n' "$*" >&2; }
-die() {
-    printf 'standards bench: error: %s\n' "$*" >&2
-    exit 1
-}
-calc() { awk "BEGIN { printf \"%s\", $1 }" </dev/null; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-runs() { printf '%.0f ' "$@" | sed 's/ $//; s/ /, /g'; }
-result() { printf '  %-58s %16s  %s\n' "$1" "$2" "${3:-}"; }
-
-OWN_STACK="" COLLECTOR_PID=""
-cleanup() {
-    [ -n "$COLLECTOR_PID" ] && kill "$COLLECTOR_PID" 2>/dev/null
-    if [ -n "$OWN_STACK" ]; then
-        "$ROOT/tests/harness/stack.sh" stop "$OWN_STACK" >/dev/null 2>&1 || true
-        rm -rf "$OWN_STACK"
-    fi
-}
-trap cleanup EXIT
-if [ -z "${STANDARDS_BENCH_ENV:-}" ]; then
-    OWN_STACK=$(mktemp -d /tmp/outbox-standards-bench.XXXXXX)
-    log "starting PostgreSQL and Redis in $OWN_STACK"
-    "$ROOT/tests/harness/stack.sh" start "$OWN_STACK" postgres redis >"$OWN_STACK/stack.log" 2>&1 ||
-        die "the stack did not start (see $OWN_STACK/stack.log)"
-    STANDARDS_BENCH_ENV=$OWN_STACK/env
-fi
-# shellcheck disable=SC1090
-. "$STANDARDS_BENCH_ENV"
-STACK=$OUTBOX_TEST_STACK_DIR
-DB="${OUTBOX_TEST_PG_URL%/*}/outbox_standards_bench"
-sql() { timeout "$STEP_TIMEOUT" psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
-redis_cli() {
-    REDISCLI_AUTH=${OUTBOX_TEST_REDIS_PASSWORD:-} redis-cli -h 127.0.0.1 \
-        -p "$OUTBOX_TEST_REDIS_PORT" "$@"
-}
-psql -X -q "$OUTBOX_TEST_PG_URL" -c "DROP DATABASE IF EXISTS outbox_standards_bench" >/dev/null
-psql -X -q -v ON_ERROR_STOP=1 "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE outbox_standards_bench" >/dev/null
-"$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
+BENCH_NAME=standards
+RUNS_FORMAT=%.0f
+# shellcheck source=tests/bench/common.sh
+. "$ROOT/tests/bench/common.sh"
+COLLECTOR_PID=""
+bench_on_exit '[ -n "$COLLECTOR_PID" ] && kill "$COLLECTOR_PID" 2>/dev/null'
+bench_stack STANDARDS_BENCH_ENV
+bench_database outbox_standards_bench
 
 PAYLOAD='{"order_id": 1234567, "event": "order.created", "customer": "c-0004711", "amount_cents": 129900, "currency": "EUR", "items": [{"sku": "sku-01", "qty": 2}], "pad": "xxxxxxxxxxxxxxxxxxxxxxxx"}'
 # what a traced producer writes: a sampled parent per row, and the event's type

@@ -37,44 +37,12 @@ N=${STREAM_BENCH_N:-100000}
 ROUNDS=${STREAM_BENCH_ROUNDS:-3}
 STEP_TIMEOUT=600
 
-log() { printf 'stream bench: %s\n' "$*" >&2; }
-die() {
-    printf 'stream bench: error: %s\n' "$*" >&2
-    exit 1
-}
-calc() { awk "BEGIN { printf \"%s\", $1 }" </dev/null; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-runs() { printf '%.1f ' "$@" | sed 's/ $//; s/ /, /g'; }
-result() { printf '  %-58s %16s  %s\n' "$1" "$2" "${3:-}"; }
-
-OWN_STACK=""
-cleanup() {
-    if [ -n "$OWN_STACK" ]; then
-        "$ROOT/tests/harness/stack.sh" stop "$OWN_STACK" >/dev/null 2>&1 || true
-        rm -rf "$OWN_STACK"
-    fi
-}
-trap cleanup EXIT
-if [ -z "${STREAM_BENCH_ENV:-}" ]; then
-    OWN_STACK=$(mktemp -d /tmp/outbox-stream-bench.XXXXXX)
-    log "starting PostgreSQL and Redis in $OWN_STACK"
-    "$ROOT/tests/harness/stack.sh" start "$OWN_STACK" postgres redis >"$OWN_STACK/stack.log" 2>&1 ||
-        die "the stack did not start (see $OWN_STACK/stack.log)"
-    STREAM_BENCH_ENV=$OWN_STACK/env
-fi
-# shellcheck disable=SC1090
-. "$STREAM_BENCH_ENV"
-STACK=$OUTBOX_TEST_STACK_DIR
-DB="${OUTBOX_TEST_PG_URL%/*}/outbox_stream_bench"
+BENCH_NAME=stream
+# shellcheck source=tests/bench/common.sh
+. "$ROOT/tests/bench/common.sh"
+bench_stack STREAM_BENCH_ENV
 REDIS_URL=$OUTBOX_TEST_REDIS_URL
-sql() { timeout "$STEP_TIMEOUT" psql -X -qAt -v ON_ERROR_STOP=1 "$DB" -c "$1"; }
-redis_cli() {
-    REDISCLI_AUTH=${OUTBOX_TEST_REDIS_PASSWORD:-} redis-cli -h 127.0.0.1 \
-        -p "$OUTBOX_TEST_REDIS_PORT" "$@"
-}
-psql -X -q "$OUTBOX_TEST_PG_URL" -c "DROP DATABASE IF EXISTS outbox_stream_bench" >/dev/null
-psql -X -q -v ON_ERROR_STOP=1 "$OUTBOX_TEST_PG_URL" -c "CREATE DATABASE outbox_stream_bench" >/dev/null
-"$BIN/outboxctl" --database-url "$DB" migrate >/dev/null
+bench_database outbox_stream_bench
 
 PAYLOAD='{"order_id": 1234567, "event": "order.created", "customer": "c-0004711", "amount_cents": 129900, "currency": "EUR", "items": [{"sku": "sku-01", "qty": 2}], "pad": "xxxxxxxxxxxxxxxxxxxxxxxx"}'
 
