@@ -222,13 +222,31 @@ class Schedule(threading.Thread):
 
             os.kill(pid, signal.SIGSTOP)
             try:
-                time.sleep(rng.uniform(0.5, 1.5))
+                pause = rng.uniform(0.5, 1.5)
+                if cell.mode == "row":
+                    self.await_claims(database, relay)
+                time.sleep(pause)
                 then(database, relay, resume)
             finally:
                 resume()
 
         self.server(action, self.run_.service_of(cell.broker))
         return relay
+
+    def await_claims(self, database, relay, seconds=5.0):
+        """Waits (a bounded while) until relay holds rows of database: on a busy host its
+        claims of the burst can come after the broker stopped, and a fault meant for rows
+        in flight would find none."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            held = database.query("""
+                SELECT count(*) FROM outbox.job AS j
+                  JOIN torture.transition AS t ON t.job_id = j.job_id AND t.new_worker = j.worker_id
+                 WHERE j.state = 'running' AND t.new_state = 'running' AND t.actor = %s""",
+                                  (relay.name,))
+            if held[0][0] > 0:
+                return
+            time.sleep(0.1)
 
     def broker_stall_kill(self, rng):
         """Rows claimed, some perhaps appended, and their relay gone: reaped, published again."""
