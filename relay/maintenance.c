@@ -300,12 +300,12 @@ maintenance_run(void *arg)
     struct maintenance *m = &r->maintenance;
     bool whole = r->config->once;
 
-    if (ends_connect_store(&m->db, true) != 0)
+    if (ends_connect_store(&m->db, ENDS_FIRST) != 0)
         goto done;
     while (whole || maintenance_goes_on(r)) {
         double next;
 
-        if (m->db.store == NULL && ends_connect_store(&m->db, false) != 0)
+        if (m->db.store == NULL && ends_connect_store(&m->db, ENDS_AGAIN) != 0)
             break;
         run_due_phases(m, whole);
         if (m->db.store == NULL)

@@ -61,13 +61,13 @@ struct idle {
 static bool
 pipeline_connect(struct pipeline *p)
 {
-    if (p->db.store == NULL && ends_connect(&p->db, p, true, false, false) != 0)
+    if (p->db.store == NULL && ends_connect(&p->db, p, ENDS_STORE, ENDS_AGAIN) != 0)
         return false;
     if (!sink_is_connected(p->sink)) {
         /* published rows are marked and claimed ones given back before the outage */
         settle_now(p, &p->settlements[!p->current]);
         publish_give_back(p, &p->settlements[p->current].batch);
-        if (ends_connect_sink(p, false) != 0)
+        if (ends_connect_sink(p, ENDS_AGAIN) != 0)
             return false;
     }
     return true;
@@ -262,7 +262,7 @@ pipeline_begin(struct pipeline *p)
 
     p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
-    if (ends_connect(&p->db, p, true, true, true) != 0)
+    if (ends_connect(&p->db, p, ENDS_STORE | ENDS_SINK, ENDS_FIRST) != 0)
         return -1;
     if (r->config->once)
         wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);

@@ -206,7 +206,7 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
         pending += st->outcomes[i].status != SINK_ACCEPTED;
     if (pending == 0)
         return;
-    if (!sink_is_connected(p->sink) && ends_connect_sink(p, false) != 0) {
+    if (!sink_is_connected(p->sink) && ends_connect_sink(p, ENDS_AGAIN) != 0) {
         for (size_t i = low; i < high; i++)
             if (st->outcomes[i].status != SINK_ACCEPTED)
                 outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");

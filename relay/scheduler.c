@@ -24,12 +24,10 @@
 #include "database_list.h"
 #include "ends.h"
 #include "error.h"
-#include "job_message.h"
 #include "lock_check.h"
 #include "log.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
-#include "store_connect.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
 #include "stream.h"
@@ -344,38 +342,24 @@ scheduler_stop(struct scheduler *s)
 
 /* ---- serving ------------------------------------------------------------ */
 
-/* Opens a connection to t for slot p: the store, the privileges, the identity. */
+/* Opens a connection to t for slot p (database_open()), and records t's identity. */
 static int
 connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
                struct outbox_error *err)
 {
-    const struct relay_config *config = p->relay->config;
     /* a visit runs few statements: each is prepared when first run, and the schema
      * and privileges are checked again only after the database failed (a revoke or
      * an older schema meanwhile fails its statement with PostgreSQL's message) */
     const struct store_connect_options visit = {.prepare_lazily = true,
                                                 .checked = atomic_load(&t->checked)};
+    const struct database_open how = {
+        .url = t->url, .worker_id = p->db.worker_id, .who = t->who, .steps = &visit};
 
-    c->store = store_connect(t->url, p->db.worker_id, &visit, err);
+    c->store = database_open(p->relay, &how, &c->identity, err);
     if (c->store == NULL)
         return -1;
     atomic_store(&t->checked, true);
-    if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
-        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
-        outbox_store_free(c->store);
-        c->store = NULL;
-        return -1;
-    }
     scheduler_identity_seen(p->relay->scheduler, t, c->identity.database_id);
-    if (c->identity.history_changed) {
-        char who[DATABASE_NAME_MAX + 16];
-
-        snprintf(who, sizeof(who), "database=%s", t->name);
-        job_message_warn_history(&c->identity, who);
-    }
-    outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
-    outbox_store_set_delete_on_success(c->store, config->delete_on_success);
-    metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);
     return 0;
 }
 
@@ -742,7 +726,7 @@ scheduler_slot_run(void *arg)
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     p->db.of_list = true;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
-    if (ends_connect_sink(p, true) == 0) {
+    if (ends_connect_sink(p, ENDS_FIRST) == 0) {
         struct work w;
 
         while (take_work(s, &w)) {

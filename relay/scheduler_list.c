@@ -32,6 +32,7 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
         return NULL;
     }
     snprintf(t->name, sizeof(t->name), "%s", entry->name);
+    snprintf(t->who, sizeof(t->who), "database=%s", entry->name);
     t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
     t->takeover_wait = SCHEDULER_TAKEOVER_FIRST_SECONDS;
     t->retry = backoff_make(SCHEDULER_RETRY_FIRST_SECONDS, SCHEDULER_RETRY_MAX_SECONDS,

@@ -36,6 +36,7 @@ struct idle_connection {
 struct tenant {
     /* guard: none needed: set when listed, read-only until freed (no slot serves it then) */
     char name[DATABASE_NAME_MAX];
+    char who[DATABASE_NAME_MAX + 16]; /* "database=NAME": leads its connections' notices */
     char *url;
     /* guard: s->lock */
     char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */

@@ -242,7 +242,8 @@ publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double 
 
     sr->sink = p->sink;
     sr->turn_until = until;
-    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && ends_connect_sink(p, false) != 0) {
+    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) &&
+        ends_connect_sink(p, ENDS_AGAIN) != 0) {
         out->waiting = true; /* the relay stops */
         return 0;
     }

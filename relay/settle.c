@@ -209,7 +209,7 @@ void
 settle_now(struct pipeline *p, struct settlement *st)
 {
     for (int attempt = 0; attempt < 2 && settlement_has_rows(st); attempt++) {
-        if (p->db.store == NULL && ends_connect_store(&p->db, false) != 0)
+        if (p->db.store == NULL && ends_connect_store(&p->db, ENDS_AGAIN) != 0)
             break;
         if (settle_send(p, st) == 0)
             settle_receive(p, st);
