@@ -131,14 +131,19 @@ enum maintenance_phase {
     PHASE_COUNT,
 };
 
+/* When each maintenance phase of one database runs next. guard: whoever maintains it. */
+struct maintenance_schedule {
+    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
+    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
+    double cleanup_started;  /* when those runs began */
+};
+
 /* guard: the maintenance thread, but thread and started: the main thread's. */
 struct maintenance {
     pthread_t thread;
     bool started;
     struct database db;
-    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
-    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
-    double cleanup_started;  /* when those runs began */
+    struct maintenance_schedule schedule;
 };
 
 /*

@@ -26,17 +26,13 @@
 #include "error.h"
 #include "lock_check.h"
 #include "log.h"
+#include "maintenance.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
 #include "stream.h"
 #include "timeouts.h"
-
-/* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
-#define REAP_LIMIT 1000
-#define SWEEP_KEY_LIMIT 1000
-#define CLEANUP_LIMIT 5000
 
 /*
  * When a visit calls the database's lease function, which takes, keeps or
@@ -364,45 +360,18 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
 }
 
 /*
- * Reaps t's expired leases, releases its waiting rows and cleans up, when
- * due. The rows the sweep released: they can be claimed at once.
+ * The maintenance phases of a visit due on t (maintenance_visit()). The
+ * rows the sweep released: they can be claimed at once.
  */
 static size_t
 maintain(struct pipeline *p, struct tenant *t)
 {
-    relay *r = p->relay;
-    double now = clock_monotonic_seconds();
-    struct outbox_reap_result reaped = {0};
-    struct outbox_cleanup_result cleaned = {.locked = true};
     struct outbox_error err;
-    size_t readied = 0;
-    char cutoff[64];
+    size_t readied;
 
-    if (now >= t->reap_due) {
-        if (outbox_reap(p->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
-                        &err) != 0 ||
-            outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
-            ends_store_failed(p, &err);
-            return 0;
-        }
-        if (reaped.ready + reaped.dead > 0)
-            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
-                      t->name, reaped.ready, reaped.dead);
-        metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        t->reap_due =
-            reaped.ready + reaped.dead < REAP_LIMIT ? now + MAINTENANCE_REAP_EVERY_SECONDS : now;
-    }
-    if (r->config->retention_seconds > 0 && now >= t->cleanup_due) {
-        if (outbox_store_cleanup_cutoff(p->db.store, r->config->retention_seconds, cutoff,
-                                        sizeof(cutoff), &err) != 0 ||
-            outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
-            ends_store_failed(p, &err);
-            return 0;
-        }
-        metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
-        t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
-                             ? now
-                             : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
+    if (maintenance_visit(p->relay, p->db.store, t->who, &t->maintenance, &readied, &err) != 0) {
+        ends_store_failed(p, &err);
+        return 0;
     }
     return readied;
 }

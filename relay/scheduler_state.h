@@ -52,9 +52,9 @@ struct tenant {
     bool backlog;      /* its last claim was a whole batch */
     /*
      * guard: none: written by a slot serving it, outside the lock (maintain()
-     * in scheduler.c); a backlog served by two slots at once races on them
+     * in scheduler.c); a backlog served by two slots at once races on it
      */
-    double reap_due, cleanup_due;
+    struct maintenance_schedule maintenance; /* when its phases of a visit run next */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
