@@ -108,7 +108,7 @@ try_store(struct database *db, enum ends_attempt when, int attempt, struct outbo
     const struct database_open how = {
         .url = db->url != NULL ? db->url : r->config->database_url,
         .worker_id = db->worker_id,
-        .who = db->who,
+        .who = db->notice_who != NULL ? db->notice_who : db->who,
         .steps = &every_step,
     };
     unsigned long repeats;
@@ -127,7 +127,8 @@ try_store(struct database *db, enum ends_attempt when, int attempt, struct outbo
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
-    if (cause_log_due(&db->connect_log, err->message, &repeats))
+    if (cause_log_due(&(db->log_owner != NULL ? db->log_owner : db)->connect_log, err->message,
+                      &repeats))
         log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
                   "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
@@ -360,17 +361,18 @@ ends_database_failed(struct database *db, const struct outbox_error *err)
         relay_set_fatal(db->relay, err);
         return;
     }
-    if (cause_log_due(&db->error_log, err->message, &repeats))
+    if (cause_log_due(&(db->log_owner != NULL ? db->log_owner : db)->error_log, err->message,
+                      &repeats))
         log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
                   "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
                   err->message, repeats);
     ends_drop_store(db);
 }
 
-/* ends_database_failed() of a pipeline's connection. */
+/* ends_database_failed() of the connection db that pipeline p serves, err its cause. */
 void
-ends_store_failed(struct pipeline *p, const struct outbox_error *err)
+ends_store_failed(struct pipeline *p, struct database *db, const struct outbox_error *err)
 {
     p->cause = *err;
-    ends_database_failed(&p->db, err);
+    ends_database_failed(db, err);
 }

@@ -50,7 +50,7 @@ int ends_connect_store(struct database *db, enum ends_attempt when);
 int ends_connect_sink(struct pipeline *p, enum ends_attempt when);
 void ends_drop_store(struct database *db);
 void ends_database_failed(struct database *db, const struct outbox_error *err);
-void ends_store_failed(struct pipeline *p, const struct outbox_error *err);
+void ends_store_failed(struct pipeline *p, struct database *db, const struct outbox_error *err);
 void ends_broker_lost(struct pipeline *p, const struct outbox_error *err);
 void ends_broker_close(struct pipeline *p);
 

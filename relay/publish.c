@@ -122,7 +122,8 @@ lease_batch(struct pipeline *p, const struct outbox_batch *batch)
  * check and the write to the broker (the README's ordering promise).
  */
 void
-publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
+publish_keep_held_rows(struct pipeline *p, struct database *db, struct outbox_batch *batch,
+                       double *claimed_at)
 {
     const struct relay_config *c = p->relay->config;
     double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
@@ -133,12 +134,12 @@ publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *c
         return;
     lease_batch(p, batch);
     memset(p->done, 0, batch->count * sizeof(*p->done));
-    if (p->db.store != NULL) {
-        if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+    if (db->store != NULL) {
+        if (outbox_extend(db->store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
                           &err) == 0)
             *claimed_at = checked;
         else {
-            ends_store_failed(p, &err);
+            ends_store_failed(p, db, &err);
             memset(p->done, 0, batch->count * sizeof(*p->done));
         }
     }
@@ -156,22 +157,25 @@ publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *c
 }
 
 /*
- * Hands a claimed batch that will not be published back at once, attempt
- * included, then frees it. Without a database the rows come back when
- * their lease runs out.
+ * Hands a claimed batch that will not be published back to db at once,
+ * attempt included, then frees it. Without a database the rows come back
+ * when their lease runs out. 0, or -1 with the connection dropped.
  */
-void
-publish_give_back(struct pipeline *p, struct outbox_batch *batch)
+int
+publish_give_back(struct pipeline *p, struct database *db, struct outbox_batch *batch)
 {
     struct outbox_error err;
     size_t changed;
+    int rc = 0;
 
-    if (batch->count > 0 && p->db.store != NULL) {
+    if (batch->count > 0 && db->store != NULL) {
         lease_batch(p, batch);
-        if (outbox_release(p->db.store, p->leases, batch->count, p->done, &changed, &err) != 0)
-            ends_store_failed(p, &err);
+        rc = outbox_release(db->store, p->leases, batch->count, p->done, &changed, &err);
+        if (rc != 0)
+            ends_store_failed(p, db, &err);
     }
     outbox_batch_release_memory(batch);
+    return rc;
 }
 
 /* Sets a message's outcome, as the sinks do. */
@@ -282,7 +286,7 @@ note_deferred(struct pipeline *p, size_t deferred, const char *reason)
 
 /* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
 void
-publish_batch(struct pipeline *p, struct settlement *st)
+publish_batch(struct pipeline *p, const struct database *db, struct settlement *st)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
@@ -296,13 +300,13 @@ publish_batch(struct pipeline *p, struct settlement *st)
     if (batch->count == 0)
         return;
     for (size_t i = 0; i < batch->count; i++) {
-        p->messages[i] = job_message_from_job(&batch->jobs[i], &p->db.identity);
+        p->messages[i] = job_message_from_job(&batch->jobs[i], &db->identity);
         metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
     }
     traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
     cloudevents_reset(p->cloudevents);
     for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
-        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &p->db.identity,
+        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &db->identity,
                               &p->messages[i]) != 0)
             built = false;
 

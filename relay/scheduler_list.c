@@ -51,14 +51,14 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t)
     if (t->idle_count > 0 && t->serving == 0)
         scheduler_stream_give_back(s, t, &t->idle[0]);
     if (t->held && t->idle_count > 0) {
-        if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
+        if (store_database_lease_release(outbox_store_conn(t->idle[0].db.store),
                                          s->relay->worker_prefix, &err) != 0)
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
                       "database=%s error=\"%s\"", t->name, err.message);
         t->held = false;
     }
     for (size_t i = 0; i < t->idle_count; i++)
-        outbox_store_free(t->idle[i].store);
+        outbox_store_free(t->idle[i].db.store);
     t->idle_count = 0;
     return closed;
 }
@@ -101,16 +101,16 @@ scheduler_release_leases(struct scheduler *s)
 
         if (!t->held && !scheduler_stream_holds(t))
             continue;
-        c.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
-        if (c.store != NULL)
+        c.db.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (c.db.store != NULL)
             scheduler_stream_give_back(s, t, &c);
-        if (t->held &&
-            (c.store == NULL || store_database_lease_release(outbox_store_conn(c.store),
-                                                             s->relay->worker_prefix, &err) != 0))
+        if (t->held && (c.db.store == NULL ||
+                        store_database_lease_release(outbox_store_conn(c.db.store),
+                                                     s->relay->worker_prefix, &err) != 0))
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
                       "database=%s error=\"%s\"", t->name, err.message);
         t->held = false;
-        outbox_store_free(c.store);
+        outbox_store_free(c.db.store);
     }
 }
 

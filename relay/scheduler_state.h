@@ -18,12 +18,12 @@
 #include "store_identity.h"
 
 /*
- * A connection kept open between slices of its database. guard: s->lock
- * while in its tenant's idle[]; the slot that took it out owns it alone.
+ * A connection to a database of the list, kept open between its slices.
+ * guard: s->lock while in its tenant's idle[]; the slot that took it out
+ * owns it alone, and serves the database on it (pipeline_serve()).
  */
 struct idle_connection {
-    outbox_store *store;
-    struct store_identity identity;
+    struct database db; /* db.store NULL: not connected (connect_tenant() first) */
     double used_at; /* the least recently used one is closed first */
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
 };
