@@ -284,50 +284,42 @@ note_deferred(struct pipeline *p, size_t deferred, const char *reason)
                   repeats);
 }
 
-/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
-void
-publish_batch(struct pipeline *p, const struct database *db, struct settlement *st)
+/*
+ * The messages of batch, made from db's rows, with their spans prepared
+ * (*traced) and their CloudEvents attributes. False when the attributes
+ * could not be built (out of memory): the batch is then deferred.
+ */
+static bool
+build_messages(struct pipeline *p, const struct database *db, const struct outbox_batch *batch,
+               bool *traced)
 {
-    relay *r = p->relay;
-    const struct outbox_batch *batch = &st->batch;
-    size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
-    const char *deferred_reason = "";
-    struct outbox_error err;
-    double started, finished, wall, started_wall;
-    bool built = true, traced;
-    int rc;
+    bool built = true;
 
-    if (batch->count == 0)
-        return;
     for (size_t i = 0; i < batch->count; i++) {
         p->messages[i] = job_message_from_job(&batch->jobs[i], &db->identity);
-        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
+        metrics_add_queue(p->relay->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
     }
-    traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
+    *traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
     cloudevents_reset(p->cloudevents);
     for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
         if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &db->identity,
                               &p->messages[i]) != 0)
             built = false;
+    return built;
+}
 
-    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
-    st->published = batch->count;
-    started = clock_monotonic_seconds();
-    started_wall = otel_enabled() ? wall_seconds() : 0;
-    if (built) {
-        rc = publish_rows(p, st, &err);
-    } else {
-        for (size_t i = 0; i < batch->count; i++)
-            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
-        rc = 0;
-    }
-    finished = clock_monotonic_seconds();
-    wall = wall_seconds();
-    if (traced)
-        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
-    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
-    if (rc != 0)
-        ends_broker_lost(p, &err);
+/*
+ * Sorts the rows of st's published batch by outcome (accepted, deferred,
+ * failed), wall the time the broker answered, for the latency of the
+ * accepted ones.
+ */
+static void
+sort_outcomes(struct pipeline *p, struct settlement *st, double wall)
+{
+    relay *r = p->relay;
+    const struct outbox_batch *batch = &st->batch;
+    size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
+    const char *deferred_reason = "";
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
@@ -357,4 +349,37 @@ publish_batch(struct pipeline *p, const struct database *db, struct settlement *
     st->accepted = accepted;
     st->failed = failed;
     st->deferred = deferred;
+}
+
+/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
+void
+publish_batch(struct pipeline *p, const struct database *db, struct settlement *st)
+{
+    relay *r = p->relay;
+    const struct outbox_batch *batch = &st->batch;
+    struct outbox_error err;
+    double started, finished, wall, started_wall;
+    bool built, traced;
+    int rc = 0;
+
+    if (batch->count == 0)
+        return;
+    built = build_messages(p, db, batch, &traced);
+    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
+    st->published = batch->count;
+    started = clock_monotonic_seconds();
+    started_wall = otel_enabled() ? wall_seconds() : 0;
+    if (built)
+        rc = publish_rows(p, st, &err);
+    else
+        for (size_t i = 0; i < batch->count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
+    finished = clock_monotonic_seconds();
+    wall = wall_seconds();
+    if (traced)
+        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
+    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
+    if (rc != 0)
+        ends_broker_lost(p, &err);
+    sort_outcomes(p, st, wall);
 }
