@@ -280,7 +280,7 @@ scheduler_new(relay *r, struct outbox_error *err)
         scheduler_free(s);
         return NULL;
     }
-    if (scheduler_apply_list(s, &list, true) != 0) {
+    if (scheduler_apply_list(s, &list, LIST_AT_START) != 0) {
         database_list_clear(&list);
         scheduler_free(s);
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");

@@ -180,7 +180,7 @@ publish_list(struct scheduler *s)
  * then followed in part, and again at the next change).
  */
 int
-scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first)
+scheduler_apply_list(struct scheduler *s, const struct database_list *list, enum list_reading when)
 {
     struct tenant **tenants =
         realloc(s->tenants, (s->count + list->count + 1) * sizeof(*s->tenants));
@@ -208,7 +208,7 @@ scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool
         if ((s->tenants[s->count] = tenant_new(s, &list->items[i])) == NULL)
             return -1;
         s->count++;
-        if (!first)
+        if (when == LIST_CHANGED)
             log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
                       list->items[i].name);
     }
@@ -241,7 +241,7 @@ scheduler_look_at_list(struct scheduler *s, double now)
                   "error=\"%s\"", err.message);
         return;
     }
-    if (scheduler_apply_list(s, &list, false) != 0)
+    if (scheduler_apply_list(s, &list, LIST_CHANGED) != 0)
         log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
     database_list_clear(&list);
 }

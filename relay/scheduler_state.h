@@ -132,8 +132,12 @@ void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
 
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
 
-/* Follows the list as read at start (first) or again: databases added and removed. 0 or -1. */
-int scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first);
+/* When the list was read: at the relay's start, or again after its file changed. */
+enum list_reading { LIST_AT_START, LIST_CHANGED };
+
+/* Follows the list as read when: databases added and removed. 0 or -1. */
+int scheduler_apply_list(struct scheduler *s, const struct database_list *list,
+                         enum list_reading when);
 
 /* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
 void scheduler_look_at_list(struct scheduler *s, double now);
