@@ -70,9 +70,10 @@ store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_e
 
 void
 store_message_id_format(const struct store_identity *identity, int64_t job_id,
-                        const char *message_uid, int32_t replay, bool dedup, char *out)
+                        const char *message_uid, int32_t replay, enum store_message_id_kind kind,
+                        char *out)
 {
-    enum store_id_form form = dedup ? STORE_ID_FORM_UID : identity->form;
+    enum store_id_form form = kind == STORE_DEDUP_ID ? STORE_ID_FORM_UID : identity->form;
     int n;
 
     if (form == STORE_ID_FORM_UID)

@@ -61,13 +61,19 @@ int store_identity_observe(PGconn *conn, struct store_identity *out, struct outb
 /* The name of a form, as outbox.identity.id_form spells it. */
 const char *store_id_form_name(enum store_id_form form);
 
+/* Which id of a row store_message_id_format() writes. */
+enum store_message_id_kind {
+    STORE_MESSAGE_ID, /* the consumers' id, in the database's form */
+    STORE_DEDUP_ID,   /* the form uid whatever the database's (keys a broker deduplicates on) */
+};
+
 /*
- * Writes the message id of a row (its job id, its message_uid text, replay:
- * times it was replayed, 0 for none) into out (STORE_MESSAGE_ID_MAX bytes):
- * the consumers' form when dedup is false, the form uid whatever the
- * database's form when dedup is true (for keys a broker deduplicates on).
+ * Writes the id of kind of a row (its job id, its message_uid text,
+ * replay: times it was replayed, 0 for none) into out
+ * (STORE_MESSAGE_ID_MAX bytes).
  */
 void store_message_id_format(const struct store_identity *identity, int64_t job_id,
-                             const char *message_uid, int32_t replay, bool dedup, char *out);
+                             const char *message_uid, int32_t replay,
+                             enum store_message_id_kind kind, char *out);
 
 #endif

@@ -318,14 +318,17 @@ stream_store_surplus(stream_store *s, const struct stream_partition *held, size_
     return 0;
 }
 
+/* Whether a cursor's row carries its ahead flag (a renewal) or not (a rebase). */
+enum cursor_read { CURSOR_WITH_AHEAD, CURSOR_ALONE };
+
 /* Reads a cursor (xid, job id, history epoch[, ahead]) from row 0 of result into p. */
 static void
-cursor_from(const PGresult *result, struct stream_partition *p, bool with_ahead)
+cursor_from(const PGresult *result, struct stream_partition *p, enum cursor_read read)
 {
     copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, 0, 0));
     p->cursor_job_id = strtoll(PQgetvalue(result, 0, 1), NULL, 10);
     p->history_epoch = (int32_t)strtol(PQgetvalue(result, 0, 2), NULL, 10);
-    p->ahead = with_ahead && strcmp(PQgetvalue(result, 0, 3), "t") == 0;
+    p->ahead = read == CURSOR_WITH_AHEAD && strcmp(PQgetvalue(result, 0, 3), "t") == 0;
 }
 
 int
@@ -345,7 +348,7 @@ stream_store_renew(stream_store *s, struct stream_partition *p, double lease_sec
         return -1;
     *held = PQntuples(result) == 1;
     if (*held && reload)
-        cursor_from(result, p, true);
+        cursor_from(result, p, CURSOR_WITH_AHEAD);
     PQclear(result);
     return 0;
 }
@@ -371,7 +374,7 @@ stream_store_rebase(stream_store *s, struct stream_partition *p, int32_t epoch, 
     }
     *held = PQntuples(result) == 1;
     if (*held) {
-        cursor_from(result, p, false);
+        cursor_from(result, p, CURSOR_ALONE);
         report->places_kept = strcmp(PQgetvalue(result, 0, 3), "t") == 0;
         report->keys_reset = (int)strtol(PQgetvalue(result, 0, 4), NULL, 10);
         report->levels = (int)strtol(PQgetvalue(result, 0, 5), NULL, 10);

@@ -25,6 +25,7 @@
 #include "outbox.h"
 #include "ends.h"
 #include "sink.h"
+#include "store_connect.h"
 #include "wait.h"
 
 /* ---- connections ------------------------------------------------------------ */
@@ -38,13 +39,13 @@
 static void
 log_database_notice(void *arg, const char *message)
 {
-    const struct database *db = arg;
+    const char *who = arg;
     size_t len = strlen(message);
 
     while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
         len--;
-    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
-                      "%s notice=\"%.*s\"", db->who, (int)len, message);
+    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice", "%s notice=\"%.*s\"",
+                      who, (int)len, message);
 }
 
 /* Tries of a broker login refused at a relay's start before the refusal is fatal. */
@@ -76,28 +77,45 @@ require_delete(outbox_store *store, struct outbox_error *err)
     return -1;
 }
 
+outbox_store *
+database_open(relay *r, const struct database_open *how, struct store_identity *identity,
+              struct outbox_error *err)
+{
+    const struct relay_config *config = r->config;
+    outbox_store *store = store_connect(how->url, how->worker_id, how->steps, err);
+
+    if (store == NULL)
+        return NULL;
+    if ((config->delete_on_success && require_delete(store, err) != 0) ||
+        store_identity_observe(outbox_store_conn(store), identity, err) != 0) {
+        outbox_store_free(store);
+        return NULL;
+    }
+    job_message_warn_history(identity, how->who);
+    PQsetNoticeProcessor(outbox_store_conn(store), log_database_notice, (void *)how->who);
+    outbox_store_set_block_on_dead_head(store, config->block_on_dead_head);
+    outbox_store_set_delete_on_success(store, config->delete_on_success);
+    metrics_set_up(r->metrics, METRICS_DATABASE, true);
+    return store;
+}
+
 /* One attempt to connect a thread's store; err says why it failed. */
 static enum attempt_result
-try_store(struct database *db, bool first, int attempt, struct outbox_error *err)
+try_store(struct database *db, enum ends_attempt when, int attempt, struct outbox_error *err)
 {
     relay *r = db->relay;
+    const struct store_connect_options every_step = {0};
+    const struct database_open how = {
+        .url = db->url != NULL ? db->url : r->config->database_url,
+        .worker_id = db->worker_id,
+        .who = db->notice_who != NULL ? db->notice_who : db->who,
+        .steps = &every_step,
+    };
     unsigned long repeats;
 
-    db->store = outbox_store_connect(db->url != NULL ? db->url : r->config->database_url,
-                                     db->worker_id, err);
-    if (db->store != NULL &&
-        ((r->config->delete_on_success && require_delete(db->store, err) != 0) ||
-         store_identity_observe(outbox_store_conn(db->store), &db->identity, err) != 0)) {
-        outbox_store_free(db->store);
-        db->store = NULL;
-    }
+    db->store = database_open(r, &how, &db->identity, err);
     if (db->store != NULL) {
         db->connects++;
-        job_message_warn_history(&db->identity, db->who);
-        PQsetNoticeProcessor(outbox_store_conn(db->store), log_database_notice, db);
-        outbox_store_set_block_on_dead_head(db->store, r->config->block_on_dead_head);
-        outbox_store_set_delete_on_success(db->store, r->config->delete_on_success);
-        metrics_set_up(r->metrics, METRICS_DATABASE, true);
         /* the server in use, so that a failover to another host shows in the log */
         log_event(OUTBOX_LOG_INFO, "database connected", "%s server=%s:%s attempts=%d", db->who,
                   PQhost(outbox_store_conn(db->store)), PQport(outbox_store_conn(db->store)),
@@ -105,11 +123,12 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
-    if (first && !outbox_error_is_transient(err) && !db->of_list) {
+    if (when == ENDS_FIRST && !outbox_error_is_transient(err) && !db->of_list) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
-    if (cause_log_due(&db->connect_log, err->message, &repeats))
+    if (cause_log_due(&(db->log_owner != NULL ? db->log_owner : db)->connect_log, err->message,
+                      &repeats))
         log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
                   "%s error=\"%s\" repeats=%lu", db->who, err->message, repeats);
     metrics_reconnected(r->metrics, METRICS_DATABASE);
@@ -118,7 +137,7 @@ try_store(struct database *db, bool first, int attempt, struct outbox_error *err
 
 /* Like try_store, for a pipeline's broker. */
 static enum attempt_result
-try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
+try_sink(struct pipeline *p, enum ends_attempt when, int attempt, struct outbox_error *err)
 {
     relay *r = p->relay;
     struct sink_replication replication;
@@ -150,7 +169,7 @@ try_sink(struct pipeline *p, bool first, int attempt, struct outbox_error *err)
      * same credentials), and once any pipeline got in the credentials are
      * known to work.
      */
-    if (first && !outbox_error_is_transient(err) && attempt >= START_LOGIN_TRIES &&
+    if (when == ENDS_FIRST && !outbox_error_is_transient(err) && attempt >= START_LOGIN_TRIES &&
         atomic_load(&r->broker_logged_in) == 0) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
@@ -250,15 +269,15 @@ service_broker(struct pipeline *p)
 
 /*
  * The one connect-with-backoff loop, for every thread and both ends.
- * Connects what is not connected (db's store when want_store, pipeline p's
- * broker when want_sink; p is NULL for the maintenance thread), trying each
+ * Connects what is not connected (db's store when want has ENDS_STORE, pipeline p's
+ * broker when it has ENDS_SINK; p is NULL for the maintenance thread), trying each
  * end on every attempt so that /healthz knows the state of both, until both
- * work, the relay stops, or a fatal error (bad password, no schema) at first
- * start. With --once it gives up after RELAY_ONCE_CONNECT_BUDGET_SECONDS: a
- * one-shot run must end. Returns 0 when connected.
+ * work, the relay stops, or a fatal error (bad password, no schema) at the
+ * first attempt of a thread (ENDS_FIRST). With --once it gives up after
+ * RELAY_ONCE_CONNECT_BUDGET_SECONDS: a one-shot run must end. Returns 0 when connected.
  */
 int
-ends_connect(struct database *db, struct pipeline *p, bool want_store, bool want_sink, bool first)
+ends_connect(struct database *db, struct pipeline *p, unsigned int want, enum ends_attempt when)
 {
     relay *r = db->relay;
     double started = clock_monotonic_seconds();
@@ -268,10 +287,11 @@ ends_connect(struct database *db, struct pipeline *p, bool want_store, bool want
         struct outbox_error store_err, sink_err;
         enum attempt_result store = ATTEMPT_CONNECTED, broker = ATTEMPT_CONNECTED;
 
-        if (want_store && db->store == NULL)
-            store = try_store(db, first, attempt, &store_err);
-        if (store != ATTEMPT_FATAL && want_sink && p != NULL && !sink_is_connected(p->sink))
-            broker = try_sink(p, first, attempt, &sink_err);
+        if ((want & ENDS_STORE) && db->store == NULL)
+            store = try_store(db, when, attempt, &store_err);
+        if (store != ATTEMPT_FATAL && (want & ENDS_SINK) && p != NULL &&
+            !sink_is_connected(p->sink))
+            broker = try_sink(p, when, attempt, &sink_err);
         if (store == ATTEMPT_FATAL || broker == ATTEMPT_FATAL)
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
@@ -298,9 +318,9 @@ ends_connect(struct database *db, struct pipeline *p, bool want_store, bool want
 
 /* Connects a thread's store; see ends_connect(). */
 int
-ends_connect_store(struct database *db, bool first)
+ends_connect_store(struct database *db, enum ends_attempt when)
 {
-    return ends_connect(db, NULL, true, false, first);
+    return ends_connect(db, NULL, ENDS_STORE, when);
 }
 
 void
@@ -313,9 +333,9 @@ ends_drop_store(struct database *db)
 
 /* Connects a pipeline's broker; see ends_connect(). */
 int
-ends_connect_sink(struct pipeline *p, bool first)
+ends_connect_sink(struct pipeline *p, enum ends_attempt when)
 {
-    return ends_connect(&p->db, p, false, true, first);
+    return ends_connect(&p->db, p, ENDS_SINK, when);
 }
 
 /*
@@ -341,17 +361,18 @@ ends_database_failed(struct database *db, const struct outbox_error *err)
         relay_set_fatal(db->relay, err);
         return;
     }
-    if (cause_log_due(&db->error_log, err->message, &repeats))
+    if (cause_log_due(&(db->log_owner != NULL ? db->log_owner : db)->error_log, err->message,
+                      &repeats))
         log_event(outbox_error_is_transient(err) ? OUTBOX_LOG_WARN : OUTBOX_LOG_ERROR,
                   "database error, reconnecting", "%s error=\"%s\" repeats=%lu", db->who,
                   err->message, repeats);
     ends_drop_store(db);
 }
 
-/* ends_database_failed() of a pipeline's connection. */
+/* ends_database_failed() of the connection db that pipeline p serves, err its cause. */
 void
-ends_store_failed(struct pipeline *p, const struct outbox_error *err)
+ends_store_failed(struct pipeline *p, struct database *db, const struct outbox_error *err)
 {
     p->cause = *err;
-    ends_database_failed(&p->db, err);
+    ends_database_failed(db, err);
 }

@@ -29,14 +29,14 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
         .place.at = job->replays == 0 ? job->stream_place : NULL,
     };
 
-    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, false,
+    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, STORE_MESSAGE_ID,
                             m.message_id);
-    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, true,
+    store_message_id_format(identity, job->job_id, job->message_uid, job->replays, STORE_DEDUP_ID,
                             m.dedup_id);
 #ifdef OUTBOX_MUTANTS
     if (mutant_fires("redis_dedup_ignored")) /* each claim its own dedup record */
         store_message_id_format(identity, job->job_id, job->message_uid,
-                                job->replays + 1000 * job->generation, true, m.dedup_id);
+                                job->replays + 1000 * job->generation, STORE_DEDUP_ID, m.dedup_id);
 #endif
     return m;
 }

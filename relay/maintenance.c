@@ -19,6 +19,7 @@
 #include "buffer.h"
 #include "cause_log.h"
 #include "clock.h"
+#include "database_list.h"
 #include "error.h"
 #include "json.h"
 #include "log.h"
@@ -69,43 +70,56 @@ record_backlog(void *arg, const struct outbox_backlog *backlog)
 enum phase_result {
     PHASE_DONE,   /* caught up: the phase runs again after its interval */
     PHASE_MORE,   /* stopped at its bound with work left: it runs again at once */
-    PHASE_FAILED, /* the database failed and the connection is dropped */
+    PHASE_FAILED, /* the database failed: err says why, the caller drops the connection */
+};
+
+/*
+ * One run of the phases on one database: the maintenance thread's own, or a
+ * listed database's on the slot visiting it.
+ */
+struct phase_run {
+    relay *relay;
+    outbox_store *store;
+    struct maintenance_schedule *schedule;
+    const char *who;         /* leads the log lines' fields: "" or "database=NAME " */
+    bool visit;              /* a list's visit: each phase one bounded step, no more */
+    size_t readied;          /* rows the waiting rows' sweep made ready */
+    struct outbox_error err; /* why the database failed (PHASE_FAILED) */
 };
 
 /* Looks for a stream queue, until one is found: no stream, no stream connection. */
 static enum phase_result
-phase_stream_check(struct maintenance *m)
+phase_stream_check(struct phase_run *run)
 {
-    struct outbox_error err;
-
-    if (stream_runner_check(m->db.relay->streams, outbox_store_conn(m->db.store), &err) != 0) {
-        ends_database_failed(&m->db, &err);
+    if (stream_runner_check(run->relay->streams, outbox_store_conn(run->store), &run->err) != 0)
         return PHASE_FAILED;
-    }
     return PHASE_DONE;
 }
 
-/* Reaps expired leases, up to REAP_MAX_ROUNDS x REAP_LIMIT rows. */
+/*
+ * Reaps expired leases, REAP_LIMIT rows a round, up to REAP_MAX_ROUNDS
+ * rounds (one in a visit: the database's rows wait for it).
+ */
 static enum phase_result
-phase_reap(struct maintenance *m)
+phase_reap(struct phase_run *run)
 {
-    relay *r = m->db.relay;
+    relay *r = run->relay;
     struct outbox_reap_result reaped;
-    struct outbox_error err;
+    int rounds = run->visit ? 1 : REAP_MAX_ROUNDS;
 
-    for (int round = 0; round < REAP_MAX_ROUNDS && !relay_stopping(r); round++) {
-        if (outbox_reap(m->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
-                        &err) != 0) {
-            ends_database_failed(&m->db, &err);
+    for (int round = 0; round < rounds && !relay_stopping(r); round++) {
+        if (outbox_reap(run->store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
+                        &run->err) != 0)
             return PHASE_FAILED;
-        }
         if (reaped.ready + reaped.dead > 0)
-            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "ready=%zu dead=%zu",
+            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "%sready=%zu dead=%zu", run->who,
                       reaped.ready, reaped.dead);
         metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        metrics_round_trip(r->metrics, METRICS_DATABASE); /* an idle relay's database answers */
+        if (!run->visit)
+            metrics_round_trip(r->metrics, METRICS_DATABASE); /* an idle relay's database answers */
         if (reaped.ready + reaped.dead < REAP_LIMIT) {
-            wait_latch_set(&r->reaped);
+            if (!run->visit)
+                wait_latch_set(&r->reaped);
             return PHASE_DONE;
         }
     }
@@ -114,78 +128,70 @@ phase_reap(struct maintenance *m)
 
 /* release waiting: readies held rows whose key's head finished while they were being inserted. */
 static enum phase_result
-phase_release_waiting(struct maintenance *m)
+phase_release_waiting(struct phase_run *run)
 {
-    struct outbox_error err;
     size_t readied = 0;
 
-    if (outbox_release_waiting(m->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
-        ends_database_failed(&m->db, &err);
+    if (outbox_release_waiting(run->store, SWEEP_KEY_LIMIT, &readied, &run->err) != 0)
         return PHASE_FAILED;
-    }
     if (readied > 0)
-        log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "rows=%zu",
-                  readied);
+        log_event(OUTBOX_LOG_INFO, "released rows waiting for a finished key", "%srows=%zu",
+                  run->who, readied);
+    run->readied += readied;
     return PHASE_DONE;
 }
 
 /*
  * Deletes succeeded rows older than --retention: batches of CLEANUP_LIMIT
  * rows, each its own short transaction, back to back for up to
- * MAINTENANCE_CLEANUP_RUN_SECONDS; with old rows left the phase runs again
- * at once
- * (after the other phases due), so cleanup keeps up with any drain rate.
- * A batch that finds another relay's (or a purge's) batch holding the
- * cleanup lock leaves the work to it until the next interval.
+ * MAINTENANCE_CLEANUP_RUN_SECONDS (one batch in a visit); with old rows
+ * left the phase runs again at once (after the other phases due; in a
+ * list, at the database's next visit), so cleanup keeps up with any drain
+ * rate. A batch that finds another relay's (or a purge's) batch holding
+ * the cleanup lock leaves the work to it until the next interval.
  */
 static enum phase_result
-phase_cleanup(struct maintenance *m)
+phase_cleanup(struct phase_run *run)
 {
-    relay *r = m->db.relay;
+    relay *r = run->relay;
+    struct maintenance_schedule *m = run->schedule;
     struct outbox_cleanup_result cleaned = {.locked = true};
     double started = clock_monotonic_seconds();
-    struct outbox_error err;
     char cutoff[64];
 
     if (r->config->retention_seconds <= 0)
         return PHASE_DONE;
     if (m->cleaned == 0)
         m->cleanup_started = started;
-    if (outbox_store_cleanup_cutoff(m->db.store, r->config->retention_seconds, cutoff,
-                                    sizeof(cutoff), &err) != 0) {
-        ends_database_failed(&m->db, &err);
+    if (outbox_store_cleanup_cutoff(run->store, r->config->retention_seconds, cutoff,
+                                    sizeof(cutoff), &run->err) != 0)
         return PHASE_FAILED;
-    }
     do {
-        if (outbox_store_cleanup_batch(m->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
-            ends_database_failed(&m->db, &err);
+        if (outbox_store_cleanup_batch(run->store, cutoff, CLEANUP_LIMIT, &cleaned, &run->err) != 0)
             return PHASE_FAILED;
-        }
         m->cleaned += cleaned.deleted;
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
-    } while (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT && !relay_stopping(r) &&
+    } while (!run->visit && cleaned.locked && cleaned.deleted == CLEANUP_LIMIT &&
+             !relay_stopping(r) &&
              clock_monotonic_seconds() - started < MAINTENANCE_CLEANUP_RUN_SECONDS);
     if (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT)
         return PHASE_MORE;
     if (m->cleaned > 0)
-        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "rows=%zu seconds=%.1f",
-                  m->cleaned, clock_monotonic_seconds() - m->cleanup_started);
+        log_event(OUTBOX_LOG_INFO, "deleted old succeeded rows", "%srows=%zu seconds=%.1f",
+                  run->who, m->cleaned, clock_monotonic_seconds() - m->cleanup_started);
     m->cleaned = 0;
     return PHASE_DONE;
 }
 
 /* Samples the size and cleanup figures of outbox.job for the gauges. */
 static enum phase_result
-phase_table_sample(struct maintenance *m)
+phase_table_sample(struct phase_run *run)
 {
-    relay *r = m->db.relay;
+    relay *r = run->relay;
     struct outbox_table_sample t;
-    struct outbox_error err;
 
-    if (outbox_store_sample_table(m->db.store, r->config->retention_seconds, &t, &err) != 0) {
-        ends_database_failed(&m->db, &err);
+    if (outbox_store_sample_table(run->store, r->config->retention_seconds, &t, &run->err) != 0)
         return PHASE_FAILED;
-    }
     metrics_set_table_sample(r->metrics, &(struct metrics_table_sample){
                                               .table_bytes = t.table_bytes,
                                               .index_bytes = t.index_bytes,
@@ -201,23 +207,20 @@ phase_table_sample(struct maintenance *m)
 
 /* Samples the backlog for the gauges, and warns about an old open transaction. */
 static enum phase_result
-phase_sample(struct maintenance *m)
+phase_sample(struct phase_run *run)
 {
-    relay *r = m->db.relay;
+    relay *r = run->relay;
     struct outbox_horizon horizon;
-    struct outbox_error err;
     struct samples samples = {0};
-    int rc = outbox_sample_backlog(m->db.store, record_backlog, &samples, &err);
+    int rc = outbox_sample_backlog(run->store, record_backlog, &samples, &run->err);
 
     if (rc == 0)
         metrics_set_queue_samples(r->metrics, samples.items, samples.count);
     for (size_t i = 0; i < samples.count; i++)
         free((char *)samples.items[i].queue);
     free(samples.items);
-    if (rc != 0 || outbox_sample_horizon(m->db.store, &horizon, &err) != 0) {
-        ends_database_failed(&m->db, &err);
+    if (rc != 0 || outbox_sample_horizon(run->store, &horizon, &run->err) != 0)
         return PHASE_FAILED;
-    }
     metrics_set_horizon_age(r->metrics, horizon.found ? horizon.age_seconds : 0);
     if (horizon.found && r->config->horizon_warning_seconds > 0 &&
         horizon.age_seconds > r->config->horizon_warning_seconds)
@@ -228,39 +231,69 @@ phase_sample(struct maintenance *m)
     return PHASE_DONE;
 }
 
-/* The phases, like pg_cron's loop: each named, bounded, run when due. */
+/*
+ * The phases, like pg_cron's loop: each named, bounded, run when due. A
+ * relay of one database runs them all on the maintenance thread; a visit of
+ * a listed database runs those of_visit (its stream queues are found by
+ * scheduler_stream.c, and a list's databases sample no gauges).
+ */
 static const struct phase {
     const char *name;
     double every_seconds;
-    enum phase_result (*run)(struct maintenance *m);
+    bool of_visit;
+    enum phase_result (*run)(struct phase_run *run);
 } PHASES[PHASE_COUNT] = {
-    [PHASE_STREAM_CHECK] = {"stream-check", MAINTENANCE_STREAM_CHECK_EVERY_SECONDS,
+    [PHASE_STREAM_CHECK] = {"stream-check", MAINTENANCE_STREAM_CHECK_EVERY_SECONDS, false,
                             phase_stream_check},
-    [PHASE_REAP] = {"reap", MAINTENANCE_REAP_EVERY_SECONDS, phase_reap},
-    [PHASE_RELEASE_WAITING] = {"release-waiting", MAINTENANCE_SWEEP_EVERY_SECONDS,
+    [PHASE_REAP] = {"reap", MAINTENANCE_REAP_EVERY_SECONDS, true, phase_reap},
+    [PHASE_RELEASE_WAITING] = {"release-waiting", MAINTENANCE_SWEEP_EVERY_SECONDS, true,
                                phase_release_waiting},
-    [PHASE_CLEANUP] = {"cleanup", MAINTENANCE_CLEANUP_EVERY_SECONDS, phase_cleanup},
-    [PHASE_SAMPLE] = {"sample", MAINTENANCE_SAMPLE_EVERY_SECONDS, phase_sample},
-    [PHASE_TABLE_SAMPLE] = {"table-sample", MAINTENANCE_TABLE_SAMPLE_EVERY_SECONDS,
+    [PHASE_CLEANUP] = {"cleanup", MAINTENANCE_CLEANUP_EVERY_SECONDS, true, phase_cleanup},
+    [PHASE_SAMPLE] = {"sample", MAINTENANCE_SAMPLE_EVERY_SECONDS, false, phase_sample},
+    [PHASE_TABLE_SAMPLE] = {"table-sample", MAINTENANCE_TABLE_SAMPLE_EVERY_SECONDS, false,
                             phase_table_sample},
 };
 
 /* Runs one phase and schedules its next run. */
 static enum phase_result
-run_phase(struct maintenance *m, enum maintenance_phase phase)
+run_phase(struct phase_run *run, enum maintenance_phase phase)
 {
     const struct phase *ph = &PHASES[phase];
     double started = clock_monotonic_seconds();
-    enum phase_result result = ph->run(m);
+    enum phase_result result = ph->run(run);
     double finished = clock_monotonic_seconds();
 
-    log_event(OUTBOX_LOG_DEBUG, "maintenance phase ran", "phase=%s seconds=%.3f result=%s",
-              ph->name, finished - started,
-              result == PHASE_DONE ? "done" : result == PHASE_MORE ? "more" : "failed");
-    m->due[phase] = result == PHASE_DONE   ? finished + ph->every_seconds
-                    : result == PHASE_MORE ? finished
-                                           : finished + MAINTENANCE_PHASE_RETRY_SECONDS;
+    log_event(OUTBOX_LOG_DEBUG, "maintenance phase ran", "%sphase=%s seconds=%.3f result=%s",
+              run->who, ph->name, finished - started,
+              result == PHASE_DONE   ? "done"
+              : result == PHASE_MORE ? "more"
+                                     : "failed");
+    run->schedule->due[phase] = result == PHASE_DONE   ? finished + ph->every_seconds
+                                : result == PHASE_MORE ? finished
+                                                       : finished + MAINTENANCE_PHASE_RETRY_SECONDS;
     return result;
+}
+
+int
+maintenance_visit(relay *r, outbox_store *store, const char *who,
+                  struct maintenance_schedule *schedule, size_t *readied, struct outbox_error *err)
+{
+    char prefix[DATABASE_NAME_MAX + 32];
+    struct phase_run run = {
+        .relay = r, .store = store, .schedule = schedule, .who = prefix, .visit = true};
+
+    snprintf(prefix, sizeof(prefix), "%s ", who);
+    *readied = 0;
+    for (int i = 0; i < PHASE_COUNT; i++) {
+        if (!PHASES[i].of_visit || clock_monotonic_seconds() < schedule->due[i])
+            continue;
+        if (run_phase(&run, (enum maintenance_phase)i) == PHASE_FAILED) {
+            *err = run.err;
+            return -1;
+        }
+    }
+    *readied = run.readied;
+    return 0;
 }
 
 /* The maintenance thread goes on while the relay runs and a pipeline works. */
@@ -273,23 +306,29 @@ maintenance_goes_on(relay *r)
 /*
  * Starts the phases that are due, in order. A whole pass (the first one of
  * --once) runs each phase until it is done, even after the pipelines
- * returned, so --once reaps, cleans up and samples completely.
+ * returned, so --once reaps, cleans up and samples completely. A database
+ * failure drops the connection (the loop reconnects).
  */
 static void
 run_due_phases(struct maintenance *m, bool whole)
 {
     relay *r = m->db.relay;
+    struct phase_run run = {.relay = r, .store = m->db.store, .schedule = &m->schedule, .who = ""};
 
     for (int i = 0; i < PHASE_COUNT; i++) {
         enum phase_result result = PHASE_DONE;
 
-        if (m->db.store == NULL || relay_stopping(r) || (!whole && !maintenance_goes_on(r)))
+        if (relay_stopping(r) || (!whole && !maintenance_goes_on(r)))
             return;
-        if (clock_monotonic_seconds() < m->due[i])
+        if (clock_monotonic_seconds() < m->schedule.due[i])
             continue;
         do
-            result = run_phase(m, (enum maintenance_phase)i);
+            result = run_phase(&run, (enum maintenance_phase)i);
         while (whole && result == PHASE_MORE && !relay_stopping(r));
+        if (result == PHASE_FAILED) {
+            ends_database_failed(&m->db, &run.err);
+            return;
+        }
     }
 }
 
@@ -300,22 +339,22 @@ maintenance_run(void *arg)
     struct maintenance *m = &r->maintenance;
     bool whole = r->config->once;
 
-    if (ends_connect_store(&m->db, true) != 0)
+    if (ends_connect_store(&m->db, ENDS_FIRST) != 0)
         goto done;
     while (whole || maintenance_goes_on(r)) {
         double next;
 
-        if (m->db.store == NULL && ends_connect_store(&m->db, false) != 0)
+        if (m->db.store == NULL && ends_connect_store(&m->db, ENDS_AGAIN) != 0)
             break;
         run_due_phases(m, whole);
         if (m->db.store == NULL)
             continue; /* reconnect; a whole pass starts over */
         whole = false;
         /* wait for the next phase due, the stop, or the last pipeline to return */
-        next = m->due[0];
+        next = m->schedule.due[0];
         for (int i = 1; i < PHASE_COUNT; i++)
-            if (m->due[i] < next)
-                next = m->due[i];
+            if (m->schedule.due[i] < next)
+                next = m->schedule.due[i];
         if (maintenance_goes_on(r))
             wait_until(&r->stop, r->pipelines_done.fd, next);
     }

@@ -133,10 +133,13 @@ out_stream_family(struct buffer *o, const char *name, const char *help)
     buffer_printf(o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 }
 
+/* Whether a series carries its partition's owner label. */
+enum series_owner { SERIES_WITH_OWNER, SERIES_NO_OWNER };
+
 /* name{broker="...",queue="...",partition="..."[,owner="..."]} */
 static void
 out_stream_series(struct buffer *o, const char *name, const char *broker,
-                  const struct stream_series *s, bool with_owner)
+                  const struct stream_series *s, enum series_owner owner)
 {
     buffer_printf(o, "%s{", name);
     if (broker != NULL) {
@@ -147,7 +150,7 @@ out_stream_series(struct buffer *o, const char *name, const char *broker,
     buffer_puts(o, "queue=\"");
     out_value(o, s->queue);
     buffer_printf(o, "\",partition=\"%d\"", s->partition);
-    if (with_owner) {
+    if (owner == SERIES_WITH_OWNER) {
         buffer_puts(o, ",owner=\"");
         out_value(o, s->owner);
         buffer_puts(o, "\"");
@@ -174,20 +177,21 @@ render_partitions(const struct metrics_stream *s, struct buffer *o, const char *
     out_stream_family(o, "outbox_stream_lag_rows",
                       "Rows after the cursor of a stream partition (counted up to 100000).");
     for (size_t i = 0; i < s->count; i++) {
-        out_stream_series(o, "outbox_stream_lag_rows", broker, &s->series[i], false);
+        out_stream_series(o, "outbox_stream_lag_rows", broker, &s->series[i], SERIES_NO_OWNER);
         buffer_printf(o, "%lld\n", (long long)s->series[i].lag_rows);
     }
     out_stream_family(o, "outbox_stream_lag_seconds",
                       "Age of the oldest row after the cursor of a stream partition (0: none).");
     for (size_t i = 0; i < s->count; i++) {
-        out_stream_series(o, "outbox_stream_lag_seconds", broker, &s->series[i], false);
+        out_stream_series(o, "outbox_stream_lag_seconds", broker, &s->series[i], SERIES_NO_OWNER);
         buffer_printf(o, "%.3f\n", s->series[i].lag_seconds);
     }
     out_stream_family(
         o, "outbox_stream_partition_owned",
         "1 for the relay holding a live lease on a stream partition (owner=\"\": none).");
     for (size_t i = 0; i < s->count; i++) {
-        out_stream_series(o, "outbox_stream_partition_owned", broker, &s->series[i], true);
+        out_stream_series(o, "outbox_stream_partition_owned", broker, &s->series[i],
+                          SERIES_WITH_OWNER);
         buffer_puts(o, s->series[i].owner[0] != '\0' ? "1\n" : "0\n");
     }
 }

@@ -195,63 +195,65 @@ run_until_stopped(relay *r, struct metrics *m)
     return 0;
 }
 
-int
-main(int argc, char **argv)
+/*
+ * What is done before a relay is made: the options read, --help and
+ * --version answered, --healthcheck run, the log and the span settings
+ * set. True when the program ends here, with *status; config is then
+ * cleared.
+ */
+static bool
+ends_before_relay(struct relay_config *config, int argc, char **argv,
+                  struct listen_addr *metrics_addr, struct otel_settings *otel, bool *spans,
+                  int *status)
 {
-    struct relay_config config;
     struct outbox_error err;
-    struct metrics *m = NULL;
+
+    if (config_parse(config, argc, (const char *const *)argv, &err) != 0) {
+        *status = report_exit(EXIT_USAGE, &err);
+        return true;
+    }
+    *status = 0;
+    if (config->help)
+        config_usage(stdout);
+    else if (config->version)
+        printf("outbox-relay %s\n", OUTBOX_VERSION);
+    else if (listen_addr_parse(config->metrics_addr, metrics_addr, &err) != 0)
+        *status = report_exit(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
+    else if (config->healthcheck)
+        *status = run_healthcheck(metrics_addr);
+    else {
+        /* config's level and format choices are listed in log.h's order */
+        log_configure((enum log_level)config->log_level, (enum log_format)config->log_format,
+                      stderr);
+        log_json = (enum log_format)config->log_format == OUTBOX_LOG_JSON;
+        if (otel_settings_read(config->otel_endpoint, otel, spans, &err) == 0)
+            return false;
+        *status = report_exit(EXIT_USAGE, &err);
+    }
+    config_clear(config);
+    return true;
+}
+
+/* The relay made, then checked (--check) or run with its metrics server until it stops. */
+static int
+run_relay(const struct relay_config *config, const struct listen_addr *metrics_addr,
+          const struct otel_settings *otel, bool spans, struct metrics *m)
+{
     struct http_server *server = NULL;
-    struct listen_addr metrics_addr;
-    struct otel_settings otel;
-    bool spans = false;
+    struct outbox_error err;
     relay *r = NULL;
     int status;
 
-    signal(SIGPIPE, SIG_IGN);
-    if (config_parse(&config, argc, (const char *const *)argv, &err) != 0)
-        return report_exit(EXIT_USAGE, &err);
-    if (config.help || config.version) {
-        if (config.help)
-            config_usage(stdout);
-        else
-            printf("outbox-relay %s\n", OUTBOX_VERSION);
-        config_clear(&config);
-        return 0;
-    }
-    if (listen_addr_parse(config.metrics_addr, &metrics_addr, &err) != 0) {
-        config_clear(&config);
-        return report_exit(EXIT_USAGE, &err); /* the message names --metrics-addr itself */
-    }
-    if (config.healthcheck) {
-        config_clear(&config);
-        return run_healthcheck(&metrics_addr);
-    }
-    /* config's level and format choices are listed in log.h's order */
-    log_configure((enum log_level)config.log_level, (enum log_format)config.log_format, stderr);
-    log_json = (enum log_format)config.log_format == OUTBOX_LOG_JSON;
-    if (otel_settings_read(config.otel_endpoint, &otel, &spans, &err) != 0) {
-        config_clear(&config);
-        return report_exit(EXIT_USAGE, &err);
-    }
-
-    /* config_parse checked that a broker of the registry speaks the URL's scheme */
-    m = metrics_new(sink_kind_of_url(config.broker.url));
-    metrics_set_max_queues(m, (size_t)config.metrics_max_queues);
-    metrics_set_idle_wait(m, config.poll_interval_ms / 1000.0);
-    if (m == NULL) {
-        outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
+    if (spans && !config->check &&
+        otel_start(otel, otel_messaging_system(sink_kind_of_url(config->broker.url)), m, &err) !=
+            0) {
         status = report_exit(EXIT_RUNTIME, &err);
-    } else if (spans && !config.check &&
-               otel_start(&otel, otel_messaging_system(sink_kind_of_url(config.broker.url)), m,
-                          &err) != 0) {
-        status = report_exit(EXIT_RUNTIME, &err);
-    } else if ((r = relay_new(&config, m, &err)) == NULL) {
+    } else if ((r = relay_new(config, m, &err)) == NULL) {
         /* config_parse checked the URL and the options; what is left is about the broker */
         status = report_exit(err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME, &err);
-    } else if (config.check) {
+    } else if (config->check) {
         status = run_check(r);
-    } else if (!metrics_addr.off && http_server_start(&metrics_addr, m, &server, &err) != 0) {
+    } else if (!metrics_addr->off && http_server_start(metrics_addr, m, &server, &err) != 0) {
         struct outbox_error named = err;
 
         status = err.code == OUTBOX_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
@@ -262,8 +264,35 @@ main(int argc, char **argv)
     }
     relay_free(r);
     otel_stop(OTEL_FLUSH_SECONDS); /* after every pipeline: none records a span any more */
-    otel_settings_clear(&otel);
     http_server_stop(server);
+    return status;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct relay_config config;
+    struct outbox_error err;
+    struct metrics *m;
+    struct listen_addr metrics_addr;
+    struct otel_settings otel;
+    bool spans = false;
+    int status;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (ends_before_relay(&config, argc, argv, &metrics_addr, &otel, &spans, &status))
+        return status;
+    /* config_parse checked that a broker of the registry speaks the URL's scheme */
+    m = metrics_new(sink_kind_of_url(config.broker.url));
+    if (m == NULL) {
+        outbox_error_set(&err, OUTBOX_ERR_INTERNAL, "out of memory");
+        status = report_exit(EXIT_RUNTIME, &err);
+    } else {
+        metrics_set_max_queues(m, (size_t)config.metrics_max_queues);
+        metrics_set_idle_wait(m, config.poll_interval_ms / 1000.0);
+        status = run_relay(&config, &metrics_addr, &otel, spans, m);
+    }
+    otel_settings_clear(&otel);
     metrics_free(m);
     config_clear(&config);
     return status;

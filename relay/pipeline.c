@@ -1,6 +1,6 @@
 /*
- * pipeline.c - a pipeline thread: connect, then turn after turn claim or
- * wait, publish, settle.
+ * pipeline.c - serving a database turn after turn (claim, publish,
+ * settle), for a pipeline thread between its waits and for a slot's slice.
  *
  * A turn sends the marks of the batch published last and the claim of the
  * next batch to the database ahead of their results, publishes the current
@@ -57,25 +57,25 @@ struct idle {
     double last_work; /* when a turn last had work */
 };
 
-/* connect: the database and the broker, settling what was in flight before a broker outage. */
+/* connect: the broker, settling what was in flight before its outage. False when the relay stops.
+ */
 static bool
-pipeline_connect(struct pipeline *p)
+connect_broker(struct pipeline *p, struct database *db)
 {
-    if (p->db.store == NULL && ends_connect(&p->db, p, true, false, false) != 0)
-        return false;
-    if (!sink_is_connected(p->sink)) {
-        /* published rows are marked and claimed ones given back before the outage */
-        settle_now(p, &p->settlements[!p->current]);
-        publish_give_back(p, &p->settlements[p->current].batch);
-        if (ends_connect_sink(p, false) != 0)
-            return false;
-    }
-    return true;
+    if (sink_is_connected(p->sink))
+        return true;
+    /* published rows are marked and claimed ones given back before the outage */
+    settle_now(p, db, &p->settlements[!p->current]);
+    publish_give_back(p, db, &p->settlements[p->current].batch);
+    return ends_connect_sink(p, ENDS_AGAIN) == 0;
 }
 
-/* claim: sends the previous batch's marks and the next claim ahead of their results. */
+/*
+ * claim: sends the previous batch's marks and the next claim ahead of their
+ * results; no claim once until has passed.
+ */
 static struct turn
-turn_claim(struct pipeline *p, double *claimed_at)
+turn_claim(struct pipeline *p, struct database *db, double *claimed_at, double until)
 {
     relay *r = p->relay;
     const struct relay_config *c = r->config;
@@ -85,18 +85,18 @@ turn_claim(struct pipeline *p, double *claimed_at)
     struct outbox_error err;
 
     /* before anything is sent ahead, so the claim below sees pauses a fifth of a second old at most */
-    if (p->db.store != NULL && outbox_store_refresh_pauses(p->db.store, &err) != 0)
-        ends_store_failed(p, &err);
+    if (db->store != NULL && outbox_store_refresh_pauses(db->store, &err) != 0)
+        ends_store_failed(p, db, &err);
     /* the last round trip before the publish, so the least time passes after it */
-    publish_keep_held_rows(p, &current->batch, claimed_at);
-    if (p->db.store != NULL && settlement_has_rows(previous))
-        t.marking = settle_send(p, previous) == 0;
-    if (p->db.store != NULL && !relay_stopping(r) && !p->last_turn) {
-        if (outbox_claim_send(p->db.store, (const char *const *)c->queues, c->queue_count,
+    publish_keep_held_rows(p, db, &current->batch, claimed_at);
+    if (db->store != NULL && settlement_has_rows(previous))
+        t.marking = settle_send(p, db, previous) == 0;
+    if (db->store != NULL && !relay_stopping(r) && t.next_claimed_at < until) {
+        if (outbox_claim_send(db->store, (const char *const *)c->queues, c->queue_count,
                               c->batch_size, c->lease_seconds, &err) == 0)
             t.claiming = true;
         else
-            ends_store_failed(p, &err);
+            ends_store_failed(p, db, &err);
     }
     return t;
 }
@@ -104,22 +104,21 @@ turn_claim(struct pipeline *p, double *claimed_at)
 /*
  * settle: collects the marks and the claim sent by turn_claim(), then swaps
  * the slots. True when the claim was made (even if it found nothing), false
- * when it was not (stopping, or the database failed).
+ * when it was not (until passed, stopping, or the database failed).
  */
 static bool
-turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
+turn_settle(struct pipeline *p, struct database *db, struct turn *t, double *claimed_at)
 {
     relay *r = p->relay;
     struct settlement *previous = &p->settlements[!p->current];
     struct outbox_batch next = {0};
     struct outbox_error err;
 
-    if (t->marking && p->db.store != NULL)
-        settle_receive(p, previous);
-    if (t->claiming && p->db.store == NULL)
-        t->claiming = false; /* collecting the marks failed and dropped the connection */
-    if (t->claiming && outbox_claim_receive(p->db.store, &next, &err) != 0) {
-        ends_store_failed(p, &err);
+    /* collecting the marks failed and dropped the connection: the claim is lost with it */
+    if (t->marking && db->store != NULL && settle_receive(p, db, previous) != 0)
+        t->claiming = false;
+    if (t->claiming && outbox_claim_receive(db->store, &next, &err) != 0) {
+        ends_store_failed(p, db, &err);
         t->claiming = false;
     }
     if (t->claiming) {
@@ -127,7 +126,7 @@ turn_settle(struct pipeline *p, struct turn *t, double *claimed_at)
         metrics_round_trip(r->metrics, METRICS_DATABASE);
     }
     /* marks not confirmed above (the database failed) get one more try */
-    settle_now(p, previous);
+    settle_now(p, db, previous);
 
     previous->batch = next;
     p->current = !p->current;
@@ -184,6 +183,58 @@ pause_after_deferral(struct pipeline *p)
 }
 
 /*
+ * What a turn's claim found, into the serve's findings; a turn that
+ * published a row (or failed one through its own fault) is progress for
+ * --once. True when the turn found nothing to do: its claim no row, and
+ * nothing published is left to mark.
+ */
+static bool
+note_turn(struct pipeline *p, struct pipeline_slice *slice)
+{
+    const struct settlement *published = &p->settlements[!p->current];
+    size_t count = p->settlements[p->current].batch.count;
+
+    slice->claimed += count;
+    slice->more = count > 0;
+    slice->full = count == (size_t)p->relay->config->batch_size;
+    if (published->accepted + published->failed > 0)
+        p->progress_at = clock_monotonic_seconds();
+    return count == 0 && !settlement_has_rows(published);
+}
+
+enum serve_status
+pipeline_serve(struct pipeline *p, struct database *db, double until, struct pipeline_slice *slice)
+{
+    relay *r = p->relay;
+    double claimed_at = 0;
+    bool drained = false;
+
+    *slice = (struct pipeline_slice){0};
+    while (!drained && db->store != NULL && !relay_stopping(r) && !once_stalled(p) &&
+           connect_broker(p, db)) {
+        struct turn t;
+
+        metrics_loop_turned(r->metrics);
+        t = turn_claim(p, db, &claimed_at, until);
+        publish_batch(p, db, &p->settlements[p->current]);
+        if (!turn_settle(p, db, &t, &claimed_at))
+            break; /* no claim made: until passed, the database failed, or the relay stops */
+        drained = note_turn(p, slice);
+        pause_after_deferral(p);
+    }
+    /* the last published batch is marked; a claim made for the next turn goes back */
+    settle_now(p, db, &p->settlements[!p->current]);
+    publish_give_back(p, db, &p->settlements[p->current].batch);
+    if (db->store == NULL)
+        return SERVE_FAILED;
+    if (relay_stopping(r))
+        return SERVE_STOPPED;
+    return drained ? SERVE_DRAINED : SERVE_UNTIL;
+}
+
+/* ---- a pipeline thread: a relay of one database ------------------------------ */
+
+/*
  * Waits for a NOTIFY on the LISTEN socket, the stop latch, or wait_ms,
  * whichever comes first, then services an idle broker connection.
  */
@@ -197,19 +248,19 @@ wait_for_notify(struct pipeline *p, int wait_ms)
 
     /* LISTEN before the first wait; a notification may have come with an earlier result */
     if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
-        ends_store_failed(p, &err);
+        ends_store_failed(p, &p->db, &err);
         return;
     }
     fd = PQsocket(outbox_store_conn(p->db.store));
     if (fd < 0) {
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "database connection is closed");
-        ends_store_failed(p, &err);
+        ends_store_failed(p, &p->db, &err);
         return;
     }
     while (!notified && wait_until(&p->relay->stop, fd, deadline) == WAIT_READY) {
         /* the socket is readable: read it; a notice or a status message is not a notification */
         if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
-            ends_store_failed(p, &err);
+            ends_store_failed(p, &p->db, &err);
             return;
         }
     }
@@ -223,25 +274,23 @@ wait_for_notify(struct pipeline *p, int wait_ms)
 }
 
 /*
- * or wait: after a turn that found no work, waits for a NOTIFY or the
- * adaptive poll interval: 1, 2, 4 ... ms, up to PIPELINE_BUSY_POLL_MAX_MS
+ * or wait: after a serve that drained the database, waits for a NOTIFY or
+ * the adaptive poll interval: 1, 2, 4 ... ms, up to PIPELINE_BUSY_POLL_MAX_MS
  * while rows came in the last PIPELINE_BUSY_WINDOW_SECONDS (a lull in a
- * steady stream must not cost its next rows a long sleep), and up to --poll-interval
- * once the queue has been quiet for longer. A turn with work goes on at
- * once. False when the pipeline is done (--once found no more work).
+ * steady stream must not cost its next rows a long sleep), and up to
+ * --poll-interval once the queue has been quiet for longer; the interval
+ * starts again at 1 ms after a serve that claimed rows. False when the
+ * pipeline is done (--once found no more work).
  */
 static bool
-turn_wait(struct pipeline *p, struct idle *idle)
+turn_wait(struct pipeline *p, struct idle *idle, const struct pipeline_slice *slice)
 {
     const struct relay_config *c = p->relay->config;
 
-    if (p->settlements[p->current].batch.count > 0 ||
-        settlement_has_rows(&p->settlements[!p->current])) {
+    if (slice->claimed > 0) {
         idle->wait_ms = 0;
         idle->last_work = clock_monotonic_seconds();
-        return true;
     }
-    outbox_batch_release_memory(&p->settlements[p->current].batch);
     if (c->once)
         return false;
     idle->wait_ms = idle->wait_ms == 0 ? 1 : idle->wait_ms * 2;
@@ -262,7 +311,7 @@ pipeline_begin(struct pipeline *p)
 
     p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
-    if (ends_connect(&p->db, p, true, true, true) != 0)
+    if (ends_connect(&p->db, p, ENDS_STORE | ENDS_SINK, ENDS_FIRST) != 0)
         return -1;
     if (r->config->once)
         wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);
@@ -271,78 +320,47 @@ pipeline_begin(struct pipeline *p)
     return 0;
 }
 
-/* The loop of the pipeline: connect, claim or wait, publish, settle. */
+/*
+ * One round of a pipeline: connect (again), serve the database until it is
+ * drained, wait. What a serve's end means is decided here: a failure is
+ * reconnected, a drained database waited for. False when the pipeline is
+ * done.
+ */
+static bool
+serve_and_wait(struct pipeline *p, struct idle *idle)
+{
+    struct pipeline_slice slice;
+
+    if (relay_stopping(p->relay) ||
+        (p->db.store == NULL && ends_connect(&p->db, p, ENDS_STORE, ENDS_AGAIN) != 0))
+        return false;
+    switch (pipeline_serve(p, &p->db, PIPELINE_SERVE_FOREVER, &slice)) {
+    case SERVE_STOPPED:
+        return false;
+    case SERVE_FAILED: /* connect again */
+    case SERVE_UNTIL:  /* a claim failed on a connection the marks replaced: claim again */
+        return true;
+    case SERVE_DRAINED:
+        break;
+    }
+    return turn_wait(p, idle, &slice);
+}
+
+/* The loop of the pipeline: connect, serve or wait. */
 void *
 pipeline_run(void *arg)
 {
     struct pipeline *p = arg;
     relay *r = p->relay;
     struct idle idle = {0};
-    double claimed_at = 0;
 
-    if (pipeline_begin(p) == 0) {
-        while (!relay_stopping(r) && !once_stalled(p) && pipeline_connect(p)) {
-            struct turn t;
-
-            metrics_loop_turned(r->metrics);
-            t = turn_claim(p, &claimed_at);
-            publish_batch(p, &p->settlements[p->current]);
-            if (!turn_settle(p, &t, &claimed_at))
-                continue; /* no claim made: reconnect, or stop */
-            /* the batch just published, not marked yet: some of its rows went out (or failed) */
-            if (p->settlements[!p->current].accepted + p->settlements[!p->current].failed > 0)
-                p->progress_at = clock_monotonic_seconds();
-            pause_after_deferral(p);
-            if (!turn_wait(p, &idle))
-                break;
-        }
-        /* the last published batch is marked; a claim made for the next turn goes back */
-        settle_now(p, &p->settlements[!p->current]);
-        publish_give_back(p, &p->settlements[p->current].batch);
-    }
+    if (pipeline_begin(p) == 0)
+        while (serve_and_wait(p, &idle))
+            ;
     ends_broker_close(p);
     ends_drop_store(&p->db);
     if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
         wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
     relay_thread_returned(r);
     return NULL;
-}
-
-/*
- * A slot's slice of one database of --databases (scheduler.c): the same
- * turns as pipeline_run() on the connection p->db holds, until a claim
- * finds nothing or the slice ends at until; the last turn claims no more,
- * so the slice ends with nothing claimed and every published row marked
- * (or left to its lease when the database failed).
- */
-struct pipeline_slice
-pipeline_serve(struct pipeline *p, double until)
-{
-    relay *r = p->relay;
-    struct pipeline_slice slice = {0};
-    double claimed_at = 0;
-
-    p->last_turn = false;
-    while (!relay_stopping(r) && pipeline_connect(p)) {
-        struct turn t;
-        size_t count;
-
-        metrics_loop_turned(r->metrics);
-        p->last_turn = clock_monotonic_seconds() >= until;
-        t = turn_claim(p, &claimed_at);
-        publish_batch(p, &p->settlements[p->current]);
-        if (!turn_settle(p, &t, &claimed_at))
-            break; /* the slice is over, the database failed, or the relay stops */
-        count = p->settlements[p->current].batch.count;
-        slice.claimed += count;
-        slice.more = count > 0;
-        slice.full = count == (size_t)r->config->batch_size;
-        pause_after_deferral(p);
-        if (count == 0)
-            break;
-    }
-    settle_now(p, &p->settlements[!p->current]);
-    publish_give_back(p, &p->settlements[p->current].batch);
-    p->last_turn = false;
-    return slice;
 }

@@ -122,7 +122,8 @@ lease_batch(struct pipeline *p, const struct outbox_batch *batch)
  * check and the write to the broker (the README's ordering promise).
  */
 void
-publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *claimed_at)
+publish_keep_held_rows(struct pipeline *p, struct database *db, struct outbox_batch *batch,
+                       double *claimed_at)
 {
     const struct relay_config *c = p->relay->config;
     double checked = clock_monotonic_seconds(), held_for = checked - *claimed_at;
@@ -133,12 +134,12 @@ publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *c
         return;
     lease_batch(p, batch);
     memset(p->done, 0, batch->count * sizeof(*p->done));
-    if (p->db.store != NULL) {
-        if (outbox_extend(p->db.store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
+    if (db->store != NULL) {
+        if (outbox_extend(db->store, p->leases, batch->count, c->lease_seconds, p->done, &changed,
                           &err) == 0)
             *claimed_at = checked;
         else {
-            ends_store_failed(p, &err);
+            ends_store_failed(p, db, &err);
             memset(p->done, 0, batch->count * sizeof(*p->done));
         }
     }
@@ -156,22 +157,25 @@ publish_keep_held_rows(struct pipeline *p, struct outbox_batch *batch, double *c
 }
 
 /*
- * Hands a claimed batch that will not be published back at once, attempt
- * included, then frees it. Without a database the rows come back when
- * their lease runs out.
+ * Hands a claimed batch that will not be published back to db at once,
+ * attempt included, then frees it. Without a database the rows come back
+ * when their lease runs out. 0, or -1 with the connection dropped.
  */
-void
-publish_give_back(struct pipeline *p, struct outbox_batch *batch)
+int
+publish_give_back(struct pipeline *p, struct database *db, struct outbox_batch *batch)
 {
     struct outbox_error err;
     size_t changed;
+    int rc = 0;
 
-    if (batch->count > 0 && p->db.store != NULL) {
+    if (batch->count > 0 && db->store != NULL) {
         lease_batch(p, batch);
-        if (outbox_release(p->db.store, p->leases, batch->count, p->done, &changed, &err) != 0)
-            ends_store_failed(p, &err);
+        rc = outbox_release(db->store, p->leases, batch->count, p->done, &changed, &err);
+        if (rc != 0)
+            ends_store_failed(p, db, &err);
     }
     outbox_batch_release_memory(batch);
+    return rc;
 }
 
 /* Sets a message's outcome, as the sinks do. */
@@ -206,7 +210,7 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
         pending += st->outcomes[i].status != SINK_ACCEPTED;
     if (pending == 0)
         return;
-    if (!sink_is_connected(p->sink) && ends_connect_sink(p, false) != 0) {
+    if (!sink_is_connected(p->sink) && ends_connect_sink(p, ENDS_AGAIN) != 0) {
         for (size_t i = low; i < high; i++)
             if (st->outcomes[i].status != SINK_ACCEPTED)
                 outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
@@ -280,50 +284,42 @@ note_deferred(struct pipeline *p, size_t deferred, const char *reason)
                   repeats);
 }
 
-/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
-void
-publish_batch(struct pipeline *p, struct settlement *st)
+/*
+ * The messages of batch, made from db's rows, with their spans prepared
+ * (*traced) and their CloudEvents attributes. False when the attributes
+ * could not be built (out of memory): the batch is then deferred.
+ */
+static bool
+build_messages(struct pipeline *p, const struct database *db, const struct outbox_batch *batch,
+               bool *traced)
+{
+    bool built = true;
+
+    for (size_t i = 0; i < batch->count; i++) {
+        p->messages[i] = job_message_from_job(&batch->jobs[i], &db->identity);
+        metrics_add_queue(p->relay->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
+    }
+    *traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
+    cloudevents_reset(p->cloudevents);
+    for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
+        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &db->identity,
+                              &p->messages[i]) != 0)
+            built = false;
+    return built;
+}
+
+/*
+ * Sorts the rows of st's published batch by outcome (accepted, deferred,
+ * failed), wall the time the broker answered, for the latency of the
+ * accepted ones.
+ */
+static void
+sort_outcomes(struct pipeline *p, struct settlement *st, double wall)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
     size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
     const char *deferred_reason = "";
-    struct outbox_error err;
-    double started, finished, wall, started_wall;
-    bool built = true, traced;
-    int rc;
-
-    if (batch->count == 0)
-        return;
-    for (size_t i = 0; i < batch->count; i++) {
-        p->messages[i] = job_message_from_job(&batch->jobs[i], &p->db.identity);
-        metrics_add_queue(r->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
-    }
-    traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
-    cloudevents_reset(p->cloudevents);
-    for (size_t i = 0; i < batch->count && p->cloudevents != NULL; i++)
-        if (cloudevents_apply(p->cloudevents, sink_cloudevents_prefix(p->sink), &p->db.identity,
-                              &p->messages[i]) != 0)
-            built = false;
-
-    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
-    st->published = batch->count;
-    started = clock_monotonic_seconds();
-    started_wall = otel_enabled() ? wall_seconds() : 0;
-    if (built) {
-        rc = publish_rows(p, st, &err);
-    } else {
-        for (size_t i = 0; i < batch->count; i++)
-            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
-        rc = 0;
-    }
-    finished = clock_monotonic_seconds();
-    wall = wall_seconds();
-    if (traced)
-        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
-    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
-    if (rc != 0)
-        ends_broker_lost(p, &err);
 
     for (size_t i = 0; i < batch->count; i++) {
         const struct outbox_job *job = &batch->jobs[i];
@@ -353,4 +349,37 @@ publish_batch(struct pipeline *p, struct settlement *st)
     st->accepted = accepted;
     st->failed = failed;
     st->deferred = deferred;
+}
+
+/* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
+void
+publish_batch(struct pipeline *p, const struct database *db, struct settlement *st)
+{
+    relay *r = p->relay;
+    const struct outbox_batch *batch = &st->batch;
+    struct outbox_error err;
+    double started, finished, wall, started_wall;
+    bool built, traced;
+    int rc = 0;
+
+    if (batch->count == 0)
+        return;
+    built = build_messages(p, db, batch, &traced);
+    metrics_add_in_flight(r->metrics, (int64_t)batch->count);
+    st->published = batch->count;
+    started = clock_monotonic_seconds();
+    started_wall = otel_enabled() ? wall_seconds() : 0;
+    if (built)
+        rc = publish_rows(p, st, &err);
+    else
+        for (size_t i = 0; i < batch->count; i++)
+            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
+    finished = clock_monotonic_seconds();
+    wall = wall_seconds();
+    if (traced)
+        otel_publish(p->otel, 0, p->messages, st->outcomes, batch->count, started_wall, wall);
+    metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
+    if (rc != 0)
+        ends_broker_lost(p, &err);
+    sort_outcomes(p, st, wall);
 }

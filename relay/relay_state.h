@@ -58,9 +58,11 @@ struct settlement {
 };
 
 /*
- * A thread's own database connection: each pipeline and the maintenance
- * thread has one, and reconnects it on its own. guard: that thread alone
- * (a slot's scheduler lends it a connection for a slice in the same thread).
+ * A connection to a database and how it reconnects: each pipeline's and
+ * the maintenance thread's own, and each connection a slot opens to a
+ * database of a list (kept between slices in its tenant's idle[], see
+ * scheduler_state.h). guard: the thread that holds it (a pipeline, the
+ * maintenance thread, the slot that took it out of idle[]).
  */
 struct database {
     relay *relay;
@@ -69,6 +71,7 @@ struct database {
     char worker_id[192];
     /* leads the thread's log fields: "pipeline=0", "thread=maintenance", "database=a slot=0" */
     char who[96];
+    const char *notice_who; /* leads its connections' notices; outlives them (database_open) */
     const char *url; /* the database's URL; NULL: --database-url */
     /*
      * a database of --databases, served by a slot (scheduler.c): a connect is
@@ -79,6 +82,11 @@ struct database {
     unsigned int seed;      /* a pipeline's row retry jitter */
     struct backoff reconnect;
     struct cause_log connect_log, error_log;
+    /*
+     * whose connect_log and error_log limit its lines: NULL, its own; a
+     * listed database's connection, the slot's serving it (set per slice)
+     */
+    struct database *log_owner;
 };
 
 /*
@@ -112,8 +120,7 @@ struct pipeline {
     struct backoff deferral; /* see pause_after_deferral() */
     double last_sink_idle;
     struct cause_log deferred_log;
-    int connection_losses; /* publishes in a row that lost the broker connection (publish_rows) */
-    bool last_turn;         /* pipeline_serve(): the slice is over, claim no more */
+    int connection_losses;   /* publishes in a row that lost the broker connection (publish_rows) */
     uint64_t rows_completed; /* rows marked succeeded (or deleted), for a slot's database */
     /* --once: when rows last moved, and why they did not since (once_stalled) */
     double progress_at;
@@ -131,14 +138,19 @@ enum maintenance_phase {
     PHASE_COUNT,
 };
 
+/* When each maintenance phase of one database runs next. guard: whoever maintains it. */
+struct maintenance_schedule {
+    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
+    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
+    double cleanup_started;  /* when those runs began */
+};
+
 /* guard: the maintenance thread, but thread and started: the main thread's. */
 struct maintenance {
     pthread_t thread;
     bool started;
     struct database db;
-    double due[PHASE_COUNT]; /* monotonic seconds when each phase runs next */
-    size_t cleaned;          /* rows deleted by the cleanup runs since it last caught up */
-    double cleanup_started;  /* when those runs began */
+    struct maintenance_schedule schedule;
 };
 
 /*

@@ -24,21 +24,15 @@
 #include "database_list.h"
 #include "ends.h"
 #include "error.h"
-#include "job_message.h"
 #include "lock_check.h"
 #include "log.h"
+#include "maintenance.h"
 #include "pipeline.h"
 #include "scheduler_watch.h"
-#include "store_connect.h"
 #include "store_database_lease.h"
 #include "store_identity.h"
 #include "stream.h"
 #include "timeouts.h"
-
-/* A tenant's reap and cleanup, as the maintenance thread does them for one database. */
-#define REAP_LIMIT 1000
-#define SWEEP_KEY_LIMIT 1000
-#define CLEANUP_LIMIT 5000
 
 /*
  * When a visit calls the database's lease function, which takes, keeps or
@@ -169,7 +163,7 @@ take_victim(struct scheduler *s)
     }
     if (victim == NULL)
         return NULL;
-    store = victim->idle[oldest].store;
+    store = victim->idle[oldest].db.store;
     victim->idle[oldest] = victim->idle[--victim->idle_count];
     return store;
 }
@@ -286,7 +280,7 @@ scheduler_new(relay *r, struct outbox_error *err)
         scheduler_free(s);
         return NULL;
     }
-    if (scheduler_apply_list(s, &list, true) != 0) {
+    if (scheduler_apply_list(s, &list, LIST_AT_START) != 0) {
         database_list_clear(&list);
         scheduler_free(s);
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -344,81 +338,53 @@ scheduler_stop(struct scheduler *s)
 
 /* ---- serving ------------------------------------------------------------ */
 
-/* Opens a connection to t for slot p: the store, the privileges, the identity. */
+/*
+ * Opens a connection to t for slot p (database_open()) into c, and records
+ * t's identity. The connection reconnects as the slot's would, once (the
+ * scheduler backs the database off), its notices logged under t's name.
+ */
 static int
 connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
                struct outbox_error *err)
 {
-    const struct relay_config *config = p->relay->config;
     /* a visit runs few statements: each is prepared when first run, and the schema
      * and privileges are checked again only after the database failed (a revoke or
      * an older schema meanwhile fails its statement with PostgreSQL's message) */
     const struct store_connect_options visit = {.prepare_lazily = true,
                                                 .checked = atomic_load(&t->checked)};
+    const struct database_open how = {
+        .url = t->url, .worker_id = p->db.worker_id, .who = t->who, .steps = &visit};
 
-    c->store = store_connect(t->url, p->db.worker_id, &visit, err);
-    if (c->store == NULL)
+    c->db = (struct database){.relay = p->relay,
+                              .url = t->url,
+                              .notice_who = t->who,
+                              .of_list = true,
+                              .seed = p->db.seed,
+                              .reconnect = p->db.reconnect,
+                              .log_owner = &p->db};
+    snprintf(c->db.worker_id, sizeof(c->db.worker_id), "%s", p->db.worker_id);
+    c->db.store = database_open(p->relay, &how, &c->db.identity, err);
+    if (c->db.store == NULL)
         return -1;
     atomic_store(&t->checked, true);
-    if ((config->delete_on_success && outbox_store_check_privileges(c->store, err) != 0) ||
-        store_identity_observe(outbox_store_conn(c->store), &c->identity, err) != 0) {
-        outbox_store_free(c->store);
-        c->store = NULL;
-        return -1;
-    }
-    scheduler_identity_seen(p->relay->scheduler, t, c->identity.database_id);
-    if (c->identity.history_changed) {
-        char who[DATABASE_NAME_MAX + 16];
-
-        snprintf(who, sizeof(who), "database=%s", t->name);
-        job_message_warn_history(&c->identity, who);
-    }
-    outbox_store_set_block_on_dead_head(c->store, config->block_on_dead_head);
-    outbox_store_set_delete_on_success(c->store, config->delete_on_success);
-    metrics_set_up(p->relay->metrics, METRICS_DATABASE, true);
+    scheduler_identity_seen(p->relay->scheduler, t, c->db.identity.database_id);
     return 0;
 }
 
 /*
- * Reaps t's expired leases, releases its waiting rows and cleans up, when
- * due. The rows the sweep released: they can be claimed at once.
+ * The maintenance phases of a visit due on t (maintenance_visit()), on db
+ * that slot p serves. The rows the sweep released: they can be claimed at
+ * once. A failure drops the connection.
  */
 static size_t
-maintain(struct pipeline *p, struct tenant *t)
+maintain(struct pipeline *p, struct database *db, struct tenant *t)
 {
-    relay *r = p->relay;
-    double now = clock_monotonic_seconds();
-    struct outbox_reap_result reaped = {0};
-    struct outbox_cleanup_result cleaned = {.locked = true};
     struct outbox_error err;
-    size_t readied = 0;
-    char cutoff[64];
+    size_t readied;
 
-    if (now >= t->reap_due) {
-        if (outbox_reap(p->db.store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
-                        &err) != 0 ||
-            outbox_release_waiting(p->db.store, SWEEP_KEY_LIMIT, &readied, &err) != 0) {
-            ends_store_failed(p, &err);
-            return 0;
-        }
-        if (reaped.ready + reaped.dead > 0)
-            log_event(OUTBOX_LOG_INFO, "reaped expired leases", "database=%s ready=%zu dead=%zu",
-                      t->name, reaped.ready, reaped.dead);
-        metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        t->reap_due =
-            reaped.ready + reaped.dead < REAP_LIMIT ? now + MAINTENANCE_REAP_EVERY_SECONDS : now;
-    }
-    if (r->config->retention_seconds > 0 && now >= t->cleanup_due) {
-        if (outbox_store_cleanup_cutoff(p->db.store, r->config->retention_seconds, cutoff,
-                                        sizeof(cutoff), &err) != 0 ||
-            outbox_store_cleanup_batch(p->db.store, cutoff, CLEANUP_LIMIT, &cleaned, &err) != 0) {
-            ends_store_failed(p, &err);
-            return 0;
-        }
-        metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
-        t->cleanup_due = cleaned.locked && cleaned.deleted == CLEANUP_LIMIT
-                             ? now
-                             : now + MAINTENANCE_CLEANUP_EVERY_SECONDS;
+    if (maintenance_visit(p->relay, db->store, t->who, &t->maintenance, &readied, &err) != 0) {
+        ends_store_failed(p, db, &err);
+        return 0;
     }
     return readied;
 }
@@ -440,12 +406,12 @@ lease_step(struct pipeline *p, struct work *w, enum lease_call when,
                 (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
         return 0;
     }
-    if (store_database_lease_take(outbox_store_conn(w->connection.store), p->relay->worker_prefix,
-                                  p->relay->config->lease_seconds,
+    if (store_database_lease_take(outbox_store_conn(w->connection.db.store),
+                                  p->relay->worker_prefix, p->relay->config->lease_seconds,
                                   w->watched ? p->relay->scheduler->watch_name : NULL,
                                   w->watched ? w->watch_pid : 0, lease, cause) != 0) {
-        outbox_store_free(w->connection.store);
-        w->connection.store = NULL;
+        outbox_store_free(w->connection.db.store);
+        w->connection.db.store = NULL;
         return -1;
     }
     if (!lease->held)
@@ -465,18 +431,55 @@ serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_
 {
     struct stream_visit visit;
 
-    if (w->connection.store == NULL)
+    if (w->connection.db.store == NULL)
         return 0;
     if (scheduler_stream_serve(p->relay->scheduler, p, w->tenant, &w->connection, until, &visit,
                                cause) != 0) {
-        outbox_store_free(w->connection.store); /* it may hold the statement still */
-        w->connection.store = NULL;
+        outbox_store_free(w->connection.db.store); /* it may hold the statement still */
+        w->connection.db.store = NULL;
         return 0;
     }
     slice->claimed += visit.rows;
     slice->more |= visit.more;
     w->streams_wait = visit.waiting;
     return visit.settled;
+}
+
+/*
+ * The rows' part of a visit of w's database on slot p, on the connection
+ * w holds: reaped before the slice when the lease was not held (a stopped
+ * relay's claimed rows go out in this visit), else after it (the woken
+ * rows first); the slice is timed from its first claim (a slow connect,
+ * lease call or maintenance left no time for one, and the database rested
+ * as if empty: stranded, rows ready). Its findings into *slice; the time
+ * it started.
+ */
+static double
+serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
+           struct outbox_error *cause)
+{
+    struct database *db = &w->connection.db;
+    double started;
+
+    snprintf(db->who, sizeof(db->who), "database=%s slot=%d", w->tenant->name, p->index);
+    db->log_owner = &p->db; /* its lines limited per slot */
+    p->cause = (struct outbox_error){.code = OUTBOX_OK};
+    if (w->lease_call == LEASE_BEFORE)
+        maintain(p, db, w->tenant);
+    started = clock_monotonic_seconds();
+    *slice = (struct pipeline_slice){0};
+    if (db->store == NULL ||
+        pipeline_serve(p, db, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1), slice) ==
+            SERVE_FAILED) {
+        *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
+        return started;
+    }
+    /* rows the sweep freed after the slice are due now */
+    if (w->lease_call != LEASE_BEFORE && maintain(p, db, w->tenant) > 0)
+        slice->more = true;
+    if (db->store == NULL)
+        *cause = p->cause;
+    return started;
 }
 
 /*
@@ -497,47 +500,24 @@ serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (w->connection.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
+    if (w->connection.db.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member */
     if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
         return slice;
-    p->db.store = w->connection.store;
-    p->db.identity = w->connection.identity;
-    p->db.url = t->url;
-    snprintf(p->db.who, sizeof(p->db.who), "database=%s slot=%d", t->name, p->index);
-    p->cause = (struct outbox_error){.code = OUTBOX_OK};
-    connects = p->db.connects;
-    /* expired leases are reaped before the slice when the lease was not held: a stopped
-     * relay's claimed rows go out in this visit; else after it, the woken rows first */
-    if (w->lease_call == LEASE_BEFORE)
-        maintain(p, t);
-    /* the slice is timed from its first claim: a slow connect, lease call or maintenance
-     * left no time for one, and the database rested as if empty (stranded, rows ready) */
-    started = clock_monotonic_seconds();
-    if (p->db.store != NULL)
-        slice = pipeline_serve(p, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1));
-    /* rows the sweep freed after the slice are due now */
-    if (w->lease_call != LEASE_BEFORE && p->db.store != NULL && maintain(p, t) > 0)
-        slice.more = true;
+    connects = w->connection.db.connects;
+    started = serve_rows(p, w, &slice, cause);
     /* a reconnect within the slice (settle_now) may have replaced the connection */
-    w->connection.stream_ready &= p->db.connects == connects;
-    w->connection.store = p->db.store;
-    w->connection.identity = p->db.identity;
-    if (p->db.store == NULL)
-        *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
-    p->db.store = NULL;
-    p->db.url = NULL;
-    snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    w->connection.stream_ready &= w->connection.db.connects == connects;
     settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
     w->next_ready = -1;
-    if (w->connection.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
+    if (w->connection.db.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
         w->watched && !slice.more &&
-        store_database_next_ready(outbox_store_conn(w->connection.store), &w->next_ready,
+        store_database_next_ready(outbox_store_conn(w->connection.db.store), &w->next_ready,
                                   &w->held_rows, &next_err) != 0) {
         /* the connection may hold the statement still: dropped, the database tried again */
-        outbox_store_free(w->connection.store);
-        w->connection.store = NULL;
+        outbox_store_free(w->connection.db.store);
+        w->connection.db.store = NULL;
         *cause = next_err;
     }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
@@ -693,7 +673,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
 
     pthread_mutex_lock(&s->lock);
     t->serving--;
-    if (w->connection.store == NULL) {
+    if (w->connection.db.store == NULL) {
         s->open--;
         record_lease(s, t, &(struct store_database_lease){.paused = t->paused});
         record_fault(s, t, cause, now);
@@ -715,7 +695,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
         /* a removed database's is closed by scheduler_release_removed, giving the leases up on it
          */
         if (relay_stopping(s->relay)) {
-            to_close = w->connection.store;
+            to_close = w->connection.db.store;
             s->open--;
         } else {
             w->connection.used_at = now;
@@ -742,7 +722,7 @@ scheduler_slot_run(void *arg)
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     p->db.of_list = true;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
-    if (ends_connect_sink(p, true) == 0) {
+    if (ends_connect_sink(p, ENDS_FIRST) == 0) {
         struct work w;
 
         while (take_work(s, &w)) {

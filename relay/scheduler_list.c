@@ -32,6 +32,7 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
         return NULL;
     }
     snprintf(t->name, sizeof(t->name), "%s", entry->name);
+    snprintf(t->who, sizeof(t->who), "database=%s", entry->name);
     t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
     t->takeover_wait = SCHEDULER_TAKEOVER_FIRST_SECONDS;
     t->retry = backoff_make(SCHEDULER_RETRY_FIRST_SECONDS, SCHEDULER_RETRY_MAX_SECONDS,
@@ -50,14 +51,14 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t)
     if (t->idle_count > 0 && t->serving == 0)
         scheduler_stream_give_back(s, t, &t->idle[0]);
     if (t->held && t->idle_count > 0) {
-        if (store_database_lease_release(outbox_store_conn(t->idle[0].store),
+        if (store_database_lease_release(outbox_store_conn(t->idle[0].db.store),
                                          s->relay->worker_prefix, &err) != 0)
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
                       "database=%s error=\"%s\"", t->name, err.message);
         t->held = false;
     }
     for (size_t i = 0; i < t->idle_count; i++)
-        outbox_store_free(t->idle[i].store);
+        outbox_store_free(t->idle[i].db.store);
     t->idle_count = 0;
     return closed;
 }
@@ -100,16 +101,16 @@ scheduler_release_leases(struct scheduler *s)
 
         if (!t->held && !scheduler_stream_holds(t))
             continue;
-        c.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
-        if (c.store != NULL)
+        c.db.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        if (c.db.store != NULL)
             scheduler_stream_give_back(s, t, &c);
-        if (t->held &&
-            (c.store == NULL || store_database_lease_release(outbox_store_conn(c.store),
-                                                             s->relay->worker_prefix, &err) != 0))
+        if (t->held && (c.db.store == NULL ||
+                        store_database_lease_release(outbox_store_conn(c.db.store),
+                                                     s->relay->worker_prefix, &err) != 0))
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
                       "database=%s error=\"%s\"", t->name, err.message);
         t->held = false;
-        outbox_store_free(c.store);
+        outbox_store_free(c.db.store);
     }
 }
 
@@ -179,7 +180,7 @@ publish_list(struct scheduler *s)
  * then followed in part, and again at the next change).
  */
 int
-scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first)
+scheduler_apply_list(struct scheduler *s, const struct database_list *list, enum list_reading when)
 {
     struct tenant **tenants =
         realloc(s->tenants, (s->count + list->count + 1) * sizeof(*s->tenants));
@@ -207,7 +208,7 @@ scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool
         if ((s->tenants[s->count] = tenant_new(s, &list->items[i])) == NULL)
             return -1;
         s->count++;
-        if (!first)
+        if (when == LIST_CHANGED)
             log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
                       list->items[i].name);
     }
@@ -240,7 +241,7 @@ scheduler_look_at_list(struct scheduler *s, double now)
                   "error=\"%s\"", err.message);
         return;
     }
-    if (scheduler_apply_list(s, &list, false) != 0)
+    if (scheduler_apply_list(s, &list, LIST_CHANGED) != 0)
         log_event(OUTBOX_LOG_ERROR, "database list followed in part", "error=\"out of memory\"");
     database_list_clear(&list);
 }

@@ -18,12 +18,12 @@
 #include "store_identity.h"
 
 /*
- * A connection kept open between slices of its database. guard: s->lock
- * while in its tenant's idle[]; the slot that took it out owns it alone.
+ * A connection to a database of the list, kept open between its slices.
+ * guard: s->lock while in its tenant's idle[]; the slot that took it out
+ * owns it alone, and serves the database on it (pipeline_serve()).
  */
 struct idle_connection {
-    outbox_store *store;
-    struct store_identity identity;
+    struct database db; /* db.store NULL: not connected (connect_tenant() first) */
     double used_at; /* the least recently used one is closed first */
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
 };
@@ -36,6 +36,7 @@ struct idle_connection {
 struct tenant {
     /* guard: none needed: set when listed, read-only until freed (no slot serves it then) */
     char name[DATABASE_NAME_MAX];
+    char who[DATABASE_NAME_MAX + 16]; /* "database=NAME": leads its connections' notices */
     char *url;
     /* guard: s->lock */
     char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */
@@ -51,9 +52,9 @@ struct tenant {
     bool backlog;      /* its last claim was a whole batch */
     /*
      * guard: none: written by a slot serving it, outside the lock (maintain()
-     * in scheduler.c); a backlog served by two slots at once races on them
+     * in scheduler.c); a backlog served by two slots at once races on it
      */
-    double reap_due, cleanup_due;
+    struct maintenance_schedule maintenance; /* when its phases of a visit run next */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
@@ -131,8 +132,12 @@ void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
 
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
 
-/* Follows the list as read at start (first) or again: databases added and removed. 0 or -1. */
-int scheduler_apply_list(struct scheduler *s, const struct database_list *list, bool first);
+/* When the list was read: at the relay's start, or again after its file changed. */
+enum list_reading { LIST_AT_START, LIST_CHANGED };
+
+/* Follows the list as read when: databases added and removed. 0 or -1. */
+int scheduler_apply_list(struct scheduler *s, const struct database_list *list,
+                         enum list_reading when);
 
 /* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
 void scheduler_look_at_list(struct scheduler *s, double now);

@@ -41,7 +41,8 @@ lend_connection(struct tenant_stream *ts, struct idle_connection *c, struct outb
 {
     struct stream_worker *sr = &ts->worker;
 
-    sr->store = stream_store_borrow(outbox_store_conn(c->store), sr->owner, !c->stream_ready, err);
+    sr->store =
+        stream_store_borrow(outbox_store_conn(c->db.store), sr->owner, !c->stream_ready, err);
     if (sr->store == NULL)
         return -1;
     if (!c->stream_ready) {
@@ -49,7 +50,7 @@ lend_connection(struct tenant_stream *ts, struct idle_connection *c, struct outb
         sr->reload_cursors = true;
         sr->next_renew = 0;
     }
-    sr->identity = c->identity;
+    sr->identity = c->db.identity;
     return 0;
 }
 
@@ -75,7 +76,7 @@ give_partitions_back(struct tenant *t, struct idle_connection *c, enum log_level
     struct outbox_error err;
     size_t held;
 
-    if (ts == NULL || ts->worker.owned_count == 0 || c->store == NULL)
+    if (ts == NULL || ts->worker.owned_count == 0 || c->db.store == NULL)
         return;
     held = ts->worker.owned_count;
     if (lend_connection(ts, c, &err) != 0) {
@@ -169,8 +170,8 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
     pthread_mutex_lock(&s->lock); /* t's fields are the scheduler's: claim reads them */
     t->stream_check_due = now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
     pthread_mutex_unlock(&s->lock);
-    if (store_database_has_streams(outbox_store_conn(c->store), s->streams->queues, &exists, err) !=
-        0)
+    if (store_database_has_streams(outbox_store_conn(c->db.store), s->streams->queues, &exists,
+                                   err) != 0)
         return -1;
     if (!exists)
         return 0;
@@ -242,7 +243,8 @@ publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double 
 
     sr->sink = p->sink;
     sr->turn_until = until;
-    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) && ends_connect_sink(p, false) != 0) {
+    if (sr->owned_count > 0 && !sink_is_connected(sr->sink) &&
+        ends_connect_sink(p, ENDS_AGAIN) != 0) {
         out->waiting = true; /* the relay stops */
         return 0;
     }
@@ -290,7 +292,7 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t
     int rc;
 
     *out = (struct stream_visit){0};
-    if (c->store == NULL || !claim(s, t, now))
+    if (c->db.store == NULL || !claim(s, t, now))
         return 0;
     rc = find_streams(s, t, c, now, err);
     if (rc == 0 && t->stream != NULL) {

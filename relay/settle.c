@@ -150,54 +150,53 @@ settlement_clear(struct pipeline *p, struct settlement *st)
 }
 
 /*
- * Sends the marks of a published batch (complete, fail, then give back) ahead
- * of their results. Returns 0, or -1 after dropping the store.
+ * Sends the marks of a published batch (complete, fail, then give back) to
+ * db ahead of their results. Returns 0, or -1 after dropping the store.
  */
 int
-settle_send(struct pipeline *p, const struct settlement *st)
+settle_send(struct pipeline *p, struct database *db, const struct settlement *st)
 {
     struct outbox_error err;
 
-    if (outbox_complete_send(p->db.store, st->leases, st->accepted, &err) != 0 ||
-        outbox_fail_send(p->db.store, st->failures, st->failed, &err) != 0 ||
-        outbox_release_send(p->db.store, st->deferred_leases, st->deferred, &err) != 0) {
-        ends_store_failed(p, &err);
+    if (outbox_complete_send(db->store, st->leases, st->accepted, &err) != 0 ||
+        outbox_fail_send(db->store, st->failures, st->failed, &err) != 0 ||
+        outbox_release_send(db->store, st->deferred_leases, st->deferred, &err) != 0) {
+        ends_store_failed(p, db, &err);
         return -1;
     }
     return 0;
 }
 
 /*
- * Collects what settle_send() sent and records it. On an error the store is
- * dropped and the marks that were not confirmed are left to settle_now().
+ * Collects what settle_send() sent and records it. Returns 0, or -1 after
+ * dropping the store: the marks that were not confirmed are left to
+ * settle_now().
  */
-void
-settle_receive(struct pipeline *p, struct settlement *st)
+int
+settle_receive(struct pipeline *p, struct database *db, struct settlement *st)
 {
     struct outbox_error err;
     size_t changed;
 
-    if (outbox_complete_receive(p->db.store, st->leases, st->accepted, st->done, &changed, &err) !=
-        0) {
-        ends_store_failed(p, &err);
-        return;
-    }
+    if (outbox_complete_receive(db->store, st->leases, st->accepted, st->done, &changed, &err) != 0)
+        goto fail;
     record_completed(p, st, changed);
     st->accepted = 0;
-    if (outbox_fail_receive(p->db.store, st->failures, st->failed, st->done, st->dead, &changed,
-                            &err) != 0) {
-        ends_store_failed(p, &err);
-        return;
-    }
+    if (outbox_fail_receive(db->store, st->failures, st->failed, st->done, st->dead, &changed,
+                            &err) != 0)
+        goto fail;
     record_failed(p, st, changed);
     st->failed = 0;
-    if (outbox_release_receive(p->db.store, st->deferred_leases, st->deferred, st->done, &changed,
-                               &err) != 0) {
-        ends_store_failed(p, &err);
-        return;
-    }
+    if (outbox_release_receive(db->store, st->deferred_leases, st->deferred, st->done, &changed,
+                               &err) != 0)
+        goto fail;
     record_given_back(p, st, changed);
     st->deferred = 0;
+    return 0;
+
+fail:
+    ends_store_failed(p, db, &err);
+    return -1;
 }
 
 /*
@@ -206,13 +205,13 @@ settle_receive(struct pipeline *p, struct settlement *st)
  * stay running and are re-published after their lease (at least once).
  */
 void
-settle_now(struct pipeline *p, struct settlement *st)
+settle_now(struct pipeline *p, struct database *db, struct settlement *st)
 {
     for (int attempt = 0; attempt < 2 && settlement_has_rows(st); attempt++) {
-        if (p->db.store == NULL && ends_connect_store(&p->db, false) != 0)
+        if (db->store == NULL && ends_connect_store(db, ENDS_AGAIN) != 0)
             break;
-        if (settle_send(p, st) == 0)
-            settle_receive(p, st);
+        if (settle_send(p, db, st) == 0)
+            settle_receive(p, db, st);
     }
     settlement_clear(p, st);
 }

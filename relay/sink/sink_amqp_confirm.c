@@ -33,12 +33,15 @@
 #include "error.h"
 #include "json.h"
 
+/* What the broker answered for a message: basic.ack or basic.nack. */
+enum broker_answer { ANSWER_ACK, ANSWER_NACK };
+
 /* Marks message i settled and keeps the count of unsettled ones. */
 static void
-settle(struct batch *batch, size_t i, bool acked)
+settle(struct batch *batch, size_t i, enum broker_answer answer)
 {
     if (batch->states[i] == MESSAGE_IN_FLIGHT) {
-        if (acked)
+        if (answer == ANSWER_ACK)
             sink_outcome_set(&batch->outcomes[i], SINK_ACCEPTED, NULL);
         else
             sink_outcome_set(&batch->outcomes[i], SINK_FAILED, "nacked by the broker");
@@ -51,7 +54,7 @@ settle(struct batch *batch, size_t i, bool acked)
 
 /* Applies a basic.ack or basic.nack for delivery_tag (and all before it when multiple). */
 static void
-settle_tags(struct batch *batch, uint64_t delivery_tag, bool multiple, bool acked)
+settle_tags(struct batch *batch, uint64_t delivery_tag, bool multiple, enum broker_answer answer)
 {
     uint64_t end = batch->base_tag + batch->sent; /* one past our last tag */
 
@@ -60,12 +63,12 @@ settle_tags(struct batch *batch, uint64_t delivery_tag, bool multiple, bool acke
     if (delivery_tag < batch->base_tag || delivery_tag >= end)
         return; /* not from this batch */
     if (!multiple) {
-        settle(batch, batch->index_of_tag[delivery_tag - batch->base_tag], acked);
+        settle(batch, batch->index_of_tag[delivery_tag - batch->base_tag], answer);
     } else {
         size_t last = (size_t)(delivery_tag - batch->base_tag);
 
         for (size_t k = batch->settled_below; k <= last; k++)
-            settle(batch, batch->index_of_tag[k], acked);
+            settle(batch, batch->index_of_tag[k], answer);
     }
     while (batch->settled_below < batch->sent &&
            batch->states[batch->index_of_tag[batch->settled_below]] == MESSAGE_SETTLED)
@@ -179,14 +182,14 @@ handle_frame(sink *s, struct batch *batch, const amqp_frame_t *frame, struct out
         const amqp_basic_ack_t *ack = frame->payload.method.decoded;
 
         if (batch != NULL)
-            settle_tags(batch, ack->delivery_tag, ack->multiple, true);
+            settle_tags(batch, ack->delivery_tag, ack->multiple, ANSWER_ACK);
         return FRAME_HANDLED;
     }
     case AMQP_BASIC_NACK_METHOD: {
         const amqp_basic_nack_t *nack = frame->payload.method.decoded;
 
         if (batch != NULL)
-            settle_tags(batch, nack->delivery_tag, nack->multiple, false);
+            settle_tags(batch, nack->delivery_tag, nack->multiple, ANSWER_NACK);
         return FRAME_HANDLED;
     }
     case AMQP_BASIC_RETURN_METHOD:

@@ -108,7 +108,7 @@ sink_nats_init(sink *s, const void *options, struct outbox_error *err)
     const struct sink_nats_config *config = options;
     struct sink_nats *n = calloc(1, sizeof(*n));
     const char *prefix = config->subject_prefix != NULL ? config->subject_prefix : "";
-    const char *problem = sink_nats_subject_problem(prefix, true);
+    const char *problem = sink_nats_subject_problem(prefix, NATS_SUBJECT_PREFIX);
     bool has_creds = config->nats_creds != NULL && config->nats_creds[0] != '\0';
 
     if (n == NULL)

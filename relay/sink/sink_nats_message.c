@@ -32,8 +32,10 @@
  * control characters, and empty tokens.
  */
 const char *
-sink_nats_subject_problem(const char *text, bool prefix)
+sink_nats_subject_problem(const char *text, enum nats_subject_part part)
 {
+    bool prefix = part == NATS_SUBJECT_PREFIX;
+
     size_t len = strlen(text);
 
     if (len == 0)
@@ -206,7 +208,7 @@ subject_refused(struct sink_nats *n, const struct sink_message *message,
         sink_outcome_set(outcome, SINK_DEFERRED, "out of memory while publishing to nats");
         return true;
     }
-    problem = sink_nats_subject_problem(n->subject, false);
+    problem = sink_nats_subject_problem(n->subject, NATS_SUBJECT_WHOLE);
     if (problem != NULL) {
         sink_outcome_set(outcome, SINK_REJECTED, "invalid nats subject '%s': %s", n->subject,
                          problem);

@@ -11,11 +11,14 @@
 
 #include "sink_nats_conn.h"
 
+/* What a text checked as a subject is: a whole subject, or a prefix the rest follows. */
+enum nats_subject_part { NATS_SUBJECT_WHOLE, NATS_SUBJECT_PREFIX };
+
 /*
- * Why text is no valid subject (prefix: may end with '.', the rest
- * follows), or NULL when it is.
+ * Why text is no valid subject (a prefix may be empty or end with '.'), or
+ * NULL when it is.
  */
-const char *sink_nats_subject_problem(const char *text, bool prefix);
+const char *sink_nats_subject_problem(const char *text, enum nats_subject_part part);
 
 /* Why subject lies in the server's reserved spaces ('$...', _INBOX.), or NULL. */
 const char *sink_nats_subject_reserved(const char *subject);

@@ -129,7 +129,7 @@ sink_redis_connect_cluster(sink *s, struct outbox_error *err)
 
         if (node == NO_NODE)
             return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        if (sink_redis_node_open(s, &r->nodes[node], true, err) == 0 &&
+        if (sink_redis_node_open(s, &r->nodes[node], REDIS_AUTHENTICATE, err) == 0 &&
             read_slot_map(s, node, err) == 0 && connect_masters(s, err) == 0)
             return 0;
         transient = transient || outbox_error_is_transient(err);

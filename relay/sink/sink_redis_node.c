@@ -193,7 +193,7 @@ sink_redis_setup_command(sink *s, struct sink_redis_node *node, int argc, const 
 }
 
 int
-sink_redis_node_open(sink *s, struct sink_redis_node *node, bool authenticate,
+sink_redis_node_open(sink *s, struct sink_redis_node *node, enum sink_redis_auth auth,
                      struct outbox_error *err)
 {
     sink_redis_node_drop(node);
@@ -219,7 +219,7 @@ sink_redis_node_open(sink *s, struct sink_redis_node *node, bool authenticate,
         sink_redis_node_drop(node);
         return -1;
     }
-    if (authenticate && s->url.password != NULL) {
+    if (auth == REDIS_AUTHENTICATE && s->url.password != NULL) {
         const char *argv[3] = {"AUTH", NULL, NULL};
         int argc = 1;
 

@@ -143,11 +143,14 @@ uint16_t sink_redis_find_node(struct sink_redis *r, const char *host, size_t hos
 int sink_redis_setup_command(sink *s, struct sink_redis_node *node, int argc, const char **argv,
                              const char *what, redisReply **out, struct outbox_error *err);
 
+/* Whether a node is opened with the URL's credentials (a Sentinel may take none). */
+enum sink_redis_auth { REDIS_AUTHENTICATE, REDIS_NO_AUTH };
+
 /*
  * Opens a TCP connection to a node with the sink's timeouts; authenticates
- * with the URL's credentials when it has some and authenticate is set.
+ * with the URL's credentials when it has some and auth says so.
  */
-int sink_redis_node_open(sink *s, struct sink_redis_node *node, bool authenticate,
+int sink_redis_node_open(sink *s, struct sink_redis_node *node, enum sink_redis_auth auth,
                          struct outbox_error *err);
 
 #endif

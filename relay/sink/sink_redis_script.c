@@ -540,7 +540,7 @@ sink_redis_node_connect(sink *s, struct sink_redis_node *node, struct outbox_err
     redisReply *reply = NULL;
     char db[16];
 
-    if (sink_redis_node_open(s, node, true, err) != 0)
+    if (sink_redis_node_open(s, node, REDIS_AUTHENTICATE, err) != 0)
         return -1;
     if (sink_redis_url_db(&s->url) != 0 && r->topology != TOPOLOGY_CLUSTER) {
         const char *argv[2] = {"SELECT", db};

@@ -39,11 +39,11 @@ ask_sentinel(sink *s, const struct url_endpoint *endpoint, struct sink_redis_nod
 
     *unknown = false;
     sink_redis_node_set_address(&sentinel, endpoint->host, strlen(endpoint->host), endpoint->port);
-    if (sink_redis_node_open(s, &sentinel, true, err) != 0) {
+    if (sink_redis_node_open(s, &sentinel, REDIS_AUTHENTICATE, err) != 0) {
         /* a sentinel without a password refuses AUTH: carry on without it */
         if (err->code != OUTBOX_ERR_CONFIG || strstr(err->message, "without any password") == NULL)
             return -1;
-        if (sink_redis_node_open(s, &sentinel, false, err) != 0)
+        if (sink_redis_node_open(s, &sentinel, REDIS_NO_AUTH, err) != 0)
             return -1;
     }
     if (sink_redis_setup_command(s, &sentinel, 3, argv, "refused SENTINEL get-master-addr-by-name",

@@ -119,17 +119,17 @@ test_existing_database_keeps_job_ids_until_switched(void **state)
     assert_string_equal(form, "job");
     free(form);
     assert_int_equal(store_identity_observe(conn, &identity, &err), 0);
-    store_message_id_format(&identity, 7, UID, 0, false, message_id);
+    store_message_id_format(&identity, 7, UID, 0, STORE_MESSAGE_ID, message_id);
     assert_string_equal(message_id, "7");
-    store_message_id_format(&identity, 7, UID, 1, false, message_id);
+    store_message_id_format(&identity, 7, UID, 1, STORE_MESSAGE_ID, message_id);
     assert_string_equal(message_id, "7.r1");
     /* the broker's own dedup keys are unique at once */
-    store_message_id_format(&identity, 7, UID, 1, true, message_id);
+    store_message_id_format(&identity, 7, UID, 1, STORE_DEDUP_ID, message_id);
     assert_string_equal(message_id + strlen(identity.database_id), ":" UID ".r1");
 
     harness_exec(conn, "SELECT outbox.identity_set(NULL, 'uid')");
     assert_int_equal(store_identity_observe(conn, &identity, &err), 0);
-    store_message_id_format(&identity, 7, UID, 0, false, message_id);
+    store_message_id_format(&identity, 7, UID, 0, STORE_MESSAGE_ID, message_id);
     assert_string_equal(message_id + strlen(identity.database_id), ":" UID);
     PQfinish(conn);
     harness_database_drop(url);
