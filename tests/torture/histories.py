@@ -303,13 +303,16 @@ class HistoryFaults:
                 time.sleep(rng.uniform(1.0, 2.5))
             first = cluster.base_backup(standby=True)
             time.sleep(rng.uniform(1.0, 3.0))
+            self.log("history: standby backups taken (%.1f s)" % (time.time() - opened))
             for standby in (first, second):
                 if standby is None:
                     break
                 cluster.stop("immediate")
                 cluster.replace(standby)
                 cluster.start()
+                self.log("history: standby started (%.1f s)" % (time.time() - opened))
                 cluster.promote()
+                self.log("history: standby promoted (%.1f s)" % (time.time() - opened))
                 if standby is first and second is not None:
                     time.sleep(rng.uniform(1.5, 3.0))  # the first publishes, then dies
             return opened
