@@ -19,6 +19,13 @@
                       compared)
     TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
+    TORTURE_ID_FORM   job or database: every database on that older message id form (the
+                      history faults' teeth: ids reused across histories must be reported)
+
+History faults (histories.py: a copy, restore, promotion, dump restored twice, lost
+asynchronous commits, a TEMPLATE copy) are drawn like the faults (TORTURE_FAULTS names
+them too), one per 90 s of history and at least one; they need a PostgreSQL of the run's
+own, started in the run's directory when the stack is the suite's.
     TORTURE_RELAYS    url: each relay serves one database (--database-url); list: the
                       cell's relays serve its databases from a list (--databases, a budget
                       of 4 connections, the list edited under them as a fault); mixed
