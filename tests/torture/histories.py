@@ -355,6 +355,26 @@ class HistoryFaults:
                     raise
                 time.sleep(0.05)
 
+    def copy_database(self, cluster, dbname, copy):
+        """CREATE DATABASE copy TEMPLATE dbname: no session nor prepared transaction may hold
+        dbname; producers and relays reconnect at once, so connections are refused meanwhile
+        (a prepared transaction is rolled back from its own database: connections allowed)."""
+        for attempt in range(30):
+            for (gid,) in cluster.sql("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (dbname,)):
+                cluster.sql("ROLLBACK PREPARED %s", (gid,), database=dbname)
+            cluster.sql("ALTER DATABASE %s WITH ALLOW_CONNECTIONS false" % dbname)
+            try:
+                cluster.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,))
+                if not cluster.sql("SELECT 1 FROM pg_prepared_xacts WHERE database = %s", (dbname,)):
+                    cluster.sql("CREATE DATABASE %s TEMPLATE %s" % (copy, dbname))
+                    return
+            except psycopg2.Error as error:
+                if attempt == 29 or "accessed by other users" not in str(error):
+                    raise
+            finally:
+                cluster.sql("ALTER DATABASE %s WITH ALLOW_CONNECTIONS true" % dbname)
+        raise RuntimeError("%s stayed in use" % dbname)
+
     def async_crash(self, rng):
         cluster = self.run_.cluster
 
@@ -395,8 +415,7 @@ class HistoryFaults:
             copy_name = "%s_%s" % (cell.slug, letter)
             self.log("fault: history template_copy (tt_%s of %s)" % (copy_name, dbname))
             cluster.sql("DROP DATABASE IF EXISTS tt_%s WITH (FORCE)" % copy_name)
-            self.without_sessions(cluster, dbname, lambda: cluster.sql(
-                "CREATE DATABASE tt_%s TEMPLATE %s" % (copy_name, dbname)))
+            self.copy_database(cluster, dbname, "tt_" + copy_name)
             self.run_.add_copy(cell, original, letter)
             return time.time()
 
