@@ -180,7 +180,7 @@ class Judge:
             if row is None and token in self.cell["replayed"]:
                 replays = times  # a row gone from the table: its replays are unknown
             # a history fault may take a row's replays back: the replays asked for stand
-            forgotten = row is None or row["db"] in histories
+            forgotten = row["db"] in histories if row else bool(histories)
             if forgotten:
                 replays = max(replays, self.cell.get("replay_counts", {}).get(token, 0))
             extra += max(0, times - 1 - replays)
