@@ -201,9 +201,9 @@ class HistoryFaults:
             with self.gate.exclusive():
                 opened = action()
                 closed = time.time()
-                self.settle_prepared()
                 for database in databases:
                     database.record.windows.append((opened, closed))
+                self.settle_prepared()
                 self.log("history: window %.1f s on %s" % (closed - opened,
                                                          ",".join(d.name for d in databases) or "-"))
         self.server(guarded, "postgres")
@@ -217,7 +217,10 @@ class HistoryFaults:
         for gid, database in cluster.sql("SELECT gid, database FROM pg_prepared_xacts"):
             if gid in finished:
                 self.log("history: prepared transaction %s came back finished: rolled back" % gid)
-                cluster.sql("ROLLBACK PREPARED %s", (gid,), database=database)
+                try:
+                    cluster.sql("ROLLBACK PREPARED %s", (gid,), database=database)
+                except psycopg2.Error as error:  # its producer, retrying, finished it meanwhile
+                    self.log("history: %s: %s" % (gid, str(error).strip()))
 
     def all_databases(self):
         return [d for cell in self.run_.cells for d in cell.databases]
