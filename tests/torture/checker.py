@@ -4,7 +4,13 @@ It knows nothing of the relay: its inputs are what the broker holds (read by bro
 the table and its transition log at the end, and what the producers and faults recorded.
 The promises, from README.md, docs/design.md and CONTRACT.md:
 
-  lost         every committed row is delivered
+  lost         every committed row is delivered; after a history fault (histories.py), every
+               row of the history the database ends on: a row committed inside a fault's
+               window and missing from the table (a lost branch) may be delivered or not
+  swallowed    no two rows carry one message id (the id a consumer deduplicates on: NATS'
+               Outbox-Message-Id header, elsewhere the message id), so that a consumer that
+               deduplicates as the README says drops none; a row copied into two histories
+               is one row (its token), a row created after a split must not reuse an id
   rolled       nothing is delivered that no committed row holds (rolled back, prepared
                then rolled back, a savepoint rolled back)
   duplicate    at most 1 + replays appends per job where the broker promises it (Redis'
@@ -37,7 +43,7 @@ import json
 import re
 from collections import Counter
 
-PROMISES = ["lost", "rolled", "duplicate", "replay", "order", "unpublished", "dead", "refused",
+PROMISES = ["lost", "swallowed", "rolled", "duplicate", "replay", "order", "unpublished", "dead", "refused",
             "fence", "reap", "content", "early", "paused", "counts"]
 # the paths only faults that hit rows in flight exercise
 WINDOW_PATHS = ["reaped", "republished"]
@@ -69,10 +75,13 @@ def expected(cell):
     committed = set(cell["committed"]) | {t for t in cell["uncertain"] if t in rows}
     # a repeated idempotency key inserts nothing: the earlier row of that key stands for it
     keys_in_table = {(r["db"], r.get("idempotency_key")) for r in rows.values()}
+    keys_in_table |= set(cell.get("copied_keys", ()))
     for token, (letter, key) in cell.get("idempotent", {}).items():
         if token in committed and token not in rows and (letter, key) in keys_in_table:
             committed.discard(token)
-    return committed - set(cell["bad"])
+    # a history fault's lost branch: its rows missing from the table are not owed
+    lost_branch = {t for t in cell.get("branch", ()) if t not in rows}
+    return committed - set(cell["bad"]) - lost_branch
 
 
 class Judge:
@@ -97,6 +106,7 @@ class Judge:
 
     def read_deliveries(self):
         self.delivered, self.first, self.times = Counter(), [], {}
+        self.carriers = {}  # consumer's message id -> tokens carrying it
         for delivery in self.cell["deliveries"]:
             payload = parse(delivery)
             if payload is None:
@@ -106,6 +116,9 @@ class Judge:
             self.delivered[token] += 1
             if isinstance(delivery, dict):
                 self.content(token, payload, delivery)
+                consumer_id = (delivery.get("headers") or {}).get("Outbox-Message-Id") or delivery.get("message_id")
+                if consumer_id is not None:
+                    self.carriers.setdefault(consumer_id, set()).add(token)
                 if delivery.get("at") is not None:
                     self.times.setdefault(token, []).append(delivery["at"])
             if self.delivered[token] == 1:
@@ -142,8 +155,13 @@ class Judge:
                 self.violation("lost", "%s: committed but missing from the table" % self.name(token))
             elif delivered[token] == 0:
                 self.violation("lost", "%s: committed, never delivered" % self.name(token))
+        for message_id, tokens in sorted(self.carriers.items()):
+            if len(tokens) > 1:
+                self.violation("swallowed", "message id %s carried by %s: a consumer deduplicating on it"
+                               " drops all but one" % (message_id, ", ".join(self.name(t) for t in sorted(tokens))))
+        branch = cell.get("branch", set())
         for token in sorted(delivered):
-            if token not in self.rows:
+            if token not in self.rows and token not in branch:
                 self.violation("rolled", "%s: delivered %d time(s)" % (self.name(token), delivered[token]))
         for token in sorted(cell["bad"]):
             if delivered[token]:
@@ -155,19 +173,27 @@ class Judge:
     def duplicates(self):
         """Extra deliveries, counted everywhere; bounded where the broker promises."""
         extra = 0
+        histories = self.cell.get("histories", set())
         for token, times in sorted(self.delivered.items()):
             row = self.rows.get(token)
             replays = row["replays"] if row else 0
             if row is None and token in self.cell["replayed"]:
                 replays = times  # a row gone from the table: its replays are unknown
+            # a history fault may take a row's replays back: the replays asked for stand
+            forgotten = row["db"] in histories if row else bool(histories)
+            if forgotten:
+                replays = max(replays, self.cell.get("replay_counts", {}).get(token, 0))
             extra += max(0, times - 1 - replays)
             # appends further apart than the broker's dedup window are not promised away
             stamps, window = self.times.get(token), self.cell.get("dedup_window")
             beyond = bool(stamps and window and max(stamps) - min(stamps) > window)
+            # docs/stream.md: across a history change a stream publishes the rows after the
+            # cursor it finds again (same message id): counted, not bounded
+            beyond = beyond or (forgotten and self.cell.get("mode") == "stream")
             if self.cell["at_most_once"] and times > 1 + replays and not beyond:
                 self.violation("duplicate", "%s: delivered %d times, replayed %d" % (self.name(token), times, replays))
             if (self.cell.get("exact_replays") and row and replays > 0 and row["state"] == "succeeded"
-                    and times != 1 + replays):
+                    and times != 1 + replays and not forgotten):
                 self.violation("replay", "%s: replayed %d times, delivered %d times" % (self.name(token), replays, times))
         return extra
 
@@ -321,7 +347,10 @@ def check(cell):
     again, kept_out = judge.republished(reaped_at)
     paths = {"reaped": reaps, "reclaimed": reclaims, "republished": again,
              "deduplicated": kept_out if cell["at_most_once"] else "-",
-             "replayed": sum(r["replays"] for r in judge.rows.values()), "duplicates": extra}
+             "replayed": sum(r["replays"] for r in judge.rows.values()), "duplicates": extra,
+             "lost_branch": sum(1 for t in cell.get("branch", ()) if t not in judge.rows and t in cell["committed"]),
+             "lost_branch_delivered": sum(1 for t in cell.get("branch", ()) if t not in judge.rows
+                                          and t in cell["committed"] and judge.delivered[t])}
     summary = {"delivered": len(judge.delivered), "committed": len(expected(cell)), "paths": paths}
     return judge.counts, judge.lines, summary
 
@@ -351,6 +380,13 @@ def plant(cell, rng):
             i, j = indexes[0], indexes[-1]
             deliveries[i], deliveries[j] = deliveries[j], deliveries[i]
             planted.append("order")
+            break
+    # swallowed: a message id carried by two rows
+    carried = [d for d in deliveries if isinstance(d, dict) and parse(d) and d.get("message_id")]
+    for other in carried[1:]:
+        if parse(other)["u"] != parse(carried[0])["u"]:
+            other["message_id"] = carried[0]["message_id"]
+            planted.append("swallowed")
             break
     # duplicate: a delivery repeated where at most one is promised
     cell["at_most_once"] = True

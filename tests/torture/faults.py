@@ -32,6 +32,8 @@ import threading
 import time
 from collections import Counter
 
+import histories
+
 
 def always(run):
     return True
@@ -62,13 +64,15 @@ FAULTS = [
 ]
 
 
-class Schedule(threading.Thread):
+class Schedule(histories.HistoryFaults, threading.Thread):
     def __init__(self, run, seed, log):
         super().__init__(name="faults", daemon=True)
         self.run_ = run
         self.log = log
         self.stop = threading.Event()
         self.active = []
+        self.history_threads = []
+        self.gate = histories.Gate()
         # one lock per server: faults of one server wait for one another, PostgreSQL's
         # restart for every other server fault
         self.server_locks = {name: threading.Lock() for name in ["postgres"] + sorted(
@@ -80,30 +84,35 @@ class Schedule(threading.Thread):
         log("faults drawn: %s (schedule %s)" % (", ".join("%s=%d" % kv for kv in sorted(drawn.items())) or
                                                  "none", digest[:12]))
 
-    def choices(self):
-        only = [f for f in os.environ.get("TORTURE_FAULTS", "").split(",") if f]
+    def choices(self, table=FAULTS):
+        only = selected()
         if only == ["none"]:
             return []
-        unknown = set(only) - {f[0] for f in FAULTS}
-        if unknown:
-            raise SystemExit("torture: unknown TORTURE_FAULTS %s (%s)"
-                             % (",".join(sorted(unknown)), ",".join(f[0] for f in FAULTS)))
-        return [(name, weight) for name, weight, applies in FAULTS
+        return [(name, weight) for name, weight, applies in table
                 if applies(self.run_) and (not only or name in only)]
 
     def draw(self, rng):
-        """[(seconds from the start, name, the fault's seed)], drawn before anything runs."""
+        """[(seconds from the start, name, the fault's seed)], drawn before anything runs:
+        the faults at random gaps, and the history faults (histories.py), one per 90 s of
+        history and at least one, each in a slot of its own."""
+        plan = []
         faults = self.choices()
-        if not faults:
-            return []
-        names, weights = [f[0] for f in faults], [f[1] for f in faults]
-        # a short history (make test's) gets its faults closer together
-        gap = (0.4, 1.5) if self.run_.seconds < 60 else (1.0, 3.5)
-        plan, at = [], rng.uniform(*gap)
-        while at < self.run_.seconds:
-            plan.append((at, rng.choices(names, weights)[0], rng.random()))
-            at += rng.uniform(*gap)
-        return plan
+        if faults:
+            names, weights = [f[0] for f in faults], [f[1] for f in faults]
+            # a short history (make test's) gets its faults closer together
+            gap = (0.4, 1.5) if self.run_.seconds < 60 else (1.0, 3.5)
+            at = rng.uniform(*gap)
+            while at < self.run_.seconds:
+                plan.append((at, rng.choices(names, weights)[0], rng.random()))
+                at += rng.uniform(*gap)
+        faults = self.choices(histories.HISTORY_FAULTS)
+        if faults:
+            names, weights = [f[0] for f in faults], [f[1] for f in faults]
+            slots = max(1, int(self.run_.seconds // 90))
+            for slot in range(slots):
+                at = self.run_.seconds * (slot + rng.uniform(0.15, 0.6)) / slots
+                plan.append((at, rng.choices(names, weights)[0], rng.random()))
+        return sorted(plan)
 
     def run(self):
         start = time.monotonic()
@@ -114,6 +123,17 @@ class Schedule(threading.Thread):
                                       daemon=True)
             thread.start()
             self.active.append(thread)
+            if name in histories.HISTORY_NAMES:
+                self.history_threads.append(thread)
+
+    def wait_histories(self):
+        """Waits for the history faults drawn (rows committed after the last split must
+        follow it): returns whether any ran."""
+        while any(name in histories.HISTORY_NAMES for _, name, _ in self.plan) and not self.history_threads:
+            time.sleep(0.2)  # the schedule has not reached it yet
+        for thread in list(self.history_threads):
+            thread.join()
+        return bool(self.history_threads)
 
     def finish(self):
         self.stop.set()
@@ -298,6 +318,10 @@ class Schedule(threading.Thread):
                           self.hold_marks(database, resume, seconds, lambda cur: None))
 
     def stream_toggle(self, rng):
+        with self.gate.shared():
+            self.stream_toggle_now(rng)
+
+    def stream_toggle_now(self, rng):
         cell = rng.choice([c for c in self.run_.cells if c.mode == "stream"])
         database = rng.choice(cell.databases)
         self.run_.outboxctl(database, "stream", "disable", "tq")
@@ -306,6 +330,10 @@ class Schedule(threading.Thread):
                                        str(rng.randint(1, 4)))
 
     def pause(self, rng):
+        with self.gate.shared():
+            self.pause_now(rng)
+
+    def pause_now(self, rng):
         cell = rng.choice(self.run_.cells)
         database = rng.choice(cell.databases)
         self.run_.outboxctl(database, "pause", "tq", "--reason", "torture")
@@ -317,6 +345,10 @@ class Schedule(threading.Thread):
         self.run_.outboxctl_until_done(database, "resume", "tq")
 
     def replay(self, rng):
+        with self.gate.shared():
+            self.replay_now(rng)
+
+    def replay_now(self, rng):
         cell = rng.choice([c for c in self.run_.cells if c.mode == "row"])
         database = rng.choice(cell.databases)
         rows = database.query("SELECT job_id, payload->>'u' FROM outbox.job WHERE queue = 'tq' AND "
@@ -325,6 +357,7 @@ class Schedule(threading.Thread):
             return
         # recorded first: a replay that half-happened may still deliver
         cell.replayed.update(token for _, token in rows)
+        cell.replay_counts.update(token for _, token in rows)
         args = ["replay", "--queue", "tq"]
         for job_id, _ in rows:
             args += ["--job", str(job_id)]
@@ -337,6 +370,23 @@ class Schedule(threading.Thread):
             cell.write_list([d for d in cell.databases if d is not database])
             time.sleep(rng.uniform(0.5, 3.0))
             cell.write_list(cell.databases)
+
+
+def selected():
+    """TORTURE_FAULTS: the names kept (faults and history faults), [] for all, ["none"]."""
+    only = [f for f in os.environ.get("TORTURE_FAULTS", "").split(",") if f]
+    known = {f[0] for f in FAULTS} | histories.HISTORY_NAMES
+    unknown = set(only) - known - {"none"}
+    if unknown:
+        raise SystemExit("torture: unknown TORTURE_FAULTS %s (%s)" % (",".join(sorted(unknown)),
+                                                                      ",".join(sorted(known))))
+    return only
+
+
+def history_faults_wanted():
+    """Whether the run may draw a history fault (then it needs a cluster of its own)."""
+    only = selected()
+    return only != ["none"] and (not only or bool(set(only) & histories.HISTORY_NAMES))
 
 
 def run_quietly(args, timeout=120):

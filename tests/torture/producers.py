@@ -81,6 +81,12 @@ CREATE TRIGGER torture_transition AFTER UPDATE OR DELETE ON outbox.job
 """ % BUSINESS_ROWS
 
 
+# prepared transactions their producers have finished: a restore may bring one back, its
+# locks held with no one to finish it (histories.py rolls such ones back)
+FINISHED_GIDS = set()
+FINISHED_LOCK = threading.Lock()
+
+
 class Record:
     """What one database's producers did, shared by its sessions."""
 
@@ -93,11 +99,18 @@ class Record:
         self.idempotent = {}  # token -> (database, idempotency key): may name an earlier row
         self.transactions = 0
         self.kinds = {}
+        # history faults (histories.py): when each row's COMMIT returned, and the windows of
+        # commit times whose rows the database's history may have lost
+        self.committed_at = {}
+        self.windows = []
 
     def add(self, outcome, tokens, payloads=None):
         with self.lock:
             if outcome == "committed":
                 self.committed.update(tokens)
+                now = time.time()
+                for token in tokens:
+                    self.committed_at[token] = now
             elif outcome == "rolled":
                 for token in tokens:
                     self.rolled[token] = (payloads or {}).get(token, "")
@@ -169,9 +182,10 @@ class Producer(threading.Thread):
     """One session of one database, running random transactions until stopped."""
 
     def __init__(self, name, url, database_name, rng_seed, record, destination, clib, stop,
-                 pace_seconds, late=False):
+                 pace_seconds, late=False, asynchronous=False):
         super().__init__(name=name, daemon=True)
         self.late = late  # the second shape: counters taken after the enqueue
+        self.asynchronous = asynchronous  # synchronous_commit = off: a crash may lose its last commits
         self.burst = threading.Event()
         self.url = url
         self.database = database_name
@@ -335,10 +349,15 @@ class Producer(threading.Thread):
                     self.reconnect()
                     self.conn.autocommit = True
                 except psycopg2.ProgrammingError:
-                    break  # already finished
+                    # already finished, or gone with a history (a restore, a dropped database):
+                    # the table decides
+                    self.record.add("uncertain" if commit else "rolled", tokens, payloads)
+                    return
             self.record.add("committed" if commit else "rolled", tokens, payloads)
         finally:
             self.conn.autocommit = False
+            with FINISHED_LOCK:
+                FINISHED_GIDS.add(gid)
 
     def commit(self, tokens):
         try:
@@ -363,6 +382,12 @@ class Producer(threading.Thread):
         for _ in range(600):
             try:
                 self.conn = psycopg2.connect(self.url, connect_timeout=5)
+                with self.conn.cursor() as cur:
+                    # no wait without end: a lock of a transaction a restore brought back
+                    cur.execute("SET lock_timeout = '30s'")
+                    if self.asynchronous:
+                        cur.execute("SET synchronous_commit = off")
+                self.conn.commit()
                 return
             except psycopg2.OperationalError:
                 time.sleep(0.1)

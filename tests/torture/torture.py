@@ -19,6 +19,13 @@
                       compared)
     TORTURE_DRAIN     seconds the relays get after the faults to deliver everything (120)
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
+    TORTURE_ID_FORM   job or database: every database on that older message id form (the
+                      history faults' teeth: ids reused across histories must be reported)
+
+History faults (histories.py: a copy, restore, promotion, dump restored twice, lost
+asynchronous commits, a TEMPLATE copy) are drawn like the faults (TORTURE_FAULTS names
+them too), one per 90 s of history and at least one; they need a PostgreSQL of the run's
+own, started in the run's directory when the stack is the suite's.
     TORTURE_RELAYS    url: each relay serves one database (--database-url); list: the
                       cell's relays serve its databases from a list (--databases, a budget
                       of 4 connections, the list edited under them as a fault); mixed
@@ -52,6 +59,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,11 +68,13 @@ import psycopg2  # noqa: E402
 import brokers  # noqa: E402
 import checker  # noqa: E402
 import faults  # noqa: E402
+import histories  # noqa: E402
 import producers  # noqa: E402
 
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STACK = os.path.join(SOURCE_DIR, "tests", "harness", "stack.sh")
 LEASES = [5, 8]
+HISTORY_TAIL_SECONDS = 4
 
 
 def log(text):
@@ -81,11 +91,16 @@ def list_relay_name(cell, index):
 
 
 class Database:
-    def __init__(self, run, cell, letter):
+    def __init__(self, run, cell, letter, copy_of=None):
         self.name = "%s_%s" % (cell.slug, letter)
         self.letter = letter
         base = run.env["OUTBOX_TEST_PG_URL"].rsplit("/", 1)[0]
         self.url = "%s/tt_%s" % (base, self.name)
+        self.copy_of = copy_of
+        if copy_of is not None:  # a TEMPLATE copy made by a history fault: its identity too
+            producers.setup_database(self.url, self.name)
+            self.record = producers.Record()
+            return
         admin = psycopg2.connect(run.env["OUTBOX_TEST_PG_URL"])
         admin.autocommit = True
         with admin.cursor() as cur:
@@ -102,6 +117,8 @@ class Database:
             if "unknown command" not in str(error):
                 raise
             log("%s: outboxctl has no identity command (a release before database identities)" % self.name)
+        if run.id_form:  # an older form of message id (the history faults' self-check)
+            run.outboxctl(self, "identity", "set", "--id-form", run.id_form)
 
     def connect(self):
         return psycopg2.connect(self.url, connect_timeout=5)
@@ -132,6 +149,8 @@ class Cell:
         self.destination = brokers.DESTINATIONS[broker](self.slug, run.env)
         self.databases = [Database(run, self, letter) for letter in "ab"[:run.database_count]]
         self.replayed = set()
+        self.replay_counts = Counter()  # replays asked per token (a restore may forget some)
+        self.copied_keys = set()  # (letter, idempotency key) of rows a TEMPLATE copy inherited
         self.pauses = []  # (database letter, from, to): windows when nothing of it may go out
         form = run.relay_form if run.relay_form != "mixed" else run.rng.choice(["url", "list"])
         self.list_path = None
@@ -256,6 +275,9 @@ class Run:
         self.work = tempfile.mkdtemp(prefix="torture.")
         os.chmod(self.work, 0o755)  # the servers run as their own users
         self.own_stack = None
+        self.cluster = None  # the torture's own PostgreSQL, for the history faults
+        self.pg_stack_dir = None
+        self.id_form = os.environ.get("TORTURE_ID_FORM", "")
         self.cells, self.relays, self.producers = [], [], []
         self.used_ports = set()
 
@@ -269,16 +291,24 @@ class Run:
             log("starting %s" % " ".join(services))
             subprocess.run([STACK, "start", stack_dir] + services, check=True)
             self.own_stack = stack_dir
-        self.stack_dir = stack_dir
-        self.env = {}
-        with open(os.path.join(stack_dir, "env")) as env:
-            for line in env:
-                if line.startswith("export "):
-                    name, _, value = line[7:].strip().partition("=")
-                    self.env[name] = value.strip("'")
+        self.stack_dir = self.pg_stack_dir = stack_dir
+        self.env = read_env(stack_dir)
+        if faults.history_faults_wanted():
+            # the history faults replace the cluster under the databases: one of the run's own,
+            # never the suite's (its other databases are not the torture's to roll back)
+            if not self.own_stack:
+                self.pg_stack_dir = os.path.join(self.work, "pg")
+                log("starting a PostgreSQL of its own for the history faults")
+                subprocess.run([STACK, "start", self.pg_stack_dir, "postgres"], check=True,
+                               stdout=subprocess.DEVNULL)
+                self.env.update({k: v for k, v in read_env(self.pg_stack_dir).items()
+                                 if k.startswith("OUTBOX_TEST_PG") or k == "OUTBOX_TEST_TEMPLATE_DB"})
+            self.cluster = histories.Cluster(self.pg_stack_dir, self.env["OUTBOX_TEST_PG_PORT"])
+            self.cluster.prepare()
 
     def stack(self, command, service):
-        result = faults.run_quietly([STACK, command, self.stack_dir, service], timeout=180)
+        where = self.pg_stack_dir if service == "postgres" else self.stack_dir
+        result = faults.run_quietly([STACK, command, where, service], timeout=180)
         if result.returncode != 0:
             raise RuntimeError("stack.sh %s %s: %s" % (command, service, result.stdout.strip()[-300:]))
 
@@ -341,7 +371,7 @@ class Run:
             log("%s is built with AddressSanitizer: the producers use the SQL functions only" % clib_path)
         else:
             clib = producers.CLibrary(clib_path)
-        sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
+        self.clib = clib
         for cell in self.cells:
             if cell.list_path:
                 log("cell %s: its relays serve its databases from a list" % cell.name)
@@ -351,11 +381,31 @@ class Run:
                 if not cell.list_path:
                     for index, lease in enumerate(self.leases):
                         self.relays.append(Relay(self, cell, database, lease, index))
-                for session in range(sessions):
-                    self.producers.append(producers.Producer(
-                        "p%d" % session, database.url, database.name,
-                        "%s-%s-%d" % (self.seed, database.name, session), database.record,
-                        cell.destination, clib, self.stop_producers, 0.05, late=session % 2 == 1))
+                self.producers += self.producers_of(cell, database)
+
+    def producers_of(self, cell, database):
+        sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
+        # with history faults, some sessions commit asynchronously (their own generator: the
+        # seed's other draws stay as they were)
+        asynchronous = random.Random("async-%s-%s" % (self.seed, database.name))
+        return [producers.Producer(
+                "p%d" % session, database.url, database.name,
+                "%s-%s-%d" % (self.seed, database.name, session), database.record,
+                cell.destination, self.clib, self.stop_producers, 0.05, late=session % 2 == 1,
+                asynchronous=self.cluster is not None and asynchronous.random() < 0.5)
+                for session in range(sessions)]
+
+    def add_copy(self, cell, original, letter):
+        """A TEMPLATE copy of original (made by a history fault) listed beside it in the cell's
+        lists, with producers of its own."""
+        copy = Database(self, cell, letter, copy_of=original)
+        with cell.list_lock:
+            cell.databases.append(copy)
+            cell.write_list(cell.databases)
+        started = self.producers_of(cell, copy)
+        self.producers += started
+        for producer in started:
+            producer.start()
 
     def history(self):
         for relay in self.relays:
@@ -365,11 +415,16 @@ class Run:
         schedule = faults.Schedule(self, self.seed, log)
         schedule.start()
         time.sleep(self.seconds)
+        if schedule.wait_histories():
+            # rows committed after the last split: every one must arrive
+            time.sleep(HISTORY_TAIL_SECONDS)
         log("history done; stopping producers and faults")
         self.stop_producers.set()
         for producer in self.producers:
             producer.join(60)
         schedule.finish()
+        for producer in self.producers:  # a copy's, started by a fault meanwhile
+            producer.join(60)
         log("faults applied: %s" % ", ".join("%s=%d" % kv for kv in sorted(schedule.done.items())))
         self.rollback_leftover_prepared()
 
@@ -396,6 +451,11 @@ class Run:
             late = dict(database.query("SELECT token, n FROM torture.key_order"))
             for (job_id, state, token, error, idempotency_key, published, payload, headers, run_at,
                  replays, attempts, message_uid) in result:
+                if token in rows:
+                    # a TEMPLATE copy's row of its original: the original's stands; its
+                    # idempotency key is the copy's too
+                    cell.copied_keys.add((database.letter, idempotency_key))
+                    continue
                 rows[token] = {"db": database.letter, "job_id": job_id, "state": state,
                                "published": published, "error": error,
                                "idempotency_key": idempotency_key, "payload": json.loads(payload),
@@ -590,9 +650,13 @@ class Run:
     def history_of(self, cell, counts):
         rows = self.observe(cell)
         deliveries = cell.destination.read()
-        merged = {"committed": set(), "uncertain": set(), "bad": set(), "rolled": {}, "idempotent": {}}
+        merged = {"committed": set(), "uncertain": set(), "bad": set(), "rolled": {}, "idempotent": {},
+                  "branch": set(), "histories": set()}
         for database in cell.databases:
             record = database.record
+            merged["branch"] |= branch_rows(record)
+            if record.windows or database.copy_of:
+                merged["histories"].add(database.letter)
             merged["committed"] |= record.committed
             merged["uncertain"] |= record.uncertain
             merged["bad"] |= record.bad
@@ -602,6 +666,7 @@ class Run:
                     exact_replays=cell.broker in brokers.EXACT_REPLAYS,
                     dedup_window=brokers.DEDUP_WINDOW.get(cell.broker),
                     deliveries=deliveries, rows=rows, replayed=cell.replayed, counts=counts,
+                    replay_counts=cell.replay_counts, copied_keys=cell.copied_keys,
                     transitions=self.transitions(cell), pauses=list(cell.pauses))
 
     def cleanup(self):
@@ -614,10 +679,33 @@ class Run:
             cell.destination.close()
         if self.own_stack:
             subprocess.run([STACK, "stop", self.own_stack])
+        elif self.pg_stack_dir and self.pg_stack_dir != self.stack_dir:
+            subprocess.run([STACK, "stop", self.pg_stack_dir])
         if os.environ.get("TORTURE_KEEP"):
             log("kept %s (relay logs)" % self.work)
         else:
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def read_env(stack_dir):
+    env = {}
+    with open(os.path.join(stack_dir, "env")) as lines:
+        for line in lines:
+            if line.startswith("export "):
+                name, _, value = line[7:].strip().partition("=")
+                env[name] = value.strip("'")
+    return env
+
+
+def branch_rows(record):
+    """Rows of a branch a history fault may have cut off: committed (or perhaps committed)
+    inside one of the database's windows."""
+    with record.lock:
+        windows = list(record.windows)
+        if not windows:
+            return set()
+        inside = {t for t, at in record.committed_at.items() if any(a <= at <= b for a, b in windows)}
+        return inside | set(record.uncertain)
 
 
 def gauge(metrics, name, queue=None):
