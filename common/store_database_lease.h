@@ -18,6 +18,13 @@
 
 #include "outbox.h"
 
+/*
+ * A relay's statistics watch session (relay/scheduler_watch.h) is named
+ * this prefix and the relay's uuid; each of its looks is a transaction of
+ * at most SCHEDULER_WATCH_DEADLINE_SECONDS.
+ */
+#define STORE_WATCH_NAME_PREFIX "outbox-relay watch "
+
 /* What a visit found of a database's lease. */
 struct store_database_lease {
     bool held;          /* this relay holds it now */
