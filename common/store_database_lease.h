@@ -71,6 +71,26 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
 int store_database_next_ready(PGconn *conn, double *seconds, bool *held,
                               struct outbox_error *err);
 
+/* A database's backlog and identity, as a visit samples them (relay/scheduler_sample.c). */
+struct store_database_sample {
+    long long ready;         /* rows ready and due now, paused or held behind their key included */
+    bool claimable;          /* a claim would take one now (or one another session locks):
+                                not held nor behind its key, queue and key not paused, of a
+                                queue among queues */
+    double oldest_ready_age; /* seconds since the oldest of the ready rows was due, 0 for none */
+    char database_id[48];    /* outbox.identity now */
+    char id_form[16];
+};
+
+/*
+ * Samples the database on conn (idle): one statement over the ready rows
+ * (job_ready_idx and job_held_idx: an idle database's ready rows are few)
+ * and outbox.identity; queues: --queues as a text[] literal, NULL for
+ * every queue. 0, or -1 with err.
+ */
+int store_database_sample(PGconn *conn, const char *queues, struct store_database_sample *sample,
+                          struct outbox_error *err);
+
 /*
  * *exists: the database has a stream queue (outboxctl stream enable) among
  * queues (a text[] literal, NULL: any), which the relay then serves with

@@ -5,8 +5,11 @@
  * Part of struct metrics (metrics.c creates, renders and frees it; see
  * metrics_databases_of). Series carry database="NAME" as the list names
  * it; at most max databases (--metrics-max-queues, 0 no cap) have their own,
- * the later ones are summed under database="(other)". A database removed
- * from the list drops out. Nothing is rendered for a relay of one database.
+ * the later ones are summed under database="(other)". The backlog gauges
+ * (ready rows, oldest ready age, stranded) are rendered for every database
+ * of the list whatever the cap: the list bounds them, and no tenant's
+ * backlog hides in a sum. A database removed from the list drops out.
+ * Nothing is rendered for a relay of one database.
  * Thread-safe (own mutex).
  */
 #ifndef OUTBOX_METRICS_DATABASE_H
@@ -38,8 +41,19 @@ void metrics_databases_set_list(struct metrics_databases *d, const char *const *
 void metrics_databases_set_state(struct metrics_databases *d, const char *name, bool up,
                                  const char *cause);
 
-/* Whether this relay serves the database now (it holds its lease). */
+/* Whether this relay serves the database now (it holds its lease); not: its sample is dropped. */
 void metrics_databases_set_served(struct metrics_databases *d, const char *name, bool served);
+
+/*
+ * A sample of a database this relay serves (relay/scheduler_sample.c): its
+ * ready rows, whether a claim would take one (claimable), and the oldest
+ * one's age in seconds. Rendered until the database is no longer served. The age grows
+ * from the sample on while no row of the database is claimed: the oldest
+ * row is still there. A database whose claimable rows saw no claim for
+ * SCHEDULER_STRANDED_SECONDS is stranded.
+ */
+void metrics_databases_set_sample(struct metrics_databases *d, const char *name, long long ready,
+                                  bool claimable, double oldest_ready_age);
 
 /* Adds a slice's rows claimed and completed. */
 void metrics_databases_add(struct metrics_databases *d, const char *name, uint64_t claimed,

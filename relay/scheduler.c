@@ -542,6 +542,13 @@ serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
     }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
                           p->rows_completed - completed + settled);
+    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c) */
+    if (w->connection.store != NULL && lease->held &&
+        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
+                         cause) != 0) {
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+    }
     return slice;
 }
 

@@ -26,6 +26,7 @@ struct idle_connection {
     struct store_identity identity;
     double used_at; /* the least recently used one is closed first */
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
+    unsigned identity_generation; /* its tenant's when identity was read (scheduler_sample.c) */
 };
 
 /*
@@ -54,6 +55,7 @@ struct tenant {
      * in scheduler.c); a backlog served by two slots at once races on them
      */
     double reap_due, cleanup_due;
+    double sample_due; /* scheduler_sample() */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
@@ -70,6 +72,7 @@ struct tenant {
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
     /* guard: atomic */
+    atomic_uint identity_generation; /* bumped when a sample finds the identity changed */
     atomic_bool checked;          /* a connection passed the schema check and the privilege audit
                                    * since it last failed: later ones skip them */
     /*
@@ -174,6 +177,19 @@ void scheduler_tenant_free(struct scheduler *s, struct tenant *t);
  * naming both when another database of the list has the same. Takes the lock.
  */
 void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *database_id);
+
+/* ---- samples (scheduler_sample.c) ------------------------------------------- */
+
+/*
+ * After a slice of t on c, by the slot serving it, outside the lock: samples
+ * t's backlog for /metrics when due (SCHEDULER_SAMPLE_SECONDS) or when the
+ * visit leaves t resting (resting: a watched database, not due again until
+ * a wake), and takes the identity again on c when a sample found it changed
+ * (outboxctl identity set), on this connection or another of t's. -1 with
+ * err when the database failed: the caller drops c.
+ */
+int scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c,
+                     bool resting, struct outbox_error *err);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 

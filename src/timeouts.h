@@ -157,6 +157,14 @@
 /* A database that failed is tried again after a backoff from the first to the longest. */
 #define SCHEDULER_RETRY_FIRST_SECONDS 1.0
 #define SCHEDULER_RETRY_MAX_SECONDS 30.0
+/*
+ * A visit of a database samples its backlog and identity (relay/scheduler_sample.c) at most
+ * this often, and whenever it leaves a watched database resting; a database this relay holds
+ * whose claimable rows saw no claim for SCHEDULER_STRANDED_SECONDS is stranded
+ * (outbox_database_stranded).
+ */
+#define SCHEDULER_SAMPLE_SECONDS 15.0
+#define SCHEDULER_STRANDED_SECONDS 30.0
 
 /* ---- the relay's stream queues (relay/stream.c) ------------------------------------ */
 

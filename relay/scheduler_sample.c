@@ -1,0 +1,74 @@
+/*
+ * scheduler_sample.c - what a visit of a listed database samples: its
+ * backlog for /metrics (outbox_database_ready_rows, _oldest_ready_age_seconds,
+ * _stranded) and its identity, which `outboxctl identity set` may have
+ * changed since a connection read it. One statement, on the visit's own
+ * connection: a database that no wake and no poll visits costs nothing.
+ */
+#include "scheduler_state.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "metrics.h"
+#include "store_database_lease.h"
+#include "stream_worker.h"
+#include "timeouts.h"
+
+/*
+ * Reads c's identity again (outbox.identity_observe()) and records it as
+ * t's: rows of the next slice on c carry the new id. -1 with err.
+ */
+static int
+take_identity(struct scheduler *s, struct tenant *t, struct idle_connection *c,
+              unsigned generation, struct outbox_error *err)
+{
+    struct store_identity identity;
+
+    if (store_identity_observe(outbox_store_conn(c->store), &identity, err) != 0)
+        return -1;
+    if (strcmp(identity.database_id, c->identity.database_id) != 0 ||
+        identity.form != c->identity.form)
+        log_event(OUTBOX_LOG_INFO, "database identity changed, taken without a restart",
+                  "database=%s database_id=%s id_form=%s", t->name, identity.database_id,
+                  store_id_form_name(identity.form));
+    c->identity = identity;
+    c->identity_generation = generation;
+    scheduler_identity_seen(s, t, identity.database_id);
+    return 0;
+}
+
+int
+scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, bool resting,
+                 struct outbox_error *err)
+{
+    double now = clock_monotonic_seconds();
+    struct store_database_sample sample;
+    unsigned generation = atomic_load(&t->identity_generation);
+
+    if (resting || now >= t->sample_due) {
+        if (store_database_sample(outbox_store_conn(c->store), s->streams->queues, &sample,
+                                  err) != 0)
+            return -1;
+        t->sample_due = now + SCHEDULER_SAMPLE_SECONDS;
+        metrics_databases_set_sample(metrics_databases_of(s->relay->metrics), t->name,
+                                     sample.ready, sample.claimable, sample.oldest_ready_age);
+        /* rows a claim would take, left by a visit that claimed none (another session
+         * held them locked): polled until claimed, as nothing changes to wake it */
+        if (resting && sample.claimable) {
+            pthread_mutex_lock(&s->lock);
+            t->woken = true;
+            pthread_mutex_unlock(&s->lock);
+        }
+        if (strcmp(sample.database_id, c->identity.database_id) != 0 ||
+            strcmp(sample.id_form, store_id_form_name(c->identity.form)) != 0)
+            generation = atomic_fetch_add(&t->identity_generation, 1) + 1;
+    }
+    /* a connection that read the identity before another's sample found it changed */
+    if (c->identity_generation != generation)
+        return take_identity(s, t, c, generation, err);
+    return 0;
+}
