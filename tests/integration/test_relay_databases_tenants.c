@@ -505,7 +505,8 @@ message_id_of(const struct fixture *f, int i, int n, char *id, size_t size)
  * relay runs (the fix for a TEMPLATE copy beside its original): the relay
  * kept the identity its idle connection read at the connect, and its rows
  * went on under the old id until a restart. Now a row enqueued a few
- * seconds later carries the new one.
+ * seconds later carries the new one, and an id that another database of
+ * the list has is said at once.
  */
 static void
 test_identity_set_taken_without_restart(void **state)
@@ -541,6 +542,17 @@ test_identity_set_taken_without_restart(void **state)
         fail_msg("the relay kept the old identity 20 s after identity set");
     }
     assert_int_equal(list_run_log_lines_with(&f->relay, "identity changed", fresh), 1);
+    /* given db1's identity by mistake: said as two databases of one identity */
+    argv[5] = f->run.ids[1];
+    if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+        fail_msg("outboxctl identity set: %s", output);
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 10 &&
+           list_run_log_lines_with(&f->relay, "have one identity", f->run.ids[1]) == 0) {
+        enqueue_on(f->run.conns[0], f, 0, 100);
+        usleep(500 * 1000);
+    }
+    assert_int_equal(list_run_log_lines_with(&f->relay, "have one identity", f->run.ids[1]), 1);
     relay_signal(&f->relay, SIGTERM);
     f->running = false;
     assert_int_equal(relay_wait(&f->relay, 15000), 0);
