@@ -319,7 +319,7 @@ render_backlog(struct metrics_databases *d, struct buffer *o, const char *broker
 void
 metrics_databases_render(struct metrics_databases *d, struct buffer *o, const char *broker)
 {
-    size_t shown, down = 0;
+    size_t down = 0;
 
     if (d == NULL)
         return;
@@ -328,11 +328,11 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
         pthread_mutex_unlock(&d->lock);
         return;
     }
-    shown = d->max == 0 || d->count < d->max ? d->count : d->max;
+    /* the gauges of every listed database (the list bounds them); the counters capped */
     out_database_family(
         o, "outbox_database_up",
         "1 when the listed database's last connect or slice worked, 0 when it failed", "gauge");
-    for (size_t i = 0; i < shown; i++) {
+    for (size_t i = 0; i < d->count; i++) {
         if (!d->series[i].known)
             continue;
         out_database_series(o, "outbox_database_up", broker, d->series[i].name);
@@ -340,7 +340,7 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
     }
     out_database_family(o, "outbox_database_served",
                         "1 while this relay holds the database's lease", "gauge");
-    for (size_t i = 0; i < shown; i++) {
+    for (size_t i = 0; i < d->count; i++) {
         out_database_series(o, "outbox_database_served", broker, d->series[i].name);
         buffer_printf(o, " %d\n", d->series[i].served ? 1 : 0);
     }

@@ -4,11 +4,11 @@
  *
  * Part of struct metrics (metrics.c creates, renders and frees it; see
  * metrics_databases_of). Series carry database="NAME" as the list names
- * it; at most max databases (--metrics-max-queues, 0 no cap) have their own,
- * the later ones are summed under database="(other)". The backlog gauges
- * (ready rows, oldest ready age, stranded) are rendered for every database
- * of the list whatever the cap: the list bounds them, and no tenant's
- * backlog hides in a sum. A database removed from the list drops out.
+ * it. The gauges (up, served, ready rows, oldest ready age, stranded) are
+ * rendered for every database of the list: the list bounds them, and no
+ * tenant's state hides in a sum. In the counters at most max databases
+ * (--metrics-max-queues, 0 no cap) have their own series, the later ones
+ * are summed under database="(other)". A database removed from the list drops out.
  * Nothing is rendered for a relay of one database.
  * Thread-safe (own mutex).
  */

@@ -423,7 +423,8 @@ metric_of(const struct fixture *f, const char *family, const char *name)
  * to 15 minutes), with outbox_database_up 1 all along. Now /metrics shows
  * each listed database's ready rows and oldest ready age, past
  * --metrics-max-queues too (1 here: db1 and db2 have no series of their
- * own in the counters), and db1 stranded after 30 s without a claim; once
+ * own in the counters, nor had in outbox_database_up), and db1 stranded
+ * after 30 s without a claim; once
  * the lock ends its rows are published within 5 s, polled while a claim
  * would take them.
  */
@@ -462,6 +463,7 @@ test_backlog_and_stranded_database_shown(void **state)
     assert_true(metric_of(f, "outbox_database_stranded", "db0") == 0);
     assert_true(metric_of(f, "outbox_database_stranded", "db2") == 0);
     assert_true(metric_of(f, "outbox_database_ready_rows", "db2") == 0);
+    assert_true(metric_of(f, "outbox_database_up", "db2") == 1);
     harness_exec(locker, "COMMIT");
     PQfinish(locker);
     age = drain_one(f, 1, 5);
