@@ -38,28 +38,36 @@ static const char SQL_NEXT_READY[] = NEXT_READY;
 static const char SQL_NEXT_READY_FLUSH[] = NEXT_READY ", pg_catalog.pg_stat_force_next_flush()";
 
 /*
- * The oldest age as outbox_oldest_ready_age_seconds has it (src/store_statements.c);
- * whether a claim would take a row, by the claim's own rules (the first candidate of
- * job_ready_idx; a dead head blocks its key whatever --block-on-dead-head says), locked
- * rows included: those are what a claim skipped.
+ * Whether a claim would take a row, by the claim's own rules (a dead head
+ * blocks its key whatever --block-on-dead-head says), locked rows included:
+ * those are what a claim skipped. Among the first 1000 candidates in the
+ * claim's order (job_ready_idx), so that a paused queue's million rows cost
+ * a thousand: a claimable row behind them is one a claim reaches.
  */
+#define CLAIMABLE                                                                              \
+    "EXISTS (SELECT 1 FROM (SELECT c.queue, c.ordering_key, c.job_id FROM outbox.job AS c"      \
+    "                        WHERE c.state = 'ready' AND NOT c.held AND c.run_at <= now()"      \
+    "                          AND ($1::text[] IS NULL OR c.queue = ANY ($1::text[]))"          \
+    "                        ORDER BY c.priority DESC, c.run_at, c.job_id LIMIT 1000) AS c"     \
+    "         WHERE NOT EXISTS (SELECT 1 FROM outbox.paused AS p WHERE p.queue = c.queue"        \
+    "                   AND (p.ordering_key IS NULL OR p.ordering_key = c.ordering_key))"       \
+    "           AND (c.ordering_key IS NULL OR NOT EXISTS ("                                    \
+    "                SELECT 1 FROM outbox.job AS e"                                             \
+    "                 WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key"              \
+    "                   AND e.job_id < c.job_id"                                                \
+    "                   AND e.state IN ('ready', 'running', 'dead'))))"
+#define IDENTITY                                                                               \
+    "(SELECT i.database_id FROM outbox.identity AS i),"                                        \
+    " (SELECT i.id_form FROM outbox.identity AS i)"
+/* the probe alone: no count */
+static const char SQL_PROBE[] = "SELECT NULL, NULL, " CLAIMABLE ", " IDENTITY;
+/* the ready rows counted, the oldest age as outbox_oldest_ready_age_seconds has it */
 static const char SQL_SAMPLE[] =
     "SELECT count(*),"
     "       greatest(coalesce(extract(epoch FROM now()) - extract(epoch FROM"
     "           min(CASE WHEN isfinite(j.run_at) THEN j.run_at"
     "                    WHEN isfinite(j.created_at) THEN j.created_at END)), 0), 0)::float8,"
-    "       EXISTS (SELECT 1 FROM outbox.job AS c"
-    "                WHERE c.state = 'ready' AND NOT c.held AND c.run_at <= now()"
-    "                  AND ($1::text[] IS NULL OR c.queue = ANY ($1::text[]))"
-    "                  AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p WHERE p.queue = c.queue"
-    "                       AND (p.ordering_key IS NULL OR p.ordering_key = c.ordering_key))"
-    "                  AND (c.ordering_key IS NULL OR NOT EXISTS ("
-    "                       SELECT 1 FROM outbox.job AS e"
-    "                        WHERE e.queue = c.queue AND e.ordering_key = c.ordering_key"
-    "                          AND e.job_id < c.job_id"
-    "                          AND e.state IN ('ready', 'running', 'dead')))),"
-    "       (SELECT i.database_id FROM outbox.identity AS i),"
-    "       (SELECT i.id_form FROM outbox.identity AS i)"
+    "       " CLAIMABLE ", " IDENTITY
     "  FROM outbox.job AS j WHERE j.state = 'ready' AND j.run_at <= now()";
 
 /* Whether result is the error of a function this schema does not have. */
@@ -203,17 +211,18 @@ store_database_has_streams(PGconn *conn, const char *queues, bool *exists, struc
 }
 
 int
-store_database_sample(PGconn *conn, const char *queues, struct store_database_sample *sample,
-                      struct outbox_error *err)
+store_database_sample(PGconn *conn, const char *queues, bool count,
+                      struct store_database_sample *sample, struct outbox_error *err)
 {
     const char *values[1] = {queues};
-    PGresult *result =
-        run_one_row(conn, SQL_SAMPLE, 1, values, "unable to sample the database's backlog", err);
+    PGresult *result = run_one_row(conn, count ? SQL_SAMPLE : SQL_PROBE, 1, values,
+                                   "unable to sample the database's backlog", err);
 
     if (result == NULL)
         return -1;
-    sample->ready = strtoll(PQgetvalue(result, 0, 0), NULL, 10);
-    sample->oldest_ready_age = strtod(PQgetvalue(result, 0, 1), NULL);
+    sample->counted = count;
+    sample->ready = count ? strtoll(PQgetvalue(result, 0, 0), NULL, 10) : -1;
+    sample->oldest_ready_age = count ? strtod(PQgetvalue(result, 0, 1), NULL) : -1;
     sample->claimable = PQgetvalue(result, 0, 2)[0] == 't';
     snprintf(sample->database_id, sizeof(sample->database_id), "%s", PQgetvalue(result, 0, 3));
     snprintf(sample->id_form, sizeof(sample->id_form), "%s", PQgetvalue(result, 0, 4));

@@ -144,8 +144,8 @@ metrics_databases_set_served(struct metrics_databases *d, const char *name, bool
 }
 
 void
-metrics_databases_set_sample(struct metrics_databases *d, const char *name, long long ready,
-                             bool claimable, double oldest_ready_age)
+metrics_databases_set_sample(struct metrics_databases *d, const char *name,
+                             const struct store_database_sample *sample)
 {
     double now = clock_monotonic_seconds();
     struct database_series *s;
@@ -153,14 +153,16 @@ metrics_databases_set_sample(struct metrics_databases *d, const char *name, long
     if (d == NULL)
         return;
     pthread_mutex_lock(&d->lock);
-    if ((s = find(d, name)) != NULL) {
-        if (claimable && (!s->sampled || !s->claimable))
+    if ((s = find(d, name)) != NULL && (s->sampled || sample->counted)) {
+        if (sample->claimable && (!s->sampled || !s->claimable))
             s->claimable_since = now;
         s->sampled = true;
-        s->ready = ready;
-        s->claimable = claimable;
-        s->oldest_ready_age = oldest_ready_age;
-        s->sampled_at = now;
+        s->claimable = sample->claimable;
+        if (sample->counted) {
+            s->ready = sample->ready;
+            s->oldest_ready_age = sample->oldest_ready_age;
+            s->sampled_at = now;
+        }
     }
     pthread_mutex_unlock(&d->lock);
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "buffer.h"
+#include "store_database_lease.h"
 
 struct metrics_databases;
 
@@ -45,15 +46,16 @@ void metrics_databases_set_state(struct metrics_databases *d, const char *name, 
 void metrics_databases_set_served(struct metrics_databases *d, const char *name, bool served);
 
 /*
- * A sample of a database this relay serves (relay/scheduler_sample.c): its
- * ready rows, whether a claim would take one (claimable), and the oldest
- * one's age in seconds. Rendered until the database is no longer served. The age grows
- * from the sample on while no row of the database is claimed: the oldest
- * row is still there. A database whose claimable rows saw no claim for
+ * A sample of a database this relay serves (relay/scheduler_sample.c):
+ * whether a claim would take a row, and when counted its ready rows and
+ * the oldest one's age (an uncounted sample keeps the last count).
+ * Rendered until the database is no longer served. The age grows from the
+ * count on while no row of the database is claimed: the oldest row is
+ * still there. A database whose claimable rows saw no claim for
  * SCHEDULER_STRANDED_SECONDS is stranded.
  */
-void metrics_databases_set_sample(struct metrics_databases *d, const char *name, long long ready,
-                                  bool claimable, double oldest_ready_age);
+void metrics_databases_set_sample(struct metrics_databases *d, const char *name,
+                                  const struct store_database_sample *sample);
 
 /* Adds a slice's rows claimed and completed. */
 void metrics_databases_add(struct metrics_databases *d, const char *name, uint64_t claimed,

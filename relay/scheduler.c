@@ -530,6 +530,14 @@ serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
     p->db.url = NULL;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
     settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
+    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c); before
+     * next_ready, whose forced statistics report stays the visit's last statement */
+    if (w->connection.store != NULL && lease->held &&
+        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
+                         slice.claimed > 0, cause) != 0) {
+        outbox_store_free(w->connection.store);
+        w->connection.store = NULL;
+    }
     w->next_ready = -1;
     if (w->connection.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
         w->watched && !slice.more &&
@@ -542,13 +550,6 @@ serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
     }
     metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
                           p->rows_completed - completed + settled);
-    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c) */
-    if (w->connection.store != NULL && lease->held &&
-        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
-                         cause) != 0) {
-        outbox_store_free(w->connection.store);
-        w->connection.store = NULL;
-    }
     return slice;
 }
 

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
@@ -41,30 +42,60 @@ take_identity(struct scheduler *s, struct tenant *t, struct idle_connection *c,
     return 0;
 }
 
+/*
+ * Samples t on c: counted when due, else the probe alone, counted too when
+ * the last count is a second old and the probe finds rows a claim would
+ * take (rare at rest: another session locks them, or they came that
+ * instant) or rows were claimed since a count that found a backlog (its
+ * gauge falls to 0 as the backlog drains, not 15 s later; a paused queue's
+ * rows, which no claim takes, are not counted again at each wake). Records it for
+ * /metrics. -1 with err.
+ */
+static int
+sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, double now, bool claimed,
+       struct store_database_sample *found, struct outbox_error *err)
+{
+    PGconn *conn = outbox_store_conn(c->store);
+    bool count = now >= t->counted_at + SCHEDULER_SAMPLE_SECONDS;
+
+    t->claimed_since_count |= claimed;
+    if (store_database_sample(conn, s->streams->queues, count, found, err) != 0)
+        return -1;
+    if (!count && (found->claimable || (t->claimed_since_count && t->counted_rows)) &&
+        now >= t->counted_at + SCHEDULER_SAMPLE_CLAIMABLE_SECONDS) {
+        count = true;
+        if (store_database_sample(conn, s->streams->queues, true, found, err) != 0)
+            return -1;
+    }
+    if (count) {
+        t->counted_at = now;
+        t->counted_rows = found->ready > 0;
+        t->claimed_since_count = false;
+    }
+    metrics_databases_set_sample(metrics_databases_of(s->relay->metrics), t->name, found);
+    return 0;
+}
+
 int
 scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, bool resting,
-                 struct outbox_error *err)
+                 bool claimed, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
-    struct store_database_sample sample;
+    struct store_database_sample found;
     unsigned generation = atomic_load(&t->identity_generation);
 
-    if (resting || now >= t->sample_due) {
-        if (store_database_sample(outbox_store_conn(c->store), s->streams->queues, &sample,
-                                  err) != 0)
+    if (resting || now >= t->counted_at + SCHEDULER_SAMPLE_SECONDS) {
+        if (sample(s, t, c, now, claimed, &found, err) != 0)
             return -1;
-        t->sample_due = now + SCHEDULER_SAMPLE_SECONDS;
-        metrics_databases_set_sample(metrics_databases_of(s->relay->metrics), t->name,
-                                     sample.ready, sample.claimable, sample.oldest_ready_age);
         /* rows a claim would take, left by a visit that claimed none (another session
          * held them locked): polled until claimed, as nothing changes to wake it */
-        if (resting && sample.claimable) {
+        if (resting && found.claimable) {
             pthread_mutex_lock(&s->lock);
             t->woken = true;
             pthread_mutex_unlock(&s->lock);
         }
-        if (strcmp(sample.database_id, c->identity.database_id) != 0 ||
-            strcmp(sample.id_form, store_id_form_name(c->identity.form)) != 0)
+        if (strcmp(found.database_id, c->identity.database_id) != 0 ||
+            strcmp(found.id_form, store_id_form_name(c->identity.form)) != 0)
             generation = atomic_fetch_add(&t->identity_generation, 1) + 1;
     }
     /* a connection that read the identity before another's sample found it changed */

@@ -55,7 +55,9 @@ struct tenant {
      * in scheduler.c); a backlog served by two slots at once races on them
      */
     double reap_due, cleanup_due;
-    double sample_due; /* scheduler_sample() */
+    double counted_at; /* scheduler_sample() last counted its ready rows */
+    bool counted_rows; /* and found some */
+    bool claimed_since_count; /* a visit claimed rows since */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
@@ -182,14 +184,16 @@ void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *
 
 /*
  * After a slice of t on c, by the slot serving it, outside the lock: samples
- * t's backlog for /metrics when due (SCHEDULER_SAMPLE_SECONDS) or when the
- * visit leaves t resting (resting: a watched database, not due again until
- * a wake), and takes the identity again on c when a sample found it changed
+ * t's backlog for /metrics when due (SCHEDULER_SAMPLE_SECONDS), and probes
+ * whether a claim would take a row when the visit leaves t resting
+ * (resting: a watched database, not due again until a wake; such rows keep
+ * it polled), counting again when the visit claimed rows (claimed) of a
+ * backlog the last count found; takes the identity again on c when a sample found it changed
  * (outboxctl identity set), on this connection or another of t's. -1 with
  * err when the database failed: the caller drops c.
  */
 int scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c,
-                     bool resting, struct outbox_error *err);
+                     bool resting, bool claimed, struct outbox_error *err);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 
