@@ -122,12 +122,8 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
             double at = t->visited_at + woken_rest(t);
 
             /* rows of a database another relay holds are its to publish (a winner
-             * waiting for it, or for a resume, looks again); one a slot serves now may
-             * have just taken its lease, which t->held says only once the slot gives it
-             * back: the wake (of the visit's own changes, or of a winner's lease call
-             * that the owner must answer) was dropped, and the lease stayed put */
-            if (t->removed || t->down ||
-                (!t->held && !t->wins && t->serving == 0 && !woken[k].members) ||
+             * waiting for it, or for a resume, looks again) */
+            if (t->removed || t->down || (!t->held && !t->wins && !woken[k].members) ||
                 strcmp(t->name, woken[k].name) != 0)
                 continue;
             t->woken = true;
