@@ -2,14 +2,14 @@
  * scheduler_sample.c - what a visit of a listed database samples: its
  * backlog for /metrics (outbox_database_ready_rows, _oldest_ready_age_seconds,
  * _stranded) and its identity, which `outboxctl identity set` may have
- * changed since a connection read it. One statement, on the visit's own
- * connection: a database that no wake and no poll visits costs nothing.
+ * changed since a connection read it. A statement or two on the visit's own
+ * connection, after its slice: a database that no wake and no poll visits
+ * costs nothing.
  */
 #include "scheduler_state.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
