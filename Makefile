@@ -217,6 +217,12 @@ $(BUILD)/tests/integration/test_chaos: $(BUILD)/tests/integration/test_chaos.o $
                                       $(INTEG_HELPER_OBJ) $(TEST_LINK)
 	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) $(TEST_LIBS) $(LDLIBS)
 
+# the tenants' tests put a slow-connecting proxy (tests/chaos/proxy.c) before PostgreSQL
+$(BUILD)/tests/integration/test_relay_databases_tenants: \
+        $(BUILD)/tests/integration/test_relay_databases_tenants.o $(CHAOS_OBJ) \
+        $(INTEG_HELPER_OBJ) $(TEST_LINK)
+	$(CC) $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) $(TEST_LIBS) $(LDLIBS)
+
 $(BUILD)/tests/ha/%: $(BUILD)/tests/ha/%.o $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) \
                     $(TEST_LINK)
 	$(CC) $(LDFLAGS) -o $@ $< $(HA_HELPER_OBJ) $(CHAOS_OBJ) $(INTEG_HELPER_OBJ) $(TEST_LINK) \

@@ -231,6 +231,14 @@ database_list_read(const char *path, struct database_list *out, struct outbox_er
         rc = database_list_parse(text, source, out, err);
     if (rc == 0 && out->count == 0) /* a file emptied, or caught while rewritten in place */
         rc = outbox_error_set(err, OUTBOX_ERR_CONFIG, "%s: lists no database", source);
+    /* a file cut short ends within a line, which alone may read as another database */
+    if (rc == 0 && text[len - 1] != '\n') {
+        database_list_clear(out);
+        rc = outbox_error_set(err, OUTBOX_ERR_CONFIG,
+                              "%s: its last line has no newline at its end (a file cut short,"
+                              " or caught while written)",
+                              source);
+    }
     free(text);
     return rc;
 }

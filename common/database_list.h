@@ -41,7 +41,14 @@ struct database_list {
 int database_list_parse(const char *text, const char *source, struct database_list *out,
                         struct outbox_error *err);
 
-/* Reads and parses the file at path; as database_list_parse(), and a file listing none is refused. */
+/*
+ * Reads and parses the file at path; as database_list_parse(), and refused
+ * (OUTBOX_ERR_CONFIG) when it lists no database or its last line has no
+ * newline at its end: a file cut short, or read while written in place,
+ * mostly ends within a line, which alone may read as another database. A
+ * file cut at a line's end cannot be told from a shorter list: write the
+ * list to a new file and rename it over the old one.
+ */
 int database_list_read(const char *path, struct database_list *out, struct outbox_error *err);
 
 /* Frees the entries; clearing an empty list is a no-op. */

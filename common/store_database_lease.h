@@ -18,6 +18,13 @@
 
 #include "outbox.h"
 
+/*
+ * A relay's statistics watch session (relay/scheduler_watch.h) is named
+ * this prefix and the relay's uuid; each of its looks is a transaction of
+ * at most SCHEDULER_WATCH_DEADLINE_SECONDS.
+ */
+#define STORE_WATCH_NAME_PREFIX "outbox-relay watch "
+
 /* What a visit found of a database's lease. */
 struct store_database_lease {
     bool held;          /* this relay holds it now */
@@ -63,6 +70,27 @@ int store_database_lease_release(PGconn *conn, const char *relay_id, struct outb
  */
 int store_database_next_ready(PGconn *conn, double *seconds, bool *held,
                               struct outbox_error *err);
+
+/* A database's backlog and identity, as a visit samples them (relay/scheduler_sample.c). */
+struct store_database_sample {
+    bool counted;            /* ready and oldest_ready_age were read (else -1) */
+    long long ready;         /* rows ready and due now, paused or held behind their key included */
+    double oldest_ready_age; /* seconds since the oldest of the ready rows was due, 0 for none */
+    bool claimable;          /* a claim would take one now (or one another session locks):
+                                not held nor behind its key, queue and key not paused, of a
+                                queue among queues; among the first 1000 in the claim's order */
+    char database_id[48];    /* outbox.identity now */
+    char id_form[16];
+};
+
+/*
+ * Samples the database on conn (idle): whether a claim would take a row
+ * and outbox.identity, and with count the ready rows and their oldest age
+ * (a scan of the ready rows: 0.3-0.4 s for a million). queues: --queues as
+ * a text[] literal, NULL for every queue. 0, or -1 with err.
+ */
+int store_database_sample(PGconn *conn, const char *queues, bool count,
+                          struct store_database_sample *sample, struct outbox_error *err);
 
 /*
  * *exists: the database has a stream queue (outboxctl stream enable) among

@@ -11,6 +11,8 @@
 #include "migrate.h"
 #include "store_admin.h"
 #include "store_admin_sql.h"
+#include "store_database_lease.h"
+#include "timeouts.h"
 
 /* clang-format off */
 
@@ -49,9 +51,12 @@ static const char table_status_sql[] =
 
 /*
  * Sessions of any database and prepared transactions with an xmin or xid,
- * oldest first; not this session. The stream horizon is the cluster's (a
- * transaction of another database stops every stream too), and a prepared
- * transaction holds it without a session.
+ * oldest first; not this session, nor a relay's statistics watch in one of
+ * its looks (ten a second, each a short transaction: named as the oldest
+ * when nothing else was open). A session under a watch's name whose
+ * transaction outlived a look's deadline is no look, and is shown. The
+ * stream horizon is the cluster's (a transaction of another database stops
+ * every stream too), and a prepared transaction holds it without a session.
  */
 static const char oldest_transaction_sql[] =
     "SELECT t.pid, t.application_name, t.state, t.age_seconds, t.xid_age, t.database, t.gid"
@@ -63,6 +68,9 @@ static const char oldest_transaction_sql[] =
     "          FROM pg_stat_activity"
     "         WHERE pid <> pg_backend_pid()"
     "           AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
+    "           AND NOT (coalesce(application_name, '') LIKE '" STORE_WATCH_NAME_PREFIX "%'"
+    "                    AND xact_start > now() - make_interval(secs => "
+    TIMEOUT_TEXT(SCHEDULER_WATCH_DEADLINE_SECONDS) "))"
     "        UNION ALL"
     "        SELECT 0, '', 'prepared', extract(epoch FROM now() - prepared)::float8,"
     "               age(transaction), database::text, gid, prepared"

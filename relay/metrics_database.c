@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "database_list.h"
 #include "lock_check.h"
+#include "timeouts.h"
 
 #define OTHER "(other)"
 
@@ -21,6 +23,14 @@ struct database_series {
     char cause[200];
     uint64_t claimed;
     uint64_t completed;
+    /* the last sample, monotonic seconds; sampled false: none since served */
+    bool sampled;
+    long long ready;
+    bool claimable;
+    double oldest_ready_age;
+    double sampled_at;
+    double claimable_since; /* the first of the samples in a row that found claimable rows */
+    double claimed_at;      /* a slice last claimed rows */
 };
 
 /* guard: lock, every field and every series */
@@ -126,8 +136,34 @@ metrics_databases_set_served(struct metrics_databases *d, const char *name, bool
     if (d == NULL)
         return;
     pthread_mutex_lock(&d->lock);
-    if ((s = find(d, name)) != NULL)
+    if ((s = find(d, name)) != NULL) {
         s->served = served;
+        s->sampled &= served;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+void
+metrics_databases_set_sample(struct metrics_databases *d, const char *name,
+                             const struct store_database_sample *sample)
+{
+    double now = clock_monotonic_seconds();
+    struct database_series *s;
+
+    if (d == NULL)
+        return;
+    pthread_mutex_lock(&d->lock);
+    if ((s = find(d, name)) != NULL && (s->sampled || sample->counted)) {
+        if (sample->claimable && (!s->sampled || !s->claimable))
+            s->claimable_since = now;
+        s->sampled = true;
+        s->claimable = sample->claimable;
+        if (sample->counted) {
+            s->ready = sample->ready;
+            s->oldest_ready_age = sample->oldest_ready_age;
+            s->sampled_at = now;
+        }
+    }
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -141,6 +177,8 @@ metrics_databases_add(struct metrics_databases *d, const char *name, uint64_t cl
         return;
     pthread_mutex_lock(&d->lock);
     s = find(d, name);
+    if (s != NULL && claimed > 0)
+        s->claimed_at = clock_monotonic_seconds();
     if (s != NULL && (d->max == 0 || (size_t)(s - d->series) < d->max)) {
         s->claimed += claimed;
         s->completed += completed;
@@ -227,10 +265,63 @@ render_counter(const struct metrics_databases *d, struct buffer *o, const char *
                   (unsigned long long)(completed ? d->other_completed : d->other_claimed));
 }
 
+/*
+ * The oldest ready row's age now: the sample's, grown since it while no row
+ * was claimed (the row is still there).
+ */
+static double
+oldest_age_now(const struct database_series *s, double now)
+{
+    if (s->ready > 0 && s->claimed_at <= s->sampled_at)
+        return s->oldest_ready_age + (now - s->sampled_at);
+    return s->oldest_ready_age;
+}
+
+/* Claimable rows at the last sample, and no claim since they were first seen for long. */
+static bool
+stranded(const struct database_series *s, double now)
+{
+    double since = s->claimed_at > s->claimable_since ? s->claimed_at : s->claimable_since;
+
+    return s->served && s->sampled && s->claimable && now - since >= SCHEDULER_STRANDED_SECONDS;
+}
+
+/* The backlog gauges of every listed database (no cap: the list bounds them). Under the lock. */
+static void
+render_backlog(struct metrics_databases *d, struct buffer *o, const char *broker)
+{
+    double now = clock_monotonic_seconds();
+
+    LOCK_ASSERT_HELD(&d->lock);
+    out_database_family(o, "outbox_database_ready_rows",
+                        "ready rows of a database this relay serves, at its last sample", "gauge");
+    for (size_t i = 0; i < d->count; i++)
+        if (d->series[i].sampled) {
+            out_database_series(o, "outbox_database_ready_rows", broker, d->series[i].name);
+            buffer_printf(o, " %lld\n", d->series[i].ready);
+        }
+    out_database_family(o, "outbox_database_oldest_ready_age_seconds",
+                        "age of the oldest ready row of a database this relay serves", "gauge");
+    for (size_t i = 0; i < d->count; i++)
+        if (d->series[i].sampled) {
+            out_database_series(o, "outbox_database_oldest_ready_age_seconds", broker,
+                                d->series[i].name);
+            buffer_printf(o, " %.3f\n", oldest_age_now(&d->series[i], now));
+        }
+    out_database_family(o, "outbox_database_stranded",
+                        "1 while a database this relay serves has claimable rows that saw no"
+                        " claim for 30 s",
+                        "gauge");
+    for (size_t i = 0; i < d->count; i++) {
+        out_database_series(o, "outbox_database_stranded", broker, d->series[i].name);
+        buffer_printf(o, " %d\n", stranded(&d->series[i], now) ? 1 : 0);
+    }
+}
+
 void
 metrics_databases_render(struct metrics_databases *d, struct buffer *o, const char *broker)
 {
-    size_t shown, down = 0;
+    size_t down = 0;
 
     if (d == NULL)
         return;
@@ -239,11 +330,11 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
         pthread_mutex_unlock(&d->lock);
         return;
     }
-    shown = d->max == 0 || d->count < d->max ? d->count : d->max;
+    /* the gauges of every listed database (the list bounds them); the counters capped */
     out_database_family(
         o, "outbox_database_up",
         "1 when the listed database's last connect or slice worked, 0 when it failed", "gauge");
-    for (size_t i = 0; i < shown; i++) {
+    for (size_t i = 0; i < d->count; i++) {
         if (!d->series[i].known)
             continue;
         out_database_series(o, "outbox_database_up", broker, d->series[i].name);
@@ -251,10 +342,11 @@ metrics_databases_render(struct metrics_databases *d, struct buffer *o, const ch
     }
     out_database_family(o, "outbox_database_served",
                         "1 while this relay holds the database's lease", "gauge");
-    for (size_t i = 0; i < shown; i++) {
+    for (size_t i = 0; i < d->count; i++) {
         out_database_series(o, "outbox_database_served", broker, d->series[i].name);
         buffer_printf(o, " %d\n", d->series[i].served ? 1 : 0);
     }
+    render_backlog(d, o, broker);
     render_counter(d, o, broker, "outbox_database_rows_claimed_total",
                    "rows claimed from the database", false);
     render_counter(d, o, broker, "outbox_database_rows_completed_total",

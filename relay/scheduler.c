@@ -510,6 +510,14 @@ serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
     /* a reconnect within the slice (settle_now) may have replaced the connection */
     w->connection.stream_ready &= w->connection.db.connects == connects;
     settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
+    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c); before
+     * next_ready, whose forced statistics report stays the visit's last statement */
+    if (w->connection.db.store != NULL && lease->held &&
+        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
+                         slice.claimed > 0, cause) != 0) {
+        outbox_store_free(w->connection.db.store);
+        w->connection.db.store = NULL;
+    }
     w->next_ready = -1;
     if (w->connection.db.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
         w->watched && !slice.more &&

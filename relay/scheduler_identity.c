@@ -20,6 +20,9 @@ void
 scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *database_id)
 {
     pthread_mutex_lock(&s->lock);
+    /* a new identity (outboxctl identity set) is said again if it is another's */
+    if (strcmp(t->database_id, database_id) != 0)
+        t->identity_shared = false;
     snprintf(t->database_id, sizeof(t->database_id), "%s", database_id);
     for (size_t i = 0; i < s->count && database_id[0] != '\0'; i++) {
         struct tenant *other = s->tenants[i];

@@ -26,6 +26,7 @@ struct idle_connection {
     struct database db; /* db.store NULL: not connected (connect_tenant() first) */
     double used_at; /* the least recently used one is closed first */
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
+    unsigned identity_generation; /* its tenant's when identity was read (scheduler_sample.c) */
 };
 
 /*
@@ -55,6 +56,9 @@ struct tenant {
      * in scheduler.c); a backlog served by two slots at once races on it
      */
     struct maintenance_schedule maintenance; /* when its phases of a visit run next */
+    double counted_at; /* scheduler_sample() last counted its ready rows */
+    bool counted_rows; /* and found some */
+    bool claimed_since_count; /* a visit claimed rows since */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
@@ -71,6 +75,7 @@ struct tenant {
     double visited_at; /* when its last slice ended */
     double rows_at;    /* when its last slice that claimed rows ended */
     /* guard: atomic */
+    atomic_uint identity_generation; /* bumped when a sample finds the identity changed */
     atomic_bool checked;          /* a connection passed the schema check and the privilege audit
                                    * since it last failed: later ones skip them */
     /*
@@ -179,6 +184,21 @@ void scheduler_tenant_free(struct scheduler *s, struct tenant *t);
  * naming both when another database of the list has the same. Takes the lock.
  */
 void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *database_id);
+
+/* ---- samples (scheduler_sample.c) ------------------------------------------- */
+
+/*
+ * After a slice of t on c, by the slot serving it, outside the lock: samples
+ * t's backlog for /metrics when due (SCHEDULER_SAMPLE_SECONDS), and probes
+ * whether a claim would take a row when the visit leaves t resting
+ * (resting: a watched database, not due again until a wake; such rows keep
+ * it polled), counting again when the visit claimed rows (claimed) of a
+ * backlog the last count found; takes the identity again on c when a sample found it changed
+ * (outboxctl identity set), on this connection or another of t's. -1 with
+ * err when the database failed: the caller drops c.
+ */
+int scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c,
+                     bool resting, bool claimed, struct outbox_error *err);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 

@@ -37,10 +37,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "store_database_lease.h"
+
 struct watch;
 
 /* The application_name of a relay's watch sessions: this prefix and the relay's uuid. */
-#define WATCH_NAME_PREFIX "outbox-relay watch "
+#define WATCH_NAME_PREFIX STORE_WATCH_NAME_PREFIX
 #define WATCH_NAME_MAX 64 /* PostgreSQL keeps 63 bytes of an application_name */
 
 /* A database to look at now, and why. */

@@ -157,6 +157,16 @@
 /* A database that failed is tried again after a backoff from the first to the longest. */
 #define SCHEDULER_RETRY_FIRST_SECONDS 1.0
 #define SCHEDULER_RETRY_MAX_SECONDS 30.0
+/*
+ * A visit of a database counts its ready rows (relay/scheduler_sample.c) at most this often;
+ * one that leaves a watched database resting probes whether a claim would take a row, and
+ * counts when one would and the last count is SCHEDULER_SAMPLE_CLAIMABLE_SECONDS old. A
+ * database this relay holds whose claimable rows saw no claim for SCHEDULER_STRANDED_SECONDS
+ * is stranded (outbox_database_stranded).
+ */
+#define SCHEDULER_SAMPLE_SECONDS 15.0
+#define SCHEDULER_SAMPLE_CLAIMABLE_SECONDS 1.0
+#define SCHEDULER_STRANDED_SECONDS 30.0
 
 /* ---- the relay's stream queues (relay/stream.c) ------------------------------------ */
 

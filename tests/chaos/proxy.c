@@ -48,6 +48,7 @@ struct chaos_proxy {
     atomic_uint cut_generation;
     atomic_int mode;
     atomic_int slow_ms;
+    atomic_int connect_delay_ms; /* each new connection waits this long before forwarding */
     atomic_uint_fast64_t accepted;
     pthread_mutex_t lock; /* guards connections */
     struct proxy_connection *connections;
@@ -108,6 +109,7 @@ connection_main(void *arg)
     struct proxy_connection *c = arg;
     char buf[16384];
 
+    sleep_ms(atomic_load(&c->proxy->connect_delay_ms)); /* the client's first bytes wait */
     while (!connection_doomed(c)) {
         struct pollfd fds[2] = {{c->client, POLLIN, 0}, {c->server, POLLIN, 0}};
         int mode = atomic_load(&c->proxy->mode);
@@ -298,6 +300,12 @@ chaos_proxy_slow(chaos_proxy *proxy, int delay_ms)
 {
     atomic_store(&proxy->slow_ms, delay_ms);
     atomic_store(&proxy->mode, PROXY_SLOW);
+}
+
+void
+chaos_proxy_slow_connect(chaos_proxy *proxy, int delay_ms)
+{
+    atomic_store(&proxy->connect_delay_ms, delay_ms);
 }
 
 void

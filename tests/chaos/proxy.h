@@ -8,7 +8,8 @@
  * thread per connection pair. At any moment it can cut every open
  * connection (both ends see a reset or EOF, new connections still work),
  * stall them (bytes stay queued, nobody reads, until the stall ends), or
- * slow them (each chunk waits a delay before it is forwarded). Every socket
+ * slow them (each chunk waits a delay before it is forwarded), or slow
+ * each new connection's start alone. Every socket
  * is close-on-exec, so programs the test starts never inherit one.
  *
  * Not a library for users: tests only. Functions return 0 or -1 (errno set).
@@ -37,6 +38,14 @@ void chaos_proxy_stall(chaos_proxy *proxy);
 
 /* Delays every forwarded chunk by delay_ms until chaos_proxy_normal(). */
 void chaos_proxy_slow(chaos_proxy *proxy, int delay_ms);
+
+/*
+ * Makes every connection accepted from now on wait delay_ms before it
+ * forwards its first byte (0: none): a connect that takes that long (a
+ * distant server, a pooler, TLS), the connection fast once made. Not
+ * undone by chaos_proxy_normal().
+ */
+void chaos_proxy_slow_connect(chaos_proxy *proxy, int delay_ms);
 
 /* Back to plain forwarding. */
 void chaos_proxy_normal(chaos_proxy *proxy);

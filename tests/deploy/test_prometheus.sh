@@ -4,7 +4,8 @@
 #   Debian's prometheus scrapes a running relay and its HTTP API reports
 #   outbox_rows_published_total equal to the rows the relay published;
 #   the alert rules pass promtool check rules and promtool test rules;
-#   every query of the Grafana dashboard names a metric the relay exports.
+#   every query of the Grafana dashboard names a metric the relay exports (a
+#   relay of one database or of a list, whose /metrics promtool checks too).
 . "$(dirname "$0")/lib.sh"
 
 ROWS=500
@@ -38,6 +39,26 @@ wait_until "curl -fsS 'http://127.0.0.1:$relay_port/metrics' | grep -q '^outbox_
 curl -fsS "http://127.0.0.1:$relay_port/metrics" >"$metrics" || fail "GET /metrics"
 promtool check metrics <"$metrics" || fail "promtool check metrics finds problems in /metrics"
 pass "promtool check metrics"
+
+# A relay of a list exports the per-database families (the dashboard's and rules' too).
+new_database prometheus_list
+list_url=$DATABASE_URL
+psql -X -q -v ON_ERROR_STOP=1 "$list_url" \
+    -c "SELECT outbox.enqueue('prom.orders', jsonb_build_object('n', i)) FROM generate_series(1, 20) i" \
+    >/dev/null || fail "unable to enqueue into the list's database"
+echo "tenant $list_url" >"$SCRATCH/databases.list"
+list_port=$(free_port)
+"$BIN/outbox-relay" --databases "$SCRATCH/databases.list" --broker "$OUTBOX_TEST_REDIS_URL" \
+    --stream-prefix "$prefix" --metrics-addr "127.0.0.1:$list_port" --log-level warn \
+    >"$SCRATCH/list-relay.log" 2>&1 &
+list_pid=$!
+CLEANUP="$CLEANUP; kill $list_pid 2>/dev/null; wait $list_pid 2>/dev/null"
+list_metrics=$SCRATCH/list-metrics.txt
+wait_until "curl -fsS 'http://127.0.0.1:$list_port/metrics' | grep -q '^outbox_database_ready_rows{.*tenant'" 30 ||
+    fail "no per-database backlog in a list relay's /metrics after 30 s: $(tail -n 5 "$SCRATCH/list-relay.log")"
+curl -fsS "http://127.0.0.1:$list_port/metrics" >"$list_metrics" || fail "GET /metrics of the list relay"
+promtool check metrics <"$list_metrics" || fail "promtool check metrics finds problems in a list relay's /metrics"
+pass "promtool check metrics of a relay of a list"
 
 # Prometheus scrapes the relay every second; its API must agree with the relay.
 prom_port=$(free_port)
@@ -82,7 +103,7 @@ pass "alert rules checked and unit-tested"
 # Dashboard and rules name only metrics the relay exports (histogram series included).
 dashboard=deploy/grafana/outbox-relay.json
 jq -e '.panels | length > 0' "$dashboard" >/dev/null || fail "$dashboard is not a dashboard"
-exported=$(grep -v '^#' "$metrics" | sed 's/[{ ].*//' | sort -u)
+exported=$(cat "$metrics" "$list_metrics" | grep -v '^#' | sed 's/[{ ].*//' | sort -u)
 named=$( (jq -r '.. | objects | (.expr?, .query?) // empty | strings' "$dashboard"; cat "$rules") |
     grep -o 'outbox_[a-z_]*' | sort -u)
 [ -n "$named" ] || fail "no outbox_ metric in $dashboard"

@@ -563,6 +563,54 @@ test_status_json_counts(void **state)
     PQfinish(holder);
 }
 
+/* The oldest transaction `status --json` names: its application name, "" for none. */
+static void
+oldest_transaction_name(struct testdb *db, char *name, size_t size)
+{
+    const char *params[1];
+    struct ctl_run run;
+    PGresult *result;
+
+    RUN_CTL(&run, NULL, "--database-url", db->url, "status", "--json");
+    assert_exit(&run, 0);
+    params[0] = run.out;
+    result = PQexecParams(db->conn,
+                          "SELECT coalesce($1::jsonb->'oldest_transaction'->>'application_name',"
+                          "                '')",
+                          1, NULL, params, NULL, NULL, 0);
+    assert_int_equal(PQresultStatus(result), PGRES_TUPLES_OK);
+    snprintf(name, size, "%s", PQgetvalue(result, 0, 0));
+    PQclear(result);
+    run_clear(&run);
+}
+
+/*
+ * A list relay's statistics watch reads pg_stat_database ten times a second,
+ * each look a short transaction of its own: status does not name it as the
+ * oldest transaction (an operator chasing what holds vacuum back was sent
+ * to the relay). A session under a watch's name whose transaction outlives
+ * a look's deadline (2 s) is no look, and is named.
+ */
+static void
+test_status_leaves_the_watchs_look_out(void **state)
+{
+    struct testdb *db = test_database(state);
+    PGconn *look = connect_ok(db->url);
+    char name[128];
+
+    migrate_ok(db);
+    exec_ok(look, "SET application_name = 'outbox-relay watch 5f5dcae0-739b'");
+    exec_ok(look, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    exec_ok(look, "SELECT count(*) FROM pg_stat_database");
+    oldest_transaction_name(db, name, sizeof(name));
+    assert_string_equal(name, "");
+    usleep(2500 * 1000);
+    oldest_transaction_name(db, name, sizeof(name));
+    assert_string_equal(name, "outbox-relay watch 5f5dcae0-739b");
+    exec_ok(look, "ROLLBACK");
+    PQfinish(look);
+}
+
 /*
  * Succeeded rows against the retention; a row that finished at -infinity
  * (PostgreSQL refuses to subtract it) reads as the largest age instead of
@@ -1375,6 +1423,7 @@ main(void)
         DB_TEST(test_concurrent_migrate),
         DB_TEST(test_status_without_schema),
         DB_TEST(test_status_json_counts),
+        DB_TEST(test_status_leaves_the_watchs_look_out),
         DB_TEST(test_status_retention_and_infinite_times),
         DB_TEST(test_status_shows_blocked_keys),
         DB_TEST(test_status_survives_infinite_times),

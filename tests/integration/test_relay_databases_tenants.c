@@ -20,6 +20,8 @@
 #include "database_list_run.h"
 #include "fixtures.h"
 #include "harness.h"
+#include "http_client.h"
+#include "proxy.h"
 #include "redis_consumer.h"
 #include "relay_runner.h"
 #include "scheduler_watch.h"
@@ -391,6 +393,249 @@ test_duplicate_identity_said_at_once(void **state)
     assert_int_equal(relay_wait(&f->relay, 15000), 0);
 }
 
+/*
+ * The value of family's series for database name in the relay's /metrics;
+ * -1 when the relay does not answer or has no such series.
+ */
+static double
+metric_of(const struct fixture *f, const char *family, const char *name)
+{
+    struct http_reply reply = http_get(f->port, "/metrics");
+    char series[160];
+    const char *at;
+    double value = -1;
+
+    snprintf(series, sizeof(series), "\n%s{broker=\"redis\",database=\"%s\"} ", family, name);
+    if (reply.status == 200 && (at = strstr(reply.body, series)) != NULL)
+        value = atof(at + strlen(series));
+    http_reply_free(&reply);
+    return value;
+}
+
+/*
+ * Another session holds database db1's ready rows locked (FOR UPDATE) past
+ * their due time: the relay's claims skip them, and a watched database
+ * rested after its empty visit as if it had none, until its next wake (up
+ * to 15 minutes), with outbox_database_up 1 all along. Now /metrics shows
+ * each listed database's ready rows and oldest ready age, past
+ * --metrics-max-queues too (1 here: db1 and db2 have no series of their
+ * own in the counters, nor had in outbox_database_up), and db1 stranded
+ * after 30 s without a claim; once
+ * the lock ends its rows are published within 5 s, polled while a claim
+ * would take them.
+ */
+static void
+test_backlog_and_stranded_database_shown(void **state)
+{
+    struct fixture *f = *state;
+    PGconn *locker;
+    double from, stranded = 0, age;
+
+    setenv("OUTBOX_METRICS_MAX_QUEUES", "1", 1);
+    start(f);
+    unsetenv("OUTBOX_METRICS_MAX_QUEUES");
+    usleep(2000 * 1000); /* every database visited once, idle, resting until woken */
+    locker = harness_connect(f->run.urls[1]);
+    harness_exec(locker, "INSERT INTO outbox.job (queue, payload, run_at)"
+                         " SELECT '" LIST_RUN_QUEUE "', jsonb_build_object('n', n),"
+                         "        now() + interval '2 seconds'"
+                         "   FROM generate_series(1, 3) AS n");
+    harness_exec(locker, "BEGIN");
+    harness_exec(locker, "SELECT count(*) FROM (SELECT 1 FROM outbox.job"
+                         " WHERE state = 'ready' FOR UPDATE) AS locked");
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 45 &&
+           (stranded = metric_of(f, "outbox_database_stranded", "db1")) != 1)
+        usleep(500 * 1000);
+    age = metric_of(f, "outbox_database_oldest_ready_age_seconds", "db1");
+    print_message("locked rows: stranded shown %.1f s after the lock, oldest ready %.1f s old\n",
+                  wall_clock_seconds() - from, age);
+    if (stranded != 1) {
+        relay_dump_log(&f->relay);
+        fail_msg("db1 not shown stranded 45 s into a lock on its ready rows");
+    }
+    assert_true(metric_of(f, "outbox_database_ready_rows", "db1") == 3);
+    assert_true(age >= 28 && age < 60);
+    assert_true(metric_of(f, "outbox_database_stranded", "db0") == 0);
+    assert_true(metric_of(f, "outbox_database_stranded", "db2") == 0);
+    assert_true(metric_of(f, "outbox_database_ready_rows", "db2") == 0);
+    assert_true(metric_of(f, "outbox_database_up", "db2") == 1);
+    harness_exec(locker, "COMMIT");
+    PQfinish(locker);
+    age = drain_one(f, 1, 5);
+    print_message("locked rows: published %.3f s after the lock ended\n", age);
+    assert_true(age >= 0);
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 5 &&
+           (metric_of(f, "outbox_database_stranded", "db1") != 0 ||
+            metric_of(f, "outbox_database_ready_rows", "db1") != 0))
+        usleep(200 * 1000);
+    print_message("locked rows: the gauges back to 0 %.1f s after\n", wall_clock_seconds() - from);
+    assert_true(metric_of(f, "outbox_database_stranded", "db1") == 0);
+    assert_true(metric_of(f, "outbox_database_ready_rows", "db1") == 0);
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+}
+
+/* The message id of database i's row n in the run's stream, into id ("" when not there). */
+static void
+message_id_of(const struct fixture *f, int i, int n, char *id, size_t size)
+{
+    redisContext *redis = stream_consumer_connect(harness_env("OUTBOX_TEST_REDIS_URL"));
+    struct stream_consumer_stream stream = {0};
+    char stream_name[96], payload[96];
+
+    id[0] = '\0';
+    assert_non_null(redis);
+    snprintf(stream_name, sizeof(stream_name), "%s" LIST_RUN_QUEUE, f->run.prefix);
+    snprintf(payload, sizeof(payload), "\"n\": %d", n);
+    if (stream_consumer_read_stream(redis, stream_name, &stream) == 0)
+        for (size_t e = 0; e < stream.count; e++)
+            if (stream.entries[e].payload != NULL &&
+                strstr(stream.entries[e].payload, f->run.ids[i]) != NULL &&
+                strstr(stream.entries[e].payload, payload) != NULL &&
+                stream.entries[e].message_id != NULL)
+                snprintf(id, size, "%s", stream.entries[e].message_id);
+    stream_consumer_stream_clear(&stream);
+    redisFree(redis);
+}
+
+/*
+ * `outboxctl identity set --database-id` on a listed database while the
+ * relay runs (the fix for a TEMPLATE copy beside its original): the relay
+ * kept the identity its idle connection read at the connect, and its rows
+ * went on under the old id until a restart. Now a row enqueued a few
+ * seconds later carries the new one, and an id that another database of
+ * the list has is said at once.
+ */
+static void
+test_identity_set_taken_without_restart(void **state)
+{
+    struct fixture *f = *state;
+    const char *argv[] = {"--database-url", NULL, "identity", "set", "--database-id", NULL, NULL};
+    char output[2048], id[128], fresh[48], expected[64];
+    double from, took = -1;
+
+    start(f);
+    enqueue_on(f->run.conns[0], f, 0, 1);
+    assert_true(drain_one(f, 0, 10) >= 0);
+    message_id_of(f, 0, 1, id, sizeof(id));
+    assert_true(strncmp(id, f->run.ids[0], strlen(f->run.ids[0])) == 0);
+    snprintf(fresh, sizeof(fresh), "fresh%d", (int)getpid());
+    argv[1] = f->run.urls[0];
+    argv[5] = fresh;
+    if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+        fail_msg("outboxctl identity set: %s", output);
+    from = wall_clock_seconds();
+    snprintf(expected, sizeof(expected), "%s:", fresh);
+    for (int n = 2; n < 40 && took < 0; n++) {
+        usleep(500 * 1000);
+        enqueue_on(f->run.conns[0], f, 0, n);
+        assert_true(drain_one(f, 0, 10) >= 0);
+        message_id_of(f, 0, n, id, sizeof(id));
+        if (strncmp(id, expected, strlen(expected)) == 0)
+            took = wall_clock_seconds() - from;
+    }
+    print_message("identity set: rows carry the new id %.1f s after it (last id %s)\n", took, id);
+    if (took < 0 || took > 20) {
+        relay_dump_log(&f->relay);
+        fail_msg("the relay kept the old identity 20 s after identity set");
+    }
+    assert_int_equal(list_run_log_lines_with(&f->relay, "identity changed", fresh), 1);
+    /* given db1's identity by mistake: said as two databases of one identity */
+    argv[5] = f->run.ids[1];
+    if (fixture_run_outboxctl(argv, output, sizeof(output)) != 0)
+        fail_msg("outboxctl identity set: %s", output);
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 10 &&
+           list_run_log_lines_with(&f->relay, "have one identity", f->run.ids[1]) == 0) {
+        enqueue_on(f->run.conns[0], f, 0, 100);
+        usleep(500 * 1000);
+    }
+    assert_int_equal(list_run_log_lines_with(&f->relay, "have one identity", f->run.ids[1]), 1);
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+}
+
+#define SLOW_DATABASES 8
+#define SLOW_ROWS 20
+
+/* Writes the list with every database reached through port (a proxy) instead of PostgreSQL's. */
+static void
+write_list_through(const struct fixture *f, int port)
+{
+    FILE *file = fopen(f->run.list_path, "w");
+    char direct[16];
+
+    assert_non_null(file);
+    snprintf(direct, sizeof(direct), ":%s/", harness_env("OUTBOX_TEST_PG_PORT"));
+    for (int i = 0; i < f->run.count; i++) {
+        const char *at = strstr(f->run.urls[i], direct);
+
+        assert_non_null(at);
+        fprintf(file, "db%d %.*s:%d/%s\n", i, (int)(at - f->run.urls[i]), f->run.urls[i], port,
+                at + strlen(direct));
+    }
+    assert_int_equal(fclose(file), 0);
+}
+
+/*
+ * Every database behind a proxy whose connects take 300 ms (a distant
+ * server, a pooler, TLS), 8 databases on a budget of 4: most visits
+ * connect. A slot's slice was timed from before the connect, the lease
+ * call and the maintenance, so a visit that connected had no time left to
+ * claim and its database rested as if empty until the next wake: 3-9 of 20
+ * rows of a database were never published in the run. Now db0's 20 rows,
+ * one every 100 ms beside single rows into the others, and those, are all
+ * published within 10 s of the last.
+ */
+static void
+test_slow_connect_publishes_every_row(void **state)
+{
+    struct fixture *f = *state;
+    chaos_proxy *proxy;
+    int next[SLOW_DATABASES];
+    long long left = -1;
+    double from;
+
+    f->bc.rows = 1;
+    f->run.count = SLOW_DATABASES;
+    for (int i = 0; i < f->run.count; i++) {
+        list_run_make_database(&f->run, i);
+        next[i] = 2;
+    }
+    proxy = chaos_proxy_start(atoi(harness_env("OUTBOX_TEST_PG_PORT")), 0);
+    assert_non_null(proxy);
+    chaos_proxy_slow_connect(proxy, 300);
+    write_list_through(f, chaos_proxy_port(proxy));
+    list_run_start_relay(&f->run, &f->relay, "mdb-tenants", f->port);
+    f->running = true;
+    usleep(3000 * 1000); /* each database's first row out, the databases resting */
+    for (int n = 0; n < SLOW_ROWS; n++) {
+        int other = 1 + n % (SLOW_DATABASES - 1);
+
+        enqueue_on(f->run.conns[0], f, 0, next[0]++);
+        enqueue_on(f->run.conns[other], f, other, next[other]++);
+        usleep(100 * 1000);
+    }
+    from = wall_clock_seconds();
+    while (wall_clock_seconds() - from < 10 && (left = list_run_rows_left(&f->run)) > 0)
+        usleep(50 * 1000);
+    print_message("slow connects: %.1f s after the last row, %lld rows left (db0: %lld of %d);"
+                  " %llu connects through the proxy\n",
+                  wall_clock_seconds() - from, left, left_in(f, 0), SLOW_ROWS + 1,
+                  (unsigned long long)chaos_proxy_accepted(proxy));
+    if (left != 0)
+        relay_dump_log(&f->relay);
+    relay_signal(&f->relay, SIGTERM);
+    f->running = false;
+    assert_int_equal(relay_wait(&f->relay, 15000), 0);
+    chaos_proxy_free(proxy);
+    assert_int_equal(left, 0);
+}
+
 int
 main(void)
 {
@@ -400,7 +645,14 @@ main(void)
         cmocka_unit_test_setup_teardown(test_watch_name_storm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_roles_keep_the_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_identity_said_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backlog_and_stranded_database_shown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_identity_set_taken_without_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_connect_publishes_every_row, setup, teardown),
     };
 
+    /* OUTBOX_TEST_FILTER=test_identity* runs only the matching tests */
+    if (getenv("OUTBOX_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("OUTBOX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,42 @@ test_empty_file_refused(void **state)
     unlink(path);
 }
 
+/*
+ * A file whose last line has no newline is refused: a list cut short (a copy
+ * stopped midway, a disk full, a writer caught mid-write) leaves a partial
+ * last line, which read whole could be a shorter valid URL (another
+ * database, a host without its port). The list as read before it stays.
+ */
+static void
+test_partial_last_line_refused(void **state)
+{
+    static const char cut[] = "a postgresql://u@127.0.0.1:5432/tenant_1\n"
+                              "b postgresql://u@127.0.0.1:54";
+    char path[] = "/tmp/outbox-list-XXXXXX";
+    int fd = mkstemp(path);
+    struct database_list list;
+    struct outbox_error err;
+
+    (void)state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, cut, sizeof(cut) - 1), (ssize_t)(sizeof(cut) - 1));
+    close(fd);
+    assert_int_equal(database_list_read(path, &list, &err), -1);
+    if (strstr(err.message, "no newline") == NULL)
+        fail_msg("%s", err.message);
+    assert_null(strstr(err.message, "54")); /* the partial line is not quoted */
+    assert_int_equal(list.count, 0);
+    /* the same lines whole are read */
+    fd = open(path, O_WRONLY | O_APPEND);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "32/tenant_2\n", 12), 12);
+    close(fd);
+    assert_int_equal(database_list_read(path, &list, &err), 0);
+    assert_int_equal(list.count, 2);
+    database_list_clear(&list);
+    unlink(path);
+}
+
 int
 main(void)
 {
@@ -200,6 +237,7 @@ main(void)
         cmocka_unit_test(test_hash_in_a_password),
         cmocka_unit_test(test_refusal_quotes_no_value),
         cmocka_unit_test(test_empty_file_refused),
+        cmocka_unit_test(test_partial_last_line_refused),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
