@@ -170,19 +170,27 @@ test_refusal_quotes_no_value(void **state)
     assert_null(strstr(err.message, "S3cr"));
 }
 
+/* Writes text into a new file named from path's template (…XXXXXX). */
+static void
+write_list_file(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
 /* A file emptied (or caught while rewritten in place) is refused, not read as "no databases". */
 static void
 test_empty_file_refused(void **state)
 {
     char path[] = "/tmp/outbox-list-XXXXXX";
-    int fd = mkstemp(path);
     struct database_list list;
     struct outbox_error err;
 
     (void)state;
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "# nothing\n\n", 11), 11);
-    close(fd);
+    write_list_file(path, "# nothing\n\n");
     assert_int_equal(database_list_read(path, &list, &err), -1);
     if (strstr(err.message, "lists no database") == NULL)
         fail_msg("%s", err.message);
@@ -202,14 +210,12 @@ test_partial_last_line_refused(void **state)
     static const char cut[] = "a postgresql://u@127.0.0.1:5432/tenant_1\n"
                               "b postgresql://u@127.0.0.1:54";
     char path[] = "/tmp/outbox-list-XXXXXX";
-    int fd = mkstemp(path);
     struct database_list list;
     struct outbox_error err;
+    int fd;
 
     (void)state;
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, cut, sizeof(cut) - 1), (ssize_t)(sizeof(cut) - 1));
-    close(fd);
+    write_list_file(path, cut);
     assert_int_equal(database_list_read(path, &list, &err), -1);
     if (strstr(err.message, "no newline") == NULL)
         fail_msg("%s", err.message);
