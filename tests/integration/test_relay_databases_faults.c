@@ -253,6 +253,43 @@ wait_settled(const struct fixture *f, int *owners, double seconds, const char *w
                   wall_clock_seconds() - from);
 }
 
+/* How many of database i's members its relays' watches keep alive (sql/020), -1 on error. */
+static int
+watched_members(const struct fixture *f, int i)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM outbox.relay_members(make_interval(secs => %d)) WHERE watched",
+             LEASE_SECONDS);
+    return (int)harness_query_ll(f->run.conns[i], sql);
+}
+
+/*
+ * Waits up to seconds until in every database both running relays are
+ * members kept alive by their watch sessions: what lets one relay take a
+ * killed one's databases at once rather than when their leases run out.
+ */
+static void
+wait_watched(const struct fixture *f, double seconds)
+{
+    double from = wall_clock_seconds();
+    int running = 0, i = 0;
+
+    for (int k = 0; k < RELAYS; k++)
+        running += f->running[k];
+    while (i < f->run.count) {
+        if (watched_members(f, i) == running) {
+            i++;
+            continue;
+        }
+        if (wall_clock_seconds() - from > seconds)
+            fail_msg("db%d: %d of %d relays kept alive by their watch after %.0f s", i,
+                     watched_members(f, i), running, seconds);
+        usleep(100 * 1000);
+    }
+}
+
 /* How many of the databases relay k owns. */
 static int
 owned_by(const struct fixture *f, const int *owners, int k)
@@ -283,7 +320,7 @@ test_stopped_relay_loses_nothing(void **state)
     start(f, 0);
     start(f, 1);
     assert_true(drain(f, 30) >= 0);
-    wait_settled(f, owners, 10, "before the stop");
+    wait_settled(f, owners, 20, "before the stop");
     victim = owned_by(f, owners, 0) >= owned_by(f, owners, 1) ? 0 : 1;
     other = 1 - victim;
     /* mid-burst: the victim's slots hold claimed rows when it stops */
@@ -357,7 +394,7 @@ test_postgres_restart(void **state)
     start(f, 0);
     start(f, 1);
     assert_true(drain(f, 30) >= 0);
-    wait_settled(f, owners, 10, "before the restart");
+    wait_settled(f, owners, 20, "before the restart");
     f->postgres_down = true;
     assert_int_equal(harness_stack("kill-service", "postgres"), 0);
     usleep(1000 * 1000);
@@ -463,7 +500,7 @@ test_watch_session_ended(void **state)
     start(f, 0);
     start(f, 1);
     assert_true(drain(f, 30) >= 0);
-    wait_settled(f, owners, 10, "before the watch ends");
+    wait_settled(f, owners, 20, "before the watch ends");
     list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 100);
     assert_true(end_watch_session(f, 0));
     for (int burst = 0; burst < 5; burst++) {
@@ -502,7 +539,8 @@ test_watch_name_taken_by_another_role(void **state)
     start(f, 0);
     start(f, 1);
     assert_true(drain(f, 30) >= 0);
-    wait_settled(f, owners, 10, "before the kill");
+    wait_settled(f, owners, 20, "before the kill");
+    wait_watched(f, 10);
     victim = owned_by(f, owners, 0) >= owned_by(f, owners, 1) ? 0 : 1;
     watch_name_of(f, victim, name, sizeof(name));
     snprintf(user, sizeof(user), "tenant_%d", (int)getpid());
@@ -529,6 +567,12 @@ test_watch_name_taken_by_another_role(void **state)
     fixture_drop_role(f->run.admin, user);
     print_message("spoofed: relay %c held %d databases; drained %.1f s after its kill\n",
                   'a' + victim, owned_by(f, owners, victim), took);
+    if (took < 0) {
+        for (int i = 0; i < f->run.count; i++)
+            print_message("db%d: owned by relay %d, %d members watched\n", i, owner_of(f, i),
+                          watched_members(f, i));
+        relay_dump_log(&f->relays[1 - victim]);
+    }
     assert_true(took >= 0 && took < 5);
     stop(f, 1 - victim);
     list_run_check_redis(&f->run, rows + 20, rows + 20);
@@ -672,7 +716,7 @@ test_pause_held_database(void **state)
     start(f, 0);
     start(f, 1);
     assert_true(drain(f, 30) >= 0);
-    wait_settled(f, owners, 10, "before the pause");
+    wait_settled(f, owners, 20, "before the pause");
     k = owners[last];
     usleep((unsigned int)(quarter * 1e6)); /* the next row's visit calls the lease function */
     list_run_enqueue_into(&f->run, last, rows + 1, rows + 1);
