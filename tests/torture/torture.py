@@ -343,14 +343,18 @@ class Run:
             raise RuntimeError("outboxctl %s: %s" % (" ".join(args), result.stdout.strip()[-300:]))
         return result.stdout
 
-    def outboxctl_until_done(self, database, *args, seconds=90):
+    def outboxctl_until_done(self, database, *args, seconds=90, done_if=None):
         """outboxctl for a fault's undo: retried while the server restarts, since an undo that
-        failed would leave the queue paused (or no stream) and its rows waiting to the end."""
+        failed would leave the queue paused (or no stream) and its rows waiting to the end; an
+        error saying done_if means the state the undo wanted is there already."""
         deadline = time.monotonic() + seconds
         while True:
             try:
                 return self.outboxctl(database, *args)
-            except RuntimeError:
+            except RuntimeError as error:
+                if done_if is not None and done_if in str(error):
+                    log("%s: %s" % (args[0], str(error).splitlines()[-1]))
+                    return ""
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
