@@ -84,20 +84,8 @@ class Cluster:
         return result.stdout
 
     def sql(self, statement, args=None, database="postgres"):
-        for attempt in range(150):
-            try:
-                conn = psycopg2.connect(self.url.rsplit("/", 1)[0] + "/" + database, connect_timeout=5)
-                conn.autocommit = True
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute(statement, args)
-                        return cur.fetchall() if cur.description else None
-                finally:
-                    conn.close()
-            except psycopg2.OperationalError:
-                if attempt == 149:
-                    raise
-                time.sleep(0.2)
+        return producers.query(self.url.rsplit("/", 1)[0] + "/" + database, statement, args,
+                               attempts=150)
 
     def pg_ctl(self, *args):
         return self.run([os.path.join(PG_BIN, "pg_ctl"), "-D", self.data, "-l",

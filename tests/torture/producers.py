@@ -123,6 +123,26 @@ class Record:
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
 
+def query(url, sql, args=None, attempts=100):
+    """Runs one statement in a session of its own (autocommit: ROLLBACK PREPARED may not run in
+    a transaction block) and returns its rows, or None; retried every 0.2 s while the server
+    cannot be reached (a fault restarting it, a history being replaced)."""
+    for attempt in range(attempts):
+        try:
+            conn = psycopg2.connect(url, connect_timeout=5)
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return cur.fetchall() if cur.description else None
+            finally:
+                conn.close()
+        except psycopg2.OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
+
+
 def setup_database(url, database_name):
     conn = psycopg2.connect(url)
     conn.autocommit = True

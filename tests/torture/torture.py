@@ -124,20 +124,7 @@ class Database:
         return psycopg2.connect(self.url, connect_timeout=5)
 
     def query(self, sql, args=None):
-        for attempt in range(100):
-            try:
-                conn = psycopg2.connect(self.url, connect_timeout=5)
-                conn.autocommit = True  # ROLLBACK PREPARED may not run in a transaction block
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute(sql, args)
-                        return cur.fetchall() if cur.description else None
-                finally:
-                    conn.close()
-            except psycopg2.OperationalError:
-                if attempt == 99:
-                    raise
-                time.sleep(0.2)
+        return producers.query(self.url, sql, args)
 
 
 class Cell:
