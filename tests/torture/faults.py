@@ -64,6 +64,11 @@ FAULTS = [
 ]
 
 
+# A history fault holds every other fault off for its window, 10-60 s on a loaded 2-core host
+# beside its backups: one per 150 s leaves the other faults most of the history.
+HISTORY_FAULT_EVERY_SECONDS = 150
+
+
 class Schedule(histories.HistoryFaults, threading.Thread):
     def __init__(self, run, seed, log):
         super().__init__(name="faults", daemon=True)
@@ -78,6 +83,7 @@ class Schedule(histories.HistoryFaults, threading.Thread):
         self.server_locks = {name: threading.Lock() for name in ["postgres"] + sorted(
             {run.service_of(b) for b in run.brokers()})}
         self.done = Counter()
+        self.skipped = Counter()  # drawn, still waiting when the history ended
         self.plan = self.draw(random.Random("faults-%s" % seed))
         drawn = Counter(name for _, name, _ in self.plan)
         digest = hashlib.sha1(repr([(round(at, 3), name) for at, name, _ in self.plan]).encode()).hexdigest()
@@ -93,8 +99,8 @@ class Schedule(histories.HistoryFaults, threading.Thread):
 
     def draw(self, rng):
         """[(seconds from the start, name, the fault's seed)], drawn before anything runs:
-        the faults at random gaps, and the history faults (histories.py), one per 90 s of
-        history and at least one, each in a slot of its own."""
+        the faults at random gaps, and the history faults (histories.py), one per
+        HISTORY_FAULT_EVERY_SECONDS of history and at least one, each in a slot of its own."""
         plan = []
         faults = self.choices()
         if faults:
@@ -108,7 +114,7 @@ class Schedule(histories.HistoryFaults, threading.Thread):
         faults = self.choices(histories.HISTORY_FAULTS)
         if faults:
             names, weights = [f[0] for f in faults], [f[1] for f in faults]
-            slots = max(1, int(self.run_.seconds // 90))
+            slots = max(1, int(self.run_.seconds // HISTORY_FAULT_EVERY_SECONDS))
             for slot in range(slots):
                 at = self.run_.seconds * (slot + rng.uniform(0.15, 0.6)) / slots
                 plan.append((at, rng.choices(names, weights)[0], rng.random()))
@@ -136,15 +142,22 @@ class Schedule(histories.HistoryFaults, threading.Thread):
         return bool(self.history_threads)
 
     def finish(self):
+        """Ends the schedule: a fault still waiting for its server or for a history fault (a
+        slow host runs them later than drawn) is skipped, not run after the history."""
         self.stop.set()
+        self.gate.close()
         self.join()
         for thread in self.active:
             thread.join()
 
     def guarded(self, name, rng):
         try:
+            if self.stop.is_set():
+                raise histories.Skipped()
             getattr(self, name)(rng)
             self.done[name] += 1
+        except histories.Skipped:
+            self.skipped[name] += 1
         except Exception as error:  # a fault that failed to apply is reported, not fatal
             self.log("fault %s failed: %s" % (name, error))
 
@@ -157,6 +170,8 @@ class Schedule(histories.HistoryFaults, threading.Thread):
         for name in names:  # in one order: no two faults wait on each other
             self.server_locks[name].acquire()
         try:
+            if self.stop.is_set():
+                raise histories.Skipped()
             action()
         finally:
             for name in names:

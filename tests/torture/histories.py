@@ -413,15 +413,26 @@ class HistoryFaults:
         self.history([], action)
 
 
+class Skipped(Exception):
+    """A fault whose turn came after the history ended: not applied."""
+
+
 class Gate:
     """Shared by the faults whose state a restore would bring back half-done (pause, stream
-    toggle, replay); a history fault holds it alone."""
+    toggle, replay); a history fault holds it alone. Once closed, a fault that was waiting
+    for it is skipped."""
 
     def __init__(self):
         self.cond = threading.Condition()
         self.sharing = 0
         self.alone = False
         self.queued = 0  # history faults waiting: the shared ones wait behind them
+        self.closed = False
+
+    def close(self):
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
 
     def shared(self):
         return _Hold(self, False)
@@ -435,15 +446,21 @@ class _Hold:
         self.gate, self.alone = gate, alone
 
     def __enter__(self):
-        with self.gate.cond:
+        gate = self.gate
+        with gate.cond:
             if self.alone:
-                self.gate.queued += 1
-                self.gate.cond.wait_for(lambda: not self.gate.alone and self.gate.sharing == 0)
-                self.gate.queued -= 1
-                self.gate.alone = True
+                gate.queued += 1
+                gate.cond.wait_for(lambda: gate.closed or (not gate.alone and gate.sharing == 0))
+                gate.queued -= 1
+                if gate.closed:
+                    gate.cond.notify_all()
+                    raise Skipped()
+                gate.alone = True
             else:
-                self.gate.cond.wait_for(lambda: not self.gate.alone and self.gate.queued == 0)
-                self.gate.sharing += 1
+                gate.cond.wait_for(lambda: gate.closed or (not gate.alone and gate.queued == 0))
+                if gate.closed:
+                    raise Skipped()
+                gate.sharing += 1
 
     def __exit__(self, *exc):
         with self.gate.cond:

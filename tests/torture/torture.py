@@ -417,6 +417,9 @@ class Run:
         for producer in self.producers:  # a copy's, started by a fault meanwhile
             producer.join(60)
         log("faults applied: %s" % ", ".join("%s=%d" % kv for kv in sorted(schedule.done.items())))
+        if schedule.skipped:
+            log("faults skipped (their turn came after the history): %s"
+                % ", ".join("%s=%d" % kv for kv in sorted(schedule.skipped.items())))
         self.rollback_leftover_prepared()
 
     def rollback_leftover_prepared(self):
@@ -710,6 +713,8 @@ def gauge(metrics, name, queue=None):
 
 
 def main():
+    # a run stopped from outside (make's timeout, an operator) stops its servers and relays too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run = Run()
     rows, violations = 0, 1
     try:
