@@ -181,13 +181,21 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
         w->connection = t->idle[--t->idle_count];
         return true;
     }
+    return scheduler_count_new_connection(s, &w->to_close);
+}
+
+bool
+scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close)
+{
+    LOCK_ASSERT_HELD(&s->lock);
+    *to_close = NULL;
     /* one connection of a budget of 4 or more is kept for the statistics watch */
     if (s->open < s->budget && s->open - s->watch_open < s->budget - (s->budget >= 4)) {
         s->open++;
         return true;
     }
-    w->to_close = take_victim(s);
-    return w->to_close != NULL; /* the count stays: one closes as the other opens */
+    *to_close = take_victim(s);
+    return *to_close != NULL; /* the count stays: one closes as the other opens */
 }
 
 /*
@@ -315,6 +323,12 @@ scheduler_free(struct scheduler *s)
         scheduler_tenant_free(s, s->tenants[i]);
     pthread_mutex_lock(&s->lock);
     scheduler_free_released(s);
+    while (s->released != NULL) { /* waiting for a connection: the relay's watch ends anyway */
+        struct tenant *t = s->released;
+
+        s->released = t->released_next;
+        scheduler_tenant_free(s, t);
+    }
     pthread_mutex_unlock(&s->lock);
     free(s->tenants);
     stream_runner_free(s->streams);

@@ -40,23 +40,38 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
-/* scheduler_tenant_close_idle() without counting the connections out of s->open: how many it
- * closed. */
+/*
+ * scheduler_tenant_close_idle() without counting the connections out of
+ * s->open: how many it closed. leave: the list no longer names t, and the
+ * relay leaves its rendezvous as well as its lease (sql/018's release): a
+ * member that no longer lists a database would still win it, and the relay
+ * holding it would give it up to a winner that never takes it. With no
+ * idle connection, leave is a connection of its own, one the caller
+ * counted in s->open.
+ */
 static size_t
-tenant_close_idle_io(struct scheduler *s, struct tenant *t)
+tenant_close_idle_io(struct scheduler *s, struct tenant *t, bool leave)
 {
     size_t closed = t->idle_count;
-    struct outbox_error err;
+    struct idle_connection own = {0};
+    struct idle_connection *c = t->idle_count > 0 ? &t->idle[0] : NULL;
+    struct outbox_error err = {0};
 
-    if (t->idle_count > 0 && t->serving == 0)
-        scheduler_stream_give_back(s, t, &t->idle[0]);
-    if (t->held && t->idle_count > 0) {
-        if (store_database_lease_release(outbox_store_conn(t->idle[0].db.store),
-                                         s->relay->worker_prefix, &err) != 0)
+    if (c == NULL && leave) {
+        closed++; /* the caller's count of it, whether it opens or not */
+        own.db.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
+        c = own.db.store != NULL ? &own : NULL;
+    }
+    if (c != NULL && t->serving == 0)
+        scheduler_stream_give_back(s, t, c);
+    if (c != NULL && (t->held || leave)) {
+        if (store_database_lease_release(outbox_store_conn(c->db.store), s->relay->worker_prefix,
+                                         &err) != 0)
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
                       "database=%s error=\"%s\"", t->name, err.message);
         t->held = false;
     }
+    outbox_store_free(own.db.store);
     for (size_t i = 0; i < t->idle_count; i++)
         outbox_store_free(t->idle[i].db.store);
     t->idle_count = 0;
@@ -67,7 +82,7 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t)
 void
 scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t)
 {
-    s->open -= (int)tenant_close_idle_io(s, t);
+    s->open -= (int)tenant_close_idle_io(s, t, false);
 }
 
 /* Frees what t holds in memory; its connections are closed already. */
@@ -133,23 +148,54 @@ scheduler_release_removed(struct scheduler *s)
     s->count = kept;
 }
 
+/*
+ * The link to the released tenant to free next, and whether it leaves its
+ * rendezvous (tenant_close_idle_io): one with an idle connection first, as
+ * its leave frees a connection for the others; then one that can have a new
+ * connection counted, *to_close another's idle one to close for it; then,
+ * when the relay stops (its watch ends: it is no member any more), or one
+ * never served, one that does not leave. NULL when each must wait for a
+ * connection a slot gives back. Under the lock.
+ */
+static struct tenant **
+next_released(struct scheduler *s, bool *leave, outbox_store **to_close)
+{
+    struct tenant **link;
+
+    *to_close = NULL;
+    for (link = &s->released; *link != NULL; link = &(*link)->released_next)
+        if ((*leave = (*link)->idle_count > 0))
+            return link;
+    for (link = &s->released; *link != NULL; link = &(*link)->released_next) {
+        struct tenant *t = *link;
+
+        if (!t->tried || t->down || relay_stopping(s->relay)) {
+            *leave = false;
+            return link;
+        }
+        if ((*leave = scheduler_count_new_connection(s, to_close)))
+            return link;
+    }
+    return NULL;
+}
+
 void
 scheduler_free_released(struct scheduler *s)
 {
-    while (s->released != NULL) {
-        struct tenant *t = s->released;
+    struct tenant **link;
+    outbox_store *to_close;
+    bool leave;
+
+    while ((link = next_released(s, &leave, &to_close)) != NULL) {
+        struct tenant *t = *link;
         size_t closed;
 
-        s->released = NULL;
+        *link = t->released_next;
         pthread_mutex_unlock(&s->lock);
-        for (closed = 0; t != NULL;) {
-            struct tenant *next = t->released_next;
-
-            closed += tenant_close_idle_io(s, t);
-            log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
-            tenant_discard(t); /* s->open is counted down under the lock, below */
-            t = next;
-        }
+        outbox_store_free(to_close);
+        closed = tenant_close_idle_io(s, t, leave);
+        log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
+        tenant_discard(t); /* s->open is counted down under the lock, below */
         pthread_mutex_lock(&s->lock);
         s->open -= (int)closed;
         pthread_cond_broadcast(&s->changed); /* the connections are free for others */

@@ -154,10 +154,12 @@ void scheduler_look_at_list(struct scheduler *s, double now);
 void scheduler_release_removed(struct scheduler *s);
 
 /*
- * Frees what scheduler_release_removed() set aside: each lease given up and stream
- * handed back over the database's idle connection, then the connections
- * closed. Called with the lock held, it lets the lock go for that I/O (a
- * database that does not answer holds up this slot alone) and counts the
+ * Frees what scheduler_release_removed() set aside: each lease given up, this
+ * relay's membership of the database's rendezvous left and stream handed
+ * back, over the database's idle connection or one within the budget (one
+ * waits for a connection a slot gives back), then the connections closed.
+ * Called with the lock held, it lets the lock go for that I/O (a database
+ * that does not answer holds up this slot alone) and counts the
  * connections out of the budget after they closed.
  */
 void scheduler_free_released(struct scheduler *s);
@@ -167,6 +169,14 @@ void scheduler_free_released(struct scheduler *s);
  * stream partitions when it holds them.
  */
 void scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t);
+
+/*
+ * Counts a new connection in s->open, within the budget, or takes an idle
+ * connection of another database for it into *to_close (the caller closes
+ * it outside the lock; the count stays). False when every connection is
+ * serving. Under the lock.
+ */
+bool scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close);
 
 /*
  * A stopping relay gives up the leases and stream partitions it holds,

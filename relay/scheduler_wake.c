@@ -121,11 +121,16 @@ wake(struct scheduler *s, const struct watch_wake *woken, size_t count, double n
         for (size_t k = 0; k < count; k++) {
             double at = t->visited_at + woken_rest(t);
 
-            /* rows of a database another relay holds are its to publish (a winner
-             * waiting for it, or for a resume, looks again) */
-            if (t->removed || t->down || (!t->held && !t->wins && !woken[k].members) ||
-                strcmp(t->name, woken[k].name) != 0)
+            if (t->removed || t->down || strcmp(t->name, woken[k].name) != 0)
                 continue;
+            /* rows of a database another relay holds are its to publish (a winner
+             * waiting for it, or for a resume, looks again); but the change may be
+             * that relay letting it go, its list having lost it: looked at, seldom */
+            if (!t->held && !t->wins && !woken[k].members) {
+                at = t->visited_at + SCHEDULER_NOT_HELD_WAKE_SECONDS;
+                t->due = at < t->due ? at : t->due;
+                continue;
+            }
             t->woken = true;
             t->lease_stale |= woken[k].members;
             at = at > now ? at : now;

@@ -129,6 +129,13 @@
  * wake costs, and runs its retention cleanup).
  */
 #define SCHEDULER_WATCHED_VISIT_SECONDS 900.0
+/*
+ * A database another relay holds, whose rows changed, is looked at again no
+ * sooner than this after this relay's last look: the change may be that
+ * relay giving it up (its list no longer names it) with no relay watching
+ * the server changed, which would wake it at once.
+ */
+#define SCHEDULER_NOT_HELD_WAKE_SECONDS 5.0
 /* At start, slots wait this long at most for the statistics watch's first look. */
 #define SCHEDULER_WATCH_FIRST_LOOK_SECONDS 1.0
 /* A watched database whose slice published rows is looked at again after this (scheduler.c). */

@@ -823,6 +823,67 @@ test_removed_database_not_answering(void **state)
     list_run_check_redis(&f->run, rows + 20, rows);
 }
 
+/*
+ * Two relays, each with a list file of its own naming the same databases;
+ * one relay's list then loses the databases that relay holds. It lets them
+ * go at once (its lease and its membership: it no longer wins them), and
+ * the other relay, whose list keeps them, takes them: the rows committed
+ * after the edit are published within seconds (the other relay looks at a
+ * database it does not hold whose rows changed at most every
+ * SCHEDULER_NOT_HELD_WAKE_SECONDS), not at its next look at a database
+ * whose owner's watch keeps its lease (15 minutes).
+ */
+static void
+test_database_left_to_another_list(void **state)
+{
+    struct fixture *f = *state;
+    int owners[LIST_RUN_MAX_DATABASES], rows = f->bc.rows, victim;
+    char shared[sizeof(f->run.list_path)], own[sizeof(f->run.list_path)];
+    FILE *file;
+    double took;
+
+    make_list(f);
+    start(f, 1);
+    memcpy(shared, f->run.list_path, sizeof(shared));
+    assert_true(snprintf(own, sizeof(own), "%.250s.a", shared) < (int)sizeof(own));
+    memcpy(f->run.list_path, own, sizeof(own));
+    list_run_write_list(&f->run, f->run.count, false);
+    start(f, 0); /* relay a reads its own copy of the list */
+    assert_true(drain(f, 30) >= 0);
+    wait_settled(f, owners, 20, "before the edit");
+    victim = owned_by(f, owners, 0) >= owned_by(f, owners, 1) ? 0 : 1;
+    assert_non_null(file = fopen(victim == 0 ? own : shared, "w"));
+    for (int i = 0; i < f->run.count; i++)
+        if (owners[i] != victim)
+            fprintf(file, "db%d %s\n", i, f->run.urls[i]);
+    assert_int_equal(fclose(file), 0);
+    usleep(1500 * 1000); /* each relay looks at its list every second */
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 20);
+    took = drain(f, 20);
+    print_message("left to another list: relay %c let %d databases go; their rows published"
+                  " %.1f s after their commit\n",
+                  'a' + victim, owned_by(f, owners, victim), took);
+    memcpy(f->run.list_path, shared, sizeof(shared));
+    unlink(own);
+    if (took < 0) {
+        for (int i = 0; i < f->run.count; i++)
+        {
+            PGresult *r = PQexec(f->run.conns[i],
+                "SELECT (SELECT owner || ' until ' || coalesce(lease_until::text, '-') FROM outbox.database_lease),"
+                " (SELECT string_agg(relay_id || ' ' || live || ' ' || watched, ', ') FROM outbox.relay_members('10 s'))");
+            print_message("db%d: owned by relay %d, won by relay %d: %s; %s\n", i, owner_of(f, i),
+                          winner_of(f, i), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+            PQclear(r);
+        }
+        relay_dump_log(&f->relays[0]);
+        relay_dump_log(&f->relays[1]);
+    }
+    assert_true(took >= 0 && took < SCHEDULER_NOT_HELD_WAKE_SECONDS + 5);
+    stop(f, 0);
+    stop(f, 1);
+    list_run_check_redis(&f->run, rows + 20, rows + 20);
+}
+
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
 int
 main(void)
@@ -837,6 +898,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_pause_held_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_held_after_its_head_finished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_database_not_answering, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_database_left_to_another_list, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
