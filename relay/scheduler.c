@@ -365,7 +365,8 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
      * and privileges are checked again only after the database failed (a revoke or
      * an older schema meanwhile fails its statement with PostgreSQL's message) */
     const struct store_connect_options visit = {.prepare_lazily = true,
-                                                .checked = atomic_load(&t->checked)};
+                                                .checked = atomic_load(&t->checked),
+                                                .lock_timeout_ms = SCHEDULER_LOCK_TIMEOUT_MS};
     const struct database_open how = {
         .url = t->url, .worker_id = p->db.worker_id, .who = t->who, .steps = &visit};
 

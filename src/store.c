@@ -90,7 +90,7 @@ static const char SQL_SESSION[] =
     "SET synchronous_commit = off; SET statement_timeout = '"
     TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s';"
     " SET plan_cache_mode = force_custom_plan;"
-    " SET lock_timeout = '" TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s'; SET jit = off;"
+    " SET lock_timeout = '%dms'; SET jit = off;"
     " SET default_transaction_isolation = 'read committed';"
     /* the catalogs: to_regclass() fails without USAGE */
     " SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c"
@@ -130,14 +130,20 @@ check_session(const PGresult *result, struct outbox_error *err)
     return 0;
 }
 
-/* Sets the session up (SQL_SESSION) and checks what it saw. */
+/*
+ * Sets the session up (SQL_SESSION, its lock_timeout lock_timeout_ms, 0 for
+ * STORE_STATEMENT_TIMEOUT_SECONDS) and checks what it saw.
+ */
 static int
-set_session(outbox_store *store, struct outbox_error *err)
+set_session(outbox_store *store, int lock_timeout_ms, struct outbox_error *err)
 {
-    PGresult *result =
-        store_exec_bounded(store, SQL_SESSION, "unable to set up the database session", err);
+    char sql[sizeof(SQL_SESSION) + 16];
+    PGresult *result;
     int rc;
 
+    snprintf(sql, sizeof(sql), SQL_SESSION,
+             lock_timeout_ms > 0 ? lock_timeout_ms : STORE_STATEMENT_TIMEOUT_SECONDS * 1000);
+    result = store_exec_bounded(store, sql, "unable to set up the database session", err);
     if (result == NULL)
         return -1;
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
@@ -178,7 +184,7 @@ store_connect(const char *database_url, const char *worker_id,
      * --retention 0 never deletes. A relay started during a pause must not
      * claim one batch of it, so the pauses are read before the first claim.
      */
-    if (set_session(store, err) != 0 ||
+    if (set_session(store, options->lock_timeout_ms, err) != 0 ||
         (!options->checked && (outbox_schema_check(store->conn, err) != 0 ||
                                store_check_privileges(store, false, err) != 0)) ||
         (!options->prepare_lazily && prepare_statements(store, err) != 0) ||

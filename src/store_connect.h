@@ -14,6 +14,7 @@
 struct store_connect_options {
     bool prepare_lazily; /* each statement prepared at its first run, not all at connect */
     bool checked;        /* an earlier connection passed the schema check and the audit */
+    int lock_timeout_ms; /* the session's lock_timeout; 0: STORE_STATEMENT_TIMEOUT_SECONDS */
 };
 
 /* Connects as outbox_store_connect() does, leaving out what options say. NULL with err. */

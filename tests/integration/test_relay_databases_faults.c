@@ -884,6 +884,49 @@ test_database_left_to_another_list(void **state)
     list_run_check_redis(&f->run, rows + 20, rows + 20);
 }
 
+/*
+ * Three tenants of eight hold outbox.job locked (LOCK TABLE, in EXCLUSIVE
+ * mode so that the test can still count their rows; the relay's claim
+ * waits for either mode) in transactions left open, beside a relay of
+ * budget 4: a claim there gives up after SCHEDULER_LOCK_TIMEOUT_MS, the
+ * database is backed off, and the other tenants' rows are published
+ * within seconds, not one lock_timeout (10 s) per locked tenant per slot.
+ */
+static void
+test_tenants_holding_locks(void **state)
+{
+    struct fixture *f = *state;
+    int rows = f->bc.rows, healthy;
+    PGconn *lockers[3];
+    double took;
+
+    make_list(f);
+    healthy = f->run.count - 3;
+    start(f, 0);
+    assert_true(drain(f, 30) >= 0);
+    for (int k = 0; k < 3; k++) {
+        lockers[k] = harness_connect(f->run.urls[healthy + k]);
+        harness_exec(lockers[k], "BEGIN; LOCK TABLE outbox.job IN EXCLUSIVE MODE");
+    }
+    for (int round = 0; round < 3; round++) {
+        list_run_enqueue(&f->run, healthy, rows + 1 + round * 10, rows + 10 + round * 10);
+        took = drain(f, 20);
+        print_message("three tenants holding locks: round %d, the others' rows published %.1f s"
+                      " after their commit\n", round + 1, took);
+        assert_true(took >= 0 && took < 3);
+    }
+    for (int k = 0; k < 3; k++) { /* the locks end: those tenants' rows flow again */
+        PQfinish(lockers[k]);
+        list_run_enqueue_into(&f->run, healthy + k, rows + 1, rows + 30);
+    }
+    took = drain(f, SCHEDULER_RETRY_MAX_SECONDS + 15);
+    print_message("locks released: their tenants' rows published %.1f s after their commit\n",
+                  took);
+    assert_true(took >= 0);
+    stop(f, 0);
+    list_run_check_redis(&f->run, rows + 30, rows + 30);
+}
+
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
 int
 main(void)
@@ -899,6 +942,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_row_held_after_its_head_finished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_database_not_answering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_left_to_another_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenants_holding_locks, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
