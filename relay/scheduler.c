@@ -79,27 +79,42 @@ lease_call_of(struct scheduler *s, struct tenant *t, double now)
     return LEASE_BEFORE;
 }
 
+/* Whether t is not known to answer: never visited, or its last visit failed. Under the lock. */
+static bool
+doubtful(const struct tenant *t)
+{
+    return !t->tried || t->down;
+}
+
 /*
  * The due tenant that waited longest, among those under their share of
  * the slots: the busy ones share three quarters of them, the rest left for
  * quiet ones woken meanwhile, and one busy database takes --concurrency of
  * them at most (its pipelines, as a relay of one database runs: more claim
  * the same rows against each other, and their CPU is the quiet databases'
- * wait). NULL when none is due. *next gets the earliest due time of the
- * others. Under the lock.
+ * wait), and half of them at most for databases not known to answer.
+ * NULL when none is due. *next gets the earliest due time of the others.
+ * Under the lock.
  */
 static struct tenant *
 pick(struct scheduler *s, double now, double *next)
 {
     struct tenant *best = NULL;
     int busy = 0, busy_serving = 0, share, room = s->slots - (s->budget >= 4); /* less the watch's */
+    /* half the slots at most visit databases not known to answer, never visited or failed
+     * (a server that accepts connections and never answers holds a slot until libpq's
+     * connect_timeout): the rows of those that answer need the rest */
+    int doubtful_serving = 0, doubtful_room = room / 2 > 1 ? room / 2 : 1;
 
     LOCK_ASSERT_HELD(&s->lock);
-    for (size_t i = 0; i < s->count; i++)
+    for (size_t i = 0; i < s->count; i++) {
         if (!s->tenants[i]->removed && s->tenants[i]->backlog) {
             busy++;
             busy_serving += s->tenants[i]->serving;
         }
+        if (doubtful(s->tenants[i]))
+            doubtful_serving += s->tenants[i]->serving;
+    }
     /* a quarter of the slots (one at least) stays free for quiet databases woken meanwhile:
      * their rows need not wait for a slice, nor for each other's connects */
     if ((size_t)busy < s->count && room > 2)
@@ -111,7 +126,7 @@ pick(struct scheduler *s, double now, double *next)
         struct tenant *t = s->tenants[i];
 
         if (t->removed || t->serving >= (t->backlog ? share : 1) ||
-            (t->backlog && busy_serving >= room))
+            (t->backlog && busy_serving >= room) || (doubtful(t) && doubtful_serving >= doubtful_room))
             continue;
         if (t->due > now) {
             if (t->due < *next)

@@ -30,7 +30,8 @@ struct watch_server {
     char *url; /* the first database's URL: any database of the server will do */
     PGconn *conn;
     double retry_at;
-    bool answered; /* its last look succeeded */
+    double retry_wait; /* after a failed connect, doubling; 0 until one failed */
+    bool answered;     /* its last look succeeded */
     char *members; /* the relays' watch sessions at the last look, NULL before one */
 };
 
@@ -267,12 +268,18 @@ connect_server(struct watch_server *server, const char *name, double now, watch_
     if (now < server->retry_at || !take(arg))
         return false;
     server->conn = PQconnectdbParams(keywords, values, 1);
-    if (PQstatus(server->conn) == CONNECTION_OK)
+    if (PQstatus(server->conn) == CONNECTION_OK) {
+        server->retry_wait = 0;
         return true;
+    }
     log_event(OUTBOX_LOG_DEBUG, "database watch not connected, polling instead",
               "error=\"%s\"", PQerrorMessage(server->conn));
     close_server(server, give, arg);
-    server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
+    server->retry_wait = server->retry_wait == 0 ? SCHEDULER_WATCH_RETRY_SECONDS
+                         : server->retry_wait * 2 < SCHEDULER_WATCH_RETRY_MAX_SECONDS
+                             ? server->retry_wait * 2
+                             : SCHEDULER_WATCH_RETRY_MAX_SECONDS;
+    server->retry_at = now + server->retry_wait;
     return false;
 }
 
@@ -359,30 +366,47 @@ look_at_server(struct watch *w, size_t index, size_t woken)
     return woken;
 }
 
+/* Looks at server index, connected; closes its connection when it did not answer. */
+static size_t
+look_or_close(struct watch *w, size_t index, size_t woken, double now, watch_give_fn give,
+              void *arg)
+{
+    struct watch_server *server = &w->servers[index];
+
+    woken = look_at_server(w, index, woken);
+    if (!server->answered) {
+        log_event(OUTBOX_LOG_DEBUG, "database watch lost its server, polling instead",
+                  "error=\"%s\"", PQerrorMessage(server->conn));
+        close_server(server, give, arg);
+        server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
+    }
+    return woken;
+}
+
 size_t
 scheduler_watch_look(struct watch *w, double now, watch_take_fn take, watch_give_fn give, void *arg,
                      const struct watch_wake **woken)
 {
-    size_t count = 0;
+    size_t count = 0, retry = w->server_count;
 
     *woken = w->woken;
     for (size_t i = 0; i < w->server_count; i++) {
-        struct watch_server *server = &w->servers[i];
-
-        if (!connect_server(server, w->name, now, take, give, arg)) {
-            for (size_t d = 0; d < w->count; d++)
-                if (w->databases[d].server == i)
-                    w->databases[d].seen = false;
+        if (w->servers[i].conn != NULL) {
+            count = look_or_close(w, i, count, now, give, arg);
             continue;
         }
-        count = look_at_server(w, i, count);
-        if (!server->answered) {
-            log_event(OUTBOX_LOG_DEBUG, "database watch lost its server, polling instead",
-                      "error=\"%s\"", PQerrorMessage(server->conn));
-            close_server(server, give, arg);
-            server->retry_at = now + SCHEDULER_WATCH_RETRY_SECONDS;
-        }
+        for (size_t d = 0; d < w->count; d++)
+            if (w->databases[d].server == i)
+                w->databases[d].seen = false;
+        if (retry == w->server_count || w->servers[i].retry_at < w->servers[retry].retry_at)
+            retry = i;
     }
+    /* one server without a connection is connected to per look, after the looks at the
+     * others: a server that accepts connections and never answers holds the watch for
+     * SCHEDULER_WATCH_DEADLINE_SECONDS, and ten of them held every wake for 20 s */
+    if (retry < w->server_count &&
+        connect_server(&w->servers[retry], w->name, now, take, give, arg))
+        count = look_or_close(w, retry, count, now, give, arg);
     return count;
 }
 

@@ -162,6 +162,8 @@
 #define SCHEDULER_WATCH_BUSY_SECONDS 0.025
 /* A server the statistics watch has no connection to is tried again after this long. */
 #define SCHEDULER_WATCH_RETRY_SECONDS 5.0
+/* ... doubling while its connects fail (a server down, or one that never answers), up to this. */
+#define SCHEDULER_WATCH_RETRY_MAX_SECONDS 60.0
 /*
  * The statistics watch's connect (libpq's connect_timeout) and each of its looks get this
  * long: the watch looks at every server in turn, so a server that stalled holds the others'

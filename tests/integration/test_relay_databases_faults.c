@@ -18,10 +18,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "database_list_run.h"
@@ -927,6 +929,55 @@ test_tenants_holding_locks(void **state)
     list_run_check_redis(&f->run, rows + 30, rows + 30);
 }
 
+/*
+ * Ten listed servers that accept connections and never answer (a socket
+ * that listens and never accepts: the kernel completes the handshake, the
+ * startup packet gets no reply) beside the eight healthy databases, budget
+ * 4: each connect to them holds its slot until libpq's connect_timeout, and
+ * at most half the slots connect to databases not known to answer at once,
+ * so the healthy ones' rows are published within seconds, round after
+ * round, not behind a queue of ten-second connects.
+ */
+static void
+test_servers_never_answering(void **state)
+{
+    struct fixture *f = *state;
+    int rows = f->bc.rows, hung[10];
+    FILE *file;
+    double took;
+
+    make_list(f);
+    for (int k = 0; k < 10; k++) {
+        struct sockaddr_in address = {.sin_family = AF_INET,
+                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t length = sizeof(address);
+
+        assert_true((hung[k] = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
+        assert_int_equal(bind(hung[k], (struct sockaddr *)&address, sizeof(address)), 0);
+        assert_int_equal(listen(hung[k], 64), 0);
+        assert_int_equal(getsockname(hung[k], (struct sockaddr *)&address, &length), 0);
+        assert_non_null(file = fopen(f->run.list_path, "a"));
+        fprintf(file, "hung%d postgresql://postgres@127.0.0.1:%d/hung\n", k,
+                ntohs(address.sin_port));
+        assert_int_equal(fclose(file), 0);
+    }
+    start(f, 0);
+    for (int round = 0; round < 4; round++) {
+        list_run_enqueue(&f->run, f->run.count, rows + 1 + round * 10, rows + 10 + round * 10);
+        took = drain(f, 60);
+        print_message("ten servers never answering: round %d, the healthy databases' rows"
+                      " published %.1f s after their commit\n", round + 1, took);
+        if (took < 0 || took >= (round == 0 ? 30 : 4))
+            relay_dump_log(&f->relays[0]);
+        assert_true(took >= 0 && took < (round == 0 ? 30 : 4));
+        sleep(2);
+    }
+    for (int k = 0; k < 10; k++)
+        close(hung[k]);
+    stop(f, 0);
+    list_run_check_redis(&f->run, rows + 40, rows + 40);
+}
+
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
 int
 main(void)
@@ -943,6 +994,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_removed_database_not_answering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_left_to_another_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenants_holding_locks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_servers_never_answering, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
