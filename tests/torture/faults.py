@@ -15,7 +15,8 @@ The faults: a relay killed with -9 and restarted; a relay stopped with SIGSTOP p
 lease, then continued; a broker killed with -9 or restarted; PostgreSQL restarted fast or
 immediate; a stream disabled and enabled again with another partition count while rows
 flow; a queue paused then resumed; succeeded rows replayed; a database taken out of a
-cell's list and put back. And the faults that hit the windows where rows are in flight,
+cell's list and put back; a tenant's session holding a listed database's outbox.job locked;
+a server that accepts connections and never answers listed for a while. And the faults that hit the windows where rows are in flight,
 each after a producer burst that fills batches and with the broker stalled (SIGSTOP) so
 that relays hold claimed rows mid-publish: a relay then killed, or stopped past its lease
 while the broker goes on; or the broker continued with outbox.job locked, so that the
@@ -27,10 +28,13 @@ import hashlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections import Counter
+
+import psycopg2
 
 import histories
 
@@ -57,6 +61,8 @@ FAULTS = [
     ("stream_toggle", 5, has_mode("stream")),
     ("replay", 2, has_mode("row")),
     ("list_edit", 3, has_list),
+    ("tenant_lock", 2, has_list),
+    ("hung_server", 2, has_list),
     ("broker_stall_kill", 3, always),
     ("broker_stall_stop", 2, always),
     ("mark_stall_kill", 3, always),
@@ -387,6 +393,36 @@ class Schedule(histories.HistoryFaults, threading.Thread):
             cell.write_list([d for d in cell.databases if d is not database])
             time.sleep(rng.uniform(0.5, 3.0))
             cell.write_list(cell.databases)
+
+
+    def tenant_lock(self, rng):
+        """A tenant's session holds its outbox.job locked (LOCK TABLE) for a few seconds: the
+        list's relays back that database off, and its rows wait for the lock, not the others'."""
+        cell = rng.choice([c for c in self.run_.cells if c.list_path])
+        database = rng.choice(cell.databases)
+        with self.gate.shared():  # a history fault's restart would end the session anyway
+            conn = psycopg2.connect(database.url, connect_timeout=5)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET lock_timeout = '5s'")
+                    cur.execute("LOCK TABLE outbox.job")
+                    time.sleep(rng.uniform(1.0, 4.0))
+                conn.commit()
+            finally:
+                conn.close()
+
+    def hung_server(self, rng):
+        """A server that accepts connections and never answers (a socket that listens and
+        never accepts), listed beside a cell's databases for a while, then taken out."""
+        cell = rng.choice([c for c in self.run_.cells if c.list_path])
+        with socket.socket() as hung:
+            hung.bind(("127.0.0.1", self.run_.free_port()))
+            hung.listen(16)
+            url = "postgresql://postgres@127.0.0.1:%d/hung" % hung.getsockname()[1]
+            with cell.list_lock:
+                cell.write_list(cell.databases, extra=[("hung", url)])
+                time.sleep(rng.uniform(5.0, 15.0))
+                cell.write_list(cell.databases)
 
 
 def selected():

@@ -152,13 +152,16 @@ class Cell:
                               str(run.rng.randint(1, 4)))
 
 
-    def write_list(self, databases):
-        """The cell's lists as an operator writes them: in place, not renamed into place."""
+    def write_list(self, databases, extra=()):
+        """The cell's lists as an operator writes them: in place, not renamed into place; extra:
+        (name, url) lines of other databases after the cell's."""
         for index in range(self.relay_count):
             with open("%s.%d" % (self.list_path, index), "w") as out:
                 out.write("# torture cell %s\n" % self.name)
                 for database in databases:
                     out.write("%s %s\n" % (database.name, named_url(database.url, list_relay_name(self, index))))
+                for name, url in extra:
+                    out.write("%s %s\n" % (name, url))
 
 
 class Relay:
