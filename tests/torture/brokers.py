@@ -50,6 +50,9 @@ class Destination:
     def read(self):
         raise NotImplementedError
 
+    def restarted(self):
+        """Sets again what the broker forgot of the run's settings when it restarted."""
+
     def close(self):
         pass
 
@@ -127,7 +130,8 @@ class RedisDestination(Destination):
         self.port = int(env["OUTBOX_TEST_REDIS_PORT"])
         self.password = env["OUTBOX_TEST_REDIS_PASSWORD"]
         redis = self._connect()
-        # acknowledged appends must survive a kill -9 of the server
+        # acknowledged appends must survive a kill -9 of the server (and again after a restart:
+        # redis.conf says everysec, which loses up to a second of them)
         redis.call("CONFIG", "SET", "appendfsync", "always")
         # the whole destination, its dedup and order records too: a seed run again on one stack
         # gives its databases the same ids, and an earlier run's records would drop its messages
@@ -145,6 +149,19 @@ class RedisDestination(Destination):
 
     def _connect(self):
         return Resp("127.0.0.1", self.port, self.password)
+
+    def restarted(self):
+        for attempt in range(100):
+            try:
+                redis = self._connect()
+                try:
+                    redis.call("CONFIG", "SET", "appendfsync", "always")
+                    return
+                finally:
+                    redis.close()
+            except (OSError, RespError):  # still loading its append-only file
+                time.sleep(0.1)
+        raise RuntimeError("redis did not take appendfsync always after its restart")
 
     def relay_args(self):
         return ["--broker", self.env["OUTBOX_TEST_REDIS_URL"], "--stream-prefix", self.prefix]

@@ -226,11 +226,27 @@ class Schedule(histories.HistoryFaults, threading.Thread):
                 self.run_.stack("start-service", service)
             else:
                 self.run_.stack("restart-service", service)
+            for cell in self.run_.cells:
+                if self.run_.service_of(cell.broker) == service:
+                    cell.destination.restarted()
 
         self.server(action, service)
 
     def postgres_restart(self, rng):
         mode = rng.choice(["fast", "immediate"])
+
+        def crash():
+            self.log("fault: postgres restart -m immediate (asynchronous commits since a flush)")
+            opened = self.flushed()
+            self.run_.stack("kill-service", "postgres")
+            self.run_.stack("start-service", "postgres")
+            return opened
+
+        if mode == "immediate" and self.run_.cluster is not None:
+            # the run has producers committing asynchronously: an immediate stop may lose their
+            # last commits, a history of its own (a window on every database)
+            self.history(self.all_databases(), crash)
+            return
 
         def action():
             self.log("fault: postgres restart -m %s" % mode)

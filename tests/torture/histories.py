@@ -196,6 +196,15 @@ class HistoryFaults:
                                                          ",".join(d.name for d in databases) or "-"))
         self.server(guarded, "postgres")
 
+    def flushed(self):
+        """A moment before which every commit is on disk: a synchronous commit of a transaction
+        with an xid flushes the WAL up to its own record, and every asynchronous commit's before
+        it (the WAL writer of a loaded host lagged over a second behind: a window opened a second
+        before the crash missed lost commits). A crash can lose only commits made after it."""
+        opened = time.time()
+        self.run_.cluster.sql("SET synchronous_commit = on; SELECT pg_current_xact_id()")
+        return opened
+
     def settle_prepared(self):
         """Prepared transactions the new history brought back though their producers finished
         them (the locks they hold would stop the producers of their keys): rolled back."""
@@ -371,11 +380,11 @@ class HistoryFaults:
 
         def action():
             self.log("fault: history async_crash")
-            opened = time.time() - 1.0  # the producers' own asynchronous commits of the last second
             cluster.sql("ALTER SYSTEM SET synchronous_commit = off")
             cluster.sql("SELECT pg_reload_conf()")
             time.sleep(0.3)
             writer = cluster.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")[0][0]
+            opened = self.flushed()
             os.kill(writer, signal.SIGSTOP)
             try:
                 time.sleep(rng.uniform(0.5, 2.0))
