@@ -224,6 +224,27 @@ settled(const struct fixture *f, int *owners)
     return ok;
 }
 
+/* How many of database i's members its relays' watches keep alive (sql/020), -1 on error. */
+static int
+watched_members(const struct fixture *f, int i)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM outbox.relay_members(make_interval(secs => %d)) WHERE watched",
+             LEASE_SECONDS);
+    return (int)harness_query_ll(f->run.conns[i], sql);
+}
+
+/* Prints, after when, each database's lease owner, rendezvous winner and watched members. */
+static void
+print_leases(const struct fixture *f, const char *when)
+{
+    for (int i = 0; i < f->run.count; i++)
+        print_message("%s: db%d owned by relay %d, won by relay %d, %d members kept by their watch\n",
+                      when, i, owner_of(f, i), winner_of(f, i), watched_members(f, i));
+}
+
 /*
  * Waits up to seconds for the leases to settle and stay so for a second;
  * fails the test naming the last look when they do not.
@@ -241,9 +262,7 @@ wait_settled(const struct fixture *f, int *owners, double seconds, const char *w
                 break;
         }
         if (wall_clock_seconds() - from > seconds) {
-            for (int i = 0; i < f->run.count; i++)
-                print_message("%s: db%d owned by relay %d, won by relay %d\n", when, i,
-                              owner_of(f, i), winner_of(f, i));
+            print_leases(f, when);
             for (int k = 0; k < RELAYS; k++)
                 if (f->running[k])
                     relay_dump_log(&f->relays[k]);
@@ -253,18 +272,6 @@ wait_settled(const struct fixture *f, int *owners, double seconds, const char *w
     }
     print_message("%s: leases settled in %.1f s (and kept a second)\n", when,
                   wall_clock_seconds() - from);
-}
-
-/* How many of database i's members its relays' watches keep alive (sql/020), -1 on error. */
-static int
-watched_members(const struct fixture *f, int i)
-{
-    char sql[160];
-
-    snprintf(sql, sizeof(sql),
-             "SELECT count(*) FROM outbox.relay_members(make_interval(secs => %d)) WHERE watched",
-             LEASE_SECONDS);
-    return (int)harness_query_ll(f->run.conns[i], sql);
 }
 
 /*
@@ -570,9 +577,7 @@ test_watch_name_taken_by_another_role(void **state)
     print_message("spoofed: relay %c held %d databases; drained %.1f s after its kill\n",
                   'a' + victim, owned_by(f, owners, victim), took);
     if (took < 0) {
-        for (int i = 0; i < f->run.count; i++)
-            print_message("db%d: owned by relay %d, %d members watched\n", i, owner_of(f, i),
-                          watched_members(f, i));
+        print_leases(f, "spoofed");
         relay_dump_log(&f->relays[1 - victim]);
     }
     assert_true(took >= 0 && took < 5);
@@ -868,15 +873,7 @@ test_database_left_to_another_list(void **state)
     memcpy(f->run.list_path, shared, sizeof(shared));
     unlink(own);
     if (took < 0) {
-        for (int i = 0; i < f->run.count; i++)
-        {
-            PGresult *r = PQexec(f->run.conns[i],
-                "SELECT (SELECT owner || ' until ' || coalesce(lease_until::text, '-') FROM outbox.database_lease),"
-                " (SELECT string_agg(relay_id || ' ' || live || ' ' || watched, ', ') FROM outbox.relay_members('10 s'))");
-            print_message("db%d: owned by relay %d, won by relay %d: %s; %s\n", i, owner_of(f, i),
-                          winner_of(f, i), PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
-            PQclear(r);
-        }
+        print_leases(f, "left to another list");
         relay_dump_log(&f->relays[0]);
         relay_dump_log(&f->relays[1]);
     }
