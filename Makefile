@@ -243,10 +243,10 @@ MUTANT_VARS := BUILD=build-mutants BIN=build-mutants/bin LIB=build-mutants/lib \
 mutants:
 	$(MAKE) $(MUTANT_VARS) build-mutants/bin/outbox-relay
 
-# `make test` installs missing packages first when run as root.
+# `make test` installs missing packages first when run as root, and builds on every core.
 test:
 	tests/harness/deps.sh
-	$(MAKE) test-binaries mutants
+	$(MAKE) -j"$$(nproc)" test-binaries mutants
 	BUILD=$(BUILD) BIN=$(BIN) LIB=$(LIB) tests/run.sh
 
 unit: test-binaries
@@ -274,7 +274,7 @@ valgrind:
 	$(MAKE) $(VALGRIND_VARS) test-binaries
 	$(MAKE) mutants
 	OUTBOX_VALGRIND="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99" \
-	    $(VALGRIND_VARS) tests/run.sh
+	    OUTBOX_TEST_JOBS=1 $(VALGRIND_VARS) tests/run.sh
 
 # The demo builds what it runs (the programs and four test tools), on every core, while its
 # servers start; KEEP=1 leaves the stack running at the end with a relay and the console.
