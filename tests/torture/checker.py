@@ -348,6 +348,8 @@ def check(cell):
     paths = {"reaped": reaps, "reclaimed": reclaims, "republished": again,
              "deduplicated": kept_out if cell["at_most_once"] else "-",
              "replayed": sum(r["replays"] for r in judge.rows.values()), "duplicates": extra,
+             "most_attempts": max((r["attempts"] for t, r in judge.rows.items() if t not in cell["bad"]),
+                                  default=0),
              "lost_branch": sum(1 for t in cell.get("branch", ()) if t not in judge.rows and t in cell["committed"]),
              "lost_branch_delivered": sum(1 for t in cell.get("branch", ()) if t not in judge.rows
                                           and t in cell["committed"] and judge.delivered[t])}
