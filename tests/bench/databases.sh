@@ -25,7 +25,16 @@
 #        update's statistics a moment before the enqueue; sql/023 has the insert's
 #        report go at its commit).
 #
-# DATABASES_BENCH_IDLE=0 skips the idle run, DATABASES_BENCH_SESSION=0 the session run;
+#  roles: the idle run again, each database's list line logging in as a role of its own
+#        (database per tenant, each with its relay role): PostgreSQL CPU on the relay's
+#        idle work and commit -> publish, against the idle run's one role.
+#  stalled: DATABASES_BENCH_LOCKED (3) databases held by a session's LOCK TABLE outbox.job
+#        and DATABASES_BENCH_HUNG (10) listed servers that accept connections and never
+#        answer, beside the others, budget 4: commit -> publish of single rows going into
+#        the healthy databases (a bad tenant may cost its own rows, not others').
+#
+# DATABASES_BENCH_IDLE=0 skips the idle run, DATABASES_BENCH_SESSION=0 the session run,
+# DATABASES_BENCH_ROLES=0 the roles run, DATABASES_BENCH_STALLED=0 the stalled run;
 # DATABASES_BENCH_BUSY=0 runs those alone.
 #
 # Needs OUTBOX_TEST_PG_URL, OUTBOX_TEST_PG_PORT, OUTBOX_TEST_REDIS_URL,
@@ -59,8 +68,15 @@ redis_cli() {
         --no-auth-warning "$@"
 }
 
+stall_pids=""
+
 cleanup() {
     [ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null && wait "$relay_pid" 2>/dev/null
+    # shellcheck disable=SC2086
+    [ -n "$stall_pids" ] && kill $stall_pids 2>/dev/null
+    for i in $(seq 1 "$COUNT"); do
+        psql -X -q "$ADMIN_URL" -c "DROP ROLE IF EXISTS ${PREFIX}_r$i" >/dev/null 2>&1 || true
+    done
     for i in $(seq 0 "$COUNT") single; do
         psql -X -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS ${PREFIX}_$i WITH (FORCE)" \
             >/dev/null 2>&1 || true
@@ -189,6 +205,74 @@ if [ "${DATABASES_BENCH_SESSION:-1}" = 1 ]; then
     kill "$SESSION_PID" 2>/dev/null || true
     wait "$SESSION_PID" 2>/dev/null || true
     stop_relay
+    redis_cli del "$PREFIX:probe" >/dev/null
+fi
+
+# ---- roles: a login role per tenant database ----
+if [ "${DATABASES_BENCH_ROLES:-1}" = 1 ]; then
+    echo "databases: a relay role per database" >&2
+    : >"$SCRATCH/roles.list"
+    for i in $(seq 1 "$COUNT"); do
+        psql -X -q -v ON_ERROR_STOP=1 "$BASE/${PREFIX}_$i" -f "$ROOT/sql/roles/outbox_relay_role.sql" \
+            -c "CREATE ROLE ${PREFIX}_r$i LOGIN IN ROLE outbox_relay" >/dev/null
+        echo "d$i ${BASE/postgres@/${PREFIX}_r$i@}/${PREFIX}_$i" >>"$SCRATCH/roles.list"
+    done
+    for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
+    quiet=$(quiet_window)
+    baseline=$(probe_window)
+    redis_cli del "$PREFIX:probe" >/dev/null
+    start_relay --databases "$SCRATCH/roles.list" --max-db-connections "$BUDGET"
+    sleep 10
+    idle=$(quiet_window)
+    spent=$(probe_window)
+    sleep 2
+    echo "databases roles: $COUNT databases, a relay login role each, budget $BUDGET:" \
+         "PostgreSQL CPU on the relay's idle work $(echo "scale=2; $idle - $quiet" | bc) % of a core" \
+         "($idle % with the relay, $quiet % without, no rows written); one row a fifth of a second" \
+         "into a random idle database: $spent % with the relay, $baseline % for the rows alone;" \
+         "commit -> publish $(probe_latency)"
+    stop_relay
+    redis_cli del "$PREFIX:probe" >/dev/null
+fi
+
+# ---- stalled: tenants holding their table locked and servers that never answer ----
+if [ "${DATABASES_BENCH_STALLED:-1}" = 1 ]; then
+    locked=${DATABASES_BENCH_LOCKED:-3} hung=${DATABASES_BENCH_HUNG:-10}
+    echo "databases: $locked databases locked, $hung servers that never answer" >&2
+    cp "$LIST" "$SCRATCH/stalled.list"
+    for i in $(seq 1 "$hung"); do
+        port=$((OUTBOX_TEST_PG_PORT + 100 + i))
+        # listens and takes connections, never says a word
+        python3 -c "import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', $port)); s.listen(64); held = []
+while True: held.append(s.accept()[0])" &
+        stall_pids="$stall_pids $!"
+        echo "hung$i postgresql://postgres@127.0.0.1:$port/hung?connect_timeout=10" >>"$SCRATCH/stalled.list"
+    done
+    for i in $(seq 1 "$locked"); do
+        psql -X -q "$BASE/${PREFIX}_$i" -c "BEGIN; LOCK TABLE outbox.job; SELECT pg_sleep(3600)" \
+            >/dev/null 2>&1 &
+        stall_pids="$stall_pids $!"
+    done
+    start_relay --databases "$SCRATCH/stalled.list" --max-db-connections 4
+    sleep 10
+    started=$(date +%s.%N)
+    while [ "$(echo "$(date +%s.%N) - $started < $SECONDS_IDLE" | bc)" = 1 ]; do
+        stamp_row "${PREFIX}_$((locked + 1 + RANDOM % (COUNT - locked)))"
+        sleep 0.2
+    done
+    sleep 2
+    echo "databases stalled: $((COUNT - locked)) healthy databases beside $locked held by LOCK" \
+         "TABLE outbox.job and $hung servers that never answer, budget 4: the healthy ones'" \
+         "commit -> publish $(probe_latency)"
+    stop_relay
+    # shellcheck disable=SC2086
+    kill $stall_pids 2>/dev/null
+    wait 2>/dev/null
+    stall_pids=""
+    psql -X -q "$ADMIN_URL" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE query LIKE '%pg_sleep(3600)%' AND pid <> pg_backend_pid()" >/dev/null
     redis_cli del "$PREFIX:probe" >/dev/null
 fi
 
