@@ -217,10 +217,9 @@ if [ "${DATABASES_BENCH_ROLES:-1}" = 1 ]; then
             -c "CREATE ROLE ${PREFIX}_r$i LOGIN IN ROLE outbox_relay" >/dev/null
         echo "d$i ${BASE/postgres@/${PREFIX}_r$i@}/${PREFIX}_$i" >>"$SCRATCH/roles.list"
     done
-    for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
     quiet=$(quiet_window)
     baseline=$(probe_window)
-    redis_cli del "$PREFIX:probe" >/dev/null
+    for i in $(seq 1 "$COUNT"); do psql -X -q "$BASE/${PREFIX}_$i" -c "DELETE FROM outbox.job" >/dev/null; done
     start_relay --databases "$SCRATCH/roles.list" --max-db-connections "$BUDGET"
     sleep 10
     idle=$(quiet_window)

@@ -62,11 +62,23 @@ def payload_text(delivery):
 
 
 def parse(delivery):
+    """The row's payload a delivery carries (a structured CloudEvent's data), or None."""
     try:
         payload = json.loads(payload_text(delivery))
-        return payload if isinstance(payload, dict) and "u" in payload else None
     except ValueError:
         return None
+    if isinstance(payload, dict) and "specversion" in payload:
+        payload = payload.get("data")
+    return payload if isinstance(payload, dict) and "u" in payload else None
+
+
+def event_id(delivery):
+    """The id of a structured CloudEvent, None for any other message."""
+    try:
+        event = json.loads(payload_text(delivery))
+    except ValueError:
+        return None
+    return event.get("id") if isinstance(event, dict) and "specversion" in event else None
 
 
 def expected(cell):
@@ -139,6 +151,9 @@ class Judge:
         named = re.sub(r"\.r[0-9]+$", "", message_id).split(":")[-1] if message_id is not None else None
         if named is not None and named not in (str(row["job_id"]), row.get("message_uid")):
             wrong.append("message id %s" % message_id)
+        event = event_id(delivery)
+        if event is not None and message_id is not None and event != message_id:
+            wrong.append("event id %s, the message id %s" % (event, message_id))
         headers = delivery.get("headers")
         if headers is not None:
             got = {str(k).lower(): v for k, v in headers.items()}

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_torture.sh - the torture pass of `make test`: the whole matrix (every broker, both
-# modes, two databases per destination) under two fixed seeds, short histories, each with
-# a history fault drawn from its seed (histories.py, on a PostgreSQL of the run's own); then
+# modes, two databases per destination) under two fixed seeds (the second's relays publishing
+# structured CloudEvents), short histories, each with a history fault drawn from its seed
+# (histories.py, on a PostgreSQL of the run's own); then
 # the history faults' teeth (an older id form must be caught reusing ids across a cold copy);
 # then the self-test, which must plant and report by name every kind of violation the
 # checker knows, and exit non-zero. The mutation gate (test_mutants.sh) runs beside it.
@@ -12,9 +13,10 @@ PYTHON=/usr/bin/python3
 export BIN=${OUTBOX_BIN:-${BIN:-bin}}
 status=0
 
-for seed in 101 202; do
-    TORTURE_SEED=$seed TORTURE_SECONDS=${TORTURE_SECONDS:-12} TORTURE_DRAIN=${TORTURE_DRAIN:-90} \
-        "$PYTHON" "$here/torture.py" || status=1
+# the second seed's relays publish structured CloudEvents (the checker reads each event's data)
+for run in 101:off 202:structured; do
+    TORTURE_SEED=${run%:*} TORTURE_CLOUDEVENTS=${run#*:} TORTURE_SECONDS=${TORTURE_SECONDS:-12} \
+        TORTURE_DRAIN=${TORTURE_DRAIN:-90} "$PYTHON" "$here/torture.py" || status=1
 done
 
 # The history faults' teeth: on an older id form (`database`: <database_id>:<epoch>:<job_id>),

@@ -21,6 +21,9 @@
     TORTURE_DATABASES databases per destination, 1 or 2 (default 2)
     TORTURE_ID_FORM   job or database: every database on that older message id form (the
                       history faults' teeth: ids reused across histories must be reported)
+    TORTURE_CLOUDEVENTS off, binary or structured: the relays' --cloudevents (default off);
+                      the checker reads a structured event's data as the row's payload and
+                      holds its id to the message id
 
 History faults (histories.py: a copy, restore, promotion, dump restored twice, lost
 asynchronous commits, a TEMPLATE copy) are drawn like the faults (TORTURE_FAULTS names
@@ -179,7 +182,8 @@ class Relay:
                      "--lease", str(lease), "--concurrency", "2", "--batch-size", str(run.batch_size),
                      "--poll-interval", "50ms", "--retry-base", "200ms", "--retry-max", "1s",
                      "--retention", "0", "--max-message-bytes", "1048576",
-                     "--metrics-addr", "127.0.0.1:%d" % self.metrics_port]
+                     "--metrics-addr", "127.0.0.1:%d" % self.metrics_port,
+                     "--cloudevents", run.cloudevents]
         self.args += cell.destination.relay_args()
         self.database = database
         self.process = None
@@ -244,6 +248,7 @@ class Run:
         self.broker_names = [b for b in os.environ.get("TORTURE_BROKERS", "amqp,redis,nats,kafka").split(",") if b]
         self.modes = [m for m in os.environ.get("TORTURE_MODES", "row,stream").split(",") if m]
         self.relay_form = os.environ.get("TORTURE_RELAYS", "mixed")
+        self.cloudevents = os.environ.get("TORTURE_CLOUDEVENTS", "off")
         self.batch_size = int(os.environ.get("TORTURE_BATCH_SIZE", "50"))
         self.metrics_wait = int(os.environ.get("TORTURE_METRICS_WAIT", "30"))
         # names this run's databases and broker objects apart from another run's on the stack
@@ -253,6 +258,8 @@ class Run:
         self.pause_grace = 0.05 + 1.0 + 0.5  # --poll-interval + 1 s (docs), and a margin
         if self.relay_form not in ("url", "list", "mixed"):
             sys.exit("torture: unknown TORTURE_RELAYS %r (url, list, mixed)" % self.relay_form)
+        if self.cloudevents not in ("off", "binary", "structured"):
+            sys.exit("torture: unknown TORTURE_CLOUDEVENTS %r (off, binary, structured)" % self.cloudevents)
         for name in self.broker_names:
             if name not in brokers.DESTINATIONS:
                 sys.exit("torture: unknown broker %r in TORTURE_BROKERS (amqp, redis, nats, kafka)" % name)
