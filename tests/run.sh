@@ -216,7 +216,7 @@ run_lanes() {
 stop_stacks() {
     local dir ha
     for dir in $STACK_DIRS ${LANE_DIR:+"$LANE_DIR"/stack-*}; do
-        [ -f "$dir/env" ] || [ -d "$dir" ] || continue
+        [ -d "$dir" ] || continue
         "$SOURCE_DIR/tests/harness/stack.sh" stop "$dir" || true
         # Redis deployments a test left running (killed at its timeout, say)
         for ha in "$dir"/redis-ha-*; do
