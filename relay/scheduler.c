@@ -79,11 +79,14 @@ lease_call_of(struct scheduler *s, struct tenant *t, double now)
     return LEASE_BEFORE;
 }
 
-/* Whether t is not known to answer: never visited, or its last visit failed. Under the lock. */
+/*
+ * Whether t is not known to answer: never visited nor answering a probe,
+ * or its last visit failed. Under the lock.
+ */
 static bool
 doubtful(const struct tenant *t)
 {
-    return !t->tried || t->down;
+    return (!t->tried && !t->answered) || t->down;
 }
 
 /*
@@ -236,8 +239,11 @@ take_work(struct scheduler *s, struct work *w)
         now = clock_monotonic_seconds();
         if (s->list_look_at < next)
             next = s->list_look_at;
-        /* at start, the watch's first look first: visits then record its session */
-        t = s->watch_looked || now >= s->started_at + SCHEDULER_WATCH_FIRST_LOOK_SECONDS
+        /* at start, the watch's first look first (after its probe of the servers): visits
+         * then record its session, and reach the servers that answer first */
+        t = s->watch_looked ||
+                    now >= s->started_at + SCHEDULER_WATCH_FIRST_LOOK_SECONDS +
+                               SCHEDULER_PROBE_TIMEOUT_MS / 1000.0
                 ? pick(s, now, &next)
                 : NULL;
         if (t != NULL && take_connection(s, t, w)) {

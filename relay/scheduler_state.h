@@ -61,6 +61,8 @@ struct tenant {
     bool claimed_since_count; /* a visit claimed rows since */
     /* guard: s->lock */
     bool tried, down;  /* tried at least once; its last connect or slice failed */
+    bool probed;       /* its server was probed before its first visit (scheduler_probe.c) */
+    bool answered;     /* ... and answered: not doubtful though never visited */
     bool held;         /* this relay holds the database's lease (sql/018_database_lease.sql) */
     bool lease_watched; /* the lease is kept by its owner's statistics watch (sql/019) */
     bool wins;          /* this relay should hold the lease (it may be paused, or not given up yet) */
@@ -209,6 +211,17 @@ void scheduler_identity_seen(struct scheduler *s, struct tenant *t, const char *
  */
 int scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c,
                      bool resting, bool claimed, struct outbox_error *err);
+
+/* ---- servers probed before a first visit (scheduler_probe.c) --------------- */
+
+/*
+ * Probes the servers of the databases never visited nor probed, all at
+ * once (probe.h), outside the lock: one that does not answer within
+ * SCHEDULER_PROBE_TIMEOUT_MS is backed off as if a visit had failed, so
+ * the slots reach the healthy ones first; one that answers is no longer
+ * doubtful (pick() in scheduler.c). Run by the watch thread before a look.
+ */
+void scheduler_probe_new(struct scheduler *s);
 
 /* ---- the statistics watch's thread (scheduler_wake.c) --------------------- */
 

@@ -184,6 +184,7 @@ scheduler_watch_run(void *arg)
         const struct watch_wake *woken;
         size_t count;
 
+        scheduler_probe_new(s);
         watch_follow_list(s);
         count = scheduler_watch_look(s->watch, now, watch_take, scheduler_watch_give, s, &woken);
         pthread_mutex_lock(&s->lock);

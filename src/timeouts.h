@@ -143,7 +143,14 @@
  * locks held three slots of four for 10 s at a time (the others' p99 9.9 s).
  */
 #define SCHEDULER_LOCK_TIMEOUT_MS 1000
-/* At start, slots wait this long at most for the statistics watch's first look. */
+/*
+ * A database of a list never visited yet has its server probed first (relay/probe.h), all
+ * at once: one that does not answer within this long is backed off before any slot spends
+ * a connect_timeout on it (200 listed servers that never answered held the slots for
+ * 132 s before a healthy database's first row).
+ */
+#define SCHEDULER_PROBE_TIMEOUT_MS 2000
+/* At start, slots wait this long at most for the statistics watch's first look (and its probe). */
 #define SCHEDULER_WATCH_FIRST_LOOK_SECONDS 1.0
 /* A watched database whose slice published rows is looked at again after this (scheduler.c). */
 #define SCHEDULER_WATCH_AFTER_ROWS_SECONDS 1.0

@@ -935,6 +935,27 @@ test_tenants_holding_locks(void **state)
  * so the healthy ones' rows are published within seconds, round after
  * round, not behind a queue of ten-second connects.
  */
+/*
+ * Opens count loopback servers that accept connections and never answer,
+ * each listed in file as hungK; their sockets into hung.
+ */
+static void
+list_hung_servers(FILE *file, int *hung, int count)
+{
+    for (int k = 0; k < count; k++) {
+        struct sockaddr_in address = {.sin_family = AF_INET,
+                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t length = sizeof(address);
+
+        assert_true((hung[k] = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
+        assert_int_equal(bind(hung[k], (struct sockaddr *)&address, sizeof(address)), 0);
+        assert_int_equal(listen(hung[k], 64), 0);
+        assert_int_equal(getsockname(hung[k], (struct sockaddr *)&address, &length), 0);
+        fprintf(file, "hung%d postgresql://postgres@127.0.0.1:%d/hung\n", k,
+                ntohs(address.sin_port));
+    }
+}
+
 static void
 test_servers_never_answering(void **state)
 {
@@ -944,20 +965,9 @@ test_servers_never_answering(void **state)
     double took;
 
     make_list(f);
-    for (int k = 0; k < 10; k++) {
-        struct sockaddr_in address = {.sin_family = AF_INET,
-                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t length = sizeof(address);
-
-        assert_true((hung[k] = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
-        assert_int_equal(bind(hung[k], (struct sockaddr *)&address, sizeof(address)), 0);
-        assert_int_equal(listen(hung[k], 64), 0);
-        assert_int_equal(getsockname(hung[k], (struct sockaddr *)&address, &length), 0);
-        assert_non_null(file = fopen(f->run.list_path, "a"));
-        fprintf(file, "hung%d postgresql://postgres@127.0.0.1:%d/hung\n", k,
-                ntohs(address.sin_port));
-        assert_int_equal(fclose(file), 0);
-    }
+    assert_non_null(file = fopen(f->run.list_path, "a"));
+    list_hung_servers(file, hung, 10);
+    assert_int_equal(fclose(file), 0);
     start(f, 0);
     for (int round = 0; round < 4; round++) {
         list_run_enqueue(&f->run, f->run.count, rows + 1 + round * 10, rows + 10 + round * 10);
@@ -973,6 +983,48 @@ test_servers_never_answering(void **state)
         close(hung[k]);
     stop(f, 0);
     list_run_check_redis(&f->run, rows + 40, rows + 40);
+}
+
+/*
+ * Forty listed servers that accept connections and never answer, listed
+ * before the healthy databases, budget 4: the slots visited the databases
+ * never visited in list order, one at a time (half the slots for databases
+ * not known to answer), so the healthy ones' first visit waited for forty
+ * ten-second connects. Now the servers of databases never visited are
+ * probed first, all at once, and those that do not answer within 2 s are
+ * backed off before any slot connects to them.
+ */
+static void
+test_servers_never_answering_listed_first(void **state)
+{
+    struct fixture *f = *state;
+    int rows = f->bc.rows, hung[40];
+    char healthy[8192];
+    size_t length;
+    FILE *file;
+    double took;
+
+    make_list(f);
+    assert_non_null(file = fopen(f->run.list_path, "r"));
+    length = fread(healthy, 1, sizeof(healthy), file);
+    assert_true(length > 0 && length < sizeof(healthy));
+    assert_int_equal(fclose(file), 0);
+    assert_non_null(file = fopen(f->run.list_path, "w"));
+    list_hung_servers(file, hung, 40);
+    assert_int_equal(fwrite(healthy, 1, length, file), length);
+    assert_int_equal(fclose(file), 0);
+    start(f, 0);
+    list_run_enqueue(&f->run, f->run.count, rows + 1, rows + 10);
+    took = drain(f, 60);
+    print_message("forty servers never answering listed first: the healthy databases' rows"
+                  " published %.1f s after their commit\n", took);
+    if (took < 0 || took >= 15)
+        relay_dump_log(&f->relays[0]);
+    assert_true(took >= 0 && took < 15);
+    for (int k = 0; k < 40; k++)
+        close(hung[k]);
+    stop(f, 0);
+    list_run_check_redis(&f->run, rows + 10, rows + 10);
 }
 
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
@@ -992,6 +1044,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_database_left_to_another_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenants_holding_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_servers_never_answering, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_servers_never_answering_listed_first, setup, teardown),
     };
 
     if (getenv("OUTBOX_TEST_FILTER") != NULL)
