@@ -132,7 +132,7 @@ run_dir() {
     local entry found=0
     while read -r entry; do
         found=1
-        run_entry "$entry"
+        run_entry "$entry" </dev/null # a test reading its input would eat the list
     done < <(list_dir "$1")
     [ "$found" -eq 1 ] || echo "(no test binaries in $1)"
 }
@@ -182,7 +182,7 @@ run_lane() {
     fi
     grep '^run: ' "$LANE_DIR/out-$k"
     while entry=$(next_entry); do
-        run_entry "$entry" >"$LANE_DIR/out-$k" 2>&1
+        run_entry "$entry" </dev/null >"$LANE_DIR/out-$k" 2>&1
         {
             flock 8
             cat "$LANE_DIR/out-$k"
