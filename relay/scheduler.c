@@ -216,6 +216,21 @@ scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close)
     return *to_close != NULL; /* the count stays: one closes as the other opens */
 }
 
+bool
+scheduler_count_watch_connection(struct scheduler *s, outbox_store **to_close)
+{
+    LOCK_ASSERT_HELD(&s->lock);
+    *to_close = NULL;
+    if ((s->watch_open + 1) * 4 > s->budget)
+        return false; /* a watch connection per four of the budget at most */
+    if (s->open < s->budget)
+        s->open++;
+    else if ((*to_close = take_victim(s)) == NULL)
+        return false; /* every connection is serving */
+    s->watch_open++;
+    return true;
+}
+
 /*
  * Waits for a database to serve and a connection to it; false when the
  * relay stops.

@@ -181,6 +181,17 @@ void scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t);
 bool scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close);
 
 /*
+ * Counts a connection of the statistics watch (one per four of the budget
+ * at most): within the budget, or in place of an idle connection of a
+ * database, into *to_close, which the caller closes outside the lock and
+ * before the watch connects (the slots keep one connection for the watch,
+ * and a second server's watch would otherwise wait for a slot's idle
+ * connection to be closed for another reason). False when none can be had.
+ * Under the lock.
+ */
+bool scheduler_count_watch_connection(struct scheduler *s, outbox_store **to_close);
+
+/*
  * A stopping relay gives up the leases and stream partitions it holds,
  * through each database's idle connection or else a new one, one at a
  * time. The slots must have returned.

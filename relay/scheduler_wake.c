@@ -17,20 +17,20 @@
 #include "timeouts.h"
 
 /*
- * A connection for the watch, never an idle one taken over (its close and the new
- * connect would overlap): the slots leave one of a budget of 4 or more for it.
+ * A connection for the watch (scheduler_count_watch_connection): an idle
+ * one it takes the place of is closed here, before the watch connects.
  */
 static bool
 watch_take(void *arg)
 {
     struct scheduler *s = arg;
+    outbox_store *to_close;
     bool taken;
 
     pthread_mutex_lock(&s->lock);
-    taken = (s->watch_open + 1) * 4 <= s->budget && s->open < s->budget;
-    s->open += taken;
-    s->watch_open += taken;
+    taken = scheduler_count_watch_connection(s, &to_close);
     pthread_mutex_unlock(&s->lock);
+    outbox_store_free(to_close);
     return taken;
 }
 
