@@ -23,7 +23,7 @@
 
 enum probe_state { PROBE_CONNECTING, PROBE_READING, PROBE_DONE };
 
-/* One server being probed: the first URL naming it, and its socket. */
+/* One server being probed: where it listens (the key URLs are matched on), its socket. */
 struct probe {
     char key[1100]; /* "host:port" or "/socket/dir:port" */
     int fd;

@@ -7,8 +7,9 @@
  * reached a healthy database. probe_servers() asks every server of a set
  * of URLs at once, without libpq: a TCP (or Unix socket) connect and a
  * PostgreSQL SSLRequest, which every server and pooler answers with one
- * byte before any authentication. Nothing is logged by the server for a
- * client that closes after that answer.
+ * byte before any authentication. A server that answers 'N' logs nothing
+ * when the client then closes; one with ssl = on answers 'S' and logs that
+ * the client went away.
  */
 #ifndef OUTBOX_RELAY_PROBE_H
 #define OUTBOX_RELAY_PROBE_H

@@ -254,6 +254,7 @@ scheduler_apply_list(struct scheduler *s, const struct database_list *list, enum
         if ((s->tenants[s->count] = tenant_new(s, &list->items[i])) == NULL)
             return -1;
         s->count++;
+        atomic_store(&s->probe_due, true);
         if (when == LIST_CHANGED)
             log_event(OUTBOX_LOG_INFO, "database added to the list", "database=%s",
                       list->items[i].name);

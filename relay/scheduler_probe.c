@@ -5,6 +5,7 @@
 #include "scheduler_state.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,8 @@ scheduler_probe_new(struct scheduler *s)
     struct probe_round r = {0};
     int rc;
 
+    if (!atomic_exchange(&s->probe_due, false))
+        return; /* no database added since the last round: no scan under the lock */
     pthread_mutex_lock(&s->lock);
     rc = round_take(s, &r);
     pthread_mutex_unlock(&s->lock);

@@ -119,6 +119,7 @@ struct scheduler {
     bool watch_started;
     /* guard: atomic */
     atomic_bool watch_quit;
+    atomic_bool probe_due; /* the list added databases: the watch probes their servers */
     /* guard: lock */
     bool watch_stale; /* the list changed: the watch follows at its next look */
     int watch_open;   /* connections the watch holds, within open */

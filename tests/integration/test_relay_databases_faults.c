@@ -927,15 +927,6 @@ test_tenants_holding_locks(void **state)
 }
 
 /*
- * Ten listed servers that accept connections and never answer (a socket
- * that listens and never accepts: the kernel completes the handshake, the
- * startup packet gets no reply) beside the eight healthy databases, budget
- * 4: each connect to them holds its slot until libpq's connect_timeout, and
- * at most half the slots connect to databases not known to answer at once,
- * so the healthy ones' rows are published within seconds, round after
- * round, not behind a queue of ten-second connects.
- */
-/*
  * Opens count loopback servers that accept connections and never answer,
  * each listed in file as hungK; their sockets into hung.
  */
@@ -956,6 +947,15 @@ list_hung_servers(FILE *file, int *hung, int count)
     }
 }
 
+/*
+ * Ten listed servers that accept connections and never answer (a socket
+ * that listens and never accepts: the kernel completes the handshake, the
+ * startup packet gets no reply) beside the eight healthy databases, budget
+ * 4: each connect to them holds its slot until libpq's connect_timeout, and
+ * at most half the slots connect to databases not known to answer at once,
+ * so the healthy ones' rows are published within seconds, round after
+ * round, not behind a queue of ten-second connects.
+ */
 static void
 test_servers_never_answering(void **state)
 {

@@ -61,24 +61,21 @@ def payload_text(delivery):
     return delivery["payload"] if isinstance(delivery, dict) else delivery
 
 
-def parse(delivery):
-    """The row's payload a delivery carries (a structured CloudEvent's data), or None."""
+def unwrap(delivery):
+    """(the row's payload a delivery carries or None, the structured CloudEvent's id or None)."""
     try:
         payload = json.loads(payload_text(delivery))
     except ValueError:
-        return None
+        return None, None
+    event = None
     if isinstance(payload, dict) and "specversion" in payload:
-        payload = payload.get("data")
-    return payload if isinstance(payload, dict) and "u" in payload else None
+        event, payload = payload.get("id"), payload.get("data")
+    return (payload if isinstance(payload, dict) and "u" in payload else None), event
 
 
-def event_id(delivery):
-    """The id of a structured CloudEvent, None for any other message."""
-    try:
-        event = json.loads(payload_text(delivery))
-    except ValueError:
-        return None
-    return event.get("id") if isinstance(event, dict) and "specversion" in event else None
+def parse(delivery):
+    """The row's payload a delivery carries (a structured CloudEvent's data), or None."""
+    return unwrap(delivery)[0]
 
 
 def expected(cell):
@@ -120,14 +117,14 @@ class Judge:
         self.delivered, self.first, self.times = Counter(), [], {}
         self.carriers = {}  # consumer's message id -> tokens carrying it
         for delivery in self.cell["deliveries"]:
-            payload = parse(delivery)
+            payload, event = unwrap(delivery)
             if payload is None:
                 self.violation("rolled", "message=%r (not a row of this run)" % payload_text(delivery)[:80])
                 continue
             token = payload["u"]
             self.delivered[token] += 1
             if isinstance(delivery, dict):
-                self.content(token, payload, delivery)
+                self.content(token, payload, delivery, event)
                 consumer_id = (delivery.get("headers") or {}).get("Outbox-Message-Id") or delivery.get("message_id")
                 if consumer_id is not None:
                     self.carriers.setdefault(consumer_id, set()).add(token)
@@ -136,7 +133,7 @@ class Judge:
             if self.delivered[token] == 1:
                 self.first.append(payload)
 
-    def content(self, token, payload, delivery):
+    def content(self, token, payload, delivery, event):
         row = self.rows.get(token)
         if row is None:
             return
@@ -151,7 +148,6 @@ class Judge:
         named = re.sub(r"\.r[0-9]+$", "", message_id).split(":")[-1] if message_id is not None else None
         if named is not None and named not in (str(row["job_id"]), row.get("message_uid")):
             wrong.append("message id %s" % message_id)
-        event = event_id(delivery)
         if event is not None and message_id is not None and event != message_id:
             wrong.append("event id %s, the message id %s" % (event, message_id))
         headers = delivery.get("headers")
