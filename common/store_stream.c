@@ -112,54 +112,19 @@ prepare_stream_statements(stream_store *s, struct outbox_error *err)
     return 0;
 }
 
-stream_store *
-stream_store_connect(const char *database_url, const char *owner, struct outbox_error *err)
+int
+stream_store_use_generic_plans(stream_store *s, struct outbox_error *err)
 {
-    const char *keywords[] = {"fallback_application_name", "connect_timeout", "keepalives",
-                              "keepalives_idle", "keepalives_interval", "keepalives_count",
-                              "tcp_user_timeout", "dbname", NULL};
-    const char *values[] = {"outbox-relay", TIMEOUT_TEXT(TIMEOUT_DATABASE_CONNECT_SECONDS), "1",
-                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_IDLE_SECONDS),
-                            TIMEOUT_TEXT(TIMEOUT_DATABASE_KEEPALIVE_INTERVAL_SECONDS), "3",
-                            TIMEOUT_TEXT(TIMEOUT_DATABASE_UNACKNOWLEDGED_MS), database_url, NULL};
-    stream_store *s = calloc(1, sizeof(*s));
-    PGresult *result = NULL;
+    PGresult *result = pg_exec_bounded(s->conn, "SET plan_cache_mode = force_generic_plan", 0,
+                                       NULL, STORE_STATEMENT_DEADLINE_MS);
 
-    if (s == NULL || (s->owner = strdup(owner)) == NULL) {
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        goto fail;
-    }
-    s->conn = PQconnectdbParams(keywords, values, 1);
-    if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
-        outbox_error_from_connect(err, s->conn, database_url, "unable to connect to the database");
-        goto fail;
-    }
-    /*
-     * A lost cursor write costs a republish, never a message: no synchronous
-     * commit. The statements below have one good plan whatever their
-     * parameters (an index of a partition, or the small cursor tables): a
-     * plan made for each batch cost PostgreSQL 1-2 us per relayed row.
-     */
-    result = PQexec(s->conn, "SET synchronous_commit = off; SET statement_timeout = '"
-                             TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS) "s';"
-                             " SET lock_timeout = '" TIMEOUT_TEXT(STORE_STATEMENT_TIMEOUT_SECONDS)
-                             "s'; SET jit = off;"
-                             " SET plan_cache_mode = force_generic_plan;"
-                             " SET default_transaction_isolation = 'read committed'");
     if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-        outbox_error_from_pg(err, s->conn, result, "unable to set up the database session");
-        goto fail;
+        stream_error(s, result, "unable to set up the stream session", err);
+        PQclear(result);
+        return -1;
     }
     PQclear(result);
-    result = NULL;
-    if (prepare_stream_statements(s, err) != 0)
-        goto fail;
-    return s;
-
-fail:
-    PQclear(result);
-    stream_store_free(s);
-    return NULL;
+    return 0;
 }
 
 stream_store *
@@ -185,12 +150,6 @@ PGconn *
 stream_store_conn(stream_store *s)
 {
     return s->conn;
-}
-
-void
-stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg)
-{
-    PQsetNoticeProcessor(s->conn, processor, arg);
 }
 
 void

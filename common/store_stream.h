@@ -100,29 +100,28 @@ struct stream_refusal {
     double delay_seconds;
 };
 
-/* Connects as owner (the relay's worker id for streams). NULL with err on failure. */
-stream_store *stream_store_connect(const char *database_url, const char *owner,
-                                   struct outbox_error *err);
 void stream_store_free(stream_store *s);
 
 /*
- * A store on conn, a connection the caller holds and keeps (stream_store_free
- * leaves it open; a relay of a list publishes a database's streams on the
- * connection its slot holds): the stream statements are prepared on it when
+ * A store on conn, a connection the caller opened and keeps (stream_store_free
+ * leaves it open): a stream thread's own connection, or the one a slot of a
+ * relay of a list holds. The stream statements are prepared on it when
  * prepare, once for each connection. The session keeps the caller's
  * settings. NULL with err on failure.
  */
 stream_store *stream_store_borrow(PGconn *conn, const char *owner, bool prepare,
                                   struct outbox_error *err);
 
+/*
+ * Has the session plan the stream statements once (plan_cache_mode =
+ * force_generic_plan): their plans do not depend on their parameters, and a
+ * plan made for each batch cost PostgreSQL 1-2 us per relayed row. For a
+ * connection that runs stream statements only. -1 with err.
+ */
+int stream_store_use_generic_plans(stream_store *s, struct outbox_error *err);
+
 /* The store's connection, for a statement of another module (idle between calls). */
 PGconn *stream_store_conn(stream_store *s);
-
-/*
- * What the server says outside a query result (a WARNING, the FATAL of a
- * shutdown) goes to processor instead of libpq's default, stderr.
- */
-void stream_store_set_notice_processor(stream_store *s, PQnoticeProcessor processor, void *arg);
 
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,

@@ -78,10 +78,9 @@ require_delete(outbox_store *store, struct outbox_error *err)
 }
 
 outbox_store *
-database_open(relay *r, const struct database_open *how, struct store_identity *identity,
-              struct outbox_error *err)
+database_open(const struct relay_config *config, struct metrics *m, const struct database_open *how,
+              struct store_identity *identity, struct outbox_error *err)
 {
-    const struct relay_config *config = r->config;
     outbox_store *store = store_connect(how->url, how->worker_id, how->steps, err);
 
     if (store == NULL)
@@ -95,7 +94,7 @@ database_open(relay *r, const struct database_open *how, struct store_identity *
     PQsetNoticeProcessor(outbox_store_conn(store), log_database_notice, (void *)how->who);
     outbox_store_set_block_on_dead_head(store, config->block_on_dead_head);
     outbox_store_set_delete_on_success(store, config->delete_on_success);
-    metrics_set_up(r->metrics, METRICS_DATABASE, true);
+    metrics_set_up(m, METRICS_DATABASE, true);
     return store;
 }
 
@@ -113,7 +112,7 @@ try_store(struct database *db, enum ends_attempt when, int attempt, struct outbo
     };
     unsigned long repeats;
 
-    db->store = database_open(r, &how, &db->identity, err);
+    db->store = database_open(r->config, r->metrics, &how, &db->identity, err);
     if (db->store != NULL) {
         db->connects++;
         /* the server in use, so that a failover to another host shows in the log */
@@ -123,7 +122,8 @@ try_store(struct database *db, enum ends_attempt when, int attempt, struct outbo
         return ATTEMPT_CONNECTED;
     }
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
-    if (when == ENDS_FIRST && !outbox_error_is_transient(err) && !db->of_list) {
+    if (when == ENDS_FIRST && !outbox_error_is_transient(err) &&
+        db->faults == DATABASE_FAULT_STOPS_RELAY) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
@@ -296,8 +296,8 @@ ends_connect(struct database *db, struct pipeline *p, unsigned int want, enum en
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
-        if (db->of_list && store == ATTEMPT_FAILED)
-            return -1; /* the scheduler backs off, and serves the other databases meanwhile */
+        if (db->faults == DATABASE_FAULT_BACKS_OFF && store == ATTEMPT_FAILED)
+            return -1;
         /*
          * The pipelines give up for --once, naming every end they could not
          * reach; the maintenance thread sees only the database and stops with
@@ -356,8 +356,9 @@ ends_database_failed(struct database *db, const struct outbox_error *err)
      * database is down) and reconnecting, which checks the privileges, is
      * retried with backoff. At the first start it is fatal (try_store).
      */
-    if (!db->of_list && (err->code == OUTBOX_ERR_SCHEMA || (err->code == OUTBOX_ERR_CONFIG &&
-                                                           strcmp(err->sqlstate, "42501") != 0))) {
+    if (db->faults == DATABASE_FAULT_STOPS_RELAY &&
+        (err->code == OUTBOX_ERR_SCHEMA ||
+         (err->code == OUTBOX_ERR_CONFIG && strcmp(err->sqlstate, "42501") != 0))) {
         relay_set_fatal(db->relay, err);
         return;
     }

@@ -35,14 +35,15 @@ struct database_open {
 
 /*
  * Opens a connection to a database the relay's way, for a pipeline, the
- * maintenance thread or a database of a list alike: the store (the schema
+ * maintenance thread, a stream thread or a database of a list alike: the store (the schema
  * and privileges checked unless how->steps says they were), DELETE for
  * --on-success delete, the database's identity read into *identity (a
  * changed history warned of), the notices logged, the relay's store
  * settings. NULL with err when it could not.
  */
-outbox_store *database_open(relay *r, const struct database_open *how,
-                            struct store_identity *identity, struct outbox_error *err);
+outbox_store *database_open(const struct relay_config *config, struct metrics *m,
+                            const struct database_open *how, struct store_identity *identity,
+                            struct outbox_error *err);
 
 int ends_connect(struct database *db, struct pipeline *p, unsigned int want,
                  enum ends_attempt when);

@@ -58,6 +58,21 @@ struct settlement {
 };
 
 /*
+ * What a fault of a connection to a database means (ends.c). Each loop
+ * says it for the connections it opens: a pipeline or the maintenance
+ * thread of a relay of one database, whose faults are the relay's; a slot
+ * serving a database of a list, whose faults are that database's.
+ */
+enum database_faults {
+    /* connects retried until one works; a refused password at the first, or a
+     * missing schema or privilege (but a revoked one), stops the relay */
+    DATABASE_FAULT_STOPS_RELAY,
+    /* a connect tried once and no fault stops the relay: the scheduler backs the
+     * database off and serves the others meanwhile */
+    DATABASE_FAULT_BACKS_OFF,
+};
+
+/*
  * A connection to a database and how it reconnects: each pipeline's and
  * the maintenance thread's own, and each connection a slot opens to a
  * database of a list (kept between slices in its tenant's idle[], see
@@ -73,11 +88,7 @@ struct database {
     char who[96];
     const char *notice_who; /* leads its connections' notices; outlives them (database_open) */
     const char *url; /* the database's URL; NULL: --database-url */
-    /*
-     * a database of --databases, served by a slot (scheduler.c): a connect is
-     * tried once (the scheduler backs off) and no fault of it stops the relay
-     */
-    bool of_list;
+    enum database_faults faults; /* what a fault of it means, set by the loop that opens it */
     unsigned long connects; /* connections made: a reconnect within a slot's slice shows */
     unsigned int seed;      /* a pipeline's row retry jitter */
     struct backoff reconnect;

@@ -1,7 +1,8 @@
 /*
  * scheduler.c - the slots of a relay of many databases: which database a
- * free slot serves next, the connection budget, the list re-read while the
- * relay runs, and each database's faults. See scheduler.h.
+ * free slot serves next and a connection to it (the budget's count in
+ * scheduler_budget.c), a slice of it served, and each database's faults.
+ * See scheduler.h.
  *
  * One mutex guards the databases and the connection count; a slot holds
  * it only to pick and to give back, never across I/O (a connect, a slice,
@@ -143,50 +144,6 @@ pick(struct scheduler *s, double now, double *next)
 }
 
 /*
- * Whether u's idle connection is a better one to close than v's: one of a
- * database without a backlog first, then the one due furthest ahead (the
- * connection needed last, which keeps the others open for polls that come
- * round in a cycle), then the least recently used.
- */
-static bool
-better_victim(const struct tenant *u, size_t i, const struct tenant *v, size_t j)
-{
-    if (u->backlog != v->backlog)
-        return !u->backlog;
-    if (u->due != v->due)
-        return u->due > v->due;
-    return u->idle[i].used_at < v->idle[j].used_at;
-}
-
-/*
- * The idle connection to close for another (see better_victim), taken out
- * of its database's; NULL when there is none. Under the lock.
- */
-static outbox_store *
-take_victim(struct scheduler *s)
-{
-    struct tenant *victim = NULL;
-    size_t oldest = 0;
-    outbox_store *store;
-
-    LOCK_ASSERT_HELD(&s->lock);
-    for (size_t i = 0; i < s->count; i++) {
-        struct tenant *u = s->tenants[i];
-
-        for (size_t j = 0; j < u->idle_count; j++)
-            if (victim == NULL || better_victim(u, j, victim, oldest)) {
-                victim = u;
-                oldest = j;
-            }
-    }
-    if (victim == NULL)
-        return NULL;
-    store = victim->idle[oldest].db.store;
-    victim->idle[oldest] = victim->idle[--victim->idle_count];
-    return store;
-}
-
-/*
  * A connection for t: one of its idle ones, a new one within the budget,
  * or one that replaces an idle connection of another database (see
  * better_victim). False when none can be had now. Under the lock.
@@ -200,35 +157,6 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
         return true;
     }
     return scheduler_count_new_connection(s, &w->to_close);
-}
-
-bool
-scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close)
-{
-    LOCK_ASSERT_HELD(&s->lock);
-    *to_close = NULL;
-    /* one connection of a budget of 4 or more is kept for the statistics watch */
-    if (s->open < s->budget && s->open - s->watch_open < s->budget - (s->budget >= 4)) {
-        s->open++;
-        return true;
-    }
-    *to_close = take_victim(s);
-    return *to_close != NULL; /* the count stays: one closes as the other opens */
-}
-
-bool
-scheduler_count_watch_connection(struct scheduler *s, outbox_store **to_close)
-{
-    LOCK_ASSERT_HELD(&s->lock);
-    *to_close = NULL;
-    if ((s->watch_open + 1) * 4 > s->budget)
-        return false; /* a watch connection per four of the budget at most */
-    if (s->open < s->budget)
-        s->open++;
-    else if ((*to_close = take_victim(s)) == NULL)
-        return false; /* every connection is serving */
-    s->watch_open++;
-    return true;
 }
 
 /*
@@ -409,12 +337,13 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
     c->db = (struct database){.relay = p->relay,
                               .url = t->url,
                               .notice_who = t->who,
-                              .of_list = true,
+                              .faults = DATABASE_FAULT_BACKS_OFF,
                               .seed = p->db.seed,
                               .reconnect = p->db.reconnect,
                               .log_owner = &p->db};
     snprintf(c->db.worker_id, sizeof(c->db.worker_id), "%s", p->db.worker_id);
-    c->db.store = database_open(p->relay, &how, &c->db.identity, err);
+    c->db.store =
+        database_open(p->relay->config, p->relay->metrics, &how, &c->db.identity, err);
     if (c->db.store == NULL)
         return -1;
     atomic_store(&t->checked, true);
@@ -424,16 +353,22 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
 
 /*
  * The maintenance phases of a visit due on t (maintenance_visit()), on db
- * that slot p serves. The rows the sweep released: they can be claimed at
- * once. A failure drops the connection.
+ * that slot p serves, unless another slot serving t runs them now. The
+ * rows the sweep released: they can be claimed at once. A failure drops
+ * the connection.
  */
 static size_t
 maintain(struct pipeline *p, struct database *db, struct tenant *t)
 {
     struct outbox_error err;
-    size_t readied;
+    size_t readied = 0;
+    int rc;
 
-    if (maintenance_visit(p->relay, db->store, t->who, &t->maintenance, &readied, &err) != 0) {
+    if (!scheduler_upkeep_take(t))
+        return 0;
+    rc = maintenance_visit(p->relay, db->store, t->who, &t->maintenance, &readied, &err);
+    scheduler_upkeep_give(t);
+    if (rc != 0) {
         ends_store_failed(p, db, &err);
         return 0;
     }
@@ -635,7 +570,7 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
  * it. Under the lock.
  */
 static double
-idle_wait(const struct scheduler *s, const struct tenant *t, const struct work *w, double now)
+rest_length(const struct scheduler *s, const struct tenant *t, const struct work *w, double now)
 {
     double wait = t->lease_watched ? SCHEDULER_WATCHED_VISIT_SECONDS
                                    : s->relay->config->lease_seconds / SCHEDULER_VISIT_PER_LEASE;
@@ -712,7 +647,7 @@ rest(struct scheduler *s, struct tenant *t, const struct work *w,
         t->rows_at = now;
         t->idle_wait = s->relay->config->poll_interval_ms / 1000.0;
     }
-    t->due = now + idle_wait(s, t, w, now);
+    t->due = now + rest_length(s, t, w, now);
     if (slice->claimed == 0)
         t->idle_wait = t->idle_wait * 2 < SCHEDULER_IDLE_MAX_SECONDS ? t->idle_wait * 2
                                                                      : SCHEDULER_IDLE_MAX_SECONDS;
@@ -779,7 +714,7 @@ scheduler_slot_run(void *arg)
 
     p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
-    p->db.of_list = true;
+    p->db.faults = DATABASE_FAULT_BACKS_OFF;
     snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
     if (ends_connect_sink(p, ENDS_FIRST) == 0) {
         struct work w;

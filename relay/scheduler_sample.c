@@ -76,27 +76,48 @@ sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, double 
     return 0;
 }
 
+/*
+ * The sample of t on c, when due, and what it found: rows a resting visit
+ * left claimable wake t; an identity changed since c read it moves t's
+ * generation (*generation). Under t's upkeep. -1 with err.
+ */
+static int
+sample_and_wake(struct scheduler *s, struct tenant *t, struct idle_connection *c, double now,
+                bool resting, bool claimed, unsigned *generation, struct outbox_error *err)
+{
+    struct store_database_sample found;
+
+    if (sample(s, t, c, now, claimed, &found, err) != 0)
+        return -1;
+    /* rows a claim would take, left by a visit that claimed none (another session
+     * held them locked): polled until claimed, as nothing changes to wake it */
+    if (resting && found.claimable) {
+        pthread_mutex_lock(&s->lock);
+        t->woken = true;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (strcmp(found.database_id, c->db.identity.database_id) != 0 ||
+        strcmp(found.id_form, store_id_form_name(c->db.identity.form)) != 0)
+        *generation = atomic_fetch_add(&t->identity_generation, 1) + 1;
+    return 0;
+}
+
 int
 scheduler_sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, bool resting,
                  bool claimed, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
-    struct store_database_sample found;
     unsigned generation = atomic_load(&t->identity_generation);
 
-    if (resting || now >= t->counted_at + SCHEDULER_SAMPLE_SECONDS) {
-        if (sample(s, t, c, now, claimed, &found, err) != 0)
+    /* another slot serving t samples it now: this one reads the identity alone */
+    if (scheduler_upkeep_take(t)) {
+        int rc = 0;
+
+        if (resting || now >= t->counted_at + SCHEDULER_SAMPLE_SECONDS)
+            rc = sample_and_wake(s, t, c, now, resting, claimed, &generation, err);
+        scheduler_upkeep_give(t);
+        if (rc != 0)
             return -1;
-        /* rows a claim would take, left by a visit that claimed none (another session
-         * held them locked): polled until claimed, as nothing changes to wake it */
-        if (resting && found.claimable) {
-            pthread_mutex_lock(&s->lock);
-            t->woken = true;
-            pthread_mutex_unlock(&s->lock);
-        }
-        if (strcmp(found.database_id, c->db.identity.database_id) != 0 ||
-            strcmp(found.id_form, store_id_form_name(c->db.identity.form)) != 0)
-            generation = atomic_fetch_add(&t->identity_generation, 1) + 1;
     }
     /* a connection that read the identity before another's sample found it changed */
     if (c->identity_generation != generation)

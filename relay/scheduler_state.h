@@ -52,8 +52,8 @@ struct tenant {
     double idle_wait;  /* the wait after a slice that found no row; grows while empty */
     bool backlog;      /* its last claim was a whole batch */
     /*
-     * guard: none: written by a slot serving it, outside the lock (maintain()
-     * in scheduler.c); a backlog served by two slots at once races on it
+     * guard: upkeep: the slot that took it (scheduler_upkeep_take()) alone, outside
+     * the lock; a backlog served by two slots at once is maintained and sampled by one
      */
     struct maintenance_schedule maintenance; /* when its phases of a visit run next */
     double counted_at; /* scheduler_sample() last counted its ready rows */
@@ -80,6 +80,7 @@ struct tenant {
     atomic_uint identity_generation; /* bumped when a sample finds the identity changed */
     atomic_bool checked;          /* a connection passed the schema check and the privilege audit
                                    * since it last failed: later ones skip them */
+    atomic_bool upkeep;           /* a slot maintains or samples it now (the fields above) */
     /*
      * guard: s->lock for the pointer and stream_busy; the worker it points to
      * belongs to the slot that set stream_busy (scheduler_stream.c's claim())
@@ -91,6 +92,23 @@ struct tenant {
     struct backoff retry;
     struct cause_log log;
 };
+
+/*
+ * Takes t's upkeep (its maintenance schedule and its sample's counts) for
+ * the calling slot: false when another slot serving t has it now, which
+ * then does that work for both. scheduler_upkeep_give() hands it back.
+ */
+static inline bool
+scheduler_upkeep_take(struct tenant *t)
+{
+    return !atomic_exchange(&t->upkeep, true);
+}
+
+static inline void
+scheduler_upkeep_give(struct tenant *t)
+{
+    atomic_store(&t->upkeep, false);
+}
 
 /* The scheduler of a relay of --databases; each field's guard as in struct tenant. */
 struct scheduler {

@@ -13,8 +13,8 @@
 
 #include "buffer.h"
 #include "clock.h"
+#include "ends.h"
 #include "error.h"
-#include "job_message.h"
 #include "log.h"
 #include "metrics.h"
 #include "sink.h"
@@ -39,6 +39,16 @@ runner_sleep_ms(struct stream_worker *sr, int ms)
     }
 }
 
+/* Closes a stream thread's database connection and the stream store on it. */
+static void
+close_store(struct stream_worker *sr)
+{
+    stream_store_free(sr->store);
+    sr->store = NULL;
+    outbox_store_free(sr->connection);
+    sr->connection = NULL;
+}
+
 /*
  * Drops the database connection after a failure. The partitions stay held
  * in memory: after the reconnect their leases are renewed first (fenced, so
@@ -51,26 +61,35 @@ store_lost(struct stream_worker *sr, const struct outbox_error *err)
 {
     log_event(OUTBOX_LOG_WARN, "stream database call failed", "thread=stream error=\"%s\"",
               err->message);
-    stream_store_free(sr->store);
-    sr->store = NULL;
+    close_store(sr);
     runner_sleep_ms(sr, STREAM_RETRY_MS); /* an error that stays must not spin */
 }
 
 /*
- * A notice of the stream connection (a user's trigger warning, the FATAL
- * sent at a server's shutdown) as a log event of the thread, rate-limited
- * as the pipelines' are, never a raw line on stderr.
+ * Opens the thread's database connection as every connection of the relay
+ * is opened (database_open(): its notices logged under the thread's name,
+ * the identity read, a changed history warned of), and the stream store on
+ * it, whose statements keep generic plans. False with err when it could not.
  */
-static void
-log_stream_notice(void *arg, const char *message)
+static bool
+open_store(struct stream_worker *sr, struct outbox_error *err)
 {
-    const struct stream_worker *sr = arg;
-    size_t len = strlen(message);
+    const struct store_connect_options no_claims = {.prepare_lazily = true};
+    const struct database_open how = {.url = sr->config->database_url,
+                                      .worker_id = sr->owner,
+                                      .who = sr->notice_who,
+                                      .steps = &no_claims};
 
-    while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == ' '))
-        len--;
-    log_event_limited("database-notice", OUTBOX_LOG_WARN, "database notice",
-                      "thread=stream index=%d notice=\"%.*s\"", sr->index, (int)len, message);
+    sr->connection =
+        database_open(sr->config, sr->runner->metrics, &how, &sr->identity, err);
+    if (sr->connection == NULL)
+        return false;
+    sr->store = stream_store_borrow(outbox_store_conn(sr->connection), sr->owner, true, err);
+    if (sr->store == NULL || stream_store_use_generic_plans(sr->store, err) != 0) {
+        close_store(sr);
+        return false;
+    }
+    return true;
 }
 
 /* Connects what is missing; false when it could not (the caller waits and retries). */
@@ -80,18 +99,11 @@ stream_connect_ends(struct stream_worker *sr)
     struct outbox_error err;
 
     if (sr->store == NULL) {
-        sr->store = stream_store_connect(sr->config->database_url, sr->owner, &err);
-        if (sr->store == NULL) {
+        if (!open_store(sr, &err)) {
             log_event(OUTBOX_LOG_WARN, "stream database connection failed",
                       "thread=stream error=\"%s\"", err.message);
             return false;
         }
-        stream_store_set_notice_processor(sr->store, log_stream_notice, sr);
-        if (store_identity_observe(stream_store_conn(sr->store), &sr->identity, &err) != 0) {
-            store_lost(sr, &err);
-            return false;
-        }
-        job_message_warn_history(&sr->identity, "thread=stream");
         sr->next_renew = 0;
         sr->reload_cursors = true;
     }
@@ -297,8 +309,7 @@ watch_run(void *arg)
             runner_sleep_ms(sr, (int)((next - now) * 1000) + 1);
     }
 done:
-    stream_store_free(sr->store);
-    sr->store = NULL;
+    close_store(sr);
     return NULL;
 }
 
@@ -350,8 +361,7 @@ stream_run(void *arg)
 done:
     stream_worker_release_all(sr);
     sink_disconnect(sr->sink);
-    stream_store_free(sr->store);
-    sr->store = NULL;
+    close_store(sr);
     return NULL;
 }
 
@@ -393,6 +403,7 @@ stream_worker_init(stream_runner *runner, struct stream_worker *sr, int index,
     sr->owner = runner->owner;
     sr->index = index;
     sr->who = "thread=stream";
+    snprintf(sr->notice_who, sizeof(sr->notice_who), "thread=stream index=%d", index);
     sr->acquired_log = OUTBOX_LOG_INFO;
     sr->lease_seconds = config->lease_seconds;
     sr->seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ (unsigned int)(index * 7919);
@@ -423,7 +434,7 @@ void
 stream_worker_clear(struct stream_worker *sr)
 {
     sink_free(sr->sink);
-    stream_store_free(sr->store);
+    close_store(sr);
     free(sr->messages);
     cloudevents_free(sr->cloudevents);
     otel_batch_free(sr->otel);

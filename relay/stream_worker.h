@@ -49,7 +49,9 @@ struct stream_worker {
     int index;
     pthread_t thread;
     bool started;
-    stream_store *store;
+    stream_store *store; /* on connection, or on the connection a slot lends */
+    outbox_store *connection; /* a stream thread's own (database_open()); NULL on a slot */
+    char notice_who[40];      /* leads the notices of connection: "thread=stream index=N" */
     struct store_identity identity; /* the database's, read when store connected */
     sink *sink;
     struct owned owned[STREAM_MAX_PARTITIONS];

@@ -253,8 +253,9 @@ class NatsDestination(Destination):
         super().__init__(cell, env)
         self.stream = "TT_%s" % cell.upper()
         # the row-state cell publishes with no subject prefix, as the default is: a routing key
-        # then names the whole subject, the server's API included
-        self.prefix = "" if cell.endswith("_row") else "tt_%s." % cell
+        # then names the whole subject, the server's API included; a run of a TORTURE_TAG has
+        # a prefix in every cell, or its subjects would overlap an untagged run's beside it
+        self.prefix = "" if cell == "nats_row" else "tt_%s." % cell
         self.port = int(env["OUTBOX_TEST_NATS_PORT"])
         nats = self._connect()
         nats.request("$JS.API.STREAM.DELETE." + self.stream, {})
