@@ -616,7 +616,7 @@ test_health_follows_the_broker(void **state)
         r = http_get(f->port, "/livez");
         if (r.status != 200)
             fail_msg("/livez answered %d during a broker outage: %s", r.status, r.body);
-        free(r.body);
+        http_reply_free(&r);
         usleep(2000 * 1000);
     }
 
