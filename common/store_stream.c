@@ -146,12 +146,6 @@ stream_store_borrow(PGconn *conn, const char *owner, bool prepare, struct outbox
     return s;
 }
 
-PGconn *
-stream_store_conn(stream_store *s)
-{
-    return s->conn;
-}
-
 void
 stream_store_free(stream_store *s)
 {

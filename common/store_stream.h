@@ -120,9 +120,6 @@ stream_store *stream_store_borrow(PGconn *conn, const char *owner, bool prepare,
  */
 int stream_store_use_generic_plans(stream_store *s, struct outbox_error *err);
 
-/* The store's connection, for a statement of another module (idle between calls). */
-PGconn *stream_store_conn(stream_store *s);
-
 /*
  * Takes up to capacity partitions whose lease expired or was never taken,
  * no more than a fair share of all partitions among the relays there are
