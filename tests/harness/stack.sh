@@ -474,24 +474,45 @@ rabbit_launch() {
     echo $! >"$base/launcher.pid"
 }
 
+# A node that fails to boot is stopped and launched once more: on a loaded host a
+# restart on the same data and port (the chaos tests' broker fault) has been seen to
+# die before it wrote its log. Both attempts' output is kept and shown on failure.
 rabbit_start() {
     rabbit_launch
-    rabbit_wait
+    rabbit_wait && return 0
+    echo "stack: rabbitmq on 127.0.0.1:$AMQP_PORT did not start; stopping it and trying once more" >&2
+    rabbit_show_failure
+    rabbit_stop
+    rabbit_launch
+    rabbit_wait_or_fail
 }
 
+# Succeeds when the node launched by rabbit_launch is up within START_TIMEOUT.
 rabbit_wait() {
-    local base log
+    local status=0
     rabbit_env
-    base=$RABBIT_BASE
     CTL_TIMEOUT=$((START_TIMEOUT + 10))
-    if ! rabbitmqctl_run wait --timeout "$START_TIMEOUT" "$base/rabbitmq.pid" >"$base/wait.log" 2>&1; then
-        CTL_TIMEOUT=60
-        log="$base/server.log"
-        [ -s "$base/log/$AMQP_NODE.log" ] && log="$base/log/$AMQP_NODE.log"
-        rabbit_stop
-        fail_with_log "rabbitmq failed to start on 127.0.0.1:$AMQP_PORT" "$log"
-    fi
+    rabbitmqctl_run wait --timeout "$START_TIMEOUT" "$RABBIT_BASE/rabbitmq.pid" \
+        >"$RABBIT_BASE/wait.log" 2>&1 || status=$?
     CTL_TIMEOUT=60
+    return "$status"
+}
+
+rabbit_wait_or_fail() {
+    rabbit_wait && return 0
+    rabbit_show_failure
+    rabbit_stop
+    fail_with_log "rabbitmq failed to start on 127.0.0.1:$AMQP_PORT" "$RABBIT_BASE/log/$AMQP_NODE.log"
+}
+
+# What a failed boot left: rabbitmqctl wait's answer and the server's own output.
+rabbit_show_failure() {
+    local log
+    for log in "$RABBIT_BASE/wait.log" "$RABBIT_BASE/server.log"; do
+        [ -s "$log" ] || continue
+        echo "stack: $log:" >&2
+        tail -n 10 "$log" | sed 's/^/stack:   | /' >&2
+    done
 }
 
 rabbit_stop() {
@@ -545,7 +566,7 @@ cluster_start() {
         with_cluster_node "$i" rabbit_launch
     done
     for ((i = 1; i <= CLUSTER_SIZE; i++)); do
-        with_cluster_node "$i" rabbit_wait
+        with_cluster_node "$i" rabbit_wait_or_fail
     done
     # joined once; a restarted node finds its cluster in its own data
     [ -f "$DIR/rabbitmq-cluster.joined" ] && return 0
