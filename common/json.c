@@ -109,12 +109,8 @@ read_unicode_escape(struct json_reader *r)
     return 0;
 }
 
-/*
- * Length of the well-formed UTF-8 sequence at s (at most n bytes): no
- * overlong forms, no surrogates, nothing above U+10FFFF; 0 when invalid.
- */
-static size_t
-utf8_sequence_length(const unsigned char *s, size_t n)
+size_t
+json_utf8_length(const unsigned char *s, size_t n)
 {
     size_t need;
     uint32_t cp, min;
@@ -145,7 +141,7 @@ utf8_sequence_length(const unsigned char *s, size_t n)
 static int
 copy_utf8(struct json_reader *r)
 {
-    size_t need = utf8_sequence_length(r->text + r->at, r->length - r->at);
+    size_t need = json_utf8_length(r->text + r->at, r->length - r->at);
 
     if (need == 0)
         return outbox_error_set(r->err, OUTBOX_ERR_INVALID, "invalid utf-8 in json at offset %zu",
@@ -526,7 +522,7 @@ json_put_string(struct buffer *out, const char *text, size_t length, unsigned fl
             buffer_puts(out, "\\u00");
             buffer_putc(out, hex[c >> 4]);
             buffer_putc(out, hex[c & 0xf]);
-        } else if ((len = utf8_sequence_length(s + i, length - i)) == 0) {
+        } else if ((len = json_utf8_length(s + i, length - i)) == 0) {
             buffer_puts(out, "\\ufffd"); /* invalid UTF-8: one replacement per byte */
             len = 1;
         } else {

@@ -114,4 +114,11 @@ void json_put_string(struct buffer *out, const char *text, size_t length, unsign
 /* The same for a NUL-terminated text; NULL is written as null. */
 void json_put_text(struct buffer *out, const char *text, unsigned flags);
 
+/*
+ * Length of the well-formed UTF-8 sequence at s (at most n bytes, n > 0): 1
+ * for ASCII; no overlong forms, no surrogates, nothing above U+10FFFF; 0
+ * when invalid.
+ */
+size_t json_utf8_length(const unsigned char *s, size_t n);
+
 #endif

@@ -104,8 +104,8 @@ run_lease_statement(PGconn *conn, const char *sql, int nparams, const char *cons
 
 /* run_lease_statement() for a statement of one row; NULL with err for anything else. */
 static PGresult *
-run_one_row(PGconn *conn, const char *sql, int nparams, const char *const *values,
-            const char *context, struct outbox_error *err)
+lease_one_row(PGconn *conn, const char *sql, int nparams, const char *const *values,
+              const char *context, struct outbox_error *err)
 {
     PGresult *result = run_lease_statement(conn, sql, nparams, values, context, err);
 
@@ -183,8 +183,8 @@ int
 store_database_next_ready(PGconn *conn, double *seconds, bool *held, struct outbox_error *err)
 {
     PGresult *result =
-        run_one_row(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY,
-                    0, NULL, "unable to read when the next row is due", err);
+        lease_one_row(conn, PQserverVersion(conn) >= 150000 ? SQL_NEXT_READY_FLUSH : SQL_NEXT_READY,
+                      0, NULL, "unable to read when the next row is due", err);
 
     if (result == NULL)
         return -1;
@@ -198,10 +198,10 @@ int
 store_database_has_streams(PGconn *conn, const char *queues, bool *exists, struct outbox_error *err)
 {
     const char *values[1] = {queues};
-    PGresult *result = run_one_row(conn,
-                                   "SELECT EXISTS (SELECT 1 FROM outbox.stream"
-                                   " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
-                                   1, values, "unable to look for stream queues", err);
+    PGresult *result = lease_one_row(conn,
+                                     "SELECT EXISTS (SELECT 1 FROM outbox.stream"
+                                     " WHERE $1::text[] IS NULL OR queue = ANY ($1::text[]))",
+                                     1, values, "unable to look for stream queues", err);
 
     if (result == NULL)
         return -1;
@@ -215,8 +215,8 @@ store_database_sample(PGconn *conn, const char *queues, bool count,
                       struct store_database_sample *sample, struct outbox_error *err)
 {
     const char *values[1] = {queues};
-    PGresult *result = run_one_row(conn, count ? SQL_SAMPLE : SQL_PROBE, 1, values,
-                                   "unable to sample the database's backlog", err);
+    PGresult *result = lease_one_row(conn, count ? SQL_SAMPLE : SQL_PROBE, 1, values,
+                                     "unable to sample the database's backlog", err);
 
     if (result == NULL)
         return -1;

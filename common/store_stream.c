@@ -61,12 +61,6 @@ run_stream_statement(stream_store *s, enum stream_statement statement, int npara
     return NULL;
 }
 
-static void
-copy_text(char *out, size_t size, const char *text)
-{
-    snprintf(out, size, "%s", text == NULL ? "" : text);
-}
-
 /* A partition's fence as parameters $1..$4. */
 struct fence_values {
     char partition[16];
@@ -193,12 +187,12 @@ stream_store_acquire(stream_store *s, const char *queues, int modulus, int resid
     for (int r = 0; r < rows && (size_t)r < capacity; r++) {
         struct stream_partition *p = &out[r];
 
-        copy_text(p->queue, sizeof(p->queue), PQgetvalue(result, r, 0));
+        store_row_copy_cell(p->queue, sizeof(p->queue), result, r, 0);
         p->partition = (int)strtol(PQgetvalue(result, r, 1), NULL, 10);
         p->generation = strtoll(PQgetvalue(result, r, 2), NULL, 10);
-        copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, r, 3));
+        store_row_copy_cell(p->cursor_xid, sizeof(p->cursor_xid), result, r, 3);
         p->cursor_job_id = strtoll(PQgetvalue(result, r, 4), NULL, 10);
-        copy_text(p->order, sizeof(p->order), PQgetvalue(result, r, 5));
+        store_row_copy_cell(p->order, sizeof(p->order), result, r, 5);
         p->history_epoch = (int32_t)strtol(PQgetvalue(result, r, 6), NULL, 10);
         p->ahead = strcmp(PQgetvalue(result, r, 7), "t") == 0;
         (*count)++;
@@ -278,7 +272,7 @@ enum cursor_read { CURSOR_WITH_AHEAD, CURSOR_ALONE };
 static void
 cursor_from(const PGresult *result, struct stream_partition *p, enum cursor_read read)
 {
-    copy_text(p->cursor_xid, sizeof(p->cursor_xid), PQgetvalue(result, 0, 0));
+    store_row_copy_cell(p->cursor_xid, sizeof(p->cursor_xid), result, 0, 0);
     p->cursor_job_id = strtoll(PQgetvalue(result, 0, 1), NULL, 10);
     p->history_epoch = (int32_t)strtol(PQgetvalue(result, 0, 2), NULL, 10);
     p->ahead = read == CURSOR_WITH_AHEAD && strcmp(PQgetvalue(result, 0, 3), "t") == 0;
@@ -565,7 +559,7 @@ stream_store_advance(stream_store *s, struct stream_partition *p, const char *xi
         goto cleanup;
     *held = strcmp(PQgetvalue(result, 0, 0), "1") == 0;
     if (*held) {
-        copy_text(p->cursor_xid, sizeof(p->cursor_xid), xid);
+        snprintf(p->cursor_xid, sizeof(p->cursor_xid), "%s", xid);
         p->cursor_job_id = job_id;
     }
     rc = 0;

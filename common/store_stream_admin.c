@@ -11,13 +11,8 @@
 
 #include "error.h"
 #include "store_admin_lock.h"
+#include "store_row.h"
 #include "store_stream_sql.h"
-
-static void
-copy_text(char *out, size_t size, const char *text)
-{
-    snprintf(out, size, "%s", text == NULL ? "" : text);
-}
 
 int
 stream_lag_read(PGresult *result, struct stream_lag **out, size_t *count, struct outbox_error *err)
@@ -35,12 +30,12 @@ stream_lag_read(PGresult *result, struct stream_lag **out, size_t *count, struct
     for (int r = 0; r < rows; r++) {
         struct stream_lag *l = &(*out)[r];
 
-        copy_text(l->queue, sizeof(l->queue), PQgetvalue(result, r, 0));
+        store_row_copy_cell(l->queue, sizeof(l->queue), result, r, 0);
         l->partition = (int)strtol(PQgetvalue(result, r, 1), NULL, 10);
-        copy_text(l->owner, sizeof(l->owner), PQgetvalue(result, r, 2));
+        store_row_copy_cell(l->owner, sizeof(l->owner), result, r, 2);
         l->rows = strtoll(PQgetvalue(result, r, 3), NULL, 10);
         l->seconds = strtod(PQgetvalue(result, r, 4), NULL);
-        copy_text(l->lease_until, sizeof(l->lease_until), PQgetvalue(result, r, 5));
+        store_row_copy_cell(l->lease_until, sizeof(l->lease_until), result, r, 5);
     }
     *count = (size_t)rows;
     PQclear(result);
@@ -56,12 +51,12 @@ stream_horizon_read(PGresult *result, struct stream_horizon *out)
     if (PQntuples(result) == 1) {
         out->found = true;
         out->pid = (int)strtol(PQgetvalue(result, 0, 0), NULL, 10);
-        copy_text(out->user, sizeof(out->user), PQgetvalue(result, 0, 1));
-        copy_text(out->application, sizeof(out->application), PQgetvalue(result, 0, 2));
+        store_row_copy_cell(out->user, sizeof(out->user), result, 0, 1);
+        store_row_copy_cell(out->application, sizeof(out->application), result, 0, 2);
         out->seconds = strtod(PQgetvalue(result, 0, 3), NULL);
-        copy_text(out->query, sizeof(out->query), PQgetvalue(result, 0, 4));
-        copy_text(out->prepared, sizeof(out->prepared), PQgetvalue(result, 0, 5));
-        copy_text(out->database, sizeof(out->database), PQgetvalue(result, 0, 6));
+        store_row_copy_cell(out->query, sizeof(out->query), result, 0, 4);
+        store_row_copy_cell(out->prepared, sizeof(out->prepared), result, 0, 5);
+        store_row_copy_cell(out->database, sizeof(out->database), result, 0, 6);
     }
     PQclear(result);
     return 0;

@@ -31,15 +31,15 @@ console_json_string(struct buffer *out, const char *text)
 }
 
 void
-api_json_key(struct buffer *out, bool first, const char *key)
+api_json_key(struct buffer *out, const char *key)
 {
-    buffer_printf(out, "%s\"%s\":", first ? "" : ",", key);
+    buffer_printf(out, ",\"%s\":", key);
 }
 
 void
 api_field_string(struct buffer *out, const char *key, const char *value)
 {
-    api_json_key(out, false, key);
+    api_json_key(out, key);
     console_json_string(out, value);
 }
 
@@ -58,7 +58,7 @@ api_field_text_or_null(struct buffer *out, const char *key, const char *text)
 void
 api_field_json(struct buffer *out, const char *key, const char *json_text)
 {
-    api_json_key(out, false, key);
+    api_json_key(out, key);
     if (json_text == NULL) {
         buffer_puts(out, "null");
         return;

@@ -48,8 +48,8 @@ void console_api(struct console *console, const struct console_request *request,
 /* Writes text as a JSON string (with <, > and & as \u escapes). NULL writes null. */
 void console_json_string(struct buffer *out, const char *text);
 
-/* The parts of an answer: a key (first: no comma before it) and ,"key":value fields. */
-void api_json_key(struct buffer *out, bool first, const char *key);
+/* The parts of an answer: a key after the first (,"key":) and ,"key":value fields. */
+void api_json_key(struct buffer *out, const char *key);
 void api_field_string(struct buffer *out, const char *key, const char *value);
 /* A text that is "" or NULL for none (an owner, a lease) as a JSON string or null. */
 void api_field_text_or_null(struct buffer *out, const char *key, const char *text);

@@ -183,7 +183,7 @@ entry_json(struct buffer *out, const struct probe_entry *entry)
         return;
     }
     api_field_int(out, "schema_version", state->schema_version);
-    api_json_key(out, false, "identity");
+    api_json_key(out, "identity");
     if (state->identity_present) {
         buffer_puts(out, "{\"database_id\":");
         console_json_string(out, state->identity.database_id);

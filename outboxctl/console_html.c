@@ -22,13 +22,6 @@
 
 #define SESSION_COOKIE "outbox_session"
 
-/* Short alias: escaped text. */
-static void
-esc(struct buffer *out, const char *text)
-{
-    console_html_escape(out, text);
-}
-
 /* ---- login ---- */
 
 static void
@@ -41,7 +34,7 @@ login_page(struct console *console, const struct console_request *request,
     buffer_puts(out, "<section class=\"login\"><h1>Log in</h1>");
     if (problem != NULL) {
         buffer_puts(out, "<p class=\"bad\">");
-        esc(out, problem);
+        console_html_escape(out, problem);
         buffer_puts(out, "</p>");
     }
     buffer_puts(out, "<form method=\"post\" action=\"/login\"><label>Access token "
@@ -142,7 +135,7 @@ hidden(struct buffer *out, const char *name, const char *value)
     if (value == NULL || value[0] == '\0')
         return;
     buffer_printf(out, "<input type=\"hidden\" name=\"%s\" value=\"", name);
-    esc(out, value);
+    console_html_escape(out, value);
     buffer_puts(out, "\">");
 }
 
@@ -168,11 +161,11 @@ dead_filter_form(struct buffer *out, const struct console_request *request,
     buffer_puts(out, "<form method=\"get\" action=\"/dead\" class=\"filter\">");
     hidden(out, "database", request->database);
     buffer_puts(out, "<label>Queue <input name=\"queue\" value=\"");
-    esc(out, filter->queue);
+    console_html_escape(out, filter->queue);
     buffer_puts(out, "\"></label> <label>Ordering key <input name=\"key\" value=\"");
-    esc(out, filter->ordering_key);
+    console_html_escape(out, filter->ordering_key);
     buffer_puts(out, "\"></label> <label>Error contains <input name=\"error\" value=\"");
-    esc(out, filter->error_text);
+    console_html_escape(out, filter->error_text);
     buffer_printf(out, "\"></label> <label>Limit <input name=\"limit\" type=\"number\" min=\"1\" "
                        "max=\"%d\" value=\"%lld\"></label> <button type=\"submit\">Filter</button>"
                        "</form>",
@@ -184,19 +177,19 @@ dead_row(struct buffer *out, const struct forms *forms, const struct store_dead_
 {
     buffer_printf(out, "<tr data-job-id=\"%lld\"><td>%lld</td><td class=\"queue\">",
                   (long long)job->job_id, (long long)job->job_id);
-    esc(out, job->queue);
+    console_html_escape(out, job->queue);
     buffer_puts(out, "</td><td class=\"key\">");
-    esc(out, job->ordering_key);
+    console_html_escape(out, job->ordering_key);
     buffer_printf(out, "</td><td>%d/%d</td><td>", (int)job->attempts, (int)job->max_attempts);
-    esc(out, job->finished_at);
+    console_html_escape(out, job->finished_at);
     buffer_puts(out, "</td><td class=\"last-error\"><details><summary>");
-    esc(out, job->last_error ? job->last_error : "(no error recorded)");
+    console_html_escape(out, job->last_error ? job->last_error : "(no error recorded)");
     buffer_puts(out, "</summary><h3>last_error</h3><pre class=\"error-text\">");
-    esc(out, job->last_error);
+    console_html_escape(out, job->last_error);
     buffer_puts(out, "</pre><h3>payload</h3><pre class=\"payload\">");
-    esc(out, job->payload);
+    console_html_escape(out, job->payload);
     buffer_puts(out, "</pre><h3>headers</h3><pre class=\"headers\">");
-    esc(out, job->headers);
+    console_html_escape(out, job->headers);
     buffer_puts(out, "</pre></details></td><td class=\"actions\">");
     job_button(out, forms, "dead/retry", "retried", job->job_id, "Retry");
     job_button(out, forms, "dead/delete", "deleted", job->job_id, "Delete");
@@ -276,14 +269,14 @@ blocked_table(struct buffer *out, const struct forms *forms, const struct store_
         const struct store_blocked_key *key = &status->blocked[i];
 
         buffer_puts(out, "<tr><td>");
-        esc(out, key->queue);
+        console_html_escape(out, key->queue);
         buffer_puts(out, "</td><td class=\"key\">");
-        esc(out, key->ordering_key);
+        console_html_escape(out, key->ordering_key);
         buffer_printf(out, "</td><td>%lld</td><td>", (long long)key->head_job_id);
-        esc(out, key->head_state);
+        console_html_escape(out, key->head_state);
         buffer_printf(out, "</td><td>%d/%d</td><td class=\"last-error\">", (int)key->attempts,
                       (int)key->max_attempts);
-        esc(out, key->last_error);
+        console_html_escape(out, key->last_error);
         buffer_printf(out, "</td><td>%lld</td><td>", (long long)key->waiting);
         if (strcmp(key->head_state ? key->head_state : "", "dead") == 0)
             job_button(out, forms, "dead/retry", "retried", key->head_job_id, "Retry head");
@@ -304,15 +297,15 @@ paused_table(struct buffer *out, const struct forms *forms, const struct store_p
         const struct store_pause *pause = &list->pauses[i];
 
         buffer_puts(out, "<tr><td class=\"queue\">");
-        esc(out, pause->queue);
+        console_html_escape(out, pause->queue);
         buffer_puts(out, "</td><td class=\"key\">");
-        esc(out, pause->ordering_key ? pause->ordering_key : "(whole queue)");
+        console_html_escape(out, pause->ordering_key ? pause->ordering_key : "(whole queue)");
         buffer_puts(out, "</td><td>");
-        esc(out, pause->reason);
+        console_html_escape(out, pause->reason);
         buffer_puts(out, "</td><td>");
-        esc(out, pause->paused_by);
+        console_html_escape(out, pause->paused_by);
         buffer_puts(out, "</td><td>");
-        esc(out, pause->paused_at);
+        console_html_escape(out, pause->paused_at);
         buffer_puts(out, "</td><td>");
         action_form(out, forms, "resume", "resumed", "inline");
         hidden(out, "queue", pause->queue);

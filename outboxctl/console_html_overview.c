@@ -13,13 +13,6 @@
 #include "store_admin.h"
 #include "store_console.h"
 
-/* Short alias: escaped text. */
-static void
-esc(struct buffer *out, const char *text)
-{
-    console_html_escape(out, text);
-}
-
 static void
 format_bytes(char *buf, size_t size, int64_t bytes)
 {
@@ -127,13 +120,13 @@ queues_table(struct buffer *out, const struct console_request *request,
 
         format_age(age, sizeof(age), q->oldest_ready_seconds);
         buffer_puts(out, "<tr data-queue=\"");
-        esc(out, q->queue);
+        console_html_escape(out, q->queue);
         buffer_printf(out, "\"%s><td class=\"queue\"><a href=\"/dead?queue=",
                       q->stream ? " data-stream" : "");
-        esc(out, q->queue);
+        console_html_escape(out, q->queue);
         console_html_database_param(out, request, '&');
         buffer_puts(out, "\">");
-        esc(out, q->queue);
+        console_html_escape(out, q->queue);
         buffer_printf(out,
                       "</a>%s</td><td class=\"ready\">%lld</td><td class=\"running\">%lld"
                       "</td><td class=\"succeeded\">%s%lld",
@@ -183,14 +176,14 @@ table_facts(struct buffer *out, const struct store_console_overview *overview)
                   "<dt>Last autovacuum</dt><dd>",
                   status->schema_version, table, index, (long long)status->live_tuples,
                   (long long)status->dead_tuples);
-    esc(out, status->last_autovacuum ? status->last_autovacuum : "never");
+    console_html_escape(out, status->last_autovacuum ? status->last_autovacuum : "never");
     buffer_puts(out, "</dd><dt>Vacuum horizon held by</dt><dd>");
     if (oldest->present && oldest->prepared_gid != NULL && oldest->prepared_gid[0] != '\0') {
         format_age(age, sizeof(age), oldest->age_seconds);
         buffer_puts(out, "the prepared transaction <code>");
-        esc(out, oldest->prepared_gid);
+        console_html_escape(out, oldest->prepared_gid);
         buffer_puts(out, "</code> (database ");
-        esc(out, oldest->database);
+        console_html_escape(out, oldest->database);
         buffer_printf(out,
                       "), prepared %s ago, %lld transactions behind: end it with "
                       "<code>COMMIT PREPARED</code> or <code>ROLLBACK PREPARED</code>",
@@ -198,9 +191,9 @@ table_facts(struct buffer *out, const struct store_console_overview *overview)
     } else if (oldest->present) {
         format_age(age, sizeof(age), oldest->age_seconds);
         buffer_printf(out, "pid %d (", oldest->pid);
-        esc(out, oldest->application_name);
+        console_html_escape(out, oldest->application_name);
         buffer_puts(out, ", ");
-        esc(out, oldest->state);
+        console_html_escape(out, oldest->state);
         buffer_printf(out, "), transaction age %s, %lld transactions behind", age,
                       (long long)oldest->xid_age);
     } else {
@@ -226,7 +219,7 @@ relays_table(struct buffer *out, const struct store_console_overview *overview)
         const struct store_console_relay *relay = &overview->relays[i];
 
         buffer_puts(out, "<tr><td>");
-        esc(out, relay->worker_id);
+        console_html_escape(out, relay->worker_id);
         buffer_printf(out, "</td><td>%lld</td><td>%.1fs</td><td>%.1fs</td></tr>",
                       (long long)relay->rows, relay->lease_min_seconds, relay->lease_max_seconds);
     }
@@ -250,17 +243,17 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
 
         format_age(age, sizeof(age), lag->seconds);
         buffer_puts(out, "<tr data-queue=\"");
-        esc(out, lag->queue);
+        console_html_escape(out, lag->queue);
         buffer_printf(out, "\" data-partition=\"%d\"><td class=\"queue\">", lag->partition);
-        esc(out, lag->queue);
+        console_html_escape(out, lag->queue);
         buffer_printf(out,
                       "</td><td class=\"partition\">%d</td><td class=\"lag-rows\">%lld%s"
                       "</td><td class=\"lag-age\">%s</td><td class=\"owner\">",
                       lag->partition, (long long)lag->rows,
                       lag->rows >= STREAM_LAG_COUNT_MAX ? "+" : "", lag->rows > 0 ? age : "-");
-        esc(out, lag->owner[0] != '\0' ? lag->owner : "none");
+        console_html_escape(out, lag->owner[0] != '\0' ? lag->owner : "none");
         buffer_puts(out, "</td><td class=\"lease\">");
-        esc(out, lag->lease_until[0] != '\0' ? lag->lease_until : "-");
+        console_html_escape(out, lag->lease_until[0] != '\0' ? lag->lease_until : "-");
         buffer_puts(out, "</td></tr>");
     }
     buffer_puts(out, "</tbody></table><p class=\"note\" id=\"stream-horizon\">");
@@ -272,11 +265,11 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
     if (horizon->prepared[0] != '\0') {
         buffer_puts(out, "Streams read only rows of transactions older than the oldest one open: "
                          "the prepared transaction <code class=\"gid\">");
-        esc(out, horizon->prepared);
+        console_html_escape(out, horizon->prepared);
         buffer_puts(out, "</code> (owner ");
-        esc(out, horizon->user);
+        console_html_escape(out, horizon->user);
         buffer_puts(out, ", database ");
-        esc(out, horizon->database);
+        console_html_escape(out, horizon->database);
         buffer_printf(out,
                       "), prepared %s ago. End it with <code>COMMIT PREPARED</code> or "
                       "<code>ROLLBACK PREPARED</code> of that gid.</p>",
@@ -287,11 +280,12 @@ streams_table(struct buffer *out, const struct store_console_streams *streams)
                   "Streams read only rows of transactions older than the oldest one open: "
                   "pid <span class=\"pid\">%d</span> (",
                   horizon->pid);
-    esc(out, horizon->application[0] != '\0' ? horizon->application : "no application name");
+    console_html_escape(out, horizon->application[0] != '\0' ? horizon->application
+                                                             : "no application name");
     buffer_puts(out, ", ");
-    esc(out, horizon->user);
+    console_html_escape(out, horizon->user);
     buffer_printf(out, "), open for %s, last statement <code>", age);
-    esc(out, horizon->query);
+    console_html_escape(out, horizon->query);
     buffer_puts(out, "</code>.</p>");
 }
 

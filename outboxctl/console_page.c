@@ -28,12 +28,6 @@ console_html_escape(struct buffer *out, const char *text)
     }
 }
 
-/* Short alias: escaped text. */
-static void
-esc(struct buffer *out, const char *text)
-{
-    console_html_escape(out, text);
-}
 void
 console_html_database_param(struct buffer *out, const struct console_request *request,
                             char separator)
@@ -41,7 +35,8 @@ console_html_database_param(struct buffer *out, const struct console_request *re
     if (request->database[0] == '\0')
         return;
     buffer_puts(out, separator == '&' ? "&amp;database=" : "?database=");
-    esc(out, request->database); /* a name is [A-Za-z0-9_.-]: nothing to percent-encode */
+    /* a name is [A-Za-z0-9_.-]: nothing to percent-encode */
+    console_html_escape(out, request->database);
 }
 
 /* With a list of databases: the form that switches the page to another database. */
@@ -61,10 +56,10 @@ database_selector(struct console *console, const struct console_request *request
                   current[0] != '\0' ? current : "/");
     for (size_t i = 0; i < list.count; i++) {
         buffer_puts(out, "<option value=\"");
-        esc(out, list.items[i].name);
+        console_html_escape(out, list.items[i].name);
         buffer_puts(out,
                     strcmp(list.items[i].name, request->database) == 0 ? "\" selected>" : "\">");
-        esc(out, list.items[i].name);
+        console_html_escape(out, list.items[i].name);
         buffer_puts(out, "</option>");
     }
     buffer_puts(out, "</select></label> <button type=\"submit\">Switch</button></form>");
@@ -78,10 +73,10 @@ console_page_start(struct console *console, const struct console_request *reques
     buffer_puts(out, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                      "<title>");
-    esc(out, title);
+    console_html_escape(out, title);
     buffer_puts(out, " - outbox console</title><meta name=\"csrf-token\" content=\"");
     if (request->session != NULL)
-        esc(out, request->session->csrf);
+        console_html_escape(out, request->session->csrf);
     buffer_puts(out, "\"><link rel=\"stylesheet\" href=\"/static/console.css\">"
                      "<script src=\"/static/console.js\" defer></script></head>\n<body>"
                      "<header><span class=\"brand\">outbox console</span><nav>");
@@ -130,7 +125,7 @@ console_page_banner(struct console *console, const struct console_request *reque
     out->len = 0;
     console_page_start(console, request, out, title, current);
     buffer_puts(out, "<div class=\"banner\" id=\"database-banner\">Database unavailable: ");
-    esc(out, message);
+    console_html_escape(out, message);
     buffer_puts(out, ". The console reconnects at the next request; reload to try again.</div>");
     console_page_end(out);
     console_page_respond(response, 503);

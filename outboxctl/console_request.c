@@ -66,8 +66,9 @@ report(const char *name, const char *message)
     pthread_mutex_unlock(&reported_lock);
 }
 
+/* The console's sessions only read: their NOTICEs are dropped. */
 static void
-ignore_notice(void *arg, const char *message)
+quiet_notice(void *arg, const char *message)
 {
     (void)arg;
     (void)message;
@@ -122,7 +123,7 @@ console_database(const char *name, const char *url)
     PQfinish(thread_conn);
     thread_conn = PQconnectdbParams(keywords, values, 1);
     if (thread_conn != NULL && PQstatus(thread_conn) == CONNECTION_OK) {
-        PQsetNoticeProcessor(thread_conn, ignore_notice, NULL);
+        PQsetNoticeProcessor(thread_conn, quiet_notice, NULL);
         report(name, NULL);
         thread_db_error[0] = '\0';
         return thread_conn;

@@ -61,12 +61,16 @@ struct ctl_option {
 int ctl_run_over_databases(struct ctl *ctl, int argc, char **argv, int i,
                            ctl_command_fn *dispatch);
 
+/* What a pause command does to its queue, key or database. */
+enum ctl_flow { CTL_PAUSE, CTL_RESUME };
+
 /*
  * pause --database / resume --database (argv[first..] the options after
  * --database): the whole database for relays of a list
  * (ctl_database_pause.c).
  */
-int ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first, bool pause);
+int ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first,
+                               enum ctl_flow flow);
 
 /* ---- errors (outboxctl.c) ---- */
 

@@ -12,8 +12,9 @@ static const char SQL_PAUSE[] = "SELECT outbox.database_pause($1)";
 static const char SQL_RESUME[] = "SELECT outbox.database_resume()";
 
 int
-ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first, bool pause)
+ctl_command_database_pause(struct ctl *ctl, int argc, char **argv, int first, enum ctl_flow flow)
 {
+    bool pause = flow == CTL_PAUSE;
     const char *reason = NULL;
     const struct ctl_option options[] = {{"--reason", &reason, NULL}};
     const char *values[1];

@@ -185,10 +185,14 @@ done:
     free(body.job_ids);
 }
 
+/* What the console does to the dead rows a body selects. */
+enum dead_verb { DEAD_RETRY, DEAD_DELETE };
+
 /* Retries or deletes the dead rows the body selects. */
 static void
-dead_action(struct api_call *call, bool delete)
+dead_action(struct api_call *call, enum dead_verb verb)
 {
+    bool delete = verb == DEAD_DELETE;
     const struct api_body *body = call->body;
     struct console_response *response = call->response;
     const char *action = delete ? "dead/delete" : "dead/retry";
@@ -222,11 +226,11 @@ dead_action(struct api_call *call, bool delete)
 void
 api_dead_retry(struct api_call *call)
 {
-    dead_action(call, false);
+    dead_action(call, DEAD_RETRY);
 }
 
 void
 api_dead_delete(struct api_call *call)
 {
-    dead_action(call, true);
+    dead_action(call, DEAD_DELETE);
 }

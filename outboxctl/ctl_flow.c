@@ -110,7 +110,7 @@ ctl_command_pause(struct ctl *ctl, int argc, char **argv, int first)
         {"--ordering-key", &key, NULL}, {"--key", &key, NULL}, {"--reason", &reason, NULL}};
 
     if (first < argc && strcmp(argv[first], "--database") == 0)
-        return ctl_command_database_pause(ctl, argc, argv, first + 1, true);
+        return ctl_command_database_pause(ctl, argc, argv, first + 1, CTL_PAUSE);
     if ((taken = flow_start(ctl, argc, argv, first, options, 3, &queue, &key)) != CTL_GO_ON)
         return taken;
     if (store_admin_pause(ctl->conn, queue, key, reason, &changed, &err) < 0) {
@@ -138,7 +138,7 @@ ctl_command_resume(struct ctl *ctl, int argc, char **argv, int first)
     const struct ctl_option options[] = {{"--ordering-key", &key, NULL}, {"--key", &key, NULL}};
 
     if (first < argc && strcmp(argv[first], "--database") == 0)
-        return ctl_command_database_pause(ctl, argc, argv, first + 1, false);
+        return ctl_command_database_pause(ctl, argc, argv, first + 1, CTL_RESUME);
     if ((taken = flow_start(ctl, argc, argv, first, options, 2, &queue, &key)) != CTL_GO_ON)
         return taken;
     if (store_admin_resume(ctl->conn, queue, key, &changed, &keys, &err) < 0)
@@ -187,7 +187,7 @@ ctl_command_paused(struct ctl *ctl, int argc, char **argv, int first)
 
 /* Pauses or resumes the queue, or one ordering key of it, the body names. */
 static void
-flow_action(struct api_call *call, bool pause)
+flow_action(struct api_call *call, enum ctl_flow flow)
 {
     const struct api_body *body = call->body;
     struct console_response *response = call->response;
@@ -200,13 +200,15 @@ flow_action(struct api_call *call, bool pause)
 
     if (!body->has_queue)
         return api_respond_error(response, 400, "queue is required");
-    if (pause)
+    if (flow == CTL_PAUSE)
         rc = store_admin_pause(conn, body->queue, key, body->has_reason ? body->reason : NULL,
                                &changed, &err);
     else
         rc = store_admin_resume(conn, body->queue, key, &changed, &still, &err);
-    api_log_action(call->request, pause ? "pause" : "resume", body,
-                   rc < 0 ? err.message : changed ? "1 row" : "0 rows (no change)");
+    api_log_action(call->request, flow == CTL_PAUSE ? "pause" : "resume", body,
+                   rc < 0    ? err.message
+                   : changed ? "1 row"
+                             : "0 rows (no change)");
     if (rc < 0)
         return api_respond_store_error(response, &err);
     buffer_printf(&response->body, "{\"changed\":%s", changed ? "true" : "false");
@@ -217,11 +219,11 @@ flow_action(struct api_call *call, bool pause)
 void
 api_pause(struct api_call *call)
 {
-    flow_action(call, true);
+    flow_action(call, CTL_PAUSE);
 }
 
 void
 api_resume(struct api_call *call)
 {
-    flow_action(call, false);
+    flow_action(call, CTL_RESUME);
 }

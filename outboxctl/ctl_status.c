@@ -532,8 +532,7 @@ streams_json(struct buffer *out, const struct store_console_streams *streams)
     for (size_t i = 0; i < streams->count; i++) {
         const struct stream_lag *lag = &streams->partitions[i];
 
-        buffer_puts(out, i > 0 ? ",{" : "{");
-        api_json_key(out, true, "queue");
+        buffer_puts(out, i > 0 ? ",{\"queue\":" : "{\"queue\":");
         console_json_string(out, lag->queue);
         api_field_int(out, "partition", lag->partition);
         api_field_int(out, "lag_rows", lag->rows);

@@ -122,7 +122,7 @@ dispatch(struct ctl *ctl, int argc, char **argv, int i)
 
 /* Parses options before the command, then runs it; returns the exit code. */
 static int
-run(struct ctl *ctl, int argc, char **argv)
+run_command_line(struct ctl *ctl, int argc, char **argv)
 {
     int i, taken;
 
@@ -157,7 +157,7 @@ main(int argc, char **argv)
 {
     struct ctl ctl = {.database_url = getenv("OUTBOX_DATABASE_URL"),
                       .print_usage = actions_print_usage};
-    int rc = run(&ctl, argc, argv);
+    int rc = run_command_line(&ctl, argc, argv);
 
     PQfinish(ctl.conn);
     if (fflush(stdout) != 0 || ferror(stdout)) {

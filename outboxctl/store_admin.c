@@ -91,6 +91,31 @@ store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
     return outbox_error_from_pg(err, conn, result, context);
 }
 
+char *
+store_admin_id_array(const int64_t *ids, size_t count)
+{
+    char *text = malloc(count * 21 + 3), *at;
+
+    if (text == NULL)
+        return NULL;
+    at = text;
+    *at++ = '{';
+    for (size_t i = 0; i < count; i++)
+        at += sprintf(at, i ? ",%lld" : "%lld", (long long)ids[i]);
+    *at++ = '}';
+    *at = '\0';
+    return text;
+}
+
+int
+store_admin_fail_clear(struct outbox_error *err, PGconn *conn, PGresult *result,
+                       const char *context)
+{
+    outbox_error_from_pg(err, conn, result, context);
+    PQclear(result);
+    return -1;
+}
+
 int
 store_admin_check_schema(PGconn *conn, struct outbox_error *err)
 {

@@ -51,10 +51,6 @@
 PGresult *store_admin_exec(PGconn *conn, const char *sql, int count, const char *const *params);
 
 /*
- * Fills err from a failed result (result may be NULL); a missing table,
- * schema or function is a missing schema. Returns -1.
- */
-/*
  * The rows of a statement's result, with room for them: *items (NULL when
  * none) gets rows zeroed items of size bytes. -1 with err and result
  * cleared when the statement failed (context names it) or memory ran out.
@@ -62,8 +58,19 @@ PGresult *store_admin_exec(PGconn *conn, const char *sql, int count, const char 
 int store_admin_rows(PGconn *conn, PGresult *result, const char *context, void **items,
                      size_t size, struct outbox_error *err);
 
+/*
+ * Fills err from a failed result (result may be NULL); a missing table,
+ * schema or function is a missing schema. Returns -1.
+ */
 int store_admin_fail(struct outbox_error *err, PGconn *conn, const PGresult *result,
                      const char *context);
+
+/* Fills err from a failed result as outbox_error_from_pg() does, clears it. Returns -1. */
+int store_admin_fail_clear(struct outbox_error *err, PGconn *conn, PGresult *result,
+                           const char *context);
+
+/* The array literal "{1,2,3}" of count ids, malloc'd; NULL when out of memory. */
+char *store_admin_id_array(const int64_t *ids, size_t count);
 
 /* The integer in a result cell; 0 for SQL NULL. */
 int64_t store_admin_int64(const PGresult *result, int row, int column);

@@ -229,23 +229,6 @@ store_admin_purge(PGconn *conn, int64_t older_than_seconds, int batch_size,
     return run_batches(conn, purge_step, &purge, progress, count, err);
 }
 
-/* Builds the array literal "{1,2,3}" of ids; NULL when out of memory. */
-static char *
-id_array(const int64_t *ids, size_t count)
-{
-    char *text = malloc(count * 21 + 3), *at;
-
-    if (text == NULL)
-        return NULL;
-    at = text;
-    *at++ = '{';
-    for (size_t i = 0; i < count; i++)
-        at += sprintf(at, i ? ",%lld" : "%lld", (long long)ids[i]);
-    *at++ = '}';
-    *at = '\0';
-    return text;
-}
-
 /* A replay in progress: the request, its fixed range and the cursor of the last batch. */
 struct replay_state {
     const struct store_replay_request *request;
@@ -393,7 +376,8 @@ store_admin_replay(PGconn *conn, const struct store_replay_request *request,
     if (request->queue == NULL || request->batch_size < 1)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, "unable to replay: bad request");
     snprintf(replay.batch_text, sizeof(replay.batch_text), "%d", request->batch_size);
-    if (request->job_count > 0 && (ids = id_array(request->job_ids, request->job_count)) == NULL)
+    if (request->job_count > 0 &&
+        (ids = store_admin_id_array(request->job_ids, request->job_count)) == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
     replay.ids = ids;
     if (replay_cutoff(conn, &replay, err) < 0 || replay_count(conn, &replay, out, err) < 0)

@@ -167,15 +167,6 @@ static const char chart_enqueued_sql[] =
 
 /* clang-format on */
 
-/* Fills err from result, clears it and returns -1. */
-static int
-fail_result(struct outbox_error *err, PGconn *conn, PGresult *result, const char *context)
-{
-    outbox_error_from_pg(err, conn, result, context);
-    PQclear(result);
-    return -1;
-}
-
 /* Sets *small when outbox.job is small enough to count succeeded rows exactly. */
 static int
 table_is_small(PGconn *conn, bool *small, struct outbox_error *err)
@@ -187,7 +178,7 @@ table_is_small(PGconn *conn, bool *small, struct outbox_error *err)
     snprintf(limit, sizeof(limit), "%lld", (long long)STORE_CONSOLE_EXACT_BYTES);
     result = store_admin_exec(conn, small_table_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-        return fail_result(err, conn, result, "unable to read the size of 'outbox.job'");
+        return store_admin_fail_clear(err, conn, result, "unable to read the size of 'outbox.job'");
     *small = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     return 0;
@@ -202,7 +193,7 @@ read_queues(PGconn *conn, struct store_console_overview *overview, struct outbox
     bool failed = false;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to count jobs per queue");
+        return store_admin_fail_clear(err, conn, result, "unable to count jobs per queue");
     store_admin_fill_queues(result, status, &failed);
     PQclear(result);
     if (failed)
@@ -218,7 +209,8 @@ read_relays(PGconn *conn, struct store_console_overview *overview, struct outbox
     int rows;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to list the relays holding leases");
+        return store_admin_fail_clear(err, conn, result,
+                                      "unable to list the relays holding leases");
     rows = PQntuples(result);
     if (rows > 0 && (overview->relays = calloc((size_t)rows, sizeof(*overview->relays))) == NULL)
         failed = true;
@@ -323,7 +315,8 @@ store_console_chart(PGconn *conn, int64_t from_epoch, struct store_console_chart
     snprintf(minutes, sizeof(minutes), "%d", STORE_CONSOLE_CHART_MINUTES);
     result = store_admin_exec(conn, chart_start_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-        return fail_result(err, conn, result, "unable to read the traffic of the last hour");
+        return store_admin_fail_clear(err, conn, result,
+                                      "unable to read the traffic of the last hour");
     chart->minute_epoch[0] = store_admin_int64(result, 0, 0);
     PQclear(result);
     for (int i = 1; i < STORE_CONSOLE_CHART_MINUTES; i++)
@@ -334,13 +327,13 @@ store_console_chart(PGconn *conn, int64_t from_epoch, struct store_console_chart
     params[0] = start_text;
     result = store_admin_exec(conn, chart_published_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to count the rows published");
+        return store_admin_fail_clear(err, conn, result, "unable to count the rows published");
     add_minutes(result, chart, chart->published);
     PQclear(result);
 
     result = store_admin_exec(conn, chart_enqueued_sql, 1, params);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to count the rows enqueued");
+        return store_admin_fail_clear(err, conn, result, "unable to count the rows enqueued");
     add_minutes(result, chart, chart->enqueued);
     PQclear(result);
     return 0;
@@ -356,14 +349,14 @@ read_lease(PGconn *conn, struct store_console_database *database, struct outbox_
     bool failed = false;
 
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
-        return fail_result(err, conn, result, "unable to read the database lease");
+        return store_admin_fail_clear(err, conn, result, "unable to read the database lease");
     database->lease_present = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     if (!database->lease_present)
         return 0;
     result = PQexec(conn, lease_sql);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to read the database lease");
+        return store_admin_fail_clear(err, conn, result, "unable to read the database lease");
     for (int column = 0; column < 5 && PQntuples(result) == 1; column++)
         *cells[column] = store_admin_text(result, 0, column, &failed);
     PQclear(result);

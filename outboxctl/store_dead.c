@@ -57,15 +57,6 @@ static const char dead_delete_batch_sql[] =
 
 /* clang-format on */
 
-/* Fills err from result, clears it and returns -1. */
-static int
-fail_result(struct outbox_error *err, PGconn *conn, PGresult *result, const char *context)
-{
-    outbox_error_from_pg(err, conn, result, context);
-    PQclear(result);
-    return -1;
-}
-
 /* ---- one row or a queue, with extra attempts (dead retry) ---- */
 
 int
@@ -97,23 +88,15 @@ store_admin_dead_retry(PGconn *conn, const char *queue, int64_t job_id, int32_t 
 
 /* "{1,2,3}" for the ids of filter, or NULL when it has none; *failed on out of memory. */
 static char *
-id_array(const struct store_dead_filter *filter, bool *failed)
+filter_ids(const struct store_dead_filter *filter, bool *failed)
 {
-    size_t size = 3 + filter->job_count * 21;
     char *text;
-    size_t used = 0;
 
     if (filter->job_count == 0)
         return NULL;
-    if ((text = malloc(size)) == NULL) {
+    text = store_admin_id_array(filter->job_ids, filter->job_count);
+    if (text == NULL)
         *failed = true;
-        return NULL;
-    }
-    text[used++] = '{';
-    for (size_t i = 0; i < filter->job_count; i++)
-        used += (size_t)snprintf(text + used, size - used, "%s%lld", i > 0 ? "," : "",
-                                 (long long)filter->job_ids[i]);
-    snprintf(text + used, size - used, "}");
     return text;
 }
 
@@ -137,7 +120,7 @@ store_dead_list(PGconn *conn, const struct store_dead_filter *filter, int64_t li
 {
     char limit_text[24];
     bool failed = false;
-    char *ids = id_array(filter, &failed);
+    char *ids = filter_ids(filter, &failed);
     const char *params[5] = {filter->queue, filter->ordering_key, filter->error_text, ids,
                              limit_text};
     PGresult *result;
@@ -150,7 +133,7 @@ store_dead_list(PGconn *conn, const struct store_dead_filter *filter, int64_t li
     result = store_admin_exec(conn, dead_list_filtered_sql, 5, params);
     free(ids);
     if (PQresultStatus(result) != PGRES_TUPLES_OK)
-        return fail_result(err, conn, result, "unable to list dead jobs");
+        return store_admin_fail_clear(err, conn, result, "unable to list dead jobs");
     rows = PQntuples(result);
     if (rows > 0 && (list->jobs = calloc((size_t)rows, sizeof(*list->jobs))) == NULL)
         failed = true;
@@ -194,7 +177,7 @@ dead_batches(PGconn *conn, const char *sql, const char *what,
 {
     char after_text[24] = "0", batch_text[16];
     bool failed = false;
-    char *ids = id_array(filter, &failed);
+    char *ids = filter_ids(filter, &failed);
     const char *params[6] = {filter->queue, filter->ordering_key, filter->error_text, ids,
                              after_text, batch_text};
     int rc = 0;
@@ -209,7 +192,7 @@ dead_batches(PGconn *conn, const char *sql, const char *what,
         int rows;
 
         if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-            rc = fail_result(err, conn, result, what);
+            rc = store_admin_fail_clear(err, conn, result, what);
             break;
         }
         rows = PQntuples(result);

@@ -23,29 +23,33 @@ struct http_server {
 
 /* ---- answers ------------------------------------------------------------------ */
 
-/* Writes a whole answer into out: status line, headers, and the body unless head_only. */
+/* What of an answer is written: a HEAD request's has no body. */
+enum answer_part { ANSWER_WHOLE, ANSWER_HEAD_ONLY };
+
+/* Writes an answer into out: status line, headers, and the body unless ANSWER_HEAD_ONLY. */
 static void
 answer(struct buffer *out, int status, const char *reason, const char *content_type,
-       const char *extra_headers, const char *body, size_t body_len, bool head_only)
+       const char *extra_headers, const char *body, size_t body_len, enum answer_part part)
 {
     buffer_printf(out,
                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                   "Connection: close\r\n%s\r\n",
                   status, reason, content_type, body_len, extra_headers ? extra_headers : "");
-    if (!head_only && body_len > 0)
+    if (part == ANSWER_WHOLE && body_len > 0)
         buffer_append(out, body, body_len);
 }
 
 static void
-answer_text(struct buffer *out, int status, const char *reason, const char *body, bool head_only)
+answer_text(struct buffer *out, int status, const char *reason, const char *body,
+            enum answer_part part)
 {
     answer(out, status, reason, "text/plain; charset=utf-8",
-           status == 405 ? "Allow: GET, HEAD\r\n" : NULL, body, strlen(body), head_only);
+           status == 405 ? "Allow: GET, HEAD\r\n" : NULL, body, strlen(body), part);
 }
 
 /* Answers a GET or HEAD of path. */
 static void
-route_request(struct http_server *s, struct buffer *out, const char *path, bool head_only)
+route_request(struct http_server *s, struct buffer *out, const char *path, enum answer_part part)
 {
     char reason[160], body[2048], ends[128], faults[1536];
     bool ready = false;
@@ -55,11 +59,10 @@ route_request(struct http_server *s, struct buffer *out, const char *path, bool 
         char *text = metrics_render(s->metrics, &len);
 
         if (text == NULL) {
-            answer_text(out, 500, "Internal Server Error", "out of memory\n", head_only);
+            answer_text(out, 500, "Internal Server Error", "out of memory\n", part);
             return;
         }
-        answer(out, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, text, len,
-               head_only);
+        answer(out, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, text, len, part);
         free(text);
     } else if (strcmp(path, "/healthz") == 0) {
         bool healthy = metrics_health(s->metrics, reason, sizeof(reason), NULL);
@@ -69,24 +72,23 @@ route_request(struct http_server *s, struct buffer *out, const char *path, bool 
         metrics_databases_describe_faults(metrics_databases_of(s->metrics), faults,
                                           sizeof(faults));
         snprintf(body, sizeof(body), "%s\n%s%s", reason, ends, faults);
-        answer_text(out, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body,
-                    head_only);
+        answer_text(out, healthy ? 200 : 503, healthy ? "OK" : "Service Unavailable", body, part);
     } else if (strcmp(path, "/livez") == 0) {
         /* liveness: only a stuck loop, never an end that is down (a restart cannot fix that) */
         double stalled_for;
 
         if (metrics_loop_stalled(s->metrics, &stalled_for)) {
             snprintf(body, sizeof(body), "relay loop stalled for %.0f s\n", stalled_for);
-            answer_text(out, 503, "Service Unavailable", body, head_only);
+            answer_text(out, 503, "Service Unavailable", body, part);
         } else {
-            answer_text(out, 200, "OK", "alive\n", head_only);
+            answer_text(out, 200, "OK", "alive\n", part);
         }
     } else if (strcmp(path, "/readyz") == 0) {
         metrics_health(s->metrics, reason, sizeof(reason), &ready);
         snprintf(body, sizeof(body), "%s\n", ready ? "ready" : reason);
-        answer_text(out, ready ? 200 : 503, ready ? "OK" : "Service Unavailable", body, head_only);
+        answer_text(out, ready ? 200 : 503, ready ? "OK" : "Service Unavailable", body, part);
     } else {
-        answer_text(out, 404, "Not Found", "not found\n", head_only);
+        answer_text(out, 404, "Not Found", "not found\n", part);
     }
 }
 
@@ -94,16 +96,17 @@ route_request(struct http_server *s, struct buffer *out, const char *path, bool 
 static void
 answer_request(void *arg, const struct httpd_request *request, struct buffer *out)
 {
-    bool head_only = strcmp(request->method, "HEAD") == 0;
+    enum answer_part part = strcmp(request->method, "HEAD") == 0 ? ANSWER_HEAD_ONLY : ANSWER_WHOLE;
 
     if (request->refused == 431)
-        answer_text(out, 431, "Request Header Fields Too Large", "request too large\n", false);
+        answer_text(out, 431, "Request Header Fields Too Large", "request too large\n",
+                    ANSWER_WHOLE);
     else if (request->refused != 0)
-        answer_text(out, 400, "Bad Request", "bad request\n", false);
-    else if (strcmp(request->method, "GET") != 0 && !head_only)
-        answer_text(out, 405, "Method Not Allowed", "method not allowed\n", false);
+        answer_text(out, 400, "Bad Request", "bad request\n", ANSWER_WHOLE);
+    else if (strcmp(request->method, "GET") != 0 && part != ANSWER_HEAD_ONLY)
+        answer_text(out, 405, "Method Not Allowed", "method not allowed\n", ANSWER_WHOLE);
     else
-        route_request(arg, out, request->path, head_only);
+        route_request(arg, out, request->path, part);
 }
 
 int

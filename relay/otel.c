@@ -37,12 +37,18 @@ variable(const char *name)
 }
 
 /*
- * Reads an http:// URL into settings. add_path: the URL is a base
- * (OTEL_EXPORTER_OTLP_ENDPOINT), "/v1/traces" follows its path; otherwise
- * a URL without a path gets "/v1/traces" and one with a path is used as is.
+ * What an endpoint URL names: the traces' own URL (--otel-endpoint,
+ * OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), or a base (OTEL_EXPORTER_OTLP_ENDPOINT).
+ */
+enum endpoint_kind { ENDPOINT_TRACES, ENDPOINT_BASE };
+
+/*
+ * Reads an http:// URL into settings. A base has "/v1/traces" after its
+ * path; a traces URL without a path gets "/v1/traces" and one with a path
+ * is used as is.
  */
 static int
-read_endpoint(const char *url, bool add_path, const char *source, struct otel_settings *s,
+read_endpoint(const char *url, enum endpoint_kind kind, const char *source, struct otel_settings *s,
               struct outbox_error *err)
 {
     const char *authority = url + 7, *path, *port;
@@ -74,7 +80,7 @@ read_endpoint(const char *url, bool add_path, const char *source, struct otel_se
     s->host[host_len] = '\0';
     snprintf(s->port, sizeof(s->port), "%.*s", port != NULL ? (int)(path - port - 1) : 4,
              port != NULL ? port + 1 : "4318");
-    if (add_path)
+    if (kind == ENDPOINT_BASE)
         snprintf(s->path, sizeof(s->path), "%.*s/v1/traces",
                  (int)(strlen(path) - (path[0] != '\0' && path[strlen(path) - 1] == '/')), path);
     else
@@ -222,11 +228,11 @@ otel_settings_read(const char *option, struct otel_settings *s, bool *enabled,
     memset(s, 0, sizeof(*s));
     *enabled = false;
     if (option != NULL && option[0] != '\0')
-        rc = read_endpoint(option, false, "--otel-endpoint", s, err);
+        rc = read_endpoint(option, ENDPOINT_TRACES, "--otel-endpoint", s, err);
     else if (traces != NULL)
-        rc = read_endpoint(traces, false, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", s, err);
+        rc = read_endpoint(traces, ENDPOINT_TRACES, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", s, err);
     else if (base != NULL)
-        rc = read_endpoint(base, true, "OTEL_EXPORTER_OTLP_ENDPOINT", s, err);
+        rc = read_endpoint(base, ENDPOINT_BASE, "OTEL_EXPORTER_OTLP_ENDPOINT", s, err);
     else
         return 0;
     if (rc != 0 || read_sampler(s, err) != 0 ||

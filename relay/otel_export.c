@@ -194,7 +194,7 @@ connect_endpoint(const struct otel_settings *s, double deadline, char *reason, s
 
 /* Sends data[0..length) before deadline; 0 or -1. */
 static int
-send_all(int fd, const char *data, size_t length, double deadline)
+send_before(int fd, const char *data, size_t length, double deadline)
 {
     while (length > 0) {
         ssize_t n = send(fd, data, length, MSG_NOSIGNAL);
@@ -248,8 +248,8 @@ otel_http_post(const struct otel_settings *s, const char *body, size_t length, d
                            "Content-Length: %zu\r\nConnection: close\r\n"
                            "User-Agent: outbox-relay/" OUTBOX_VERSION "\r\n\r\n",
                            s->path, s->host, s->port, length);
-    if (send_all(fd, head, (size_t)head_length, deadline) != 0 ||
-        send_all(fd, body, length, deadline) != 0) {
+    if (send_before(fd, head, (size_t)head_length, deadline) != 0 ||
+        send_before(fd, body, length, deadline) != 0) {
         snprintf(reason, reason_size, "sending to %s:%s failed or timed out", s->host, s->port);
         close(fd);
         return -1;

@@ -46,8 +46,8 @@ option_value(const PQconninfoOption *options, const char *keyword)
  * port apart; false when it cannot be probed alone (no host, several).
  */
 static bool
-server_of(const char *url, char *key, size_t key_size, char *host, size_t host_size, char *port,
-          size_t port_size)
+probe_server_of(const char *url, char *key, size_t key_size, char *host, size_t host_size,
+                char *port, size_t port_size)
 {
     PQconninfoOption *options = PQconninfoParse(url, NULL);
     const char *address, *number;
@@ -138,7 +138,7 @@ step(struct probe *probe, short revents)
 
 /* Polls the probes until each is done or timeout_ms passed. */
 static void
-run(struct probe *probes, size_t count, int timeout_ms)
+poll_probes(struct probe *probes, size_t count, int timeout_ms)
 {
     struct pollfd *fds = calloc(count, sizeof(*fds));
     size_t *which = calloc(count, sizeof(*which));
@@ -184,7 +184,7 @@ probe_servers(const char *const *urls, size_t count, int timeout_ms, enum probe_
         size_t s = 0;
 
         of_url[i] = SIZE_MAX;
-        if (!server_of(urls[i], key, sizeof(key), host, sizeof(host), port, sizeof(port)))
+        if (!probe_server_of(urls[i], key, sizeof(key), host, sizeof(host), port, sizeof(port)))
             continue;
         while (s < servers && strcmp(probes[s].key, key) != 0)
             s++;
@@ -195,7 +195,7 @@ probe_servers(const char *const *urls, size_t count, int timeout_ms, enum probe_
         }
         of_url[i] = s;
     }
-    run(probes, servers, timeout_ms);
+    poll_probes(probes, servers, timeout_ms);
     for (size_t s = 0; s < servers; s++)
         if (probes[s].fd >= 0)
             close(probes[s].fd);

@@ -42,24 +42,6 @@ wall_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The length of the well-formed UTF-8 sequence of a non-ASCII character at c, or 0. */
-static size_t
-utf8_sequence_length(const unsigned char *c)
-{
-    size_t length = *c >= 0xf0 && *c <= 0xf4 ? 4 : *c >= 0xe0 ? 3 : *c >= 0xc2 ? 2 : 0;
-
-    if (length == 0 || *c > 0xf4)
-        return 0;
-    for (size_t i = 1; i < length; i++)
-        if ((c[i] & 0xc0) != 0x80)
-            return 0;
-    /* no overlong form, no surrogate, nothing past U+10FFFF */
-    if ((*c == 0xe0 && c[1] < 0xa0) || (*c == 0xed && c[1] > 0x9f) ||
-        (*c == 0xf0 && c[1] < 0x90) || (*c == 0xf4 && c[1] > 0x8f))
-        return 0;
-    return length;
-}
-
 /*
  * Keeps a broker's reason printable, one line of well-formed UTF-8 (a
  * header name the row gave stays as written), so the database always takes
@@ -68,14 +50,17 @@ utf8_sequence_length(const unsigned char *c)
 static void
 sanitize_reason(char *reason)
 {
+    size_t left = strlen(reason);
+
     for (unsigned char *c = (unsigned char *)reason; *c != '\0';) {
-        size_t length = *c >= 0x80 ? utf8_sequence_length(c) : 1;
+        size_t length = json_utf8_length(c, left);
 
         if (length == 0 || *c < 0x20 || *c == 0x7f) {
-            *c++ = '?';
-            continue;
+            *c = '?';
+            length = 1;
         }
         c += length;
+        left -= length;
     }
 }
 
@@ -290,8 +275,8 @@ note_deferred(struct pipeline *p, size_t deferred, const char *reason)
  * could not be built (out of memory): the batch is then deferred.
  */
 static bool
-build_messages(struct pipeline *p, const struct database *db, const struct outbox_batch *batch,
-               bool *traced)
+build_batch_messages(struct pipeline *p, const struct database *db,
+                     const struct outbox_batch *batch, bool *traced)
 {
     bool built = true;
 
@@ -364,7 +349,7 @@ publish_batch(struct pipeline *p, const struct database *db, struct settlement *
 
     if (batch->count == 0)
         return;
-    built = build_messages(p, db, batch, &traced);
+    built = build_batch_messages(p, db, batch, &traced);
     metrics_add_in_flight(r->metrics, (int64_t)batch->count);
     st->published = batch->count;
     started = clock_monotonic_seconds();

@@ -40,31 +40,34 @@ tenant_new(struct scheduler *s, const struct database_entry *entry)
     return t;
 }
 
+/* Whether closing a database's connections leaves its rendezvous too. */
+enum tenant_leaving { TENANT_STAYS, TENANT_LEAVES };
+
 /*
  * scheduler_tenant_close_idle() without counting the connections out of
- * s->open: how many it closed. leave: the list no longer names t, and the
- * relay leaves its rendezvous as well as its lease (sql/018's release): a
- * member that no longer lists a database would still win it, and the relay
- * holding it would give it up to a winner that never takes it. With no
- * idle connection, leave is a connection of its own, one the caller
- * counted in s->open.
+ * s->open: how many it closed. TENANT_LEAVES: the list no longer names t,
+ * and the relay leaves its rendezvous as well as its lease (sql/018's
+ * release): a member that no longer lists a database would still win it,
+ * and the relay holding it would give it up to a winner that never takes
+ * it. With no idle connection, leaving takes a connection of its own, one
+ * the caller counted in s->open.
  */
 static size_t
-tenant_close_idle_io(struct scheduler *s, struct tenant *t, bool leave)
+tenant_close_idle_io(struct scheduler *s, struct tenant *t, enum tenant_leaving leaving)
 {
     size_t closed = t->idle_count;
     struct idle_connection own = {0};
     struct idle_connection *c = t->idle_count > 0 ? &t->idle[0] : NULL;
     struct outbox_error err = {0};
 
-    if (c == NULL && leave) {
+    if (c == NULL && leaving == TENANT_LEAVES) {
         closed++; /* the caller's count of it, whether it opens or not */
         own.db.store = outbox_store_connect(t->url, s->relay->worker_prefix, &err);
         c = own.db.store != NULL ? &own : NULL;
     }
     if (c != NULL && t->serving == 0)
         scheduler_stream_give_back(s, t, c);
-    if (c != NULL && (t->held || leave)) {
+    if (c != NULL && (t->held || leaving == TENANT_LEAVES)) {
         if (store_database_lease_release(outbox_store_conn(c->db.store), s->relay->worker_prefix,
                                          &err) != 0)
             log_event(OUTBOX_LOG_WARN, "database lease not given up, it ends on its own",
@@ -82,7 +85,7 @@ tenant_close_idle_io(struct scheduler *s, struct tenant *t, bool leave)
 void
 scheduler_tenant_close_idle(struct scheduler *s, struct tenant *t)
 {
-    s->open -= (int)tenant_close_idle_io(s, t, false);
+    s->open -= (int)tenant_close_idle_io(s, t, TENANT_STAYS);
 }
 
 /* Frees what t holds in memory; its connections are closed already. */
@@ -193,7 +196,7 @@ scheduler_free_released(struct scheduler *s)
         *link = t->released_next;
         pthread_mutex_unlock(&s->lock);
         outbox_store_free(to_close);
-        closed = tenant_close_idle_io(s, t, leave);
+        closed = tenant_close_idle_io(s, t, leave ? TENANT_LEAVES : TENANT_STAYS);
         log_event(OUTBOX_LOG_INFO, "database released", "database=%s", t->name);
         tenant_discard(t); /* s->open is counted down under the lock, below */
         pthread_mutex_lock(&s->lock);

@@ -145,7 +145,7 @@ not_of_server(const char *keyword)
  * database name.
  */
 static bool
-server_of(const char *url, struct buffer *key, char **dbname)
+watch_server_of(const char *url, struct buffer *key, char **dbname)
 {
     PQconninfoOption *options = PQconninfoParse(url, NULL);
 
@@ -228,7 +228,7 @@ scheduler_watch_set(struct watch *w, size_t count, const char *const *names,
         struct buffer key = {0};
         long server;
 
-        if (!server_of(urls[i], &key, &d->dbname) || key.failed) {
+        if (!watch_server_of(urls[i], &key, &d->dbname) || key.failed) {
             free(d->dbname); /* not watched: polled as before */
             d->dbname = NULL;
             buffer_clear(&key);

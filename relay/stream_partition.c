@@ -178,7 +178,8 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
  * turn past it.
  */
 static int
-build_messages(struct stream_worker *sr, const struct owned *o, const struct stream_batch *batch)
+build_partition_messages(struct stream_worker *sr, const struct owned *o,
+                         const struct stream_batch *batch)
 {
     const char *order = o->p.order[0] != '\0' ? o->p.order : NULL;
     bool floor = stream_place_format(sr->floor, o->p.cursor_xid, o->p.cursor_job_id);
@@ -462,19 +463,27 @@ advance_cursor(struct stream_worker *sr, size_t index, const struct stream_batch
 }
 
 #ifdef OUTBOX_MUTANTS
-/* The planted defect reverse_batch: a batch's messages published last first (messages),
- * then their outcomes put back in the batch's order (!messages). */
+/* The planted defect reverse_batch: a batch's messages published last first... */
 static void
-mutant_reverse(struct stream_worker *sr, size_t count, bool messages)
+mutant_reverse_messages(struct stream_worker *sr, size_t count)
 {
     for (size_t i = 0, j = count - 1; i < j; i++, j--) {
         struct sink_message m = sr->messages[i];
+
+        sr->messages[i] = sr->messages[j];
+        sr->messages[j] = m;
+    }
+}
+
+/* ... then their outcomes put back in the batch's order. */
+static void
+mutant_reverse_outcomes(struct stream_worker *sr, size_t count)
+{
+    for (size_t i = 0, j = count - 1; i < j; i++, j--) {
         struct sink_outcome outcome = sr->outcomes[i];
 
-        if (messages)
-            sr->messages[i] = sr->messages[j], sr->messages[j] = m;
-        else
-            sr->outcomes[i] = sr->outcomes[j], sr->outcomes[j] = outcome;
+        sr->outcomes[i] = sr->outcomes[j];
+        sr->outcomes[j] = outcome;
     }
 }
 #endif
@@ -496,12 +505,12 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
 
     *more = false;
     memset(next, 0, sizeof(*next));
-    if (build_messages(sr, o, batch) != 0)
+    if (build_partition_messages(sr, o, batch) != 0)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory building cloudevents");
 #ifdef OUTBOX_MUTANTS
     bool reversed = batch->count > 1 && mutant_fires("reverse_batch");
     if (reversed)
-        mutant_reverse(sr, batch->count, true);
+        mutant_reverse_messages(sr, batch->count);
 #endif
     if (prefetch && stream_store_read_send(sr->store, &o->p, batch->xids[batch->count - 1],
                                            batch->jobs[batch->count - 1].job_id,
@@ -510,7 +519,7 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
     published = publish_partition_rows(sr, o, batch, err); /* rows after it are read again */
 #ifdef OUTBOX_MUTANTS
     if (reversed)
-        mutant_reverse(sr, batch->count, false);
+        mutant_reverse_outcomes(sr, batch->count);
 #endif
     if (sink_is_connected(sr->sink))
         metrics_round_trip(sr->runner->metrics, METRICS_BROKER);

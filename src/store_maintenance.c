@@ -30,8 +30,8 @@ struct target {
 
 /* Runs a statement of store_statements[] that returns one row; NULL with err. */
 static PGresult *
-run_one_row(const struct target *target, enum statement statement, int nparams,
-            const char *const *values, const char *context, struct outbox_error *err)
+maintenance_one_row(const struct target *target, enum statement statement, int nparams,
+                    const char *const *values, const char *context, struct outbox_error *err)
 {
     PGconn *conn = target->store != NULL ? target->store->conn : target->conn;
     PGresult *result;
@@ -64,7 +64,7 @@ cleanup_cutoff(const struct target *target, double older_than_seconds, char *cut
     if (older_than_seconds < 0 || size == 0)
         return outbox_error_set(err, OUTBOX_ERR_INVALID, CLEANUP_CONTEXT ": negative age");
     snprintf(seconds_text, sizeof(seconds_text), "%.3f", older_than_seconds);
-    result = run_one_row(target, STMT_CLEANUP_CUTOFF, 1, values, CLEANUP_CONTEXT, err);
+    result = maintenance_one_row(target, STMT_CLEANUP_CUTOFF, 1, values, CLEANUP_CONTEXT, err);
     if (result == NULL)
         return -1;
     if (strlen(PQgetvalue(result, 0, 0)) >= size) {
@@ -89,7 +89,7 @@ cleanup_batch(const struct target *target, const char *cutoff, int limit,
         return outbox_error_set(err, OUTBOX_ERR_INVALID,
                                 CLEANUP_CONTEXT ": limit must be positive");
     snprintf(limit_text, sizeof(limit_text), "%d", limit);
-    result = run_one_row(target, STMT_CLEANUP_BATCH, 2, values, CLEANUP_CONTEXT, err);
+    result = maintenance_one_row(target, STMT_CLEANUP_BATCH, 2, values, CLEANUP_CONTEXT, err);
     if (result == NULL)
         return -1;
     cleaned->locked = strcmp(PQgetvalue(result, 0, 0), "t") == 0;
@@ -109,7 +109,7 @@ sample_table(const struct target *target, double retention_seconds,
     memset(sample, 0, sizeof(*sample));
     snprintf(retention_text, sizeof(retention_text), "%.3f",
              retention_seconds > 0 ? retention_seconds : 0);
-    result = run_one_row(target, STMT_TABLE_SAMPLE, 1, values, TABLE_SAMPLE_CONTEXT, err);
+    result = maintenance_one_row(target, STMT_TABLE_SAMPLE, 1, values, TABLE_SAMPLE_CONTEXT, err);
     if (result == NULL)
         return -1;
     sample->table_bytes = strtoll(PQgetvalue(result, 0, 0), NULL, 10);

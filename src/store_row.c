@@ -4,12 +4,19 @@
 #include "store_row.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 const char *
 store_row_text_or_null(const PGresult *result, int row, int column)
 {
     return PQgetisnull(result, row, column) ? NULL : PQgetvalue(result, row, column);
+}
+
+void
+store_row_copy_cell(char *out, size_t size, const PGresult *result, int row, int column)
+{
+    snprintf(out, size, "%s", PQgetvalue(result, row, column));
 }
 
 void

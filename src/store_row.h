@@ -36,4 +36,7 @@ void store_row_read_job(const PGresult *result, int row, struct outbox_job *job)
 /* NULL for SQL NULL, else the cell's text. */
 const char *store_row_text_or_null(const PGresult *result, int row, int column);
 
+/* Copies the cell's text into out, cut to size; "" for SQL NULL. */
+void store_row_copy_cell(char *out, size_t size, const PGresult *result, int row, int column);
+
 #endif

@@ -163,7 +163,7 @@ reserve_batch(struct sink_nats *n, size_t count)
  * -1 (err filled) when the connection failed, which defers the rest.
  */
 static int
-send_all(sink *s, size_t count, struct outbox_error *err)
+publish_in_order(sink *s, size_t count, struct outbox_error *err)
 {
     struct sink_nats *n = s->impl;
     size_t slots = 0;
@@ -426,7 +426,7 @@ sink_nats_publish(sink *s, const struct sink_message *messages, size_t count,
         sink_outcome_set(&outcomes[i], SINK_DEFERRED, "not published to nats");
         sink_nats_build_message(s, &messages[i], i);
     }
-    rc = send_all(s, count, err);
+    rc = publish_in_order(s, count, err);
     if (rc == 0)
         rc = wait_answers(s, messages, count, err);
     else {
