@@ -478,6 +478,7 @@ rabbit_launch() {
 # restart on the same data and port (the chaos tests' broker fault) has been seen to
 # die before it wrote its log. Both attempts' output is kept and shown on failure.
 rabbit_start() {
+    rabbit_wait_ports_free
     rabbit_launch
     rabbit_wait && return 0
     echo "stack: rabbitmq on 127.0.0.1:$AMQP_PORT did not start; stopping it and trying once more" >&2
@@ -485,6 +486,17 @@ rabbit_start() {
     rabbit_stop
     rabbit_launch
     rabbit_wait_or_fail
+}
+
+# A node stopped a moment ago (start-service after stop-service) may hold its AMQP and
+# distribution ports while its VM exits; a new node on them would die before it logs.
+rabbit_wait_ports_free() {
+    local i
+    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+        port_in_use "$AMQP_PORT" || port_in_use "$AMQP_DIST_PORT" || return 0
+        sleep 0.1
+    done
+    echo "stack: 127.0.0.1:$AMQP_PORT or :$AMQP_DIST_PORT still in use after ${STOP_TIMEOUT} s" >&2
 }
 
 # Succeeds when the node launched by rabbit_launch is up within START_TIMEOUT.
