@@ -411,12 +411,13 @@ hostile_main(void *arg)
 /*
  * A hundred and eighty connections (hostile_shape()) that send half a
  * request and reconnect as fast as the server drops them (more than its
- * slots) do not cost health probes their answers: no two probes in a row
- * go unanswered, which is what an orchestrator acts on (failureThreshold 3
- * in the chart), and at most HOSTILE_UNANSWERED_MAX of the 400 do (before, 6 and 8 of 400 were closed
- * unanswered, some in a row). Not zero: with more reconnecting clients than
- * slots, a probe accepted while its client has not yet been scheduled to
- * send its request can still lose its slot (about 1 in 4 000 probes here).
+ * slots) do not cost health probes their answers: no two probes in a row go
+ * unanswered, which is what an orchestrator acts on (failureThreshold 3 in
+ * the chart), and at most HOSTILE_UNANSWERED_MAX of the 400 do (before, 6
+ * and 8 of 400 were closed unanswered, some in a row). Not zero: with more
+ * reconnecting clients than slots, a probe accepted while its client has
+ * not yet been scheduled to send its request can still lose its slot (about
+ * 1 in 4 000 probes here).
  */
 static void
 test_hostile_reconnects_do_not_drop_healthz(void **state)
