@@ -269,12 +269,15 @@ secrets_add(char **list, size_t *count, bool *overflow, const char *start, size_
         (*count)++;
 }
 
-/* Adds a password as written, percent-decoded when decode, and its pieces between @ / : ? */
+/* How a password is written where it was found: in a URL, percent-encoded. */
+enum password_form { PASSWORD_PLAIN, PASSWORD_PERCENT_ENCODED };
+
+/* Adds a password as written, decoded when percent-encoded, and its pieces between @ / : ? */
 static void
-secrets_add_password(struct secrets *s, const char *start, size_t len, bool decode)
+secrets_add_password(struct secrets *s, const char *start, size_t len, enum password_form form)
 {
     secrets_add(s->whole, &s->whole_count, &s->overflow, start, len);
-    if (decode) {
+    if (form == PASSWORD_PERCENT_ENCODED) {
         char *decoded = url_percent_decode(start, len);
 
         if (decoded != NULL)
@@ -327,7 +330,8 @@ secrets_collect_uri(struct secrets *s, const char *text, size_t scheme_len, int 
         const char *colon = ends[i] ? memchr(auth, ':', (size_t)(ends[i] - auth)) : NULL;
 
         if (colon != NULL)
-            secrets_add_password(s, colon + 1, (size_t)(ends[i] - colon - 1), true);
+            secrets_add_password(s, colon + 1, (size_t)(ends[i] - colon - 1),
+                                 PASSWORD_PERCENT_ENCODED);
     }
     query = strchr(auth, '?');
     for (const char *p = query; p != NULL && *p != '\0';) {
@@ -337,7 +341,7 @@ secrets_collect_uri(struct secrets *s, const char *text, size_t scheme_len, int 
             char *name = url_percent_decode(p, key);
 
             if (name != NULL && strcmp(name, "password") == 0) {
-                secrets_add_password(s, p + key + 1, param - key - 1, true);
+                secrets_add_password(s, p + key + 1, param - key - 1, PASSWORD_PERCENT_ENCODED);
             } else if (name != NULL && strcmp(name, "dbname") == 0) {
                 char *value = url_percent_decode(p + key + 1, param - key - 1);
 
@@ -403,7 +407,7 @@ secrets_collect_conninfo(struct secrets *s, const char *text, int depth)
         plain[n] = '\0';
         if (key_len == 8 && strncmp(key, "password", 8) == 0) {
             secrets_add(s->whole, &s->whole_count, &s->overflow, value, (size_t)(p - value));
-            secrets_add_password(s, plain, n, false);
+            secrets_add_password(s, plain, n, PASSWORD_PLAIN);
         } else if (key_len == 6 && strncmp(key, "dbname", 6) == 0) {
             secrets_collect_dbname(s, plain, depth);
         }
@@ -444,15 +448,18 @@ compare_longest_first(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* What replace_secrets() hides: each secret where it occurs, or the whole range. */
+enum secrets_hidden { HIDE_OCCURRENCES, HIDE_WHOLE_RANGE };
+
 /*
  * Replaces in [start, end) of text every occurrence of the secrets with
- * "***", appending to out; or the whole range when all is set.
+ * "***", appending to out; or the whole range with HIDE_WHOLE_RANGE.
  */
 static void
-replace_secrets(const char *start, const char *end, char *const *list, size_t count, bool all,
-                char *out, size_t *n)
+replace_secrets(const char *start, const char *end, char *const *list, size_t count,
+                enum secrets_hidden hide, char *out, size_t *n)
 {
-    if (all) {
+    if (hide == HIDE_WHOLE_RANGE) {
         append(out, n, "***", 3);
         return;
     }
@@ -561,7 +568,8 @@ replace_quoted_pieces(const char *text, const struct secrets *s, char *out, size
             continue;
         }
         out[(*n)++] = '"';
-        replace_secrets(p + 1, close, s->pieces, s->piece_count, s->overflow, out, n);
+        replace_secrets(p + 1, close, s->pieces, s->piece_count,
+                        s->overflow ? HIDE_WHOLE_RANGE : HIDE_OCCURRENCES, out, n);
         out[(*n)++] = '"';
         p = close + 1;
     }
@@ -598,7 +606,7 @@ url_redact_message(const char *message, const char *source, const char *password
         snprintf(out, size, "(message withheld: out of memory)");
         goto done;
     }
-    replace_secrets(message, message + len, s.whole, s.whole_count, false, first, &n);
+    replace_secrets(message, message + len, s.whole, s.whole_count, HIDE_OCCURRENCES, first, &n);
     first[n] = '\0';
     replace_quoted_pieces(first, &s, second, &m);
     /* a pattern adds "***" to at least five bytes ("://:@") */

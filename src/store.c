@@ -186,7 +186,7 @@ store_connect(const char *database_url, const char *worker_id,
      */
     if (set_session(store, options->lock_timeout_ms, err) != 0 ||
         (!options->checked && (outbox_schema_check(store->conn, err) != 0 ||
-                               store_check_privileges(store, false, err) != 0)) ||
+                               store_check_privileges(store, AUDIT_WITHOUT_DELETE, err) != 0)) ||
         (!options->prepare_lazily && prepare_statements(store, err) != 0) ||
         store_pauses_read(store, err) != 0) {
         outbox_store_free(store);

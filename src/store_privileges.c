@@ -149,8 +149,9 @@ store_missing_privilege(struct outbox_error *err, const char *role, const char *
 }
 
 int
-store_check_privileges(outbox_store *store, bool with_delete, struct outbox_error *err)
+store_check_privileges(outbox_store *store, enum privilege_audit which, struct outbox_error *err)
 {
+    bool with_delete = which == AUDIT_WITH_DELETE;
     struct audit audit = {0};
     struct buffer sql = {0};
     PGresult *result;
@@ -184,5 +185,5 @@ store_check_privileges(outbox_store *store, bool with_delete, struct outbox_erro
 int
 outbox_store_check_privileges(outbox_store *store, struct outbox_error *err)
 {
-    return store_check_privileges(store, true, err);
+    return store_check_privileges(store, AUDIT_WITH_DELETE, err);
 }

@@ -12,7 +12,11 @@
 
 /* A privilege role lacks: OUTBOX_ERR_CONFIG, SQLSTATE 42501; returns -1. */
 int store_missing_privilege(struct outbox_error *err, const char *role, const char *what);
-/* The first privilege of store_statements[] the session lacks, DELETE only when with_delete. */
-int store_check_privileges(outbox_store *store, bool with_delete, struct outbox_error *err);
+/* Whether a privilege audit counts DELETE (retention) among the needs. */
+enum privilege_audit { AUDIT_WITHOUT_DELETE, AUDIT_WITH_DELETE };
+
+/* The first privilege of store_statements[] the session lacks, DELETE only when audit asks. */
+int store_check_privileges(outbox_store *store, enum privilege_audit audit,
+                           struct outbox_error *err);
 
 #endif
