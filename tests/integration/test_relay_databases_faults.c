@@ -246,14 +246,17 @@ print_leases(const struct fixture *f, const char *when)
 }
 
 /*
- * Waits up to seconds for the leases to settle and stay so for a second;
- * fails the test naming the last look when they do not.
+ * Waits up to seconds (times harness_time_scale()) for the leases to settle
+ * and stay so for a second; fails the test naming the last look when they
+ * do not.
  */
 static void
 wait_settled(const struct fixture *f, int *owners, double seconds, const char *when)
 {
     double from = wall_clock_seconds();
     int again[LIST_RUN_MAX_DATABASES];
+
+    seconds *= harness_time_scale();
 
     for (;;) {
         if (settled(f, owners)) {
@@ -275,15 +278,18 @@ wait_settled(const struct fixture *f, int *owners, double seconds, const char *w
 }
 
 /*
- * Waits up to seconds until in every database both running relays are
- * members kept alive by their watch sessions: what lets one relay take a
- * killed one's databases at once rather than when their leases run out.
+ * Waits up to seconds (times harness_time_scale()) until in every database
+ * both running relays are members kept alive by their watch sessions: what
+ * lets one relay take a killed one's databases at once rather than when
+ * their leases run out.
  */
 static void
 wait_watched(const struct fixture *f, double seconds)
 {
     double from = wall_clock_seconds();
     int running = 0, i = 0;
+
+    seconds *= harness_time_scale();
 
     for (int k = 0; k < RELAYS; k++)
         running += f->running[k];
