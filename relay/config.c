@@ -38,8 +38,8 @@ static const struct option_spec OPTIONS[] = {
      "serve every database listed in FILE ('NAME URL' or a bare URL a line, '#' comments),"
      " re-read when it changes; excludes --database-url", FROM_ENVIRONMENT, 0},
     {"max-db-connections", "N", OPTION_INT, FIELD(max_db_connections), "8", 1, 1024, NULL,
-     "with --databases: most connections held to the listed databases at once; each is also"
-     " a pipeline", FROM_ENVIRONMENT, 0},
+     "most connections held to the databases at once, stream queues included; with"
+     " --databases each is also a slot", FROM_ENVIRONMENT, 0},
     {"queues", "A,B", OPTION_LIST, FIELD(queues), NULL, 0, 0, NULL,
      "publish only these queues (default: every queue)", FROM_ENVIRONMENT, 0},
     {"batch-size", "N", OPTION_INT, FIELD(batch_size), "500", 1, 10000, NULL,
@@ -47,8 +47,9 @@ static const struct option_spec OPTIONS[] = {
     {"lease", "SECONDS", OPTION_INT, FIELD(lease_seconds), "60", 5, 86400, NULL,
      "lease length; rows of a relay that dies are retried after it", FROM_ENVIRONMENT, 0},
     {"concurrency", "N", OPTION_INT, FIELD(concurrency), "2", 1, 64, NULL,
-     "parallel claim/publish pipelines, each with its own connections; with --databases,"
-     " the most slots one database's rows take at once", FROM_ENVIRONMENT, 0},
+     "slots publishing the database's rows side by side, each with its database and broker"
+     " connection, beside one for maintenance (all within --max-db-connections); with"
+     " --databases, the most slots one database's rows take at once", FROM_ENVIRONMENT, 0},
     {"metrics-addr", "HOST:PORT", OPTION_STRING, FIELD(metrics_addr), "127.0.0.1:9187", 0, 0, NULL,
      "serve /metrics and /healthz here; 'off' disables", FROM_ENVIRONMENT, 0},
     {"metrics-max-queues", "N", OPTION_INT, FIELD(metrics_max_queues), "100", 0, 1000000, NULL,

@@ -108,22 +108,24 @@ try_store(struct database *db, enum ends_attempt when, int attempt, struct outbo
         .url = db->url != NULL ? db->url : r->config->database_url,
         .worker_id = db->worker_id,
         .who = db->notice_who != NULL ? db->notice_who : db->who,
-        .steps = &every_step,
+        .steps = db->steps != NULL ? db->steps : &every_step,
     };
+    bool own = db->faults == DATABASE_FAULT_STOPS_RELAY;
     unsigned long repeats;
 
     db->store = database_open(r->config, r->metrics, &how, &db->identity, err);
     if (db->store != NULL) {
         db->connects++;
         /* the server in use, so that a failover to another host shows in the log */
-        log_event(OUTBOX_LOG_INFO, "database connected", "%s server=%s:%s attempts=%d", db->who,
-                  PQhost(outbox_store_conn(db->store)), PQport(outbox_store_conn(db->store)),
-                  attempt);
+        log_event(own ? OUTBOX_LOG_INFO : OUTBOX_LOG_DEBUG, "database connected",
+                  "%s server=%s:%s attempts=%d", db->who, PQhost(outbox_store_conn(db->store)),
+                  PQport(outbox_store_conn(db->store)), attempt);
         return ATTEMPT_CONNECTED;
     }
+    if (!own)
+        return ATTEMPT_FAILED; /* a database of a list: the scheduler backs it off, logs, counts */
     metrics_set_up(r->metrics, METRICS_DATABASE, false);
-    if (when == ENDS_FIRST && !outbox_error_is_transient(err) &&
-        db->faults == DATABASE_FAULT_STOPS_RELAY) {
+    if (when == ENDS_FIRST && !outbox_error_is_transient(err)) {
         relay_set_fatal(r, err);
         return ATTEMPT_FATAL;
     }
@@ -268,12 +270,13 @@ service_broker(struct pipeline *p)
 }
 
 /*
- * The one connect-with-backoff loop, for every thread and both ends.
- * Connects what is not connected (db's store when want has ENDS_STORE, pipeline p's
- * broker when it has ENDS_SINK; p is NULL for the maintenance thread), trying each
- * end on every attempt so that /healthz knows the state of both, until both
- * work, the relay stops, or a fatal error (bad password, no schema) at the
- * first attempt of a thread (ENDS_FIRST). With --once it gives up after
+ * The one connect-with-backoff loop, for every slot and both ends.
+ * Connects what is not connected (db's store when want has ENDS_STORE, slot p's
+ * broker when it has ENDS_SINK), trying each end on every attempt so that
+ * /healthz knows the state of both, until both work, the relay stops, or a
+ * fatal error (bad password, no schema) at the first attempt of a slot
+ * (ENDS_FIRST). A database of a list (DATABASE_FAULT_BACKS_OFF) is tried
+ * once, why in p->cause. With --once it gives up after
  * RELAY_ONCE_CONNECT_BUDGET_SECONDS: a one-shot run must end. Returns 0 when connected.
  */
 int
@@ -296,14 +299,12 @@ ends_connect(struct database *db, struct pipeline *p, unsigned int want, enum en
             return -1;
         if (store == ATTEMPT_CONNECTED && broker == ATTEMPT_CONNECTED)
             return 0;
+        if (store == ATTEMPT_FAILED && p != NULL)
+            p->cause = store_err; /* why, for the caller (a list's backoff, --once) */
         if (db->faults == DATABASE_FAULT_BACKS_OFF && store == ATTEMPT_FAILED)
             return -1;
-        /*
-         * The pipelines give up for --once, naming every end they could not
-         * reach; the maintenance thread sees only the database and stops with
-         * them.
-         */
-        if (r->config->once && db != &r->maintenance.db &&
+        /* --once gives up, naming every end it could not reach */
+        if (r->config->once && !db->waits_out_once &&
             clock_monotonic_seconds() - started >= RELAY_ONCE_CONNECT_BUDGET_SECONDS) {
             give_up_once(r, store, broker, &store_err, &sink_err);
             return -1;

@@ -1,8 +1,9 @@
 /*
- * ends.h - connecting, losing and closing a thread's database and broker.
+ * ends.h - connecting, losing and closing a slot's database and broker.
  *
- * Each pipeline and the maintenance thread make and drop their connections
- * here only; ends.c stands on relay_state.c and calls no thread body.
+ * Every slot makes and drops its connections here only (scheduler_serve.c
+ * opens a database's through ends_connect()); ends.c stands on
+ * relay_state.c and calls no thread body.
  */
 #ifndef OUTBOX_RELAY_ENDS_H
 #define OUTBOX_RELAY_ENDS_H
@@ -34,8 +35,8 @@ struct database_open {
 };
 
 /*
- * Opens a connection to a database the relay's way, for a pipeline, the
- * maintenance thread, a stream thread or a database of a list alike: the store (the schema
+ * Opens a connection to a database the relay's way, for its own database
+ * or a database of a list alike: the store (the schema
  * and privileges checked unless how->steps says they were), DELETE for
  * --on-success delete, the database's identity read into *identity (a
  * changed history warned of), the notices logged, the relay's store

@@ -1,11 +1,11 @@
 /*
- * maintenance.c - the maintenance thread: a loop of named, bounded phases
- * (reap, release waiting rows, cleanup, sample, table sample) on a
- * database connection of its own, so none of that work holds up a
- * pipeline's publishing.
+ * maintenance.c - a database's maintenance: named, bounded phases (reap,
+ * release waiting rows, cleanup, sample, table sample), run when due by the
+ * slot serving the database, on its connection, between two slices.
  *
  * Each phase runs when due and stops at its bound; one with work left runs
- * again at once, one whose database failed after the reconnect.
+ * again at the next visit (at once for --once's last), one whose database
+ * failed a second later.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -27,7 +27,6 @@
 #include "ends.h"
 #include "maintenance.h"
 #include "sink.h"
-#include "stream.h"
 #include "timeouts.h"
 #include "wait.h"
 
@@ -82,19 +81,10 @@ struct phase_run {
     outbox_store *store;
     struct maintenance_schedule *schedule;
     const char *who;         /* leads the log lines' fields: "" or "database=NAME " */
-    bool visit;              /* a list's visit: each phase one bounded step, no more */
+    enum maintenance_pace pace;
     size_t readied;          /* rows the waiting rows' sweep made ready */
     struct outbox_error err; /* why the database failed (PHASE_FAILED) */
 };
-
-/* Looks for a stream queue, until one is found: no stream, no stream connection. */
-static enum phase_result
-phase_stream_check(struct phase_run *run)
-{
-    if (stream_runner_check(run->relay->streams, outbox_store_conn(run->store), &run->err) != 0)
-        return PHASE_FAILED;
-    return PHASE_DONE;
-}
 
 /*
  * Reaps expired leases, REAP_LIMIT rows a round, up to REAP_MAX_ROUNDS
@@ -105,7 +95,7 @@ phase_reap(struct phase_run *run)
 {
     relay *r = run->relay;
     struct outbox_reap_result reaped;
-    int rounds = run->visit ? 1 : REAP_MAX_ROUNDS;
+    int rounds = run->pace == MAINTENANCE_STEP ? 1 : REAP_MAX_ROUNDS;
 
     for (int round = 0; round < rounds && !relay_stopping(r); round++) {
         if (outbox_reap(run->store, REAP_LIMIT, MAINTENANCE_REAP_RETRY_SECONDS, &reaped,
@@ -115,10 +105,10 @@ phase_reap(struct phase_run *run)
             log_event(OUTBOX_LOG_INFO, "reaped expired leases", "%sready=%zu dead=%zu", run->who,
                       reaped.ready, reaped.dead);
         metrics_add(r->metrics, METRICS_ROWS_REAPED, reaped.ready + reaped.dead);
-        if (!run->visit)
+        if (run->pace != MAINTENANCE_STEP)
             metrics_round_trip(r->metrics, METRICS_DATABASE); /* an idle relay's database answers */
         if (reaped.ready + reaped.dead < REAP_LIMIT) {
-            if (!run->visit)
+            if (run->pace != MAINTENANCE_STEP)
                 wait_latch_set(&r->reaped);
             return PHASE_DONE;
         }
@@ -171,7 +161,7 @@ phase_cleanup(struct phase_run *run)
             return PHASE_FAILED;
         m->cleaned += cleaned.deleted;
         metrics_add(r->metrics, METRICS_ROWS_DELETED, cleaned.deleted);
-    } while (!run->visit && cleaned.locked && cleaned.deleted == CLEANUP_LIMIT &&
+    } while (run->pace != MAINTENANCE_STEP && cleaned.locked && cleaned.deleted == CLEANUP_LIMIT &&
              !relay_stopping(r) &&
              clock_monotonic_seconds() - started < MAINTENANCE_CLEANUP_RUN_SECONDS);
     if (cleaned.locked && cleaned.deleted == CLEANUP_LIMIT)
@@ -232,19 +222,17 @@ phase_sample(struct phase_run *run)
 }
 
 /*
- * The phases, like pg_cron's loop: each named, bounded, run when due. A
- * relay of one database runs them all on the maintenance thread; a visit of
- * a listed database runs those of_visit (its stream queues are found by
- * scheduler_stream.c, and a list's databases sample no gauges).
+ * The phases, like pg_cron's loop: each named, bounded, run when due. The
+ * relay's own database (--database-url) runs them all; a database of a list
+ * those of_list (a list's databases sample no gauges: /metrics has its
+ * per-database figures instead).
  */
 static const struct phase {
     const char *name;
     double every_seconds;
-    bool of_visit;
+    bool of_list;
     enum phase_result (*run)(struct phase_run *run);
 } PHASES[PHASE_COUNT] = {
-    [PHASE_STREAM_CHECK] = {"stream-check", MAINTENANCE_STREAM_CHECK_EVERY_SECONDS, false,
-                            phase_stream_check},
     [PHASE_REAP] = {"reap", MAINTENANCE_REAP_EVERY_SECONDS, true, phase_reap},
     [PHASE_RELEASE_WAITING] = {"release-waiting", MAINTENANCE_SWEEP_EVERY_SECONDS, true,
                                phase_release_waiting},
@@ -275,19 +263,25 @@ run_phase(struct phase_run *run, enum maintenance_phase phase)
 }
 
 int
-maintenance_visit(relay *r, outbox_store *store, const char *who,
+maintenance_visit(relay *r, outbox_store *store, const char *who, enum maintenance_pace pace,
                   struct maintenance_schedule *schedule, size_t *readied, struct outbox_error *err)
 {
     char prefix[DATABASE_NAME_MAX + 32];
     struct phase_run run = {
-        .relay = r, .store = store, .schedule = schedule, .who = prefix, .visit = true};
+        .relay = r, .store = store, .schedule = schedule, .who = prefix, .pace = pace};
 
-    snprintf(prefix, sizeof(prefix), "%s ", who);
+    snprintf(prefix, sizeof(prefix), "%s%s", who, who[0] != '\0' ? " " : "");
     *readied = 0;
-    for (int i = 0; i < PHASE_COUNT; i++) {
-        if (!PHASES[i].of_visit || clock_monotonic_seconds() < schedule->due[i])
+    for (int i = 0; i < PHASE_COUNT && !relay_stopping(r); i++) {
+        enum phase_result result = PHASE_DONE;
+
+        if ((pace == MAINTENANCE_STEP && !PHASES[i].of_list) ||
+            clock_monotonic_seconds() < schedule->due[i])
             continue;
-        if (run_phase(&run, (enum maintenance_phase)i) == PHASE_FAILED) {
+        do
+            result = run_phase(&run, (enum maintenance_phase)i);
+        while (pace == MAINTENANCE_WHOLE && result == PHASE_MORE && !relay_stopping(r));
+        if (result == PHASE_FAILED) {
             *err = run.err;
             return -1;
         }
@@ -296,71 +290,13 @@ maintenance_visit(relay *r, outbox_store *store, const char *who,
     return 0;
 }
 
-/* The maintenance thread goes on while the relay runs and a pipeline works. */
-static bool
-maintenance_goes_on(relay *r)
+double
+maintenance_next_due(const struct maintenance_schedule *schedule)
 {
-    return !relay_stopping(r) && atomic_load(&r->pipelines_running) > 0;
-}
+    double next = schedule->due[0];
 
-/*
- * Starts the phases that are due, in order. A whole pass (the first one of
- * --once) runs each phase until it is done, even after the pipelines
- * returned, so --once reaps, cleans up and samples completely. A database
- * failure drops the connection (the loop reconnects).
- */
-static void
-run_due_phases(struct maintenance *m, bool whole)
-{
-    relay *r = m->db.relay;
-    struct phase_run run = {.relay = r, .store = m->db.store, .schedule = &m->schedule, .who = ""};
-
-    for (int i = 0; i < PHASE_COUNT; i++) {
-        enum phase_result result = PHASE_DONE;
-
-        if (relay_stopping(r) || (!whole && !maintenance_goes_on(r)))
-            return;
-        if (clock_monotonic_seconds() < m->schedule.due[i])
-            continue;
-        do
-            result = run_phase(&run, (enum maintenance_phase)i);
-        while (whole && result == PHASE_MORE && !relay_stopping(r));
-        if (result == PHASE_FAILED) {
-            ends_database_failed(&m->db, &run.err);
-            return;
-        }
-    }
-}
-
-void *
-maintenance_run(void *arg)
-{
-    relay *r = arg;
-    struct maintenance *m = &r->maintenance;
-    bool whole = r->config->once;
-
-    if (ends_connect_store(&m->db, ENDS_FIRST) != 0)
-        goto done;
-    while (whole || maintenance_goes_on(r)) {
-        double next;
-
-        if (m->db.store == NULL && ends_connect_store(&m->db, ENDS_AGAIN) != 0)
-            break;
-        run_due_phases(m, whole);
-        if (m->db.store == NULL)
-            continue; /* reconnect; a whole pass starts over */
-        whole = false;
-        /* wait for the next phase due, the stop, or the last pipeline to return */
-        next = m->schedule.due[0];
-        for (int i = 1; i < PHASE_COUNT; i++)
-            if (m->schedule.due[i] < next)
-                next = m->schedule.due[i];
-        if (maintenance_goes_on(r))
-            wait_until(&r->stop, r->pipelines_done.fd, next);
-    }
-done:
-    stream_runner_checks_over(r->streams);
-    ends_drop_store(&m->db);
-    relay_thread_returned(r);
-    return NULL;
+    for (int i = 1; i < PHASE_COUNT; i++)
+        if (schedule->due[i] < next)
+            next = schedule->due[i];
+    return next;
 }

@@ -1,6 +1,7 @@
 /*
  * pipeline.c - serving a database turn after turn (claim, publish,
- * settle), for a pipeline thread between its waits and for a slot's slice.
+ * settle) for a slot's slice, and the wait of a slot that keeps its
+ * database between two slices (NOTIFY or the adaptive poll).
  *
  * A turn sends the marks of the batch published last and the claim of the
  * next batch to the database ahead of their results, publishes the current
@@ -49,12 +50,6 @@ struct turn {
     bool marking;          /* the previous batch's marks were sent */
     bool claiming;         /* the next claim was sent */
     double next_claimed_at; /* taken before the claim was sent, so its lease began later */
-};
-
-/* What the turn's adaptive poll interval knows (see turn_wait). */
-struct idle {
-    int wait_ms;      /* the last wait; 0 after a turn with work */
-    double last_work; /* when a turn last had work */
 };
 
 /* connect: the broker, settling what was in flight before its outage. False when the relay stops.
@@ -229,38 +224,38 @@ pipeline_serve(struct pipeline *p, struct database *db, double until, struct pip
         return SERVE_FAILED;
     if (relay_stopping(r))
         return SERVE_STOPPED;
+    slice->drained = drained;
     return drained ? SERVE_DRAINED : SERVE_UNTIL;
 }
 
-/* ---- a pipeline thread: a relay of one database ------------------------------ */
+/* ---- between two slices of a database kept ---------------------------------- */
 
 /*
- * Waits for a NOTIFY on the LISTEN socket, the stop latch, or wait_ms,
+ * Waits on db's connection for a NOTIFY, the stop latch, or deadline,
  * whichever comes first, then services an idle broker connection.
  */
 static void
-wait_for_notify(struct pipeline *p, int wait_ms)
+wait_for_notify(struct pipeline *p, struct database *db, double deadline)
 {
-    double deadline = clock_monotonic_seconds() + wait_ms / 1000.0;
     struct outbox_error err;
     bool notified = false;
     int fd;
 
     /* LISTEN before the first wait; a notification may have come with an earlier result */
-    if (outbox_store_wait(p->db.store, 0, &notified, &err) != 0) {
-        ends_store_failed(p, &p->db, &err);
+    if (outbox_store_wait(db->store, 0, &notified, &err) != 0) {
+        ends_store_failed(p, db, &err);
         return;
     }
-    fd = PQsocket(outbox_store_conn(p->db.store));
+    fd = PQsocket(outbox_store_conn(db->store));
     if (fd < 0) {
         outbox_error_set(&err, OUTBOX_ERR_CONNECTION, "database connection is closed");
-        ends_store_failed(p, &p->db, &err);
+        ends_store_failed(p, db, &err);
         return;
     }
     while (!notified && wait_until(&p->relay->stop, fd, deadline) == WAIT_READY) {
         /* the socket is readable: read it; a notice or a status message is not a notification */
-        if (outbox_store_wait(p->db.store, 1, &notified, &err) != 0) {
-            ends_store_failed(p, &p->db, &err);
+        if (outbox_store_wait(db->store, 1, &notified, &err) != 0) {
+            ends_store_failed(p, db, &err);
             return;
         }
     }
@@ -273,94 +268,24 @@ wait_for_notify(struct pipeline *p, int wait_ms)
     }
 }
 
-/*
- * or wait: after a serve that drained the database, waits for a NOTIFY or
- * the adaptive poll interval: 1, 2, 4 ... ms, up to PIPELINE_BUSY_POLL_MAX_MS
- * while rows came in the last PIPELINE_BUSY_WINDOW_SECONDS (a lull in a
- * steady stream must not cost its next rows a long sleep), and up to
- * --poll-interval once the queue has been quiet for longer; the interval
- * starts again at 1 ms after a serve that claimed rows. False when the
- * pipeline is done (--once found no more work).
- */
-static bool
-turn_wait(struct pipeline *p, struct idle *idle, const struct pipeline_slice *slice)
+void
+pipeline_wait(struct pipeline *p, struct database *db, struct pipeline_idle *idle,
+              const struct pipeline_slice *slice, double until)
 {
     const struct relay_config *c = p->relay->config;
+    double now = clock_monotonic_seconds();
 
     if (slice->claimed > 0) {
         idle->wait_ms = 0;
-        idle->last_work = clock_monotonic_seconds();
+        idle->last_work = now;
     }
-    if (c->once)
-        return false;
     idle->wait_ms = idle->wait_ms == 0 ? 1 : idle->wait_ms * 2;
-    if (clock_monotonic_seconds() - idle->last_work < PIPELINE_BUSY_WINDOW_SECONDS &&
+    if (now - idle->last_work < PIPELINE_BUSY_WINDOW_SECONDS &&
         idle->wait_ms > PIPELINE_BUSY_POLL_MAX_MS)
         idle->wait_ms = PIPELINE_BUSY_POLL_MAX_MS;
     if (idle->wait_ms > c->poll_interval_ms)
         idle->wait_ms = c->poll_interval_ms;
-    wait_for_notify(p, idle->wait_ms);
-    return true;
-}
-
-/* The first connect; with --once, claims wait for the maintenance thread to reap expired leases. */
-static int
-pipeline_begin(struct pipeline *p)
-{
-    relay *r = p->relay;
-
-    p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
-                               PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
-    if (ends_connect(&p->db, p, ENDS_STORE | ENDS_SINK, ENDS_FIRST) != 0)
-        return -1;
-    if (r->config->once)
-        wait_until(&r->stop, r->reaped.fd, WAIT_FOREVER);
-    p->progress_at = clock_monotonic_seconds();
-    outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
-    return 0;
-}
-
-/*
- * One round of a pipeline: connect (again), serve the database until it is
- * drained, wait. What a serve's end means is decided here: a failure is
- * reconnected, a drained database waited for. False when the pipeline is
- * done.
- */
-static bool
-serve_and_wait(struct pipeline *p, struct idle *idle)
-{
-    struct pipeline_slice slice;
-
-    if (relay_stopping(p->relay) ||
-        (p->db.store == NULL && ends_connect(&p->db, p, ENDS_STORE, ENDS_AGAIN) != 0))
-        return false;
-    switch (pipeline_serve(p, &p->db, PIPELINE_SERVE_FOREVER, &slice)) {
-    case SERVE_STOPPED:
-        return false;
-    case SERVE_FAILED: /* connect again */
-    case SERVE_UNTIL:  /* a claim failed on a connection the marks replaced: claim again */
-        return true;
-    case SERVE_DRAINED:
-        break;
-    }
-    return turn_wait(p, idle, &slice);
-}
-
-/* The loop of the pipeline: connect, serve or wait. */
-void *
-pipeline_run(void *arg)
-{
-    struct pipeline *p = arg;
-    relay *r = p->relay;
-    struct idle idle = {0};
-
-    if (pipeline_begin(p) == 0)
-        while (serve_and_wait(p, &idle))
-            ;
-    ends_broker_close(p);
-    ends_drop_store(&p->db);
-    if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
-        wait_latch_set(&r->pipelines_done); /* the maintenance thread ends with the pipelines */
-    relay_thread_returned(r);
-    return NULL;
+    if (now + idle->wait_ms / 1000.0 < until)
+        until = now + idle->wait_ms / 1000.0;
+    wait_for_notify(p, db, until);
 }

@@ -1,8 +1,8 @@
 /*
  * pipeline.h - serving a database: the turns (claim, publish, settle) of
- * pipeline_serve(), which a pipeline thread (started by relay.c, one per
- * --concurrency) runs on its own connection between its waits, and a slot
- * (scheduler.c) on a listed database's for a slice.
+ * pipeline_serve(), which a slot (scheduler.c) runs for a slice on a
+ * connection to the database it serves, and pipeline_wait(), the wait of a
+ * slot that keeps the relay's own database between its slices.
  */
 #ifndef OUTBOX_RELAY_PIPELINE_H
 #define OUTBOX_RELAY_PIPELINE_H
@@ -13,14 +13,12 @@
 
 #include "relay_state.h"
 
-/* arg is the struct pipeline to run. */
-void *pipeline_run(void *arg);
-
 /* What a serve of a database by pipeline_serve() found. */
 struct pipeline_slice {
     size_t claimed; /* rows claimed */
     bool more;      /* the last claim found rows: the database may hold more */
     bool full;      /* the last claim was a whole batch: a backlog */
+    bool drained;   /* the serve ended on a turn that found nothing to do (SERVE_DRAINED) */
 };
 
 /* How pipeline_serve() ended. */
@@ -30,9 +28,6 @@ enum serve_status {
     SERVE_STOPPED, /* the relay stops (relay_stop, a fatal error, --once gave up) */
     SERVE_FAILED,  /* the database failed: db->store is NULL, p->cause says why */
 };
-
-/* Never: a serve without an end of its own (a relay's pipelines). */
-#define PIPELINE_SERVE_FOREVER 1e300
 
 /*
  * Serves the database of db, connected, on pipeline p (its broker
@@ -45,5 +40,25 @@ enum serve_status {
  */
 enum serve_status pipeline_serve(struct pipeline *p, struct database *db, double until,
                                  struct pipeline_slice *slice);
+
+/* What a slot's adaptive poll interval knows (see pipeline_wait). */
+struct pipeline_idle {
+    int wait_ms;      /* the last wait; 0 after a slice with work */
+    double last_work; /* when a slice last had work */
+};
+
+/*
+ * After a slice that drained the database, waits on db's connection (its
+ * LISTEN) for a NOTIFY, or the adaptive poll interval: 1, 2, 4 ... ms, up
+ * to PIPELINE_BUSY_POLL_MAX_MS while rows came in the last
+ * PIPELINE_BUSY_WINDOW_SECONDS (a lull in a steady stream must not cost its
+ * next rows a long sleep), and up to --poll-interval once the queue has
+ * been quiet for longer; the interval starts again at 1 ms after a slice
+ * that claimed rows. Never past until (the database's maintenance due). A
+ * failure of the database drops db's connection; an idle broker
+ * connection is serviced.
+ */
+void pipeline_wait(struct pipeline *p, struct database *db, struct pipeline_idle *idle,
+                   const struct pipeline_slice *slice, double until);
 
 #endif

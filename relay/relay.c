@@ -1,13 +1,12 @@
 /*
- * relay.c - the relay: its pipelines and maintenance thread made, started,
- * stopped and joined; --check.
+ * relay.c - the relay: its slots made, started, stopped and joined; --check.
  *
- * The relay owns every thread's state (relay_state.h); the threads run
- * in pipeline.c and maintenance.c. The first fatal error of any thread is
- * kept and stops them all.
+ * The relay owns every slot's state (relay_state.h); the slots run in
+ * scheduler.c, which gives each the database to serve next, of a list or
+ * the relay's own. The first fatal error of any slot is kept and stops
+ * them all.
  */
 #include "relay.h"
-#include "stream.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -24,8 +23,6 @@
 #include "json.h"
 #include "log.h"
 #include "outbox.h"
-#include "maintenance.h"
-#include "pipeline.h"
 #include "relay_state.h"
 #include "scheduler.h"
 #include "settle.h"
@@ -68,14 +65,13 @@ pipeline_clear(struct pipeline *p)
 static int
 open_latches(relay *r, struct outbox_error *err)
 {
-    r->stop.fd = r->reaped.fd = r->pipelines_done.fd = -1;
-    if (wait_latch_open(&r->stop, err) != 0 || wait_latch_open(&r->reaped, err) != 0 ||
-        wait_latch_open(&r->pipelines_done, err) != 0)
+    r->stop.fd = r->reaped.fd = -1;
+    if (wait_latch_open(&r->stop, err) != 0 || wait_latch_open(&r->reaped, err) != 0)
         return -1;
     return 0;
 }
 
-/* Pipeline i of r: its names, its database's reconnect pace, its sink and batch buffers. */
+/* Slot i of r: its names, its databases' reconnect pace, its sink and batch buffers. */
 static int
 pipeline_init(relay *r, int i, struct outbox_error *err)
 {
@@ -138,16 +134,7 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
     if (open_latches(r, err) != 0)
         goto fail;
     make_worker_prefix(r->worker_prefix, sizeof(r->worker_prefix));
-    r->maintenance.db.relay = r;
-    r->maintenance.db.seed = (unsigned int)getpid() ^ (unsigned int)time(NULL) ^ 0x9e3779b9u;
-    r->maintenance.db.reconnect = backoff_make(
-        RELAY_RECONNECT_FIRST_SECONDS, RELAY_RECONNECT_MAX_SECONDS, r->maintenance.db.seed);
-    snprintf(r->maintenance.db.worker_id, sizeof(r->maintenance.db.worker_id), "%s/maintenance",
-             r->worker_prefix);
-    snprintf(r->maintenance.db.who, sizeof(r->maintenance.db.who), "thread=maintenance");
-    /* with --databases, each slot of the connection budget is a pipeline (scheduler.h) */
-    r->pipeline_count =
-        config->databases_file != NULL ? config->max_db_connections : config->concurrency;
+    r->pipeline_count = scheduler_slot_count(config);
     r->pipelines = calloc((size_t)r->pipeline_count, sizeof(*r->pipelines));
     if (r->pipelines == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
@@ -158,14 +145,8 @@ relay_new(const struct relay_config *config, struct metrics *m, struct outbox_er
             goto fail;
     if (name_endpoints(r, err) != 0)
         goto fail;
-    if (config->databases_file != NULL) {
-        r->scheduler = scheduler_new(r, err); /* streams too, on the slots (scheduler_stream.h) */
-        if (r->scheduler == NULL)
-            goto fail;
-        return r;
-    }
-    r->streams = stream_runner_new(config, r->worker_prefix, m, err);
-    if (r->streams == NULL)
+    r->scheduler = scheduler_new(r, err); /* streams too, on the slots (scheduler_stream.h) */
+    if (r->scheduler == NULL)
         goto fail;
     return r;
 
@@ -183,11 +164,8 @@ relay_free(relay *r)
         pipeline_clear(&r->pipelines[i]);
     scheduler_free(r->scheduler);
     free(r->pipelines);
-    stream_runner_free(r->streams);
-    outbox_store_free(r->maintenance.db.store);
     wait_latch_close(&r->stop);
     wait_latch_close(&r->reaped);
-    wait_latch_close(&r->pipelines_done);
     pthread_mutex_destroy(&r->fatal_lock);
     free(r);
 }
@@ -301,47 +279,27 @@ warn_other_broker_options(const relay *r)
 int
 relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err)
 {
+    const struct relay_config *c = r->config;
+
     r->finished = finished;
     r->finished_arg = arg;
-    if (r->scheduler != NULL)
-        log_event(OUTBOX_LOG_INFO, "relay starting",
-                  "worker=%s broker=%s databases=\"%s\" max_db_connections=%d batch_size=%d"
-                  " lease=%ds",
-                  r->worker_prefix, sink_display_url(r->pipelines[0].sink),
-                  r->config->databases_file, r->pipeline_count, r->config->batch_size,
-                  r->config->lease_seconds);
-    else
-        log_event(OUTBOX_LOG_INFO, "relay starting",
-                  "worker=%s broker=%s concurrency=%d batch_size=%d lease=%ds", r->worker_prefix,
-                  sink_display_url(r->pipelines[0].sink), r->config->concurrency,
-                  r->config->batch_size, r->config->lease_seconds);
+    log_event(OUTBOX_LOG_INFO, "relay starting",
+              "worker=%s broker=%s databases=\"%s\" concurrency=%d max_db_connections=%d"
+              " slots=%d batch_size=%d lease=%ds",
+              r->worker_prefix, sink_display_url(r->pipelines[0].sink),
+              scheduler_source(r->scheduler), c->concurrency,
+              c->max_db_connections, r->pipeline_count, c->batch_size, c->lease_seconds);
     warn_other_broker_options(r);
     for (int i = 0; i < r->pipeline_count; i++) {
         struct pipeline *p = &r->pipelines[i];
 
         atomic_fetch_add(&r->running, 1);
-        atomic_fetch_add(&r->pipelines_running, 1);
-        if (pthread_create(&p->thread, NULL,
-                           r->scheduler != NULL ? scheduler_slot_run : pipeline_run, p) != 0) {
-            atomic_fetch_sub(&r->pipelines_running, 1);
+        if (pthread_create(&p->thread, NULL, scheduler_slot_run, p) != 0) {
             atomic_fetch_sub(&r->running, 1);
             relay_stop(r);
-            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start pipeline %d", i);
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start slot %d", i);
         }
         p->started = true;
-    }
-    if (r->scheduler != NULL)
-        return 0; /* each slot reaps the databases it serves */
-    atomic_fetch_add(&r->running, 1);
-    if (pthread_create(&r->maintenance.thread, NULL, maintenance_run, r) != 0) {
-        atomic_fetch_sub(&r->running, 1);
-        relay_stop(r);
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "unable to start the maintenance thread");
-    }
-    r->maintenance.started = true;
-    if (stream_runner_start(r->streams, err) != 0) {
-        relay_stop(r);
-        return -1;
     }
     return 0;
 }
@@ -351,7 +309,6 @@ relay_stop(relay *r)
 {
     atomic_store(&r->stopping, 1);
     wait_latch_set(&r->stop);
-    stream_runner_stop(r->streams);
     scheduler_stop(r->scheduler);
 }
 
@@ -369,16 +326,9 @@ relay_join(relay *r, struct outbox_error *err)
             pthread_join(r->pipelines[i].thread, NULL);
         r->pipelines[i].started = false;
     }
-    if (!r->config->once || atomic_load(&r->fatal))
-        stream_runner_stop(r->streams); /* --once: the stream pass ends on its own */
-    stream_runner_join(r->streams);
-    if (r->maintenance.started)
-        pthread_join(r->maintenance.thread, NULL);
-    r->maintenance.started = false;
     if (atomic_load(&r->fatal)) {
         *err = r->fatal_error;
         return -1;
     }
     return 0;
 }
-

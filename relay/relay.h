@@ -1,20 +1,22 @@
 /*
- * relay.h - the relay daemon's pipelines.
+ * relay.h - the relay daemon: its slots.
  *
- * A relay runs config->concurrency pipelines, each a thread with its own
- * database connection (an outbox_store) and its own broker connection (a
- * sink). A pipeline loops: claim a batch, publish it, mark what the broker
- * confirmed succeeded and fail the rest with a backoff, then claim again at
- * once while there is work, or wait (LISTEN + adaptive polling) when there
- * is none. The marks of one batch and the next claim run in the database
- * while the broker takes the batch between them. A maintenance thread with
- * a database connection of its own reaps expired leases, deletes old
+ * A relay runs slots, each a thread with its own broker connection (a
+ * sink), and serves its databases on them: its own (--database-url, on
+ * --concurrency slots, each keeping a connection to it) or those of a list
+ * (--databases, on --max-db-connections slots sharing the connections);
+ * scheduler.h says which database a slot serves next. A slot loops: claim a
+ * batch, publish it, mark what the broker confirmed succeeded and fail the
+ * rest with a backoff, then claim again at once while there is work, or
+ * wait (LISTEN + adaptive polling for its own database) when there is none.
+ * The marks of one batch and the next claim run in the database while the
+ * broker takes the batch between them. Between two slices the slot runs
+ * the database's maintenance when due: it reaps expired leases, deletes old
  * succeeded rows and samples the backlog for the metrics.
  *
- * Stopping: relay_stop() makes every pipeline finish the batch in flight
- * and return, and the maintenance thread its phase; nothing claimed is left
- * behind running. The caller (main)
- * owns signals.
+ * Stopping: relay_stop() makes every slot finish the batch in flight and
+ * return; nothing claimed is left behind running. The caller (main) owns
+ * signals.
  */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
@@ -43,21 +45,21 @@ void relay_free(relay *r);
 int relay_check(relay *r, FILE *report, bool *configuration, struct outbox_error *err);
 
 /*
- * Starts the pipelines and the maintenance thread. When the last of them
+ * Starts the slots. When the last of them
  * returns, finished(arg) is called from its thread (finished may be NULL),
  * so the caller need not poll.
  */
 int relay_start(relay *r, void (*finished)(void *arg), void *arg, struct outbox_error *err);
 
-/* Asks the pipelines to stop after their batch in flight; async-safe to call twice. */
+/* Asks the slots to stop after their batch in flight; async-safe to call twice. */
 void relay_stop(relay *r);
 
-/* True once every pipeline has returned (after relay_stop, --once, or a fatal error). */
+/* True once every slot has returned (after relay_stop, --once, or a fatal error). */
 bool relay_finished(relay *r);
 
 /*
- * Joins the pipelines. Returns 0 after a clean stop, -1 with err when a
- * pipeline stopped on a fatal error.
+ * Joins the slots. Returns 0 after a clean stop, -1 with err when a slot
+ * stopped on a fatal error.
  */
 int relay_join(relay *r, struct outbox_error *err);
 

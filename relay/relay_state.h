@@ -1,12 +1,12 @@
 /*
  * relay_state.h - the state the relay's threads share, private to relay/.
  *
- * A relay owns its pipelines (pipeline.c, each a thread with a database
- * connection and a broker connection) and a maintenance thread
- * (maintenance.c, its own database connection). A thread's connections are
- * made and dropped in ends.c only; a batch's marks are kept in a settlement
- * (settle.c) until the database confirmed them. relay.c starts and stops
- * them all. A thread stops at relay_stopping(), set by relay_stop() or by
+ * A relay owns its slots (scheduler.c: each a thread with a broker
+ * connection, serving the databases of its list, a list of one for
+ * --database-url, on connections it takes from them). A thread's broker
+ * connection is made and dropped in ends.c; a batch's marks are kept in a
+ * settlement (settle.c) until the database confirmed them. relay.c starts
+ * and stops them all. A thread stops at relay_stopping(), set by relay_stop() or by
  * the first fatal error, which also sets the stop latch that ends every
  * wait (wait.h) at once. The ground floor of the relay's threads:
  * relay_state.c calls none of the files that include this header.
@@ -58,13 +58,12 @@ struct settlement {
 };
 
 /*
- * What a fault of a connection to a database means (ends.c). Each loop
- * says it for the connections it opens: a pipeline or the maintenance
- * thread of a relay of one database, whose faults are the relay's; a slot
- * serving a database of a list, whose faults are that database's.
+ * What a fault of a connection to a database means (ends.c), said by the
+ * slot that opens it: the relay's own database's faults are the relay's; a
+ * database of a list's are that database's.
  */
 enum database_faults {
-    /* connects retried until one works; a refused password at the first, or a
+    /* reconnects retried until one works; a refused password at the first, or a
      * missing schema or privilege (but a revoked one), stops the relay */
     DATABASE_FAULT_STOPS_RELAY,
     /* a connect tried once and no fault stops the relay: the scheduler backs the
@@ -73,22 +72,23 @@ enum database_faults {
 };
 
 /*
- * A connection to a database and how it reconnects: each pipeline's and
- * the maintenance thread's own, and each connection a slot opens to a
- * database of a list (kept between slices in its tenant's idle[], see
- * scheduler_state.h). guard: the thread that holds it (a pipeline, the
- * maintenance thread, the slot that took it out of idle[]).
+ * A connection to a database and how it reconnects: each connection a slot
+ * opens to a database (kept between slices in its tenant's idle[], see
+ * scheduler_state.h), and a slot's own, which names it in the log. guard:
+ * the slot that holds it (that took it out of idle[]).
  */
 struct database {
     relay *relay;
     outbox_store *store; /* NULL while disconnected */
     struct store_identity identity; /* the database's, read when store connected */
     char worker_id[192];
-    /* leads the thread's log fields: "pipeline=0", "thread=maintenance", "database=a slot=0" */
+    /* leads the slot's log fields: "pipeline=0" (the relay's own database), "database=a slot=0" */
     char who[96];
     const char *notice_who; /* leads its connections' notices; outlives them (database_open) */
     const char *url; /* the database's URL; NULL: --database-url */
     enum database_faults faults; /* what a fault of it means, set by the loop that opens it */
+    const struct store_connect_options *steps; /* the connect steps left out; NULL: none */
+    bool waits_out_once; /* --once's connect budget is not its own (the own database's upkeep) */
     unsigned long connects; /* connections made: a reconnect within a slot's slice shows */
     unsigned int seed;      /* a pipeline's row retry jitter */
     struct backoff reconnect;
@@ -101,8 +101,9 @@ struct database {
 };
 
 /*
- * guard: the pipeline's own thread (a slot's with --databases), every field
- * but thread and started, the main thread's (relay_start, relay_join).
+ * A slot: its broker connection and batch buffers. guard: the slot's own
+ * thread, every field but thread and started, the main thread's
+ * (relay_start, relay_join).
  */
 struct pipeline {
     relay *relay;
@@ -138,10 +139,9 @@ struct pipeline {
     struct outbox_error cause;
 };
 
-/* The maintenance phases, in the order one pass of the loop runs them. */
+/* The maintenance phases, in the order one visit runs them (maintenance.c). */
 enum maintenance_phase {
-    PHASE_STREAM_CHECK = 0, /* a stream queue exists: the stream threads connect */
-    PHASE_REAP,            /* expired leases back to ready (or dead) */
+    PHASE_REAP = 0,        /* expired leases back to ready (or dead) */
     PHASE_RELEASE_WAITING, /* held rows whose key's head finished while they were inserted */
     PHASE_CLEANUP,         /* succeeded rows older than --retention */
     PHASE_SAMPLE,          /* backlog gauges and the xmin horizon warning */
@@ -156,14 +156,6 @@ struct maintenance_schedule {
     double cleanup_started;  /* when those runs began */
 };
 
-/* guard: the maintenance thread, but thread and started: the main thread's. */
-struct maintenance {
-    pthread_t thread;
-    bool started;
-    struct database db;
-    struct maintenance_schedule schedule;
-};
-
 /*
  * The guard of each field is the comment "guard:" before it, good until the
  * next (docs/design.md: threads and locks).
@@ -173,22 +165,16 @@ struct relay {
     const struct relay_config *config;
     struct metrics *metrics;
     char worker_prefix[160];
-    struct pipeline *pipelines;
-    int pipeline_count;              /* --concurrency, or with --databases --max-db-connections */
-    struct scheduler *scheduler;     /* with --databases: the slots' scheduler (scheduler.c) */
-    /* guard: its own (struct maintenance) */
-    struct maintenance maintenance;
-    /* guard: none needed: set by relay_new(), read-only */
-    struct stream_runner *streams; /* stream queues (relay/stream.c) */
+    struct pipeline *pipelines;  /* the slots */
+    int pipeline_count;          /* scheduler_slot_count() */
+    struct scheduler *scheduler; /* which database each slot serves (scheduler.c) */
     /* guard: atomic */
     atomic_int stopping;
-    atomic_int running;           /* threads (pipelines and maintenance) not yet returned */
-    atomic_int pipelines_running; /* pipelines not yet returned; maintenance ends with them */
+    atomic_int running;          /* slots not yet returned */
     atomic_int broker_logged_in;  /* a pipeline's broker login succeeded once: the credentials work */
     /* guard: none needed: a latch is set and read from any thread (wait.h) */
     struct wait_latch stop;           /* set by relay_stop() and the first fatal error */
-    struct wait_latch reaped;         /* the maintenance thread reaped once (--once waits for it) */
-    struct wait_latch pipelines_done; /* the last pipeline returned: maintenance ends */
+    struct wait_latch reaped;         /* the own database was reaped once (--once waits for it) */
     /* guard: none needed: set by relay_start() before the threads, read-only */
     void (*finished)(void *arg);  /* called by the last thread to return */
     void *finished_arg;

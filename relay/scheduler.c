@@ -34,29 +34,7 @@
 #include "store_identity.h"
 #include "stream.h"
 #include "timeouts.h"
-
-/*
- * When a visit calls the database's lease function, which takes, keeps or
- * gives up the lease: not at all (a lease this relay's watch keeps, called
- * lately), before the slice (a lease not held or not kept), or after it (a
- * kept lease, called again a quarter of a lease on: the rows need not wait).
- */
-enum lease_call { LEASE_KEPT, LEASE_BEFORE, LEASE_AFTER };
-
-/* What a slot took: a database and a connection to it (store NULL: connect first). */
-struct work {
-    enum lease_call lease_call;
-    bool streams;      /* the database has stream queues: the rows get half the slice */
-    bool streams_wait; /* stream rows wait that no pass could read: polled, not watched */
-    struct tenant *tenant;
-    struct idle_connection connection;
-    outbox_store *to_close; /* an idle connection of another database, closed for this one */
-    bool watched;           /* the watch covered the database when the slot took it */
-    int watch_pid;          /* the backend pid of the watch's session on its server */
-    bool woken;             /* the watch saw a change of the database since its last slice */
-    double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
-    bool held_rows;         /* and whether rows wait behind their keys then */
-};
+#include "wait.h"
 
 /* ---- picking ------------------------------------------------------------ */
 
@@ -75,6 +53,8 @@ lease_call_of(struct scheduler *s, struct tenant *t, double now)
 
     LOCK_ASSERT_HELD(&s->lock);
     t->lease_stale = false;
+    if (t->kind == TENANT_OWN)
+        return LEASE_KEPT; /* no lease: every relay of the URL serves it */
     if (kept)
         return now < t->lease_taken_at + quarter ? LEASE_KEPT : LEASE_AFTER;
     return LEASE_BEFORE;
@@ -128,9 +108,13 @@ pick(struct scheduler *s, double now, double *next)
         share = s->relay->config->concurrency;
     for (size_t i = 0; i < s->count; i++) {
         struct tenant *t = s->tenants[i];
+        /* the relay's own database keeps every slot, whatever it holds */
+        bool own = t->kind == TENANT_OWN;
+        int limit = own ? s->slots : t->backlog ? share : 1; /* own: its rows', its upkeep's */
 
-        if (t->removed || t->serving >= (t->backlog ? share : 1) ||
-            (t->backlog && busy_serving >= room) || (doubtful(t) && doubtful_serving >= doubtful_room))
+        if (t->removed || t->serving >= limit ||
+            (!own && t->backlog && busy_serving >= room) ||
+            (!own && doubtful(t) && doubtful_serving >= doubtful_room))
             continue;
         if (t->due > now) {
             if (t->due < *next)
@@ -197,6 +181,7 @@ take_work(struct scheduler *s, struct work *w)
             t->woken = false;
             w->watched = t->watched;
             w->watch_pid = t->watch_pid;
+            w->first = !t->tried;
             w->lease_call = lease_call_of(s, t, now);
             w->streams = t->stream != NULL;
             w->tenant = t;
@@ -208,7 +193,7 @@ take_work(struct scheduler *s, struct work *w)
             next = now + SCHEDULER_CONNECTION_WAIT_SECONDS;
         scheduler_wait(s, &s->changed, next);
     }
-    metrics_databases_set_connections(metrics_databases_of(r->metrics), s->open, s->budget);
+    metrics_databases_set_connections(s->database_metrics, s->open, s->budget);
     pthread_mutex_unlock(&s->lock);
     outbox_store_free(w->to_close);
     w->to_close = NULL;
@@ -226,20 +211,62 @@ scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until)
     pthread_cond_timedwait(cond, &s->lock, &at);
 }
 
+int
+scheduler_slot_count(const struct relay_config *config)
+{
+    /* the own database's: --concurrency for its rows, as many for its streams, one for its
+     * upkeep, within the budget */
+    if (config->databases_file != NULL || 2 * config->concurrency + 1 > config->max_db_connections)
+        return config->max_db_connections;
+    return 2 * config->concurrency + 1;
+}
+
+
+const char *
+scheduler_source(const struct scheduler *s)
+{
+    return s->kind == TENANT_LISTED ? s->relay->config->databases_file : "--database-url";
+}
+
+/* The databases s serves: the list's (--databases), or the relay's own. 0, or -1 with err. */
+static int
+read_databases(struct scheduler *s, struct outbox_error *err)
+{
+    const struct relay_config *config = s->relay->config;
+    struct database_list list;
+    int rc;
+
+    if (s->kind == TENANT_OWN) {
+        if (scheduler_add_own(s, config->database_url) != 0)
+            return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return 0;
+    }
+    s->stamp = database_file_stamp(config->databases_file);
+    if (database_list_read(config->databases_file, &list, err) != 0)
+        return -1;
+    rc = scheduler_apply_list(s, &list, LIST_AT_START);
+    database_list_clear(&list);
+    if (rc != 0)
+        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
 struct scheduler *
 scheduler_new(relay *r, struct outbox_error *err)
 {
     struct scheduler *s = calloc(1, sizeof(*s));
     pthread_condattr_t attributes;
-    struct database_list list;
 
     if (s == NULL) {
         outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
         return NULL;
     }
     s->relay = r;
-    s->budget = s->slots = r->config->max_db_connections;
-    s->streams = stream_runner_new_shared(r->config, r->worker_prefix, r->metrics, err);
+    s->budget = s->slots = scheduler_slot_count(r->config);
+    s->kind = r->config->databases_file != NULL ? TENANT_LISTED : TENANT_OWN;
+    scheduler_divide_own_slots(s);
+    s->database_metrics = s->kind == TENANT_LISTED ? metrics_databases_of(r->metrics) : NULL;
+    s->streams = stream_runner_new(r->config, r->worker_prefix, r->metrics, err);
     s->seed = (unsigned int)time(NULL) ^ 0x27d4eb2du;
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&attributes);
@@ -247,24 +274,19 @@ scheduler_new(relay *r, struct outbox_error *err)
     pthread_cond_init(&s->changed, &attributes);
     pthread_cond_init(&s->served, &attributes);
     pthread_condattr_destroy(&attributes);
-    s->stamp = database_file_stamp(r->config->databases_file);
-    if (s->streams == NULL || database_list_read(r->config->databases_file, &list, err) != 0) {
+    if (s->streams == NULL || read_databases(s, err) != 0) {
         scheduler_free(s);
         return NULL;
     }
-    if (scheduler_apply_list(s, &list, LIST_AT_START) != 0) {
-        database_list_clear(&list);
-        scheduler_free(s);
-        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-        return NULL;
-    }
-    database_list_clear(&list);
     s->started_at = clock_monotonic_seconds();
     s->list_look_at = s->started_at + SCHEDULER_LIST_LOOK_SECONDS;
     /* the uuid of the relay's worker prefix (host:pid:uuid) names its watch's sessions */
     snprintf(s->watch_name, sizeof(s->watch_name), "%s%s", WATCH_NAME_PREFIX,
              strrchr(r->worker_prefix, ':') + 1);
-    s->watch = scheduler_watch_new(s->watch_name, r->config->lease_seconds);
+    /* the relay's own database is woken by its NOTIFY, on the connections its slots keep */
+    s->watch_looked = s->kind == TENANT_OWN;
+    s->watch = s->kind == TENANT_LISTED ? scheduler_watch_new(s->watch_name, r->config->lease_seconds)
+                                        : NULL;
     s->watch_started =
         s->watch != NULL && pthread_create(&s->watch_thread, NULL, scheduler_watch_run, s) == 0;
     return s;
@@ -314,211 +336,6 @@ scheduler_stop(struct scheduler *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* ---- serving ------------------------------------------------------------ */
-
-/*
- * Opens a connection to t for slot p (database_open()) into c, and records
- * t's identity. The connection reconnects as the slot's would, once (the
- * scheduler backs the database off), its notices logged under t's name.
- */
-static int
-connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c,
-               struct outbox_error *err)
-{
-    /* a visit runs few statements: each is prepared when first run, and the schema
-     * and privileges are checked again only after the database failed (a revoke or
-     * an older schema meanwhile fails its statement with PostgreSQL's message) */
-    const struct store_connect_options visit = {.prepare_lazily = true,
-                                                .checked = atomic_load(&t->checked),
-                                                .lock_timeout_ms = SCHEDULER_LOCK_TIMEOUT_MS};
-    const struct database_open how = {
-        .url = t->url, .worker_id = p->db.worker_id, .who = t->who, .steps = &visit};
-
-    c->db = (struct database){.relay = p->relay,
-                              .url = t->url,
-                              .notice_who = t->who,
-                              .faults = DATABASE_FAULT_BACKS_OFF,
-                              .seed = p->db.seed,
-                              .reconnect = p->db.reconnect,
-                              .log_owner = &p->db};
-    snprintf(c->db.worker_id, sizeof(c->db.worker_id), "%s", p->db.worker_id);
-    c->db.store =
-        database_open(p->relay->config, p->relay->metrics, &how, &c->db.identity, err);
-    if (c->db.store == NULL)
-        return -1;
-    atomic_store(&t->checked, true);
-    scheduler_identity_seen(p->relay->scheduler, t, c->db.identity.database_id);
-    return 0;
-}
-
-/*
- * The maintenance phases of a visit due on t (maintenance_visit()), on db
- * that slot p serves, unless another slot serving t runs them now. The
- * rows the sweep released: they can be claimed at once. A failure drops
- * the connection.
- */
-static size_t
-maintain(struct pipeline *p, struct database *db, struct tenant *t)
-{
-    struct outbox_error err;
-    size_t readied = 0;
-    int rc;
-
-    if (!scheduler_upkeep_take(t))
-        return 0;
-    rc = maintenance_visit(p->relay, db->store, t->who, &t->maintenance, &readied, &err);
-    scheduler_upkeep_give(t);
-    if (rc != 0) {
-        ends_store_failed(p, db, &err);
-        return 0;
-    }
-    return readied;
-}
-
-/*
- * Calls the database's lease function on w's connection when the visit's
- * call comes at this step (when), into *lease; before the slice, a lease
- * not called then is the one this relay's watch keeps. A lease not held
- * gives the database's stream partitions up. -1 with why in *cause when
- * the call failed: the connection is dropped.
- */
-static int
-lease_step(struct pipeline *p, struct work *w, enum lease_call when,
-           struct store_database_lease *lease, struct outbox_error *cause)
-{
-    if (w->lease_call != when) {
-        if (when == LEASE_BEFORE)
-            *lease =
-                (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
-        return 0;
-    }
-    if (store_database_lease_take(outbox_store_conn(w->connection.db.store),
-                                  p->relay->worker_prefix, p->relay->config->lease_seconds,
-                                  w->watched ? p->relay->scheduler->watch_name : NULL,
-                                  w->watched ? w->watch_pid : 0, lease, cause) != 0) {
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
-        return -1;
-    }
-    if (!lease->held)
-        scheduler_stream_lease_lost(p->relay->scheduler, w->tenant, &w->connection);
-    return 0;
-}
-
-/*
- * The stream part of a visit on slot p, after the rows, until `until`: its
- * rows count in the slice's (rows read as claimed; more when a pass ran
- * out of time). Returns the rows it settled. A failure drops the
- * connection, cause saying why.
- */
-static uint64_t
-serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_slice *slice,
-              struct outbox_error *cause)
-{
-    struct stream_visit visit;
-
-    if (w->connection.db.store == NULL)
-        return 0;
-    if (scheduler_stream_serve(p->relay->scheduler, p, w->tenant, &w->connection, until, &visit,
-                               cause) != 0) {
-        outbox_store_free(w->connection.db.store); /* it may hold the statement still */
-        w->connection.db.store = NULL;
-        return 0;
-    }
-    slice->claimed += visit.rows;
-    slice->more |= visit.more;
-    w->streams_wait = visit.waiting;
-    return visit.settled;
-}
-
-/*
- * The rows' part of a visit of w's database on slot p, on the connection
- * w holds: reaped before the slice when the lease was not held (a stopped
- * relay's claimed rows go out in this visit), else after it (the woken
- * rows first); the slice is timed from its first claim (a slow connect,
- * lease call or maintenance left no time for one, and the database rested
- * as if empty: stranded, rows ready). Its findings into *slice; the time
- * it started.
- */
-static double
-serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
-           struct outbox_error *cause)
-{
-    struct database *db = &w->connection.db;
-    double started;
-
-    snprintf(db->who, sizeof(db->who), "database=%s slot=%d", w->tenant->name, p->index);
-    db->log_owner = &p->db; /* its lines limited per slot */
-    p->cause = (struct outbox_error){.code = OUTBOX_OK};
-    if (w->lease_call == LEASE_BEFORE)
-        maintain(p, db, w->tenant);
-    started = clock_monotonic_seconds();
-    *slice = (struct pipeline_slice){0};
-    if (db->store == NULL ||
-        pipeline_serve(p, db, started + SCHEDULER_SLICE_SECONDS / (w->streams ? 2 : 1), slice) ==
-            SERVE_FAILED) {
-        *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
-        return started;
-    }
-    /* rows the sweep freed after the slice are due now */
-    if (w->lease_call != LEASE_BEFORE && maintain(p, db, w->tenant) > 0)
-        slice->more = true;
-    if (db->store == NULL)
-        *cause = p->cause;
-    return started;
-}
-
-/*
- * Serves w's database for one slice on slot p. The slice's findings; the
- * connection is left in w (store NULL when the database failed, with why in
- * *cause).
- */
-static struct pipeline_slice
-serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
-            struct store_database_lease *lease)
-{
-    struct tenant *t = w->tenant;
-    struct pipeline_slice slice = {0};
-    uint64_t completed = p->rows_completed, settled;
-    struct outbox_error next_err;
-    double started;
-    unsigned long connects;
-
-    *lease = (struct store_database_lease){0};
-    outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (w->connection.db.store == NULL && connect_tenant(p, t, &w->connection, cause) != 0)
-        return slice;
-    /* the lease first: a database another relay serves is only visited, to stay a member */
-    if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
-        return slice;
-    connects = w->connection.db.connects;
-    started = serve_rows(p, w, &slice, cause);
-    /* a reconnect within the slice (settle_now) may have replaced the connection */
-    w->connection.stream_ready &= w->connection.db.connects == connects;
-    settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
-    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c); before
-     * next_ready, whose forced statistics report stays the visit's last statement */
-    if (w->connection.db.store != NULL && lease->held &&
-        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
-                         slice.claimed > 0, cause) != 0) {
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
-    }
-    w->next_ready = -1;
-    if (w->connection.db.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
-        w->watched && !slice.more &&
-        store_database_next_ready(outbox_store_conn(w->connection.db.store), &w->next_ready,
-                                  &w->held_rows, &next_err) != 0) {
-        /* the connection may hold the statement still: dropped, the database tried again */
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
-        *cause = next_err;
-    }
-    metrics_databases_add(metrics_databases_of(p->relay->metrics), t->name, slice.claimed,
-                          p->rows_completed - completed + settled);
-    return slice;
-}
-
 /* Records a failed try of t: backoff, one log line a minute, health. Under the lock. */
 static void
 record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *cause, double now)
@@ -529,11 +346,14 @@ record_fault(struct scheduler *s, struct tenant *t, const struct outbox_error *c
     t->down = true;
     atomic_store(&t->checked, false);
     t->backlog = false;
-    t->due = now + backoff_next(&t->retry);
-    if (cause_log_due(&t->log, cause->message, &repeats))
+    /* the own database's slots each reconnect at once and then at their own pace (ends_connect()):
+     * the faults of its many slots at once must not add up to one long wait */
+    t->due = t->kind == TENANT_OWN ? now : now + backoff_next(&t->retry);
+    /* the own database's faults were logged by the slot that met them (ends.c) */
+    if (t->kind == TENANT_LISTED && cause_log_due(&t->log, cause->message, &repeats))
         log_event(OUTBOX_LOG_WARN, "database unavailable, retrying",
                   "database=%s error=\"%s\" repeats=%lu", t->name, cause->message, repeats);
-    metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, false,
+    metrics_databases_set_state(s->database_metrics, t->name, false,
                                 cause->message);
 }
 
@@ -544,6 +364,8 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
     bool held = lease->held, paused = lease->paused;
 
     LOCK_ASSERT_HELD(&s->lock);
+    if (t->kind == TENANT_OWN)
+        return; /* no lease; a pause holds its claims */
     if (paused != t->paused)
         log_event(OUTBOX_LOG_INFO, paused ? "database paused, not served" : "database resumed",
                   "database=%s", t->name);
@@ -554,7 +376,7 @@ record_lease(struct scheduler *s, struct tenant *t, const struct store_database_
     t->held = held;
     t->lease_watched = lease->owner_watched;
     t->wins = lease->wins;
-    metrics_databases_set_served(metrics_databases_of(s->relay->metrics), t->name, held);
+    metrics_databases_set_served(s->database_metrics, t->name, held);
 }
 
 /*
@@ -678,7 +500,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
                       "database=%s", t->name);
         t->down = false;
         backoff_reset(&t->retry);
-        metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, true, NULL);
+        metrics_databases_set_state(s->database_metrics, t->name, true, NULL);
         record_lease(s, t, lease);
         t->backlog = slice->full;
         if (!lease->held)
@@ -699,7 +521,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->tried = true;
     if (t->removed)
         scheduler_release_removed(s);
-    metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open, s->budget);
+    metrics_databases_set_connections(s->database_metrics, s->open, s->budget);
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     outbox_store_free(to_close);
@@ -711,25 +533,42 @@ scheduler_slot_run(void *arg)
     struct pipeline *p = arg;
     relay *r = p->relay;
     struct scheduler *s = r->scheduler;
+    struct slot_role role;
 
     p->deferral = backoff_make(PIPELINE_DEFERRED_PAUSE_FIRST_SECONDS,
                                PIPELINE_DEFERRED_PAUSE_MAX_SECONDS, p->db.seed ^ 0x5bd1e995u);
     p->db.faults = DATABASE_FAULT_BACKS_OFF;
-    snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
-    if (ends_connect_sink(p, ENDS_FIRST) == 0) {
+    /* the relay's own database's slots are its pipelines and its maintenance, as the log has
+     * always named them */
+    role = scheduler_slot_role(s, p);
+    if (s->kind == TENANT_LISTED)
+        snprintf(p->db.who, sizeof(p->db.who), "slot=%d", p->index);
+    else if (!role.rows && !role.streams)
+        snprintf(p->db.who, sizeof(p->db.who), "thread=maintenance");
+    else if (!role.rows)
+        snprintf(p->db.who, sizeof(p->db.who), "thread=stream index=%d", role.worker);
+    else
+        snprintf(p->db.who, sizeof(p->db.who), "pipeline=%d", p->index);
+    /* the own database's slots connect their broker with it (connect_tenant) */
+    if (s->kind == TENANT_OWN || ends_connect_sink(p, ENDS_FIRST) == 0) {
         struct work w;
 
+        p->progress_at = clock_monotonic_seconds();
+        outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
         while (take_work(s, &w)) {
             struct outbox_error cause;
             struct store_database_lease lease;
-            struct pipeline_slice slice = serve_slice(p, &w, &cause, &lease);
+            struct pipeline_idle idle = {0};
+            struct pipeline_slice slice = scheduler_serve_slice(p, &w, &cause, &lease);
 
+            while (scheduler_keep_serving(p, &w, &slice, &idle, &cause))
+                slice = scheduler_serve_slice(p, &w, &cause, &lease);
             give_work_back(s, &w, &slice, &cause, &lease);
+            if (scheduler_once_done(p, &w, &slice))
+                break;
         }
     }
     ends_broker_close(p);
-    if (atomic_fetch_sub(&r->pipelines_running, 1) == 1)
-        wait_latch_set(&r->pipelines_done);
     relay_thread_returned(r);
     return NULL;
 }

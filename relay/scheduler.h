@@ -1,9 +1,20 @@
 /*
- * scheduler.h - one relay for the databases of a list (--databases): a
- * connection budget shared by slots, and a fair share among databases.
+ * scheduler.h - the one driver of a relay: slots that serve its databases,
+ * the databases of a list (--databases) or its own (--database-url, a list
+ * of one). docs/design.md "One relay" says what differs between the two
+ * kinds of database (enum tenant_kind); this header speaks of a list.
  *
- * The relay runs --max-db-connections slots, each a pipeline (relay_state.h)
- * with its own broker connection and no database of its own. A slot asks
+ * The relay's own database is served by --concurrency slots side by side,
+ * as other relays of the URL serve it (SKIP LOCKED, no lease): each keeps
+ * its connection between slices and waits on it for a NOTIFY or the
+ * adaptive poll (pipeline_wait()); one more slot, its upkeep slot, runs
+ * every maintenance phase when due and its stream queues' lag report and
+ * cleanup; its faults are the relay's.
+ *
+ * A list: a connection budget shared by slots, and a fair share among
+ * databases. The relay runs --max-db-connections slots, each a pipeline
+ * (relay_state.h) with its own broker connection and no database of its
+ * own. A slot asks
  * the scheduler for a database, serves it for a bounded slice (claim,
  * publish, mark, as a pipeline does, after the database's reap and cleanup
  * when due), and gives it back. Every connection to a listed database is
@@ -51,8 +62,21 @@
 
 struct scheduler;
 
-/* Reads the list (r->config->databases_file); NULL with err when it cannot. */
+/*
+ * The slots a relay runs: --max-db-connections for a list; for its own
+ * database --concurrency and one for its upkeep, within --max-db-connections.
+ */
+int scheduler_slot_count(const struct relay_config *config);
+
+/*
+ * Reads the list (r->config->databases_file), or makes the relay's own
+ * database (r->config->database_url) a list of one. NULL with err when it
+ * cannot.
+ */
 struct scheduler *scheduler_new(relay *r, struct outbox_error *err);
+
+/* Where its databases come from, for the log: the list's file, or "--database-url". */
+const char *scheduler_source(const struct scheduler *s);
 
 /* Closes every idle connection; the slots must have returned. NULL is a no-op. */
 void scheduler_free(struct scheduler *s);

@@ -1,9 +1,10 @@
 /*
- * scheduler_budget.c - the connection budget of a relay of many databases
- * (--max-db-connections): a connection counted in it for a slot or the
- * statistics watch, or one taken in place of an idle connection of another
- * database when the budget is spent. Everything here runs under the
- * scheduler's lock; a connection to close is closed by the caller outside it.
+ * scheduler_budget.c - the connection budget of a relay (--max-db-connections):
+ * a connection counted in it for a slot or the statistics watch, or one
+ * taken in place of an idle connection of another database when the budget
+ * is spent; and the parts the relay's own database gives its slots (struct
+ * slot_role). The budget's functions run under the scheduler's lock; a
+ * connection to close is closed by the caller outside it.
  */
 #include "scheduler_state.h"
 
@@ -58,10 +59,13 @@ take_victim(struct scheduler *s)
 bool
 scheduler_count_new_connection(struct scheduler *s, outbox_store **to_close)
 {
+    /* one connection of a list's budget of 4 or more is kept for the statistics watch (the
+     * relay's own database has none: each of its slots has its connection) */
+    int kept = s->kind == TENANT_LISTED && s->budget >= 4;
+
     LOCK_ASSERT_HELD(&s->lock);
     *to_close = NULL;
-    /* one connection of a budget of 4 or more is kept for the statistics watch */
-    if (s->open < s->budget && s->open - s->watch_open < s->budget - (s->budget >= 4)) {
+    if (s->open < s->budget && s->open - s->watch_open < s->budget - kept) {
         s->open++;
         return true;
     }
@@ -82,4 +86,37 @@ scheduler_count_watch_connection(struct scheduler *s, outbox_store **to_close)
         return false; /* every connection is serving */
     s->watch_open++;
     return true;
+}
+
+/* ---- the own database's slots, each its part ---------------------------------- */
+
+void
+scheduler_divide_own_slots(struct scheduler *s)
+{
+    int others = s->slots - 1;
+
+    s->own_streams = others >= 2 ? others / 2 : 0;
+    s->own_rows = others >= 1 ? others - s->own_streams : 1;
+}
+
+struct slot_role
+scheduler_slot_role(const struct scheduler *s, const struct pipeline *p)
+{
+    if (s->kind == TENANT_LISTED || s->slots == 1)
+        return (struct slot_role){.rows = true, .streams = true, .upkeep = true};
+    if (p->index == s->slots - 1) /* the last: its upkeep, and the last stream worker's */
+        return (struct slot_role){.upkeep = true, .worker = (int)scheduler_own_stream_workers(s) - 1};
+    if (s->own_streams == 0)
+        return (struct slot_role){.rows = true, .streams = true};
+    if (p->index < s->own_rows)
+        return (struct slot_role){.rows = true, .worker = -1};
+    return (struct slot_role){.streams = true, .worker = p->index - s->own_rows};
+}
+
+size_t
+scheduler_own_stream_workers(const struct scheduler *s)
+{
+    if (s->slots == 1)
+        return 1;
+    return (size_t)(s->own_streams > 0 ? s->own_streams : 1) + 1;
 }

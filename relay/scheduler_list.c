@@ -217,8 +217,8 @@ publish_list(struct scheduler *s)
     for (size_t i = 0; i < s->count; i++)
         if (!s->tenants[i]->removed)
             names[n++] = s->tenants[i]->name;
-    metrics_databases_set_list(metrics_databases_of(s->relay->metrics), names, n);
-    metrics_databases_set_connections(metrics_databases_of(s->relay->metrics), s->open,
+    metrics_databases_set_list(s->database_metrics, names, n);
+    metrics_databases_set_connections(s->database_metrics, s->open,
                                       s->budget);
     free(names);
 }
@@ -279,8 +279,8 @@ scheduler_look_at_list(struct scheduler *s, double now)
     struct outbox_error err;
 
     LOCK_ASSERT_HELD(&s->lock);
-    if (now < s->list_look_at)
-        return;
+    if (path == NULL || now < s->list_look_at)
+        return; /* a list of one: the relay's own database */
     s->list_look_at = now + SCHEDULER_LIST_LOOK_SECONDS;
     stamp = database_file_stamp(path);
     if (!database_file_changed(&stamp, &s->stamp))
@@ -296,3 +296,19 @@ scheduler_look_at_list(struct scheduler *s, double now)
     database_list_clear(&list);
 }
 
+
+int
+scheduler_add_own(struct scheduler *s, const char *url)
+{
+    /* named "own" in the few lines of its own (the URL may hold a password) */
+    struct database_entry entry = {.name = "own", .url = (char *)url};
+    struct tenant *t;
+
+    s->tenants = calloc(1, sizeof(*s->tenants));
+    if (s->tenants == NULL || (t = tenant_new(s, &entry)) == NULL)
+        return -1;
+    t->kind = TENANT_OWN;
+    snprintf(t->who, sizeof(t->who), "%s", ""); /* its slots' names lead its lines */
+    s->tenants[s->count++] = t;
+    return 0;
+}

@@ -92,7 +92,7 @@ round_apply(struct scheduler *s, const struct probe_round *r)
         else if (r->answers[i] == PROBE_SILENT) {
             t->down = true;
             t->due = now + backoff_next(&t->retry);
-            metrics_databases_set_state(metrics_databases_of(s->relay->metrics), t->name, false,
+            metrics_databases_set_state(s->database_metrics, t->name, false,
                                         "its server did not answer a probe");
             if (silent++ == 0)
                 first = t->name;

@@ -72,7 +72,7 @@ sample(struct scheduler *s, struct tenant *t, struct idle_connection *c, double 
         t->counted_rows = found->ready > 0;
         t->claimed_since_count = false;
     }
-    metrics_databases_set_sample(metrics_databases_of(s->relay->metrics), t->name, found);
+    metrics_databases_set_sample(s->database_metrics, t->name, found);
     return 0;
 }
 

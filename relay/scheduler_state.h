@@ -13,8 +13,10 @@
 #include "cause_log.h"
 #include "database_list.h"
 #include "outbox.h"
+#include "pipeline.h"
 #include "relay_state.h"
 #include "scheduler_watch.h"
+#include "store_database_lease.h"
 #include "store_identity.h"
 
 /*
@@ -26,7 +28,27 @@ struct idle_connection {
     struct database db; /* db.store NULL: not connected (connect_tenant() first) */
     double used_at; /* the least recently used one is closed first */
     bool stream_ready; /* the stream statements are prepared on it (scheduler_stream.c) */
+    bool streams_only; /* it runs stream statements only: they keep generic plans */
     unsigned identity_generation; /* its tenant's when identity was read (scheduler_sample.c) */
+};
+
+/*
+ * Whose a database of the scheduler is. A relay serves either the
+ * databases of a list (--databases) or its own (--database-url, a list of
+ * one); docs/design.md "One relay" says what differs.
+ */
+enum tenant_kind {
+    /*
+     * leased to one relay of those sharing the list; woken by the statistics
+     * watch; a slot serves it a slice at a time; its faults are its own
+     */
+    TENANT_LISTED,
+    /*
+     * no lease: every relay of the URL serves it side by side (SKIP LOCKED);
+     * --concurrency slots keep it, each on its connection, waiting on LISTEN
+     * between slices; its faults are the relay's; every maintenance phase
+     */
+    TENANT_OWN,
 };
 
 /*
@@ -39,6 +61,7 @@ struct tenant {
     char name[DATABASE_NAME_MAX];
     char who[DATABASE_NAME_MAX + 16]; /* "database=NAME": leads its connections' notices */
     char *url;
+    enum tenant_kind kind;
     /* guard: s->lock */
     char database_id[STORE_DATABASE_ID_MAX]; /* its identity as last read, "" before */
     bool identity_shared; /* another database of the list was seen with the same identity */
@@ -85,9 +108,11 @@ struct tenant {
      * guard: s->lock for the pointer and stream_busy; the worker it points to
      * belongs to the slot that set stream_busy (scheduler_stream.c's claim())
      */
-    struct tenant_stream *stream; /* its stream queues' worker, once one was found */
+    struct tenant_stream *stream; /* its stream queues' workers, once one was found */
+    size_t stream_count;          /* 1, or the own database's: one a slot (scheduler_stream.c) */
     bool stream_busy;             /* a slot runs the stream worker now */
     double stream_check_due;      /* when a visit looks for a stream queue again (none yet) */
+    bool stream_looked;           /* a visit looked for one once (--once waits for that) */
     /* guard: s->lock */
     struct backoff retry;
     struct cause_log log;
@@ -110,7 +135,7 @@ scheduler_upkeep_give(struct tenant *t)
     atomic_store(&t->upkeep, false);
 }
 
-/* The scheduler of a relay of --databases; each field's guard as in struct tenant. */
+/* The scheduler of a relay; each field's guard as in struct tenant. */
 struct scheduler {
     /* guard: none needed: set by scheduler_new(), read-only while the threads run */
     relay *relay;
@@ -148,6 +173,9 @@ struct scheduler {
     /* guard: none needed: set by scheduler_new(), read-only after */
     double started_at;
     struct stream_runner *streams; /* the owner name and stop flag of the databases' streams */
+    enum tenant_kind kind; /* of its databases: a list's, or the relay's own */
+    int own_rows, own_streams; /* the own database's slots for its rows and its streams */
+    struct metrics_databases *database_metrics; /* a list's per-database series; NULL: own */
 };
 
 /*
@@ -155,6 +183,84 @@ struct scheduler {
  * signalled or the monotonic clock reaches until (seconds).
  */
 void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
+
+/*
+ * When a visit calls the database's lease function, which takes, keeps or
+ * gives up the lease: not at all (a lease this relay's watch keeps, called
+ * lately), before the slice (a lease not held or not kept), or after it (a
+ * kept lease, called again a quarter of a lease on: the rows need not wait).
+ */
+enum lease_call { LEASE_KEPT, LEASE_BEFORE, LEASE_AFTER };
+
+/* What a slot took: a database and a connection to it (store NULL: connect first). */
+struct work {
+    enum lease_call lease_call;
+    bool streams;      /* the database has stream queues: the rows get half the slice */
+    bool streams_wait; /* stream rows wait that no pass could read: polled, not watched */
+    struct tenant *tenant;
+    struct idle_connection connection;
+    outbox_store *to_close; /* an idle connection of another database, closed for this one */
+    bool watched;           /* the watch covered the database when the slot took it */
+    int watch_pid;          /* the backend pid of the watch's session on its server */
+    bool first;             /* the database was never tried: a fault of the own is fatal */
+    bool woken;             /* the watch saw a change of the database since its last slice */
+    double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
+    bool held_rows;         /* and whether rows wait behind their keys then */
+};
+
+/* ---- a slice served (scheduler_serve.c), outside the lock ------------------- */
+
+/*
+ * Serves w's database for one slice on slot p. The slice's findings; the
+ * connection is left in w (store NULL when the database failed, with why in
+ * *cause), what the lease call said in *lease.
+ */
+struct pipeline_slice scheduler_serve_slice(struct pipeline *p, struct work *w,
+                                            struct outbox_error *cause,
+                                            struct store_database_lease *lease);
+
+/*
+ * Whether slot p goes on serving w's database after slice, keeping its
+ * connection (the relay's own database), after waiting for its rows in
+ * idle's pace; a failure meanwhile drops the connection, why in *cause.
+ */
+bool scheduler_keep_serving(struct pipeline *p, struct work *w, const struct pipeline_slice *slice,
+                            struct pipeline_idle *idle, struct outbox_error *cause);
+
+/*
+ * What a slot does with the databases it serves. A list's slots do all of
+ * it, the maintenance a bounded step a visit. The relay's own database
+ * divides its slots (scheduler_slot_count(), docs/design.md "One relay"):
+ * --concurrency slots for its rows, as many for its stream partitions, and
+ * the last for its upkeep (its maintenance, its streams' lag report and
+ * cleanup), each on a connection of its own so that none holds up the
+ * others; a smaller budget gives the rows' slots the streams, and one slot
+ * does all three.
+ */
+struct slot_role {
+    bool rows;    /* claims, publishes and marks rows */
+    bool streams; /* publishes stream partitions (its stream worker's) */
+    bool upkeep;  /* runs the maintenance (and for the own database the streams' upkeep) */
+    int worker;   /* its stream worker's index among the database's (scheduler_stream.c) */
+};
+
+/* Slot p's part (scheduler_budget.c, as what follows). */
+struct slot_role scheduler_slot_role(const struct scheduler *s, const struct pipeline *p);
+
+/*
+ * Sets s->own_rows and s->own_streams: with three slots or more, the upkeep
+ * slot aside, the streams get half of the others (the rows the odd one);
+ * with two, the rows' slot publishes the streams too. Before the slots start.
+ */
+void scheduler_divide_own_slots(struct scheduler *s);
+
+/* The stream workers the relay's own database has (one for each slot publishing its streams,
+ * and the upkeep slot's). */
+size_t scheduler_own_stream_workers(const struct scheduler *s);
+
+/* --once: whether slot p is done after slice of w's database. */
+bool scheduler_once_done(struct pipeline *p, const struct work *w,
+                         const struct pipeline_slice *slice);
 
 /* ---- the list (scheduler_list.c); each under the lock ---------------------- */
 
@@ -164,6 +270,12 @@ enum list_reading { LIST_AT_START, LIST_CHANGED };
 /* Follows the list as read when: databases added and removed. 0 or -1. */
 int scheduler_apply_list(struct scheduler *s, const struct database_list *list,
                          enum list_reading when);
+
+/*
+ * Makes url, the relay's own database, the one database of s (a list of
+ * one, TENANT_OWN). 0, or -1 when out of memory.
+ */
+int scheduler_add_own(struct scheduler *s, const char *url);
 
 /* Re-reads the list when its file changed, at most every SCHEDULER_LIST_LOOK_SECONDS. */
 void scheduler_look_at_list(struct scheduler *s, double now);

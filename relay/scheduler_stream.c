@@ -1,6 +1,6 @@
 /*
- * scheduler_stream.c - the stream queues of a relay of a list: each
- * database's stream worker, run by the slot serving the database. See
+ * scheduler_stream.c - the stream queues of the databases a relay serves:
+ * each database's stream worker, run by the slot serving the database. See
  * scheduler_stream.h.
  */
 #include "scheduler_stream.h"
@@ -26,7 +26,28 @@ struct tenant_stream {
     struct stream_worker worker;
     char who[DATABASE_NAME_MAX + 16]; /* "database=NAME", for the worker's log lines */
     double extended_at; /* no lease of its partitions ends later than a lease after this */
+    /*
+     * the relay's own database's: its partitions are taken at once and kept
+     * while the relay runs (no watch to spare writes for; a row needs no probe
+     * before its partition is read, and relays share them as they start and stop)
+     */
+    bool kept;
 };
+
+/*
+ * The worker slot p runs for t: a list's database has one, run by one slot
+ * at a time; the relay's own database has one for each slot publishing its
+ * streams (the i-th of n takes the partitions p with p % n == i, so they
+ * publish side by side), and one more, for its upkeep slot: the lag report
+ * and the cleanup, which publishes nothing (scheduler_stream_upkeep).
+ */
+static struct tenant_stream *
+stream_of(const struct scheduler *s, struct tenant *t, const struct pipeline *p)
+{
+    int worker = scheduler_slot_role(s, p).worker;
+
+    return &t->stream[worker >= 0 && (size_t)worker < t->stream_count ? worker : 0];
+}
 
 /* ---- the worker on a slot's connection -------------------------------------- */
 
@@ -45,6 +66,12 @@ lend_connection(struct tenant_stream *ts, struct idle_connection *c, struct outb
         stream_store_borrow(outbox_store_conn(c->db.store), sr->owner, !c->stream_ready, err);
     if (sr->store == NULL)
         return -1;
+    /* a plan made for each batch cost PostgreSQL 1-2 us a row (stream_store.h) */
+    if (!c->stream_ready && c->streams_only && stream_store_use_generic_plans(sr->store, err) != 0) {
+        stream_store_free(sr->store);
+        sr->store = NULL;
+        return -1;
+    }
     if (!c->stream_ready) {
         c->stream_ready = true;
         sr->reload_cursors = true;
@@ -70,9 +97,9 @@ take_connection_back(struct tenant_stream *ts)
  * the database up).
  */
 static void
-give_partitions_back(struct tenant *t, struct idle_connection *c, enum log_level level)
+give_partitions_back(struct tenant *t, struct tenant_stream *ts, struct idle_connection *c,
+                     enum log_level level)
 {
-    struct tenant_stream *ts = t->stream;
     struct outbox_error err;
     size_t held;
 
@@ -96,39 +123,53 @@ void
 scheduler_stream_give_back(struct scheduler *s, struct tenant *t, struct idle_connection *c)
 {
     (void)s;
-    give_partitions_back(t, c, OUTBOX_LOG_INFO);
+    for (size_t i = 0; i < t->stream_count; i++)
+        give_partitions_back(t, &t->stream[i], c, OUTBOX_LOG_INFO);
 }
 
 bool
 scheduler_stream_holds(const struct tenant *t)
 {
-    return t->stream != NULL && t->stream->worker.owned_count > 0;
+    for (size_t i = 0; i < t->stream_count; i++)
+        if (t->stream[i].worker.owned_count > 0)
+            return true;
+    return false;
 }
 
 void
 scheduler_stream_free(struct tenant *t)
 {
-    if (t->stream == NULL)
-        return;
-    stream_worker_clear(&t->stream->worker);
+    for (size_t i = 0; i < t->stream_count; i++)
+        stream_worker_clear(&t->stream[i].worker);
     free(t->stream);
     t->stream = NULL;
+    t->stream_count = 0;
 }
 
 /* ---- a visit ----------------------------------------------------------------- */
 
 /*
- * Whether this slot runs t's streams now: none other does, and t has a
- * stream queue or is due to be looked at for one. Marks them run.
+ * Whether this slot runs t's streams now: t has a stream queue or is due to
+ * be looked at for one, and no other slot runs its worker or looks (a
+ * list's database: one slot at a time; the own database: one at a time
+ * looks, then each slot runs its own worker). Marks them run (*busy) when
+ * other slots must wait; *other: another slot runs them or looks now.
  */
 static bool
-claim(struct scheduler *s, struct tenant *t, double now)
+claim(struct scheduler *s, struct tenant *t, double now, bool *busy, bool *other)
 {
     bool claimed;
 
     pthread_mutex_lock(&s->lock);
-    claimed = !t->stream_busy && (t->stream != NULL || now >= t->stream_check_due);
-    t->stream_busy |= claimed;
+    *other = t->stream_busy;
+    if (t->kind == TENANT_OWN && t->stream != NULL) {
+        *busy = false;
+        claimed = true;
+    } else {
+        claimed = !t->stream_busy && (t->stream != NULL || now >= t->stream_check_due);
+        *busy = claimed;
+        t->stream_busy |= claimed;
+    }
     pthread_mutex_unlock(&s->lock);
     return claimed;
 }
@@ -145,48 +186,89 @@ leaving(struct scheduler *s, struct tenant *t)
     return gone;
 }
 
-/* The slot is done with t's streams. */
+/* The slot is done with t's streams (busy: claim() marked them run). */
 static void
-unclaim(struct scheduler *s, struct tenant *t)
+unclaim(struct scheduler *s, struct tenant *t, bool busy)
 {
+    if (!busy)
+        return;
     pthread_mutex_lock(&s->lock);
     t->stream_busy = false;
     pthread_mutex_unlock(&s->lock);
 }
 
 /*
+ * Sets up ts's worker, the index-th of count for t: a list's database's
+ * one (its partitions taken while their rows come, logged at DEBUG), or
+ * one of the own database's (see stream_of). 0, or -1 with err.
+ */
+static int
+worker_init(struct scheduler *s, struct tenant *t, struct tenant_stream *ts, size_t index,
+            size_t count, struct outbox_error *err)
+{
+    struct stream_worker *sr = &ts->worker;
+
+    if (stream_worker_init(s->streams, sr, err) != 0)
+        return -1;
+    snprintf(ts->who, sizeof(ts->who), "database=%s", t->name);
+    ts->kept = t->kind == TENANT_OWN;
+    if (t->kind == TENANT_LISTED) {
+        sr->who = ts->who;
+        sr->acquired_log = OUTBOX_LOG_DEBUG; /* at each burst: see leases_when_due */
+        sr->next_report = -1; /* the stream gauges are the relay's own database's */
+        return 0;
+    }
+    if (index + 1 < count) { /* a publisher: its share of the partitions */
+        sr->modulus = (int)count - 1;
+        sr->residue = (int)index;
+        sr->next_report = -1;
+        sr->next_cleanup = 1e300;
+    }
+    return 0;
+}
+
+/*
  * Looks on c for a stream queue among --queues when t has no worker yet,
- * and makes its worker once one exists. -1 with err.
+ * and makes its workers once one exists (one for a list's database; for
+ * the own one, one for each of its slots: see stream_of). -1 with err.
  */
 static int
 find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, double now,
              struct outbox_error *err)
 {
-    struct tenant_stream *ts;
+    size_t count = t->kind == TENANT_OWN ? scheduler_own_stream_workers(s) : 1;
+    struct tenant_stream *workers;
     bool exists = false;
+    int rc;
 
     if (t->stream != NULL)
         return 0;
     pthread_mutex_lock(&s->lock); /* t's fields are the scheduler's: claim reads them */
     t->stream_check_due = now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
     pthread_mutex_unlock(&s->lock);
-    if (store_database_has_streams(outbox_store_conn(c->db.store), s->streams->queues, &exists,
-                                   err) != 0)
+    rc = store_database_has_streams(outbox_store_conn(c->db.store), s->streams->queues, &exists,
+                                    err);
+    pthread_mutex_lock(&s->lock);
+    t->stream_looked = true; /* --once's stream slots wait for no more (a failed look is tried
+                              * again when due) */
+    pthread_mutex_unlock(&s->lock);
+    if (rc != 0)
         return -1;
     if (!exists)
         return 0;
-    ts = calloc(1, sizeof(*ts));
-    if (ts == NULL || stream_worker_init(s->streams, &ts->worker, 0, err) != 0) {
-        if (ts != NULL)
-            stream_worker_clear(&ts->worker);
-        free(ts);
+    workers = calloc(count, sizeof(*workers));
+    for (size_t i = 0; workers != NULL && i < count; i++)
+        if (worker_init(s, t, &workers[i], i, count, err) != 0) {
+            for (size_t k = 0; k <= i; k++)
+                stream_worker_clear(&workers[k].worker);
+            free(workers);
+            workers = NULL;
+        }
+    if (workers == NULL)
         return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    }
-    snprintf(ts->who, sizeof(ts->who), "database=%s", t->name);
-    ts->worker.who = ts->who;
-    ts->worker.acquired_log = OUTBOX_LOG_DEBUG; /* at each burst: see leases_when_due */
     pthread_mutex_lock(&s->lock);
-    t->stream = ts;
+    t->stream = workers;
+    t->stream_count = count;
     pthread_mutex_unlock(&s->lock);
     log_event(OUTBOX_LOG_INFO, "stream queues found, served with the database's rows",
               "database=%s", t->name);
@@ -215,7 +297,8 @@ leases_when_due(struct tenant_stream *ts, double now, bool *pending, struct outb
         sr->owned_count = 0;
         sr->next_renew = 0;
     }
-    if (sr->owned_count == 0 && stream_store_pending(sr->store, sr->queues, pending, err) != 0)
+    if (sr->owned_count == 0 && !ts->kept &&
+        stream_store_pending(sr->store, sr->queues, pending, err) != 0)
         return -1;
     if (!*pending || now < sr->next_renew)
         return 0;
@@ -232,10 +315,9 @@ leases_when_due(struct tenant_stream *ts, double now, bool *pending, struct outb
  * lease, a paused queue), else the partitions go back. -1 with err.
  */
 static int
-publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double until,
-        struct stream_visit *out, struct outbox_error *err)
+publish(struct tenant *t, struct tenant_stream *ts, struct idle_connection *c, struct pipeline *p,
+        double until, struct stream_visit *out, struct outbox_error *err)
 {
-    struct tenant_stream *ts = t->stream;
     struct stream_worker *sr = &ts->worker;
     uint64_t settled = sr->settled;
     size_t rows = 0;
@@ -261,25 +343,34 @@ publish(struct tenant *t, struct idle_connection *c, struct pipeline *p, double 
     if (!out->more && stream_store_pending(sr->store, sr->queues, &pending, err) != 0)
         return -1;
     out->waiting = pending;
-    if (!out->more && !pending) {
+    /* a list's database gives its partitions back when quiet: its visits then write nothing
+     * for the watch to wake it for */
+    if (!out->more && !pending && !ts->kept) {
         take_connection_back(ts);
-        give_partitions_back(t, c, OUTBOX_LOG_DEBUG);
+        give_partitions_back(t, ts, c, OUTBOX_LOG_DEBUG);
     }
     return 0;
 }
 
-/* Deletes published rows past --retention and spent key places, when due. -1 with err. */
+/*
+ * Deletes published rows past --retention and spent key places, and reports
+ * the own database's lag, when due. -1 with err.
+ */
 static int
 cleanup_when_due(struct tenant_stream *ts, struct idle_connection *c, struct outbox_error *err)
 {
+    double now = clock_monotonic_seconds();
+    bool report = ts->worker.next_report >= 0 && now >= ts->worker.next_report;
     int rc = 0;
 
-    if (clock_monotonic_seconds() < ts->worker.next_cleanup)
+    if (now < ts->worker.next_cleanup && !report)
         return 0;
     if (ts->worker.store == NULL)
         rc = lend_connection(ts, c, err);
-    if (rc == 0)
+    if (rc == 0 && now >= ts->worker.next_cleanup)
         rc = stream_cleanup_turn(&ts->worker, err);
+    if (rc == 0 && report)
+        rc = stream_report_lag(&ts->worker, err);
     return rc;
 }
 
@@ -289,37 +380,94 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t
                        struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
+    struct tenant_stream *ts;
+    bool busy, other;
     int rc;
 
     *out = (struct stream_visit){0};
-    if (c->db.store == NULL || !claim(s, t, now))
+    if (c->db.store == NULL)
+        return 0;
+    if (!claim(s, t, now, &busy, &other)) {
+        /* the own database's slots each publish their share once another found them */
+        out->more = t->kind == TENANT_OWN && other;
+        return 0;
+    }
+    rc = find_streams(s, t, c, now, err);
+    ts = rc == 0 && t->stream != NULL ? stream_of(s, t, p) : NULL;
+    if (ts != NULL) {
+        bool pending = false;
+
+        rc = lend_connection(ts, c, err);
+        if (rc == 0)
+            rc = leases_when_due(ts, now, &pending, err);
+        if (rc == 0 && pending)
+            rc = publish(t, ts, c, p, until, out, err);
+        if (rc == 0)
+            rc = cleanup_when_due(ts, c, err);
+        take_connection_back(ts);
+        if (rc != 0)
+            ts->worker.next_renew = 0; /* renewed, the cursors read again, on the next */
+        if (rc == 0 && leaving(s, t))
+            give_partitions_back(t, ts, c, OUTBOX_LOG_INFO);
+    }
+    unclaim(s, t, busy);
+    return rc;
+}
+
+int
+scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_connection *c,
+                        double *next, struct outbox_error *err)
+{
+    double now = clock_monotonic_seconds();
+    struct tenant_stream *ts;
+    bool busy, other;
+    int rc;
+
+    *next = t->stream != NULL ? now + STREAM_REPORT_SECONDS
+                              : now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
+    if (c->db.store == NULL || !claim(s, t, now, &busy, &other))
         return 0;
     rc = find_streams(s, t, c, now, err);
     if (rc == 0 && t->stream != NULL) {
-        bool pending = false;
-
-        rc = lend_connection(t->stream, c, err);
-        if (rc == 0)
-            rc = leases_when_due(t->stream, now, &pending, err);
-        if (rc == 0 && pending)
-            rc = publish(t, c, p, until, out, err);
-        if (rc == 0)
-            rc = cleanup_when_due(t->stream, c, err);
-        take_connection_back(t->stream);
+        ts = &t->stream[t->stream_count - 1];
+        rc = cleanup_when_due(ts, c, err);
+        take_connection_back(ts);
+        *next = ts->worker.next_report < ts->worker.next_cleanup ? ts->worker.next_report
+                                                                 : ts->worker.next_cleanup;
     }
-    if (rc != 0 && t->stream != NULL)
-        t->stream->worker.next_renew = 0; /* renewed, the cursors read again, on the next */
-    if (rc == 0 && leaving(s, t))
-        scheduler_stream_give_back(s, t, c);
-    unclaim(s, t);
+    unclaim(s, t, busy);
     return rc;
+}
+
+bool
+scheduler_stream_known(struct scheduler *s, struct tenant *t)
+{
+    bool known;
+
+    pthread_mutex_lock(&s->lock);
+    known = t->stream != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return known;
+}
+
+bool
+scheduler_stream_looked(struct scheduler *s, struct tenant *t)
+{
+    bool looked;
+
+    pthread_mutex_lock(&s->lock);
+    looked = t->stream_looked;
+    pthread_mutex_unlock(&s->lock);
+    return looked;
 }
 
 void
 scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_connection *c)
 {
-    if (!claim(s, t, -1))
+    bool busy, other;
+
+    if (!claim(s, t, -1, &busy, &other))
         return; /* the slot running them gives them back at a later visit */
     scheduler_stream_give_back(s, t, c);
-    unclaim(s, t);
+    unclaim(s, t, busy);
 }

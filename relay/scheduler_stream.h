@@ -1,6 +1,9 @@
 /*
- * scheduler_stream.h - the stream queues of the databases a relay of a list
- * holds. Private to relay/scheduler*.c.
+ * scheduler_stream.h - the stream queues of the databases a relay serves.
+ * Private to relay/scheduler*.c. What follows speaks of a list's database;
+ * the relay's own keeps its partitions while it runs, publishes them from
+ * its stream slots side by side (struct slot_role), and reports their lag
+ * from its upkeep slot (docs/design.md "One relay").
  *
  * Each database with a stream queue gets a stream worker of its own
  * (stream_worker.h), with no thread and no connection of its own: the slot
@@ -52,6 +55,22 @@ struct stream_visit {
 int scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t,
                            struct idle_connection *c, double until, struct stream_visit *out,
                            struct outbox_error *err);
+
+/*
+ * The stream upkeep of the relay's own database on its upkeep slot's
+ * connection c: looks for a stream queue when it knows of none, then
+ * reports the partitions' lag and deletes published rows past --retention
+ * when due; *next is when it is due again. 0, or -1 with err when the
+ * database failed.
+ */
+int scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_connection *c,
+                            double *next, struct outbox_error *err);
+
+/* Whether t has a stream queue (its workers are made). */
+bool scheduler_stream_known(struct scheduler *s, struct tenant *t);
+
+/* Whether a slot looked for t's stream queues once (found or not). */
+bool scheduler_stream_looked(struct scheduler *s, struct tenant *t);
 
 /* A visit found t's lease lost (or t paused): its partitions are given back through c. */
 void scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_connection *c);

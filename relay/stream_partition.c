@@ -144,7 +144,7 @@ stream_leases_turn(struct stream_worker *sr, struct outbox_error *err)
     sr->reload_cursors = false;
     if (give_back_surplus(sr, err) != 0)
         return -1;
-    if (stream_store_acquire(sr->store, sr->queues, sr->runner->worker_count, sr->index,
+    if (stream_store_acquire(sr->store, sr->queues, sr->modulus, sr->residue,
                              sr->lease_seconds, taken, STREAM_MAX_PARTITIONS - sr->owned_count,
                              &count, err) != 0)
         return -1;

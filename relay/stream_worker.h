@@ -1,11 +1,9 @@
 /*
- * stream_worker.h - a stream thread's state, shared by stream.c (the
- * threads, their waits and their lifecycle) and stream_partition.c (the
- * partitions a thread holds: their leases and each one's publishing turn).
- * A relay of a list keeps one such worker for each database it serves
- * streams of (scheduler_stream.c), run by the slot serving the database on
- * the slot's connections: no thread of its own. No other file includes
- * this header.
+ * stream_worker.h - a database's stream worker, shared by stream.c (between
+ * turns, its lifecycle), stream_partition.c (the partitions it holds: their
+ * leases and each one's publishing turn) and scheduler_stream.c, which
+ * keeps one for each database with a stream queue and runs it on the slot
+ * serving the database, on the slot's connections: no thread of its own.
  */
 #ifndef OUTBOX_STREAM_WORKER_H
 #define OUTBOX_STREAM_WORKER_H
@@ -34,11 +32,10 @@ struct owned {
 };
 
 /*
- * One stream thread: its own database and broker connections, and the
- * partitions p with p % worker_count == index, so the threads of a relay
- * publish side by side under the relay's one owner name. guard: its
- * thread alone, or for a database of a list the slot that claimed its
- * streams (scheduler_stream.c); thread and started: the main thread's.
+ * One database's stream worker: the partitions it holds and its batch
+ * buffers; the database and broker connections are the slot's, lent for
+ * the slot's turn. guard: the slot that claimed its streams
+ * (scheduler_stream.c's claim()).
  */
 struct stream_worker {
     struct stream_runner *runner;
@@ -46,19 +43,15 @@ struct stream_worker {
     const char *owner;
     const char *who; /* what log lines name it by: "thread=stream", or "database=NAME" */
     enum log_level acquired_log; /* of "stream partition acquired": DEBUG where it is routine */
-    int index;
-    pthread_t thread;
-    bool started;
-    stream_store *store; /* on connection, or on the connection a slot lends */
-    outbox_store *connection; /* a stream thread's own (database_open()); NULL on a slot */
-    char notice_who[40];      /* leads the notices of connection: "thread=stream index=N" */
+    int modulus, residue; /* it takes the partitions p with p % modulus == residue */
+    stream_store *store;  /* on the connection a slot lends */
     struct store_identity identity; /* the database's, read when store connected */
     sink *sink;
     struct owned owned[STREAM_MAX_PARTITIONS];
     size_t owned_count;
     double lease_seconds;
     char *queues; /* --queues as a text[] literal; NULL: every stream */
-    double next_renew, next_report, next_cleanup;
+    double next_renew, next_report, next_cleanup; /* next_report < 0: never (a list's) */
     bool reload_cursors; /* a new connection: the next renewal reads the held cursors again */
     unsigned int seed;
     struct sink_message *messages;
@@ -78,32 +71,31 @@ struct stream_worker {
 
 /* The guard of each field is the comment "guard:" before it, good until the next. */
 struct stream_runner {
-    /* guard: none needed: set by stream_runner_new*(), read-only */
+    /* guard: none needed: set by stream_runner_new(), read-only */
     const struct relay_config *config;
     struct metrics *metrics;
     char owner[192];
+    char *queues; /* --queues as a text[] literal; NULL: every stream */
     /* guard: atomic */
     atomic_int stopping;
-    atomic_int checked;      /* stream_runner_check ran once (or never will) */
-    atomic_int streams_seen; /* ... and found a stream queue: the threads connect */
-    /* guard: none needed: set by stream_runner_new*(), read-only; each worker its own */
-    struct stream_worker *workers; /* worker_count publishing threads, then the watch thread */
-    int worker_count;
-    char *queues; /* of a runner shared by a list's databases: --queues as a text[] literal */
 };
 
 /*
- * Sets sr up as worker index of runner: its batches sized for --batch-size
- * and, but for the watch thread (index worker_count), a broker of its own
- * unless runner has no thread (stream_runner_new_shared: the caller lends
- * its own). 0, or -1 with err.
+ * Sets sr up as a worker of runner, its batches sized for --batch-size; it
+ * publishes through the broker of the slot that runs it. 0, or -1 with err.
  */
-int stream_worker_init(struct stream_runner *runner, struct stream_worker *sr, int index,
+int stream_worker_init(struct stream_runner *runner, struct stream_worker *sr,
                        struct outbox_error *err);
 
-/* Frees what sr holds (its store and broker when it has them). */
+/* Frees what sr holds. */
 void stream_worker_clear(struct stream_worker *sr);
 
+/*
+ * Samples the lag of every partition and the transaction holding the
+ * horizon for the gauges; logs lagging partitions and, when one lags, that
+ * transaction. Sets when it is due next. 0, or -1 with err.
+ */
+int stream_report_lag(struct stream_worker *sr, struct outbox_error *err);
 /*
  * One pass over the held partitions, a partition's turn each (those waiting
  * out a backoff skipped), ended at sr->turn_until after one turn at least;

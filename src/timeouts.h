@@ -120,6 +120,9 @@
 
 /* The longest slice a slot serves one database while others wait. */
 #define SCHEDULER_SLICE_SECONDS 0.25
+/* A stream slot of a relay's own database publishes this long a turn, then looks at its lease
+ * renewals and its rows' wait again (relay/scheduler_serve.c). */
+#define SCHEDULER_STREAM_TURN_SECONDS 1.0
 /* The longest wait before an empty database is looked at again. */
 #define SCHEDULER_IDLE_MAX_SECONDS 1.0
 /*

@@ -788,7 +788,7 @@ test_health_ok_while_one_thread_cannot_reconnect(void **state)
                        30000) != 10 ||
         wait_for_healthz(f, 200, 10, body, sizeof(body)) != 200)
         relay_dump_log(&relay);
-    /* two pipelines and the maintenance thread; one is ended and may not come back */
+    /* two pipelines and the maintenance slot; one is ended and may not come back */
     assert_true(freeze_role_connections(f, 1) >= 3);
     snprintf(sql, sizeof(sql),
              "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"

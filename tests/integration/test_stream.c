@@ -676,9 +676,10 @@ static const char SQL_RELAY_BACKENDS[] =
     "   AND application_name = 'outbox-relay'";
 
 /*
- * With no stream queue a relay holds only its pipelines' and maintenance
- * connections: the stream threads connect once a stream queue is made
- * (here while the relay runs), and then publish it.
+ * A relay holds --concurrency connections to its database and one for its
+ * maintenance, stream queue or not: no connection waits for a stream queue,
+ * and once one is made (here while the relay runs) the slots publish it on
+ * the connections they hold.
  */
 static void
 test_no_stream_costs_no_connection(void **state)
@@ -703,10 +704,64 @@ test_no_stream_costs_no_connection(void **state)
     if (wait_for_entries(f, 10, 20000) != 10)
         relay_dump_log(&relay);
     assert_int_equal(wait_for_entries(f, 10, 100), 10);
-    /* ... and 2 stream threads and the one reporting the lag once there is a stream */
-    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 6, 10000), 6);
+    /* ... and 2 stream slots once there is a stream (the lag report is the maintenance's) */
+    assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 5, 10000), 5);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
+    assert_int_equal(assert_every_row_published(f), 0);
+}
+
+/*
+ * --max-db-connections holds for a relay of one database as for a list: with
+ * --concurrency 3 and a budget of 2, the relay never holds more than 2
+ * connections, its stream partitions and its maintenance included, and
+ * moves every row of both kinds; with a budget of one, so does --once.
+ */
+static void
+test_budget_holds_for_one_database(void **state)
+{
+    struct fixture *f = *state;
+    const char *extra[] = {"--stream-prefix", f->prefix, "--concurrency", "3",
+                           "--max-db-connections", "2", NULL};
+    const char *budget_of_one[] = {"--stream-prefix", f->prefix, "--max-db-connections", "1",
+                                   NULL};
+    struct relay_process relay;
+    long long most = 0;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 4)");
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 300)");
+    enqueue_rows(f->conn, "plain", 300);
+    relay_start_process(&relay, f->url, f->broker, extra);
+    for (int i = 0; i < 100; i++) {
+        long long now = harness_query_ll(f->conn, SQL_RELAY_BACKENDS);
+
+        most = now > most ? now : most;
+        if (harness_query_ll(f->conn, SQL_UNPUBLISHED) == 0 &&
+            harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'") == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    if (harness_query_ll(f->conn, SQL_UNPUBLISHED) != 0)
+        relay_dump_log(&relay);
+    assert_int_equal(harness_query_ll(f->conn, SQL_UNPUBLISHED), 0);
+    assert_int_equal(wait_for_value(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'",
+                                    0, 10000),
+                     0);
+    assert_int_equal(wait_for_entries(f, 300, 10000), 300);
+    printf("budget: at most %lld connections of the relay seen\n", most);
+    assert_true(most <= 2);
+    assert_true(harness_query_ll(f->conn, SQL_RELAY_BACKENDS) <= 2);
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+
+    /* a budget of one: the one slot publishes both kinds and maintains */
+    harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 100)");
+    enqueue_rows(f->conn, "plain", 100);
+    assert_int_equal(relay_run_once(f->url, f->broker, budget_of_one), 0);
+    assert_int_equal(harness_query_ll(f->conn, SQL_UNPUBLISHED), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"),
+                     0);
+    assert_int_equal(stream_consumer_stream_length(f->redis, f->stream), 400);
     assert_int_equal(assert_every_row_published(f), 0);
 }
 
@@ -815,6 +870,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_outboxctl_stream_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_keeps_partitions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_stream_costs_no_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_holds_for_one_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_sees_stream_rows, setup, teardown),
     };
 
