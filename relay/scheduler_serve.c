@@ -173,6 +173,23 @@ serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_
 }
 
 /*
+ * When the rows' part of a slice that starts at started ends: a slot that
+ * serves the own database's rows alone serves them until they are drained
+ * (its turns keep the database and the broker busy at once, which a slice's
+ * end interrupts; nothing else waits for the slot); else after a slice, half
+ * of it when the slot publishes the database's streams next.
+ */
+static double
+slice_end(const struct pipeline *p, const struct work *w, double started, bool streams)
+{
+    struct slot_role role = scheduler_slot_role(p->relay->scheduler, p);
+
+    if (w->tenant->kind == TENANT_OWN && !role.streams && !role.upkeep)
+        return 1e300;
+    return started + SCHEDULER_SLICE_SECONDS / (streams ? 2 : 1);
+}
+
+/*
  * The rows' part of a visit of w's database on slot p, on the connection
  * w holds: reaped before the slice when the lease was not held (a stopped
  * relay's claimed rows go out in this visit), else after it (the woken
@@ -204,7 +221,7 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
     started = clock_monotonic_seconds();
     *slice = (struct pipeline_slice){0};
     if (db->store == NULL ||
-        pipeline_serve(p, db, started + SCHEDULER_SLICE_SECONDS / (streams ? 2 : 1), slice) ==
+        pipeline_serve(p, db, slice_end(p, w, started, streams), slice) ==
             SERVE_FAILED) {
         *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
         return started;
