@@ -144,16 +144,16 @@ take_connection(struct scheduler *s, struct tenant *t, struct work *w)
 }
 
 /*
- * Waits for a database to serve and a connection to it; false when the
- * relay stops.
+ * Waits for a database to serve and a connection to it, for a slot of
+ * role; false when the relay stops.
  */
 static bool
-take_work(struct scheduler *s, struct work *w)
+take_work(struct scheduler *s, struct slot_role role, struct work *w)
 {
     relay *r = s->relay;
     bool taken = false;
 
-    memset(w, 0, sizeof(*w));
+    *w = (struct work){.role = role};
     pthread_mutex_lock(&s->lock);
     while (!taken && !relay_stopping(r)) {
         double now = clock_monotonic_seconds();
@@ -491,8 +491,11 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->serving--;
     if (w->connection.db.store == NULL) {
         s->open--;
-        record_lease(s, t, &(struct store_database_lease){.paused = t->paused});
-        record_fault(s, t, cause, now);
+        /* a stream slot of a database without a stream queue opened none, and met no fault */
+        if (cause->code != OUTBOX_OK) {
+            record_lease(s, t, &(struct store_database_lease){.paused = t->paused});
+            record_fault(s, t, cause, now);
+        }
     } else {
         if (t->down || !t->tried)
             log_event(t->down ? OUTBOX_LOG_INFO : OUTBOX_LOG_DEBUG,
@@ -555,7 +558,7 @@ scheduler_slot_run(void *arg)
 
         p->progress_at = clock_monotonic_seconds();
         outbox_error_set(&p->cause, OUTBOX_ERR_CONNECTION, "no claim succeeded");
-        while (take_work(s, &w)) {
+        while (take_work(s, role, &w)) {
             struct outbox_error cause;
             struct store_database_lease lease;
             struct pipeline_idle idle = {0};

@@ -22,38 +22,35 @@
 #include "timeouts.h"
 #include "wait.h"
 
-/* The own database's slot p does its upkeep alone (the last of two or more). */
+/* The own database's slot of w does its upkeep alone (the last of two or more). */
 static bool
-upkeep_slot(const struct pipeline *p, const struct tenant *t)
+upkeep_slot(const struct work *w)
 {
-    struct slot_role role = scheduler_slot_role(p->relay->scheduler, p);
-
-    return t->kind == TENANT_OWN && !role.rows && !role.streams;
+    return w->tenant->kind == TENANT_OWN && !w->role.rows && !w->role.streams;
 }
 
-/* The own database's slot p publishes its stream partitions alone. */
+/* The own database's slot of w publishes its stream partitions alone. */
 static bool
-stream_slot(const struct pipeline *p, const struct tenant *t)
+stream_slot(const struct work *w)
 {
-    struct slot_role role = scheduler_slot_role(p->relay->scheduler, p);
-
-    return t->kind == TENANT_OWN && role.streams && !role.rows;
+    return w->tenant->kind == TENANT_OWN && w->role.streams && !w->role.rows;
 }
 
 /*
- * Opens a connection to t for slot p into c (ends_connect(), database_open()),
- * and records t's identity. A connection to a database of a list is tried
- * once (the scheduler backs the database off), its notices logged under
- * t's name. One to the relay's own database is a pipeline's: its faults the
- * relay's, its notices under the slot's name, tried until it connects with
- * the slot's broker (at the first try a fault no retry mends, a refused
- * password or no schema, stops the relay; --once gives up after its
- * budget). -1 with err.
+ * Opens a connection to w's database t for slot p into w->connection
+ * (ends_connect(), database_open()), and records t's identity. A connection
+ * to a database of a list is tried once (the scheduler backs the database
+ * off), its notices logged under t's name. One to the relay's own database
+ * is a pipeline's: its faults the relay's, its notices under the slot's
+ * name, tried until it connects with the slot's broker (at the first try a
+ * fault no retry mends, a refused password or no schema, stops the relay;
+ * --once gives up after its budget). -1 with err.
  */
 static int
-connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c, bool first,
-               struct outbox_error *err)
+connect_tenant(struct pipeline *p, struct work *w, struct outbox_error *err)
 {
+    struct tenant *t = w->tenant;
+    struct idle_connection *c = &w->connection;
     bool own = t->kind == TENANT_OWN;
     /* a visit runs few statements: each is prepared when first run, and the schema
      * and privileges are checked again only after the database failed (a revoke or
@@ -74,9 +71,9 @@ connect_tenant(struct pipeline *p, struct tenant *t, struct idle_connection *c, 
     snprintf(c->db.who, sizeof(c->db.who), "%s", own ? p->db.who : t->who);
     /* the own database's slots connect their broker with it, but the upkeep slot, which leaves
      * --once's budget to them (it gives up naming the ends they could not reach) */
-    c->db.waits_out_once = own && upkeep_slot(p, t);
-    if (ends_connect(&c->db, p, own && !upkeep_slot(p, t) ? ENDS_STORE | ENDS_SINK : ENDS_STORE,
-                     own && first ? ENDS_FIRST : ENDS_AGAIN) != 0) {
+    c->db.waits_out_once = upkeep_slot(w);
+    if (ends_connect(&c->db, p, own && !upkeep_slot(w) ? ENDS_STORE | ENDS_SINK : ENDS_STORE,
+                     own && w->first ? ENDS_FIRST : ENDS_AGAIN) != 0) {
         *err = p->cause;
         outbox_store_free(c->db.store);
         c->db.store = NULL;
@@ -158,10 +155,9 @@ serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_
 {
     struct stream_visit visit;
 
-    if (w->connection.db.store == NULL || !scheduler_slot_role(p->relay->scheduler, p).streams)
+    if (w->connection.db.store == NULL || !w->role.streams)
         return 0;
-    if (scheduler_stream_serve(p->relay->scheduler, p, w->tenant, &w->connection, until, &visit,
-                               cause) != 0) {
+    if (scheduler_stream_serve(p->relay->scheduler, p, w, until, &visit, cause) != 0) {
         outbox_store_free(w->connection.db.store); /* it may hold the statement still */
         w->connection.db.store = NULL;
         return 0;
@@ -180,11 +176,9 @@ serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_
  * of it when the slot publishes the database's streams next.
  */
 static double
-slice_end(const struct pipeline *p, const struct work *w, double started, bool streams)
+slice_end(const struct work *w, double started, bool streams)
 {
-    struct slot_role role = scheduler_slot_role(p->relay->scheduler, p);
-
-    if (w->tenant->kind == TENANT_OWN && !role.streams && !role.upkeep)
+    if (w->tenant->kind == TENANT_OWN && !w->role.streams && !w->role.upkeep)
         return 1e300;
     return started + SCHEDULER_SLICE_SECONDS / (streams ? 2 : 1);
 }
@@ -204,14 +198,17 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
 {
     struct database *db = &w->connection.db;
     bool own = w->tenant->kind == TENANT_OWN;
-    bool streams = w->streams && scheduler_slot_role(p->relay->scheduler, p).streams;
     double started;
+    bool streams;
 
     if (own)
         snprintf(db->who, sizeof(db->who), "%s", p->db.who);
     else
         snprintf(db->who, sizeof(db->who), "database=%s slot=%d", w->tenant->name, p->index);
     db->log_owner = &p->db; /* its lines limited per slot */
+    if (own && w->role.streams) /* a stream queue may have come since the slot took it */
+        w->streams = scheduler_stream_known(p->relay->scheduler, w->tenant);
+    streams = w->streams && w->role.streams;
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
     if (w->lease_call == LEASE_BEFORE || (own && p->relay->scheduler->slots == 1))
         maintain(p, db, w->tenant);
@@ -221,8 +218,7 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
     started = clock_monotonic_seconds();
     *slice = (struct pipeline_slice){0};
     if (db->store == NULL ||
-        pipeline_serve(p, db, slice_end(p, w, started, streams), slice) ==
-            SERVE_FAILED) {
+        pipeline_serve(p, db, slice_end(w, started, streams), slice) == SERVE_FAILED) {
         *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
         return started;
     }
@@ -237,7 +233,7 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
 /*
  * The upkeep slot's turn of the relay's own database: its maintenance
  * phases due, then its streams' (scheduler_stream_upkeep()); when it is due
- * again into w->next_ready. A failure drops the connection, why in *cause.
+ * again into w->look_at. A failure drops the connection, why in *cause.
  */
 static struct pipeline_slice
 serve_upkeep(struct pipeline *p, struct work *w, struct outbox_error *cause)
@@ -247,7 +243,7 @@ serve_upkeep(struct pipeline *p, struct work *w, struct outbox_error *cause)
     struct pipeline_slice slice = {.drained = true};
     double next = clock_monotonic_seconds() + MAINTENANCE_REAP_EVERY_SECONDS;
 
-    if (db->store == NULL && connect_tenant(p, t, &w->connection, w->first, cause) != 0)
+    if (db->store == NULL && connect_tenant(p, w, cause) != 0)
         return slice;
     snprintf(db->who, sizeof(db->who), "%s", p->db.who);
     db->log_owner = &p->db;
@@ -261,9 +257,9 @@ serve_upkeep(struct pipeline *p, struct work *w, struct outbox_error *cause)
         *cause = p->cause;
         return slice;
     }
-    w->next_ready = maintenance_next_due(&t->maintenance) < next
-                        ? maintenance_next_due(&t->maintenance)
-                        : next;
+    w->look_at = next;
+    if (maintenance_next_due(&t->maintenance) < next)
+        w->look_at = maintenance_next_due(&t->maintenance);
     return slice;
 }
 
@@ -272,7 +268,7 @@ serve_upkeep(struct pipeline *p, struct work *w, struct outbox_error *cause)
  * partitions published, pass after pass, for a second at most, on a
  * connection whose stream statements keep generic plans. None while the
  * database has no stream queue (its upkeep slot looks for one): the slot
- * then holds no connection, and waits for w->next_ready.
+ * then holds no connection, and waits for w->look_at.
  */
 static struct pipeline_slice
 serve_stream_slot(struct pipeline *p, struct work *w, struct outbox_error *cause)
@@ -284,16 +280,18 @@ serve_stream_slot(struct pipeline *p, struct work *w, struct outbox_error *cause
     double now = clock_monotonic_seconds();
 
     /* the upkeep slot looks for a stream queue at once, then every few seconds */
-    w->next_ready = now + (p->relay->config->once ? 0.05 : MAINTENANCE_STREAM_CHECK_EVERY_SECONDS / 4);
-    if (!scheduler_stream_known(s, t))
+    w->look_at = now + (p->relay->config->once ? 0.05 : MAINTENANCE_STREAM_CHECK_EVERY_SECONDS / 4);
+    if (!scheduler_stream_known(s, t)) {
+        *cause = (struct outbox_error){.code = OUTBOX_OK}; /* no connection, and no fault */
         return slice;
-    if (w->connection.db.store == NULL && connect_tenant(p, t, &w->connection, w->first, cause) != 0)
+    }
+    if (w->connection.db.store == NULL && connect_tenant(p, w, cause) != 0)
         return slice;
     w->connection.streams_only = true;
     w->connection.db.log_owner = &p->db;
     snprintf(w->connection.db.who, sizeof(w->connection.db.who), "%s", p->db.who);
-    if (scheduler_stream_serve(s, p, t, &w->connection, now + SCHEDULER_STREAM_TURN_SECONDS,
-                               &visit, cause) != 0) {
+    if (scheduler_stream_serve(s, p, w, now + SCHEDULER_STREAM_TURN_SECONDS, &visit, cause) !=
+        0) {
         ends_store_failed(p, &w->connection.db, cause); /* it may hold the statement still */
         return slice;
     }
@@ -321,12 +319,12 @@ scheduler_serve_slice(struct pipeline *p, struct work *w, struct outbox_error *c
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (upkeep_slot(p, t))
+    if (upkeep_slot(w))
         return serve_upkeep(p, w, cause);
-    if (stream_slot(p, t))
+    if (stream_slot(w))
         return serve_stream_slot(p, w, cause);
     if (w->connection.db.store == NULL &&
-        connect_tenant(p, t, &w->connection, w->first, cause) != 0)
+        connect_tenant(p, w, cause) != 0)
         return slice;
     /* the lease first: a database another relay serves is only visited, to stay a member */
     if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
@@ -376,12 +374,16 @@ scheduler_keep_serving(struct pipeline *p, struct work *w, const struct pipeline
 
     if (t->kind != TENANT_OWN || relay_stopping(p->relay))
         return false;
-    if (stream_slot(p, t) && w->connection.db.store == NULL &&
-        !scheduler_stream_known(p->relay->scheduler, t)) { /* no stream queue yet */
-        if (p->relay->config->once && scheduler_stream_looked(p->relay->scheduler, t))
-            return false; /* and none when --once looked */
-        wait_until(&p->relay->stop, -1, w->next_ready);
-        return !relay_stopping(p->relay);
+    if (stream_slot(w) && w->connection.db.store == NULL) {
+        /* read first: a look that found a stream queue has made its workers by then */
+        bool looked = scheduler_stream_looked(p->relay->scheduler, t);
+
+        if (!scheduler_stream_known(p->relay->scheduler, t)) { /* no stream queue yet */
+            if (p->relay->config->once && looked)
+                return false; /* and none when --once looked */
+            wait_until(&p->relay->stop, -1, w->look_at);
+            return !relay_stopping(p->relay);
+        }
     }
     if (w->connection.db.store == NULL)
         return false;
@@ -389,8 +391,8 @@ scheduler_keep_serving(struct pipeline *p, struct work *w, const struct pipeline
         return true;
     if (p->relay->config->once)
         return false;
-    if (upkeep_slot(p, t)) { /* until its next phase or stream upkeep is due */
-        wait_until(&p->relay->stop, -1, w->next_ready);
+    if (upkeep_slot(w)) { /* until its next phase or stream upkeep is due */
+        wait_until(&p->relay->stop, -1, w->look_at);
         return !relay_stopping(p->relay);
     }
     if (p->relay->scheduler->slots == 1 && scheduler_upkeep_take(t)) {
@@ -413,7 +415,7 @@ scheduler_once_done(struct pipeline *p, const struct work *w, const struct pipel
     if (!p->relay->config->once || w->tenant->kind != TENANT_OWN)
         return false;
     /* a stream slot of a database without a stream queue, once its upkeep slot looked */
-    if (stream_slot(p, w->tenant) && w->connection.db.store == NULL)
+    if (stream_slot(w) && w->connection.db.store == NULL)
         return scheduler_stream_looked(p->relay->scheduler, w->tenant);
     return w->connection.db.store != NULL && !slice->more && slice->drained;
 }

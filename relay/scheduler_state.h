@@ -105,12 +105,13 @@ struct tenant {
                                    * since it last failed: later ones skip them */
     atomic_bool upkeep;           /* a slot maintains or samples it now (the fields above) */
     /*
-     * guard: s->lock for the pointer and stream_busy; the worker it points to
-     * belongs to the slot that set stream_busy (scheduler_stream.c's claim())
+     * guard: s->lock for the pointer and stream_busy; a list's database's worker
+     * belongs to the slot that set stream_busy (scheduler_stream.c's claim()),
+     * each of the own database's to the slot whose role names it (struct slot_role)
      */
     struct tenant_stream *stream; /* its stream queues' workers, once one was found */
     size_t stream_count;          /* 1, or the own database's: one a slot (scheduler_stream.c) */
-    bool stream_busy;             /* a slot runs the stream worker now */
+    bool stream_busy;             /* one slot alone runs the worker or looks for one */
     double stream_check_due;      /* when a visit looks for a stream queue again (none yet) */
     bool stream_looked;           /* a visit looked for one once (--once waits for that) */
     /* guard: s->lock */
@@ -192,10 +193,29 @@ void scheduler_wait(struct scheduler *s, pthread_cond_t *cond, double until);
  */
 enum lease_call { LEASE_KEPT, LEASE_BEFORE, LEASE_AFTER };
 
+/*
+ * What a slot does with the databases it serves. A list's slots do all of
+ * it, the maintenance a bounded step a visit. The relay's own database
+ * divides its slots (scheduler_slot_count(), docs/design.md "One relay"):
+ * --concurrency slots for its rows, as many for its stream partitions, and
+ * the last for its upkeep (its maintenance, its streams' lag report and
+ * cleanup), each on a connection of its own so that none holds up the
+ * others; a smaller budget gives the rows' slots the streams, and one slot
+ * does all three.
+ */
+struct slot_role {
+    bool rows;    /* claims, publishes and marks rows */
+    bool streams; /* publishes stream partitions (its stream worker's) */
+    bool upkeep;  /* runs the maintenance (and for the own database the streams' upkeep) */
+    int worker;   /* its stream worker's index among the database's (scheduler_stream.c) */
+};
+
 /* What a slot took: a database and a connection to it (store NULL: connect first). */
 struct work {
+    struct slot_role role;  /* the slot's part, the same for all its work */
     enum lease_call lease_call;
-    bool streams;      /* the database has stream queues: the rows get half the slice */
+    bool streams;      /* the database has stream queues: the rows get half the slice (read
+                        * again at each slice of a database the slot keeps) */
     bool streams_wait; /* stream rows wait that no pass could read: polled, not watched */
     struct tenant *tenant;
     struct idle_connection connection;
@@ -206,6 +226,7 @@ struct work {
     bool woken;             /* the watch saw a change of the database since its last slice */
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
     bool held_rows;         /* and whether rows wait behind their keys then */
+    double look_at;         /* the own database's upkeep or stream slot looks again then */
 };
 
 /* ---- a slice served (scheduler_serve.c), outside the lock ------------------- */
@@ -226,23 +247,6 @@ struct pipeline_slice scheduler_serve_slice(struct pipeline *p, struct work *w,
  */
 bool scheduler_keep_serving(struct pipeline *p, struct work *w, const struct pipeline_slice *slice,
                             struct pipeline_idle *idle, struct outbox_error *cause);
-
-/*
- * What a slot does with the databases it serves. A list's slots do all of
- * it, the maintenance a bounded step a visit. The relay's own database
- * divides its slots (scheduler_slot_count(), docs/design.md "One relay"):
- * --concurrency slots for its rows, as many for its stream partitions, and
- * the last for its upkeep (its maintenance, its streams' lag report and
- * cleanup), each on a connection of its own so that none holds up the
- * others; a smaller budget gives the rows' slots the streams, and one slot
- * does all three.
- */
-struct slot_role {
-    bool rows;    /* claims, publishes and marks rows */
-    bool streams; /* publishes stream partitions (its stream worker's) */
-    bool upkeep;  /* runs the maintenance (and for the own database the streams' upkeep) */
-    int worker;   /* its stream worker's index among the database's (scheduler_stream.c) */
-};
 
 /* Slot p's part (scheduler_budget.c, as what follows). */
 struct slot_role scheduler_slot_role(const struct scheduler *s, const struct pipeline *p);

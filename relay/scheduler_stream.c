@@ -35,17 +35,16 @@ struct tenant_stream {
 };
 
 /*
- * The worker slot p runs for t: a list's database has one, run by one slot
- * at a time; the relay's own database has one for each slot publishing its
- * streams (the i-th of n takes the partitions p with p % n == i, so they
- * publish side by side), and one more, for its upkeep slot: the lag report
- * and the cleanup, which publishes nothing (scheduler_stream_upkeep).
+ * The worker a slot runs for t, the worker-th of its role (struct
+ * slot_role): a list's database has one, run by one slot at a time; the
+ * relay's own database has one for each slot publishing its streams (the
+ * i-th of n takes the partitions p with p % n == i, so they publish side by
+ * side), and one more, for its upkeep slot: the lag report and the cleanup,
+ * which publishes nothing (scheduler_stream_upkeep).
  */
 static struct tenant_stream *
-stream_of(const struct scheduler *s, struct tenant *t, const struct pipeline *p)
+stream_of(struct tenant *t, int worker)
 {
-    int worker = scheduler_slot_role(s, p).worker;
-
     return &t->stream[worker >= 0 && (size_t)worker < t->stream_count ? worker : 0];
 }
 
@@ -148,28 +147,33 @@ scheduler_stream_free(struct tenant *t)
 
 /* ---- a visit ----------------------------------------------------------------- */
 
+/* What claim() let a slot do with a database's streams. */
+enum stream_claim {
+    STREAM_NOT_NOW,     /* another slot runs them or looks for them, or no look is due */
+    STREAM_OTHER_LOOKS, /* the own database: not yet, another slot looks for a stream queue */
+    STREAM_SHARED,      /* the own database's workers: each slot runs its own, nothing marked */
+    STREAM_ALONE,       /* this slot alone runs them or looks (t->stream_busy): unclaim() */
+};
+
 /*
  * Whether this slot runs t's streams now: t has a stream queue or is due to
  * be looked at for one, and no other slot runs its worker or looks (a
  * list's database: one slot at a time; the own database: one at a time
- * looks, then each slot runs its own worker). Marks them run (*busy) when
- * other slots must wait; *other: another slot runs them or looks now.
+ * looks, then each slot runs its own worker).
  */
-static bool
-claim(struct scheduler *s, struct tenant *t, double now, bool *busy, bool *other)
+static enum stream_claim
+claim(struct scheduler *s, struct tenant *t, double now)
 {
-    bool claimed;
+    enum stream_claim claimed = STREAM_NOT_NOW;
 
     pthread_mutex_lock(&s->lock);
-    *other = t->stream_busy;
-    if (t->kind == TENANT_OWN && t->stream != NULL) {
-        *busy = false;
-        claimed = true;
-    } else {
-        claimed = !t->stream_busy && (t->stream != NULL || now >= t->stream_check_due);
-        *busy = claimed;
-        t->stream_busy |= claimed;
-    }
+    if (t->kind == TENANT_OWN && t->stream != NULL)
+        claimed = STREAM_SHARED;
+    else if (!t->stream_busy && (t->stream != NULL || now >= t->stream_check_due))
+        claimed = STREAM_ALONE;
+    else if (t->kind == TENANT_OWN && t->stream_busy)
+        claimed = STREAM_OTHER_LOOKS;
+    t->stream_busy |= claimed == STREAM_ALONE;
     pthread_mutex_unlock(&s->lock);
     return claimed;
 }
@@ -186,11 +190,11 @@ leaving(struct scheduler *s, struct tenant *t)
     return gone;
 }
 
-/* The slot is done with t's streams (busy: claim() marked them run). */
+/* The slot is done with t's streams, as claim() let it have them. */
 static void
-unclaim(struct scheduler *s, struct tenant *t, bool busy)
+unclaim(struct scheduler *s, struct tenant *t, enum stream_claim claimed)
 {
-    if (!busy)
+    if (claimed != STREAM_ALONE)
         return;
     pthread_mutex_lock(&s->lock);
     t->stream_busy = false;
@@ -227,17 +231,40 @@ worker_init(struct scheduler *s, struct tenant *t, struct tenant_stream *ts, siz
     return 0;
 }
 
+/* The count workers of t, set up (worker_init); NULL with err. */
+static struct tenant_stream *
+make_workers(struct scheduler *s, struct tenant *t, size_t count, struct outbox_error *err)
+{
+    struct tenant_stream *workers = calloc(count, sizeof(*workers));
+
+    if (workers == NULL) {
+        outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++)
+        if (worker_init(s, t, &workers[i], i, count, err) != 0) {
+            for (size_t k = 0; k <= i; k++)
+                stream_worker_clear(&workers[k].worker);
+            free(workers);
+            return NULL;
+        }
+    return workers;
+}
+
 /*
  * Looks on c for a stream queue among --queues when t has no worker yet,
  * and makes its workers once one exists (one for a list's database; for
- * the own one, one for each of its slots: see stream_of). -1 with err.
+ * the own one, one for each of its slots: see stream_of). t counts as
+ * looked at (--once's stream slots wait for that) together with its
+ * workers, so that no slot sees the one without the other; a failed look
+ * counts too, and is tried again when due. -1 with err.
  */
 static int
 find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, double now,
              struct outbox_error *err)
 {
     size_t count = t->kind == TENANT_OWN ? scheduler_own_stream_workers(s) : 1;
-    struct tenant_stream *workers;
+    struct tenant_stream *workers = NULL;
     bool exists = false;
     int rc;
 
@@ -248,31 +275,19 @@ find_streams(struct scheduler *s, struct tenant *t, struct idle_connection *c, d
     pthread_mutex_unlock(&s->lock);
     rc = store_database_has_streams(outbox_store_conn(c->db.store), s->streams->queues, &exists,
                                     err);
+    if (rc == 0 && exists && (workers = make_workers(s, t, count, err)) == NULL)
+        rc = -1;
     pthread_mutex_lock(&s->lock);
-    t->stream_looked = true; /* --once's stream slots wait for no more (a failed look is tried
-                              * again when due) */
+    t->stream_looked = true;
+    if (workers != NULL) {
+        t->stream = workers;
+        t->stream_count = count;
+    }
     pthread_mutex_unlock(&s->lock);
-    if (rc != 0)
-        return -1;
-    if (!exists)
-        return 0;
-    workers = calloc(count, sizeof(*workers));
-    for (size_t i = 0; workers != NULL && i < count; i++)
-        if (worker_init(s, t, &workers[i], i, count, err) != 0) {
-            for (size_t k = 0; k <= i; k++)
-                stream_worker_clear(&workers[k].worker);
-            free(workers);
-            workers = NULL;
-        }
-    if (workers == NULL)
-        return outbox_error_set(err, OUTBOX_ERR_INTERNAL, "out of memory");
-    pthread_mutex_lock(&s->lock);
-    t->stream = workers;
-    t->stream_count = count;
-    pthread_mutex_unlock(&s->lock);
-    log_event(OUTBOX_LOG_INFO, "stream queues found, served with the database's rows",
-              "database=%s", t->name);
-    return 0;
+    if (workers != NULL)
+        log_event(OUTBOX_LOG_INFO, "stream queues found, served with the database's rows",
+                  "database=%s", t->name);
+    return rc;
 }
 
 /*
@@ -375,25 +390,27 @@ cleanup_when_due(struct tenant_stream *ts, struct idle_connection *c, struct out
 }
 
 int
-scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t,
-                       struct idle_connection *c, double until, struct stream_visit *out,
-                       struct outbox_error *err)
+scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct work *w, double until,
+                       struct stream_visit *out, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
+    struct tenant *t = w->tenant;
+    struct idle_connection *c = &w->connection;
     struct tenant_stream *ts;
-    bool busy, other;
+    enum stream_claim claimed;
     int rc;
 
     *out = (struct stream_visit){0};
     if (c->db.store == NULL)
         return 0;
-    if (!claim(s, t, now, &busy, &other)) {
+    claimed = claim(s, t, now);
+    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS) {
         /* the own database's slots each publish their share once another found them */
-        out->more = t->kind == TENANT_OWN && other;
+        out->more = claimed == STREAM_OTHER_LOOKS;
         return 0;
     }
     rc = find_streams(s, t, c, now, err);
-    ts = rc == 0 && t->stream != NULL ? stream_of(s, t, p) : NULL;
+    ts = rc == 0 && t->stream != NULL ? stream_of(t, w->role.worker) : NULL;
     if (ts != NULL) {
         bool pending = false;
 
@@ -410,7 +427,7 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t
         if (rc == 0 && leaving(s, t))
             give_partitions_back(t, ts, c, OUTBOX_LOG_INFO);
     }
-    unclaim(s, t, busy);
+    unclaim(s, t, claimed);
     return rc;
 }
 
@@ -419,13 +436,15 @@ scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_conne
                         double *next, struct outbox_error *err)
 {
     double now = clock_monotonic_seconds();
+    enum stream_claim claimed = STREAM_NOT_NOW;
     struct tenant_stream *ts;
-    bool busy, other;
     int rc;
 
     *next = t->stream != NULL ? now + STREAM_REPORT_SECONDS
                               : now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
-    if (c->db.store == NULL || !claim(s, t, now, &busy, &other))
+    if (c->db.store != NULL)
+        claimed = claim(s, t, now);
+    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS)
         return 0;
     rc = find_streams(s, t, c, now, err);
     if (rc == 0 && t->stream != NULL) {
@@ -435,7 +454,7 @@ scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_conne
         *next = ts->worker.next_report < ts->worker.next_cleanup ? ts->worker.next_report
                                                                  : ts->worker.next_cleanup;
     }
-    unclaim(s, t, busy);
+    unclaim(s, t, claimed);
     return rc;
 }
 
@@ -464,10 +483,10 @@ scheduler_stream_looked(struct scheduler *s, struct tenant *t)
 void
 scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_connection *c)
 {
-    bool busy, other;
+    enum stream_claim claimed = claim(s, t, -1);
 
-    if (!claim(s, t, -1, &busy, &other))
+    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS)
         return; /* the slot running them gives them back at a later visit */
     scheduler_stream_give_back(s, t, c);
-    unclaim(s, t, busy);
+    unclaim(s, t, claimed);
 }

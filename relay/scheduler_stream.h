@@ -44,17 +44,17 @@ struct stream_visit {
 };
 
 /*
- * Serves t's stream queues on c for slot p until `until` (monotonic
+ * Serves the stream queues of w's database on its connection for slot p,
+ * through the stream worker of w's role, until `until` (monotonic
  * seconds): looks for a stream queue when it knows of none (every
  * MAINTENANCE_STREAM_CHECK_EVERY_SECONDS), then publishes. Nothing while
  * another slot runs them. At the end of a visit of a database removed from
  * the list, or of a stopping relay, the partitions are given back. 0, or -1
- * with err when the database failed (the caller drops c's connection; the
+ * with err when the database failed (the caller drops the connection; the
  * partitions stay held and are renewed, their cursors read again, on the next).
  */
-int scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct tenant *t,
-                           struct idle_connection *c, double until, struct stream_visit *out,
-                           struct outbox_error *err);
+int scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct work *w, double until,
+                           struct stream_visit *out, struct outbox_error *err);
 
 /*
  * The stream upkeep of the relay's own database on its upkeep slot's
@@ -69,7 +69,8 @@ int scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_c
 /* Whether t has a stream queue (its workers are made). */
 bool scheduler_stream_known(struct scheduler *s, struct tenant *t);
 
-/* Whether a slot looked for t's stream queues once (found or not). */
+/* Whether a slot looked for t's stream queues once (found or not; set with its workers, so
+ * read before scheduler_stream_known()). */
 bool scheduler_stream_looked(struct scheduler *s, struct tenant *t);
 
 /* A visit found t's lease lost (or t paused): its partitions are given back through c. */

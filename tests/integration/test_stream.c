@@ -677,9 +677,10 @@ static const char SQL_RELAY_BACKENDS[] =
 
 /*
  * A relay holds --concurrency connections to its database and one for its
- * maintenance, stream queue or not: no connection waits for a stream queue,
- * and once one is made (here while the relay runs) the slots publish it on
- * the connections they hold.
+ * upkeep while it has no stream queue: no connection waits for one, and a
+ * stop then logs no fault of the database (its stream slots, which held
+ * none, are no failure). Once one is made (here while a relay runs) its
+ * stream slots connect: --concurrency more.
  */
 static void
 test_no_stream_costs_no_connection(void **state)
@@ -698,7 +699,16 @@ test_no_stream_costs_no_connection(void **state)
     assert_int_equal(wait_for_value(f->conn, SQL_RELAY_BACKENDS, 3, 10000), 3);
     usleep(5 * 1000 * 1000);
     assert_int_equal(harness_query_ll(f->conn, SQL_RELAY_BACKENDS), 3);
+    /* its stream slots held no connection: a stop is no fault of the database's */
+    relay_signal(&relay, SIGTERM);
+    assert_int_equal(relay_wait(&relay, 15000), 0);
+    if (relay_log_find(&relay, 0, false, (const char *[]){"database available again", NULL}, NULL,
+                       0) >= 0)
+        relay_dump_log(&relay);
+    assert_true(relay_log_find(&relay, 0, false, (const char *[]){"database available again", NULL},
+                               NULL, 0) < 0);
 
+    relay_start_process(&relay, f->url, f->broker, extra);
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
     harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 10)");
     if (wait_for_entries(f, 10, 20000) != 10)
