@@ -56,6 +56,15 @@
  * (a join with outbox.paused misjudged them by orders of magnitude, enough
  * to JIT-compile every claim). Paused queues are left out by a comparison
  * per candidate, paused keys by a hash of the (queue, key) pairs built once.
+ *
+ * The copy may be older than the claim's snapshot by more than that age: a
+ * claim sent while a broker stalled the turn, or queued behind a statement
+ * a lock held up, runs seconds later. So each claim checks once, in its own
+ * snapshot, that every pause in outbox.paused is in its copy (an
+ * uncorrelated subquery: one scan of the small table, a filter of the whole
+ * statement that leaves the estimates of the candidate scan alone); when
+ * one is not, it claims nothing until the store's next read of the pauses
+ * (due by then: the copy is older than the pause).
  */
 #define CLAIM_CANDIDATES(queue_filter, pause_filter)                                               \
     "WITH candidate AS MATERIALIZED ("                                                             \
@@ -80,16 +89,26 @@
     "           CASE WHEN j.stream_epoch IS NOT NULL AND j.job_id >= 0"                            \
     "                THEN lpad(j.xid::text, 20, '0') || lpad(j.job_id::text, 19, '0') END"
 
-/* Paused queues ($N), and paused keys as (queue, key) pairs ($N+1, $N+2). */
+/* With no pause in the copy: none in the claim's snapshot either. */
+#define NO_PAUSE_GATE "   AND NOT EXISTS (SELECT 1 FROM outbox.paused)"
+
+/*
+ * Paused queues ($N), and paused keys as (queue, key) pairs ($N+1, $N+2);
+ * and no pause in the claim's snapshot that the copy misses.
+ */
 #define PAUSE_FILTER(queues, key_queues, keys)                                                     \
     "   AND c.queue <> ALL (" queues "::text[])"                                                   \
     "   AND (c.ordering_key IS NULL OR (c.queue, c.ordering_key) NOT IN ("                         \
-    "     SELECT * FROM unnest(" key_queues "::text[], " keys "::text[])))"
+    "     SELECT * FROM unnest(" key_queues "::text[], " keys "::text[])))"                        \
+    "   AND NOT EXISTS (SELECT 1 FROM outbox.paused AS p"                                          \
+    "     WHERE CASE WHEN p.ordering_key IS NULL THEN p.queue <> ALL (" queues "::text[])"         \
+    "           ELSE (p.queue, p.ordering_key) NOT IN ("                                           \
+    "             SELECT * FROM unnest(" key_queues "::text[], " keys "::text[])) END)"
 
 #define QUEUE_FILTER " AND c.queue = ANY ($5::text[])"
 
-static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("", "");
-static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(QUEUE_FILTER, "");
+static const char SQL_CLAIM_ALL[] = CLAIM_CANDIDATES("", NO_PAUSE_GATE);
+static const char SQL_CLAIM_QUEUES[] = CLAIM_CANDIDATES(QUEUE_FILTER, NO_PAUSE_GATE);
 static const char SQL_CLAIM_ALL_PAUSED[] = CLAIM_CANDIDATES("", PAUSE_FILTER("$5", "$6", "$7"));
 static const char SQL_CLAIM_QUEUES_PAUSED[] =
     CLAIM_CANDIDATES(QUEUE_FILTER, PAUSE_FILTER("$6", "$7", "$8"));

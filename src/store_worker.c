@@ -6,9 +6,11 @@
  * A claim takes rows with a lease under the store's worker id and a
  * generation (the attempt number); every later write names both and is
  * fenced: it changes only rows still owned, and reports which. Claims read
- * the pauses first (at most STORE_PAUSES_MAX_AGE_SECONDS old), so a pause stops
- * claims within that. Writes can be sent ahead and collected later, in
- * the order sent.
+ * the pauses first (a copy at most STORE_PAUSES_MAX_AGE_SECONDS old) and
+ * pass them on; a claim that runs after a pause its copy misses, however
+ * late, claims nothing (store_statements.c), so no claim takes a row of a
+ * pause committed before the claim began. Writes can be sent ahead and
+ * collected later, in the order sent.
  */
 #include <math.h>
 #include <stdio.h>

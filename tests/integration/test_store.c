@@ -225,6 +225,56 @@ test_claim_then_complete(void **state)
     assert_false(done);
 }
 
+/*
+ * A pause committed after the store last read the pauses holds for its next
+ * claim, however fresh its copy: a claim sent while a broker stalls the
+ * turn, or queued behind a write a lock holds up, runs seconds after its
+ * copy was read. The store's copy is read by a first claim (queue b), the
+ * pause of queue a comes at once after: the next claims take nothing of a,
+ * with a copy of no pause or of another queue's.
+ */
+static void
+test_claim_honours_a_pause_its_copy_misses(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_message a = {.queue = "a", .payload_json = "1"};
+    struct outbox_message b = {.queue = "b", .payload_json = "2"};
+    const char *queues_a[] = {"a"}, *queues_b[] = {"b"};
+    int64_t a_id = enqueue_committed(f->conn, &a);
+    struct outbox_batch batch;
+    struct outbox_error err;
+
+    enqueue_committed(f->conn, &b);
+    /* the copy: no pause */
+    assert_int_equal(outbox_claim(f->a, queues_b, 1, 1, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    outbox_batch_release_memory(&batch);
+    harness_exec(f->conn, "SELECT outbox.pause('a', NULL, 'test')");
+    assert_int_equal(outbox_claim(f->a, NULL, 0, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 0);
+    outbox_batch_release_memory(&batch);
+    assert_int_equal(outbox_claim(f->a, queues_a, 1, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 0);
+    outbox_batch_release_memory(&batch);
+    assert_state(f->conn, a_id, "ready");
+
+    /* the copy: a pause of queue c; then queue a paused beside it */
+    harness_exec(f->conn, "SELECT outbox.resume('a', NULL)");
+    harness_exec(f->conn, "SELECT outbox.pause('c', NULL, 'test')");
+    usleep(300 * 1000); /* the copy ages past its bound: the next claim reads it again */
+    assert_int_equal(outbox_claim(f->b, queues_a, 1, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 1);
+    assert_int_equal(batch.jobs[0].job_id, a_id);
+    outbox_batch_release_memory(&batch);
+    harness_exec(f->conn, "UPDATE outbox.job SET state = 'ready', worker_id = NULL,"
+                          " lease_until = NULL WHERE queue = 'a'");
+    harness_exec(f->conn, "SELECT outbox.pause('a', NULL, 'test')");
+    assert_int_equal(outbox_claim(f->b, queues_a, 1, 10, 60, &batch, &err), 0);
+    assert_int_equal(batch.count, 0);
+    outbox_batch_release_memory(&batch);
+    assert_state(f->conn, a_id, "ready");
+}
+
 static void
 test_claim_order_and_queue_filter(void **state)
 {
@@ -1395,6 +1445,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_backlog_counts_held_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_survives_infinite_run_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order_and_queue_filter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_honours_a_pause_its_copy_misses, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_expired_lease_is_fenced_reaped_and_reclaimed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_reap_kills_rows_without_attempts_left, setup,
