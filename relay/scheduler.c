@@ -221,7 +221,6 @@ scheduler_slot_count(const struct relay_config *config)
     return 2 * config->concurrency + 1;
 }
 
-
 const char *
 scheduler_source(const struct scheduler *s)
 {

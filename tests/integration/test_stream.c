@@ -721,11 +721,24 @@ test_no_stream_costs_no_connection(void **state)
     assert_int_equal(assert_every_row_published(f), 0);
 }
 
+/* Lets role hold at most limit sessions at once: PostgreSQL refuses one more. */
+static void
+limit_role(struct fixture *f, const char *role, int limit)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql), "ALTER ROLE %s CONNECTION LIMIT %d", role, limit);
+    harness_exec(f->conn, sql);
+}
+
 /*
  * --max-db-connections holds for a relay of one database as for a list: with
  * --concurrency 3 and a budget of 2, the relay never holds more than 2
  * connections, its stream partitions and its maintenance included, and
- * moves every row of both kinds; with a budget of one, so does --once.
+ * moves every row of both kinds; with a budget of one, so does --once. The
+ * relay logs in as a role PostgreSQL lets hold no more than the budget (a
+ * connection beyond it is refused, and the refusal logged), and its
+ * sessions are sampled besides.
  */
 static void
 test_budget_holds_for_one_database(void **state)
@@ -735,13 +748,22 @@ test_budget_holds_for_one_database(void **state)
                            "--max-db-connections", "2", NULL};
     const char *budget_of_one[] = {"--stream-prefix", f->prefix, "--max-db-connections", "1",
                                    NULL};
+    const char *refused[] = {"too many connections", NULL};
     struct relay_process relay;
     long long most = 0;
+    char role[64], grants[128];
+    char *url;
 
+    snprintf(role, sizeof(role), "budget_relay_%d", (int)getpid());
+    fixture_create_outbox_roles(f->conn);
+    snprintf(grants, sizeof(grants), "GRANT outbox_relay TO %s", role);
+    fixture_create_login_role(f->conn, role, grants);
+    limit_role(f, role, 2);
+    url = fixture_url_as(f->url, role);
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 4)");
     harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 300)");
     enqueue_rows(f->conn, "plain", 300);
-    relay_start_process(&relay, f->url, f->broker, extra);
+    relay_start_process(&relay, url, f->broker, extra);
     for (int i = 0; i < 100; i++) {
         long long now = harness_query_ll(f->conn, SQL_RELAY_BACKENDS);
 
@@ -763,11 +785,18 @@ test_budget_holds_for_one_database(void **state)
     assert_true(harness_query_ll(f->conn, SQL_RELAY_BACKENDS) <= 2);
     relay_signal(&relay, SIGTERM);
     assert_int_equal(relay_wait(&relay, 15000), 0);
+    if (relay_log_find(&relay, 0, false, refused, NULL, 0) >= 0)
+        relay_dump_log(&relay);
+    assert_true(relay_log_find(&relay, 0, false, refused, NULL, 0) < 0);
 
-    /* a budget of one: the one slot publishes both kinds and maintains */
+    /* a budget of one: the one slot publishes both kinds and maintains (a second
+     * connection would be refused, and --once give up) */
+    limit_role(f, role, 1);
     harness_exec(f->conn, "SELECT outbox.enqueue('ev', '{}') FROM generate_series(1, 100)");
     enqueue_rows(f->conn, "plain", 100);
-    assert_int_equal(relay_run_once(f->url, f->broker, budget_of_one), 0);
+    assert_int_equal(relay_run_once(url, f->broker, budget_of_one), 0);
+    free(url);
+    fixture_drop_role(f->conn, role);
     assert_int_equal(harness_query_ll(f->conn, SQL_UNPUBLISHED), 0);
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"),
                      0);
