@@ -383,7 +383,7 @@ static const char SQL_TABLE_SAMPLE[] =
 #define FENCED_WRITE READS("job"), UPDATES("job"), HEADERS_CHECK, UNNEST, CLOCK_TIMESTAMP
 
 #define CLAIM_NEEDS                                                                                \
-    READS("job"), UPDATES("job"), HEADERS_CHECK, MAKE_INTERVAL, CLOCK_TIMESTAMP,                   \
+    READS("job"), READS("paused"), UPDATES("job"), HEADERS_CHECK, MAKE_INTERVAL, CLOCK_TIMESTAMP,  \
         STATEMENT_TIMESTAMP, EXTRACT_TIMESTAMP
 #define CLAIM_PAUSED_NEEDS CLAIM_NEEDS, UNNEST
 
