@@ -490,8 +490,7 @@ give_work_back(struct scheduler *s, struct work *w, const struct pipeline_slice 
     t->serving--;
     if (w->connection.db.store == NULL) {
         s->open--;
-        /* a stream slot of a database without a stream queue opened none, and met no fault */
-        if (cause->code != OUTBOX_OK) {
+        if (!w->unconnected) {
             record_lease(s, t, &(struct store_database_lease){.paused = t->paused});
             record_fault(s, t, cause, now);
         }

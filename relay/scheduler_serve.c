@@ -206,7 +206,7 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
     else
         snprintf(db->who, sizeof(db->who), "database=%s slot=%d", w->tenant->name, p->index);
     db->log_owner = &p->db; /* its lines limited per slot */
-    if (own && w->role.streams) /* a stream queue may have come since the slot took it */
+    if (own && w->role.streams && !w->streams) /* a stream queue may have come since */
         w->streams = scheduler_stream_known(p->relay->scheduler, w->tenant);
     streams = w->streams && w->role.streams;
     p->cause = (struct outbox_error){.code = OUTBOX_OK};
@@ -281,10 +281,9 @@ serve_stream_slot(struct pipeline *p, struct work *w, struct outbox_error *cause
 
     /* the upkeep slot looks for a stream queue at once, then every few seconds */
     w->look_at = now + (p->relay->config->once ? 0.05 : MAINTENANCE_STREAM_CHECK_EVERY_SECONDS / 4);
-    if (!scheduler_stream_known(s, t)) {
-        *cause = (struct outbox_error){.code = OUTBOX_OK}; /* no connection, and no fault */
+    w->unconnected = !scheduler_stream_known(s, t);
+    if (w->unconnected)
         return slice;
-    }
     if (w->connection.db.store == NULL && connect_tenant(p, w, cause) != 0)
         return slice;
     w->connection.streams_only = true;

@@ -227,6 +227,8 @@ struct work {
     double next_ready;      /* after an empty slice of a watched one: see store_database_next_ready */
     bool held_rows;         /* and whether rows wait behind their keys then */
     double look_at;         /* the own database's upkeep or stream slot looks again then */
+    bool unconnected;       /* the slice wanted no connection (a stream slot of a database
+                             * without a stream queue): no fault of the database's */
 };
 
 /* ---- a slice served (scheduler_serve.c), outside the lock ------------------- */

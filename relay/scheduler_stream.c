@@ -155,6 +155,13 @@ enum stream_claim {
     STREAM_ALONE,       /* this slot alone runs them or looks (t->stream_busy): unclaim() */
 };
 
+/* Whether claim() let the slot run the streams (or look for them). */
+static bool
+runs_them(enum stream_claim claimed)
+{
+    return claimed == STREAM_SHARED || claimed == STREAM_ALONE;
+}
+
 /*
  * Whether this slot runs t's streams now: t has a stream queue or is due to
  * be looked at for one, and no other slot runs its worker or looks (a
@@ -404,7 +411,7 @@ scheduler_stream_serve(struct scheduler *s, struct pipeline *p, struct work *w, 
     if (c->db.store == NULL)
         return 0;
     claimed = claim(s, t, now);
-    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS) {
+    if (!runs_them(claimed)) {
         /* the own database's slots each publish their share once another found them */
         out->more = claimed == STREAM_OTHER_LOOKS;
         return 0;
@@ -444,7 +451,7 @@ scheduler_stream_upkeep(struct scheduler *s, struct tenant *t, struct idle_conne
                               : now + MAINTENANCE_STREAM_CHECK_EVERY_SECONDS;
     if (c->db.store != NULL)
         claimed = claim(s, t, now);
-    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS)
+    if (!runs_them(claimed))
         return 0;
     rc = find_streams(s, t, c, now, err);
     if (rc == 0 && t->stream != NULL) {
@@ -485,7 +492,7 @@ scheduler_stream_lease_lost(struct scheduler *s, struct tenant *t, struct idle_c
 {
     enum stream_claim claimed = claim(s, t, -1);
 
-    if (claimed == STREAM_NOT_NOW || claimed == STREAM_OTHER_LOOKS)
+    if (!runs_them(claimed))
         return; /* the slot running them gives them back at a later visit */
     scheduler_stream_give_back(s, t, c);
     unclaim(s, t, claimed);
