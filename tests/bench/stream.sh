@@ -15,12 +15,14 @@
 #     queue of 4 partitions, each with PostgreSQL's CPU per relayed row (utime +
 #     stime of the server's processes, the exited ones through the postmaster's
 #     cutime), every row checked in the stream (XLEN) and in the table
-#   - commit -> broker latency (p50, p99, max) at 5 000 rows/s offered (1 000
-#     transactions/s of 5 rows through outbox.enqueue_batch(),
-#     STREAM_BENCH_LATENCY_SECONDS, default 15) of a stream queue of 4
-#     partitions and of a row-state queue, one relay of default options each,
-#     from the Redis entry ids ($BUILD/tests/tools/outbox_bench stream-times;
-#     skipped when not built), with the load average over each run
+#     and the relay's max RSS
+#   - commit -> broker latency (p50, p99, max) at each rate of
+#     STREAM_BENCH_LATENCY_RATES (rows/s offered, default "1000 5000": up to 1000
+#     as single-row transactions of outbox.enqueue(), above that transactions of
+#     5 rows through outbox.enqueue_batch(); STREAM_BENCH_LATENCY_SECONDS, default
+#     15) of a stream queue of 4 partitions and of a row-state queue, one relay of
+#     default options each, from the Redis entry ids ($BUILD/tests/tools/outbox_bench
+#     stream-times; skipped when not built), with the load average over each run
 # STREAM_BENCH_ROUNDS=0 runs the latency runs only.
 # Prints one result line per figure on stdout; progress on stderr. Fails only
 # when a step fails or a check of the delivered rows does not hold.
@@ -32,6 +34,7 @@ BUILD=${BUILD:-build}
 case "$BIN" in /*) ;; *) BIN="$ROOT/$BIN" ;; esac
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 LATENCY_SECONDS=${STREAM_BENCH_LATENCY_SECONDS:-15}
+LATENCY_RATES=${STREAM_BENCH_LATENCY_RATES:-1000 5000}
 PG_BIN=${OUTBOX_PG_BIN:-/usr/lib/postgresql/15/bin}
 N=${STREAM_BENCH_N:-100000}
 ROUNDS=${STREAM_BENCH_ROUNDS:-3}
@@ -103,7 +106,8 @@ enqueue_rate() {
     RATE=$(calc "$tps * 1000")
 }
 
-# drain QUEUE NAME: relays N rows of QUEUE by --once; sets RATE and PG_US.
+# drain QUEUE NAME: relays N rows of QUEUE by --once; sets RATE, PG_US and RSS_KB (the relay's
+# max RSS).
 drain() {
     local queue=$1 name=$2 start end ticks xlen
     reset_outbox
@@ -115,10 +119,12 @@ drain() {
     wait_quiet
     ticks=$(pg_cpu_ticks)
     start=$(date +%s.%N)
-    timeout "$STEP_TIMEOUT" "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
+    /usr/bin/time -v -o "$STACK/stream-time-$name" timeout "$STEP_TIMEOUT" \
+        "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" \
         --metrics-addr off --log-level warn --once --stream-prefix sbench: \
         2>"$STACK/stream-relay-$name.log" || die "outbox-relay --once ($name) failed"
     end=$(date +%s.%N)
+    RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$STACK/stream-time-$name")
     sleep 0.2
     PG_US=$(calc "($(pg_cpu_ticks) - $ticks) * 1000000 / $CLOCK_TICKS / $N")
     RATE=$(calc "$N / ($end - $start)")
@@ -127,22 +133,28 @@ drain() {
     redis_cli DEL "sbench:$queue" >/dev/null
 }
 
-# latency_run QUEUE: one steady run at 5 000 rows/s into QUEUE ('slat' a stream, 'rlat'
+# latency_run QUEUE RATE: one steady run at RATE rows/s into QUEUE ('slat' a stream, 'rlat'
 # row-state); sets P50 P99 PMAX (ms) and LOAD (the 1-minute load average before and after)
 latency_run() {
-    local queue=$1 relay_pid rows count load_before
+    local queue=$1 rate=$2 transactions=$2 relay_pid rows count load_before
     reset_outbox
     redis_cli DEL "sbench:$queue" >/dev/null
-    printf "SELECT cardinality(outbox.enqueue_batch('%s', array_fill('%s'::jsonb, ARRAY[5])));\n" \
-        "$queue" "$PAYLOAD" >"$STACK/stream-latency.sql"
+    if [ "$rate" -gt 1000 ]; then
+        transactions=$((rate / 5))
+        printf "SELECT cardinality(outbox.enqueue_batch('%s', array_fill('%s'::jsonb, ARRAY[5])));\n" \
+            "$queue" "$PAYLOAD" >"$STACK/stream-latency.sql"
+    else
+        printf "SELECT outbox.enqueue('%s', '%s'::jsonb);\n" "$queue" "$PAYLOAD" \
+            >"$STACK/stream-latency.sql"
+    fi
     load_before=$(cut -d' ' -f1 /proc/loadavg)
     "$BIN/outbox-relay" --database-url "$DB" --broker "$REDIS_URL" --metrics-addr off \
         --log-level warn --stream-prefix sbench: 2>"$STACK/stream-relay-latency.log" &
     relay_pid=$!
     sleep 1
-    timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R 1000 \
+    timeout $((LATENCY_SECONDS + 120)) "$PG_BIN/pgbench" -n -c 16 -j 2 -R "$transactions" \
         -T "$LATENCY_SECONDS" -f "$STACK/stream-latency.sql" "$DB" >/dev/null 2>&1 ||
-        die "pgbench at 5000 rows/s failed"
+        die "pgbench at $rate rows/s failed"
     LOAD="$load_before to $(cut -d' ' -f1 /proc/loadavg)"
     rows=$(sql "SELECT count(*) FROM outbox.job WHERE queue = '$queue'")
     for _ in $(seq 1 600); do
@@ -189,6 +201,7 @@ STREAM_ROW_NO_XID=${STREAM_ROW/"$XID_LINE"/}
 sql "SELECT outbox.stream_enable('slat', 4)" >/dev/null
 TOOLS=$BUILD/tests/tools
 ROW_ENQ=() ROW_ENQ_US=() WITH_XID=() WITHOUT_XID=() WITH_XID_US=() WITHOUT_XID_US=() ROW_RATE=() ROW_PG=() STREAM_RATE=() STREAM_PG=()
+ROW_RSS=() STREAM_RSS=()
 for round in $(seq 1 "$ROUNDS"); do
     log "round $round of $ROUNDS: enqueue_batch, row-state, then stream with and without the xid"
     enqueue_rate eb
@@ -205,13 +218,13 @@ for round in $(seq 1 "$ROUNDS"); do
     WITHOUT_XID+=("$RATE") WITHOUT_XID_US+=("$ENQUEUE_US")
     log "round $round of $ROUNDS: drain $N rows, row-state then stream"
     drain bench row-state
-    ROW_RATE+=("$RATE") ROW_PG+=("$PG_US")
+    ROW_RATE+=("$RATE") ROW_PG+=("$PG_US") ROW_RSS+=("$RSS_KB")
     drain sbench stream
     left=$(sql "SELECT count(*) FROM outbox.job AS j JOIN outbox.stream_cursor AS c
                 ON c.queue = j.queue AND c.partition = j.stream_partition
                 WHERE j.state = 'stream' AND (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)")
     [ "$left" = 0 ] || die "stream drain left $left rows after the cursors"
-    STREAM_RATE+=("$RATE") STREAM_PG+=("$PG_US")
+    STREAM_RATE+=("$RATE") STREAM_PG+=("$PG_US") STREAM_RSS+=("$RSS_KB")
 done
 
 if [ "$ROUNDS" -gt 0 ]; then
@@ -235,15 +248,20 @@ result "drain to Redis, stream (4 partitions)" "$(printf '%.0f' "$S") rows/s" \
     "$(printf '%.2f' "$(calc "$S / $R")") x row-state (goal >= 2.5); runs: $(runs "${STREAM_RATE[@]}")"
 result "  PostgreSQL CPU per relayed row, stream" "$(printf '%.1f' "$(median "${STREAM_PG[@]}")") us" \
     "goal <= 8; runs: $(runs "${STREAM_PG[@]}") us"
+result "  relay max RSS, row-state / stream drain" \
+    "$(($(median "${ROW_RSS[@]}") / 1024)) / $(($(median "${STREAM_RSS[@]}") / 1024)) MiB" \
+    "runs: $(runs "${ROW_RSS[@]}") / $(runs "${STREAM_RSS[@]}") kB"
 fi
 if [ -x "$TOOLS/outbox_bench" ]; then
-    log "commit -> broker latency at 5000 rows/s, $LATENCY_SECONDS s: stream, then row-state"
-    latency_run slat
-    result "stream commit -> Redis at 5000 rows/s offered, p50 / p99" "$P50 / $P99 ms" \
-        "max $PMAX ms; goal p99 <= 50; one run; load average $LOAD"
-    late_rows
-    latency_run rlat
-    result "row-state commit -> Redis at 5000 rows/s offered, p50 / p99" "$P50 / $P99 ms" \
-        "max $PMAX ms; the same relay options; one run; load average $LOAD"
-    late_rows
+    for rate in $LATENCY_RATES; do
+        log "commit -> broker latency at $rate rows/s, $LATENCY_SECONDS s: stream, then row-state"
+        latency_run slat "$rate"
+        result "stream commit -> Redis at $rate rows/s offered, p50 / p99" "$P50 / $P99 ms" \
+            "max $PMAX ms; goal p99 <= 50; one run; load average $LOAD"
+        late_rows
+        latency_run rlat "$rate"
+        result "row-state commit -> Redis at $rate rows/s offered, p50 / p99" "$P50 / $P99 ms" \
+            "max $PMAX ms; the same relay options; one run; load average $LOAD"
+        late_rows
+    done
 fi
