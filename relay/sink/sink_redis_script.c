@@ -86,7 +86,10 @@
  * database holds the row done names ("ok" and the check), the script
  * answers "V<done><identity>" for it and appends nothing; "gone" and the
  * check drop done (the floor takes its place: the rows after it go out in
- * turn). A floor at or after done needs no check.
+ * turn). A floor at or after done needs no check. The messages of the order
+ * after an asking one get the same answer, appended or not: one appended in
+ * turn would move done past the rows still asking, onto a row the database
+ * may hold, and the answer "ok" would then pass those rows unappended.
  *
  * The reply has one element per message: 1 after an append, 0 when the job
  * was appended before, the check string, or the error XADD raised
@@ -141,12 +144,13 @@ const char sink_redis_append_script[] =
     "        touch(order)\n"
     "      end\n"
     "    end\n"
-    "    ask = uid ~= '' and not order.ok and place <= order.done\n"
+    "    ask = order.asked or (uid ~= '' and not order.ok and place <= order.done)\n"
     "    seen = place <= order.done\n"
     "    in_turn = before ~= '' and before <= order.done\n"
     "  end\n"
     "  if ask then\n"
-    "    out[i] = 'V' .. order.done .. order.uid\n"
+    "    order.asked = order.asked or 'V' .. order.done .. order.uid\n"
+    "    out[i] = order.asked\n"
     "  else\n"
     "    if not seen and (not in_turn or place <= order.gap) then\n"
     "      seen = redis.call('GET', dedup) ~= false\n"

@@ -36,6 +36,8 @@ struct fixture {
     struct sink_message messages[MESSAGES_MAX];
     struct sink_outcome outcomes[MESSAGES_MAX];
     char places[MESSAGES_MAX][40];
+    char uids[MESSAGES_MAX][40];
+    char verdicts[MESSAGES_MAX][SINK_CHECK_SIZE + 8];
     char big[2 * SMALL_LIMIT];
 };
 
@@ -330,6 +332,71 @@ test_orders_of_partitions_and_streams_are_apart(void **state)
     sink_free(s);
 }
 
+/*
+ * Rows first..last of history h (1 or 2) of order "7:0": each named by an
+ * identity of its history and published under its message id, as a
+ * database's rows are after a failover gave out their job ids and places
+ * again; returns their count.
+ */
+static size_t
+rows_of_history(struct fixture *f, int h, int64_t first, int64_t last, int64_t floor_id)
+{
+    size_t n = rows(f, first, last, "7:0", floor_id);
+
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = first + (int64_t)i;
+
+        snprintf(f->uids[id], sizeof(f->uids[id]), "0000000%d-0000-4000-8000-%012lld", h,
+                 (long long)id);
+        f->messages[i].place.uid = f->uids[id];
+        snprintf(f->messages[i].dedup_id, sizeof(f->messages[i].dedup_id), "test:%s", f->uids[id]);
+    }
+    return n;
+}
+
+/*
+ * A second history of the database (a second standby promoted: the same
+ * epoch, its job ids and places given out again to other rows) meets the
+ * order record the first one left at row 10. Rows 6 to 10 of the second
+ * are at or before that place: the broker asks whether the database holds
+ * the row the record names. Rows 11 and 12 come after them and must wait
+ * for the answer too: appended in turn past the unanswered rows, they
+ * would move the record onto a row this database does hold, and the
+ * answer "ok" would then skip rows 6 to 10. Answered "gone", all seven go
+ * out.
+ */
+static void
+test_rows_after_a_check_wait_for_its_answer(void **state)
+{
+    struct fixture *f = *state;
+    struct stream_consumer_stream entries;
+    int seen[MESSAGES_MAX] = {0};
+    size_t n;
+    sink *s;
+
+    NEED_REDIS(f);
+    s = open_sink(f);
+    n = rows_of_history(f, 1, 1, 10, 0);
+    assert_int_equal(publish(f, s, n), 10);
+    n = rows_of_history(f, 2, 6, 12, 5);
+    assert_int_equal(publish(f, s, n), 0);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(f->outcomes[i].status, SINK_DEFERRED);
+        assert_string_equal(f->outcomes[0].check, f->outcomes[i].check);
+        snprintf(f->verdicts[i], sizeof(f->verdicts[i]), "gone%s", f->outcomes[i].check);
+        f->messages[i].place.verdict = f->verdicts[i];
+    }
+    assert_int_equal(publish(f, s, n), 7);
+    assert_int_equal(stream_consumer_read_stream(f->consumer, f->stream, &entries), 0);
+    assert_int_equal(entries.count, 17);
+    for (size_t i = 0; i < entries.count; i++)
+        seen[entries.entries[i].job_id]++;
+    for (int64_t id = 1; id <= 12; id++)
+        assert_int_equal(seen[id], id >= 6 && id <= 10 ? 2 : 1);
+    stream_consumer_stream_clear(&entries);
+    sink_free(s);
+}
+
 int
 main(void)
 {
@@ -338,6 +405,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_a_refused_row_is_never_passed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_handed_back_meet_the_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orders_of_partitions_and_streams_are_apart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_rows_after_a_check_wait_for_its_answer, setup,
                                         teardown),
     };
 

@@ -259,7 +259,8 @@ class Judge:
         for token, row in sorted(self.rows.items()):
             published = row["state"] == "succeeded" or row.get("published")
             if published and self.delivered[token] == 0:
-                self.violation("unpublished", "%s: marked published, not in the broker" % self.name(token))
+                self.violation("unpublished", "%s: marked published, not in the broker%s"
+                               % (self.name(token), self.story(row)))
             if row["state"] == "dead" and token not in self.cell["bad"]:
                 self.violation("dead", "%s: dead, not bad by construction (%s)" % (self.name(token), row.get("error")))
             times = self.times.get(token)
@@ -298,6 +299,13 @@ class Judge:
             else:
                 self.fenced(t, claims.get(job))
         return reaps, reclaims, reaped_at
+
+    def story(self, row):
+        """The row's transitions, oldest first (' [stream->succeeded by a at 12.3, ...]')."""
+        steps = ["%s->%s by %s at %.1f" % (t["old_state"], t["new_state"], t["actor"], t["at"] % 1000)
+                 for t in self.cell.get("transitions", [])
+                 if (t["db"], t["job_id"]) == (row["db"], row["job_id"])]
+        return " [%s]" % ", ".join(steps) if steps else ""
 
     def log_name(self, t):
         return "db=%s job_id=%s token=%s (log seq %s)" % (t["db"], t["job_id"], t["token"], t["seq"])
