@@ -12,7 +12,7 @@
 #include "error.h"
 
 static const char SQL_OBSERVE[] =
-    "SELECT database_id, id_form, epoch, history_changed FROM outbox.identity_observe()";
+    "SELECT database_id, id_form, epoch, history_changed, history FROM outbox.identity_observe()";
 
 static const char *const FORM_NAMES[] = {
     [STORE_ID_FORM_UID] = "uid",
@@ -47,14 +47,15 @@ store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_e
     if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
         outbox_error_from_pg(err, conn, result, "unable to read the database identity");
         if (err != NULL && (strcmp(err->sqlstate, "42883") == 0 || strcmp(err->sqlstate, "42703") == 0))
-            err->code = OUTBOX_ERR_SCHEMA; /* before migration 021 */
+            err->code = OUTBOX_ERR_SCHEMA; /* before migration 026 */
         PQclear(result);
         return -1;
     }
     id = PQgetvalue(result, 0, 0);
     epoch = strtol(PQgetvalue(result, 0, 2), NULL, 10);
     form = form_of(PQgetvalue(result, 0, 1));
-    if (strlen(id) >= sizeof(out->database_id) || epoch < 1 || epoch > INT32_MAX || form < 0) {
+    if (strlen(id) >= sizeof(out->database_id) || epoch < 1 || epoch > INT32_MAX || form < 0 ||
+        PQgetlength(result, 0, 4) >= (int)sizeof(out->history_name)) {
         PQclear(result);
         return outbox_error_set(err, OUTBOX_ERR_SCHEMA, "outbox.identity holds no valid identity");
     }
@@ -64,6 +65,7 @@ store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_e
     out->form = (enum store_id_form)form;
     out->history_changed = strcmp(PQgetvalue(result, 0, 3), "t") == 0;
     snprintf(out->history, sizeof(out->history), "%s:%" PRId32, out->database_id, out->epoch);
+    snprintf(out->history_name, sizeof(out->history_name), "%s", PQgetvalue(result, 0, 4));
     PQclear(result);
     return 0;
 }

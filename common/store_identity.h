@@ -48,13 +48,20 @@ struct store_identity {
     enum store_id_form form;
     bool history_changed;   /* this observation moved the epoch */
     char history[STORE_DATABASE_ID_MAX + 12]; /* "<database_id>:<epoch>" */
+    /*
+     * The history's name (sql/026): history, then "." and the token the
+     * database drew when its epoch last moved, so two copies that moved on
+     * from one history to the same epoch are told apart (a broker's order
+     * records are named after it).
+     */
+    char history_name[STORE_DATABASE_ID_MAX + 26];
 };
 
 /*
  * Reads the identity on conn through outbox.identity_observe(), which first
  * bumps the epoch when the cluster or its timeline changed since recorded
  * (history_changed then). conn must be idle, on a primary. 0, or -1 with
- * err filled (OUTBOX_ERR_SCHEMA before migration 021).
+ * err filled (OUTBOX_ERR_SCHEMA before migration 026).
  */
 int store_identity_observe(PGconn *conn, struct store_identity *out, struct outbox_error *err);
 

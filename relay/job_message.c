@@ -13,7 +13,7 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
 {
     struct sink_message m = {
         .job_id = job->job_id,
-        .history = identity->history,
+        .history = identity->history_name,
         .attempt = job->generation,
         .queue = job->queue,
         .payload = job->payload,

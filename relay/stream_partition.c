@@ -194,8 +194,10 @@ build_partition_messages(struct stream_worker *sr, const struct owned *o,
             !stream_place_format(sr->places[i], batch->xids[i], batch->jobs[i].job_id))
             continue;
         if (from != NULL) {
+            /* judged by the order it left, whose record may be of another history: checked */
             sr->messages[i].place.order = from[0] != '\0' ? from : NULL;
             sr->messages[i].place.at = from[0] != '\0' ? sr->places[i] : NULL;
+            sr->messages[i].place.uid = batch->jobs[i].message_uid;
             continue;
         }
         sr->messages[i].place.order = order;

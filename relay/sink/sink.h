@@ -131,8 +131,9 @@ struct sink_message {
      * the bare job id; ".r<n>" follows for a row replayed n times. dedup_id
      * is the form "<database>:<message_uid>" whatever the database's, for
      * the keys a broker deduplicates on (Redis' dedup records, NATS'
-     * Nats-Msg-Id); history is "<database>:<epoch>", which names a stream
-     * partition's order record (see struct sink_order_place).
+     * Nats-Msg-Id); history is the database's history's name
+     * (store_identity.h: history_name), which names a stream partition's
+     * order record (see struct sink_order_place).
      */
     char message_id[SINK_MESSAGE_ID_MAX];
     char dedup_id[SINK_MESSAGE_ID_MAX];

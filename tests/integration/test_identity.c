@@ -173,6 +173,46 @@ test_history_change_bumps_the_epoch(void **state)
     assert_string_equal(identity.history + strlen(identity.database_id), ":5");
 }
 
+/*
+ * Two copies of one database moving on from the same recorded history (two
+ * standbys promoted to the same timeline, a dump restored twice) compute
+ * the same epoch, but each draws its own history token: the names the
+ * brokers' order records go by differ. Staged on one database: its
+ * identity row put back between the two moves. A database migrated before
+ * 026 keeps its name "<database_id>:<epoch>" until its history moves.
+ */
+static void
+test_two_copies_moving_on_get_two_names(void **state)
+{
+    struct fixture *f = *state;
+    struct store_identity first, second;
+    struct outbox_error err;
+    char plain[64];
+
+    assert_int_equal(store_identity_observe(f->conn, &first, &err), 0);
+    snprintf(plain, sizeof(plain), "%s:1", first.database_id);
+    assert_string_equal(first.history_name, plain);
+    harness_exec(f->conn, "UPDATE outbox.identity SET timeline = timeline - 1");
+    harness_exec(f->conn, "CREATE TEMP TABLE moved_from AS SELECT * FROM outbox.identity");
+    assert_int_equal(store_identity_observe(f->conn, &first, &err), 0);
+    assert_true(first.history_changed);
+    harness_exec(f->conn, "DELETE FROM outbox.identity");
+    harness_exec(f->conn, "INSERT INTO outbox.identity SELECT * FROM moved_from");
+    assert_int_equal(store_identity_observe(f->conn, &second, &err), 0);
+    assert_true(second.history_changed);
+    assert_int_equal(first.epoch, 2);
+    assert_int_equal(second.epoch, first.epoch);
+    assert_string_equal(first.history, second.history); /* the form database's ids */
+    assert_int_equal(strncmp(first.history_name, first.history, strlen(first.history)), 0);
+    assert_int_equal(first.history_name[strlen(first.history)], '.');
+    assert_int_equal(strlen(first.history_name), strlen(first.history) + 13);
+    assert_string_not_equal(first.history_name, second.history_name);
+    /* the same history seen again keeps its name */
+    assert_int_equal(store_identity_observe(f->conn, &first, &err), 0);
+    assert_false(first.history_changed);
+    assert_string_equal(first.history_name, second.history_name);
+}
+
 /* outboxctl status and identity show print it; identity set refuses a bad id with exit 2. */
 static void
 test_outboxctl_shows_and_sets_the_identity(void **state)
@@ -261,6 +301,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_fresh_database_takes_the_uid_form, setup, teardown),
         cmocka_unit_test(test_existing_database_keeps_job_ids_until_switched),
         cmocka_unit_test_setup_teardown(test_history_change_bumps_the_epoch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_copies_moving_on_get_two_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outboxctl_shows_and_sets_the_identity, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_keyed_inbox_takes_every_message_id, setup, teardown),

@@ -210,12 +210,69 @@ test_disable_appends_nothing_twice(void **state)
     assert_int_equal(records_named(f, ":outbox-order:"), 2 + 3);
 }
 
+/*
+ * Sets the order record of partition 0 of queue 'ev''s stream to say every
+ * row up to the highest place was appended, the last by a row this
+ * database never held: what a second history of the database (a standby
+ * promoted beside another, a crash that lost commits) leaves behind.
+ */
+static void
+plant_foreign_order_record(struct fixture *f)
+{
+    PGresult *name = PQexec(f->conn,
+                            "SELECT i.database_id || ':' || i.epoch || coalesce('.' || i.history_token, '')"
+                            "       || ':' || (extract(epoch FROM s.created_at) * 1000000)::bigint || ':0'"
+                            " FROM outbox.identity AS i, outbox.stream AS s WHERE s.queue = 'ev'");
+    char key[320], value[128];
+    const char *argv[3] = {"SET", key, value};
+    redisReply *reply;
+
+    assert_int_equal(PQresultStatus(name), PGRES_TUPLES_OK);
+    snprintf(key, sizeof(key), "{%s}:outbox-order:ev:%s", f->stream, PQgetvalue(name, 0, 0));
+    PQclear(name);
+    assert_int_equal(records_named(f, ":outbox-order:"), 1);
+    /* done: a place after every row here (xid, job id); gap: none; then the row named */
+    snprintf(value, sizeof(value), "%020d%019d%039d%s", 999999999, 999999999, 0,
+             "00000000-0000-4000-8000-00000000f00d");
+    reply = stream_consumer_command(f->redis, 3, argv);
+    assert_non_null(reply);
+    freeReplyObject(reply);
+    assert_int_equal(records_named(f, ":outbox-order:"), 1); /* the relay's own, overwritten */
+}
+
+/*
+ * Rows a disabled stream handed back and a stream made again took in are
+ * judged by the order they left. When that order's record names a row
+ * this database does not hold (another history wrote it), the rows are
+ * checked against the database and appended, not taken for appended.
+ */
+static void
+test_rows_taken_back_are_checked_against_their_former_order(void **state)
+{
+    struct fixture *f = *state;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    enqueue(f, 10);
+    relay_once(f);
+    enqueue(f, 5); /* never published */
+    plant_foreign_order_record(f);
+    assert_int_equal(run_outboxctl(f, "stream disable ev"), 0);
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
+                                               " WHERE state = 'stream' AND stream_from <> ''"),
+                     5);
+    relay_once(f);
+    assert_each_row_once(f, 15);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_takeover_appends_nothing_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disable_appends_nothing_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_taken_back_are_checked_against_their_former_order,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,8 @@
 
 #include "job_message.h"
 
-static const struct store_identity IDENTITY = {.database_id = "db1", .epoch = 3, .history = "db1:3"};
+static const struct store_identity IDENTITY = {.database_id = "db1", .epoch = 3, .history = "db1:3",
+                                               .history_name = "db1:3.0f1e2d3c4b5a"};
 
 /* Every field a broker reads comes from the row, the strings borrowed, not copied. */
 static void
@@ -102,7 +103,7 @@ test_message_ids(void **state)
     (void)state;
     assert_string_equal(m.message_id, "db1:" UID);
     assert_string_equal(m.dedup_id, "db1:" UID);
-    assert_string_equal(m.history, "db1:3");
+    assert_string_equal(m.history, "db1:3.0f1e2d3c4b5a"); /* order records: the history's name */
     job.replays = 2;
     m = job_message_from_job(&job, &IDENTITY);
     assert_string_equal(m.message_id, "db1:" UID ".r2");
