@@ -358,11 +358,31 @@ chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
 }
 
 /*
+ * Where a chunk of batch from start, ending at end or before, ends: at the
+ * first row whose order differs in kind from start's, a row `stream enable`
+ * took from the claims (judged by the order it left) or one of the
+ * partition's own. The taken rows come first in the partition; one the
+ * broker holds back to check its former order's record must not see the
+ * rows after it go out first.
+ */
+static size_t
+chunk_end_at_order_change(const struct stream_batch *batch, size_t start, size_t end)
+{
+    bool taken = batch->froms[start] != NULL;
+
+    for (size_t i = start + 1; i < end; i++)
+        if ((batch->froms[i] != NULL) != taken)
+            return i;
+    return end;
+}
+
+/*
  * Publishes the batch; returns how many rows (a prefix) were handed to the
  * broker. With --ordering-dead-policy block the batch goes out in chunks
  * holding one row per ordering key, and a chunk with a row not accepted is
  * the last: a key's next row is never published past an earlier row of the
- * key the broker did not take.
+ * key the broker did not take. Rows taken from the claims go out in chunks
+ * of their own, before the others (chunk_end_at_order_change()).
  */
 static size_t
 publish_partition_rows(struct stream_worker *sr, const struct owned *o,
@@ -379,6 +399,7 @@ publish_partition_rows(struct stream_worker *sr, const struct owned *o,
             end = batch->count;
         while (end < batch->count && !chunk_has_key(batch, start, end))
             end++;
+        end = chunk_end_at_order_change(batch, start, end);
         if (start > 0 && sr->places[start - 1][0] != '\0') /* the chunks before were accepted */
             for (size_t i = start; i < end; i++)
                 if (sr->messages[i].place.order != NULL && batch->froms[i] == NULL)

@@ -65,7 +65,8 @@
  * n, the count of the extra fields (CloudEvents' attributes, 0 without)
  * whose 2n names and values follow, appended after the others.
  *
- * An order record holds two places, 39 digits each, then an identity: done,
+ * An order record holds two places, 39 digits each, then an identity (after
+ * "?" while a check is pending, below): done,
  * every row of the order up to it is in the stream or gone from the order;
  * gap, the highest place appended out of turn (under its own dedup record);
  * the identity (message_uid) of the row at done when a row appended in turn
@@ -86,10 +87,13 @@
  * database holds the row done names ("ok" and the check), the script
  * answers "V<done><identity>" for it and appends nothing; "gone" and the
  * check drop done (the floor takes its place: the rows after it go out in
- * turn). A floor at or after done needs no check. The messages of the order
- * after an asking one get the same answer, appended or not: one appended in
- * turn would move done past the rows still asking, onto a row the database
- * may hold, and the answer "ok" would then pass those rows unappended.
+ * turn). A floor at or after done needs no check. Once a message asks, the
+ * order record says so ("?" before its identity) until a verdict or a floor
+ * settles it, and every later message of the order with an identity gets
+ * the same answer, in this call or a later one of the same batch: one
+ * appended in turn would move done past the rows still asking, onto a row
+ * the database may hold, and the answer "ok" would then pass those rows
+ * unappended; one appended out of turn would go out before them.
  *
  * The reply has one element per message: 1 after an append, 0 when the job
  * was appended before, the check string, or the error XADD raised
@@ -113,6 +117,9 @@ const char sink_redis_append_script[] =
     "    if v and #v >= 78 then\n"
     "      order.done, order.gap, order.uid = string.sub(v, 1, 39), string.sub(v, 40, 78),\n"
     "                                         string.sub(v, 79)\n"
+    "      if string.sub(order.uid, 1, 1) == '?' then\n"
+    "        order.asking, order.uid = true, string.sub(order.uid, 2)\n"
+    "      end\n"
     "    end\n"
     "    orders[key] = order\n"
     "  end\n"
@@ -129,28 +136,35 @@ const char sink_redis_append_script[] =
     "    if verdict ~= '' and not order.ok then\n"
     "      local check = order.done .. order.uid\n"
     "      if verdict == 'ok' .. check then\n"
-    "        order.ok = true\n"
+    "        if order.asking then touch(order) end\n"
+    "        order.ok, order.asking = true, false\n"
     "      elseif verdict == 'gone' .. check then\n"
-    "        order.ok, order.done, order.uid = true, none, ''\n"
+    "        order.ok, order.asking, order.done, order.uid = true, false, none, ''\n"
     "        touch(order)\n"
     "      end\n"
     "    end\n"
     "    local before = ARGV[a + 6]\n"
     "    if string.sub(before, 1, 1) == 'F' then\n"
     "      before = string.sub(before, 2)\n"
-    "      if before >= order.done then order.ok = true end\n"
+    "      if before >= order.done then\n"
+    "        if order.asking then touch(order) end\n"
+    "        order.ok, order.asking = true, false\n"
+    "      end\n"
     "      if before > order.done then\n"
     "        order.done, order.uid = before, ''\n"
     "        touch(order)\n"
     "      end\n"
     "    end\n"
-    "    ask = order.asked or (uid ~= '' and not order.ok and place <= order.done)\n"
+    "    ask = uid ~= '' and not order.ok and (order.asking or place <= order.done)\n"
     "    seen = place <= order.done\n"
     "    in_turn = before ~= '' and before <= order.done\n"
     "  end\n"
     "  if ask then\n"
-    "    order.asked = order.asked or 'V' .. order.done .. order.uid\n"
-    "    out[i] = order.asked\n"
+    "    if not order.asking then\n"
+    "      order.asking = true\n"
+    "      touch(order)\n"
+    "    end\n"
+    "    out[i] = 'V' .. order.done .. order.uid\n"
     "  else\n"
     "    if not seen and (not in_turn or place <= order.gap) then\n"
     "      seen = redis.call('GET', dedup) ~= false\n"
@@ -200,7 +214,8 @@ const char sink_redis_append_script[] =
     "  a = a + 11 + 2 * extra\n"
     "end\n"
     "for _, order in ipairs(changed) do\n"
-    "  redis.call('SET', order.key, order.done .. order.gap .. order.uid, 'PX', window)\n"
+    "  redis.call('SET', order.key, order.done .. order.gap .. (order.asking and '?' or '') ..\n"
+    "             order.uid, 'PX', window)\n"
     "end\n"
     "return out\n";
 

@@ -357,28 +357,28 @@ rows_of_history(struct fixture *f, int h, int64_t first, int64_t last, int64_t f
 /*
  * A second history of the database (a second standby promoted: the same
  * epoch, its job ids and places given out again to other rows) meets the
- * order record the first one left at row 10. Rows 6 to 10 of the second
- * are at or before that place: the broker asks whether the database holds
- * the row the record names. Rows 11 and 12 come after them and must wait
- * for the answer too: appended in turn past the unanswered rows, they
- * would move the record onto a row this database does hold, and the
- * answer "ok" would then skip rows 6 to 10. Answered "gone", all seven go
- * out.
+ * order record the first one left at row done. The second's rows
+ * from..done are at or before that place: the broker asks whether the
+ * database holds the row the record names. Its rows after done must wait
+ * for the answer too, in the script call that asked and in the later ones
+ * of the batch (a call takes SCRIPT_CHUNK messages): appended in turn past
+ * the asking rows, they would move the record onto a row this database
+ * does hold, and the answer "ok" would then skip the asking rows; appended
+ * out of turn, they would go out before them. Answered "gone", all of them
+ * go out, each once.
  */
 static void
-test_rows_after_a_check_wait_for_its_answer(void **state)
+assert_rows_after_a_check_wait(struct fixture *f, int64_t from, int64_t done, int64_t last)
 {
-    struct fixture *f = *state;
     struct stream_consumer_stream entries;
     int seen[MESSAGES_MAX] = {0};
     size_t n;
     sink *s;
 
-    NEED_REDIS(f);
     s = open_sink(f);
-    n = rows_of_history(f, 1, 1, 10, 0);
-    assert_int_equal(publish(f, s, n), 10);
-    n = rows_of_history(f, 2, 6, 12, 5);
+    n = rows_of_history(f, 1, 1, done, 0);
+    assert_int_equal(publish(f, s, n), done);
+    n = rows_of_history(f, 2, from, last, from - 1);
     assert_int_equal(publish(f, s, n), 0);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(f->outcomes[i].status, SINK_DEFERRED);
@@ -386,15 +386,35 @@ test_rows_after_a_check_wait_for_its_answer(void **state)
         snprintf(f->verdicts[i], sizeof(f->verdicts[i]), "gone%s", f->outcomes[i].check);
         f->messages[i].place.verdict = f->verdicts[i];
     }
-    assert_int_equal(publish(f, s, n), 7);
+    assert_int_equal(publish(f, s, n), n);
     assert_int_equal(stream_consumer_read_stream(f->consumer, f->stream, &entries), 0);
-    assert_int_equal(entries.count, 17);
+    assert_int_equal(entries.count, done + n);
     for (size_t i = 0; i < entries.count; i++)
         seen[entries.entries[i].job_id]++;
-    for (int64_t id = 1; id <= 12; id++)
-        assert_int_equal(seen[id], id >= 6 && id <= 10 ? 2 : 1);
+    for (int64_t id = 1; id <= last; id++)
+        assert_int_equal(seen[id], id >= from && id <= done ? 2 : 1);
     stream_consumer_stream_clear(&entries);
     sink_free(s);
+}
+
+/* Rows 6 to 10 ask, 11 and 12 come after them in the same script call. */
+static void
+test_rows_after_a_check_wait_for_its_answer(void **state)
+{
+    struct fixture *f = *state;
+
+    NEED_REDIS(f);
+    assert_rows_after_a_check_wait(f, 6, 10, 12);
+}
+
+/* Rows 101 to 150 ask; 151 to 250 come after them, the last 50 in the batch's second call. */
+static void
+test_rows_after_a_check_wait_in_the_calls_after(void **state)
+{
+    struct fixture *f = *state;
+
+    NEED_REDIS(f);
+    assert_rows_after_a_check_wait(f, 101, 150, 250);
 }
 
 int
@@ -407,6 +427,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_orders_of_partitions_and_streams_are_apart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_rows_after_a_check_wait_for_its_answer, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_rows_after_a_check_wait_in_the_calls_after, setup,
                                         teardown),
     };
 

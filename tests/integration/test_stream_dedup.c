@@ -240,29 +240,53 @@ plant_foreign_order_record(struct fixture *f)
     assert_int_equal(records_named(f, ":outbox-order:"), 1); /* the relay's own, overwritten */
 }
 
+/* Enqueues count rows of ordering key key, each in a transaction of its own. */
+static void
+enqueue_keyed(struct fixture *f, int count, const char *key)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql), "SELECT outbox.enqueue('ev', '{\"n\": 1}', ordering_key => '%s')",
+             key);
+    for (int i = 0; i < count; i++)
+        harness_exec(f->conn, sql);
+}
+
 /*
  * Rows a disabled stream handed back and a stream made again took in are
  * judged by the order they left. When that order's record names a row
  * this database does not hold (another history wrote it), the rows are
- * checked against the database and appended, not taken for appended.
+ * checked against the database and appended, not taken for appended; the
+ * rows of their key written after the enable wait for them.
  */
 static void
 test_rows_taken_back_are_checked_against_their_former_order(void **state)
 {
     struct fixture *f = *state;
+    struct stream_consumer_stream stream;
+    int64_t last = 0;
 
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
     enqueue(f, 10);
     relay_once(f);
-    enqueue(f, 5); /* never published */
+    enqueue_keyed(f, 5, "k"); /* never published */
     plant_foreign_order_record(f);
     assert_int_equal(run_outboxctl(f, "stream disable ev"), 0);
     harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 2)");
     assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job"
                                                " WHERE state = 'stream' AND stream_from <> ''"),
                      5);
+    enqueue_keyed(f, 3, "k");
     relay_once(f);
-    assert_each_row_once(f, 15);
+    assert_each_row_once(f, 18);
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count; i++) { /* key k's rows in their commit order */
+        if (stream.entries[i].job_id <= 10)
+            continue;
+        assert_true(stream.entries[i].job_id > last);
+        last = stream.entries[i].job_id;
+    }
+    stream_consumer_stream_clear(&stream);
 }
 
 int
