@@ -1034,10 +1034,64 @@ test_servers_never_answering_listed_first(void **state)
 }
 
 /* OUTBOX_TEST_FILTER (a cmocka pattern, e.g. "test_pause*") runs only the tests that match. */
+/* Calls database i's lease function as relay_id (no watch); whether it holds the lease. */
+static bool
+take_as(const struct fixture *f, int i, const char *relay_id)
+{
+    char sql[160];
+
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM outbox.database_lease_take('%s', %d, NULL)"
+                               " WHERE held",
+             relay_id, LEASE_SECONDS);
+    return harness_query_ll(f->run.conns[i], sql) == 1;
+}
+
+/* When a waiting winner last stamped database i's lease, in microseconds of the epoch; 0: never. */
+static long long
+wanted_at(const struct fixture *f, int i)
+{
+    return harness_query_ll(f->run.conns[i], "SELECT coalesce((extract(epoch FROM wanted_at)"
+                                             " * 1000000)::bigint, 0) FROM outbox.database_lease");
+}
+
+/*
+ * The relay that wins a database, kept out by a live owner, stamps the
+ * lease (sql/027) at most once a quarter lease: a write the owner's watch
+ * sees, whatever it missed before, so the owner looks at its lease again
+ * and gives the database up. The owner keeps the lease and nothing is
+ * stamped while the winner is away; the stamp does not take the lease.
+ */
+static void
+test_waiting_winner_stamps_the_lease(void **state)
+{
+    struct fixture *f = *state;
+    const char *winner, *loser;
+    long long first;
+
+    f->run.count = 1;
+    list_run_make_database(&f->run, 0);
+    loser = harness_query_ll(f->run.conns[0], "SELECT (md5('relay-x:' || current_database())"
+                                              " > md5('relay-y:' || current_database()))::int") == 1
+                ? "relay-y" : "relay-x";
+    winner = strcmp(loser, "relay-x") == 0 ? "relay-y" : "relay-x";
+    assert_true(take_as(f, 0, loser)); /* alone: it wins */
+    assert_true(take_as(f, 0, loser));
+    assert_int_equal(wanted_at(f, 0), 0);
+    assert_false(take_as(f, 0, winner)); /* the owner lives on its lease: the winner waits */
+    first = wanted_at(f, 0);
+    assert_true(first > 0);
+    assert_false(take_as(f, 0, winner));
+    assert_int_equal(wanted_at(f, 0), first); /* once a quarter lease */
+    assert_false(take_as(f, 0, loser));       /* it sees the winner: gives the lease up */
+    assert_true(take_as(f, 0, winner));
+    assert_int_equal(wanted_at(f, 0), first);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_waiting_winner_stamps_the_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stopped_relay_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_postgres_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_joining, setup, teardown),
