@@ -357,21 +357,26 @@ chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
     return false;
 }
 
+/* Whether two rows of a batch are judged by one order: the partition's own (NULL) or one left. */
+static bool
+same_order(const char *from, const char *other)
+{
+    return from == other || (from != NULL && other != NULL && strcmp(from, other) == 0);
+}
+
 /*
  * Where a chunk of batch from start, ending at end or before, ends: at the
- * first row whose order differs in kind from start's, a row `stream enable`
- * took from the claims (judged by the order it left) or one of the
- * partition's own. The taken rows come first in the partition; one the
- * broker holds back to check its former order's record must not see the
- * rows after it go out first.
+ * first row judged by another order than start's. A row `stream enable`
+ * took from the claims is judged by the order it left ("" for none), the
+ * others by the partition's own; the taken rows come first. A row the
+ * broker holds back to check its order's record must not see the rows
+ * after it, judged by another record or none, go out first.
  */
 static size_t
 chunk_end_at_order_change(const struct stream_batch *batch, size_t start, size_t end)
 {
-    bool taken = batch->froms[start] != NULL;
-
     for (size_t i = start + 1; i < end; i++)
-        if ((batch->froms[i] != NULL) != taken)
+        if (!same_order(batch->froms[i], batch->froms[start]))
             return i;
     return end;
 }
@@ -382,7 +387,8 @@ chunk_end_at_order_change(const struct stream_batch *batch, size_t start, size_t
  * holding one row per ordering key, and a chunk with a row not accepted is
  * the last: a key's next row is never published past an earlier row of the
  * key the broker did not take. Rows taken from the claims go out in chunks
- * of their own, before the others (chunk_end_at_order_change()).
+ * of their own, one per order they left, before the others
+ * (chunk_end_at_order_change()).
  */
 static size_t
 publish_partition_rows(struct stream_worker *sr, const struct owned *o,

@@ -289,6 +289,53 @@ test_rows_taken_back_are_checked_against_their_former_order(void **state)
     stream_consumer_stream_clear(&stream);
 }
 
+/* Fails unless the stream holds the rows of queue 'ev' in job id order (one key's commit order). */
+static void
+assert_in_job_id_order(struct fixture *f)
+{
+    struct stream_consumer_stream stream;
+    int64_t last = 0;
+
+    assert_int_equal(stream_consumer_read_stream(f->redis, f->stream, &stream), 0);
+    for (size_t i = 0; i < stream.count; i++) {
+        if (stream.entries[i].job_id <= last)
+            fail_msg("row %lld is in the stream after row %lld", (long long)stream.entries[i].job_id,
+                     (long long)last);
+        last = stream.entries[i].job_id;
+    }
+    stream_consumer_stream_clear(&stream);
+}
+
+/*
+ * A stream made again takes in rows of one key that left two orders: three
+ * its first stream appended before its owner moved the cursor, one it
+ * never published (both from its order), and one written while the queue
+ * was not a stream (no order). The first three are checked against the
+ * record of the order they left (the database holds its row: found
+ * appended); the fourth waits for that answer, and the fifth for the
+ * fourth: each is appended once, in the key's order.
+ */
+static void
+test_rows_taken_back_from_two_orders_keep_their_key_order(void **state)
+{
+    struct fixture *f = *state;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    enqueue_keyed(f, 3, "k");
+    relay_once(f);
+    forget_cursors(f);
+    enqueue_keyed(f, 1, "k"); /* never published */
+    assert_int_equal(run_outboxctl(f, "stream disable ev"), 0);
+    enqueue_keyed(f, 1, "k"); /* while the queue is not a stream */
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'stream'"
+                                               " AND stream_from IS NOT NULL"),
+                     5);
+    relay_once(f);
+    assert_each_row_once(f, 5);
+    assert_in_job_id_order(f);
+}
+
 int
 main(void)
 {
@@ -296,6 +343,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_takeover_appends_nothing_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disable_appends_nothing_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_taken_back_are_checked_against_their_former_order,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_taken_back_from_two_orders_keep_their_key_order,
                                         setup, teardown),
     };
 
