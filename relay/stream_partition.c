@@ -345,6 +345,28 @@ answer_checks(struct stream_worker *sr, const struct owned *o, size_t published)
     return answered;
 }
 
+/*
+ * Gives each row not published this round the verdict a row of its order
+ * got in it (the verdict is on the order's record; one that is not its
+ * record's is ignored by the broker). Rows taken from the claims go out one
+ * chunk per order they left, and a chunk is a script call of its own: else
+ * each chunk of an order would ask again, a round each.
+ */
+static void
+spread_verdicts(struct stream_worker *sr, size_t published, size_t count)
+{
+    for (size_t j = published; j < count; j++) {
+        const char *order = sr->messages[j].place.order;
+
+        for (size_t i = published; order != NULL && i-- > 0;)
+            if (sr->outcomes[i].check[0] != '\0' && sr->messages[i].place.order != NULL &&
+                strcmp(sr->messages[i].place.order, order) == 0) {
+                sr->messages[j].place.verdict = sr->messages[i].place.verdict;
+                break;
+            }
+    }
+}
+
 /* True when rows [start, end) hold a row of the ordering key of row end. */
 static bool
 chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
@@ -562,9 +584,11 @@ batch_turn(struct stream_worker *sr, size_t index, const struct stream_batch *ba
         memmove(next->froms, next->froms + 1, next->count * sizeof(*next->froms));
     }
 #endif
-    for (int round = 0; round < STREAM_CHECK_ROUNDS && answer_checks(sr, o, published); round++)
+    for (int round = 0; round < STREAM_CHECK_ROUNDS && answer_checks(sr, o, published); round++) {
+        spread_verdicts(sr, published, batch->count);
         published = publish_partition_rows(sr, o, batch,
                                            err); /* with the answers: nothing appended twice */
+    }
     if (settle_outcomes(sr, o, batch, published, &passed, &refused, err) != 0)
         return -1;
     if (advance_cursor(sr, index, batch, published, passed, refused, &held, err) != 0)
