@@ -141,6 +141,17 @@ signal_name(int signo)
     return signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "SIGINT";
 }
 
+/* The signals main waits for: SIGTERM, SIGINT, SIGHUP, and SIGUSR1 (the last pipeline returned). */
+static void
+stop_signals(sigset_t *signals)
+{
+    sigemptyset(signals);
+    sigaddset(signals, SIGTERM);
+    sigaddset(signals, SIGINT);
+    sigaddset(signals, SIGHUP);
+    sigaddset(signals, SIGUSR1);
+}
+
 /*
  * Runs the relay until its pipelines return: the first SIGTERM, SIGINT or SIGHUP
  * stops claiming and lets the batch in flight finish, a second exits at
@@ -155,16 +166,7 @@ run_until_stopped(relay *r, struct metrics *m)
     int signals_seen = 0;
     sigset_t signals;
 
-    /*
-     * Block the stop signals before any thread exists, so only main takes
-     * them; SIGUSR1 is the last pipeline saying it returned.
-     */
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);
-    sigaddset(&signals, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    stop_signals(&signals); /* blocked by run_relay() */
     main_thread = pthread_self();
 
     if (relay_start(r, wake_main, NULL, &err) != 0)
@@ -242,8 +244,18 @@ run_relay(const struct relay_config *config, const struct listen_addr *metrics_a
     struct http_server *server = NULL;
     struct outbox_error err;
     relay *r = NULL;
+    sigset_t signals;
     int status;
 
+    /*
+     * The stop signals blocked before any thread exists (the span exporter,
+     * the scheduler's watch, the metrics server), so that only main takes
+     * them: one delivered to a thread that left them at their default ended
+     * the relay at once (exit 143) whenever main was not waiting for them.
+     */
+    stop_signals(&signals);
+    if (!config->check)
+        pthread_sigmask(SIG_BLOCK, &signals, NULL);
     if (spans && !config->check &&
         otel_start(otel, otel_messaging_system(sink_kind_of_url(config->broker.url)), m, &err) !=
             0) {
