@@ -381,7 +381,7 @@ chunk_has_key(const struct stream_batch *batch, size_t start, size_t end)
 
 /* Whether two rows of a batch are judged by one order: the partition's own (NULL) or one left. */
 static bool
-same_order(const char *from, const char *other)
+judged_by_one_order(const char *from, const char *other)
 {
     return from == other || (from != NULL && other != NULL && strcmp(from, other) == 0);
 }
@@ -398,7 +398,7 @@ static size_t
 chunk_end_at_order_change(const struct stream_batch *batch, size_t start, size_t end)
 {
     for (size_t i = start + 1; i < end; i++)
-        if (!same_order(batch->froms[i], batch->froms[start]))
+        if (!judged_by_one_order(batch->froms[i], batch->froms[start]))
             return i;
     return end;
 }
