@@ -172,17 +172,28 @@ dead_filter_form(struct buffer *out, const struct console_request *request,
                   CONSOLE_DEAD_LIMIT_MAX, (long long)limit);
 }
 
+/* One table cell of text, escaped; class NULL for none. */
+static void
+text_cell(struct buffer *out, const char *class, const char *text)
+{
+    if (class != NULL)
+        buffer_printf(out, "<td class=\"%s\">", class);
+    else
+        buffer_puts(out, "<td>");
+    console_html_escape(out, text);
+    buffer_puts(out, "</td>");
+}
+
 static void
 dead_row(struct buffer *out, const struct forms *forms, const struct store_dead_job *job)
 {
-    buffer_printf(out, "<tr data-job-id=\"%lld\"><td>%lld</td><td class=\"queue\">",
-                  (long long)job->job_id, (long long)job->job_id);
-    console_html_escape(out, job->queue);
-    buffer_puts(out, "</td><td class=\"key\">");
-    console_html_escape(out, job->ordering_key);
-    buffer_printf(out, "</td><td>%d/%d</td><td>", (int)job->attempts, (int)job->max_attempts);
-    console_html_escape(out, job->finished_at);
-    buffer_puts(out, "</td><td class=\"last-error\"><details><summary>");
+    buffer_printf(out, "<tr data-job-id=\"%lld\"><td>%lld</td>", (long long)job->job_id,
+                  (long long)job->job_id);
+    text_cell(out, "queue", job->queue);
+    text_cell(out, "key", job->ordering_key);
+    buffer_printf(out, "<td>%d/%d</td>", (int)job->attempts, (int)job->max_attempts);
+    text_cell(out, NULL, job->finished_at);
+    buffer_puts(out, "<td class=\"last-error\"><details><summary>");
     console_html_escape(out, job->last_error ? job->last_error : "(no error recorded)");
     buffer_puts(out, "</summary><h3>last_error</h3><pre class=\"error-text\">");
     console_html_escape(out, job->last_error);
@@ -268,16 +279,14 @@ blocked_table(struct buffer *out, const struct forms *forms, const struct store_
     for (size_t i = 0; i < status->blocked_count; i++) {
         const struct store_blocked_key *key = &status->blocked[i];
 
-        buffer_puts(out, "<tr><td>");
-        console_html_escape(out, key->queue);
-        buffer_puts(out, "</td><td class=\"key\">");
-        console_html_escape(out, key->ordering_key);
-        buffer_printf(out, "</td><td>%lld</td><td>", (long long)key->head_job_id);
-        console_html_escape(out, key->head_state);
-        buffer_printf(out, "</td><td>%d/%d</td><td class=\"last-error\">", (int)key->attempts,
-                      (int)key->max_attempts);
-        console_html_escape(out, key->last_error);
-        buffer_printf(out, "</td><td>%lld</td><td>", (long long)key->waiting);
+        buffer_puts(out, "<tr>");
+        text_cell(out, NULL, key->queue);
+        text_cell(out, "key", key->ordering_key);
+        buffer_printf(out, "<td>%lld</td>", (long long)key->head_job_id);
+        text_cell(out, NULL, key->head_state);
+        buffer_printf(out, "<td>%d/%d</td>", (int)key->attempts, (int)key->max_attempts);
+        text_cell(out, "last-error", key->last_error);
+        buffer_printf(out, "<td>%lld</td><td>", (long long)key->waiting);
         if (strcmp(key->head_state ? key->head_state : "", "dead") == 0)
             job_button(out, forms, "dead/retry", "retried", key->head_job_id, "Retry head");
         buffer_puts(out, "</td></tr>");
@@ -296,17 +305,13 @@ paused_table(struct buffer *out, const struct forms *forms, const struct store_p
     for (size_t i = 0; i < list->count; i++) {
         const struct store_pause *pause = &list->pauses[i];
 
-        buffer_puts(out, "<tr><td class=\"queue\">");
-        console_html_escape(out, pause->queue);
-        buffer_puts(out, "</td><td class=\"key\">");
-        console_html_escape(out, pause->ordering_key ? pause->ordering_key : "(whole queue)");
-        buffer_puts(out, "</td><td>");
-        console_html_escape(out, pause->reason);
-        buffer_puts(out, "</td><td>");
-        console_html_escape(out, pause->paused_by);
-        buffer_puts(out, "</td><td>");
-        console_html_escape(out, pause->paused_at);
-        buffer_puts(out, "</td><td>");
+        buffer_puts(out, "<tr>");
+        text_cell(out, "queue", pause->queue);
+        text_cell(out, "key", pause->ordering_key ? pause->ordering_key : "(whole queue)");
+        text_cell(out, NULL, pause->reason);
+        text_cell(out, NULL, pause->paused_by);
+        text_cell(out, NULL, pause->paused_at);
+        buffer_puts(out, "<td>");
         action_form(out, forms, "resume", "resumed", "inline");
         hidden(out, "queue", pause->queue);
         hidden(out, "ordering_key", pause->ordering_key);

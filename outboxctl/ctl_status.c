@@ -523,11 +523,26 @@ api_chart(struct api_call *call)
     api_respond_json(response, 200);
 }
 
+/* The oldest snapshot holding the horizon back (the session, its age, what it runs), or null. */
+static void
+horizon_json(struct buffer *out, const struct stream_horizon *horizon)
+{
+    if (!horizon->found) {
+        buffer_puts(out, "null");
+        return;
+    }
+    buffer_printf(out, "{\"pid\":%d,\"age_seconds\":%.3f", horizon->pid, horizon->seconds);
+    api_field_string(out, "user", horizon->user);
+    api_field_string(out, "database", horizon->database);
+    api_field_string(out, "application_name", horizon->application);
+    api_field_string(out, "query", horizon->query);
+    api_field_text_or_null(out, "prepared_gid", horizon->prepared);
+    buffer_putc(out, '}');
+}
+
 static void
 streams_json(struct buffer *out, const struct store_console_streams *streams)
 {
-    const struct stream_horizon *horizon = &streams->horizon;
-
     buffer_puts(out, "{\"partitions\":[");
     for (size_t i = 0; i < streams->count; i++) {
         const struct stream_lag *lag = &streams->partitions[i];
@@ -542,18 +557,8 @@ streams_json(struct buffer *out, const struct store_console_streams *streams)
         buffer_puts(out, "}");
     }
     buffer_puts(out, "],\"horizon\":");
-    if (!horizon->found) {
-        buffer_puts(out, "null}");
-        return;
-    }
-    buffer_printf(out, "{\"pid\":%d", horizon->pid);
-    buffer_printf(out, ",\"age_seconds\":%.3f", horizon->seconds);
-    api_field_string(out, "user", horizon->user);
-    api_field_string(out, "database", horizon->database);
-    api_field_string(out, "application_name", horizon->application);
-    api_field_string(out, "query", horizon->query);
-    api_field_text_or_null(out, "prepared_gid", horizon->prepared);
-    buffer_puts(out, "}}");
+    horizon_json(out, &streams->horizon);
+    buffer_putc(out, '}');
 }
 
 void

@@ -268,7 +268,6 @@ sink_redis_config_defaults(void *options)
     config->wait_replicas = SINK_REDIS_WAIT_BY_TOPOLOGY;
 }
 
-
 static const struct sink_ops sink_redis_ops = {
     .init = sink_redis_init,
     .connect = sink_redis_connect,
