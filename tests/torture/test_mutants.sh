@@ -29,6 +29,7 @@ unfenced_mark        | redis row    | mark_stall_long   | 6 | fence
 claim_ignores_key    | redis row    | broker_stall_kill | 6 | order
 reaper_succeeded     | redis row    | mark_stall_kill   | 6 | reap
 dead_republished     | redis row    | relay_kill        | 6 | refused
+stream_record_trusted | redis stream | async_crash       | 8 | lost
 "
 
 if [ ! -x "$relay" ]; then

@@ -386,12 +386,15 @@ class Run:
 
     def producers_of(self, cell, database):
         sessions = int(os.environ.get("TORTURE_SESSIONS", "2"))
+        # the draws leave the tag out: a run of the mutation gate (tagged) writes what the
+        # untagged replay of its seed writes
+        untagged = database.name[len(self.tag):] if database.name.startswith(self.tag) else database.name
         # with history faults, some sessions commit asynchronously (their own generator: the
         # seed's other draws stay as they were)
-        asynchronous = random.Random("async-%s-%s" % (self.seed, database.name))
+        asynchronous = random.Random("async-%s-%s" % (self.seed, untagged))
         return [producers.Producer(
                 "p%d" % session, database.url, database.name,
-                "%s-%s-%d" % (self.seed, database.name, session), database.record,
+                "%s-%s-%d" % (self.seed, untagged, session), database.record,
                 cell.destination, self.clib, self.stop_producers, 0.05, late=session % 2 == 1,
                 asynchronous=self.cluster is not None and asynchronous.random() < 0.5)
                 for session in range(sessions)]
