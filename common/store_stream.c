@@ -30,14 +30,21 @@ struct stream_store {
  * got no result within its deadline is a timeout (the caller drops it).
  */
 static int
-stream_error(stream_store *s, const PGresult *result, const char *context, struct outbox_error *err)
+bounded_error(PGconn *conn, bool bounded, const PGresult *result, const char *context,
+              struct outbox_error *err)
 {
-    if (result == NULL && s->borrowed && PQstatus(s->conn) == CONNECTION_OK)
+    if (result == NULL && bounded && PQstatus(conn) == CONNECTION_OK)
         return outbox_error_set(err, OUTBOX_ERR_TIMEOUT,
                                 "%s: the database did not answer within %d s (server stalled or"
                                 " unreachable); dropping the connection",
                                 context, STORE_STATEMENT_DEADLINE_MS / 1000);
-    return outbox_error_from_pg(err, s->conn, result, context);
+    return outbox_error_from_pg(err, conn, result, context);
+}
+
+static int
+stream_error(stream_store *s, const PGresult *result, const char *context, struct outbox_error *err)
+{
+    return bounded_error(s->conn, s->borrowed, result, context, err);
 }
 
 /*
@@ -449,23 +456,57 @@ stream_store_key_has_later(stream_store *s, const struct stream_partition *p, co
     return 0;
 }
 
+/* The parameters of SSTMT_ROW_HELD for place and uid; false when place is no place of a stream. */
+static bool
+row_held_values(const char *place, char (*values)[24])
+{
+    if (strlen(place) != STREAM_PLACE_SIZE - 1)
+        return false;
+    snprintf(values[0], sizeof(values[0]), "%s", place + 20); /* the job id */
+    snprintf(values[1], sizeof(values[1]), "%.20s", place);   /* the transaction */
+    return true;
+}
+
+static const char ROW_HELD_CONTEXT[] = "unable to look for the row a broker's order record names";
+
 int
 stream_store_row_held(stream_store *s, const char *place, const char *uid, bool *held,
                       struct outbox_error *err)
 {
-    char xid[24], job_id[24];
-    const char *values[3] = {job_id, uid, xid};
+    char parts[2][24];
+    const char *values[3] = {parts[0], uid, parts[1]};
     PGresult *result;
 
     *held = false;
-    if (strlen(place) != STREAM_PLACE_SIZE - 1)
+    if (!row_held_values(place, parts))
         return 0; /* no place of this stream: nothing holds it */
-    snprintf(xid, sizeof(xid), "%.20s", place);
-    snprintf(job_id, sizeof(job_id), "%s", place + 20);
-    result = run_stream_statement(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK,
-                                  "unable to look for the row a broker's order record names", err);
+    result = run_stream_statement(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK, ROW_HELD_CONTEXT,
+                                  err);
     if (result == NULL)
         return -1;
+    *held = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
+    PQclear(result);
+    return 0;
+}
+
+int
+stream_row_held(PGconn *conn, const char *place, const char *uid, bool *held,
+                struct outbox_error *err)
+{
+    char parts[2][24];
+    const char *values[3] = {parts[0], uid, parts[1]};
+    PGresult *result;
+
+    *held = false;
+    if (!row_held_values(place, parts))
+        return 0;
+    result = pg_exec_bounded(conn, stream_statements[SSTMT_ROW_HELD].sql, 3, values,
+                             STORE_STATEMENT_DEADLINE_MS);
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        bounded_error(conn, true, result, ROW_HELD_CONTEXT, err);
+        PQclear(result);
+        return -1;
+    }
     *held = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
     PQclear(result);
     return 0;

@@ -227,6 +227,14 @@ int stream_store_row_held(stream_store *s, const char *place, const char *uid, b
                           struct outbox_error *err);
 
 /*
+ * The same on conn, a connection that runs no statement of its own now (the
+ * claims' between two turns, whose rows a disabled stream handed back ask
+ * it): the statement is sent unprepared, bounded as a borrowed store's.
+ */
+int stream_row_held(PGconn *conn, const char *place, const char *uid, bool *held,
+                    struct outbox_error *err);
+
+/*
  * In one statement: moves p's cursor to (xid, job_id), extends the lease,
  * and writes the refused rows (see struct stream_refusal). Nothing is
  * written unless the lease is still held; *held tells. On success p's

@@ -27,6 +27,8 @@ job_message_from_job(const struct outbox_job *job, const struct store_identity *
         /* a replayed row is published once more, whatever its place */
         .place.order = job->replays == 0 ? job->stream_order : NULL,
         .place.at = job->replays == 0 ? job->stream_place : NULL,
+        /* its identity, so that a broker's record of the order is checked before believed */
+        .place.uid = job->replays == 0 && job->stream_order != NULL ? job->message_uid : NULL,
     };
 
     store_message_id_format(identity, job->job_id, job->message_uid, job->replays, STORE_MESSAGE_ID,

@@ -163,18 +163,34 @@ once_stalled(struct pipeline *p)
  * once: the pipeline pauses, the pause backing off per turn that defers
  * again, before the next turn gives them back and claims (in that order,
  * so the claim can take them again). A lost connection has its own backoff
- * in ends_connect_sink().
+ * in ends_connect_sink(). Rows given back to ask a check are no broker's
+ * fault: they go out again at once, with the answer.
  */
 static void
 pause_after_deferral(struct pipeline *p)
 {
     const struct settlement *last = &p->settlements[!p->current];
 
-    if (last->deferred == 0 || !sink_is_connected(p->sink)) {
+    if (last->deferred == last->asked || !sink_is_connected(p->sink)) {
         backoff_reset(&p->deferral);
         return;
     }
     wait_until(&p->relay->stop, -1, clock_monotonic_seconds() + backoff_next(&p->deferral));
+}
+
+/*
+ * The checks a broker's order records asked of the batch just published
+ * (order_checks.h), answered on db's connection, idle between two turns; a
+ * failed look-up drops it.
+ */
+static void
+answer_checks(struct pipeline *p, struct database *db)
+{
+    struct outbox_error err;
+
+    if (p->checks.asked && db->store != NULL &&
+        order_checks_answer(&p->checks, outbox_store_conn(db->store), db->who, &err) != 0)
+        ends_store_failed(p, db, &err);
 }
 
 /*
@@ -202,7 +218,7 @@ pipeline_serve(struct pipeline *p, struct database *db, double until, struct pip
 {
     relay *r = p->relay;
     double claimed_at = 0;
-    bool drained = false;
+    bool drained = false, claimed;
 
     *slice = (struct pipeline_slice){0};
     while (!drained && db->store != NULL && !relay_stopping(r) && !once_stalled(p) &&
@@ -212,7 +228,9 @@ pipeline_serve(struct pipeline *p, struct database *db, double until, struct pip
         metrics_loop_turned(r->metrics);
         t = turn_claim(p, db, &claimed_at, until);
         publish_batch(p, db, &p->settlements[p->current]);
-        if (!turn_settle(p, db, &t, &claimed_at))
+        claimed = turn_settle(p, db, &t, &claimed_at);
+        answer_checks(p, db);
+        if (!claimed)
             break; /* no claim made: until passed, the database failed, or the relay stops */
         drained = note_turn(p, slice);
         pause_after_deferral(p);

@@ -281,8 +281,12 @@ build_batch_messages(struct pipeline *p, const struct database *db,
     bool built = true;
 
     for (size_t i = 0; i < batch->count; i++) {
-        p->messages[i] = job_message_from_job(&batch->jobs[i], &db->identity);
-        metrics_add_queue(p->relay->metrics, METRICS_ROWS_CLAIMED, batch->jobs[i].queue, 1);
+        const struct outbox_job *job = &batch->jobs[i];
+
+        p->messages[i] = job_message_from_job(job, &db->identity);
+        p->messages[i].place.verdict = order_checks_verdict(
+            &p->checks, db->identity.history_name, job->queue, p->messages[i].place.order);
+        metrics_add_queue(p->relay->metrics, METRICS_ROWS_CLAIMED, job->queue, 1);
     }
     *traced = otel_prepare(p->otel, p->messages, batch->count) == 0;
     cloudevents_reset(p->cloudevents);
@@ -294,16 +298,17 @@ build_batch_messages(struct pipeline *p, const struct database *db,
 }
 
 /*
- * Sorts the rows of st's published batch by outcome (accepted, deferred,
+ * Sorts the rows of db's published batch st by outcome (accepted, deferred,
  * failed), wall the time the broker answered, for the latency of the
- * accepted ones.
+ * accepted ones. A row deferred to ask a check is given back as well, its
+ * check noted for the answer between turns: not the broker's fault.
  */
 static void
-sort_outcomes(struct pipeline *p, struct settlement *st, double wall)
+sort_outcomes(struct pipeline *p, const struct database *db, struct settlement *st, double wall)
 {
     relay *r = p->relay;
     const struct outbox_batch *batch = &st->batch;
-    size_t accepted = 0, failed = 0, timed = 0, deferred = 0;
+    size_t accepted = 0, failed = 0, timed = 0, deferred = 0, asked = 0;
     const char *deferred_reason = "";
 
     for (size_t i = 0; i < batch->count; i++) {
@@ -316,24 +321,31 @@ sort_outcomes(struct pipeline *p, struct settlement *st, double wall)
             st->leases[accepted++] = (struct outbox_lease){job->job_id, job->generation};
             metrics_add_queue(r->metrics, METRICS_ROWS_PUBLISHED, job->queue, 1);
         } else if (st->outcomes[i].status == SINK_DEFERRED) {
-            if (deferred == 0)
+            if (st->outcomes[i].check[0] != '\0' && p->messages[i].place.order != NULL) {
+                order_checks_ask(&p->checks, db->identity.history_name, job->queue,
+                                 p->messages[i].place.order, st->outcomes[i].check);
+                asked++;
+            } else if (deferred == asked) {
                 deferred_reason = st->outcomes[i].reason;
+            }
             st->deferred_leases[deferred++] = (struct outbox_lease){job->job_id, job->generation};
         } else {
             st->failure_queues[failed] = job->queue;
             add_failure(p, &st->failures[failed++], job, &st->outcomes[i]);
         }
     }
-    if (deferred > 0)
-        note_deferred(p, deferred, deferred_reason);
+    if (deferred > asked)
+        note_deferred(p, deferred - asked, deferred_reason);
     /* a broker that takes none of a batch (too few replicas to wait for, ...) shows in health */
-    metrics_set_broker_held(r->metrics, accepted == 0 && deferred > 0 ? deferred_reason : NULL);
+    metrics_set_broker_held(r->metrics,
+                            accepted == 0 && deferred > asked ? deferred_reason : NULL);
     metrics_observe_many(r->metrics, METRICS_COMMIT_TO_PUBLISH, p->lags, timed);
     if (accepted > 0)
         metrics_round_trip(r->metrics, METRICS_BROKER);
     st->accepted = accepted;
     st->failed = failed;
     st->deferred = deferred;
+    st->asked = asked;
 }
 
 /* Publishes the claimed batch of st and sorts its rows into accepted and failed. */
@@ -366,5 +378,5 @@ publish_batch(struct pipeline *p, const struct database *db, struct settlement *
     metrics_observe(r->metrics, METRICS_PUBLISH_DURATION, finished - started);
     if (rc != 0)
         ends_broker_lost(p, &err);
-    sort_outcomes(p, st, wall);
+    sort_outcomes(p, db, st, wall);
 }

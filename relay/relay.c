@@ -59,6 +59,7 @@ pipeline_clear(struct pipeline *p)
     free(p->lags);
     settlement_free(&p->settlements[0]);
     settlement_free(&p->settlements[1]);
+    order_checks_clear(&p->checks);
 }
 
 /* The latches every wait of the relay's threads ends on (wait.h). */

@@ -24,6 +24,7 @@
 #include "otel.h"
 #include "config.h"
 #include "metrics.h"
+#include "order_checks.h"
 #include "outbox.h"
 #include "sink.h"
 #include "store_identity.h"
@@ -52,6 +53,7 @@ struct settlement {
     size_t failed;                 /* rows in failures[] not marked yet */
     struct outbox_lease *deferred_leases; /* deferred rows */
     size_t deferred;                      /* rows in deferred_leases[] not given back yet */
+    size_t asked; /* of those, rows a broker's order record asked a check of (order_checks.h) */
     size_t published; /* rows published, counted in flight until the settlement is cleared */
     bool *done;
     bool *dead;
@@ -130,6 +132,7 @@ struct pipeline {
     int current;
 
     struct backoff deferral; /* see pause_after_deferral() */
+    struct order_checks checks; /* the order records' checks its rows asked, and the verdicts */
     double last_sink_idle;
     struct cause_log deferred_log;
     int connection_losses;   /* publishes in a row that lost the broker connection (publish_rows) */

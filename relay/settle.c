@@ -145,7 +145,7 @@ void
 settlement_clear(struct pipeline *p, struct settlement *st)
 {
     metrics_add_in_flight(p->relay->metrics, -(int64_t)st->published);
-    st->accepted = st->failed = st->deferred = st->published = 0;
+    st->accepted = st->failed = st->deferred = st->asked = st->published = 0;
     outbox_batch_release_memory(&st->batch);
 }
 
@@ -191,7 +191,7 @@ settle_receive(struct pipeline *p, struct database *db, struct settlement *st)
                                &err) != 0)
         goto fail;
     record_given_back(p, st, changed);
-    st->deferred = 0;
+    st->deferred = st->asked = 0;
     return 0;
 
 fail:

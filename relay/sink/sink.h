@@ -100,8 +100,8 @@ struct sink_order_place {
      */
     const char *floor;
     /*
-     * The row's own identity (its message_uid), for a row the stream read:
-     * a broker's order record names the last row appended in turn by it, so
+     * The row's own identity (its message_uid), for a row with a place: a
+     * broker's order record names the last row appended in turn by it, so
      * that a record of another history (a crash that lost commits whose
      * places were appended) is told apart from the database's; NULL: none.
      */

@@ -307,6 +307,32 @@ assert_in_job_id_order(struct fixture *f)
 }
 
 /*
+ * Rows a disabled stream handed to the claims are judged by the order they
+ * left, as a stream made again judges them: when its record names a row
+ * this database does not hold, the claims ask the database (between two
+ * turns, the rows given back meanwhile), and append the rows instead of
+ * taking them for appended.
+ */
+static void
+test_rows_handed_to_the_claims_are_checked_against_their_order(void **state)
+{
+    struct fixture *f = *state;
+
+    harness_exec(f->conn, "SELECT outbox.stream_enable('ev', 1)");
+    enqueue(f, 10);
+    relay_once(f);
+    enqueue_keyed(f, 5, "k"); /* never published */
+    plant_foreign_order_record(f);
+    assert_int_equal(run_outboxctl(f, "stream disable ev"), 0);
+    assert_int_equal(harness_query_ll(f->conn, "SELECT count(*) FROM outbox.job WHERE state = 'ready'"
+                                               " AND stream_partition IS NOT NULL"),
+                     5);
+    relay_once(f);
+    assert_each_row_once(f, 15);
+    assert_in_job_id_order(f);
+}
+
+/*
  * A stream made again takes in rows of one key that left two orders: three
  * its first stream appended before its owner moved the cursor, one it
  * never published (both from its order), and one written while the queue
@@ -345,6 +371,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_rows_taken_back_are_checked_against_their_former_order,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_rows_taken_back_from_two_orders_keep_their_key_order,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rows_handed_to_the_claims_are_checked_against_their_order,
                                         setup, teardown),
     };
 
