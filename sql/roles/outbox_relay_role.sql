@@ -108,8 +108,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox.stream_member TO outbox_relay;
 GRANT SELECT ON outbox.stream_member TO outbox_reader;
 -- Lease generations that never repeat (migration 014).
 GRANT USAGE ON SEQUENCE outbox.stream_generation TO outbox_relay;
--- The last place of each ordering key (migration 014): the relay deletes those below the horizon.
+-- The last place of each ordering key (migration 014): the relay deletes those below the horizon,
+-- a batch locked FOR UPDATE SKIP LOCKED at a time, which asks UPDATE on a column (migration 028).
 GRANT SELECT, DELETE ON outbox.stream_key TO outbox_relay;
+GRANT UPDATE (place_xid) ON outbox.stream_key TO outbox_relay;
 GRANT SELECT ON outbox.stream_key TO outbox_reader;
 -- The database's identity (migration 015): the relay moves its history epoch
 -- through outbox.identity_observe() (SECURITY DEFINER), status shows it;

@@ -269,6 +269,10 @@ test_relay_runs_as_relay_role(void **state)
                  " VALUES ('orders', '{}', 'running', 1, 'gone', now() - interval '1 minute');"
                  "INSERT INTO outbox.job (queue, payload, state, attempts, finished_at)"
                  " VALUES ('orders', '{}', 'succeeded', 1, now() - interval '2 days')");
+    /* a stream queue of keyed rows: the upkeep deletes the keys' places below the horizon */
+    harness_exec(f->admin, "SELECT outbox.stream_enable('events', 2)");
+    harness_exec(f->admin, "SELECT outbox.enqueue('events', '{}', ordering_key => 'k' || g)"
+                           " FROM generate_series(1, 5) AS g");
 
     relay_start_process(&relay, url, broker, extra);
     assert_int_equal(relay_wait(&relay, 60000), 0);
@@ -286,7 +290,16 @@ test_relay_runs_as_relay_role(void **state)
                                                 " WHERE state = 'ready' AND worker_id IS NULL"
                                                 "   AND last_error LIKE 'lease expired%'"),
                      1);
-    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"), 21);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job"
+                                                " WHERE queue = 'orders'"),
+                     21);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.job AS j"
+                                                " JOIN outbox.stream_cursor AS c"
+                                                "   ON c.queue = j.queue"
+                                                "  AND c.partition = j.stream_partition"
+                                                " WHERE (j.xid, j.job_id) > (c.cursor_xid, c.cursor_job_id)"),
+                     0);
+    assert_int_equal(harness_query_ll(f->admin, "SELECT count(*) FROM outbox.stream_key"), 0);
 
     /* and it cannot do what it does not need */
     as_relay = harness_connect(url);
