@@ -456,54 +456,30 @@ stream_store_key_has_later(stream_store *s, const struct stream_partition *p, co
     return 0;
 }
 
-/* The parameters of SSTMT_ROW_HELD for place and uid; false when place is no place of a stream. */
-static bool
-row_held_values(const char *place, char (*values)[24])
-{
-    if (strlen(place) != STREAM_PLACE_SIZE - 1)
-        return false;
-    snprintf(values[0], sizeof(values[0]), "%s", place + 20); /* the job id */
-    snprintf(values[1], sizeof(values[1]), "%.20s", place);   /* the transaction */
-    return true;
-}
-
-static const char ROW_HELD_CONTEXT[] = "unable to look for the row a broker's order record names";
-
 int
 stream_store_row_held(stream_store *s, const char *place, const char *uid, bool *held,
                       struct outbox_error *err)
 {
-    char parts[2][24];
-    const char *values[3] = {parts[0], uid, parts[1]};
-    PGresult *result;
-
-    *held = false;
-    if (!row_held_values(place, parts))
-        return 0; /* no place of this stream: nothing holds it */
-    result = run_stream_statement(s, SSTMT_ROW_HELD, 3, values, PGRES_TUPLES_OK, ROW_HELD_CONTEXT,
-                                  err);
-    if (result == NULL)
-        return -1;
-    *held = PQntuples(result) == 1 && strcmp(PQgetvalue(result, 0, 0), "t") == 0;
-    PQclear(result);
-    return 0;
+    return stream_row_held(s->conn, place, uid, held, err);
 }
 
 int
 stream_row_held(PGconn *conn, const char *place, const char *uid, bool *held,
                 struct outbox_error *err)
 {
-    char parts[2][24];
-    const char *values[3] = {parts[0], uid, parts[1]};
+    char xid[24], job_id[24];
+    const char *values[3] = {job_id, uid, xid};
     PGresult *result;
 
     *held = false;
-    if (!row_held_values(place, parts))
-        return 0;
-    result = pg_exec_bounded(conn, stream_statements[SSTMT_ROW_HELD].sql, 3, values,
-                             STORE_STATEMENT_DEADLINE_MS);
+    if (strlen(place) != STREAM_PLACE_SIZE - 1)
+        return 0; /* no place of this stream: nothing holds it */
+    snprintf(xid, sizeof(xid), "%.20s", place);
+    snprintf(job_id, sizeof(job_id), "%s", place + 20);
+    result = pg_exec_bounded(conn, stream_sql_row_held, 3, values, STORE_STATEMENT_DEADLINE_MS);
     if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-        bounded_error(conn, true, result, ROW_HELD_CONTEXT, err);
+        bounded_error(conn, true, result,
+                      "unable to look for the row a broker's order record names", err);
         PQclear(result);
         return -1;
     }

@@ -246,7 +246,7 @@ static const char SQL_PENDING[] =
  * $1 with identity $2, or at place $3 when the record names no identity (a
  * record of an earlier release). One probe of the primary key.
  */
-static const char SQL_ROW_HELD[] =
+const char stream_sql_row_held[] =
     "SELECT EXISTS (SELECT 1 FROM outbox.job AS j WHERE j.job_id = $1::bigint"
     "   AND CASE WHEN $2::text = '' THEN j.xid = $3::xid8"
     "            ELSE " STORE_SQL_MESSAGE_UID("j") " = $2::text END)";
@@ -267,5 +267,4 @@ const struct stream_statement_text stream_statements[SSTMT_COUNT] = {
     [SSTMT_KEY_CLEANUP] = {"outbox_stream_key_cleanup", SQL_KEY_CLEANUP},
     [SSTMT_REBASE] = {"outbox_stream_rebase", SQL_REBASE},
     [SSTMT_PENDING] = {"outbox_stream_pending", SQL_PENDING},
-    [SSTMT_ROW_HELD] = {"outbox_stream_row_held", SQL_ROW_HELD},
 };

@@ -23,7 +23,6 @@ enum stream_statement {
     SSTMT_KEY_CLEANUP,
     SSTMT_REBASE,
     SSTMT_PENDING,
-    SSTMT_ROW_HELD,
     SSTMT_COUNT,
 };
 
@@ -38,5 +37,12 @@ extern const struct stream_statement_text stream_statements[SSTMT_COUNT];
 /* The lag of every partition, and the transaction at the horizon (their columns: the readers'). */
 extern const char stream_sql_lag[];
 extern const char stream_sql_horizon[];
+
+/*
+ * Whether the database holds the row of job id $1 with identity $2 (any, ''),
+ * in transaction $3: a check a broker's order record asks, rare enough to
+ * run unprepared on whichever connection asks it (stream_row_held).
+ */
+extern const char stream_sql_row_held[];
 
 #endif
