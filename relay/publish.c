@@ -7,7 +7,6 @@
  * (connection lost, broker busy) is given back without.
  */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,18 +162,6 @@ publish_give_back(struct pipeline *p, struct database *db, struct outbox_batch *
     return rc;
 }
 
-/* Sets a message's outcome, as the sinks do. */
-static void __attribute__((format(printf, 3, 4)))
-outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format, ...)
-{
-    va_list args;
-
-    outcome->status = status;
-    va_start(args, format);
-    vsnprintf(outcome->reason, sizeof(outcome->reason), format, args);
-    va_end(args);
-}
-
 /*
  * Publishes messages [low, high) of st's batch in halves, each half in
  * halves again while it breaks the connection, so that a message that
@@ -198,7 +185,8 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
     if (!sink_is_connected(p->sink) && ends_connect_sink(p, ENDS_AGAIN) != 0) {
         for (size_t i = low; i < high; i++)
             if (st->outcomes[i].status != SINK_ACCEPTED)
-                outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published: broker unreachable");
+                sink_outcome_set(&st->outcomes[i], SINK_DEFERRED,
+                                 "not published: broker unreachable");
         return;
     }
     if (sink_publish(p->sink, p->messages + low, high - low, st->outcomes + low, &err) == 0)
@@ -206,7 +194,7 @@ publish_halves(struct pipeline *p, struct settlement *st, size_t low, size_t hig
     ends_broker_lost(p, &err);
     if (high - low == 1) {
         if (st->outcomes[low].status == SINK_DEFERRED)
-            outcome_set(&st->outcomes[low], SINK_FAILED,
+            sink_outcome_set(&st->outcomes[low], SINK_FAILED,
                              "the broker connection broke on this message alone: %s", err.message);
         return;
     }
@@ -232,14 +220,14 @@ publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err
         log_event(OUTBOX_LOG_WARN, "broker connection lost by batches in a row, publishing in halves",
                   "pipeline=%d rows=%zu losses=%d", p->index, count, p->connection_losses);
         for (size_t i = 0; i < count; i++)
-            outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published");
+            sink_outcome_set(&st->outcomes[i], SINK_DEFERRED, "not published");
         publish_halves(p, st, 0, count);
         p->connection_losses = 0;
         return 0;
     }
 #ifdef OUTBOX_MUTANTS
     if (mutant_fires_every("mark_without_publish", 8)) { /* the last row accepted, never sent */
-        outcome_set(&st->outcomes[--count], SINK_ACCEPTED, "not published");
+        sink_outcome_set(&st->outcomes[--count], SINK_ACCEPTED, "not published");
         if (count == 0)
             return 0;
     }
@@ -249,7 +237,7 @@ publish_rows(struct pipeline *p, struct settlement *st, struct outbox_error *err
     if (rc != 0 && count == 1 && p->connection_losses >= BISECT_AFTER_LOSSES &&
         st->outcomes[0].status == SINK_DEFERRED) {
         /* alone already: it is the one that breaks the connection */
-        outcome_set(&st->outcomes[0], SINK_FAILED,
+        sink_outcome_set(&st->outcomes[0], SINK_FAILED,
                          "the broker connection broke on this message alone: %s", err->message);
         p->connection_losses = 0;
     }
@@ -370,7 +358,7 @@ publish_batch(struct pipeline *p, const struct database *db, struct settlement *
         rc = publish_rows(p, st, &err);
     else
         for (size_t i = 0; i < batch->count; i++)
-            outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
+            sink_outcome_set(&st->outcomes[i], SINK_DEFERRED, "out of memory building cloudevents");
     finished = clock_monotonic_seconds();
     wall = wall_seconds();
     if (traced)

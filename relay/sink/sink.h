@@ -194,6 +194,14 @@ struct sink_outcome {
     char check[SINK_CHECK_SIZE];
 };
 
+/*
+ * Fills one outcome, its check cleared; reason is formatted like printf, may
+ * be NULL. The sinks fill theirs with it, and so does the relay for the
+ * messages it does not hand them.
+ */
+void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,
+                      ...) __attribute__((format(printf, 3, 4)));
+
 typedef struct sink sink;
 
 /*

@@ -108,8 +108,4 @@ struct sink {
  */
 const char *sink_target(const sink *s);
 
-/* Fills one outcome; reason is formatted like printf, may be NULL. */
-void sink_outcome_set(struct sink_outcome *outcome, enum sink_status status, const char *format,
-                      ...) __attribute__((format(printf, 3, 4)));
-
 #endif
