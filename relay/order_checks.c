@@ -94,7 +94,7 @@ order_checks_answer(struct order_checks *c, PGconn *conn, const char *who,
 {
     for (size_t i = 0; c->asked && i < c->count; i++) {
         struct order_check *e = &c->entries[i];
-        char place[STREAM_PLACE_SIZE];
+        char place[STREAM_PLACE_SIZE], verdict[sizeof(e->verdict)];
         const char *uid = e->check + STREAM_PLACE_SIZE - 1;
         bool held;
 
@@ -109,7 +109,8 @@ order_checks_answer(struct order_checks *c, PGconn *conn, const char *who,
                       " database does not hold (a crash lost commits, or a restore): the rows of"
                       " that order the claims publish are appended again\"",
                       who, e->queue, e->order, place, uid[0] != '\0' ? uid : "unnamed");
-        snprintf(e->verdict, sizeof(e->verdict), "%s%s", held ? "ok" : "gone", e->check);
+        snprintf(verdict, sizeof(verdict), "%s%s", held ? "ok" : "gone", e->check);
+        memcpy(e->verdict, verdict, sizeof(verdict));
     }
     c->asked = false;
     return 0;
