@@ -198,11 +198,14 @@ class HistoryFaults:
 
     def flushed(self):
         """A moment before which every commit is on disk: a synchronous commit of a transaction
-        with an xid flushes the WAL up to its own record, and every asynchronous commit's before
-        it (the WAL writer of a loaded host lagged over a second behind: a window opened a second
-        before the crash missed lost commits). A crash can lose only commits made after it."""
+        that wrote WAL flushes the WAL up to its own record, and every asynchronous commit's
+        before it (the WAL writer of a loaded host lagged over a second behind: a window opened a
+        second before the crash missed lost commits). A transaction that only took an xid wrote
+        none, and PostgreSQL commits it asynchronously whatever synchronous_commit says: it
+        writes a transactional logical message. A crash can lose only commits made after it."""
         opened = time.time()
-        self.run_.cluster.sql("SET synchronous_commit = on; SELECT pg_current_xact_id()")
+        self.run_.cluster.sql("SET synchronous_commit = on;"
+                              " SELECT pg_logical_emit_message(true, 'torture', 'flush')")
         return opened
 
     def settle_prepared(self):
