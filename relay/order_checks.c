@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "mutant.h"
 #include "store_stream.h"
 
 /* The index of the entry of queue's order in history, -1 for none. */
@@ -103,6 +104,10 @@ order_checks_answer(struct order_checks *c, PGconn *conn, const char *who,
         snprintf(place, sizeof(place), "%.*s", STREAM_PLACE_SIZE - 1, e->check);
         if (stream_row_held(conn, place, uid, &held, err) != 0)
             return -1;
+#ifdef OUTBOX_MUTANTS
+        if (!held && mutant_fires("claims_record_trusted")) /* the broker's record believed */
+            held = true;
+#endif
         if (!held)
             log_event(OUTBOX_LOG_WARN, "stream order record of another database history dropped",
                       "%s queue=%s order=%s place=%s row=%s hint=\"the broker recorded a row this"

@@ -15,6 +15,10 @@ one database) under the relays, while producers and relays go on:
   dump_twice     one database's pg_dump restored twice (drop, restore, drop, restore again)
   async_crash    every session on synchronous_commit = off, the WAL writer stopped, then an
                  immediate stop: the last commits are lost and their xids handed out again
+  async_crash_disable
+                 the same with the stream cells' relays hung through it, and their queues
+                 disabled once the producers have committed at the lost rows' places: those
+                 rows go to the claims, which must not believe the broker's order record
   template_copy  CREATE DATABASE ... TEMPLATE of a database of a list cell, listed beside its
                  original without `identity set` (row-state list cells)
 
@@ -47,6 +51,10 @@ def applies_cluster(run):
     return run.cluster is not None
 
 
+def applies_cluster_stream(run):
+    return run.cluster is not None and any(c.mode == "stream" for c in run.cells)
+
+
 def applies_copy(run):
     return run.cluster is not None and any(c.list_path and c.mode == "row" for c in run.cells)
 
@@ -58,6 +66,7 @@ HISTORY_FAULTS = [
     ("standby", 2, applies_cluster),
     ("dump_twice", 1, applies_cluster),
     ("async_crash", 2, applies_cluster),
+    ("async_crash_disable", 1, applies_cluster_stream),
     ("template_copy", 1, applies_copy),
 ]
 HISTORY_NAMES = {f[0] for f in HISTORY_FAULTS}
@@ -379,33 +388,62 @@ class HistoryFaults:
         raise RuntimeError("%s stayed in use" % dbname)
 
     def async_crash(self, rng):
-        cluster = self.run_.cluster
+        self.history(self.all_databases(), lambda: self.crash_losing_commits(rng))
+
+    def async_crash_disable(self, rng):
+        cells = [c for c in self.run_.cells if c.mode == "stream"]
+        relays = [r for cell in cells for r in self.relays_of(cell)]
+
+        def hang():
+            for relay in relays:
+                relay.pause()
 
         def action():
-            self.log("fault: history async_crash")
-            cluster.sql("ALTER SYSTEM SET synchronous_commit = off")
-            cluster.sql("SELECT pg_reload_conf()")
-            time.sleep(0.3)
-            writer = cluster.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")[0][0]
-            opened = self.flushed()
-            os.kill(writer, signal.SIGSTOP)
             try:
-                time.sleep(rng.uniform(0.5, 2.0))
-                postmaster = cluster.postmaster_pid()
-                os.kill(postmaster, signal.SIGQUIT)  # pg_ctl stop -m immediate
-                time.sleep(0.3)
+                opened = self.crash_losing_commits(rng, at_crash=hang)
+                # the producers commit at the places of the lost rows, and the queue is handed
+                # to the claims before any relay is back
+                time.sleep(rng.uniform(0.5, 1.5))
+                self.log("fault: stream queues disabled after the crash")
+                for cell in cells:
+                    for database in cell.databases:
+                        self.run_.outboxctl_until_done(database, "stream", "disable", "tq",
+                                                       done_if="is not a stream")
             finally:
-                os.kill(writer, signal.SIGKILL)
-            for _ in range(300):
-                if not pid_alive(postmaster):
-                    break
-                time.sleep(0.1)
-            cluster.start()
-            cluster.sql("ALTER SYSTEM RESET synchronous_commit")
-            cluster.sql("SELECT pg_reload_conf()")
+                for relay in relays:
+                    relay.resume()
             return opened
 
         self.history(self.all_databases(), action)
+
+    def crash_losing_commits(self, rng, at_crash=lambda: None):
+        """Every session on synchronous_commit = off, the WAL writer stopped, an immediate
+        stop (at_crash() just before it), the cluster started again: the time from which
+        commits may be lost."""
+        cluster = self.run_.cluster
+        self.log("fault: history async_crash")
+        cluster.sql("ALTER SYSTEM SET synchronous_commit = off")
+        cluster.sql("SELECT pg_reload_conf()")
+        time.sleep(0.3)
+        writer = cluster.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")[0][0]
+        opened = self.flushed()
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            time.sleep(rng.uniform(0.5, 2.0))
+            postmaster = cluster.postmaster_pid()
+            at_crash()
+            os.kill(postmaster, signal.SIGQUIT)  # pg_ctl stop -m immediate
+            time.sleep(0.3)
+        finally:
+            os.kill(writer, signal.SIGKILL)
+        for _ in range(300):
+            if not pid_alive(postmaster):
+                break
+            time.sleep(0.1)
+        cluster.start()
+        cluster.sql("ALTER SYSTEM RESET synchronous_commit")
+        cluster.sql("SELECT pg_reload_conf()")
+        return opened
 
     def template_copy(self, rng):
         cluster = self.run_.cluster

@@ -30,6 +30,7 @@ claim_ignores_key    | redis row    | broker_stall_kill | 6 | order
 reaper_succeeded     | redis row    | mark_stall_kill   | 6 | reap
 dead_republished     | redis row    | relay_kill        | 6 | refused
 stream_record_trusted | redis stream | async_crash       | 8 | lost
+claims_record_trusted | redis stream | async_crash_disable | 8 | lost
 "
 
 if [ ! -x "$relay" ]; then
