@@ -113,59 +113,62 @@ maintain(struct pipeline *p, struct database *db, struct tenant *t)
     return readied;
 }
 
+/* One slice of w's database on slot p, as its steps pass it on. */
+struct slice {
+    struct pipeline *p;
+    struct work *w;
+    struct pipeline_slice found;        /* what the slice found: its result */
+    struct outbox_error *cause;         /* why its connection was dropped */
+    struct store_database_lease *lease; /* what the database's lease function said */
+    uint64_t completed;                 /* the slot's rows completed before the slice */
+    uint64_t settled;                   /* the stream rows the slice settled */
+    double started;                     /* when its rows' part started */
+};
+
 /*
- * Calls the database's lease function on w's connection when the visit's
- * call comes at this step (when), into *lease; before the slice, a lease
- * not called then is the one this relay's watch keeps. A lease not held
- * gives the database's stream partitions up. -1 with why in *cause when
- * the call failed: the connection is dropped.
+ * A step of a slice. False ends the slice there (its connection kept, or
+ * dropped with why in s->cause); a step after a failure finds no connection
+ * and passes.
+ */
+typedef bool slice_step(struct slice *s);
+
+/* Drops the slice's connection, which may hold a statement still (why is in s->cause). */
+static void
+slice_drop(struct slice *s)
+{
+    outbox_store_free(s->w->connection.db.store);
+    s->w->connection.db.store = NULL;
+}
+
+/*
+ * Calls the database's lease function on the slice's connection when the
+ * visit's call comes at this step (when), into s->lease; before the slice,
+ * a lease not called then is the one this relay's watch keeps. A lease not
+ * held gives the database's stream partitions up. -1 when the call failed:
+ * the connection is dropped.
  */
 static int
-lease_step(struct pipeline *p, struct work *w, enum lease_call when,
-           struct store_database_lease *lease, struct outbox_error *cause)
+lease_step(struct slice *s, enum lease_call when)
 {
+    struct pipeline *p = s->p;
+    struct work *w = s->w;
+
     if (w->lease_call != when) {
         if (when == LEASE_BEFORE)
-            *lease =
+            *s->lease =
                 (struct store_database_lease){.held = true, .wins = true, .owner_watched = true};
         return 0;
     }
     if (store_database_lease_take(outbox_store_conn(w->connection.db.store),
                                   p->relay->worker_prefix, p->relay->config->lease_seconds,
                                   w->watched ? p->relay->scheduler->watch_name : NULL,
-                                  w->watched ? w->watch_pid : 0, lease, cause) != 0) {
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
+                                  w->watched ? w->watch_pid : 0, s->lease, s->cause) != 0) {
+        slice_drop(s);
         return -1;
     }
-    if (!lease->held)
+    if (!s->lease->held)
         scheduler_stream_lease_lost(p->relay->scheduler, w->tenant, &w->connection);
     return 0;
-}
-
-/*
- * The stream part of a visit on slot p, after the rows, until `until`: its
- * rows count in the slice's (rows read as claimed; more when a pass ran
- * out of time). Returns the rows it settled. A failure drops the
- * connection, cause saying why.
- */
-static uint64_t
-serve_streams(struct pipeline *p, struct work *w, double until, struct pipeline_slice *slice,
-              struct outbox_error *cause)
-{
-    struct stream_visit visit;
-
-    if (w->connection.db.store == NULL || !w->role.streams)
-        return 0;
-    if (scheduler_stream_serve(p->relay->scheduler, p, w, until, &visit, cause) != 0) {
-        outbox_store_free(w->connection.db.store); /* it may hold the statement still */
-        w->connection.db.store = NULL;
-        return 0;
-    }
-    slice->claimed += visit.rows;
-    slice->more |= visit.more;
-    w->streams_wait = visit.waiting;
-    return visit.settled;
 }
 
 /*
@@ -183,22 +186,37 @@ slice_end(const struct work *w, double started, bool streams)
     return started + SCHEDULER_SLICE_SECONDS / (streams ? 2 : 1);
 }
 
-/*
- * The rows' part of a visit of w's database on slot p, on the connection
- * w holds: reaped before the slice when the lease was not held (a stopped
- * relay's claimed rows go out in this visit), else after it (the woken
- * rows first); the slice is timed from its first claim (a slow connect,
- * lease call or maintenance left no time for one, and the database rested
- * as if empty: stranded, rows ready). Its findings into *slice; the time
- * it started.
- */
-static double
-serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
-           struct outbox_error *cause)
+/* ---- the steps ----------------------------------------------------------- */
+
+/* Connects to w's database, unless the slot kept its connection. */
+static bool
+step_connect(struct slice *s)
 {
+    return s->w->connection.db.store != NULL || connect_tenant(s->p, s->w, s->cause) == 0;
+}
+
+/* The lease first: a database another relay serves is only visited, to stay a member. */
+static bool
+step_lease(struct slice *s)
+{
+    return lease_step(s, LEASE_BEFORE) == 0 && s->lease->held;
+}
+
+/*
+ * The rows' part of the visit, on the connection w holds: reaped before the
+ * slice when the lease was not held (a stopped relay's claimed rows go out
+ * in this visit), else after it (the woken rows first); the slice is timed
+ * from its first claim (a slow connect, lease call or maintenance left no
+ * time for one, and the database rested as if empty: stranded, rows ready).
+ */
+static bool
+step_rows(struct slice *s)
+{
+    struct pipeline *p = s->p;
+    struct work *w = s->w;
     struct database *db = &w->connection.db;
     bool own = w->tenant->kind == TENANT_OWN;
-    double started;
+    unsigned long connects = db->connects;
     bool streams;
 
     if (own)
@@ -215,145 +233,197 @@ serve_rows(struct pipeline *p, struct work *w, struct pipeline_slice *slice,
     /* --once: no claim before the first reap (by the upkeep slot) */
     if (own && p->relay->config->once && db->store != NULL)
         wait_until(&p->relay->stop, p->relay->reaped.fd, WAIT_FOREVER);
-    started = clock_monotonic_seconds();
-    *slice = (struct pipeline_slice){0};
+    s->started = clock_monotonic_seconds();
     if (db->store == NULL ||
-        pipeline_serve(p, db, slice_end(w, started, streams), slice) == SERVE_FAILED) {
-        *cause = p->cause.code != OUTBOX_OK ? p->cause : *cause;
-        return started;
+        pipeline_serve(p, db, slice_end(w, s->started, streams), &s->found) == SERVE_FAILED) {
+        *s->cause = p->cause.code != OUTBOX_OK ? p->cause : *s->cause;
+    } else {
+        /* rows the sweep freed after the slice are due now */
+        if (w->lease_call != LEASE_BEFORE && !own && maintain(p, db, w->tenant) > 0)
+            s->found.more = true;
+        if (db->store == NULL)
+            *s->cause = p->cause;
     }
-    /* rows the sweep freed after the slice are due now */
-    if (w->lease_call != LEASE_BEFORE && !own && maintain(p, db, w->tenant) > 0)
-        slice->more = true;
-    if (db->store == NULL)
-        *cause = p->cause;
-    return started;
+    /* a reconnect within the slice (settle_now) may have replaced the connection */
+    w->connection.stream_ready &= db->connects == connects;
+    return true;
+}
+
+/*
+ * The stream part of the visit, after the rows, until a slice after they
+ * started: its rows count in the slice's (rows read as claimed; more when a
+ * pass ran out of time).
+ */
+static bool
+step_streams(struct slice *s)
+{
+    struct work *w = s->w;
+    struct stream_visit visit;
+
+    if (w->connection.db.store == NULL || !w->role.streams)
+        return true;
+    if (scheduler_stream_serve(s->p->relay->scheduler, s->p, w,
+                               s->started + SCHEDULER_SLICE_SECONDS, &visit, s->cause) != 0) {
+        slice_drop(s);
+        return true;
+    }
+    s->found.claimed += visit.rows;
+    s->found.more |= visit.more;
+    w->streams_wait = visit.waiting;
+    s->settled = visit.settled;
+    return true;
+}
+
+/*
+ * A listed database's backlog and identity, when due or as it goes to rest
+ * (scheduler_sample.c); before next_ready, whose forced statistics report
+ * stays the visit's last statement.
+ */
+static bool
+step_sample(struct slice *s)
+{
+    struct work *w = s->w;
+
+    if (w->connection.db.store != NULL && w->tenant->kind == TENANT_LISTED &&
+        scheduler_sample(s->p->relay->scheduler, w->tenant, &w->connection,
+                         w->watched && !s->found.more, s->found.claimed > 0, s->cause) != 0)
+        slice_drop(s);
+    return true;
+}
+
+/*
+ * The lease called after the slice when the visit calls it then; as a
+ * watched database goes to rest, when its next row is due and whether rows
+ * wait behind their keys (store_database_next_ready()).
+ */
+static bool
+step_next_ready(struct slice *s)
+{
+    struct work *w = s->w;
+
+    w->next_ready = -1;
+    if (w->connection.db.store != NULL && lease_step(s, LEASE_AFTER) == 0 && w->watched &&
+        !s->found.more &&
+        store_database_next_ready(outbox_store_conn(w->connection.db.store), &w->next_ready,
+                                  &w->held_rows, s->cause) != 0)
+        slice_drop(s); /* the database tried again */
+    return true;
+}
+
+/* The rows the slice claimed and completed, into the database's counters. */
+static bool
+step_count(struct slice *s)
+{
+    metrics_databases_add(s->p->relay->scheduler->database_metrics, s->w->tenant->name,
+                          s->found.claimed, s->p->rows_completed - s->completed + s->settled);
+    return true;
 }
 
 /*
  * The upkeep slot's turn of the relay's own database: its maintenance
  * phases due, then its streams' (scheduler_stream_upkeep()); when it is due
- * again into w->look_at. A failure drops the connection, why in *cause.
+ * again into w->look_at.
  */
-static struct pipeline_slice
-serve_upkeep(struct pipeline *p, struct work *w, struct outbox_error *cause)
+static bool
+step_upkeep(struct slice *s)
 {
+    struct pipeline *p = s->p;
+    struct work *w = s->w;
     struct tenant *t = w->tenant;
     struct database *db = &w->connection.db;
-    struct pipeline_slice slice = {.drained = true};
     double next = clock_monotonic_seconds() + MAINTENANCE_REAP_EVERY_SECONDS;
 
-    if (db->store == NULL && connect_tenant(p, w, cause) != 0)
-        return slice;
+    s->found.drained = true;
     snprintf(db->who, sizeof(db->who), "%s", p->db.who);
     db->log_owner = &p->db;
     maintain(p, db, t);
     if (db->store != NULL &&
-        scheduler_stream_upkeep(p->relay->scheduler, t, &w->connection, &next, cause) != 0) {
-        ends_store_failed(p, db, cause); /* logged as the relay's; it may hold the statement */
-        return slice;
+        scheduler_stream_upkeep(p->relay->scheduler, t, &w->connection, &next, s->cause) != 0) {
+        ends_store_failed(p, db, s->cause); /* logged as the relay's; it may hold the statement */
+        return false;
     }
     if (db->store == NULL) {
-        *cause = p->cause;
-        return slice;
+        *s->cause = p->cause;
+        return false;
     }
     w->look_at = next;
     if (maintenance_next_due(&t->maintenance) < next)
         w->look_at = maintenance_next_due(&t->maintenance);
-    return slice;
+    return true;
 }
 
 /*
- * A stream slot's turn of the relay's own database: its share of the stream
- * partitions published, pass after pass, for a second at most, on a
- * connection whose stream statements keep generic plans. None while the
- * database has no stream queue (its upkeep slot looks for one): the slot
- * then holds no connection, and waits for w->look_at.
+ * Whether a stream slot has stream partitions to publish: none while the
+ * database has no stream queue (its upkeep slot looks for one, at once,
+ * then every few seconds); the slot then holds no connection, and waits for
+ * w->look_at.
  */
-static struct pipeline_slice
-serve_stream_slot(struct pipeline *p, struct work *w, struct outbox_error *cause)
+static bool
+step_stream_look(struct slice *s)
 {
-    struct scheduler *s = p->relay->scheduler;
-    struct tenant *t = w->tenant;
-    struct pipeline_slice slice = {.drained = true};
-    struct stream_visit visit;
-    double now = clock_monotonic_seconds();
+    struct work *w = s->w;
 
-    /* the upkeep slot looks for a stream queue at once, then every few seconds */
-    w->look_at = now + (p->relay->config->once ? 0.05 : MAINTENANCE_STREAM_CHECK_EVERY_SECONDS / 4);
-    w->unconnected = !scheduler_stream_known(s, t);
-    if (w->unconnected)
-        return slice;
-    if (w->connection.db.store == NULL && connect_tenant(p, w, cause) != 0)
-        return slice;
-    w->connection.streams_only = true;
-    w->connection.db.log_owner = &p->db;
-    snprintf(w->connection.db.who, sizeof(w->connection.db.who), "%s", p->db.who);
-    if (scheduler_stream_serve(s, p, w, now + SCHEDULER_STREAM_TURN_SECONDS, &visit, cause) !=
-        0) {
-        ends_store_failed(p, &w->connection.db, cause); /* it may hold the statement still */
-        return slice;
-    }
-    slice.claimed = visit.rows;
-    slice.more = visit.more;
-    slice.drained = !visit.more;
-    return slice;
+    w->look_at = clock_monotonic_seconds() +
+                 (s->p->relay->config->once ? 0.05 : MAINTENANCE_STREAM_CHECK_EVERY_SECONDS / 4);
+    w->unconnected = !scheduler_stream_known(s->p->relay->scheduler, w->tenant);
+    s->found.drained = true;
+    return !w->unconnected;
 }
 
 /*
- * Serves w's database for one slice on slot p. The slice's findings; the
- * connection is left in w (store NULL when the database failed, with why in
- * *cause).
+ * A stream slot's share of the own database's stream partitions published,
+ * pass after pass, for a second at most, on a connection whose stream
+ * statements keep generic plans.
+ */
+static bool
+step_stream_pass(struct slice *s)
+{
+    struct pipeline *p = s->p;
+    struct idle_connection *c = &s->w->connection;
+    struct stream_visit visit;
+
+    c->streams_only = true;
+    c->db.log_owner = &p->db;
+    snprintf(c->db.who, sizeof(c->db.who), "%s", p->db.who);
+    if (scheduler_stream_serve(p->relay->scheduler, p, s->w,
+                               clock_monotonic_seconds() + SCHEDULER_STREAM_TURN_SECONDS, &visit,
+                               s->cause) != 0) {
+        ends_store_failed(p, &c->db, s->cause); /* it may hold the statement still */
+        return false;
+    }
+    s->found.claimed = visit.rows;
+    s->found.more = visit.more;
+    s->found.drained = !visit.more;
+    return true;
+}
+
+/* A slice of each part a slot may have, step by step. */
+static slice_step *const rows_slice[] = {step_connect, step_lease,      step_rows,  step_streams,
+                                         step_sample,  step_next_ready, step_count, NULL};
+static slice_step *const upkeep_slice[] = {step_connect, step_upkeep, NULL};
+static slice_step *const stream_slice[] = {step_stream_look, step_connect, step_stream_pass, NULL};
+
+/*
+ * Serves w's database for one slice on slot p: the steps of the slot's
+ * part, until one ends the slice. The slice's findings; the connection is
+ * left in w (store NULL when the database failed, with why in *cause), what
+ * the lease call said in *lease.
  */
 struct pipeline_slice
 scheduler_serve_slice(struct pipeline *p, struct work *w, struct outbox_error *cause,
                       struct store_database_lease *lease)
 {
-    struct tenant *t = w->tenant;
-    struct pipeline_slice slice = {0};
-    uint64_t completed = p->rows_completed, settled;
-    struct outbox_error next_err;
-    double started;
-    unsigned long connects;
+    slice_step *const *steps = upkeep_slot(w)   ? upkeep_slice
+                               : stream_slot(w) ? stream_slice
+                                                : rows_slice;
+    struct slice s = {.p = p, .w = w, .cause = cause, .lease = lease,
+                      .completed = p->rows_completed};
 
     *lease = (struct store_database_lease){0};
     outbox_error_set(cause, OUTBOX_ERR_CONNECTION, "no cause recorded");
-    if (upkeep_slot(w))
-        return serve_upkeep(p, w, cause);
-    if (stream_slot(w))
-        return serve_stream_slot(p, w, cause);
-    if (w->connection.db.store == NULL &&
-        connect_tenant(p, w, cause) != 0)
-        return slice;
-    /* the lease first: a database another relay serves is only visited, to stay a member */
-    if (lease_step(p, w, LEASE_BEFORE, lease, cause) != 0 || !lease->held)
-        return slice;
-    connects = w->connection.db.connects;
-    started = serve_rows(p, w, &slice, cause);
-    /* a reconnect within the slice (settle_now) may have replaced the connection */
-    w->connection.stream_ready &= w->connection.db.connects == connects;
-    settled = serve_streams(p, w, started + SCHEDULER_SLICE_SECONDS, &slice, cause);
-    /* its backlog and identity, when due or as it goes to rest (scheduler_sample.c); before
-     * next_ready, whose forced statistics report stays the visit's last statement */
-    if (w->connection.db.store != NULL && lease->held && t->kind == TENANT_LISTED &&
-        scheduler_sample(p->relay->scheduler, t, &w->connection, w->watched && !slice.more,
-                         slice.claimed > 0, cause) != 0) {
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
-    }
-    w->next_ready = -1;
-    if (w->connection.db.store != NULL && lease_step(p, w, LEASE_AFTER, lease, cause) == 0 &&
-        w->watched && !slice.more &&
-        store_database_next_ready(outbox_store_conn(w->connection.db.store), &w->next_ready,
-                                  &w->held_rows, &next_err) != 0) {
-        /* the connection may hold the statement still: dropped, the database tried again */
-        outbox_store_free(w->connection.db.store);
-        w->connection.db.store = NULL;
-        *cause = next_err;
-    }
-    metrics_databases_add(p->relay->scheduler->database_metrics, t->name, slice.claimed,
-                          p->rows_completed - completed + settled);
-    return slice;
+    for (size_t i = 0; steps[i] != NULL && steps[i](&s); i++)
+        ;
+    return s.found;
 }
 
 /*
