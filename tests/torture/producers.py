@@ -362,7 +362,9 @@ class Producer(threading.Thread):
             self.commit(tokens)
 
     def prepared(self, cur, tokens, payloads):
-        gid = "torture-%s-%d" % (self.name, self.serial)
+        # the cluster's: a producer of every database is p0, and settle_prepared() rolls back
+        # a prepared transaction whose gid a finished one had
+        gid = "torture-%s-%s-%d" % (self.database, self.name, self.serial)
         commit = self.rng.random() < 0.6
         cur.execute("PREPARE TRANSACTION %s", (gid,))
         self.conn.commit()  # psycopg2: ends its own transaction block; the PREPARE already ended ours
