@@ -16,7 +16,8 @@ one database) under the relays, while producers and relays go on:
   async_crash    every session on synchronous_commit = off, the WAL writer stopped, then an
                  immediate stop: the last commits are lost and their xids handed out again
   async_crash_disable
-                 the same with the stream cells' relays hung through it, and their queues
+                 the same with the stream cells' relays hung from the old server's end (hung
+                 before it, their sessions held its immediate stop off), and their queues
                  disabled once the producers have committed at the lost rows' places: those
                  rows go to the claims, which must not believe the broker's order record
   template_copy  CREATE DATABASE ... TEMPLATE of a database of a list cell, listed beside its
@@ -400,7 +401,7 @@ class HistoryFaults:
 
         def action():
             try:
-                opened = self.crash_losing_commits(rng, at_crash=hang)
+                opened = self.crash_losing_commits(rng, before_start=hang)
                 # the producers commit at the places of the lost rows, and the queue is handed
                 # to the claims before any relay is back (a prepared transaction the crash kept
                 # though its producer finished it would hold the disable off)
@@ -420,10 +421,10 @@ class HistoryFaults:
 
         self.history(self.all_databases(), action)
 
-    def crash_losing_commits(self, rng, at_crash=lambda: None):
+    def crash_losing_commits(self, rng, before_start=lambda: None):
         """Every session on synchronous_commit = off, the WAL writer stopped, an immediate
-        stop (at_crash() just before it), the cluster started again: the time from which
-        commits may be lost."""
+        stop, the cluster started again (before_start() once the old one is gone): the time
+        from which commits may be lost."""
         cluster = self.run_.cluster
         self.log("fault: history async_crash")
         cluster.sql("ALTER SYSTEM SET synchronous_commit = off")
@@ -435,7 +436,6 @@ class HistoryFaults:
         try:
             time.sleep(rng.uniform(0.5, 2.0))
             postmaster = cluster.postmaster_pid()
-            at_crash()
             os.kill(postmaster, signal.SIGQUIT)  # pg_ctl stop -m immediate
             time.sleep(0.3)
         finally:
@@ -444,6 +444,7 @@ class HistoryFaults:
             if not pid_alive(postmaster):
                 break
             time.sleep(0.1)
+        before_start()
         cluster.start()
         cluster.sql("ALTER SYSTEM RESET synchronous_commit")
         cluster.sql("SELECT pg_reload_conf()")

@@ -19,7 +19,7 @@ PYTHON=/usr/bin/python3
 export BIN=${OUTBOX_BIN:-${BIN:-$source_dir/bin}}
 relay=${MUTANT_RELAY:-$source_dir/build-mutants/bin/outbox-relay}
 
-# name | brokers/modes | faults | seconds | the promise that must be named
+# name | brokers/modes | faults | seconds | the promise that must be named [| seed, 4646 if none]
 MUTANTS="
 mark_without_publish | redis row    | none              | 6 | unpublished
 reverse_batch        | amqp stream  | broker_stall_kill | 6 | order
@@ -30,7 +30,7 @@ claim_ignores_key    | redis row    | broker_stall_kill | 6 | order
 reaper_succeeded     | redis row    | mark_stall_kill   | 6 | reap
 dead_republished     | redis row    | relay_kill        | 6 | refused
 stream_record_trusted | redis stream | async_crash       | 8 | lost
-claims_record_trusted | redis stream | async_crash_disable | 8 | lost
+claims_record_trusted | redis stream | async_crash_disable | 8 | lost | 2
 "
 
 if [ ! -x "$relay" ]; then
@@ -39,10 +39,10 @@ if [ ! -x "$relay" ]; then
 fi
 # One mutant's run; its verdict line (and on failure what the torture said) into $2.
 judge_mutant() {
-    local name=$1 out_file=$2 cell=$3 faults=$4 seconds=$5 promise=$6 lane=$7 t0 out run_status
+    local name=$1 out_file=$2 cell=$3 faults=$4 seconds=$5 promise=$6 lane=$7 seed=$8 t0 out run_status
     local caught verdict=ok
     t0=$(date +%s)
-    out=$(OUTBOX_MUTANT=$name TORTURE_RELAY=$relay TORTURE_SEED=4646 TORTURE_SECONDS=$seconds \
+    out=$(OUTBOX_MUTANT=$name TORTURE_RELAY=$relay TORTURE_SEED=$seed TORTURE_SECONDS=$seconds \
         TORTURE_DRAIN=40 TORTURE_BROKERS=${cell% *} TORTURE_MODES=${cell#* } TORTURE_DATABASES=1 \
         TORTURE_RELAYS=url TORTURE_BATCH_SIZE=5 TORTURE_LEASES=5,5 TORTURE_FAULTS=$faults TORTURE_METRICS_WAIT=0 \
         TORTURE_TAG=mutant$lane "$PYTHON" "$here/torture.py" 2>&1)
@@ -71,9 +71,9 @@ results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 lane=0
 names=""
-while IFS='|' read -r name cell faults seconds promise; do
+while IFS='|' read -r name cell faults seconds promise seed; do
     name=$(echo $name) cell=$(echo $cell) faults=$(echo $faults) seconds=$(echo $seconds)
-    promise=$(echo $promise)
+    promise=$(echo $promise) seed=$(echo ${seed:-4646})
     [ -n "$name" ] || continue
     case ",${MUTANTS_ONLY:-$name}," in *",$name,"*) ;; *) continue ;; esac
     names="$names $name"
@@ -86,7 +86,7 @@ while IFS='|' read -r name cell faults seconds promise; do
         wait -n
     done
     lane=$((lane + 1))
-    judge_mutant "$name" "$results/$name" "$cell" "$faults" "$seconds" "$promise" "$lane" &
+    judge_mutant "$name" "$results/$name" "$cell" "$faults" "$seconds" "$promise" "$lane" "$seed" &
 done <<<"$MUTANTS"
 wait
 for name in $names; do
