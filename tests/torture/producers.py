@@ -384,6 +384,9 @@ class Producer(threading.Thread):
                     # the table decides
                     self.record.add("uncertain" if commit else "rolled", tokens, payloads)
                     return
+            else:  # never answered: still prepared, or finished unseen
+                self.record.add("uncertain" if commit else "rolled", tokens, payloads)
+                return
             self.record.add("committed" if commit else "rolled", tokens, payloads)
         finally:
             self.conn.autocommit = False
