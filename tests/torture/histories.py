@@ -17,7 +17,7 @@ one database) under the relays, while producers and relays go on:
                  immediate stop: the last commits are lost and their xids handed out again
   async_crash_disable
                  the same with the stream cells' relays hung from the old server's end (hung
-                 before it, their sessions held its immediate stop off), and their queues
+                 before it, the old server once outlived the wait for its end), and their queues
                  disabled once the producers have committed at the lost rows' places: those
                  rows go to the claims, which must not believe the broker's order record
   template_copy  CREATE DATABASE ... TEMPLATE of a database of a list cell, listed beside its
@@ -389,7 +389,7 @@ class HistoryFaults:
         raise RuntimeError("%s stayed in use" % dbname)
 
     def async_crash(self, rng):
-        self.history(self.all_databases(), lambda: self.crash_losing_commits(rng))
+        self.history(self.all_databases(), lambda: self.crash_losing_commits(rng, "async_crash"))
 
     def async_crash_disable(self, rng):
         cells = [c for c in self.run_.cells if c.mode == "stream"]
@@ -401,7 +401,7 @@ class HistoryFaults:
 
         def action():
             try:
-                opened = self.crash_losing_commits(rng, before_start=hang)
+                opened = self.crash_losing_commits(rng, "async_crash_disable", before_start=hang)
                 # the producers commit at the places of the lost rows, and the queue is handed
                 # to the claims before any relay is back (a prepared transaction the crash kept
                 # though its producer finished it would hold the disable off)
@@ -421,12 +421,12 @@ class HistoryFaults:
 
         self.history(self.all_databases(), action)
 
-    def crash_losing_commits(self, rng, before_start=lambda: None):
+    def crash_losing_commits(self, rng, name, before_start=lambda: None):
         """Every session on synchronous_commit = off, the WAL writer stopped, an immediate
         stop, the cluster started again (before_start() once the old one is gone): the time
         from which commits may be lost."""
         cluster = self.run_.cluster
-        self.log("fault: history async_crash")
+        self.log("fault: history %s" % name)
         cluster.sql("ALTER SYSTEM SET synchronous_commit = off")
         cluster.sql("SELECT pg_reload_conf()")
         time.sleep(0.3)
