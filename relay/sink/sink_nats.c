@@ -78,6 +78,15 @@
 /* JetStream API error codes (nats-server's errors.json) the sink tells apart. */
 #define JS_ERR_NOT_ENABLED_FOR_ACCOUNT 10039
 
+/*
+ * With a credentials file a refused login is tried this many times in all.
+ * libnats before 3.8 (Debian 12 ships 3.4.1) leaves the nonce's signature
+ * out of CONNECT when its first byte is zero, so one login in 256 is
+ * refused for nothing; the server's next nonce gives another signature.
+ * Four refusals in a row are the server's word (odds of 2^-32 otherwise).
+ */
+#define CREDS_LOGIN_TRIES 4
+
 /* ---- connecting --------------------------------------------------------------------- */
 
 static void warn_short_windows(sink *s);
@@ -204,6 +213,10 @@ sink_nats_connect(sink *s, struct outbox_error *err)
                                 sink_display_url(s), natsStatus_GetText(st));
     }
     st = natsConnection_Connect(&n->connection, options);
+    for (int tries = 1; st == NATS_CONNECTION_AUTH_FAILED && n->creds != NULL &&
+                        tries < CREDS_LOGIN_TRIES;
+         tries++)
+        st = natsConnection_Connect(&n->connection, options);
     natsOptions_Destroy(options);
     if (st != NATS_OK) {
         const char *detail = nats_GetLastError(NULL), *source_end;

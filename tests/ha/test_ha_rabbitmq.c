@@ -212,7 +212,7 @@ test_node_stop_mid_run(void **state)
     char metrics_addr[64], concurrency[8], line[2048], url[128];
     const char *extra[] = {"--queues", f->queue, "--metrics-addr", metrics_addr,
                            "--concurrency", concurrency, NULL};
-    int metrics_port = harness_closed_port(), before[CONCURRENCY], stopped, survivor;
+    int metrics_port = harness_free_port(), before[CONCURRENCY], stopped, survivor;
     double stop_at, worst = 0;
     char *metrics;
 

@@ -101,6 +101,9 @@ nats_consumer_connect_creds(const char *url, const char *creds)
         st = natsOptions_SetUserCredentialsFromFiles(options, creds, NULL);
     if (st == NATS_OK)
         st = natsConnection_Connect(&c->connection, options);
+    /* libnats before 3.8 drops a signature whose first byte is zero: 1 login in 256 */
+    for (int tries = 1; st == NATS_CONNECTION_AUTH_FAILED && tries < 4; tries++)
+        st = natsConnection_Connect(&c->connection, options);
     natsOptions_Destroy(options);
     if (st != NATS_OK || natsConnection_JetStream(&c->js, c->connection, NULL) != NATS_OK) {
         nats_consumer_free(c);

@@ -117,7 +117,7 @@ static int
 server_start(void **state)
 {
     char config[600], log_path[600];
-    int port = harness_closed_port();
+    int port = harness_free_port(); /* the private range: never an ephemeral one */
 
     (void)state;
     snprintf(server.dir, sizeof(server.dir), "%s/nats-operator-%d",

@@ -473,7 +473,7 @@ test_prepared_transaction_is_named(void **state)
     char metrics_addr[32], gid[80], sql[200], out[8192];
     const char *extra[] = {"--stream-prefix", f->prefix, "--horizon-warning", "1s",
                            "--metrics-addr", metrics_addr, NULL};
-    int port = harness_closed_port();
+    int port = harness_free_port();
     PGconn *holder = harness_connect(f->url);
     struct relay_process relay;
     bool named = false;
