@@ -194,6 +194,31 @@ connect_error_code(natsStatus st)
     }
 }
 
+/*
+ * The error of a connect that failed with st: the library's status, and the
+ * server's words when it has some, without the library's source line and
+ * never quoting a password or token.
+ */
+static int
+connect_failed(sink *s, natsStatus st, struct outbox_error *err)
+{
+    const char *detail = nats_GetLastError(NULL), *source_end;
+    char redacted[256];
+
+    /* "(conn.c:1905): Authorization Violation": the server's words, without the source line */
+    if (detail != NULL && detail[0] == '(' && (source_end = strstr(detail, "): ")) != NULL)
+        detail = source_end + 3;
+    if (detail != NULL && strcmp(detail, natsStatus_GetText(st)) == 0)
+        detail = NULL;
+    /* the library's text may quote what it was given */
+    url_redact_message(detail != NULL ? detail : "", s->options.url,
+                       s->url.password != NULL ? s->url.password : s->url.user, redacted,
+                       sizeof(redacted));
+    return outbox_error_set(err, connect_error_code(st), "unable to connect to nats at %s: %s%s%s",
+                            sink_target(s), natsStatus_GetText(st),
+                            redacted[0] != '\0' ? ": " : "", redacted);
+}
+
 static int
 sink_nats_connect(sink *s, struct outbox_error *err)
 {
@@ -219,22 +244,8 @@ sink_nats_connect(sink *s, struct outbox_error *err)
         st = natsConnection_Connect(&n->connection, options);
     natsOptions_Destroy(options);
     if (st != NATS_OK) {
-        const char *detail = nats_GetLastError(NULL), *source_end;
-        char redacted[256];
-
-        /* "(conn.c:1905): Authorization Violation": the server's words, without the source line */
-        if (detail != NULL && detail[0] == '(' && (source_end = strstr(detail, "): ")) != NULL)
-            detail = source_end + 3;
-        if (detail != NULL && strcmp(detail, natsStatus_GetText(st)) == 0)
-            detail = NULL;
-        /* the library's text may quote what it was given: never a password or token */
-        url_redact_message(detail != NULL ? detail : "", s->options.url,
-                           s->url.password != NULL ? s->url.password : s->url.user, redacted,
-                           sizeof(redacted));
         n->connection = NULL;
-        return outbox_error_set(err, connect_error_code(st),
-                                "unable to connect to nats at %s: %s%s%s", sink_target(s),
-                                natsStatus_GetText(st), redacted[0] != '\0' ? ": " : "", redacted);
+        return connect_failed(s, st, err);
     }
     jsOptions_Init(&js_options);
     js_options.Wait = s->options.io_timeout_ms;
