@@ -371,23 +371,21 @@ class Producer(threading.Thread):
         self.sleep(self.rng.uniform(0.1, 1.0))
         statement = "COMMIT PREPARED %s" if commit else "ROLLBACK PREPARED %s"
         self.conn.autocommit = True
+        answered = False
         try:
             for _ in range(100):  # the server may be restarting: the prepared transaction survives it
                 try:
                     self.conn.cursor().execute(statement, (gid,))
+                    answered = True
                     break
                 except psycopg2.OperationalError:
                     self.reconnect()
                     self.conn.autocommit = True
                 except psycopg2.ProgrammingError:
-                    # already finished, or gone with a history (a restore, a dropped database):
-                    # the table decides
-                    self.record.add("uncertain" if commit else "rolled", tokens, payloads)
-                    return
-            else:  # never answered: still prepared, or finished unseen
-                self.record.add("uncertain" if commit else "rolled", tokens, payloads)
-                return
-            self.record.add("committed" if commit else "rolled", tokens, payloads)
+                    break  # already finished, or gone with a history (a restore, a dropped database)
+            # unanswered (still prepared, or finished unseen, or gone): the table decides
+            outcome = "committed" if answered else "uncertain"
+            self.record.add(outcome if commit else "rolled", tokens, payloads)
         finally:
             self.conn.autocommit = False
             with FINISHED_LOCK:
